@@ -1,0 +1,45 @@
+"""``omnistage`` command line: serve | generate | bench | pipelines.
+
+Each subcommand lives in its own module exposing ``add_parser(subparsers)``
+and ``run(args) -> int``; they are imported lazily so ``omnistage pipelines``
+does not pay for importing vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+SUBCOMMANDS = {
+    "serve": "omnistage.cli.serve",
+    "generate": "omnistage.cli.generate",
+    "bench": "omnistage.cli.bench",
+    "pipelines": "omnistage.cli.pipelines",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="omnistage", description="Serve omni-modality generative pipelines.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    # Only the chosen subcommand's module is imported (fast --help for the rest).
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    modules = {}
+    for name, module in SUBCOMMANDS.items():
+        if chosen in (None, name) or chosen not in SUBCOMMANDS:
+            try:
+                modules[name] = importlib.import_module(module)
+            except ModuleNotFoundError as e:
+                if e.name != module:
+                    raise
+                continue
+            modules[name].add_parser(sub)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return int(modules[args.command].run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

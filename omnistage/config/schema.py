@@ -1,0 +1,173 @@
+"""Pydantic models for the deploy YAML (SPEC §3.1).
+
+Every model forbids unknown keys so that a typo fails at start-up with the
+path of the offending key instead of being silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from omnistage.modality import OutputModality
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def _device_list(devices: str | list[Any] | None) -> list[str] | None:
+    if devices is None:
+        return None
+    items = devices.split(",") if isinstance(devices, str) else [str(d) for d in devices]
+    items = [d.strip() for d in items]
+    if any(d == "" for d in items):
+        raise ValueError(f"devices {devices!r} has an empty entry")
+    if len(set(items)) != len(items):
+        raise ValueError(f"devices {devices!r} lists a device twice")
+    return items
+
+
+class ParallelConfig(_Strict):
+    tensor_parallel_size: int = Field(1, ge=1)
+    pipeline_parallel_size: int = Field(1, ge=1)
+    data_parallel_size: int = Field(1, ge=1)
+    # Diffusion stages may shard one request over several devices (sequence/CFG parallel).
+    world_size: int | None = Field(None, ge=1)
+
+    @property
+    def devices_per_replica(self) -> int:
+        return self.world_size or self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
+
+
+class RuntimeConfig(_Strict):
+    devices: str | list[int | str] | None = None
+    num_replicas: int | None = Field(None, ge=1)
+    process: Literal["inline", "mp", "ray"] | None = None
+    num_gpus: float | None = Field(None, ge=0)
+    num_cpus: float | None = Field(None, ge=0)
+
+
+class ConnectorConfig(_Strict):
+    name: str
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class StageDeployConfig(_Strict):
+    """Where and how big one stage runs. Unset fields fall back to the pipeline defaults."""
+
+    stage_id: int = Field(ge=0)
+    stage_type: Literal["llm", "diffusion", "generation"] | None = None  # checked against the pipeline
+    model: str | None = None  # folder for this stage (defaults to the pipeline's model folder)
+    model_stage: str | None = None  # legacy: name of the stage inside a multi-stage checkpoint
+    devices: str | list[int | str] | None = None
+    num_replicas: int = Field(1, ge=1)
+    process: Literal["inline", "mp", "ray"] | None = None  # None: the engine kind's default
+    runtime: RuntimeConfig | None = None
+    parallel_config: ParallelConfig | None = None
+    tensor_parallel_size: int | None = Field(None, ge=1)
+    pipeline_parallel_size: int | None = Field(None, ge=1)
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_model_len: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    kv_cache_memory_bytes: int | None = Field(None, ge=1)
+    enforce_eager: bool | None = None
+    enable_prefix_caching: bool | None = None
+    trust_remote_code: bool | None = None
+    dtype: str | None = None
+    seed: int | None = None
+    num_threads: int | None = Field(None, ge=1)  # torch/OMP threads for this stage's engine
+    engine_output_type: str | None = None
+    final_output: bool | None = None
+    final_output_type: str | None = None
+    default_sampling_params: dict[str, Any] = Field(default_factory=dict)
+    engine_args: dict[str, Any] = Field(default_factory=dict)  # passed through to the engine (e.g. vLLM)
+    connector: str | None = None  # name of a connector for this stage's outgoing edges
+
+    @field_validator("engine_output_type", "final_output_type")
+    @classmethod
+    def _modality(cls, v: str | None) -> str | None:
+        if v is not None:
+            OutputModality.parse(v)
+        return v
+
+    @model_validator(mode="after")
+    def _placement(self) -> "StageDeployConfig":
+        rt = self.runtime
+        if rt is not None:
+            if rt.devices is not None and self.devices is not None:
+                raise ValueError("devices given both at stage level and under runtime")
+            if rt.num_replicas is not None and "num_replicas" in self.model_fields_set:
+                raise ValueError("num_replicas given both at stage level and under runtime")
+        pc, tp = self.parallel_config, self.tensor_parallel_size
+        if pc is not None and tp is not None and "tensor_parallel_size" in pc.model_fields_set and pc.tensor_parallel_size != tp:
+            raise ValueError("tensor_parallel_size differs between stage level and parallel_config")
+        devices = self.device_list
+        if devices is not None and len(devices) != self.replicas * self.devices_per_replica:
+            raise ValueError(
+                f"devices {devices} has {len(devices)} entries; expected num_replicas ({self.replicas}) "
+                f"x devices_per_replica ({self.devices_per_replica}) = {self.replicas * self.devices_per_replica}"
+            )
+        return self
+
+    # ---- resolved views (both placements accepted, one answer)
+    @property
+    def device_list(self) -> list[str] | None:
+        raw = self.runtime.devices if self.runtime and self.runtime.devices is not None else self.devices
+        return _device_list(raw)
+
+    @property
+    def replicas(self) -> int:
+        if self.runtime and self.runtime.num_replicas is not None:
+            return self.runtime.num_replicas
+        return self.num_replicas
+
+    @property
+    def process_mode(self) -> str | None:
+        return self.runtime.process if self.runtime and self.runtime.process else self.process
+
+    @property
+    def tp_size(self) -> int:
+        if self.tensor_parallel_size is not None:
+            return self.tensor_parallel_size
+        return self.parallel_config.tensor_parallel_size if self.parallel_config else 1
+
+    @property
+    def devices_per_replica(self) -> int:
+        if self.parallel_config is not None:
+            pc = self.parallel_config
+            if self.tensor_parallel_size is not None and pc.world_size is None:
+                return self.tensor_parallel_size * pc.pipeline_parallel_size * pc.data_parallel_size
+            return pc.devices_per_replica
+        return (self.tensor_parallel_size or 1) * (self.pipeline_parallel_size or 1)
+
+    def replica_devices(self) -> list[list[str] | None]:
+        """Contiguous chunks: replica 0 gets the first devices_per_replica devices, and so on."""
+        devices, n = self.device_list, self.devices_per_replica
+        if devices is None:
+            return [None] * self.replicas
+        return [devices[i * n : (i + 1) * n] for i in range(self.replicas)]
+
+
+class DeployConfig(_Strict):
+    pipeline: str | None = None
+    async_chunk: bool | None = None  # None: the pipeline's default
+    distributed_executor_backend: Literal["mp", "ray"] = "mp"
+    connectors: dict[str, ConnectorConfig] = Field(default_factory=dict)
+    stages: list[StageDeployConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> "DeployConfig":
+        ids = [s.stage_id for s in self.stages]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise ValueError(f"stage_id {dup[0]} appears more than once in stages")
+        for s in self.stages:
+            if s.connector is not None and s.connector not in self.connectors:
+                raise ValueError(f"stage {s.stage_id} uses connector {s.connector!r}, which is not declared under connectors")
+        return self
+
+    def stage(self, stage_id: int) -> StageDeployConfig | None:
+        return next((s for s in self.stages if s.stage_id == stage_id), None)

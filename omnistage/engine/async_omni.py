@@ -1,0 +1,142 @@
+"""AsyncOmni: the asyncio entry point (offline scripts and the HTTP server)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any, AsyncIterator, Mapping, Sequence
+
+from omnistage.config.schema import DeployConfig
+from omnistage.engine.builder import resolve_deploy, start_orchestrator
+from omnistage.engine.orchestrator import Orchestrator
+from omnistage.engine.request import (
+    OmniRequest,
+    merge_stage_params,
+    new_request_id,
+    normalize_prompt,
+    parse_modalities,
+    InvalidRequestError,
+)
+from omnistage.modality import OutputModality
+from omnistage.outputs import OmniRequestOutput
+from omnistage.pipeline import Pipeline, resolve_pipeline
+from omnistage.stages.base import StageStats
+
+logger = logging.getLogger(__name__)
+
+
+class AsyncOmni:
+    """Serve one pipeline: ``async with AsyncOmni(model=...) as engine: ...``.
+
+    ``engine_kwargs`` are stage deploy fields applied to every stage (the CLI
+    layer of the configuration, e.g. ``max_num_seqs=4``).
+    """
+
+    def __init__(self, model: str | Path | None = None, *, pipeline: str | Pipeline | None = None,
+                 deploy_config: str | Path | Mapping[str, Any] | None = None,
+                 stage_overrides: str | Mapping[Any, Any] | None = None, platform: str | None = None,
+                 **engine_kwargs: Any):
+        self.model = str(model) if model is not None else None
+        if isinstance(pipeline, Pipeline):
+            self.pipeline = pipeline
+        else:
+            self.pipeline = resolve_pipeline(self.model, pipeline or _pipeline_name(deploy_config))
+        if self.model is None:
+            self.model = self.pipeline.info.get("default_model")
+        # Validated now, before anything starts: a bad config never half-starts a server.
+        self.deploy: DeployConfig = resolve_deploy(self.pipeline, deploy_config, stage_overrides,
+                                                   cli=engine_kwargs or None, platform=platform)
+        self._orch: Orchestrator | None = None
+        self._start_lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> "AsyncOmni":
+        async with self._start_lock:
+            if self._orch is None:
+                self._orch = await start_orchestrator(self.pipeline, self.deploy, self.model)
+        return self
+
+    async def __aenter__(self) -> "AsyncOmni":
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.shutdown()
+
+    async def shutdown(self) -> None:
+        orch, self._orch = self._orch, None
+        if orch is None:
+            return
+        for rid in orch.running_requests():
+            await orch.abort(rid)
+        await asyncio.gather(*(c.shutdown() for c in orch.clients.values()), return_exceptions=True)
+
+    @property
+    def is_ready(self) -> bool:
+        return self._orch is not None and all(s.healthy for s in self.stage_stats().values())
+
+    # ------------------------------------------------------------------ info
+
+    @property
+    def default_sampling_params_list(self) -> list[dict[str, Any]]:
+        return [dict((self.deploy.stage(s.stage_id).default_sampling_params if self.deploy.stage(s.stage_id) else {}))
+                for s in self.pipeline.stages]
+
+    @property
+    def output_modalities(self) -> OutputModality:
+        if self._orch is not None:
+            return self._orch.pipeline_output_modalities
+        out = OutputModality(0)
+        for s in self.pipeline.stages:
+            if s.final:
+                sd = self.deploy.stage(s.stage_id)
+                out |= OutputModality.parse((sd.engine_output_type if sd else None) or s.output)
+        return out
+
+    def stage_stats(self) -> dict[int, StageStats]:
+        if self._orch is None:
+            return {}
+        return {sid: c.stats() for sid, c in self._orch.clients.items()}
+
+    # ------------------------------------------------------------------ requests
+
+    def make_request(self, prompt: str | Mapping[str, Any], request_id: str | None = None,
+                     sampling_params_list: Sequence[Any] | None = None,
+                     output_modalities: Sequence[str] | str | None = None) -> OmniRequest:
+        prompt = normalize_prompt(prompt)
+        n = len(self.pipeline.stages)
+        if sampling_params_list is None:
+            sampling_params_list = [None] * n
+        elif not isinstance(sampling_params_list, (list, tuple)):
+            sampling_params_list = [sampling_params_list] + [None] * (n - 1)
+        if len(sampling_params_list) > n:
+            raise InvalidRequestError(f"sampling_params_list: {len(sampling_params_list)} entries for a {n}-stage pipeline")
+        padded = list(sampling_params_list) + [None] * (n - len(sampling_params_list))
+        defaults = self.default_sampling_params_list
+        params = [merge_stage_params(defaults[i], padded[i]) for i in range(n)]
+        modalities = parse_modalities(output_modalities if output_modalities is not None else prompt.pop("modalities", None))
+        prompt.pop("modalities", None)
+        return OmniRequest(request_id or new_request_id(), prompt, params, modalities)
+
+    async def generate(self, prompt: str | Mapping[str, Any], request_id: str | None = None,
+                       sampling_params_list: Sequence[Any] | None = None,
+                       output_modalities: Sequence[str] | str | None = None) -> AsyncIterator[OmniRequestOutput]:
+        """Stream partial outputs of one request; the last per final stage has ``finished=True``."""
+        await self.start()
+        request = self.make_request(prompt, request_id, sampling_params_list, output_modalities)
+        async for out in self._orch.generate(request):
+            yield out
+
+    async def abort(self, request_id: str) -> None:
+        if self._orch is not None:
+            await self._orch.abort(request_id)
+
+
+def _pipeline_name(deploy_config: Any) -> str | None:
+    """A deploy config may force the pipeline (``pipeline: glm_image``)."""
+    if deploy_config is None:
+        return None
+    from omnistage.config.loader import load_deploy_config
+
+    return load_deploy_config(deploy_config).pipeline

@@ -1,0 +1,98 @@
+"""Start-up: resolve every stage's deploy config against the pipeline, check
+it, and start the stage engines. Nothing is started until the whole
+configuration is valid; if a stage fails to start, the ones already started
+are shut down (no orphan processes)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+from omnistage.config.loader import ConfigError, load_deploy_config
+from omnistage.config.schema import DeployConfig, StageDeployConfig
+from omnistage.engine.orchestrator import Orchestrator
+from omnistage.engine.stage_client import StageClient
+from omnistage.modality import OutputModality
+from omnistage.pipeline import Pipeline, StageContext
+from omnistage.stages.base import StageEngine
+from omnistage.stages.factory import build_engine
+
+logger = logging.getLogger(__name__)
+
+
+def pipeline_deploy_defaults(pipeline: Pipeline) -> dict[str, Any]:
+    """The pipeline's declaration expressed as the lowest deploy-config layer."""
+    stages = []
+    for s in pipeline.stages:
+        stages.append({
+            **s.deploy_defaults,
+            "stage_id": s.stage_id,
+            "engine_output_type": s.output,
+            "final_output": s.final,
+            "default_sampling_params": dict(s.default_params),
+        })
+    return {**pipeline.default_deploy, "stages": stages}
+
+
+def resolve_deploy(pipeline: Pipeline, deploy_config: Any = None, stage_overrides: Any = None,
+                   cli: Mapping[str, Any] | None = None, platform: str | None = None) -> DeployConfig:
+    deploy = load_deploy_config(deploy_config, stage_overrides, defaults=pipeline_deploy_defaults(pipeline),
+                                cli=cli, platform=platform)
+    check_deploy(pipeline, deploy)
+    return deploy
+
+
+def check_deploy(pipeline: Pipeline, deploy: DeployConfig) -> None:
+    if deploy.pipeline is not None and deploy.pipeline != pipeline.name:
+        raise ConfigError(f"pipeline: deploy config is for {deploy.pipeline!r}, but the model resolves to {pipeline.name!r}")
+    ids = {s.stage_id for s in pipeline.stages}
+    for sd in deploy.stages:
+        if sd.stage_id not in ids:
+            raise ConfigError(f"stages: stage_id {sd.stage_id} does not exist in pipeline {pipeline.name!r} (stages {sorted(ids)})")
+        spec = pipeline.stage(sd.stage_id)
+        if sd.stage_type is not None and sd.stage_type != spec.kind:
+            raise ConfigError(f"stages[{sd.stage_id}].stage_type: {sd.stage_type!r}, but the pipeline declares {spec.kind!r}")
+        produced = OutputModality.parse(sd.engine_output_type or spec.output)
+        if produced & ~spec.producible:
+            raise ConfigError(
+                f"stages[{sd.stage_id}].engine_output_type: stage {sd.stage_id} ({spec.kind}) cannot produce "
+                f"{produced & ~spec.producible}; it can produce {spec.producible}"
+            )
+    if deploy.async_chunk and len(pipeline.stages) == 1:
+        raise ConfigError("async_chunk: invalid for a one-stage pipeline (there is no downstream stage to stream to)")
+
+
+def stage_output_types(pipeline: Pipeline, deploy: DeployConfig) -> dict[int, OutputModality]:
+    out = {}
+    for s in pipeline.stages:
+        sd = deploy.stage(s.stage_id)
+        out[s.stage_id] = OutputModality.parse((sd.engine_output_type if sd else None) or s.output)
+    return out
+
+
+async def start_orchestrator(pipeline: Pipeline, deploy: DeployConfig, model: str | None) -> Orchestrator:
+    clients: dict[int, StageClient] = {}
+    started: list[StageEngine] = []
+    try:
+        for spec in pipeline.stages:
+            sd = deploy.stage(spec.stage_id) or StageDeployConfig(stage_id=spec.stage_id)
+            replicas = []
+            for idx, devices in enumerate(sd.replica_devices()):
+                ctx = StageContext(spec=spec, deploy=sd, model=sd.model or model, replica=idx, devices=devices,
+                                   pipeline_name=pipeline.name, extra_body_params=dict(pipeline.extra_body_params))
+                engine = build_engine(ctx)
+                started.append(engine)  # before start(): a half-started engine is shut down too
+                await engine.start()
+                replicas.append(engine)
+            clients[spec.stage_id] = StageClient(spec, replicas)
+            logger.info("stage %d (%s) ready: %d replica(s)", spec.stage_id, spec.name, len(replicas))
+    except BaseException:
+        for engine in reversed(started):
+            try:
+                await engine.shutdown()
+            except Exception:
+                logger.exception("shutting down a stage after a failed start")
+        raise
+    async_chunk = deploy.async_chunk if deploy.async_chunk is not None else any(
+        e.can_stream for s in pipeline.stages for e in s.inputs)
+    return Orchestrator(pipeline, deploy, clients, stage_output_types(pipeline, deploy), async_chunk)

@@ -1,0 +1,268 @@
+"""The orchestrator: runs one request through the pipeline's DAG.
+
+Each needed stage gets a coroutine that waits for its inputs, submits a
+StageRequest and accumulates the stage's deltas. Plain edges hand over the
+source's whole output when it finishes; streaming edges (async chunk) start
+the downstream stage at once and feed it chunks while the source generates.
+Fan-in waits for every declared source. Only stages whose outputs are needed
+for the requested modalities run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from omnistage.config.schema import DeployConfig
+from omnistage.engine.outputs import to_request_output
+from omnistage.engine.request import InvalidRequestError, OmniRequest, StageFailedError
+from omnistage.engine.stage_client import StageClient
+from omnistage.modality import OutputModality, OutputAccumulator, normalize_keys
+from omnistage.outputs import OmniRequestOutput
+from omnistage.pipeline import Edge, Pipeline, StageSpec
+from omnistage.stages.base import StageMetrics, StageOutput, StageRequest
+
+logger = logging.getLogger(__name__)
+
+_DONE = object()  # end-of-stream marker on subscriber queues
+_ABORTED = object()  # the caller aborted the request
+
+
+@dataclass
+class _StageRun:
+    spec: StageSpec
+    output_type: OutputModality
+    acc: OutputAccumulator
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
+    subscribers: list[asyncio.Queue] = field(default_factory=list)  # streaming edges downstream
+    metrics: StageMetrics | None = None
+    submitted: bool = False
+
+
+@dataclass
+class _Run:
+    request: OmniRequest
+    stages: dict[int, _StageRun]
+    events: asyncio.Queue  # (stage_id, StageOutput | Exception) for the caller
+    tasks: list[asyncio.Task] = field(default_factory=list)
+
+
+class Orchestrator:
+    def __init__(self, pipeline: Pipeline, deploy: DeployConfig, clients: dict[int, StageClient],
+                 output_types: dict[int, OutputModality], async_chunk: bool):
+        self.pipeline = pipeline
+        self.deploy = deploy
+        self.clients = clients
+        self.output_types = output_types
+        self.async_chunk = async_chunk
+        self._runs: dict[str, _Run] = {}
+
+    # ------------------------------------------------------------------ planning
+
+    def final_stages(self, modalities: OutputModality | None) -> list[int]:
+        finals = [s.stage_id for s in self.pipeline.stages if s.final]
+        if modalities is None:
+            return finals
+        wanted = [sid for sid in finals if self.output_types[sid] & modalities]
+        missing = modalities
+        for sid in wanted:
+            missing &= ~self.output_types[sid]
+        if missing:
+            raise InvalidRequestError(
+                f"modalities: pipeline {self.pipeline.name!r} does not produce {missing}; "
+                f"it produces {self.pipeline_output_modalities}"
+            )
+        return wanted
+
+    @property
+    def pipeline_output_modalities(self) -> OutputModality:
+        out = OutputModality(0)
+        for s in self.pipeline.stages:
+            if s.final:
+                out |= self.output_types[s.stage_id]
+        return out
+
+    def needed_stages(self, finals: list[int]) -> list[int]:
+        needed: set[int] = set()
+        todo = list(finals)
+        while todo:
+            sid = todo.pop()
+            if sid not in needed:
+                needed.add(sid)
+                todo.extend(e.source for e in self.pipeline.stage(sid).inputs)
+        return sorted(needed)
+
+    def _streams(self, edge: Edge) -> bool:
+        return self.async_chunk and edge.can_stream
+
+    # ------------------------------------------------------------------ public
+
+    async def generate(self, request: OmniRequest) -> AsyncIterator[OmniRequestOutput]:
+        if request.request_id in self._runs:
+            raise InvalidRequestError(f"request_id {request.request_id!r} is already in flight")
+        finals = self.final_stages(request.modalities)
+        needed = self.needed_stages(finals)
+        run = _Run(request, {}, asyncio.Queue())
+        for sid in needed:
+            spec = self.pipeline.stage(sid)
+            run.stages[sid] = _StageRun(spec, self.output_types[sid], OutputAccumulator(spec.accumulation))
+        # Subscribe streaming consumers before anything runs, so no delta is missed.
+        pumps: list[tuple[Edge, int, asyncio.Queue]] = []
+        for sid in needed:
+            for edge in self.pipeline.stage(sid).inputs:
+                if self._streams(edge):
+                    q: asyncio.Queue = asyncio.Queue()
+                    run.stages[edge.source].subscribers.append(q)
+                    pumps.append((edge, sid, q))
+        self._runs[request.request_id] = run
+        for sid in needed:
+            run.tasks.append(asyncio.create_task(self._run_stage(run, sid), name=f"{request.request_id}/stage{sid}"))
+        for edge, sid, q in pumps:
+            run.tasks.append(asyncio.create_task(self._pump(run, edge, sid, q), name=f"{request.request_id}/edge{edge.source}->{sid}"))
+        wanted = set(finals)
+        remaining = len(needed)
+        try:
+            while remaining:
+                sid, item = await run.events.get()
+                if item is _ABORTED:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                if item is _DONE:
+                    remaining -= 1
+                    if sid in wanted:
+                        yield self._output(run, sid, finished=True)
+                    continue
+                if sid in wanted and item.data:
+                    yield self._output(run, sid, finished=False, delta=item)
+        finally:
+            await self._cleanup(run)
+
+    async def abort(self, request_id: str) -> None:
+        run = self._runs.get(request_id)
+        if run is not None:
+            run.events.put_nowait((-1, _ABORTED))
+            await self._cleanup(run)
+
+    def running_requests(self) -> list[str]:
+        return list(self._runs)
+
+    # ------------------------------------------------------------------ internals
+
+    def _output(self, run: _Run, sid: int, finished: bool, delta: StageOutput | None = None) -> OmniRequestOutput:
+        st = run.stages[sid]
+        metrics = {k: s.metrics.to_dict() for k, s in run.stages.items() if s.metrics is not None}
+        wanted = run.request.modalities
+        return to_request_output(
+            request_id=run.request.request_id, stage_id=sid, output_type=st.output_type, total=st.acc.total,
+            delta=delta.data if delta is not None else {}, finished=finished, metrics=metrics,
+            progress=delta.progress if delta is not None else None,
+            keep=(st.output_type & wanted) if wanted is not None else st.output_type,
+        )
+
+    def _stage_inputs(self, run: _Run, spec: StageSpec) -> dict[str, Any]:
+        if not spec.inputs:
+            return dict(run.request.prompt)
+        inputs: dict[str, Any] = {}
+        for edge in spec.inputs:
+            if self._streams(edge):
+                continue  # its data arrives through feed()
+            source = run.stages[edge.source].acc.total
+            inputs.update(edge.process(source, run.request) if edge.process else source)
+        return inputs
+
+    async def _run_stage(self, run: _Run, sid: int) -> None:
+        st = run.stages[sid]
+        spec = st.spec
+        rid = run.request.request_id
+        try:
+            streaming = [e for e in spec.inputs if self._streams(e)]
+            for edge in spec.inputs:
+                if edge not in streaming:
+                    await run.stages[edge.source].finished.wait()
+            try:
+                inputs = self._stage_inputs(run, spec)
+            except (ValueError, TypeError, KeyError) as e:
+                raise StageFailedError(f"stage {sid} ({spec.name}): preparing its input failed: {e}") from e
+            req = StageRequest(rid, inputs, run.request.sampling_params[sid], stream_inputs=bool(streaming))
+            started = time.monotonic()
+            st.submitted = True
+            st.started.set()
+            async for out in self.clients[sid].generate(req):
+                if out.error:
+                    if out.bad_input:
+                        raise InvalidRequestError(out.error)
+                    raise StageFailedError(f"stage {sid} ({spec.name}) failed: {out.error}")
+                data = out.data
+                if data.get("finish_reason") == "abort" and out.finished:
+                    raise StageFailedError(f"request {rid} was aborted in stage {sid}")
+                if data:
+                    data = normalize_keys(data, st.output_type.names()[0], spec.accumulation)
+                    st.acc.add(data)
+                    for q in st.subscribers:
+                        q.put_nowait(data)
+                    out.data = data
+                    run.events.put_nowait((sid, out))
+                elif out.progress is not None and not out.finished:
+                    run.events.put_nowait((sid, out))
+                if out.finished:
+                    st.metrics = out.metrics or StageMetrics(run_time_s=time.monotonic() - started)
+                    break
+            else:
+                raise StageFailedError(f"stage {sid} ({spec.name}) ended request {rid} without finishing it")
+            st.finished.set()
+            for q in st.subscribers:
+                q.put_nowait(_DONE)
+            run.events.put_nowait((sid, _DONE))
+        except asyncio.CancelledError:
+            raise
+        except (InvalidRequestError, StageFailedError) as e:
+            run.events.put_nowait((sid, e))
+        except ValueError as e:  # raised by an engine's own validation
+            run.events.put_nowait((sid, InvalidRequestError(f"stage {sid} ({spec.name}): {e}")))
+        except Exception as e:
+            logger.exception("stage %s failed request %s", sid, rid)
+            run.events.put_nowait((sid, StageFailedError(f"stage {sid} ({spec.name}) failed: {type(e).__name__}: {e}")))
+
+    async def _pump(self, run: _Run, edge: Edge, sid: int, q: asyncio.Queue) -> None:
+        """Streaming edge: turn upstream deltas into chunks fed to the downstream stage."""
+        rid = run.request.request_id
+        state: dict[str, Any] = {"finished": False}
+        try:
+            await run.stages[sid].started.wait()
+            client = self.clients[sid]
+            while True:
+                item = await q.get()
+                if item is _DONE:
+                    state["finished"] = True
+                    chunk = edge.process_chunk({}, run.request, state)
+                    await client.feed(rid, chunk or {}, last=True)
+                    return
+                chunk = edge.process_chunk(item, run.request, state)
+                if chunk:
+                    await client.feed(rid, chunk, last=False)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            logger.exception("edge %s->%s failed for %s", edge.source, sid, rid)
+            run.events.put_nowait((sid, StageFailedError(f"edge {edge.source}->{sid} failed: {type(e).__name__}: {e}")))
+
+    async def _cleanup(self, run: _Run) -> None:
+        """Abort the request in every stage still holding it, then stop its tasks."""
+        rid = run.request.request_id
+        if self._runs.get(rid) is not run:
+            return
+        del self._runs[rid]
+        for sid, st in run.stages.items():
+            if st.submitted and not st.finished.is_set() and self.clients[sid].holds(rid):
+                try:
+                    await self.clients[sid].abort(rid)
+                except Exception:  # a dead stage cannot abort; its requests already failed
+                    logger.exception("abort of %s on stage %s failed", rid, sid)
+        for task in run.tasks:
+            task.cancel()
+        await asyncio.gather(*run.tasks, return_exceptions=True)

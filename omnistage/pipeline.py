@@ -1,0 +1,221 @@
+"""Typed pipeline declarations and the pipeline registry.
+
+A model family declares its topology once, in Python, with real objects:
+
+    register_pipeline(Pipeline(
+        name="glm_image",
+        matches=lambda folder: folder.diffusers_class == "GlmImagePipeline",
+        stages=[StageSpec(0, kind="llm", output="token_ids"),
+                StageSpec(1, kind="diffusion", adapter=GlmImageAdapter, output="image", final=True,
+                          inputs=[Edge(0, process=ar_tokens_to_prior)])],
+    ))
+
+Deploy YAML only says where and how big each stage runs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Literal
+
+from omnistage.modality import AccumulationRule, OutputModality
+
+if TYPE_CHECKING:
+    from omnistage.config.schema import StageDeployConfig
+    from omnistage.stages.base import StageEngine
+
+StageKind = Literal["llm", "diffusion", "generation"]
+STAGE_KINDS = ("llm", "diffusion", "generation")
+
+# (source stage's accumulated outputs, the original request) -> downstream inputs
+EdgeProcess = Callable[[dict[str, Any], "Any"], dict[str, Any]]
+# (new upstream delta, request, per-request edge state) -> a chunk to feed, or None to wait
+EdgeChunkProcess = Callable[[dict[str, Any], "Any", dict[str, Any]], "dict[str, Any] | None"]
+
+
+@dataclass(frozen=True)
+class Edge:
+    """Data flows from stage ``source`` into the stage that lists this edge."""
+
+    source: int
+    process: EdgeProcess | None = None  # None: pass the source's outputs through unchanged
+    # When set (and async chunk is on), the downstream starts early and is fed chunks.
+    process_chunk: EdgeChunkProcess | None = None
+
+    @property
+    def can_stream(self) -> bool:
+        return self.process_chunk is not None
+
+
+@dataclass
+class StageContext:
+    """Everything needed to build one replica of a stage's engine (picklable for child processes)."""
+
+    spec: "StageSpec"
+    deploy: "StageDeployConfig"
+    model: str | None
+    replica: int = 0
+    devices: list[str] | None = None
+    pipeline_name: str = ""
+    extra_body_params: dict[str, type] = field(default_factory=dict)
+
+
+@dataclass
+class StageSpec:
+    stage_id: int
+    kind: StageKind
+    output: str = "text"  # default engine_output_type
+    final: bool = False
+    inputs: list[Edge] = field(default_factory=list)
+    name: str = ""
+    default_params: dict[str, Any] = field(default_factory=dict)  # default sampling params
+    deploy_defaults: dict[str, Any] = field(default_factory=dict)  # default deploy fields
+    adapter: Any = None  # model adapter class for diffusion / generation engines
+    # Custom engine factory; None selects the generic engine of ``kind``.
+    engine: Callable[[StageContext], "StageEngine"] | None = None
+    # Output types this stage can produce (engine_output_type must be a subset); None = only ``output``.
+    can_output: str | None = None
+    model_subfolder: str | None = None  # the stage's part of the model folder
+    accumulation: dict[str, AccumulationRule] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in STAGE_KINDS:
+            raise ValueError(f"stage {self.stage_id}: kind {self.kind!r} is not one of {', '.join(STAGE_KINDS)}")
+        OutputModality.parse(self.output)
+        self.name = self.name or f"{self.kind}{self.stage_id}"
+
+    @property
+    def output_modality(self) -> OutputModality:
+        return OutputModality.parse(self.output)
+
+    @property
+    def producible(self) -> OutputModality:
+        return OutputModality.parse(self.can_output) if self.can_output else self.output_modality
+
+
+@dataclass(frozen=True)
+class ModelFolder:
+    """What pipeline resolution needs to know about a local model folder."""
+
+    path: Path
+
+    @cached_property
+    def diffusers_class(self) -> str | None:
+        return _read_json(self.path / "model_index.json").get("_class_name")
+
+    @cached_property
+    def architectures(self) -> list[str]:
+        return list(_read_json(self.path / "config.json").get("architectures") or [])
+
+    @cached_property
+    def omnistage_pipeline(self) -> str | None:
+        """A folder may name its pipeline explicitly in ``omnistage.json``."""
+        return _read_json(self.path / "omnistage.json").get("pipeline")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON: {e}") from None
+
+
+@dataclass
+class Pipeline:
+    name: str
+    stages: list[StageSpec]
+    matches: Callable[[ModelFolder], bool] | None = None
+    description: str = ""
+    # Model-specific request knobs accepted in extra_args / extra_body (name -> type).
+    extra_body_params: dict[str, type] = field(default_factory=dict)
+    default_deploy: dict[str, Any] = field(default_factory=dict)  # e.g. {"async_chunk": True}
+    # Which stage serves each request modality by default ("voices" etc. live in families).
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        ids = [s.stage_id for s in self.stages]
+        if ids != list(range(len(ids))):
+            raise ValueError(f"pipeline {self.name!r}: stage ids must be 0..{len(ids) - 1} in order, got {ids}")
+        if not any(s.final for s in self.stages):
+            raise ValueError(f"pipeline {self.name!r}: no stage is marked final")
+        for s in self.stages:
+            for e in s.inputs:
+                if not 0 <= e.source < s.stage_id:
+                    raise ValueError(
+                        f"pipeline {self.name!r}: stage {s.stage_id} reads from stage {e.source}; "
+                        "edges must point from an earlier stage (the graph is a DAG in id order)"
+                    )
+
+    def stage(self, stage_id: int) -> StageSpec:
+        return self.stages[stage_id]
+
+    def consumers(self, stage_id: int) -> list[StageSpec]:
+        return [s for s in self.stages if any(e.source == stage_id for e in s.inputs)]
+
+    @property
+    def output_modalities(self) -> OutputModality:
+        out = OutputModality(0)
+        for s in self.stages:
+            if s.final:
+                out |= s.output_modality
+        return out
+
+    def describe(self) -> str:
+        lines = [f"{self.name}: {self.description}".rstrip(": ")]
+        for s in self.stages:
+            src = ", ".join(str(e.source) for e in s.inputs) or "request"
+            final = "  [final]" if s.final else ""
+            lines.append(f"  stage {s.stage_id} {s.name:<14} kind={s.kind:<10} output={s.output:<12} from={src}{final}")
+        return "\n".join(lines)
+
+
+_REGISTRY: dict[str, Pipeline] = {}
+
+
+def register_pipeline(pipeline: Pipeline, *, replace: bool = False) -> Pipeline:
+    if pipeline.name in _REGISTRY and not replace and _REGISTRY[pipeline.name] is not pipeline:
+        raise ValueError(f"pipeline {pipeline.name!r} is already registered")
+    _REGISTRY[pipeline.name] = pipeline
+    return pipeline
+
+
+def registered_pipelines() -> dict[str, Pipeline]:
+    _load_builtin_families()
+    return dict(_REGISTRY)
+
+
+def get_pipeline(name: str) -> Pipeline:
+    pipelines = registered_pipelines()
+    if name not in pipelines:
+        raise ValueError(f"unknown pipeline {name!r}; registered: {', '.join(sorted(pipelines)) or 'none'}")
+    return pipelines[name]
+
+
+def resolve_pipeline(model: str | Path | None, name: str | None = None) -> Pipeline:
+    """An explicit name wins; otherwise match the model folder's metadata."""
+    if name:
+        return get_pipeline(name)
+    if model is None:
+        return get_pipeline("demo")
+    folder = ModelFolder(Path(model))
+    if not folder.path.is_dir():
+        raise ValueError(f"model {str(model)!r} is not a local folder (models load from local folders only)")
+    if folder.omnistage_pipeline:
+        return get_pipeline(folder.omnistage_pipeline)
+    for pipeline in registered_pipelines().values():
+        if pipeline.matches is not None and pipeline.matches(folder):
+            return pipeline
+    raise ValueError(
+        f"no registered pipeline matches {str(model)!r} (model_index _class_name={folder.diffusers_class!r}, "
+        f"architectures={folder.architectures}); pass a pipeline name"
+    )
+
+
+def _load_builtin_families() -> None:
+    # Families register themselves on import; importing is cheap (no torch models built).
+    import omnistage.models  # noqa: F401

@@ -1,0 +1,167 @@
+"""Generic batched engine for one-shot or chunked non-autoregressive modules
+(codec decoders, vocoders, VAE decoders, encoders).
+
+The family supplies an adapter; the engine owns batching, streaming input
+(async chunk), aborts and metrics:
+
+    class MyAdapter:
+        def __init__(self, ctx: StageContext): ...            # load weights
+        def run(self, items: list[GenerationItem]) -> list[dict]: ...   # one batched call
+
+Each item is one request's next input chunk; ``item.state`` persists across a
+request's chunks (e.g. a decoder's left context). The adapter returns one
+output delta per item.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Protocol
+
+from omnistage.pipeline import StageContext
+from omnistage.stages.base import StageMetrics, StageOutput, StageRequest, StageStats, peak_memory_mb
+
+
+@dataclass
+class GenerationItem:
+    request_id: str
+    inputs: dict[str, Any]
+    params: Any
+    state: dict[str, Any]
+    last: bool  # no more input will follow for this request
+
+
+class GenerationAdapter(Protocol):
+    def run(self, items: list[GenerationItem]) -> list[dict[str, Any]]: ...
+
+
+@dataclass
+class _Req:
+    req: StageRequest
+    chunks: deque = field(default_factory=deque)  # pending input chunks
+    inputs_done: bool = False  # upstream said last=True (or inputs were whole)
+    out: asyncio.Queue = field(default_factory=asyncio.Queue)
+    state: dict[str, Any] = field(default_factory=dict)
+    first_scheduled: float | None = None
+    aborted: bool = False
+
+
+class GenerationStageEngine:
+    def __init__(self, ctx: StageContext, adapter: GenerationAdapter | None = None):
+        self.ctx = ctx
+        self.stage_id = ctx.spec.stage_id
+        self.max_batch = ctx.deploy.max_num_seqs or 8
+        self._adapter = adapter
+        self._reqs: dict[str, _Req] = {}
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task | None = None
+        self._running = 0
+        self._healthy = True
+
+    async def start(self) -> None:
+        if self._adapter is None:
+            if self.ctx.spec.adapter is None:
+                raise ValueError(f"stage {self.stage_id}: generation stage declares no adapter")
+            self._adapter = await asyncio.to_thread(self.ctx.spec.adapter, self.ctx)
+        self._loop_task = asyncio.create_task(self._loop(), name=f"generation-stage-{self.stage_id}")
+
+    async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
+        if req.request_id in self._reqs:
+            raise ValueError(f"request id {req.request_id!r} is already running on stage {self.stage_id}")
+        r = _Req(req)
+        if req.inputs:
+            r.chunks.append(req.inputs)
+        r.inputs_done = not req.stream_inputs
+        self._reqs[req.request_id] = r
+        self._wake.set()
+        try:
+            while True:
+                out: StageOutput = await r.out.get()
+                yield out
+                if out.finished:
+                    return
+        finally:
+            self._reqs.pop(req.request_id, None)
+
+    async def feed(self, request_id: str, chunk: dict[str, Any], last: bool) -> None:
+        r = self._reqs.get(request_id)
+        if r is None:
+            return  # aborted or failed meanwhile
+        if r.inputs_done:
+            raise ValueError(f"stage {self.stage_id}: input fed to {request_id!r} after its last chunk")
+        if chunk:
+            r.chunks.append(chunk)
+        r.inputs_done = last
+        self._wake.set()
+
+    async def abort(self, request_id: str) -> None:
+        r = self._reqs.get(request_id)
+        if r is not None and not r.aborted:
+            r.aborted = True
+            r.chunks.clear()
+            r.out.put_nowait(StageOutput(request_id, self.stage_id, {"finish_reason": "abort"}, finished=True))
+
+    async def shutdown(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+        for r in list(self._reqs.values()):
+            r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, {}, True, error="stage shut down"))
+
+    def stats(self) -> StageStats:
+        waiting = sum(1 for r in self._reqs.values() if r.chunks) - self._running
+        return StageStats(queue_depth=max(waiting, 0), running=self._running, healthy=self._healthy)
+
+    # ------------------------------------------------------------------ loop
+
+    def _finish_ready(self) -> None:
+        """A request finishes only once its upstream is done *and* every fed chunk is consumed."""
+        for r in self._reqs.values():
+            if not r.aborted and r.inputs_done and not r.chunks and r.first_scheduled is not None:
+                r.aborted = True  # reuse as "closed": nothing more may be emitted
+                now = time.monotonic()
+                metrics = StageMetrics(
+                    queue_time_s=r.first_scheduled - r.req.arrival_time,
+                    run_time_s=now - r.first_scheduled,
+                    peak_memory_mb=peak_memory_mb(),
+                )
+                r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, {}, finished=True, metrics=metrics))
+
+    async def _loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while True:
+                # A request that was started with nothing yet to do is "scheduled" when its first chunk runs;
+                # one whose inputs are already complete and empty finishes at once.
+                for r in self._reqs.values():
+                    if r.first_scheduled is None and r.inputs_done and not r.chunks:
+                        r.first_scheduled = time.monotonic()
+                self._finish_ready()
+                ready = [r for r in self._reqs.values() if r.chunks and not r.aborted][: self.max_batch]
+                if not ready:
+                    break
+                items = []
+                for r in ready:
+                    chunk = r.chunks.popleft()
+                    if r.first_scheduled is None:
+                        r.first_scheduled = time.monotonic()
+                    items.append(GenerationItem(r.req.request_id, chunk, r.req.params, r.state, r.inputs_done and not r.chunks))
+                self._running = len(items)
+                try:
+                    results = await asyncio.to_thread(self._adapter.run, items)
+                    if len(results) != len(items):
+                        raise RuntimeError(f"adapter returned {len(results)} outputs for {len(items)} inputs")
+                except Exception as e:  # one bad batch fails its requests, not the engine
+                    for r in ready:
+                        r.aborted = True
+                        r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, {}, True, error=f"{type(e).__name__}: {e}"))
+                    continue
+                finally:
+                    self._running = 0
+                for r, data in zip(ready, results):
+                    if not r.aborted and data:
+                        r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, data, finished=False))

@@ -1,0 +1,1 @@
+"""Test support: tiny real-architecture model folders (see ``tiny``) and pytest fixtures (``fixtures``)."""
