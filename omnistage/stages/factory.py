@@ -35,7 +35,7 @@ def build_engine(ctx: StageContext) -> StageEngine:
     if mode == "inline":
         return build_inline_engine(ctx)
     if mode == "mp":
-        if ctx.spec.kind == "llm":
+        if ctx.spec.kind == "llm" and ctx.spec.engine is None:
             raise ValueError(f"stage {ctx.spec.stage_id}: llm stages run vLLM's own processes; use process: inline")
         from omnistage.transport.process import ProcessStageEngine
 

@@ -10,7 +10,8 @@ The family supplies an adapter; the engine owns batching, streaming input
 
 Each item is one request's next input chunk; ``item.state`` persists across a
 request's chunks (e.g. a decoder's left context). The adapter returns one
-output delta per item.
+output delta per item, or an exception instance for an item that failed
+(that request fails alone; ``ValueError`` means the request was bad).
 """
 
 from __future__ import annotations
@@ -163,5 +164,9 @@ class GenerationStageEngine:
                 finally:
                     self._running = 0
                 for r, data in zip(ready, results):
-                    if not r.aborted and data:
+                    if isinstance(data, Exception):
+                        r.aborted = True
+                        r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, {}, True, error=str(data),
+                                                     bad_input=isinstance(data, ValueError)))
+                    elif not r.aborted and data:
                         r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, data, finished=False))

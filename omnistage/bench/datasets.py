@@ -1,0 +1,159 @@
+"""Benchmark request lists: ``random`` (seeded, synthetic) and ``custom`` (JSONL)."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+TASKS = ("t2i", "i2i", "t2v", "i2v", "tts", "chat")
+IMAGE_INPUT_TASKS = ("i2i", "i2v")
+
+# A small fixed vocabulary: prompts are reproducible and readable in logs.
+_WORDS = (
+    "red blue green yellow purple orange small large round square circle triangle star "
+    "cat dog bird tree house river mountain city night morning sunset ocean forest cloud "
+    "painting photo sketch bright dark soft sharp old new quiet busy happy calm wooden stone"
+).split()
+
+
+@dataclass
+class BenchRequest:
+    """One request of the benchmark; fields a task does not use are ignored."""
+
+    request_id: str
+    prompt: str
+    width: int | None = None
+    height: int | None = None
+    num_frames: int | None = None
+    num_inference_steps: int | None = None
+    seed: int | None = None
+    negative_prompt: str | None = None
+    image: bytes | None = None  # PNG bytes for i2i / i2v
+    max_tokens: int | None = None  # chat
+    voice: str | None = None  # tts
+    slo_s: float | None = None  # per-request SLO (custom datasets); else the run's SLO
+    extra: dict[str, Any] = field(default_factory=dict)  # merged into the request body
+
+    def with_steps(self, steps: int | None) -> "BenchRequest":
+        return replace(self, num_inference_steps=steps)
+
+
+@dataclass
+class DatasetDefaults:
+    """Values from the command line; custom JSONL lines override them per request."""
+
+    width: int | None = None
+    height: int | None = None
+    num_frames: int | None = None
+    num_inference_steps: int | None = None
+    seed: int | None = 0
+    max_tokens: int | None = None
+    voice: str | None = None
+    input_len: int = 16  # random prompts: words per prompt
+
+
+def random_image_png(width: int, height: int, seed: int) -> bytes:
+    """A seeded noise image, encoded as PNG (input for i2i / i2v)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def random_dataset(task: str, num_prompts: int, defaults: DatasetDefaults) -> list[BenchRequest]:
+    _check_task(task)
+    base_seed = defaults.seed or 0
+    rng = random.Random(base_seed)
+    out = []
+    for i in range(num_prompts):
+        words = defaults.input_len if task == "chat" else rng.randint(4, 12)
+        prompt = " ".join(rng.choice(_WORDS) for _ in range(max(1, words)))
+        req = _from_defaults(f"bench-{i}", prompt, defaults, seed=base_seed + i)
+        if task in IMAGE_INPUT_TASKS:
+            req.image = random_image_png(req.width or 64, req.height or 64, base_seed + i)
+        out.append(req)
+    return out
+
+
+_CUSTOM_KEYS = {
+    "prompt", "width", "height", "num_frames", "num_inference_steps", "seed", "negative_prompt",
+    "image", "max_tokens", "voice", "slo_s", "extra",
+}
+
+
+def custom_dataset(path: str | Path, task: str, num_prompts: int, defaults: DatasetDefaults) -> list[BenchRequest]:
+    """JSONL, one object per line: ``{"prompt": ..., "image": "file.png", "seed": 3, ...}``.
+
+    ``image`` paths are relative to the JSONL file. Unknown keys are errors.
+    """
+    _check_task(task)
+    path = Path(path)
+    out: list[BenchRequest] = []
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not valid JSON ({e.msg})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: each line must be a JSON object")
+        unknown = sorted(set(row) - _CUSTOM_KEYS)
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(_CUSTOM_KEYS)}")
+        if not isinstance(row.get("prompt"), str) or not row["prompt"]:
+            raise ValueError(f"{where}: 'prompt' must be a non-empty string")
+        if "extra" in row and not isinstance(row["extra"], dict):
+            raise ValueError(f"{where}: 'extra' must be an object")
+        seed = row.get("seed", (defaults.seed or 0) + len(out))
+        req = _from_defaults(f"bench-{len(out)}", row["prompt"], defaults, seed=seed)
+        for key in ("width", "height", "num_frames", "num_inference_steps", "negative_prompt",
+                    "max_tokens", "voice", "slo_s", "extra"):
+            if key in row:
+                setattr(req, key, row[key])
+        if "image" in row:
+            img_path = path.parent / row["image"]
+            if not img_path.is_file():
+                raise ValueError(f"{where}: 'image' file not found: {img_path}")
+            req.image = img_path.read_bytes()
+        elif task in IMAGE_INPUT_TASKS:
+            raise ValueError(f"{where}: task {task} needs an 'image' path")
+        out.append(req)
+        if len(out) >= num_prompts:
+            break
+    if not out:
+        raise ValueError(f"{path}: no requests")
+    return out
+
+
+def load_dataset(name: str, task: str, num_prompts: int, defaults: DatasetDefaults,
+                 path: str | None = None) -> list[BenchRequest]:
+    if num_prompts < 1:
+        raise ValueError("--num-prompts must be at least 1")
+    if name == "random":
+        return random_dataset(task, num_prompts, defaults)
+    if name == "custom":
+        if not path:
+            raise ValueError("--dataset custom needs --dataset-path FILE.jsonl")
+        return custom_dataset(path, task, num_prompts, defaults)
+    raise ValueError(f"unknown --dataset {name!r}; choose random or custom")
+
+
+def _from_defaults(request_id: str, prompt: str, d: DatasetDefaults, seed: int | None) -> BenchRequest:
+    return BenchRequest(request_id=request_id, prompt=prompt, width=d.width, height=d.height,
+                        num_frames=d.num_frames, num_inference_steps=d.num_inference_steps, seed=seed,
+                        max_tokens=d.max_tokens, voice=d.voice)
+
+
+def _check_task(task: str) -> None:
+    if task not in TASKS:
+        raise ValueError(f"unknown --task {task!r}; choose one of {', '.join(TASKS)}")

@@ -1,0 +1,34 @@
+"""Tiny Stable Diffusion 3 folder: real classes (MMDiT, CLIP-L/G, T5, VAE), random weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omnistage.stages.diffusion import tiny_parts as parts
+
+
+def build(outdir: Path, *, layers: int = 1, heads: int = 4, head_dim: int = 8, sample_size: int = 32,
+          vae_channels: tuple[int, ...] = (4,)) -> None:
+    """Write a loadable SD3 diffusers folder. The benchmark passes a bigger config."""
+    import torch
+    from diffusers import (AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel,
+                           StableDiffusion3Pipeline)
+
+    torch.manual_seed(0)
+    inner = heads * head_dim
+    transformer = SD3Transformer2DModel(
+        sample_size=sample_size, patch_size=1, in_channels=4, num_layers=layers, attention_head_dim=head_dim,
+        num_attention_heads=heads, caption_projection_dim=inner, joint_attention_dim=32, pooled_projection_dim=64,
+        out_channels=4)
+    vae = AutoencoderKL(block_out_channels=vae_channels, in_channels=3, out_channels=3,
+                        down_block_types=("DownEncoderBlock2D",) * len(vae_channels),
+                        up_block_types=("UpDecoderBlock2D",) * len(vae_channels), latent_channels=4,
+                        layers_per_block=1, norm_num_groups=1, sample_size=sample_size,
+                        use_quant_conv=False, use_post_quant_conv=False, shift_factor=0.0609, scaling_factor=1.5035)
+    clip_tok = parts.clip_tokenizer()
+    pipe = StableDiffusion3Pipeline(
+        transformer=transformer.eval(), scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=vae.eval(),
+        text_encoder=parts.clip_text_model(with_projection=True), tokenizer=clip_tok,
+        text_encoder_2=parts.clip_text_model(with_projection=True), tokenizer_2=clip_tok,
+        text_encoder_3=parts.t5_encoder(), tokenizer_3=parts.t5_tokenizer())
+    pipe.save_pretrained(outdir, safe_serialization=True)

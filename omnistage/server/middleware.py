@@ -1,0 +1,106 @@
+"""Pure ASGI middleware (no BaseHTTPMiddleware: it breaks disconnect detection
+and streaming): request ids + access log + latency metrics, and a request body
+size cap that answers 413 without reading an oversized body."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from typing import Any
+
+from omnistage.server.errors import APIError
+
+logger = logging.getLogger("omnistage.server")
+_ID = re.compile(r"^[A-Za-z0-9._:-]{1,96}$")
+
+
+def request_id(scope: dict[str, Any]) -> str:
+    return scope.get("state", {}).get("request_id") or uuid.uuid4().hex
+
+
+class RequestContext:
+    """Give every request an id (a sane client ``X-Request-Id`` is kept), echo it in
+    the response headers and log one line per request."""
+
+    def __init__(self, app: Any, metrics: Any):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        given = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")
+        rid = given if _ID.match(given) else f"req-{uuid.uuid4().hex}"
+        scope.setdefault("state", {})["request_id"] = rid
+        start = time.monotonic()
+        status = {"code": 500}
+
+        async def send_with_id(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+                headers = list(message.get("headers") or [])
+                headers.append((b"x-request-id", rid.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            elapsed = time.monotonic() - start
+            route = scope.get("route")
+            path = getattr(route, "path", None) or "unmatched"
+            self.metrics.requests.labels(path, str(status["code"])).inc()
+            if path not in ("/metrics", "/health", "unmatched"):
+                self.metrics.latency.labels(path).observe(elapsed)
+            logger.info("%s %s %s -> %d in %.3fs", rid, scope.get("method"), scope.get("path"), status["code"], elapsed)
+
+
+class BodySizeLimit:
+    def __init__(self, app: Any, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            return await self._reject(send, int(length))
+        seen = 0
+        started = False
+
+        async def counting_receive() -> dict:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge()
+            return message
+
+        async def tracking_send(message: dict) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except _TooLarge:
+            if not started:
+                await self._reject(send, seen)
+
+    async def _reject(self, send: Any, size: int) -> None:
+        err = APIError(413, f"request body of {size}+ bytes exceeds the limit of {self.max_bytes} bytes",
+                       code="payload_too_large")
+        body = json.dumps(err.body()).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass

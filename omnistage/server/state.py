@@ -1,0 +1,222 @@
+"""Per-app server state: the engine, options, admission control and the
+helpers every route uses to run a request (with abort on client disconnect)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import numpy as np
+from fastapi import Request
+
+from omnistage.config.settings import ServerSettings
+from omnistage.modality import OutputModality
+from omnistage.outputs import OmniRequestOutput
+from omnistage.server.errors import APIError
+from omnistage.server.media import MediaLimits
+from omnistage.server.metrics import ServerMetrics
+from omnistage.server.storage import FileStorage
+
+logger = logging.getLogger("omnistage.server")
+
+
+@dataclass
+class ServeOptions:
+    """What the ``serve`` command line controls (environment settings live in ServerSettings)."""
+
+    served_model_name: str | None = None
+    api_key: str | None = None
+    max_pending: int | None = None  # admitted generation requests at once; more get 503
+    retry_after_s: int = 2
+    max_n: int = 10  # outputs per request
+    max_body_bytes: int = 64 << 20
+    allowed_local_media_path: str | Path | None = None
+    max_media_bytes: int = 20 << 20
+    shutdown_grace_s: float = 30.0  # in-flight requests get this long to finish on shutdown
+
+    def media_limits(self) -> MediaLimits:
+        root = Path(self.allowed_local_media_path).resolve() if self.allowed_local_media_path else None
+        return MediaLimits(max_bytes=self.max_media_bytes, allowed_local_media_path=root)
+
+
+class Admission:
+    """Bounded admission: at most ``limit`` generation requests in flight."""
+
+    def __init__(self, limit: int | None, retry_after_s: int, metrics: ServerMetrics):
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+        self.metrics = metrics
+        self.pending = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.closing = False
+
+    def acquire(self) -> None:
+        if self.closing:
+            raise APIError(503, "server is shutting down", code="shutting_down",
+                           headers={"Retry-After": str(self.retry_after_s)})
+        if self.limit is not None and self.pending >= self.limit:
+            self.metrics.rejected.inc()
+            raise APIError(503, f"server is saturated ({self.pending} requests in flight, --max-pending {self.limit}); retry later",
+                           code="server_saturated", headers={"Retry-After": str(self.retry_after_s)})
+        self.pending += 1
+        self._idle.clear()
+        self.metrics.in_flight.set(self.pending)
+
+    def release(self) -> None:
+        self.pending -= 1
+        self.metrics.in_flight.set(self.pending)
+        if self.pending == 0:
+            self._idle.set()
+
+    async def wait_idle(self, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+
+@dataclass
+class Result:
+    """Everything a finished request produced, merged over its final stages."""
+
+    text: str | None = None
+    images: list[Any] = field(default_factory=list)
+    audio: np.ndarray | None = None
+    sample_rate: int | None = None
+    video: np.ndarray | None = None
+    fps: float | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+
+    def add(self, out: OmniRequestOutput, text_stages: set[int]) -> None:
+        self.text = out.text if out.text is not None else self.text
+        self.images = list(out.images) if out.images else self.images
+        if out.audio is not None:
+            self.audio, self.sample_rate = out.audio, out.sample_rate
+        if out.video is not None:
+            self.video, self.fps = out.video, out.fps
+        self.finish_reason = out.finish_reason or self.finish_reason
+        self.metrics.update(out.metrics or {})
+        if out.prompt_token_ids:
+            self.prompt_tokens = max(self.prompt_tokens, len(out.prompt_token_ids))
+        tokens = sum(int(m.get("num_tokens", 0)) for sid, m in (out.metrics or {}).items() if sid in text_stages)
+        if out.stage_id in text_stages and out.token_ids and not tokens:
+            tokens = len(out.token_ids)
+        self.completion_tokens = max(self.completion_tokens, tokens)
+
+
+class ServerState:
+    def __init__(self, engine: Any, settings: ServerSettings, options: ServeOptions):
+        self.engine = engine
+        self.settings = settings
+        self.options = options
+        self.metrics = ServerMetrics(engine.stage_stats)
+        self.admission = Admission(options.max_pending, options.retry_after_s, self.metrics)
+        self.media = options.media_limits()
+        self.storage = FileStorage(settings.storage)
+        self.model_name = options.served_model_name or engine.model or engine.pipeline.name
+        self.started_at = int(time.time())
+        self.background: set[asyncio.Task] = set()  # async jobs (videos) to finish on shutdown
+
+    # ------------------------------------------------------------------ checks
+
+    def check_model(self, model: str | None) -> None:
+        if model is None or model in (self.model_name, self.engine.model, self.engine.pipeline.name):
+            return
+        raise APIError(404, f"model {model!r} does not exist; this server serves {self.model_name!r}",
+                       param="model", code="model_not_found")
+
+    def require(self, modality: OutputModality, what: str) -> None:
+        """Generic routes work with any pipeline that produces ``modality``."""
+        if modality not in self.engine.output_modalities:
+            raise APIError(400, f"model {self.model_name!r} does not produce {what} "
+                                f"(pipeline {self.engine.pipeline.name!r} outputs {self.engine.output_modalities})",
+                           param="model", code="unsupported_modality")
+
+    def check_n(self, n: int | None) -> None:
+        if n is not None and n > self.options.max_n:
+            raise APIError(400, f"n: {n} exceeds the maximum of {self.options.max_n} outputs per request", param="n")
+
+    def text_stages(self) -> set[int]:
+        return {s.stage_id for s in self.engine.pipeline.stages if s.kind == "llm"}
+
+    # ------------------------------------------------------------------ running
+
+    async def stream(self, request_id: str, prompt: Any, params: list[Any], modalities: list[str] | None,
+                     *, admitted: bool = False) -> AsyncIterator[OmniRequestOutput]:
+        """Stream one request's outputs; leaving early (error, disconnect) aborts it in every stage."""
+        if not admitted:
+            self.admission.acquire()
+        finished = False
+        try:
+            async for out in self.engine.generate(prompt, request_id=request_id, sampling_params_list=params,
+                                                  output_modalities=modalities):
+                yield out
+            finished = True
+        except Exception:
+            self.metrics.failed.inc()
+            raise
+        finally:
+            if not finished:
+                self.metrics.aborted.inc()
+                await asyncio.shield(self.engine.abort(request_id))
+            self.admission.release()
+
+    async def run(self, request: Request | None, request_id: str, prompt: Any, params: list[Any],
+                  modalities: list[str] | None, on_output: Any = None) -> Result:
+        """Run to completion; a client that disconnects meanwhile aborts the request."""
+        self.admission.acquire()
+        result = Result()
+        text_stages = self.text_stages()
+
+        async def collect() -> Result:
+            async for out in self.stream(request_id, prompt, params, modalities, admitted=True):
+                if on_output is not None:
+                    on_output(out)
+                if out.finished:
+                    result.add(out, text_stages)
+            self.record(result)
+            return result
+
+        task = asyncio.create_task(collect(), name=f"request-{request_id}")
+        if request is None:
+            return await task
+        watcher = asyncio.create_task(_wait_disconnect(request))
+        try:
+            done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            watcher.cancel()
+        if task not in done:
+            logger.info("request %s: client disconnected, aborting", request_id)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise APIError(499, "client disconnected", code="client_closed_request")
+        return task.result()
+
+    def record(self, result: Result) -> None:
+        m = self.metrics
+        m.images.inc(len(result.images))
+        if result.audio is not None and result.sample_rate:
+            m.audio_seconds.inc(len(result.audio) / float(result.sample_rate))
+        if result.video is not None:
+            m.videos.inc()
+        m.prompt_tokens.inc(result.prompt_tokens)
+        m.generation_tokens.inc(result.completion_tokens)
+        for sid, stage in result.metrics.items():
+            m.stage_latency.labels(str(sid)).observe(float(stage.get("run_time_s", 0.0)))
+
+
+async def _wait_disconnect(request: Request) -> None:
+    while not await request.is_disconnected():
+        await asyncio.sleep(0.1)

@@ -1,0 +1,54 @@
+"""Tiny real-architecture text-encoder parts shared by the diffusion families' fixtures.
+
+Tokenizers are trained locally on a small corpus (with the whole alphabet, so
+any test prompt tokenizes); weights are random but seeded.
+"""
+
+from __future__ import annotations
+
+import string
+
+_CORPUS = [
+    "a photo of a red cat sitting on a blue chair",
+    "a watercolor painting of mountains at sunset",
+    "an astronaut riding a horse on the moon",
+    "a bowl of fruit, studio lighting, high detail",
+    "city skyline at night with neon lights",
+    "green square and yellow circle on a white background",
+    " ".join(string.ascii_lowercase),
+    " ".join(string.ascii_uppercase),
+    " ".join(string.digits + string.punctuation),
+]
+
+
+def clip_tokenizer(vocab_size: int = 300, max_length: int = 77):
+    from transformers import CLIPTokenizer
+
+    tok = CLIPTokenizer().train_new_from_iterator(_CORPUS * 4, vocab_size=vocab_size)
+    tok.model_max_length = max_length
+    return tok
+
+
+def t5_tokenizer(vocab_size: int = 300):
+    from transformers import T5Tokenizer
+
+    return T5Tokenizer().train_new_from_iterator(_CORPUS * 4, vocab_size=vocab_size)
+
+
+def clip_text_model(*, with_projection: bool, hidden: int = 32, projection_dim: int = 32, vocab_size: int = 1000,
+                    layers: int = 2):
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
+
+    cfg = CLIPTextConfig(hidden_size=hidden, intermediate_size=37, num_attention_heads=4, num_hidden_layers=layers,
+                         vocab_size=vocab_size, projection_dim=projection_dim, max_position_embeddings=77,
+                         bos_token_id=0, eos_token_id=2, pad_token_id=1)
+    cls = CLIPTextModelWithProjection if with_projection else CLIPTextModel
+    return cls(cfg).eval()
+
+
+def t5_encoder(d_model: int = 32, vocab_size: int = 1000):
+    from transformers import T5Config, T5EncoderModel
+
+    cfg = T5Config(d_model=d_model, d_kv=8, d_ff=37, num_layers=2, num_heads=4, relative_attention_num_buckets=8,
+                   vocab_size=vocab_size)
+    return T5EncoderModel(cfg).eval()

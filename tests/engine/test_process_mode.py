@@ -1,0 +1,96 @@
+"""Stages in child processes (process: mp): same results, clean failure modes."""
+
+import asyncio
+import multiprocessing as mp
+import os
+import signal
+
+import pytest
+import torch
+
+from omnistage import AsyncOmni, StageFailedError
+from omnistage.config import ConfigError
+from omnistage.pipeline import Edge, Pipeline, StageSpec
+from omnistage.testing import pipelines as tp
+
+
+def _children() -> list:
+    return [p for p in mp.active_children() if p.name.startswith("omnistage-stage")]
+
+
+async def test_mp_stages_give_identical_results_to_inline():
+    prompts = ["one", "two two", "three three three"]
+    async with AsyncOmni(pipeline=tp.chain()) as inline:
+        expected = [(await _final(inline, p)).latents for p in prompts]
+    async with AsyncOmni(pipeline=tp.chain(process="mp")) as engine:
+        assert len(_children()) == 2  # stages 0 and 1 in their own processes, stage 2 inline
+        got = [await _final(engine, p) for p in prompts]  # one at a time: same batch sizes as inline
+        for e, g in zip(expected, got):
+            assert torch.equal(e, g.latents)
+        together = await asyncio.gather(*(_final(engine, p) for p in prompts))
+        for e, g in zip(expected, together):  # batched: only floating-point batch variance
+            torch.testing.assert_close(g.latents, e, rtol=0, atol=1e-5)
+        # A request the child rejects comes back as an error for that request only.
+        with pytest.raises(StageFailedError, match="boom"):
+            await _final(engine, "boom")
+        assert engine.is_ready
+    assert _children() == []
+
+
+async def test_dying_child_fails_in_flight_requests_and_reports_unhealthy():
+    p = Pipeline("test_slow_mp", [
+        StageSpec(0, kind="llm", engine=tp.TokenStreamEngine, output="token_ids", final=True,
+                  deploy_defaults={"process": "mp"}),
+    ])
+    async with AsyncOmni(pipeline=p) as engine:
+        task = asyncio.create_task(_final(engine, "x", [{"max_tokens": 1000, "delay": 0.01}]))
+        await asyncio.sleep(0.5)
+        child = _children()[0]
+        os.kill(child.pid, signal.SIGKILL)
+        with pytest.raises(StageFailedError, match="process died"):
+            await asyncio.wait_for(task, 10)
+        assert not engine.is_ready
+        assert "died" in engine.stage_stats()[0].detail
+
+
+async def test_start_failure_shuts_down_started_stages():
+    p = Pipeline("test_bad_start", [
+        StageSpec(0, kind="generation", adapter=tp.TextEmbedAdapter, output="latent", deploy_defaults={"process": "mp"}),
+        StageSpec(1, kind="generation", adapter=tp.FailingStartAdapter, output="latent", final=True, inputs=[Edge(0)],
+                  deploy_defaults={"process": "mp"}),
+    ])
+    engine = AsyncOmni(pipeline=p)
+    with pytest.raises(RuntimeError, match="weights are corrupt"):
+        await engine.start()
+    await asyncio.sleep(0.1)
+    assert _children() == []  # stage 0's process was shut down: no orphans
+
+
+def test_invalid_output_type_fails_before_anything_starts():
+    with pytest.raises(ConfigError, match="invalid output type 'latents'"):
+        AsyncOmni(pipeline=tp.chain(process="mp"),
+                  deploy_config={"stages": [{"stage_id": 1, "engine_output_type": "latents"}]})
+    with pytest.raises(ConfigError, match="cannot produce audio"):
+        AsyncOmni(pipeline=tp.chain(process="mp"),
+                  deploy_config={"stages": [{"stage_id": 1, "engine_output_type": "audio"}]})
+    with pytest.raises(ConfigError, match="devices"):
+        AsyncOmni(pipeline=tp.chain(process="mp"),
+                  deploy_config={"stages": [{"stage_id": 0, "devices": "0,1", "num_replicas": 1}]})
+    assert _children() == []
+
+
+async def test_replicas_round_robin_with_affinity():
+    async with AsyncOmni(pipeline=tp.chain(), stage_overrides={"1": {"num_replicas": 2}}) as engine:
+        client = engine._orch.clients[1]
+        assert len(client.replicas) == 2
+        outs = await asyncio.gather(*(_final(engine, f"p{i}") for i in range(4)))
+        assert all(o.finished for o in outs)
+        used = [r._adapter.batch_sizes for r in client.replicas]
+        assert all(used), "both replicas served requests"
+
+
+async def _final(engine, prompt, params=None):
+    out = None
+    async for o in engine.generate(prompt, sampling_params_list=params):
+        out = o
+    return out
