@@ -149,7 +149,7 @@ def normalize_keys(
     out: dict[str, Payload] = {}
     for key, value in data.items():
         target = default_key if key in GENERIC_KEYS and key not in rules else key
-        if target in out and target != key:
+        if target in out:
             raise ValueError(f"producer returned both {key!r} and {target!r}; name auxiliary outputs explicitly")
         out[target] = value
     return out

@@ -54,7 +54,7 @@ def plot_latency(path: str | Path, outcomes: list[Outcome], title: str) -> Path 
     lat = sorted(o.result.latency for o in outcomes if o.result.success)
     if not lat:
         return None
-    fig, (ax_hist, ax_cdf) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax_hist, ax_cdf) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
     ax_hist.hist(lat, bins=min(30, max(5, len(lat) // 2)), color="tab:blue", alpha=0.8)
     ax_hist.set_xlabel("latency (s)")
     ax_hist.set_ylabel("requests")
@@ -69,7 +69,6 @@ def plot_latency(path: str | Path, outcomes: list[Outcome], title: str) -> Path 
     ax_cdf.set_ylabel("fraction of requests")
     ax_cdf.set_title("latency CDF")
     fig.suptitle(title)
-    fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)

@@ -11,6 +11,8 @@ import time
 import uuid
 from typing import Any
 
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
 from omnistage.server.errors import APIError
 
 logger = logging.getLogger("omnistage.server")
@@ -78,7 +80,7 @@ class BodySizeLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
-                    raise _TooLarge()
+                    raise _TooLarge(self.max_bytes)
             return message
 
         async def tracking_send(message: dict) -> None:
@@ -102,5 +104,7 @@ class BodySizeLimit:
         await send({"type": "http.response.body", "body": body})
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(StarletteHTTPException):
+    # An HTTPException so that body parsers re-raise it instead of calling it a parse error.
+    def __init__(self, limit: int):
+        super().__init__(413, f"request body exceeds the limit of {limit} bytes")

@@ -99,3 +99,23 @@ def build_sampling_params_list(engine: Any, knobs: dict[str, Any], extras: dict[
             _check_diffusion(routed, None, "")
         out.append(params or None)
     return out
+
+
+def request_knobs(body: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(standard keys, model-specific keys) from the top level and a literal nested ``extra_body``."""
+    from pydantic import ValidationError
+
+    from omnistage.server.errors import describe_validation
+    from omnistage.server.protocol import GenerationKnobs
+
+    knobs, extras = body.knobs(), body.extras()
+    nested = getattr(body, "extra_body", None)
+    if nested:
+        try:
+            inner = GenerationKnobs.model_validate(nested)
+        except ValidationError as e:
+            msg, param = describe_validation(list(e.errors()))
+            raise bad_request(f"extra_body.{msg}", f"extra_body.{param}" if param else "extra_body") from None
+        knobs.update(inner.knobs())
+        extras.update(inner.extras())
+    return knobs, extras

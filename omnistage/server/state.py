@@ -55,7 +55,7 @@ class Admission:
         self._idle.set()
         self.closing = False
 
-    def acquire(self) -> None:
+    def acquire(self) -> "Slot":
         if self.closing:
             raise APIError(503, "server is shutting down", code="shutting_down",
                            headers={"Retry-After": str(self.retry_after_s)})
@@ -66,8 +66,9 @@ class Admission:
         self.pending += 1
         self._idle.clear()
         self.metrics.in_flight.set(self.pending)
+        return Slot(self)
 
-    def release(self) -> None:
+    def _release(self) -> None:
         self.pending -= 1
         self.metrics.in_flight.set(self.pending)
         if self.pending == 0:
@@ -79,6 +80,18 @@ class Admission:
             return True
         except asyncio.TimeoutError:
             return False
+
+
+class Slot:
+    """One admitted request; releasing twice is harmless (a stream and its response both release)."""
+
+    def __init__(self, admission: Admission):
+        self._admission: Admission | None = admission
+
+    def release(self) -> None:
+        admission, self._admission = self._admission, None
+        if admission is not None:
+            admission._release()
 
 
 @dataclass
@@ -151,10 +164,9 @@ class ServerState:
     # ------------------------------------------------------------------ running
 
     async def stream(self, request_id: str, prompt: Any, params: list[Any], modalities: list[str] | None,
-                     *, admitted: bool = False) -> AsyncIterator[OmniRequestOutput]:
+                     *, slot: Slot | None = None) -> AsyncIterator[OmniRequestOutput]:
         """Stream one request's outputs; leaving early (error, disconnect) aborts it in every stage."""
-        if not admitted:
-            self.admission.acquire()
+        slot = slot or self.admission.acquire()
         finished = False
         try:
             async for out in self.engine.generate(prompt, request_id=request_id, sampling_params_list=params,
@@ -168,17 +180,17 @@ class ServerState:
             if not finished:
                 self.metrics.aborted.inc()
                 await asyncio.shield(self.engine.abort(request_id))
-            self.admission.release()
+            slot.release()
 
     async def run(self, request: Request | None, request_id: str, prompt: Any, params: list[Any],
                   modalities: list[str] | None, on_output: Any = None) -> Result:
         """Run to completion; a client that disconnects meanwhile aborts the request."""
-        self.admission.acquire()
+        slot = self.admission.acquire()
         result = Result()
         text_stages = self.text_stages()
 
         async def collect() -> Result:
-            async for out in self.stream(request_id, prompt, params, modalities, admitted=True):
+            async for out in self.stream(request_id, prompt, params, modalities, slot=slot):
                 if on_output is not None:
                     on_output(out)
                 if out.finished:
@@ -186,7 +198,11 @@ class ServerState:
             self.record(result)
             return result
 
-        task = asyncio.create_task(collect(), name=f"request-{request_id}")
+        try:
+            task = asyncio.create_task(collect(), name=f"request-{request_id}")
+        except BaseException:
+            slot.release()
+            raise
         if request is None:
             return await task
         watcher = asyncio.create_task(_wait_disconnect(request))

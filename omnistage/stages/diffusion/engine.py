@@ -16,6 +16,7 @@ import asyncio
 import logging
 import random
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -64,8 +65,8 @@ class DiffusionStageEngine:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._healthy = True
-        self.forward_log: list[tuple[Any, list[str]]] = []  # (batch key, request ids) of recent forwards
-        self._log_forwards = bool(engine_args.pop("log_forwards", False))
+        # (batch key, request ids) of the most recent forwards: observable batching for tests and debugging
+        self.forward_log: deque[tuple[Any, list[str]]] = deque(maxlen=4096)
 
     # ------------------------------------------------------------------ protocol
 
@@ -172,8 +173,7 @@ class DiffusionStageEngine:
             now = time.monotonic()
             for j in new:
                 j.first_scheduled = now
-            if self._log_forwards:
-                self.forward_log.append((batch[0].key, [j.request_id for j in batch]))
+            self.forward_log.append((batch[0].key, [j.request_id for j in batch]))
             try:
                 result = await asyncio.to_thread(run_step, self.adapter, batch, new)
             except Exception as e:  # one failed forward fails its batch, not the engine
@@ -183,10 +183,11 @@ class DiffusionStageEngine:
                 continue
             for j, err in result.failed:
                 self._finish(j, error=err)
+            finished = {id(j) for j, _ in result.finished}
             for j in result.advanced:
-                if not j.aborted and j not in result.finished:
+                if not j.aborted and id(j) not in finished:
                     self._emit(j, StageOutput(j.request_id, self.stage_id, {}, False, progress=(j.step, j.total_steps)))
-            for j, data in result.finished.items():
+            for j, data in result.finished:
                 self._finish(j, data=data)
 
     def _emit(self, job: DiffusionJob, out: StageOutput) -> None:

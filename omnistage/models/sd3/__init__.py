@@ -1,0 +1,18 @@
+"""Stable Diffusion 3 / 3.5 family: one diffusion stage (MMDiT + flow matching)."""
+
+from omnistage.models.sd3.adapter import SD3Adapter
+from omnistage.pipeline import Pipeline, StageSpec, register_pipeline
+
+SD3_CLASSES = {"StableDiffusion3Pipeline", "StableDiffusion3Img2ImgPipeline"}
+
+PIPELINE = register_pipeline(Pipeline(
+    name="sd3",
+    description="Stable Diffusion 3/3.5: CLIP-L + CLIP-G + T5 -> MMDiT (flow matching) -> VAE",
+    matches=lambda f: f.diffusers_class in SD3_CLASSES,
+    stages=[StageSpec(0, kind="diffusion", adapter=SD3Adapter, output="image", can_output="image,latent", final=True,
+                      default_params={"num_inference_steps": 28, "guidance_scale": 7.0})],
+    # mu: the flow-matching shift exponent (used when the scheduler has dynamic shifting)
+    extra_body_params={"mu": float},
+))
+
+__all__ = ["SD3Adapter", "PIPELINE"]

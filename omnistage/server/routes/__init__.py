@@ -1,0 +1,1 @@
+"""One router per API surface: system (health, models, metrics), chat, images, audio, videos."""

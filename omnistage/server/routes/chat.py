@@ -1,0 +1,221 @@
+"""POST /v1/chat/completions: OpenAI chat with multimodal content parts in and
+text / image / audio / video out, optionally streamed (SSE)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Depends, Request
+
+from omnistage.modality import OutputModality
+from omnistage.server.app import get_state
+from omnistage.server.errors import APIError, bad_request, from_engine_error
+from omnistage.server.media import (audio_from_bytes, b64, data_url, decode_base64, encode_audio, encode_image,
+                                    encode_mp4, load_audio, load_image, load_video, pcm16)
+from omnistage.server.middleware import request_id
+from omnistage.server.protocol import ChatCompletionRequest
+from omnistage.server.sampling import build_sampling_params_list, request_knobs
+from omnistage.server.state import Result, ServerState
+from omnistage.server.streaming import SSE_DONE, AbortOnDisconnect, sse, with_error_event
+
+router = APIRouter(prefix="/v1")
+
+
+@router.post("/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, request: Request, state: ServerState = Depends(get_state)) -> Any:
+    state.check_model(body.model)
+    if body.logprobs:
+        raise bad_request("logprobs: not supported", "logprobs")
+    engine = state.engine
+    modalities = _modalities(state, body.modalities)
+    knobs, extras = request_knobs(body)
+    state.check_n(knobs.get("n"))
+    wants = OutputModality(0)
+    for m in modalities or engine.output_modalities.names():
+        wants |= OutputModality.parse(m)
+    if knobs.get("n", 1) > 1 and OutputModality.TEXT in wants and state.text_stages():
+        raise bad_request("n: only n=1 is supported for text output", "n")
+    params = build_sampling_params_list(engine, knobs, extras, body.sampling_params_list)
+    prompt = await build_prompt(state, body)
+    rid = request_id(request.scope)
+    if body.stream:
+        slot = state.admission.acquire()  # before the response starts, so saturation is a real 503
+        events = _stream(state, body, rid, prompt, params, modalities, slot)
+        return AbortOnDisconnect(with_error_event(events, from_engine_error), on_close=slot.release,
+                                 media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    result = await state.run(request, rid, prompt, params, modalities)
+    return await asyncio.to_thread(_completion, state, body, rid, result)
+
+
+def _modalities(state: ServerState, asked: list[str] | None) -> list[str] | None:
+    if asked is None:
+        return None
+    produced = state.engine.output_modalities
+    for i, name in enumerate(asked):
+        try:
+            m = OutputModality.parse(name)
+        except ValueError as e:
+            raise bad_request(f"modalities[{i}]: {e}", "modalities") from None
+        if m & ~produced:
+            raise bad_request(f"modalities: model {state.model_name!r} does not produce {name} (it produces {produced})",
+                              "modalities")
+    if not asked:
+        raise bad_request("modalities: empty list", "modalities")
+    return asked
+
+
+# --------------------------------------------------------------------------- prompt
+
+
+async def build_prompt(state: ServerState, body: ChatCompletionRequest) -> dict[str, Any]:
+    """Messages for llm source stages (they apply the chat template); the last user text otherwise."""
+    limits = state.media
+    mm: dict[str, list[Any]] = {"image": [], "audio": [], "video": []}
+    messages: list[dict[str, Any]] = []
+    user_text = None
+    for i, msg in enumerate(body.messages):
+        content: Any = msg.content
+        texts: list[str] = []
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            parts = []
+            for j, part in enumerate(content):
+                where = f"messages[{i}].content[{j}]"
+                if part.type in ("text", "input_text"):
+                    parts.append({"type": "text", "text": part.text})
+                    texts.append(part.text)
+                elif part.type == "image_url":
+                    mm["image"].append(await load_image(part.url(), f"{where}.image_url", limits))
+                    parts.append({"type": "image"})
+                elif part.type == "audio_url":
+                    mm["audio"].append(await load_audio(part.url(), f"{where}.audio_url", limits))
+                    parts.append({"type": "audio"})
+                elif part.type == "input_audio":
+                    data = decode_base64(part.input_audio.data, f"{where}.input_audio.data", limits)
+                    mm["audio"].append(await asyncio.to_thread(audio_from_bytes, data, f"{where}.input_audio"))
+                    parts.append({"type": "audio"})
+                elif part.type == "video_url":
+                    mm["video"].append(await load_video(part.url(), f"{where}.video_url", limits))
+                    parts.append({"type": "video"})
+            content = parts
+        if msg.role == "user" and texts:
+            user_text = "\n".join(texts)
+        entry = {"role": msg.role, "content": content}
+        if msg.name:
+            entry["name"] = msg.name
+        messages.append(entry)
+    prompt: dict[str, Any] = {}
+    multi_modal = {k: (v[0] if len(v) == 1 else v) for k, v in mm.items() if v}
+    if multi_modal:
+        prompt["multi_modal_data"] = multi_modal
+    sources = [s for s in state.engine.pipeline.stages if not s.inputs]
+    if any(s.kind == "llm" for s in sources):
+        prompt["messages"] = messages
+        template = {"add_generation_prompt": body.add_generation_prompt,
+                    "continue_final_message": body.continue_final_message, **(body.chat_template_kwargs or {})}
+        prompt["additional_information"] = {"chat_template_kwargs": template}
+        if body.mm_processor_kwargs:
+            prompt["mm_processor_kwargs"] = body.mm_processor_kwargs
+    else:
+        if user_text is None:
+            raise bad_request("messages: no user message with text content", "messages")
+        prompt["prompt"] = user_text
+        if body.negative_prompt:
+            prompt["negative_prompt"] = body.negative_prompt
+    return prompt
+
+
+# --------------------------------------------------------------------------- responses
+
+
+def _image_part(image: Any) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": data_url(encode_image(image, "png"), "image/png")}}
+
+
+def _video_part(video: np.ndarray, fps: float | None) -> dict[str, Any]:
+    return {"type": "video_url", "video_url": {"url": data_url(encode_mp4(video, fps or 8), "video/mp4")}}
+
+
+def _usage(result: Result) -> dict[str, int]:
+    return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
+            "total_tokens": result.prompt_tokens + result.completion_tokens}
+
+
+def _finish_reason(reason: str | None) -> str:
+    return reason if reason in ("stop", "length") else "stop"
+
+
+def _completion(state: ServerState, body: ChatCompletionRequest, rid: str, result: Result) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant"}
+    parts = [_image_part(im) for im in result.images]
+    if result.video is not None:
+        parts.append(_video_part(result.video, result.fps))
+    if parts:
+        message["content"] = ([{"type": "text", "text": result.text}] if result.text else []) + parts
+    else:
+        message["content"] = result.text if result.text is not None else ("" if result.audio is None else None)
+    if result.audio is not None:
+        message["audio"] = {"id": f"audio-{rid}", "data": b64(encode_audio(result.audio, result.sample_rate or 24000, "wav")),
+                            "format": "wav", "sample_rate": result.sample_rate, "expires_at": int(time.time()) + 3600,
+                            "transcript": result.text or ""}
+    out = {"id": f"chatcmpl-{rid}", "object": "chat.completion", "created": int(time.time()), "model": state.model_name,
+           "choices": [{"index": 0, "message": message, "finish_reason": _finish_reason(result.finish_reason),
+                        "logprobs": None}],
+           "usage": _usage(result)}
+    if body.return_stage_metrics:
+        out["stage_metrics"] = {str(k): v for k, v in result.metrics.items()}
+    return out
+
+
+async def _stream(state: ServerState, body: ChatCompletionRequest, rid: str, prompt: dict, params: list,
+                  modalities: list[str] | None, slot: Any):
+    created = int(time.time())
+    start = time.monotonic()
+    first = True
+    result = Result()
+    text_stages = state.text_stages()
+
+    def chunk(delta: dict[str, Any], modality: str | None, finish: str | None = None, **extra: Any) -> str:
+        data = {"id": f"chatcmpl-{rid}", "object": "chat.completion.chunk", "created": created,
+                "model": state.model_name, "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
+                                                          "logprobs": None}], **extra}
+        if modality is not None:
+            data["modality"] = modality
+        return sse(data)
+
+    yield chunk({"role": "assistant", "content": ""}, "text")
+    async for out in state.stream(rid, prompt, params, modalities, slot=slot):
+        pieces: list[str] = []
+        text = out.delta.get("text")
+        if isinstance(text, str) and text:
+            pieces.append(chunk({"content": text}, "text"))
+        audio = out.delta.get("audio")
+        if audio is not None:
+            arr = np.asarray(audio.detach().cpu() if hasattr(audio, "detach") else audio, dtype=np.float32).reshape(-1)
+            if arr.size:
+                sr = out.sample_rate or out.delta.get("sample_rate")
+                pieces.append(chunk({"audio": {"id": f"audio-{rid}", "data": b64(pcm16(arr)), "format": "pcm16",
+                                               "sample_rate": sr}}, "audio"))
+        if out.finished:
+            result.add(out, text_stages)
+            for image in out.images:
+                pieces.append(chunk({"content": [await asyncio.to_thread(_image_part, image)]}, "image"))
+            if out.video is not None:
+                pieces.append(chunk({"content": [await asyncio.to_thread(_video_part, out.video, out.fps)]}, "video"))
+        if pieces and first:
+            state.metrics.ttft.labels("/v1/chat/completions").observe(time.monotonic() - start)
+            first = False
+        for p in pieces:
+            yield p
+    state.record(result)
+    extra = {"stage_metrics": {str(k): v for k, v in result.metrics.items()}} if body.return_stage_metrics else {}
+    yield chunk({}, None, _finish_reason(result.finish_reason), **extra)
+    if body.stream_options is not None and body.stream_options.include_usage:
+        yield sse({"id": f"chatcmpl-{rid}", "object": "chat.completion.chunk", "created": created,
+                   "model": state.model_name, "choices": [], "usage": _usage(result)})
+    yield SSE_DONE

@@ -1,0 +1,1 @@
+"""vLLM-backed llm stages. This package is the only place that imports vllm."""

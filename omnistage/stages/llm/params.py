@@ -1,0 +1,69 @@
+"""Turn a stage's sampling params (a merged dict or a caller's SamplingParams)
+into a vLLM ``SamplingParams`` streaming DELTA outputs, after checking the
+fields a caller most often gets wrong. Errors are ``ValueError`` naming the field,
+raised before vLLM sees the request."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, Mapping
+
+from vllm import SamplingParams
+from vllm.sampling_params import RequestOutputKind
+
+# Public SamplingParams fields a request may set (private ones start with "_").
+ALLOWED_KEYS = frozenset(k for k in SamplingParams.__struct_fields__ if not k.startswith("_")) - {"output_kind", "skip_clone"}
+
+
+def _check_int(name: str, value: Any, *, minimum: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name}: expected an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name}: must be >= {minimum}, got {value}")
+
+
+def _check_common(get: Any, vocab_size: int) -> None:
+    max_tokens = get("max_tokens")
+    if max_tokens is not None:
+        _check_int("max_tokens", max_tokens, minimum=1)
+    temperature = get("temperature")
+    if temperature is not None:
+        if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
+            raise ValueError(f"temperature: expected a number, got {temperature!r}")
+        if temperature < 0:
+            raise ValueError(f"temperature: must be >= 0, got {temperature}")
+    stop_ids = get("stop_token_ids")
+    if stop_ids is not None:
+        if not isinstance(stop_ids, (list, tuple)):
+            raise ValueError(f"stop_token_ids: expected a list of token ids, got {stop_ids!r}")
+        for t in stop_ids:
+            _check_int("stop_token_ids", t)
+            if not 0 <= t < vocab_size:
+                raise ValueError(f"stop_token_ids: {t} is outside the vocabulary (0..{vocab_size - 1})")
+    n = get("n")
+    if n is not None and n != 1:
+        raise ValueError(f"n: an llm stage streams one completion per request, got n={n}")
+    seed = get("seed")
+    if seed is not None:
+        _check_int("seed", seed)
+
+
+def to_sampling_params(params: Any, *, vocab_size: int) -> SamplingParams:
+    """A validated copy with ``output_kind=DELTA`` (the caller's object is not modified)."""
+    if params is None:
+        params = {}
+    if isinstance(params, SamplingParams):
+        _check_common(lambda k: getattr(params, k), vocab_size)
+        sp = params.clone()
+        sp.output_kind = RequestOutputKind.DELTA
+        return sp
+    if not isinstance(params, Mapping):
+        raise ValueError(f"sampling_params: expected a dict or vllm.SamplingParams, got {type(params).__name__}")
+    unknown = sorted(set(params) - ALLOWED_KEYS)
+    if unknown:
+        raise ValueError(f"sampling_params: unknown field(s) {', '.join(unknown)} for an llm stage")
+    _check_common(params.get, vocab_size)
+    try:
+        return SamplingParams(**dict(params), output_kind=RequestOutputKind.DELTA)
+    except (ValueError, TypeError) as e:  # vLLM's own validation names the parameter
+        raise ValueError(f"sampling_params: {e}") from None

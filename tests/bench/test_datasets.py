@@ -1,0 +1,63 @@
+import json
+
+import pytest
+from PIL import Image
+import io
+
+from omnistage.bench.datasets import DatasetDefaults, load_dataset
+
+
+def test_random_dataset_is_seeded_and_complete():
+    d = DatasetDefaults(width=32, height=48, num_inference_steps=4, seed=7)
+    a = load_dataset("random", "i2i", 3, d)
+    b = load_dataset("random", "i2i", 3, d)
+    assert [r.prompt for r in a] == [r.prompt for r in b]
+    assert [r.seed for r in a] == [7, 8, 9]
+    assert a[0].image == b[0].image
+    assert Image.open(io.BytesIO(a[0].image)).size == (32, 48)
+    assert all(r.num_inference_steps == 4 and r.width == 32 for r in a)
+
+
+def test_random_chat_prompt_length():
+    reqs = load_dataset("random", "chat", 2, DatasetDefaults(input_len=5, max_tokens=12))
+    assert len(reqs[0].prompt.split()) == 5 and reqs[0].max_tokens == 12
+
+
+def test_custom_jsonl_overrides_defaults(tmp_path):
+    Image.new("RGB", (8, 8)).save(tmp_path / "in.png")
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("\n".join([
+        json.dumps({"prompt": "a cat", "seed": 5, "num_inference_steps": 3, "image": "in.png"}),
+        "",
+        json.dumps({"prompt": "a dog", "slo_s": 1.5, "extra": {"guidance_scale": 2.0}, "image": "in.png"}),
+        json.dumps({"prompt": "unused", "image": "in.png"}),
+    ]))
+    reqs = load_dataset("custom", "i2i", 2, DatasetDefaults(num_inference_steps=8, seed=100), str(path))
+    assert [r.prompt for r in reqs] == ["a cat", "a dog"]
+    assert reqs[0].seed == 5 and reqs[0].num_inference_steps == 3
+    assert reqs[1].num_inference_steps == 8 and reqs[1].slo_s == 1.5 and reqs[1].extra == {"guidance_scale": 2.0}
+    assert reqs[1].image == (tmp_path / "in.png").read_bytes()
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"prompt": "x", "stepz": 3}', "unknown key"),
+    ('{"seed": 3}', "'prompt'"),
+    ('not json', "not valid JSON"),
+    ('[1, 2]', "JSON object"),
+    ('{"prompt": "x", "image": "missing.png"}', "not found"),
+])
+def test_custom_jsonl_errors_name_the_line_and_field(tmp_path, line, message):
+    path = tmp_path / "p.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(ValueError, match=message) as e:
+        load_dataset("custom", "t2i", 1, DatasetDefaults(), str(path))
+    assert "p.jsonl:1" in str(e.value)
+
+
+def test_bad_dataset_arguments():
+    with pytest.raises(ValueError, match="--dataset-path"):
+        load_dataset("custom", "t2i", 1, DatasetDefaults())
+    with pytest.raises(ValueError, match="task"):
+        load_dataset("random", "t2x", 1, DatasetDefaults())
+    with pytest.raises(ValueError, match="num-prompts"):
+        load_dataset("random", "t2i", 0, DatasetDefaults())
