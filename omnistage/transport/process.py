@@ -1,8 +1,8 @@
 """Parent-process side of an ``mp`` stage: a StageEngine that runs the real
 engine in a spawned child process, with control over ZeroMQ (msgspec).
 
-If the child dies, every request in flight on it fails with a clear error
-and the stage reports itself unhealthy.
+If the child dies, every request in flight on it fails with a clear error,
+the stage reports itself unhealthy, and the replica is restarted.
 """
 
 from __future__ import annotations
@@ -43,12 +43,17 @@ class ProcessStageEngine:
         self._stats = StageStats(healthy=False, detail="starting")
         self._dead: str | None = None
         self._closing = False
+        self.restarts = 0
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
     async def start(self) -> None:
+        await self._spawn()
+        self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._watch())]
+
+    async def _spawn(self) -> None:
         base = os.path.join(tempfile.gettempdir(), f"omnistage-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         cmd_addr, out_addr = f"ipc://{base}-cmd", f"ipc://{base}-out"
         self._zctx = zmq.asyncio.Context()
@@ -70,7 +75,6 @@ class ProcessStageEngine:
             await self.shutdown()
             raise RuntimeError(f"stage {self.stage_id} failed to start in its process: {msg['error']}\n{msg.get('traceback', '')}")
         self._stats = StageStats()
-        self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._watch())]
 
     async def _wait_ready(self) -> dict:
         loop = asyncio.get_running_loop()
@@ -105,15 +109,29 @@ class ProcessStageEngine:
                 self._stats = StageStats(**msg["stats"])
 
     async def _watch(self) -> None:
-        while self._proc.is_alive():
-            await asyncio.sleep(WATCH_INTERVAL_S)
-        if self._closing:
-            return
-        self._dead = f"stage {self.stage_id} process died (exit code {self._proc.exitcode})"
-        logger.error(self._dead)
-        self._stats = StageStats(healthy=False, detail=self._dead)
-        for rid, q in list(self._queues.items()):
-            q.put_nowait(StageOutput(rid, self.stage_id, {}, True, error=self._dead))
+        while not self._closing:
+            while self._proc.is_alive():
+                await asyncio.sleep(WATCH_INTERVAL_S)
+            if self._closing:
+                return
+            self._dead = f"stage {self.stage_id} process died (exit code {self._proc.exitcode})"
+            logger.error("%s; restarting it", self._dead)
+            self._stats = StageStats(healthy=False, detail=self._dead)
+            for rid, q in list(self._queues.items()):
+                q.put_nowait(StageOutput(rid, self.stage_id, {}, True, error=self._dead))
+            self.restarts += 1
+            reader = self._tasks[0]
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            self._close_sockets()
+            try:
+                await self._spawn()
+            except Exception:
+                logger.exception("stage %s could not be restarted", self.stage_id)
+                self._stats = StageStats(healthy=False, detail=f"{self._dead}; restart failed")
+                return
+            self._dead = None
+            self._tasks[0] = asyncio.create_task(self._read())
 
     async def _send(self, msg: dict[str, Any]) -> None:
         await self._cmd.send(encode(msg))
@@ -165,10 +183,14 @@ class ProcessStageEngine:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for rid, q in list(self._queues.items()):
             q.put_nowait(StageOutput(rid, self.stage_id, {}, True, error="stage shut down"))
+        self._close_sockets()
+        self._stats = StageStats(healthy=False, detail="shut down")
+
+    def _close_sockets(self) -> None:
         for sock in (self._cmd, self._out):
             if sock is not None:
                 sock.close(linger=0)
+        self._cmd = self._out = None
         if self._zctx is not None:
             self._zctx.term()
             self._zctx = None
-        self._stats = StageStats(healthy=False, detail="shut down")
