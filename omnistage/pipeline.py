@@ -61,6 +61,8 @@ class StageContext:
     devices: list[str] | None = None
     pipeline_name: str = ""
     extra_body_params: dict[str, type] = field(default_factory=dict)
+    # mp stages: buffers of at least this many bytes cross processes via shared memory (None: never)
+    shm_threshold: int | None = None
 
 
 @dataclass

@@ -16,6 +16,7 @@ from omnistage.modality import OutputModality
 from omnistage.pipeline import Pipeline, StageContext
 from omnistage.stages.base import StageEngine
 from omnistage.stages.factory import build_engine
+from omnistage.transport.codec import DEFAULT_SHM_THRESHOLD
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +59,27 @@ def check_deploy(pipeline: Pipeline, deploy: DeployConfig) -> None:
                 f"stages[{sd.stage_id}].engine_output_type: stage {sd.stage_id} ({spec.kind}) cannot produce "
                 f"{produced & ~spec.producible}; it can produce {spec.producible}"
             )
+    for name, conn in deploy.connectors.items():
+        if conn.name not in CONNECTORS:
+            raise ConfigError(f"connectors.{name}.name: unknown connector {conn.name!r}; known: {', '.join(CONNECTORS)}")
+        unknown = set(conn.extra) - ({"threshold_bytes"} if conn.name == "SharedMemoryConnector" else set())
+        if unknown:
+            raise ConfigError(f"connectors.{name}.extra: unknown key(s) {', '.join(sorted(unknown))}")
     if deploy.async_chunk and len(pipeline.stages) == 1:
         raise ConfigError("async_chunk: invalid for a one-stage pipeline (there is no downstream stage to stream to)")
+
+
+CONNECTORS = ("SharedMemoryConnector", "InlineConnector")
+
+
+def shm_threshold(deploy: DeployConfig, sd: StageDeployConfig) -> int | None:
+    """Shared memory for large buffers of mp stages: on by default, tuned or turned off by a connector."""
+    if sd.connector is None:
+        return DEFAULT_SHM_THRESHOLD
+    conn = deploy.connectors[sd.connector]
+    if conn.name == "InlineConnector":
+        return None
+    return int(conn.extra.get("threshold_bytes", DEFAULT_SHM_THRESHOLD))
 
 
 def stage_output_types(pipeline: Pipeline, deploy: DeployConfig) -> dict[int, OutputModality]:
@@ -79,7 +99,8 @@ async def start_orchestrator(pipeline: Pipeline, deploy: DeployConfig, model: st
             replicas = []
             for idx, devices in enumerate(sd.replica_devices()):
                 ctx = StageContext(spec=spec, deploy=sd, model=sd.model or model, replica=idx, devices=devices,
-                                   pipeline_name=pipeline.name, extra_body_params=dict(pipeline.extra_body_params))
+                                   pipeline_name=pipeline.name, extra_body_params=dict(pipeline.extra_body_params),
+                                   shm_threshold=shm_threshold(deploy, sd))
                 engine = build_engine(ctx)
                 started.append(engine)  # before start(): a half-started engine is shut down too
                 await engine.start()

@@ -1,12 +1,17 @@
-"""msgpack (msgspec) encoding for control messages between processes.
+"""msgpack (msgspec) encoding for messages between stage processes.
 
-Tensors, arrays and images travel as typed raw bytes (msgpack ext types) so
-nothing is pickled on the wire and dtypes (bfloat16 included) survive.
+Tensors, arrays and images travel as typed raw bytes (msgpack ext types), so
+nothing is pickled on the wire and dtypes (bfloat16 included) survive. Buffers
+of at least ``shm_threshold`` bytes go through a shared-memory segment instead
+of the socket: the sender writes and closes it, the receiver copies it out and
+unlinks it (both processes share one multiprocessing resource tracker, so a
+segment whose message is never read is still cleaned up at exit).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from multiprocessing import shared_memory
 from typing import Any
 
 import msgspec
@@ -15,34 +20,15 @@ import torch
 from PIL import Image
 
 _NDARRAY, _TENSOR, _IMAGE = 1, 2, 3
+_SHM = 16  # added to the payload type when the bytes live in shared memory
+
+DEFAULT_SHM_THRESHOLD = 1 << 20
 
 
-def _enc_hook(obj: Any) -> Any:
-    if isinstance(obj, torch.Tensor):
-        t = obj.detach().cpu().contiguous()
-        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        return _ext(_TENSOR, [str(t.dtype).removeprefix("torch."), list(t.shape)], raw)
-    if isinstance(obj, np.ndarray):
-        arr = np.ascontiguousarray(obj)
-        return _ext(_NDARRAY, [arr.dtype.str, list(arr.shape)], arr.tobytes())
-    if isinstance(obj, Image.Image):
-        arr = np.asarray(obj)
-        return _ext(_IMAGE, [obj.mode, list(arr.shape)], arr.tobytes())
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if dataclasses.is_dataclass(obj):
-        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-    if hasattr(obj, "model_dump"):  # pydantic params; a torch.Generator cannot cross processes
-        return {k: v for k, v in obj.model_dump().items() if k != "generator"}
-    if isinstance(obj, tuple):
-        return list(obj)
-    raise TypeError(f"cannot send a {type(obj).__name__} between stage processes")
-
-
-def _ext(code: int, header: list, raw: bytes) -> msgspec.msgpack.Ext:
-    """Ext payload: 4-byte header length, msgpack header (dtype, shape), raw bytes."""
+def _ext(code: int, header: list, raw: bytes | memoryview) -> msgspec.msgpack.Ext:
+    """Ext payload: 4-byte header length, msgpack header, raw bytes."""
     head = msgspec.msgpack.encode(header)
-    return msgspec.msgpack.Ext(code, len(head).to_bytes(4, "little") + head + raw)
+    return msgspec.msgpack.Ext(code, len(head).to_bytes(4, "little") + head + bytes(raw))
 
 
 def _split(data: memoryview) -> tuple[list, memoryview]:
@@ -50,30 +36,74 @@ def _split(data: memoryview) -> tuple[list, memoryview]:
     return msgspec.msgpack.decode(data[4 : 4 + n]), data[4 + n :]
 
 
-def _ext_hook(code: int, data: memoryview) -> Any:
-    header, raw = _split(data)
-    if code == _TENSOR:
-        dtype_name, shape = header
-        dtype = getattr(torch, dtype_name)
-        if not raw:
-            return torch.empty(shape, dtype=dtype)
-        return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
-    if code == _NDARRAY:
-        dtype, shape = header
-        return np.frombuffer(bytes(raw), dtype=np.dtype(dtype)).reshape(shape).copy()
-    if code == _IMAGE:
-        mode, shape = header
-        return Image.fromarray(np.frombuffer(bytes(raw), dtype=np.uint8).reshape(shape), mode=mode)
-    raise msgspec.DecodeError(f"unknown ext type {code}")
+class Codec:
+    def __init__(self, shm_threshold: int | None = None):
+        self.shm_threshold = shm_threshold
+        self._encoder = msgspec.msgpack.Encoder(enc_hook=self._enc_hook)
+        self._decoder = msgspec.msgpack.Decoder(ext_hook=self._ext_hook)
 
+    def encode(self, msg: Any) -> bytes:
+        return self._encoder.encode(msg)
 
-_encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
-_decoder = msgspec.msgpack.Decoder(ext_hook=_ext_hook)
+    def decode(self, buf: bytes) -> Any:
+        return self._decoder.decode(buf)
 
+    # ------------------------------------------------------------------ hooks
 
-def encode(msg: Any) -> bytes:
-    return _encoder.encode(msg)
+    def _buffer(self, code: int, header: list, raw: memoryview) -> msgspec.msgpack.Ext:
+        if self.shm_threshold is None or raw.nbytes < self.shm_threshold:
+            return _ext(code, header, raw)
+        shm = shared_memory.SharedMemory(create=True, size=raw.nbytes)
+        try:
+            shm.buf[: raw.nbytes] = raw.cast("B")
+        finally:
+            shm.close()
+        return _ext(code + _SHM, header + [shm.name, raw.nbytes], b"")
 
+    def _enc_hook(self, obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            t = obj.detach().cpu().contiguous()
+            raw = memoryview(t.reshape(-1).view(torch.uint8).numpy()) if t.numel() else memoryview(b"")
+            return self._buffer(_TENSOR, [str(t.dtype).removeprefix("torch."), list(t.shape)], raw)
+        if isinstance(obj, np.ndarray):
+            arr = np.ascontiguousarray(obj)
+            return self._buffer(_NDARRAY, [arr.dtype.str, list(arr.shape)], memoryview(arr.reshape(-1).view(np.uint8)))
+        if isinstance(obj, Image.Image):
+            if obj.mode not in ("L", "RGB", "RGBA"):  # palette etc.: send the pixels, not the indices
+                obj = obj.convert("RGB")
+            arr = np.ascontiguousarray(np.asarray(obj))
+            return self._buffer(_IMAGE, [obj.mode, list(arr.shape)], memoryview(arr.reshape(-1).view(np.uint8)))
+        if isinstance(obj, np.generic):
+            return obj.item()
+        if dataclasses.is_dataclass(obj):
+            return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+        if hasattr(obj, "model_dump"):  # pydantic params; a torch.Generator cannot cross processes
+            return {k: v for k, v in obj.model_dump().items() if k != "generator"}
+        if isinstance(obj, tuple):
+            return list(obj)
+        raise TypeError(f"cannot send a {type(obj).__name__} between stage processes")
 
-def decode(buf: bytes) -> Any:
-    return _decoder.decode(buf)
+    def _ext_hook(self, code: int, data: memoryview) -> Any:
+        header, raw = _split(data)
+        if code >= _SHM:
+            code -= _SHM
+            *header, name, nbytes = header
+            shm = shared_memory.SharedMemory(name=name)
+            try:
+                raw = bytes(shm.buf[:nbytes])
+            finally:
+                shm.close()
+                shm.unlink()
+        if code == _TENSOR:
+            dtype_name, shape = header
+            dtype = getattr(torch, dtype_name)
+            if not len(raw):
+                return torch.empty(shape, dtype=dtype)
+            return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
+        if code == _NDARRAY:
+            dtype, shape = header
+            return np.frombuffer(bytes(raw), dtype=np.dtype(dtype)).reshape(shape).copy()
+        if code == _IMAGE:
+            _mode, shape = header  # L / RGB / RGBA: inferred from the shape
+            return Image.fromarray(np.frombuffer(bytes(raw), dtype=np.uint8).reshape(shape))
+        raise msgspec.DecodeError(f"unknown ext type {code}")

@@ -21,7 +21,7 @@ import zmq.asyncio
 
 from omnistage.pipeline import StageContext
 from omnistage.stages.base import StageMetrics, StageOutput, StageRequest, StageStats
-from omnistage.transport.codec import decode, encode
+from omnistage.transport.codec import Codec
 from omnistage.transport.worker import run_worker
 
 logger = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ class ProcessStageEngine:
         self._dead: str | None = None
         self._closing = False
         self.restarts = 0
+        self._codec = Codec(ctx.shm_threshold)
 
     @property
     def pid(self) -> int | None:
@@ -81,14 +82,14 @@ class ProcessStageEngine:
         deadline = loop.time() + START_TIMEOUT_S
         while loop.time() < deadline:
             if await self._out.poll(200):
-                return decode(await self._out.recv())
+                return self._codec.decode(await self._out.recv())
             if not self._proc.is_alive():
                 return {"type": "start_failed", "error": f"process exited with code {self._proc.exitcode}"}
         return {"type": "start_failed", "error": f"not ready after {START_TIMEOUT_S:.0f} s"}
 
     async def _read(self) -> None:
         while True:
-            msg = decode(await self._out.recv())
+            msg = self._codec.decode(await self._out.recv())
             kind = msg["type"]
             if kind == "output":
                 o = msg["output"]
@@ -134,7 +135,7 @@ class ProcessStageEngine:
             self._tasks[0] = asyncio.create_task(self._read())
 
     async def _send(self, msg: dict[str, Any]) -> None:
-        await self._cmd.send(encode(msg))
+        await self._cmd.send(self._codec.encode(msg))
 
     async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
         if self._dead:

@@ -14,7 +14,7 @@ import zmq.asyncio
 
 from omnistage.stages.base import StageEngine, StageRequest
 from omnistage.stages.threads import apply_process_threads
-from omnistage.transport.codec import decode, encode
+from omnistage.transport.codec import Codec
 
 STATS_INTERVAL_S = 0.5
 
@@ -28,6 +28,9 @@ def run_worker(ctx_bytes: bytes, cmd_addr: str, out_addr: str) -> None:
 
 async def _serve(ctx: Any, cmd_addr: str, out_addr: str) -> None:
     from omnistage.stages.factory import build_inline_engine
+
+    codec = Codec(ctx.shm_threshold)
+    encode, decode = codec.encode, codec.decode
 
     zctx = zmq.asyncio.Context()
     cmd = zctx.socket(zmq.PULL)
@@ -46,14 +49,14 @@ async def _serve(ctx: Any, cmd_addr: str, out_addr: str) -> None:
             return
         await out.send(encode({"type": "ready"}))
         tasks: dict[str, asyncio.Task] = {}
-        stats_task = asyncio.create_task(_report_stats(engine, out, parent))
+        stats_task = asyncio.create_task(_report_stats(engine, out, parent, encode))
         try:
             while True:
                 msg = decode(await cmd.recv())
                 kind = msg["type"]
                 if kind == "generate":
                     req = StageRequest(msg["request_id"], msg["inputs"], msg["params"], msg["stream_inputs"])
-                    tasks[req.request_id] = asyncio.create_task(_run_request(engine, req, out, tasks))
+                    tasks[req.request_id] = asyncio.create_task(_run_request(engine, req, out, tasks, encode))
                 elif kind == "feed":
                     await engine.feed(msg["request_id"], msg["chunk"], msg["last"])
                 elif kind == "abort":
@@ -71,7 +74,7 @@ async def _serve(ctx: Any, cmd_addr: str, out_addr: str) -> None:
         zctx.term()
 
 
-async def _run_request(engine: StageEngine, req: StageRequest, out: zmq.asyncio.Socket, tasks: dict) -> None:
+async def _run_request(engine: StageEngine, req: StageRequest, out: zmq.asyncio.Socket, tasks: dict, encode) -> None:
     try:
         async for o in engine.generate(req):
             await out.send(encode({"type": "output", "output": o}))
@@ -84,7 +87,7 @@ async def _run_request(engine: StageEngine, req: StageRequest, out: zmq.asyncio.
         tasks.pop(req.request_id, None)
 
 
-async def _report_stats(engine: StageEngine, out: zmq.asyncio.Socket, parent: int) -> None:
+async def _report_stats(engine: StageEngine, out: zmq.asyncio.Socket, parent: int, encode) -> None:
     while True:
         await asyncio.sleep(STATS_INTERVAL_S)
         if os.getppid() != parent:  # the parent died: do not linger as an orphan

@@ -101,3 +101,15 @@ async def _final(engine, prompt, params=None):
     async for o in engine.generate(prompt, sampling_params_list=params):
         out = o
     return out
+
+
+async def test_shared_memory_connector_gives_identical_results():
+    shm = {"connectors": {"shm": {"name": "SharedMemoryConnector", "extra": {"threshold_bytes": 8}}},
+           "stages": [{"stage_id": 0, "connector": "shm"}, {"stage_id": 1, "connector": "shm"}]}
+    async with AsyncOmni(pipeline=tp.chain()) as inline:
+        expected = (await _final(inline, "shared memory")).latents
+    async with AsyncOmni(pipeline=tp.chain(process="mp"), deploy_config=shm) as engine:
+        assert engine._orch.clients[0].replicas[0].ctx.shm_threshold == 8
+        assert torch.equal((await _final(engine, "shared memory")).latents, expected)
+    with pytest.raises(ConfigError, match="unknown connector 'Nope'"):
+        AsyncOmni(pipeline=tp.chain(), deploy_config={"connectors": {"x": {"name": "Nope"}}})

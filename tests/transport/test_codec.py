@@ -1,0 +1,54 @@
+import os
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from omnistage.stages.base import StageMetrics
+from omnistage.transport.codec import Codec
+
+
+def _payload():
+    return {
+        "bf16": torch.randn(3, 5, dtype=torch.bfloat16),
+        "big": torch.randn(512, 512),  # 1 MiB
+        "u8": np.arange(24, dtype=np.uint8).reshape(2, 4, 3),
+        "img": Image.fromarray(np.full((8, 6, 3), 7, np.uint8)),
+        "pal": Image.new("P", (4, 4)),
+        "empty": torch.empty(0, 3),
+        "metrics": StageMetrics(queue_time_s=1.5, num_steps=3),
+        "tuple": (1, 2),
+        "scalar": np.float32(2.5),
+    }
+
+
+@pytest.mark.parametrize("threshold", [None, 1024])
+def test_round_trip_is_exact(threshold):
+    codec = Codec(threshold)
+    p = _payload()
+    got = codec.decode(codec.encode(p))
+    assert got["bf16"].dtype == torch.bfloat16 and torch.equal(got["bf16"], p["bf16"])
+    assert torch.equal(got["big"], p["big"])
+    assert np.array_equal(got["u8"], p["u8"])
+    assert np.array_equal(np.asarray(got["img"]), np.asarray(p["img"])) and got["img"].mode == "RGB"
+    assert got["pal"].mode == "RGB"
+    assert got["empty"].shape == (0, 3)
+    assert got["metrics"] == {"queue_time_s": 1.5, "run_time_s": 0.0, "num_tokens": 0, "num_steps": 3, "peak_memory_mb": 0.0}
+    assert got["tuple"] == [1, 2] and got["scalar"] == 2.5
+
+
+def test_large_buffers_go_through_shared_memory_and_are_unlinked():
+    codec = Codec(shm_threshold=1024)
+    msg = codec.encode({"big": torch.randn(512, 512)})
+    assert len(msg) < 4096  # the megabyte is not on the wire
+    before = set(os.listdir("/dev/shm"))
+    codec.decode(msg)
+    assert set(os.listdir("/dev/shm")) <= before  # the receiver unlinked the segment
+    small = Codec(shm_threshold=None).encode({"big": torch.randn(512, 512)})
+    assert len(small) > 1 << 20
+
+
+def test_unsupported_objects_are_refused_clearly():
+    with pytest.raises(TypeError, match="cannot send a Generator"):
+        Codec().encode({"g": torch.Generator()})
