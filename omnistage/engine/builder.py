@@ -46,6 +46,8 @@ def resolve_deploy(pipeline: Pipeline, deploy_config: Any = None, stage_override
 def check_deploy(pipeline: Pipeline, deploy: DeployConfig) -> None:
     if deploy.pipeline is not None and deploy.pipeline != pipeline.name:
         raise ConfigError(f"pipeline: deploy config is for {deploy.pipeline!r}, but the model resolves to {pipeline.name!r}")
+    if deploy.distributed_executor_backend == "ray":
+        raise ConfigError("distributed_executor_backend: 'ray' is not implemented yet; use 'mp' (local processes)")
     ids = {s.stage_id for s in pipeline.stages}
     for sd in deploy.stages:
         if sd.stage_id not in ids:
