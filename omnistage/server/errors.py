@@ -73,8 +73,18 @@ def from_engine_error(err: BaseException) -> APIError:
     return APIError(500, f"internal error: {type(err).__name__}", code="internal_error")
 
 
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "bytes"}
+
+
+def _is_field(p: Any) -> bool:
+    """Loc entries are field names and indices; union members add type tags ('str', 'list[...]', 'URLRef')."""
+    if isinstance(p, int):
+        return True
+    return p.isidentifier() and p not in _TYPE_TAGS and not p[:1].isupper() and p not in ("body", "query", "path", "form")
+
+
 def _loc(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "form")]
+    parts = [str(p) for p in loc if _is_field(p)]
     out = ""
     for p in parts:
         out += f"[{p}]" if p.isdigit() else (f".{p}" if out else p)
@@ -116,6 +126,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(InvalidRequestError)
     async def _invalid(request: Request, exc: InvalidRequestError) -> JSONResponse:
+        return from_engine_error(exc).response()
+
+    @app.exception_handler(StageFailedError)
+    async def _stage_failed(request: Request, exc: StageFailedError) -> JSONResponse:
         return from_engine_error(exc).response()
 
     @app.exception_handler(Exception)

@@ -16,7 +16,7 @@ from fastapi import Request
 from omnistage.config.settings import ServerSettings
 from omnistage.modality import OutputModality
 from omnistage.outputs import OmniRequestOutput
-from omnistage.server.errors import APIError
+from omnistage.server.errors import APIError, from_engine_error
 from omnistage.server.media import MediaLimits
 from omnistage.server.metrics import ServerMetrics
 from omnistage.server.storage import FileStorage
@@ -134,10 +134,16 @@ class ServerState:
         self.metrics = ServerMetrics(engine.stage_stats)
         self.admission = Admission(options.max_pending, options.retry_after_s, self.metrics)
         self.media = options.media_limits()
-        self.storage = FileStorage(settings.storage)
+        self.storage = FileStorage(settings.storage, on_expired=self._files_expired)
+        self.videos: dict[str, Any] = {}  # video job id -> VideoJob
+        self.video_tasks: dict[str, asyncio.Task] = {}
         self.model_name = options.served_model_name or engine.model or engine.pipeline.name
         self.started_at = int(time.time())
         self.background: set[asyncio.Task] = set()  # async jobs (videos) to finish on shutdown
+
+    def _files_expired(self, names: list[str]) -> None:
+        for name in names:
+            self.videos.pop(name.rsplit(".", 1)[0], None)
 
     # ------------------------------------------------------------------ checks
 
@@ -218,7 +224,12 @@ class ServerState:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             raise APIError(499, "client disconnected", code="client_closed_request")
-        return task.result()
+        try:
+            return task.result()
+        except APIError:
+            raise
+        except Exception as e:  # mapped here so the connection survives (no re-raise past the app)
+            raise from_engine_error(e) from None
 
     def record(self, result: Result) -> None:
         m = self.metrics

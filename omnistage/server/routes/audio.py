@@ -7,6 +7,7 @@ speech; voices come from the pipeline's ``info["voices"]``.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import numpy as np
@@ -21,9 +22,10 @@ from omnistage.server.middleware import request_id
 from omnistage.server.protocol import SpeechRequest
 from omnistage.server.sampling import build_sampling_params_list, request_knobs
 from omnistage.server.state import ServerState
-from omnistage.server.streaming import AbortOnDisconnect, sse, with_error_event
+from omnistage.server.streaming import AbortOnDisconnect, end_on_error, sse, with_error_event
 
 router = APIRouter(prefix="/v1")
+logger = logging.getLogger("omnistage.server")
 
 
 def _voices(state: ServerState) -> list[str]:
@@ -66,8 +68,7 @@ async def speech(body: SpeechRequest, request: Request, state: ServerState = Dep
         headers = {"Cache-Control": "no-cache"}
         if info.get("sample_rate"):
             headers["X-Sample-Rate"] = str(info["sample_rate"])
-        if sse_mode:
-            chunks = with_error_event(chunks, from_engine_error)
+        chunks = with_error_event(chunks, from_engine_error) if sse_mode else end_on_error(chunks, logger)
         return AbortOnDisconnect(chunks, on_close=slot.release, headers=headers,
                                  media_type="text/event-stream" if sse_mode else AUDIO_MIME["pcm"])
     result = await state.run(request, rid, prompt, params, ["audio"])

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, Request
 
 from omnistage.modality import OutputModality
 from omnistage.server.app import get_state
-from omnistage.server.errors import APIError, bad_request, from_engine_error
+from omnistage.server.errors import bad_request, from_engine_error
 from omnistage.server.media import (audio_from_bytes, b64, data_url, decode_base64, encode_audio, encode_image,
                                     encode_mp4, load_audio, load_image, load_video, pcm16)
 from omnistage.server.middleware import request_id

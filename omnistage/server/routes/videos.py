@@ -1,0 +1,217 @@
+"""Video generation: async jobs (POST/GET/DELETE /v1/videos, content as MP4)
+and POST /v1/videos/sync returning the MP4 directly.
+
+Generic over pipelines: any pipeline whose outputs include video serves these
+routes. Job files live in FileStorage (TTL, bounded file concurrency); job ids
+are validated, so no id can name a path outside the storage folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import FileResponse, Response
+from pydantic import ValidationError
+from starlette.datastructures import UploadFile
+
+from omnistage.modality import OutputModality
+from omnistage.server.app import get_state
+from omnistage.server.errors import APIError, bad_request, describe_validation, from_engine_error
+from omnistage.server.media import encode_mp4, image_from_bytes, load_image, too_large
+from omnistage.server.middleware import request_id
+from omnistage.server.protocol import VideoJob, VideoRequest
+from omnistage.server.sampling import build_sampling_params_list, denoising_stages
+from omnistage.server.state import ServerState, Slot
+
+router = APIRouter(prefix="/v1")
+logger = logging.getLogger("omnistage.server")
+_JOB_ID = re.compile(r"^video_[0-9a-f]{32}$")
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+async def _parse(request: Request, state: ServerState) -> tuple[VideoRequest, Any]:
+    """(validated fields, reference image or None) from JSON or multipart."""
+    ctype = request.headers.get("content-type", "")
+    upload = None
+    if ctype.startswith("multipart/form-data"):
+        form = await request.form(max_files=2, max_fields=100)
+        fields: dict[str, Any] = {}
+        for key, value in form.multi_items():
+            if key == "input_reference":
+                if not isinstance(value, UploadFile):
+                    raise bad_request("input_reference: expected a file upload (send URLs as image_reference)",
+                                      "input_reference")
+                upload = value
+            elif isinstance(value, UploadFile):
+                raise bad_request(f"{key}: unexpected file upload", key)
+            else:
+                fields[key] = value
+    elif ctype.startswith("application/json"):
+        try:
+            fields = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise bad_request(f"request body is not valid JSON: {e}") from None
+        if not isinstance(fields, dict):
+            raise bad_request("request body must be a JSON object")
+        if "input_reference" in fields:
+            raise bad_request("input_reference: must be a file upload (multipart); send URLs as image_reference",
+                              "input_reference")
+    else:
+        raise APIError(415, "Content-Type must be multipart/form-data or application/json", code="unsupported_media_type")
+    try:
+        body = VideoRequest.model_validate(fields)
+    except ValidationError as e:
+        msg, param = describe_validation(list(e.errors()))
+        raise bad_request(msg, param) from None
+    if upload is not None and body.image_reference is not None:
+        raise bad_request("input_reference and image_reference: send one reference image, not both", "input_reference")
+    image = None
+    if upload is not None:
+        data = await upload.read(state.media.max_bytes + 1)
+        if len(data) > state.media.max_bytes:
+            raise too_large("input_reference", len(data), state.media.max_bytes)
+        image = await asyncio.to_thread(image_from_bytes, data, "input_reference", state.media)
+    elif body.image_reference is not None:
+        image = await load_image(body.reference_url(), "image_reference", state.media)
+    return body, image
+
+
+def _plan(state: ServerState, body: VideoRequest, image: Any) -> tuple[dict, list]:
+    state.check_model(body.model)
+    state.require(OutputModality.VIDEO, "video")
+    knobs = {k: v for k, v in body.model_dump(exclude={"model", "prompt", "image_reference", "seconds", "extra_params"}).items()
+             if v is not None}
+    if body.seconds is not None and body.num_frames is None:
+        targets = denoising_stages(state.engine)
+        default_fps = state.engine.default_sampling_params_list[targets[0]].get("fps") if targets else None
+        fps = body.fps or default_fps or 16
+        knobs["num_frames"] = max(1, round(body.seconds * fps))
+    params = build_sampling_params_list(state.engine, knobs, body.extra_params or {})
+    prompt: dict[str, Any] = {"prompt": body.prompt}
+    if body.negative_prompt:
+        prompt["negative_prompt"] = body.negative_prompt
+    if image is not None:
+        prompt["multi_modal_data"] = {"image": [image]}
+    return prompt, params
+
+
+def _job_or_404(state: ServerState, video_id: str) -> VideoJob:
+    job = state.videos.get(video_id) if _JOB_ID.match(video_id) else None
+    if job is None:
+        raise APIError(404, f"video {video_id!r} not found", param="video_id", code="video_not_found")
+    return job
+
+
+# --------------------------------------------------------------------------- async jobs
+
+
+@router.post("/videos")
+async def create_video(request: Request, state: ServerState = Depends(get_state)) -> dict:
+    body, image = await _parse(request, state)
+    prompt, params = _plan(state, body, image)
+    slot = state.admission.acquire()
+    job = VideoJob(id=f"video_{uuid.uuid4().hex}", model=state.model_name, prompt=body.prompt, size=body.size,
+                   seconds=None if body.seconds is None else f"{body.seconds:g}")
+    state.videos[job.id] = job
+    task = asyncio.create_task(_run_job(state, job, prompt, params, slot), name=job.id)
+    state.video_tasks[job.id] = task
+    state.background.add(task)
+    task.add_done_callback(state.background.discard)
+    logger.info("%s: video job %s queued", request_id(request.scope), job.id)
+    return job.model_dump()
+
+
+async def _run_job(state: ServerState, job: VideoJob, prompt: dict, params: list, slot: Slot) -> None:
+    start = time.monotonic()
+    video = fps = None
+    try:
+        async for out in state.stream(job.id, prompt, params, ["video"], slot=slot):
+            job.status = "in_progress"
+            if out.progress is not None and out.progress[1]:
+                job.progress = min(99, int(100 * out.progress[0] / out.progress[1]))
+            if out.finished and out.video is not None:
+                video, fps = out.video, out.fps
+        if video is None:
+            raise APIError(500, "the pipeline finished without a video", code="no_output")
+        data = await asyncio.to_thread(encode_mp4, video, fps or 8)
+        await state.storage.save(f"{job.id}.mp4", data)
+        state.metrics.videos.inc()
+        job.status, job.progress = "completed", 100
+        job.completed_at = int(time.time())
+        job.inference_time_s = round(time.monotonic() - start, 3)
+        if state.storage.ttl is not None:
+            job.expires_at = job.completed_at + state.storage.ttl
+    except asyncio.CancelledError:
+        job.status = "failed"
+        job.error = {"code": "cancelled", "message": "the job was cancelled"}
+        raise
+    except Exception as e:  # noqa: BLE001 - a failed job reports its error; the server carries on
+        err = from_engine_error(e)
+        job.status = "failed"
+        job.error = {"code": err.code or err.type, "message": err.message}
+        logger.warning("video job %s failed: %s", job.id, err.message)
+    finally:
+        slot.release()
+        state.video_tasks.pop(job.id, None)
+
+
+@router.get("/videos")
+async def list_videos(limit: int = Query(20, ge=1, le=100), order: str = Query("desc", pattern="^(asc|desc)$"),
+                      state: ServerState = Depends(get_state)) -> dict:
+    jobs = sorted(state.videos.values(), key=lambda j: j.created_at, reverse=order == "desc")[:limit]
+    return {"object": "list", "data": [j.model_dump() for j in jobs], "has_more": len(state.videos) > limit}
+
+
+@router.get("/videos/{video_id}")
+async def retrieve_video(video_id: str, state: ServerState = Depends(get_state)) -> dict:
+    return _job_or_404(state, video_id).model_dump()
+
+
+@router.get("/videos/{video_id}/content")
+async def video_content(video_id: str, state: ServerState = Depends(get_state)) -> FileResponse:
+    job = _job_or_404(state, video_id)
+    if job.status != "completed":
+        raise APIError(409, f"video {video_id!r} is {job.status}, not completed", param="video_id", code="video_not_ready")
+    path = await state.storage.open(f"{job.id}.mp4")
+    if path is None:
+        state.videos.pop(job.id, None)
+        raise APIError(404, f"video {video_id!r} has expired", param="video_id", code="video_expired")
+    return FileResponse(path, media_type="video/mp4", filename=f"{job.id}.mp4")
+
+
+@router.delete("/videos/{video_id}")
+async def delete_video(video_id: str, state: ServerState = Depends(get_state)) -> dict:
+    job = _job_or_404(state, video_id)
+    task = state.video_tasks.get(job.id)
+    if task is not None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    await state.storage.delete(f"{job.id}.mp4")
+    state.videos.pop(job.id, None)
+    return {"id": job.id, "object": "video.deleted", "deleted": True}
+
+
+# --------------------------------------------------------------------------- sync
+
+
+@router.post("/videos/sync")
+async def create_video_sync(request: Request, state: ServerState = Depends(get_state)) -> Response:
+    body, image = await _parse(request, state)
+    prompt, params = _plan(state, body, image)
+    rid = request_id(request.scope)
+    start = time.monotonic()
+    result = await state.run(request, rid, prompt, params, ["video"])
+    if result.video is None:
+        raise APIError(500, "the pipeline finished without a video", code="no_output")
+    data = await asyncio.to_thread(encode_mp4, result.video, result.fps or 8)
+    return Response(data, media_type="video/mp4",
+                    headers={"X-Model": state.model_name, "X-Inference-Time-S": f"{time.monotonic() - start:.3f}"})
