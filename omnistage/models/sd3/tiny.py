@@ -8,8 +8,10 @@ from omnistage.stages.diffusion import tiny_parts as parts
 
 
 def build(outdir: Path, *, layers: int = 1, heads: int = 4, head_dim: int = 8, sample_size: int = 32,
-          vae_channels: tuple[int, ...] = (4,)) -> None:
-    """Write a loadable SD3 diffusers folder. The benchmark passes a bigger config."""
+          patch_size: int = 2, vae_channels: tuple[int, ...] = (4, 4)) -> None:
+    """Write a loadable SD3 diffusers folder (VAE factor 2 x patch 2: sizes are multiples of 4).
+
+    The benchmark passes a bigger config."""
     import torch
     from diffusers import (AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel,
                            StableDiffusion3Pipeline)
@@ -17,7 +19,7 @@ def build(outdir: Path, *, layers: int = 1, heads: int = 4, head_dim: int = 8, s
     torch.manual_seed(0)
     inner = heads * head_dim
     transformer = SD3Transformer2DModel(
-        sample_size=sample_size, patch_size=1, in_channels=4, num_layers=layers, attention_head_dim=head_dim,
+        sample_size=sample_size, patch_size=patch_size, in_channels=4, num_layers=layers, attention_head_dim=head_dim,
         num_attention_heads=heads, caption_projection_dim=inner, joint_attention_dim=32, pooled_projection_dim=64,
         out_channels=4)
     vae = AutoencoderKL(block_out_channels=vae_channels, in_channels=3, out_channels=3,

@@ -13,9 +13,10 @@ Lifecycle of one request (engine calls, in order):
     adapter.encode([jobs])         # batched text encoding; sets job.cond and (CFG) job.uncond
     adapter.timesteps(job)         # sets job.sampler_state (the request's timestep table)
     adapter.init_latents(job)      # sets job.latents (noise, or noised image latents for img2img)
-    loop:  x  = adapter.sampler.scale_model_input(rows, states)
-           out = adapter.predict(x, t, cond)                  # one batched forward, t per row
-           rows = adapter.sampler.step(guided_out, rows, states)
+    loop:  x   = adapter.sampler.scale_model_input(rows, jobs)     # per-row scaling (Euler), else identity
+           t   = adapter.sampler.timestep(job) for each row
+           out = adapter.predict(x, t, cond)                      # one batched forward, t per row
+           rows = adapter.sampler.step(guided_out, rows, jobs)    # each job's rows by its own table
     adapter.decode([jobs])         # batched VAE decode -> per job a list of uint8 HxWx3 arrays
 
 Conditioning is a dict of tensors whose dim 0 is the row dimension
@@ -79,9 +80,13 @@ class DiffusionJob:
 
 
 class Sampler(Protocol):
-    """Per-request timestep tables, batched over rows of requests at different steps."""
+    """Per-request timestep tables, batched over rows of requests at different steps.
 
-    def scale_model_input(self, x: torch.Tensor, jobs: list[DiffusionJob], rows: list[int]) -> torch.Tensor: ...
+    ``x`` holds ``job.rows`` consecutive rows per job, in the order of ``jobs``
+    (samplers.py has the implementations and ``make_sampler``).
+    """
+
+    def scale_model_input(self, x: torch.Tensor, jobs: list[DiffusionJob]) -> torch.Tensor: ...
 
     def timestep(self, job: DiffusionJob) -> torch.Tensor: ...  # the job's current t (0-d)
 

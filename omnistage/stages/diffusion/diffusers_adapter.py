@@ -30,7 +30,7 @@ class DiffusersAdapter:
     def load(cls, folder: str, dtype: torch.dtype, device: torch.device) -> "DiffusersAdapter":
         import diffusers
 
-        pipe = getattr(diffusers, cls.pipeline_class_name).from_pretrained(folder, torch_dtype=dtype)
+        pipe = getattr(diffusers, cls.pipeline_class_name).from_pretrained(folder, dtype=dtype)
         pipe.to(device)
         pipe.set_progress_bar_config(disable=True)
         return cls(pipe, dtype, device)

@@ -1,0 +1,100 @@
+"""``omnistage generate [MODEL] --prompt ... --output out.png``: offline one-shot image generation.
+
+Runs the model's pipeline through ``omnistage.Omni`` (whose progress bar shows
+denoising steps). With no MODEL the built-in demo pipeline is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from omnistage.params import DiffusionSamplingParams
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="generate an image offline (progress bar, no server)")
+    p.add_argument("model", nargs="?", default=None, help="local model folder (default: the demo pipeline)")
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--negative-prompt", default=None)
+    p.add_argument("--image", default=None, help="input image for img2img / edit")
+    p.add_argument("--strength", type=float, default=None, help="img2img strength in (0, 1]")
+    p.add_argument("--num-inference-steps", type=int, default=None)
+    p.add_argument("--height", type=int, default=None)
+    p.add_argument("--width", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--guidance-scale", type=float, default=None)
+    p.add_argument("-n", "--num-outputs", type=int, default=None, help="images per prompt")
+    p.add_argument("--extra-body", default=None, help="JSON: sampling fields or model-specific extra_args")
+    p.add_argument("--deploy-config", default=None)
+    p.add_argument("--output", default="output.png", help="image path (several images get -1, -2, ... suffixes)")
+
+
+def build_params(args: argparse.Namespace) -> dict[str, Any]:
+    """CLI flags (+ --extra-body) -> a partial DiffusionSamplingParams dict; raises ValueError naming the flag."""
+    params: dict[str, Any] = {}
+    if args.extra_body:
+        try:
+            extra = json.loads(args.extra_body)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--extra-body: not valid JSON ({e})") from None
+        if not isinstance(extra, dict):
+            raise ValueError("--extra-body: expected a JSON object")
+        fields = set(DiffusionSamplingParams.model_fields) - {"extra_args", "generator"}
+        params.update({k: v for k, v in extra.items() if k in fields})
+        model_args = {k: v for k, v in extra.items() if k not in fields}
+        if model_args:
+            params["extra_args"] = model_args
+    flags = {"negative_prompt": args.negative_prompt, "strength": args.strength,
+             "num_inference_steps": args.num_inference_steps, "height": args.height, "width": args.width,
+             "seed": args.seed, "guidance_scale": args.guidance_scale, "num_outputs_per_prompt": args.num_outputs}
+    params.update({k: v for k, v in flags.items() if v is not None})
+    return params
+
+
+def output_paths(output: str, n: int) -> list[Path]:
+    path = Path(output)
+    if n == 1:
+        return [path]
+    return [path.with_name(f"{path.stem}-{i + 1}{path.suffix}") for i in range(n)]
+
+
+def run(args: argparse.Namespace) -> int:
+    from PIL import Image
+
+    from omnistage import Omni
+
+    try:
+        params = build_params(args)
+        prompt: dict[str, Any] = {"prompt": args.prompt}
+        if args.image:
+            prompt["multi_modal_data"] = {"image": Image.open(args.image).convert("RGB")}
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    with Omni(model=args.model, deploy_config=args.deploy_config) as omni:
+        stages = omni.pipeline.stages
+        # the flags are diffusion knobs: they go to the (first) diffusion stage, other stages keep defaults
+        target = next((s.stage_id for s in stages if s.kind == "diffusion"), stages[-1].stage_id)
+        params_list = [params if s.stage_id == target else None for s in stages]
+        try:
+            (out,) = omni.generate([prompt], params_list)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    if out.error:
+        print(f"error: {out.error}", file=sys.stderr)
+        return 1
+    if not out.images:
+        print(f"error: the pipeline returned no image (got {', '.join(out.modalities) or 'nothing'})", file=sys.stderr)
+        return 1
+    for image, path in zip(out.images, output_paths(args.output, len(out.images))):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        image.save(path)
+        print(path)
+    if out.text:
+        print(out.text)
+    return 0

@@ -1,0 +1,19 @@
+"""Stable Diffusion 1.5 and SDXL family: one diffusion stage (CLIP text -> UNet -> VAE)."""
+
+from omnistage.models.sd.adapter import SDAdapter, SDXLAdapter
+from omnistage.pipeline import Pipeline, StageSpec, register_pipeline
+
+SD_CLASSES = {"StableDiffusionPipeline", "StableDiffusionImg2ImgPipeline",
+              "StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline"}
+
+PIPELINE = register_pipeline(Pipeline(
+    name="sd",
+    description="Stable Diffusion 1.5 / SDXL: CLIP text encoder(s) -> UNet -> VAE",
+    matches=lambda f: f.diffusers_class in SD_CLASSES,
+    stages=[StageSpec(0, kind="diffusion", adapter=SDAdapter, output="image", can_output="image,latent", final=True,
+                      default_params={"num_inference_steps": 30, "guidance_scale": 7.5})],
+    # SDXL micro-conditioning, each a pair of ints (defaults: the output size and (0, 0))
+    extra_body_params={"original_size": list, "crops_coords_top_left": list, "target_size": list},
+))
+
+__all__ = ["SDAdapter", "SDXLAdapter", "PIPELINE"]

@@ -1,0 +1,42 @@
+"""Shared helpers for diffusion engine tests: build an engine on a loaded adapter and run requests."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import torch
+
+from omnistage.config.schema import StageDeployConfig
+from omnistage.pipeline import Pipeline, StageContext
+from omnistage.stages.base import StageOutput, StageRequest
+from omnistage.stages.diffusion.engine import DiffusionStageEngine
+
+
+async def start_engine(pipeline: Pipeline, adapter: Any, model: str, **deploy: Any) -> DiffusionStageEngine:
+    ctx = StageContext(spec=pipeline.stages[0], deploy=StageDeployConfig(stage_id=0, **deploy), model=model,
+                       extra_body_params=dict(pipeline.extra_body_params))
+    engine = DiffusionStageEngine(ctx, adapter=adapter)
+    await engine.start()
+    return engine
+
+
+async def run(engine: DiffusionStageEngine, rid: str, prompt: str, *, inputs: dict | None = None,
+              started: asyncio.Event | None = None, **params: Any) -> list[StageOutput]:
+    """All outputs of one request; ``started`` is set once its first step is done."""
+    outs = []
+    async for o in engine.generate(StageRequest(rid, {"prompt": prompt, **(inputs or {})}, params)):
+        outs.append(o)
+        if started is not None and o.progress and o.progress[0] >= 1:
+            started.set()
+    if started is not None:
+        started.set()
+    return outs
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.float() - b.float()).abs().max().item()
