@@ -41,6 +41,9 @@ class OutputModality(enum.Flag):
             return value
         if not isinstance(value, str):
             raise ValueError(_bad(value, "expected a string"))
+        hit = _PARSED.get(value)  # called per streamed delta: remember valid strings
+        if hit is not None:
+            return hit
         if value == "":
             raise ValueError(_bad(value, "empty value"))
         result = cls(0)
@@ -51,11 +54,15 @@ class OutputModality(enum.Flag):
             if member is None:
                 raise ValueError(_bad(value, f"unknown output type {part!r}"))
             result |= member
+        _PARSED[value] = result
         return result
 
     def names(self) -> list[str]:
         """Canonical names of the members set in this flag, in declaration order."""
-        return [m.name.lower() for m in type(self) if m in self]
+        names = _NAMES.get(self._value_)
+        if names is None:
+            names = _NAMES[self._value_] = [m.name.lower() for m in type(self) if m in self]
+        return list(names)
 
     def __str__(self) -> str:
         return "+".join(self.names())
@@ -70,6 +77,9 @@ class OutputModality(enum.Flag):
 
 
 _BY_NAME = {m.name.lower(): m for m in OutputModality}
+# Caches for the per-delta hot path (flag values and valid strings never change meaning).
+_PARSED: dict[str, OutputModality] = {}
+_NAMES: dict[int, list[str]] = {}
 
 
 def _bad(value: Any, why: str) -> str:

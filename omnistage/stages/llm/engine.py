@@ -39,8 +39,9 @@ def engine_args_for(ctx: StageContext) -> dict[str, Any]:
         raise ValueError(f"stage {ctx.spec.stage_id}: an llm stage needs a model folder")
     if ctx.spec.model_subfolder:
         model = model / ctx.spec.model_subfolder
-    args: dict[str, Any] = {"model": str(model), "enforce_eager": True, "disable_log_stats": True,
-                            "tensor_parallel_size": d.tp_size}
+    args: dict[str, Any] = {"model": str(model), "disable_log_stats": True, "tensor_parallel_size": d.tp_size}
+    if current_platform.is_cpu():
+        args["enforce_eager"] = True  # compiling costs ~30 s at start-up on CPU and gains little
     optional = {
         "max_num_seqs": d.max_num_seqs, "max_model_len": d.max_model_len,
         "max_num_batched_tokens": d.max_num_batched_tokens, "enforce_eager": d.enforce_eager,
@@ -74,6 +75,7 @@ class LLMStageEngine:
         self.vocab_size = 0
         self._active: set[str] = set()
         self._aborted: set[str] = set()
+        self._bg: set[asyncio.Task] = set()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -140,6 +142,7 @@ class LLMStageEngine:
         return ids, text, sp
 
     async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
+        from vllm.exceptions import VLLMClientError
         from vllm.inputs.engine import tokens_input
 
         if self.engine is None:
@@ -153,6 +156,8 @@ class LLMStageEngine:
         self._active.add(rid)
         first_at: float | None = None
         num_tokens = 0
+        done = False
+        final: StageOutput | None = None
         try:
             async for ro in self.engine.generate(tokens_input(ids, prompt=text), sp, request_id=rid):
                 comp = ro.outputs[0]
@@ -167,24 +172,34 @@ class LLMStageEngine:
                 if want_ids and comp.token_ids:
                     data["token_ids"] = list(comp.token_ids)
                 if ro.finished:
-                    reason = "abort" if rid in self._aborted else comp.finish_reason
-                    data["finish_reason"] = reason
+                    data["finish_reason"] = "abort" if rid in self._aborted else comp.finish_reason
                     metrics = StageMetrics(
                         # Without vLLM's stats logging the scheduling time is not exposed:
                         # the queue time here runs up to the first output.
                         queue_time_s=first_at - req.arrival_time, run_time_s=now - first_at,
                         num_tokens=num_tokens, peak_memory_mb=peak_memory_mb(),
                     )
-                    yield StageOutput(rid, self.stage_id, data, finished=True, metrics=metrics)
-                    return
+                    final = StageOutput(rid, self.stage_id, data, finished=True, metrics=metrics)
+                    # Not yielded inside the loop: vLLM's stream must run to its end, or closing it
+                    # later (when our consumer stops reading) sends vLLM a needless abort.
+                    continue
                 if data:
                     yield StageOutput(rid, self.stage_id, data, finished=False)
+            done = True
             # vLLM ends an aborted request's stream without a final output in some paths.
-            yield StageOutput(rid, self.stage_id, {"finish_reason": "abort"}, finished=True,
-                              metrics=StageMetrics(num_tokens=num_tokens, peak_memory_mb=peak_memory_mb()))
+            yield final or StageOutput(rid, self.stage_id, {"finish_reason": "abort"}, finished=True,
+                                       metrics=StageMetrics(num_tokens=num_tokens, peak_memory_mb=peak_memory_mb()))
+        except VLLMClientError as e:  # vLLM rejected the request: the caller's fault, not the stage's
+            raise ValueError(str(e)) from None
         finally:
             self._active.discard(rid)
             self._aborted.discard(rid)
+            if not done and self.engine is not None:
+                # Closed early by the consumer: free vLLM's slot now rather than when the
+                # inner generator is garbage-collected (a task, since this may run during cancellation).
+                task = asyncio.get_running_loop().create_task(self._abort_in_vllm(self.engine, rid))
+                self._bg.add(task)  # keep a reference until it ran
+                task.add_done_callback(self._bg.discard)
 
     async def feed(self, request_id: str, chunk: dict[str, Any], last: bool) -> None:
         raise ValueError(f"stage {self.stage_id}: llm stages do not accept streamed (async chunk) input")

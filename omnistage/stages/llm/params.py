@@ -9,6 +9,7 @@ import numbers
 from typing import Any, Mapping
 
 from vllm import SamplingParams
+from vllm.exceptions import VLLMValidationError
 from vllm.sampling_params import RequestOutputKind
 
 # Public SamplingParams fields a request may set (private ones start with "_").
@@ -65,5 +66,5 @@ def to_sampling_params(params: Any, *, vocab_size: int) -> SamplingParams:
     _check_common(params.get, vocab_size)
     try:
         return SamplingParams(**dict(params), output_kind=RequestOutputKind.DELTA)
-    except (ValueError, TypeError) as e:  # vLLM's own validation names the parameter
+    except (ValueError, TypeError, VLLMValidationError) as e:  # vLLM's own checks name the parameter
         raise ValueError(f"sampling_params: {e}") from None
