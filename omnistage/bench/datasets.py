@@ -30,6 +30,7 @@ class BenchRequest:
     height: int | None = None
     num_frames: int | None = None
     num_inference_steps: int | None = None
+    guidance_scale: float | None = None
     seed: int | None = None
     negative_prompt: str | None = None
     image: bytes | None = None  # PNG bytes for i2i / i2v
@@ -50,6 +51,7 @@ class DatasetDefaults:
     height: int | None = None
     num_frames: int | None = None
     num_inference_steps: int | None = None
+    guidance_scale: float | None = None
     seed: int | None = 0
     max_tokens: int | None = None
     voice: str | None = None
@@ -84,7 +86,7 @@ def random_dataset(task: str, num_prompts: int, defaults: DatasetDefaults) -> li
 
 
 _CUSTOM_KEYS = {
-    "prompt", "width", "height", "num_frames", "num_inference_steps", "seed", "negative_prompt",
+    "prompt", "width", "height", "num_frames", "num_inference_steps", "guidance_scale", "seed", "negative_prompt",
     "image", "max_tokens", "voice", "slo_s", "extra",
 }
 
@@ -116,7 +118,7 @@ def custom_dataset(path: str | Path, task: str, num_prompts: int, defaults: Data
             raise ValueError(f"{where}: 'extra' must be an object")
         seed = row.get("seed", (defaults.seed or 0) + len(out))
         req = _from_defaults(f"bench-{len(out)}", row["prompt"], defaults, seed=seed)
-        for key in ("width", "height", "num_frames", "num_inference_steps", "negative_prompt",
+        for key in ("width", "height", "num_frames", "num_inference_steps", "guidance_scale", "negative_prompt",
                     "max_tokens", "voice", "slo_s", "extra"):
             if key in row:
                 setattr(req, key, row[key])
@@ -150,7 +152,8 @@ def load_dataset(name: str, task: str, num_prompts: int, defaults: DatasetDefaul
 
 def _from_defaults(request_id: str, prompt: str, d: DatasetDefaults, seed: int | None) -> BenchRequest:
     return BenchRequest(request_id=request_id, prompt=prompt, width=d.width, height=d.height,
-                        num_frames=d.num_frames, num_inference_steps=d.num_inference_steps, seed=seed,
+                        num_frames=d.num_frames, num_inference_steps=d.num_inference_steps,
+                        guidance_scale=d.guidance_scale, seed=seed,
                         max_tokens=d.max_tokens, voice=d.voice)
 
 

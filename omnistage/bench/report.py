@@ -61,13 +61,18 @@ def plot_latency(path: str | Path, outcomes: list[Outcome], title: str) -> Path 
     ax_hist.set_title("latency distribution")
     cdf = np.arange(1, len(lat) + 1) / len(lat)
     ax_cdf.step(lat, cdf, where="post", color="tab:orange")
-    for q in (50, 95, 99):
+    for i, q in enumerate((50, 95, 99)):
         v = float(np.percentile(lat, q))
         ax_cdf.axvline(v, linestyle="--", linewidth=0.8, color="grey")
-        ax_cdf.text(v, 0.02 + q / 500, f"p{q}", fontsize=8)
+        # x in data, y in axes units; staggered because p95/p99 often coincide
+        ax_cdf.text(v, 0.05 + 0.08 * i, f" p{q}", fontsize=8, transform=ax_cdf.get_xaxis_transform())
+    ax_cdf.set_ylim(0, 1.05)
     ax_cdf.set_xlabel("latency (s)")
     ax_cdf.set_ylabel("fraction of requests")
     ax_cdf.set_title("latency CDF")
+    if lat[0] == lat[-1]:  # one distinct value: give the axes a width to draw in
+        for ax in (ax_hist, ax_cdf):
+            ax.set_xlim(lat[0] * 0.9, lat[0] * 1.1 + 1e-3)
     fig.suptitle(title)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

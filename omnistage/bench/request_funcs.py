@@ -73,8 +73,9 @@ async def send_request(client: httpx.AsyncClient, spec: ClientSpec, req: BenchRe
     try:
         await fn(client, spec, req, outcome, start)
         result.success = True
-    except (RequestFailed, httpx.HTTPError, ValueError, KeyError, TypeError) as e:
-        result.error = str(e) or type(e).__name__
+    except (RequestFailed, httpx.HTTPError, httpx.StreamError, ValueError, KeyError, TypeError,
+            AttributeError, IndexError) as e:  # a malformed reply fails this request, not the run
+        result.error = str(e) if isinstance(e, RequestFailed) else f"{type(e).__name__}: {e}"
         outcome.outputs.clear()
     result.latency = time.perf_counter() - start
     return outcome
@@ -100,7 +101,7 @@ def _gen_fields(spec: ClientSpec, req: BenchRequest) -> dict[str, Any]:
         fields["model"] = spec.model
     if req.width and req.height:
         fields["size"] = f"{req.width}x{req.height}"
-    for key in ("num_inference_steps", "seed", "negative_prompt", "num_frames"):
+    for key in ("num_inference_steps", "guidance_scale", "seed", "negative_prompt", "num_frames"):
         value = getattr(req, key)
         if value is not None:
             fields[key] = value

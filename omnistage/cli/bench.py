@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import math
 import sys
 import time
@@ -45,6 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-frames", type=_positive_int, default=None)
     p.add_argument("--fps", type=_positive_int, default=None)
     p.add_argument("--num-inference-steps", type=_positive_int, default=None)
+    p.add_argument("--guidance-scale", type=float, default=None)
     p.add_argument("--strength", type=float, default=None, help="i2i / i2v strength")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--random-input-len", type=_positive_int, default=16, help="chat: words per random prompt")
@@ -64,6 +66,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--save-dir", default=None, help="decode and save returned images/audio/video here")
     p.add_argument("--output-file", default=None, help="write metrics + per-request results as JSON")
     p.add_argument("--plot-file", default=None, help="latency PNG (default: next to --output-file)")
+    p.add_argument("--no-plot", action="store_true", help="skip the latency PNG")
     p.add_argument("--label", default=None, help="name recorded in the JSON (e.g. omnistage, naive)")
     p.add_argument("--ready-timeout", type=float, default=0.0, help="wait up to N s for GET /health")
     p.add_argument("--request-timeout", type=float, default=600.0)
@@ -77,12 +80,14 @@ def run(args: argparse.Namespace) -> int:
     from omnistage.bench.request_funcs import ClientSpec
     from omnistage.bench.runner import RunConfig, run_benchmark
 
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request drowns the table
     if args.ready_timeout > 0 and not _wait_ready(args.base_url, args.ready_timeout):
         print(f"server at {args.base_url} not ready after {args.ready_timeout}s", file=sys.stderr)
         return 1
     try:
         defaults = DatasetDefaults(width=args.width, height=args.height, num_frames=args.num_frames,
-                                   num_inference_steps=args.num_inference_steps, seed=args.seed,
+                                   num_inference_steps=args.num_inference_steps,
+                                   guidance_scale=args.guidance_scale, seed=args.seed,
                                    max_tokens=args.max_tokens, voice=args.voice, input_len=args.random_input_len)
         requests = load_dataset(args.dataset, args.task, args.num_prompts, defaults, args.dataset_path)
     except (ValueError, OSError) as e:
@@ -111,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         path = write_json(args.output_file, config, metrics, result.outcomes, extra)
         print(f"wrote {path}")
     plot_path = args.plot_file or (str(Path(args.output_file).with_suffix(".png")) if args.output_file else None)
-    if plot_path and plot_latency(plot_path, result.outcomes, f"{args.label or model} {args.task}"):
+    if plot_path and not args.no_plot and plot_latency(plot_path, result.outcomes, f"{args.label or model} {args.task}"):
         print(f"wrote {plot_path}")
     if args.save_dir:
         print(f"saved {save_outputs(args.save_dir, result.outcomes)} files to {args.save_dir}")
