@@ -1,23 +1,44 @@
-"""omnistage: serve omni-modality generative pipelines offline and over an OpenAI-compatible API."""
+"""omnistage: serve omni-modality generative pipelines offline and over an OpenAI-compatible API.
 
-from omnistage.engine.async_omni import AsyncOmni
-from omnistage.engine.omni import Omni
-from omnistage.engine.request import InvalidRequestError, StageFailedError
-from omnistage.modality import OutputModality
-from omnistage.outputs import OmniRequestOutput
-from omnistage.params import DiffusionSamplingParams
-from omnistage.pipeline import Edge, Pipeline, StageSpec, register_pipeline
+Public names are imported lazily (PEP 562): ``import omnistage.bench`` or the
+CLI's ``--help`` should not pay for importing torch and diffusers.
+"""
 
-__all__ = [
-    "AsyncOmni",
-    "DiffusionSamplingParams",
-    "Edge",
-    "InvalidRequestError",
-    "Omni",
-    "OmniRequestOutput",
-    "OutputModality",
-    "Pipeline",
-    "StageFailedError",
-    "StageSpec",
-    "register_pipeline",
-]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "AsyncOmni": "omnistage.engine.async_omni",
+    "Omni": "omnistage.engine.omni",
+    "InvalidRequestError": "omnistage.engine.request",
+    "StageFailedError": "omnistage.engine.request",
+    "OutputModality": "omnistage.modality",
+    "OmniRequestOutput": "omnistage.outputs",
+    "DiffusionSamplingParams": "omnistage.params",
+    "Edge": "omnistage.pipeline",
+    "Pipeline": "omnistage.pipeline",
+    "StageSpec": "omnistage.pipeline",
+    "register_pipeline": "omnistage.pipeline",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'omnistage' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs
+    from omnistage.engine.async_omni import AsyncOmni
+    from omnistage.engine.omni import Omni
+    from omnistage.engine.request import InvalidRequestError, StageFailedError
+    from omnistage.modality import OutputModality
+    from omnistage.outputs import OmniRequestOutput
+    from omnistage.params import DiffusionSamplingParams
+    from omnistage.pipeline import Edge, Pipeline, StageSpec, register_pipeline

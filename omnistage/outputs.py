@@ -30,6 +30,7 @@ class OmniRequestOutput:
     latents: Any = None
     finish_reason: str | None = None
     prompt_token_ids: list[int] | None = None
+    num_tokens: int | None = None  # tokens generated so far by this (llm) stage
     delta: dict[str, Any] = field(default_factory=dict)
     metrics: dict[int, dict[str, float]] = field(default_factory=dict)  # stage id -> StageMetrics.to_dict()
     progress: tuple[int, int] | None = None

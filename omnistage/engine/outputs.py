@@ -36,7 +36,7 @@ def to_request_output(*, request_id: str, stage_id: int, output_type: OutputModa
     """``keep`` is the subset of modalities the caller asked for; the rest is not returned."""
     out = OmniRequestOutput(request_id=request_id, stage_id=stage_id, final_output_type=str(output_type),
                             finished=finished, metrics=metrics, progress=progress,
-                            finish_reason=total.get("finish_reason"))
+                            finish_reason=total.get("finish_reason"), num_tokens=total.get("num_tokens"))
     if OutputModality.TEXT in keep and "text" in total:
         out.text = total["text"]
     if OutputModality.TOKEN_IDS in keep and "token_ids" in total:

@@ -127,5 +127,14 @@ def test_chat_family_stream_equals_whole(tiny_model, tmp_path):
         assert streamed == whole.choices[0].message.content
         assert whole.usage.completion_tokens == chunks[-1].usage.completion_tokens == 8
         assert whole.choices[0].finish_reason == "length"
+        running = list(client.chat.completions.create(
+            model="tiny-chat", messages=messages, max_tokens=8, temperature=0, stream=True,
+            stream_options={"include_usage": True, "continuous_usage_stats": True}))
+        counts = [c.usage.completion_tokens for c in running if c.choices and c.choices[0].delta.content]
+        # The server's running count on every text chunk (the detokenizer may hold text back, so the
+        # first chunk can already carry several tokens); the closing usage chunk has the total.
+        assert counts and counts == sorted(counts) and 1 <= counts[0] and counts[-1] <= 8
+        assert running[-1].usage.completion_tokens == 8
+        assert all(c.usage.prompt_tokens == whole.usage.prompt_tokens for c in running if c.usage)
     finally:
         stop(proc, log)

@@ -179,6 +179,8 @@ async def _stream(state: ServerState, body: ChatCompletionRequest, rid: str, pro
     first = True
     result = Result()
     text_stages = state.text_stages()
+    continuous = body.stream_options is not None and body.stream_options.include_usage \
+        and body.stream_options.continuous_usage_stats
 
     def chunk(delta: dict[str, Any], modality: str | None, finish: str | None = None, **extra: Any) -> str:
         data = {"id": f"chatcmpl-{rid}", "object": "chat.completion.chunk", "created": created,
@@ -193,7 +195,12 @@ async def _stream(state: ServerState, body: ChatCompletionRequest, rid: str, pro
         pieces: list[str] = []
         text = out.delta.get("text")
         if isinstance(text, str) and text:
-            pieces.append(chunk({"content": text}, "text"))
+            usage = {}
+            if continuous and out.num_tokens is not None:  # the server's count, so clients need not count chunks
+                prompt_tokens = len(out.prompt_token_ids or [])
+                usage = {"usage": {"prompt_tokens": prompt_tokens, "completion_tokens": out.num_tokens,
+                                   "total_tokens": prompt_tokens + out.num_tokens}}
+            pieces.append(chunk({"content": text}, "text", **usage))
         audio = out.delta.get("audio")
         if audio is not None:
             arr = np.asarray(audio.detach().cpu() if hasattr(audio, "detach") else audio, dtype=np.float32).reshape(-1)

@@ -171,6 +171,8 @@ class LLMStageEngine:
                     data["text"] = comp.text
                 if want_ids and comp.token_ids:
                     data["token_ids"] = list(comp.token_ids)
+                if data:
+                    data["num_tokens"] = num_tokens  # running count: lets the server report continuous usage
                 if ro.finished:
                     data["finish_reason"] = "abort" if rid in self._aborted else comp.finish_reason
                     metrics = StageMetrics(
