@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-fast serve clean
+.PHONY: install test test-fast serve clean browser
 
 install: $(STAMP)
 
@@ -22,8 +22,12 @@ $(STAMP): pyproject.toml
 	$(PY) -c "import torch, transformers, diffusers; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $(STAMP)
 
-test: install
+test: install browser
 	$(PY) -m pytest -q -rs tests
+
+# Headless Chromium for the playground's browser test (needs root/sudo; the test skips, saying why, without it).
+browser:
+	sh scripts/install-browser.sh || echo "warning: chromium not installed; the browser test will be skipped"
 
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not vllm" tests

@@ -23,6 +23,11 @@ Conditioning is a dict of tensors whose dim 0 is the row dimension
 (``job.rows`` rows per job); the engine concatenates uncond rows of all CFG
 jobs followed by cond rows of all jobs (the diffusers layout for one request)
 and applies per-request guidance ``u + g * (c - u)`` itself.
+
+An adapter whose uncond conditioning cannot share a forward with the cond
+rows (other keys or sequence length, as GLM-Image's) sets the class attribute
+``separate_cfg_passes = True``: the engine then runs one forward over all cond
+rows and one over all uncond rows, each with its own dict.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class DiffusionJob:
     negative_prompt: str | None
     params: DiffusionSamplingParams
     images: list[Any] | None = None  # img2img / edit inputs (PIL)
+    inputs: dict[str, Any] = field(default_factory=dict)  # the stage's whole input dict (edge-provided conditioning)
     generator: torch.Generator | None = None
     arrival: float = field(default_factory=time.monotonic)
 
@@ -95,6 +101,7 @@ class Sampler(Protocol):
 
 class DiffusionAdapter(Protocol):
     sampler: Sampler
+    # optional class attribute: separate_cfg_passes = True (see the module docstring)
 
     @classmethod
     def load(cls, folder: str, dtype: torch.dtype, device: torch.device) -> "DiffusionAdapter": ...

@@ -153,8 +153,8 @@ class DiffusionStageEngine:
         else:
             seed = params.seed if params.seed is not None else random.randrange(2**63)
             generator = torch.Generator("cpu").manual_seed(seed)
-        job = DiffusionJob(req.request_id, prompt, negative, params, images=images or None, generator=generator,
-                           arrival=req.arrival_time)
+        job = DiffusionJob(req.request_id, prompt, negative, params, images=images or None, inputs=dict(inputs),
+                           generator=generator, arrival=req.arrival_time)
         self.adapter.validate(job)
         job.key = self.adapter.batch_key(job)
         return job

@@ -80,9 +80,16 @@ def run_step(adapter: DiffusionAdapter, batch: list[DiffusionJob], new: list[Dif
     model_in = torch.cat([j.latents for j in cfg] + [x]) if cfg else x
     model_in = adapter.sampler.scale_model_input(model_in, row_jobs)
     t = torch.stack([adapter.sampler.timestep(j) for j in row_jobs for _ in range(j.rows)])
-    cond = {k: torch.cat([j.uncond[k] for j in cfg] + [j.cond[k] for j in jobs]) for k in jobs[0].cond}
-    out = adapter.predict(model_in, t, cond)
     n_uncond = sum(j.rows for j in cfg)
+    if cfg and getattr(adapter, "separate_cfg_passes", False):
+        # cond and uncond conditioning differ in shape or keys: one forward each (cond first, as diffusers)
+        cond = {k: torch.cat([j.cond[k] for j in jobs]) for k in jobs[0].cond}
+        uncond = {k: torch.cat([j.uncond[k] for j in cfg]) for k in cfg[0].uncond}
+        out_c = adapter.predict(model_in[n_uncond:], t[n_uncond:], cond)
+        out = torch.cat([adapter.predict(model_in[:n_uncond], t[:n_uncond], uncond), out_c])
+    else:
+        cond = {k: torch.cat([j.uncond[k] for j in cfg] + [j.cond[k] for j in jobs]) for k in jobs[0].cond}
+        out = adapter.predict(model_in, t, cond)
     pred = guide(out[:n_uncond], out[n_uncond:], jobs) if cfg else out
     x = adapter.sampler.step(pred, x, jobs)
     for j, rows in zip(jobs, torch.split(x, [j.rows for j in jobs])):

@@ -1,0 +1,34 @@
+"""``glm_image``: GLM-Image as two stages (diffusers ``GlmImagePipeline`` folders).
+
+Stage 0 (llm, ``token_ids``): the autoregressive model draws the image as VQ
+token ids. Stage 1 (diffusion, ``image``): GlmImageTransformer2DModel + VAE,
+conditioned on those ids through ``edges.ar_tokens_to_prior``. The target
+size reaches stage 0 through the request (``additional_information`` height/
+width, or stage 0's params), see ``edges.requested_size``.
+"""
+
+from omnistage.models.glm_image.adapter import GlmImageAdapter
+from omnistage.models.glm_image.edges import ar_tokens_to_prior
+from omnistage.pipeline import Edge, Pipeline, StageSpec, register_pipeline
+
+
+def build_ar_stage(ctx):
+    from omnistage.models.glm_image.ar_engine import GlmImageAREngine
+
+    return GlmImageAREngine(ctx)
+
+
+PIPELINE = register_pipeline(Pipeline(
+    name="glm_image",
+    description="GLM-Image: AR model draws image tokens (vLLM) -> DiT + VAE decode them",
+    matches=lambda f: f.diffusers_class == "GlmImagePipeline",
+    stages=[
+        StageSpec(0, kind="llm", name="ar", output="token_ids", can_output="token_ids", engine=build_ar_stage,
+                  model_subfolder="vision_language_encoder", default_params={"temperature": 0.0}),
+        StageSpec(1, kind="diffusion", name="dit", adapter=GlmImageAdapter, output="image", can_output="image,latent",
+                  final=True, default_params={"num_inference_steps": 50, "guidance_scale": 1.5},
+                  inputs=[Edge(0, process=ar_tokens_to_prior)]),
+    ],
+))
+
+__all__ = ["GlmImageAdapter", "PIPELINE", "ar_tokens_to_prior"]

@@ -1,0 +1,233 @@
+"""GLM-Image's AR text decoder as an out-of-tree vLLM model (registered by ``vllm_plugin``).
+
+vLLM 0.32 has no GLM-Image model, and its M-RoPE runner gives every decoded
+token the same position on all three axes (``position + delta``), while
+GLM-Image gives generated image tokens 2-D grid positions. This model computes
+those positions itself, using only the public ``SupportsMRoPE`` contract:
+
+- ``get_mrope_input_positions`` (called once per request with its prompt
+  tokens) reads the target grids from the prompt (``<sop>H W<eop>`` ...),
+  stores the request's decode position table under a small integer id and
+  returns ``delta = (id << 20) - len(prompt)``;
+- so vLLM's decode position for generated token ``k`` is ``(id << 20) + k``
+  on all axes, and ``forward`` replaces such positions by ``table[id][k]``.
+
+vLLM keeps positions in int32, so ids are few (2047): they are recycled
+least-recently-used first, and every forward touches the ids it reads, so a
+running request keeps its id while fewer than 2047 requests run at once.
+
+Text-to-image only: prompts with source-image tokens are refused.
+Tensor parallelism is not supported (plain linear layers).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vllm.config import VllmConfig
+from vllm.model_executor.layers.attention import Attention
+from vllm.model_executor.models.interfaces import SupportsMRoPE
+
+_SHIFT = 20  # decode positions carry the layout id above this bit (contexts < 2**20 tokens)
+_MAX_IDS = (1 << (31 - _SHIFT)) - 1  # positions stay below 2**31 (vLLM computes them in int32)
+
+
+def decode_positions(start: int, grids: list[tuple[int, int]]) -> torch.Tensor:
+    """[3, n] positions of the generated tokens (transformers' GlmImageModel.get_rope_index rule):
+    grids are drawn in the given order, each token at (start, start + row, start + col), the next
+    grid starting max(h, w) later; one more position for the end token."""
+    cols = []
+    pos = start
+    for h, w in grids:
+        rows = torch.arange(h).repeat_interleave(w)
+        colw = torch.arange(w).repeat(h)
+        cols.append(torch.stack([torch.full((h * w,), pos), pos + rows, pos + colw]))
+        pos += max(h, w)
+    cols.append(torch.full((3, 1), pos))
+    return torch.cat(cols, dim=1)
+
+
+class _Layer(nn.Module):
+    def __init__(self, cfg: Any, vllm_config: VllmConfig, prefix: str):
+        super().__init__()
+        self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        h, bias = cfg.hidden_size, cfg.attention_bias
+        self.self_attn = nn.Module()
+        self.self_attn.q_proj = nn.Linear(h, self.heads * self.head_dim, bias=bias)
+        self.self_attn.k_proj = nn.Linear(h, self.kv_heads * self.head_dim, bias=bias)
+        self.self_attn.v_proj = nn.Linear(h, self.kv_heads * self.head_dim, bias=bias)
+        self.self_attn.o_proj = nn.Linear(self.heads * self.head_dim, h, bias=False)
+        self.self_attn.attn = Attention(self.heads, self.head_dim, self.head_dim**-0.5, num_kv_heads=self.kv_heads,
+                                        cache_config=vllm_config.cache_config, prefix=f"{prefix}.self_attn.attn")
+        self.mlp = nn.Module()
+        self.mlp.gate_up_proj = nn.Linear(h, 2 * cfg.intermediate_size, bias=False)
+        self.mlp.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
+        for name in ("input_layernorm", "post_attention_layernorm", "post_self_attn_layernorm", "post_mlp_layernorm"):
+            setattr(self, name, _RMSNorm(h, cfg.rms_norm_eps))
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        a = self.self_attn
+        y = self.input_layernorm(x)
+        n = y.shape[0]
+        q = _rope(a.q_proj(y).view(n, self.heads, self.head_dim), cos, sin)
+        k = _rope(a.k_proj(y).view(n, self.kv_heads, self.head_dim), cos, sin)
+        o = a.attn(q.reshape(n, -1), k.reshape(n, -1), a.v_proj(y))
+        x = x + self.post_self_attn_layernorm(a.o_proj(o.reshape(n, -1)))
+        gate, up = self.mlp.gate_up_proj(self.post_attention_layernorm(x)).chunk(2, dim=-1)
+        return x + self.post_mlp_layernorm(self.mlp.down_proj(up * F.silu(gate)))
+
+
+class _RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Half-split (neox) rotation of the first ``cos.shape[-1]`` dims, as transformers' GLM-Image."""
+    d = cos.shape[-1]
+    rot, rest = x[..., :d], x[..., d:]
+    x1, x2 = rot[..., : d // 2], rot[..., d // 2:]
+    rotated = torch.cat((-x2, x1), dim=-1)
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    return torch.cat([rot * cos + rotated * sin, rest], dim=-1)
+
+
+class GlmImageARForVLLM(nn.Module, SupportsMRoPE):
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        super().__init__()
+        config = vllm_config.model_config.hf_config
+        cfg = config.text_config
+        self.config = config
+        self.vocab_size = cfg.vocab_size
+        self.vision_vocab = cfg.vision_vocab_size
+        self.model = nn.Module()
+        lm = self.model.language_model = nn.Module()
+        lm.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        lm.layers = nn.ModuleList(_Layer(cfg, vllm_config, f"model.language_model.layers.{i}")
+                                  for i in range(cfg.num_hidden_layers))
+        lm.norm = _RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vision_vocab_size, bias=False)
+
+        rope = cfg.rope_parameters
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        dim = int(head_dim * rope.get("partial_rotary_factor", 1.0))
+        self.register_buffer("inv_freq", 1.0 / (rope["rope_theta"] ** (torch.arange(0, dim, 2).float() / dim)),
+                             persistent=False)
+        self.mrope_section = list(rope.get("mrope_section", [8, 12, 12]))
+
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(vllm_config.model_config.tokenizer)
+        self._tokenizer = tok
+        self._sop = tok.convert_tokens_to_ids(tok.grid_bos_token)
+        self._eop = tok.convert_tokens_to_ids(tok.grid_eos_token)
+        if vllm_config.model_config.max_model_len >= (1 << _SHIFT):
+            raise ValueError(f"max_model_len: GLM-Image on vLLM supports contexts below {1 << _SHIFT} tokens")
+        self._layouts: OrderedDict[tuple, int] = OrderedDict()  # (prompt length, grids) -> id, LRU order
+        self._tables: dict[int, torch.Tensor] = {}  # id -> [3, n] decode positions
+
+    # ------------------------------------------------------------------ positions
+
+    def _target_grids(self, tokens: list[int]) -> list[tuple[int, int]]:
+        """The ``<sop>H W<eop>`` pairs the processor appended (t2i: target, then preview)."""
+        if self.config.image_end_token_id in tokens:
+            raise ValueError("GLM-Image on vLLM: prompts with source-image tokens are not supported")
+        if not tokens or tokens[-1] != self.config.image_start_token_id:
+            raise ValueError("GLM-Image prompt must end with the image start token (use GlmImageProcessor)")
+        grids, end = [], len(tokens) - 1
+        for _ in range(2):
+            if end == 0 or tokens[end - 1] != self._eop:
+                break
+            start = max(i for i in range(end) if tokens[i] == self._sop)
+            h, w = self._tokenizer.decode(tokens[start + 1:end - 1]).split()
+            grids.append((int(h), int(w)))
+            end = start
+        if len(grids) != 2:
+            raise ValueError("GLM-Image prompt lacks the target and preview grids (<sop>H W<eop> twice)")
+        return grids[::-1]
+
+    def get_mrope_input_positions(self, input_tokens: list[int], mm_features: list[Any]) -> tuple[torch.Tensor, int]:
+        n = len(input_tokens)
+        prompt_pos = torch.arange(n).expand(3, n).clone()
+        grids = self._target_grids(list(input_tokens))
+        decode_order = grids[::-1]  # drawn last grid first: preview, then target (get_rope_index)
+        key = (n, tuple(decode_order))
+        if key in self._layouts:
+            self._layouts.move_to_end(key)
+        else:
+            if len(self._layouts) < _MAX_IDS:
+                layout_id = len(self._layouts) + 1
+            else:  # recycle the least recently used id
+                _, layout_id = self._layouts.popitem(last=False)
+            self._layouts[key] = layout_id
+            self._tables[layout_id] = decode_positions(n, decode_order)
+        return prompt_pos, (self._layouts[key] << _SHIFT) - n
+
+    def _true_positions(self, positions: torch.Tensor) -> torch.Tensor:
+        decode = positions[0] >= (1 << _SHIFT)
+        if not bool(decode.any()):
+            return positions
+        positions = positions.clone()
+        by_id = {layout_id: key for key, layout_id in self._layouts.items()}
+        for i in decode.nonzero().flatten().tolist():
+            p = int(positions[0, i])
+            self._layouts.move_to_end(by_id[p >> _SHIFT])  # in use: not recycled
+            table = self._tables[p >> _SHIFT]
+            step = min(p & ((1 << _SHIFT) - 1), table.shape[1] - 1)  # past the end: repeat the last
+            positions[:, i] = table[:, step]
+        return positions
+
+    def _cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions[..., None].float() * self.inv_freq  # [3, n, dim/2]
+        parts = [chunk[i % 3] for i, chunk in enumerate(freqs.split(self.mrope_section, dim=-1))]
+        f = torch.cat(parts, dim=-1)
+        f = torch.cat([f, f], dim=-1)
+        return f.cos().to(dtype), f.sin().to(dtype)
+
+    # ------------------------------------------------------------------ vLLM model API
+
+    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model.language_model.embed_tokens(input_ids)
+
+    def forward(self, input_ids: torch.Tensor | None, positions: torch.Tensor, intermediate_tensors: Any = None,
+                inputs_embeds: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
+        x = inputs_embeds if inputs_embeds is not None else self.embed_input_ids(input_ids)
+        if positions.ndim == 1:
+            positions = positions.expand(3, -1)
+        cos, sin = self._cos_sin(self._true_positions(positions), x.dtype)
+        for layer in self.model.language_model.layers:
+            x = layer(x, cos, sin)
+        return self.model.language_model.norm(x)
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        logits = self.lm_head(hidden_states)
+        # the head covers the vision vocabulary only; text ids are never generated
+        pad = logits.new_full((logits.shape[0], self.vocab_size - self.vision_vocab), float("-inf"))
+        return torch.cat([logits, pad], dim=-1)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        params = dict(self.named_parameters())
+        loaded = set()
+        for name, w in weights:
+            if name in params:  # the vision encoder and VQ model are not part of the AR decoder
+                with torch.no_grad():
+                    params[name].copy_(w)
+                loaded.add(name)
+        missing = set(params) - loaded
+        if missing:
+            raise ValueError(f"GLM-Image AR weights missing: {sorted(missing)[:5]}")
+        return loaded
