@@ -48,6 +48,21 @@ def _llm_part(knobs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def with_output_resolution(prompt: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any]:
+    """Put the requested output size into the prompt's ``additional_information`` too:
+    a stage upstream of the denoiser (e.g. GLM-Image's AR stage, which draws the image
+    tokens on a grid) must know the target resolution, and llm params cannot carry it."""
+    wh = parse_size(knobs.get("size"))
+    height = knobs.get("height", wh[1] if wh else None)
+    width = knobs.get("width", wh[0] if wh else None)
+    if height is not None and width is not None:
+        info = dict(prompt.get("additional_information") or {})
+        info.setdefault("height", height)
+        info.setdefault("width", width)
+        prompt["additional_information"] = info
+    return prompt
+
+
 def filter_extra_args(engine: Any, extras: dict[str, Any]) -> dict[str, Any]:
     allowed = engine.pipeline.extra_body_params or {}
     dropped = sorted(k for k in extras if k not in allowed)

@@ -17,7 +17,7 @@ from omnistage.server.media import (audio_from_bytes, b64, data_url, decode_base
                                     encode_mp4, load_audio, load_image, load_video, pcm16)
 from omnistage.server.middleware import request_id
 from omnistage.server.protocol import ChatCompletionRequest
-from omnistage.server.sampling import build_sampling_params_list, request_knobs
+from omnistage.server.sampling import build_sampling_params_list, request_knobs, with_output_resolution
 from omnistage.server.state import Result, ServerState
 from omnistage.server.streaming import SSE_DONE, AbortOnDisconnect, sse, with_error_event
 
@@ -39,7 +39,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, state:
     if knobs.get("n", 1) > 1 and OutputModality.TEXT in wants and state.text_stages():
         raise bad_request("n: only n=1 is supported for text output", "n")
     params = build_sampling_params_list(engine, knobs, extras, body.sampling_params_list)
-    prompt = await build_prompt(state, body)
+    prompt = with_output_resolution(await build_prompt(state, body), knobs)
     rid = request_id(request.scope)
     if body.stream:
         slot = state.admission.acquire()  # before the response starts, so saturation is a real 503

@@ -17,7 +17,7 @@ from omnistage.server.errors import APIError, bad_request, describe_validation
 from omnistage.server.media import b64, encode_image, image_from_bytes, load_image, too_large
 from omnistage.server.middleware import request_id
 from omnistage.server.protocol import ImageRequest
-from omnistage.server.sampling import build_sampling_params_list, request_knobs
+from omnistage.server.sampling import build_sampling_params_list, request_knobs, with_output_resolution
 from omnistage.server.state import ServerState
 
 router = APIRouter(prefix="/v1")
@@ -102,6 +102,7 @@ async def generate_images(state: ServerState, request: Request, body: ImageReque
         prompt["negative_prompt"] = knobs["negative_prompt"]
     if images:
         prompt["multi_modal_data"] = {"image": images}
+    with_output_resolution(prompt, knobs)
     rid = request_id(request.scope)
     result = await state.run(request, rid, prompt, params, ["image"])
     quality = body.output_compression

@@ -27,7 +27,7 @@ from omnistage.server.errors import APIError, bad_request, describe_validation, 
 from omnistage.server.media import encode_mp4, image_from_bytes, load_image, too_large
 from omnistage.server.middleware import request_id
 from omnistage.server.protocol import VideoJob, VideoRequest
-from omnistage.server.sampling import build_sampling_params_list, denoising_stages
+from omnistage.server.sampling import build_sampling_params_list, denoising_stages, with_output_resolution
 from omnistage.server.state import ServerState, Slot
 
 router = APIRouter(prefix="/v1")
@@ -101,7 +101,7 @@ def _plan(state: ServerState, body: VideoRequest, image: Any) -> tuple[dict, lis
         prompt["negative_prompt"] = body.negative_prompt
     if image is not None:
         prompt["multi_modal_data"] = {"image": [image]}
-    return prompt, params
+    return with_output_resolution(prompt, knobs), params
 
 
 def _job_or_404(state: ServerState, video_id: str) -> VideoJob:
