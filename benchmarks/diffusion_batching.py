@@ -189,7 +189,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--size", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     from diffusers import StableDiffusion3Pipeline
 
@@ -205,21 +205,20 @@ def main() -> None:
         run_sequential(pipe, reqs[:1])
         asyncio.run(run_engine(adapter, tmp, reqs[:2], 2))
         runs, ratios = [], {}
-        # The machine is shared: each measurement is repeated, interleaved with its baseline, and the
+        # The machine is shared: for each concurrency the baselines and the engine run interleaved
+        # (sequential, batched, engine, sequential, ...) so they see the same background load, and the
         # fastest run of each kind is kept (the one least disturbed by other processes).
-        seq = best([run_sequential(pipe, reqs) for _ in range(args.repeats)])
-        runs.append(seq)
         for c in (1, 4, 8):
-            ideals, engines = [], []
+            seqs, ideals, engines = [], [], []
             for _ in range(args.repeats):
+                seqs.append(run_sequential(pipe, reqs))
                 if c != 1:
                     ideals.append(run_batched(pipe, reqs, c))
                 engines.append(asyncio.run(run_engine(adapter, tmp, reqs, c)))
+            seq = best(seqs)
             ideal = seq if c == 1 else best(ideals)
             eng = best(engines)
-            if c != 1:
-                runs.append(ideal)
-            runs.append(eng)
+            runs += [dict(seq, concurrency=c)] + ([ideal] if c != 1 else []) + [eng]
             ratios[str(c)] = {"vs_ideal": eng["throughput_rps"] / ideal["throughput_rps"],
                               "vs_sequential": eng["throughput_rps"] / seq["throughput_rps"],
                               "cpu_vs_ideal": eng["requests_per_cpu_s"] / ideal["requests_per_cpu_s"],
