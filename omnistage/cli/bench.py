@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from omnistage.cli.args import positive_int
+
 
 def _rate(value: str) -> float:
     if value.lower() in ("inf", "infinity"):
@@ -19,13 +21,6 @@ def _rate(value: str) -> float:
     if rate <= 0:
         raise argparse.ArgumentTypeError("--request-rate must be positive or 'inf'")
     return rate
-
-
-def _positive_int(value: str) -> int:
-    n = int(value)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
-    return n
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,19 +33,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--task", required=True, choices=["t2i", "i2i", "t2v", "i2v", "tts", "chat"])
     p.add_argument("--dataset", default="random", choices=["random", "custom"])
     p.add_argument("--dataset-path", default=None, help="JSONL file for --dataset custom")
-    p.add_argument("--num-prompts", type=_positive_int, default=10)
-    p.add_argument("--max-concurrency", type=_positive_int, default=None)
+    p.add_argument("--num-prompts", type=positive_int, default=10)
+    p.add_argument("--max-concurrency", type=positive_int, default=None)
     p.add_argument("--request-rate", type=_rate, default=math.inf, help="requests/s (Poisson) or inf")
-    p.add_argument("--width", type=_positive_int, default=None)
-    p.add_argument("--height", type=_positive_int, default=None)
-    p.add_argument("--num-frames", type=_positive_int, default=None)
-    p.add_argument("--fps", type=_positive_int, default=None)
-    p.add_argument("--num-inference-steps", type=_positive_int, default=None)
+    p.add_argument("--width", type=positive_int, default=None)
+    p.add_argument("--height", type=positive_int, default=None)
+    p.add_argument("--num-frames", type=positive_int, default=None)
+    p.add_argument("--fps", type=positive_int, default=None)
+    p.add_argument("--num-inference-steps", type=positive_int, default=None)
     p.add_argument("--guidance-scale", type=float, default=None)
     p.add_argument("--strength", type=float, default=None, help="i2i / i2v strength")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--random-input-len", type=_positive_int, default=16, help="chat: words per random prompt")
-    p.add_argument("--output-len", "--max-tokens", dest="max_tokens", type=_positive_int, default=None,
+    p.add_argument("--random-input-len", type=positive_int, default=16, help="chat: words per random prompt")
+    p.add_argument("--output-len", "--max-tokens", dest="max_tokens", type=positive_int, default=None,
                    help="chat: max_tokens per request")
     p.add_argument("--no-ignore-eos", action="store_true", help="chat: let requests stop at EOS")
     p.add_argument("--temperature", type=float, default=0.0, help="chat sampling temperature")
@@ -58,7 +53,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stream", action="store_true", help="tts: stream PCM (measures time to first packet)")
     p.add_argument("--audio-format", default="wav")
     p.add_argument("--warmup-requests", type=int, default=1)
-    p.add_argument("--warmup-num-inference-steps", type=_positive_int, default=2)
+    p.add_argument("--warmup-num-inference-steps", type=positive_int, default=2)
     p.add_argument("--slo", type=float, default=None, help="latency SLO in seconds")
     p.add_argument("--slo-scale", type=float, default=3.0,
                    help="without --slo: SLO = scale x latency of one request run alone (0 disables)")

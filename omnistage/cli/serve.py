@@ -14,14 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from omnistage.cli.args import positive_int
+
 logger = logging.getLogger("omnistage.serve")
-
-
-def _positive_int(value: str) -> int:
-    n = int(value)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
-    return n
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,12 +33,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     cfg.add_argument("--stage-configs-path", metavar="FILE", help="deploy YAML (legacy name)")
     p.add_argument("--stage-overrides", metavar="JSON", help='per-stage fields, e.g. \'{"0": {"max_num_seqs": 4}}\'')
     p.add_argument("--pipeline", help="force a registered pipeline (see `omnistage pipelines`)")
-    p.add_argument("--max-num-seqs", type=_positive_int, help="max requests batched per stage")
+    p.add_argument("--max-num-seqs", type=positive_int, help="max requests batched per stage")
     p.add_argument("--enforce-eager", action="store_true", default=None, help="no CUDA graphs / compilation")
     p.add_argument("--trust-remote-code", action="store_true", default=None)
     p.add_argument("--distributed-executor-backend", choices=["mp", "ray"])
     p.add_argument("--allowed-local-media-path", metavar="DIR", help="allow file:// media URLs under DIR")
-    p.add_argument("--max-pending", type=_positive_int,
+    p.add_argument("--max-pending", type=positive_int,
                    help="requests in flight at once; more are answered 503 with Retry-After")
     p.add_argument("--max-upload-mb", type=float, default=20.0, help="largest media input (file, URL, data: URL)")
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
