@@ -12,6 +12,9 @@ from __future__ import annotations
 from omnistage.pipeline import ModelFolder, Pipeline, StageSpec, register_pipeline
 
 _GENERATIVE_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+# Architectures omnistage itself registers with vLLM for other families' stages: they draw
+# image tokens, not chat text, so a folder holding one alone is not a chat model.
+_NOT_CHAT = {"GlmImageForConditionalGeneration"}
 
 
 def vllm_generates(architectures: list[str]) -> bool:
@@ -19,7 +22,7 @@ def vllm_generates(architectures: list[str]) -> bool:
 
     Imports vLLM's registry (not the engine) only after the cheap checks pass.
     """
-    candidates = [a for a in architectures if a.endswith(_GENERATIVE_SUFFIXES)]
+    candidates = [a for a in architectures if a.endswith(_GENERATIVE_SUFFIXES) and a not in _NOT_CHAT]
     if not candidates:
         return False
     try:
