@@ -1,0 +1,35 @@
+"""The built-in demo: a tiny SD3-style text-to-image model trained on coloured shapes.
+
+Its weights ship in ``weights/`` (written by ``demo/train_shapes.py``), so
+``omnistage serve`` / ``omnistage generate`` with no model work offline in seconds.
+The folder is a plain diffusers StableDiffusion3Pipeline (without T5), served by the sd3 family's adapter.
+"""
+
+from pathlib import Path
+
+from omnistage.models.demo.adapter import DemoAdapter
+from omnistage.pipeline import Pipeline, StageSpec, register_pipeline
+
+WEIGHTS = Path(__file__).resolve().parent / "weights"
+
+# The model was trained with exactly 16 zero "T5" tokens after its CLIP tokens (it has no T5
+# encoder); MMDiT has no text mask, so another count would shift its attention.
+DEFAULT_PARAMS = {
+    "height": 64,
+    "width": 64,
+    "num_inference_steps": 20,
+    "guidance_scale": 4.5,
+    "max_sequence_length": 16,
+}
+
+PIPELINE = register_pipeline(Pipeline(
+    name="demo",
+    description="built-in demo: 64x64 coloured shapes (SD3-style MMDiT trained by demo/train_shapes.py)",
+    # The weights folder names this pipeline in its omnistage.json; no other folder matches.
+    matches=None,
+    stages=[StageSpec(0, kind="diffusion", adapter=DemoAdapter, output="image", can_output="image,latent", final=True,
+                      default_params=dict(DEFAULT_PARAMS))],
+    info={"default_model": str(WEIGHTS)},
+))
+
+__all__ = ["PIPELINE", "WEIGHTS", "DEFAULT_PARAMS"]
