@@ -24,10 +24,6 @@ REQUIRED = 0.8
 
 
 @pytest.mark.slow
-# The shipped weights reach 50% (colour is the weak part: the VAE decoder got only 20 refinement
-# steps before the time budget ran out; see demo/RESULTS.md). Strict: once retrained weights pass,
-# this XPASS fails the suite so the marker is removed.
-@pytest.mark.xfail(strict=True, reason="shipped demo weights score 50% < 80% (issue 7 open; demo/RESULTS.md)")
 async def test_demo_draws_the_requested_colour_and_position(demo_server):
     assert len(CASES) == 24
 

@@ -18,7 +18,7 @@ DEFAULT_PARAMS = {
     "height": 64,
     "width": 64,
     "num_inference_steps": 20,
-    "guidance_scale": 4.5,
+    "guidance_scale": 2.0,
     "max_sequence_length": 16,
 }
 
