@@ -132,3 +132,106 @@ async def test_end_to_end_through_omni(folder, hf_greedy):
     expected = ref(PROMPT, height=H, width=W, prior_token_ids=prior, num_inference_steps=3, guidance_scale=1.5,
                    generator=torch.Generator().manual_seed(5)).images[0]
     assert np.array_equal(np.asarray(final.images[0]), np.asarray(expected))
+
+
+# ---------------------------------------------------------------- image-to-image
+
+I2I_PROMPT = "make it red"
+
+
+def source_image(seed: int, height: int, width: int):
+    from PIL import Image
+
+    return Image.fromarray(np.random.RandomState(seed).randint(0, 255, (height, width, 3), dtype=np.uint8))
+
+
+def hf_i2i(folder, images, prompt=I2I_PROMPT, height=H, width=W):
+    """transformers' greedy i2i generation, and the source images' VQ ids as its forward computes them."""
+    from transformers import GlmImageForConditionalGeneration, GlmImageProcessor
+
+    proc = GlmImageProcessor.from_pretrained(folder / "processor")
+    model = GlmImageForConditionalGeneration.from_pretrained(folder / "vision_language_encoder", dtype=torch.float32)
+    content = [{"type": "image", "image": im} for im in images] + [{"type": "text", "text": prompt}]
+    inputs = proc.apply_chat_template([[{"role": "user", "content": content}]], tokenize=True, target_h=height,
+                                      target_w=width, return_dict=True, return_tensors="pt")
+    out = model.generate(**inputs, max_new_tokens=generated_layout(height, width, True)[1], do_sample=False)
+    grids = inputs["image_grid_thw"][:len(images)]
+    vq = model.model.get_image_tokens(model.model.get_image_features(inputs["pixel_values"], grids).pooler_output,
+                                      grids)
+    k = inputs["input_ids"].shape[1]
+    return inputs["input_ids"][0].tolist(), out[0, k:].tolist(), vq.view(-1).tolist(), grids.tolist()
+
+
+async def test_i2i_greedy_equals_transformers_generate(ar_engine, folder):
+    img = source_image(0, 64, 96)
+    prompt_ids, expected, vq, grids = hf_i2i(folder, [img])
+    assert len(expected) == 2 * 3 + 1  # only the target grid and the end token are drawn
+    got_prompt, ids, last = await ar_run(ar_engine, "i", {"prompt": I2I_PROMPT, "multi_modal_data": {"image": img},
+                                                          "additional_information": {"height": H, "width": W}}, GREEDY)
+    assert got_prompt == prompt_ids and ids == expected
+    first = [o async for o in ar_engine.generate(StageRequest("i2", {"prompt": I2I_PROMPT,
+                                                                     "multi_modal_data": {"image": img}}, GREEDY))][0]
+    # no size given: the source image's size; its ids and grid ride on the first output for the DiT stage
+    assert first.data["prior_token_image_ids"] == vq and first.data["source_image_grid_thw"] == grids == [[1, 2, 3]]
+    # the source image is really read: another image, other tokens
+    _, other, _ = await ar_run(ar_engine, "i3", {"prompt": I2I_PROMPT, "multi_modal_data": {"image": source_image(
+        1, 64, 96)}, "additional_information": {"height": H, "width": W}}, GREEDY)
+    assert other == hf_i2i(folder, [source_image(1, 64, 96)])[1] and other != expected
+
+
+async def test_i2i_two_sources_and_t2i_in_one_batch(ar_engine, folder):
+    import asyncio
+
+    two = [source_image(2, 64, 64), source_image(3, 96, 64)]
+    runs = [ar_run(ar_engine, "two", {"prompt": I2I_PROMPT, "multi_modal_data": {"image": two},
+                                      "additional_information": {"height": 32, "width": 64}}, GREEDY),
+            ar_run(ar_engine, "t2i", {"prompt": PROMPT, "additional_information": {"height": H, "width": W}},
+                   GREEDY)]
+    (_, ids_two, _), (_, ids_t2i, _) = await asyncio.gather(*runs)
+    assert ids_two == hf_i2i(folder, two, height=32, width=64)[1]
+    from transformers import GlmImageForConditionalGeneration
+
+    model = GlmImageForConditionalGeneration.from_pretrained(folder / "vision_language_encoder", dtype=torch.float32)
+    inputs = hf_inputs(folder, PROMPT, H, W)
+    out = model.generate(**inputs, max_new_tokens=generated_layout(H, W, False)[1], do_sample=False)
+    assert ids_t2i == out[0, inputs["input_ids"].shape[1]:].tolist()
+
+
+async def test_i2i_bad_source_images_name_the_field(ar_engine):
+    cases = [source_image(0, 32, 160),  # aspect ratio beyond the processor's 4:1
+             "not an image"]
+    for image in cases:
+        with pytest.raises(ValueError, match=r"multi_modal_data\.image"):
+            await ar_run(ar_engine, "bad-i2i", {"prompt": I2I_PROMPT, "multi_modal_data": {"image": image}}, GREEDY)
+    # still serving
+    _, ids, _ = await ar_run(ar_engine, "ok", {"prompt": I2I_PROMPT, "multi_modal_data": {"image": source_image(
+        0, 64, 96)}}, GREEDY)
+    assert len(ids) == 7
+
+
+async def test_i2i_end_to_end_through_omni(folder):
+    """Both stages: the DiT conditions on the AR's target ids, the source ids and the source image,
+    exactly as diffusers' GlmImagePipeline given the AR outputs transformers computes."""
+    from diffusers import GlmImagePipeline
+
+    img = source_image(4, 64, 96)
+    _, ar_ids, vq, grids = hf_i2i(folder, [img])
+    omni = AsyncOmni(folder, dtype="float32")
+    await omni.start()
+    try:
+        dit = {"num_inference_steps": 3, "guidance_scale": 1.5, "seed": 5}
+        prompt = {"prompt": I2I_PROMPT, "multi_modal_data": {"image": img}}
+        outs = [o async for o in omni.generate(prompt, sampling_params_list=[{}, dit])]
+    finally:
+        await omni.shutdown()
+    final = [o for o in outs if o.finished and o.stage_id == 1][0]
+    ref = GlmImagePipeline.from_pretrained(folder, dtype=torch.float32)
+    ref.set_progress_bar_config(disable=True)
+    (th, tw), _ = target_grids(H, W)
+    up = ref._upsample_token_ids
+    (_, sh, sw), = grids
+    expected = ref(I2I_PROMPT, image=[img], height=H, width=W, prior_token_ids=up(torch.tensor(ar_ids[:th * tw]), th, tw),
+                   prior_token_image_ids=[up(torch.tensor(vq), sh, sw).view(-1)],
+                   source_image_grid_thw=[torch.tensor([[1, 2 * sh, 2 * sw]])], num_inference_steps=3,
+                   guidance_scale=1.5, generator=torch.Generator().manual_seed(5)).images[0]
+    assert np.array_equal(np.asarray(final.images[0]), np.asarray(expected))

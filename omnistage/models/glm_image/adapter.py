@@ -6,12 +6,22 @@ its tokens arrive in the stage inputs from the edge processor
 (``edges.ar_tokens_to_prior``):
 
 - ``prior_token_ids``: the target grid's AR token ids (one per 32x32 px, row major);
-- ``prior_grid``: ``[token_h, token_w]`` of that grid.
+- ``prior_grid``: ``[token_h, token_w]`` of that grid;
+- image-to-image only: ``prior_token_image_ids`` (every source image's AR ids,
+  concatenated), ``source_image_grid_thw`` (``[[1, h, w], ...]`` per image) and
+  the source images themselves (``multi_modal_data.image``, each h*32 x w*32 px).
 
 The conditional and unconditional passes cannot share a forward (the glyph
 embedding of the prompt and of "" differ in length and the transformer takes
 no text mask), hence ``separate_cfg_passes``. Requests batch when resolution
 and glyph length match.
+
+Image-to-image follows diffusers' KV-cache scheme: each source image is VAE
+encoded and run through the transformer once ("write"); every cond pass then
+attends to those cached keys/values ("read"), the uncond pass does not
+("skip"). The cache lives in ``job.cond["source_kv"]`` as one tensor per row,
+so the engine's row batching concatenates it like any other conditioning;
+``predict`` rebuilds a ``GlmImageKVCache`` from it for each forward.
 """
 
 from __future__ import annotations
@@ -49,8 +59,6 @@ class GlmImageAdapter(DiffusersAdapter):
 
     def validate(self, job: DiffusionJob) -> None:
         p = job.params
-        if job.images:
-            raise ValueError("multi_modal_data.image: image-to-image is not supported by this GLM-Image stage yet")
         if job.negative_prompt:
             raise ValueError("negative_prompt: GLM-Image does not take a negative prompt (its uncond pass uses \"\")")
         ids, grid = job.inputs.get("prior_token_ids"), job.inputs.get("prior_grid")
@@ -76,7 +84,62 @@ class GlmImageAdapter(DiffusersAdapter):
         job.extra["max_sequence_length"] = msl
         job.extra["prior"] = self.pipe._upsample_token_ids(ids, th, tw).to(self.device)
         job.extra["glyph_len"] = self._glyph_len(job.prompt, msl)
+        job.extra["source"] = self._validate_sources(job)
         job.rows = p.num_outputs_per_prompt
+
+    def _validate_sources(self, job: DiffusionJob) -> list[tuple[Any, torch.Tensor]] | None:
+        """Image-to-image inputs -> [(source image, its upsampled prior ids)], or None for text-to-image."""
+        ids, grids, images = (job.inputs.get("prior_token_image_ids"), job.inputs.get("source_image_grid_thw"),
+                              job.images)
+        if ids is None and grids is None and not images:
+            return None
+        if not images:
+            raise ValueError("multi_modal_data.image: prior_token_image_ids/source_image_grid_thw are given but "
+                             "the request has no source image")
+        for name, value in (("prior_token_image_ids", ids), ("source_image_grid_thw", grids)):
+            if value is None:
+                raise ValueError(f"{name}: image-to-image needs the AR stage's source-image tokens "
+                                 "(prior_token_image_ids and source_image_grid_thw)")
+        if job.params.strength is not None:
+            raise ValueError("strength: GLM-Image image-to-image does not take a strength (the source image "
+                             "conditions through the attention cache, it is not noised)")
+        if (not isinstance(grids, (list, tuple))
+                or not all(isinstance(g, (list, tuple)) and len(g) == 3
+                           and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in g)
+                           and g[0] == 1 for g in grids)):
+            raise ValueError(f"source_image_grid_thw: expected [[1, h, w], ...] positive integers, got {grids!r}")
+        if len(grids) != len(images):
+            raise ValueError(f"source_image_grid_thw: {len(grids)} grids for {len(images)} source images "
+                             "(multi_modal_data.image); one grid per image")
+        try:
+            ids = torch.as_tensor(ids)
+        except (TypeError, ValueError, RuntimeError):
+            ids = None
+        if ids is None or ids.dtype in (torch.bool, torch.uint8) or ids.is_floating_point() or ids.is_complex():
+            raise ValueError("prior_token_image_ids: expected a list of integer token ids")
+        ids = ids.to(torch.long).flatten()
+        sizes = [h * w for _, h, w in grids]
+        if ids.numel() != sum(sizes):
+            raise ValueError(f"prior_token_image_ids: {ids.numel()} ids do not fill source_image_grid_thw "
+                             f"({sum(sizes)} tokens)")
+        codebook = self.pipe.transformer.config.prior_vq_quantizer_codebook_size
+        if not (0 <= int(ids.min()) and int(ids.max()) < codebook):
+            raise ValueError(f"prior_token_image_ids: ids must lie in 0..{codebook - 1}")
+        sources = []
+        for i, (image, (_, h, w), part) in enumerate(zip(images, grids, torch.split(ids, sizes))):
+            if image.size != (w * AR_FACTOR, h * AR_FACTOR):
+                raise ValueError(f"multi_modal_data.image[{i}]: is {image.size[0]}x{image.size[1]} px, but "
+                                 f"source_image_grid_thw[{i}] = [1, {h}, {w}] means {w * AR_FACTOR}x{h * AR_FACTOR}")
+            # diffusers upsamples each source image's ids on its own grid, then flattens them
+            sources.append((image, self.pipe._upsample_token_ids(part, h, w).view(-1).to(self.device)))
+        return sources
+
+    def _source_len(self, job: DiffusionJob) -> int | None:
+        """Length of the cached source sequence (latent patches of all source images), None for text-to-image."""
+        if not job.extra["source"]:
+            return None
+        f, patch = self.pipe.vae_scale_factor, self.pipe.transformer.config.patch_size
+        return sum((im.size[1] // f // patch) * (im.size[0] // f // patch) for im, _ in job.extra["source"])
 
     def _glyph_len(self, prompt: str, msl: int) -> int:
         """Length of ``_get_glyph_embeds`` for this prompt (each glyph text padded to even length)."""
@@ -85,8 +148,9 @@ class GlmImageAdapter(DiffusersAdapter):
         return sum(len(i) + (len(i) + 1) % 2 for i in ids)
 
     def batch_key(self, job: DiffusionJob) -> Hashable:
-        # no text mask in the transformer: glyph length and latent size must match inside a batch
-        return ("glm_image", job.height, job.width, job.extra["glyph_len"])
+        # no text mask in the transformer: glyph length and latent size must match inside a batch;
+        # image-to-image rows carry a cached source sequence, which must have one length per batch
+        return ("glm_image", job.height, job.width, job.extra["glyph_len"], self._source_len(job))
 
     # ------------------------------------------------------------- preparation
 
@@ -131,6 +195,39 @@ class GlmImageAdapter(DiffusersAdapter):
         shape = (job.rows, self.pipe.transformer.config.in_channels, job.height // f, job.width // f)
         dtype = job.cond["encoder_hidden_states"].dtype
         job.latents = randn_tensor(shape, generator=job.generator, device=self.device, dtype=dtype)
+        if job.extra["source"]:
+            # here rather than in encode(): a source image that fails to encode fails only its own request
+            kv = self._source_kv(job, dtype)
+            job.cond["source_kv"] = self.repeat_rows(kv.unsqueeze(0), job.rows)
+
+    def _source_kv(self, job: DiffusionJob, dtype: torch.dtype) -> torch.Tensor:
+        """diffusers' "write" passes for one request: [layers, 2 (k, v), S, heads, head_dim]."""
+        from diffusers.models.transformers.transformer_glm_image import GlmImageKVCache
+        from diffusers.pipelines.glm_image.pipeline_glm_image import retrieve_latents
+
+        tr, vae = self.pipe.transformer, self.pipe.vae
+        shape = (1, vae.config.latent_channels, 1, 1)
+        mean = torch.tensor(vae.config.latents_mean).view(shape).to(device=self.device, dtype=dtype)
+        std = torch.tensor(vae.config.latents_std).view(shape).to(device=self.device, dtype=dtype)
+        multiple = self.pipe.vae_scale_factor * tr.config.patch_size
+        no_text = torch.zeros_like(job.cond["encoder_hidden_states"])[:1, :0]
+        cache = GlmImageKVCache(num_layers=tr.config.num_layers)
+        cache.set_mode("write")
+        for image, ids in job.extra["source"]:
+            w, h = image.size
+            pixels = self.pipe.image_processor.preprocess(image, height=h // multiple * multiple,
+                                                          width=w // multiple * multiple)
+            pixels = pixels.to(device=self.device, dtype=dtype)
+            latent = retrieve_latents(vae.encode(pixels), sample_mode="argmax")
+            latent = (latent - mean) / std
+            # the arguments diffusers passes: no text, no prior drop, t = 0, the image's own size
+            tr(hidden_states=latent, encoder_hidden_states=no_text, prior_token_id=ids,
+               prior_token_drop=torch.zeros_like(ids, dtype=torch.bool), timestep=torch.zeros((1,), device=self.device),
+               target_size=torch.tensor([pixels.shape[-2:]], device=self.device),
+               crop_coords=torch.zeros((1, 2), device=self.device), kv_caches=cache)
+        # one sample per layer, several images concatenated along the sequence by store()
+        return torch.stack([torch.stack([cache[i].k_caches[0][0], cache[i].v_caches[0][0]])
+                            for i in range(cache.num_layers)])
 
     # ------------------------------------------------------------- the batched parts
 
@@ -139,7 +236,24 @@ class GlmImageAdapter(DiffusersAdapter):
         return tr(hidden_states=x.to(tr.dtype), encoder_hidden_states=cond["encoder_hidden_states"],
                   prior_token_id=cond["prior_token_id"], prior_token_drop=cond["prior_token_drop"],
                   timestep=t - 1,  # the pipeline feeds t - 1
-                  target_size=cond["target_size"], crop_coords=cond["crop_coords"], return_dict=False)[0].float()
+                  target_size=cond["target_size"], crop_coords=cond["crop_coords"], return_dict=False,
+                  kv_caches=self._read_cache(cond.get("source_kv")))[0].float()
+
+    @staticmethod
+    def _read_cache(source_kv: torch.Tensor | None) -> Any:
+        """Rows' cached source keys/values -> a GlmImageKVCache in "read" mode (one sample per row).
+        None (text-to-image rows, and every uncond pass: diffusers' "skip") -> no cache."""
+        if source_kv is None:
+            return None
+        from diffusers.models.transformers.transformer_glm_image import GlmImageKVCache
+
+        cache = GlmImageKVCache(num_layers=source_kv.shape[1])
+        for row in source_kv:
+            for i, (k, v) in enumerate(row):
+                cache[i].store(k.unsqueeze(0), v.unsqueeze(0))
+            cache.next_sample()
+        cache.set_mode("read")
+        return cache
 
     def decode(self, jobs: list[DiffusionJob]) -> list[list[Any]]:
         vae = self.pipe.vae

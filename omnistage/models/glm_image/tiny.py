@@ -64,6 +64,15 @@ def ar_tokenizer():
     return tok
 
 
+def image_processor():
+    """Source images for image-to-image: the processor halves them and cuts 16 px patches, so the vision
+    encoder (patch 16, no merge) yields one VQ token per 32x32 source pixels, the AR grid."""
+    from transformers import GlmImageImageProcessor
+
+    return GlmImageImageProcessor(patch_size=16, merge_size=1, temporal_patch_size=1,
+                                  size={"shortest_edge": 32 * 32, "longest_edge": 2048 * 2048})
+
+
 def ar_model(tok, seed: int = 0):
     import torch
     from transformers import GlmImageConfig, GlmImageForConditionalGeneration
@@ -92,13 +101,13 @@ def ar_model(tok, seed: int = 0):
 def build(outdir: Path, *, seed: int = 0) -> None:
     import torch
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, GlmImagePipeline, GlmImageTransformer2DModel
-    from transformers import ByT5Tokenizer, GenerationConfig, GlmImageImageProcessor, GlmImageProcessor
+    from transformers import ByT5Tokenizer, GenerationConfig, GlmImageProcessor
 
     from omnistage.stages.diffusion.tiny_parts import t5_encoder
 
     outdir = Path(outdir)
     tok = ar_tokenizer()
-    processor = GlmImageProcessor(image_processor=GlmImageImageProcessor(), tokenizer=tok, chat_template=CHAT_TEMPLATE)
+    processor = GlmImageProcessor(image_processor=image_processor(), tokenizer=tok, chat_template=CHAT_TEMPLATE)
     ar = ar_model(tok, seed)
     ar.generation_config = GenerationConfig(bos_token_id=IMAGE_START, eos_token_id=IMAGE_END,
                                             pad_token_id=tok.pad_token_id)

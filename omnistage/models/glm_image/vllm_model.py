@@ -16,7 +16,11 @@ vLLM keeps positions in int32, so ids are few (2047): they are recycled
 least-recently-used first, and every forward touches the ids it reads, so a
 running request keeps its id while fewer than 2047 requests run at once.
 
-Text-to-image only: prompts with source-image tokens are refused.
+Image-to-image: source images arrive as VQ ids through vLLM's multimodal
+inputs (``vllm_processing``); ``embed_multimodal`` embeds them in place of the
+prompt's ``<|image|>`` placeholders, and their grids give the image tokens
+2-D positions (the same ``get_rope_index`` rule), after which one target grid
+is drawn.
 Tensor parallelism is not supported (plain linear layers).
 """
 
@@ -32,7 +36,11 @@ from torch import nn
 
 from vllm.config import VllmConfig
 from vllm.model_executor.layers.attention import Attention
-from vllm.model_executor.models.interfaces import SupportsMRoPE
+from vllm.model_executor.models.interfaces import SupportsMRoPE, SupportsMultiModal
+from vllm.multimodal import MULTIMODAL_REGISTRY
+
+from omnistage.models.glm_image.vllm_processing import (GlmImageDummyInputs, GlmImageMultiModalProcessor,
+                                                        GlmImageProcessingInfo)
 
 _SHIFT = 20  # decode positions carry the layout id above this bit (contexts < 2**20 tokens)
 _MAX_IDS = (1 << (31 - _SHIFT)) - 1  # positions stay below 2**31 (vLLM computes them in int32)
@@ -106,7 +114,9 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return torch.cat([rot * cos + rotated * sin, rest], dim=-1)
 
 
-class GlmImageARForVLLM(nn.Module, SupportsMRoPE):
+@MULTIMODAL_REGISTRY.register_processor(GlmImageMultiModalProcessor, info=GlmImageProcessingInfo,
+                                        dummy_inputs=GlmImageDummyInputs)
+class GlmImageARForVLLM(nn.Module, SupportsMRoPE, SupportsMultiModal):
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
         super().__init__()
         config = vllm_config.model_config.hf_config
@@ -137,35 +147,57 @@ class GlmImageARForVLLM(nn.Module, SupportsMRoPE):
         self._eop = tok.convert_tokens_to_ids(tok.grid_eos_token)
         if vllm_config.model_config.max_model_len >= (1 << _SHIFT):
             raise ValueError(f"max_model_len: GLM-Image on vLLM supports contexts below {1 << _SHIFT} tokens")
-        self._layouts: OrderedDict[tuple, int] = OrderedDict()  # (prompt length, grids) -> id, LRU order
+        self._layouts: OrderedDict[tuple, int] = OrderedDict()  # (first decode position, grids) -> id, LRU order
         self._tables: dict[int, torch.Tensor] = {}  # id -> [3, n] decode positions
 
     # ------------------------------------------------------------------ positions
 
-    def _target_grids(self, tokens: list[int]) -> list[tuple[int, int]]:
-        """The ``<sop>H W<eop>`` pairs the processor appended (t2i: target, then preview)."""
-        if self.config.image_end_token_id in tokens:
-            raise ValueError("GLM-Image on vLLM: prompts with source-image tokens are not supported")
+    def _target_grids(self, tokens: list[int], count: int) -> list[tuple[int, int]]:
+        """The last ``count`` ``<sop>H W<eop>`` pairs the processor appended (t2i: target, then preview;
+        i2i: the target only)."""
         if not tokens or tokens[-1] != self.config.image_start_token_id:
             raise ValueError("GLM-Image prompt must end with the image start token (use GlmImageProcessor)")
         grids, end = [], len(tokens) - 1
-        for _ in range(2):
+        for _ in range(count):
             if end == 0 or tokens[end - 1] != self._eop:
                 break
             start = max(i for i in range(end) if tokens[i] == self._sop)
             h, w = self._tokenizer.decode(tokens[start + 1:end - 1]).split()
             grids.append((int(h), int(w)))
             end = start
-        if len(grids) != 2:
-            raise ValueError("GLM-Image prompt lacks the target and preview grids (<sop>H W<eop> twice)")
+        if len(grids) != count:
+            raise ValueError(f"GLM-Image prompt lacks its target grid(s) (<sop>H W<eop> x{count})")
         return grids[::-1]
+
+    @staticmethod
+    def _source_grids(mm_features: list[Any]) -> list[tuple[int, int, int]]:
+        """(offset, h, w) of each source image's placeholder run, in prompt order."""
+        out = []
+        for f in sorted(mm_features, key=lambda f: f.mm_position.offset):
+            _, h, w = (int(v) for v in f.data["image_grid_thw"].data.tolist())
+            out.append((f.mm_position.offset, h, w))
+        return out
 
     def get_mrope_input_positions(self, input_tokens: list[int], mm_features: list[Any]) -> tuple[torch.Tensor, int]:
         n = len(input_tokens)
-        prompt_pos = torch.arange(n).expand(3, n).clone()
-        grids = self._target_grids(list(input_tokens))
+        sources = self._source_grids(mm_features)
+        if not sources and self.config.image_end_token_id in input_tokens:
+            raise ValueError("GLM-Image on vLLM: source-image tokens need the image as multimodal data")
+        # prompt: text runs count up one by one; a source image's h x w tokens sit on a 2-D grid
+        # anchored at the running position, which then advances by max(h, w) (get_rope_index)
+        parts, pos, done = [], 0, 0
+        for offset, h, w in sources:
+            parts.append(torch.arange(pos, pos + offset - done).expand(3, -1))
+            pos += offset - done
+            parts.append(decode_positions(pos, [(h, w)])[:, :-1])
+            pos += max(h, w)
+            done = offset + h * w
+        parts.append(torch.arange(pos, pos + n - done).expand(3, -1))
+        pos += n - done
+        prompt_pos = torch.cat(parts, dim=1)
+        grids = self._target_grids(list(input_tokens), 1 if sources else 2)
         decode_order = grids[::-1]  # drawn last grid first: preview, then target (get_rope_index)
-        key = (n, tuple(decode_order))
+        key = (pos, tuple(decode_order))
         if key in self._layouts:
             self._layouts.move_to_end(key)
         else:
@@ -174,7 +206,7 @@ class GlmImageARForVLLM(nn.Module, SupportsMRoPE):
             else:  # recycle the least recently used id
                 _, layout_id = self._layouts.popitem(last=False)
             self._layouts[key] = layout_id
-            self._tables[layout_id] = decode_positions(n, decode_order)
+            self._tables[layout_id] = decode_positions(pos, decode_order)
         return prompt_pos, (self._layouts[key] << _SHIFT) - n
 
     def _true_positions(self, positions: torch.Tensor) -> torch.Tensor:
@@ -200,8 +232,27 @@ class GlmImageARForVLLM(nn.Module, SupportsMRoPE):
 
     # ------------------------------------------------------------------ vLLM model API
 
-    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.model.language_model.embed_tokens(input_ids)
+    @classmethod
+    def get_placeholder_str(cls, modality: str, i: int) -> str | None:
+        return "<|image|>" if modality == "image" else None
+
+    def embed_multimodal(self, **kwargs: Any) -> tuple[torch.Tensor, ...]:
+        """Source images' VQ ids -> their token embeddings (one tensor per image)."""
+        ids, grids = kwargs.get("image_token_ids"), kwargs.get("image_grid_thw")
+        if ids is None:
+            return ()
+        sizes = [int(g.prod()) for g in grids]
+        if isinstance(ids, torch.Tensor):
+            ids = ids.flatten().split(sizes)
+        return tuple(self.model.language_model.embed_tokens(i.flatten().long()) for i in ids)
+
+    def embed_input_ids(self, input_ids: torch.Tensor, multimodal_embeddings: Any = None, *,
+                        is_multimodal: torch.Tensor | None = None, **_: Any) -> torch.Tensor:
+        x = self.model.language_model.embed_tokens(input_ids)
+        if multimodal_embeddings is not None and len(multimodal_embeddings) and is_multimodal is not None:
+            x = x.clone()
+            x[is_multimodal] = torch.cat(list(multimodal_embeddings)).to(x.dtype)
+        return x
 
     def forward(self, input_ids: torch.Tensor | None, positions: torch.Tensor, intermediate_tensors: Any = None,
                 inputs_embeds: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:

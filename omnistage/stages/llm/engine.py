@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -62,6 +63,28 @@ def stage_output_type(ctx: StageContext) -> OutputModality:
         raise ValueError(f"stage {ctx.spec.stage_id}: engine_output_type {out} is not something an llm stage "
                          f"produces (it produces {PRODUCIBLE})")
     return out
+
+
+@dataclass
+class Prepared:
+    """A validated request, ready for vLLM."""
+
+    ids: list[int]
+    text: str | None
+    params: Any  # vllm SamplingParams
+    mm_data: dict[str, Any] | None = None  # vLLM multi_modal_data (a family's own multimodal inputs)
+    extra: dict[str, Any] = field(default_factory=dict)  # added to the first output (e.g. source-image ids)
+
+    def engine_input(self) -> Any:
+        from vllm.inputs import TokensPrompt
+        from vllm.inputs.engine import tokens_input
+
+        if self.mm_data is None:
+            return tokens_input(self.ids, prompt=self.text)
+        prompt = TokensPrompt(prompt_token_ids=self.ids, multi_modal_data=self.mm_data)
+        if self.text is not None:
+            prompt["prompt"] = self.text
+        return prompt
 
 
 class LLMStageEngine:
@@ -121,7 +144,7 @@ class LLMStageEngine:
 
     # ------------------------------------------------------------------ requests
 
-    def prepare(self, req: StageRequest) -> tuple[list[int], str | None, Any]:
+    def prepare(self, req: StageRequest) -> Prepared:
         """Validate and tokenize; every problem is a ValueError naming the field."""
         if req.stream_inputs:
             raise ValueError(f"stage {self.stage_id}: llm stages do not accept streamed (async chunk) input")
@@ -139,18 +162,18 @@ class LLMStageEngine:
             # vLLM would stop at max_model_len silently; say so instead.
             raise ValueError(f"max_tokens: prompt ({len(ids)} tokens) + max_tokens ({sp.max_tokens}) exceeds "
                              f"max_model_len={self.max_model_len}")
-        return ids, text, sp
+        return Prepared(ids, text, sp)
 
     async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
         from vllm.exceptions import VLLMClientError
-        from vllm.inputs.engine import tokens_input
 
         if self.engine is None:
             raise RuntimeError(f"stage {self.stage_id}: engine not started")
         rid = req.request_id
         if rid in self._active:
             raise ValueError(f"request_id {rid!r} is already running on stage {self.stage_id}")
-        ids, text, sp = self.prepare(req)
+        prep = self.prepare(req)
+        ids, sp = prep.ids, prep.params
         want_text = OutputModality.TEXT in self.output_type and sp.detokenize
         want_ids = OutputModality.TOKEN_IDS in self.output_type
         self._active.add(rid)
@@ -159,13 +182,14 @@ class LLMStageEngine:
         done = False
         final: StageOutput | None = None
         try:
-            async for ro in self.engine.generate(tokens_input(ids, prompt=text), sp, request_id=rid):
+            async for ro in self.engine.generate(prep.engine_input(), sp, request_id=rid):
                 comp = ro.outputs[0]
                 now = time.monotonic()
                 data: dict[str, Any] = {}
                 if first_at is None:
                     first_at = now
                     data["prompt_token_ids"] = list(ids)
+                    data.update(prep.extra)
                 num_tokens += len(comp.token_ids)
                 if want_text and comp.text:
                     data["text"] = comp.text
