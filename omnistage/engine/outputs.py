@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,20 @@ def _numpy(x: Any, dtype: Any) -> np.ndarray:
 
 
 def _ids(x: Any) -> list[int]:
-    return x.tolist() if isinstance(x, (torch.Tensor, np.ndarray)) else [int(i) for i in x]
+    if isinstance(x, (torch.Tensor, np.ndarray)):
+        return x.tolist()
+    if type(x) is list and (not x or type(x[-1]) is int):  # the llm stage's own lists: copy at C speed
+        return list(x)
+    return [int(i) for i in x]
+
+
+_PAYLOAD_KEYS = frozenset({"text", "token_ids", "image", "audio", "video", "latent"})
+
+
+@functools.lru_cache(maxsize=None)
+def _dropped(keep: OutputModality) -> frozenset[str]:
+    """Payload keys the caller did not ask for (computed once per modality set: called per streamed chunk)."""
+    return frozenset(k for k in _PAYLOAD_KEYS if not OutputModality.parse(k) & keep)
 
 
 def to_request_output(*, request_id: str, stage_id: int, output_type: OutputModality, total: dict[str, Any],
@@ -51,8 +65,8 @@ def to_request_output(*, request_id: str, stage_id: int, output_type: OutputModa
         out.fps = total.get("fps")
     if OutputModality.LATENT in keep and "latent" in total:
         out.latents = total["latent"]
-    allowed = {"text", "token_ids", "image", "audio", "video", "latent"}
-    out.delta = {k: v for k, v in delta.items() if k not in allowed or OutputModality.parse(k) & keep}
+    dropped = _dropped(keep)
+    out.delta = {k: v for k, v in delta.items() if k not in dropped}
     if "prompt_token_ids" in total:
         out.prompt_token_ids = _ids(total["prompt_token_ids"])
     return out

@@ -40,3 +40,25 @@ def gen(seed: int) -> torch.Generator:
 
 def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.float() - b.float()).abs().max().item()
+
+
+def latent(outs: list[StageOutput]) -> torch.Tensor:
+    assert outs[-1].finished and outs[-1].error is None, outs[-1].error
+    return outs[-1].data["latent"]
+
+
+async def solo_then_staggered(engine: DiffusionStageEngine, specs: list[tuple[str, str, dict]], **common: Any
+                              ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor], list[list[str]]]:
+    """Run each (request id, prompt, params) alone, then all of them concurrently, each joining once the
+    previous one has done a step. Returns (solo latents by id, concurrent latents in spec order, the
+    request ids of every forward the concurrent run made)."""
+    solo = {rid: latent(await run(engine, rid + "-solo", p, **kw, **common)) for rid, p, kw in specs}
+    engine.forward_log.clear()
+    tasks, prev = [], None
+    for rid, p, kw in specs:
+        if prev is not None:
+            await prev.wait()
+        prev = asyncio.Event()
+        tasks.append(asyncio.create_task(run(engine, rid, p, started=prev, **kw, **common)))
+    together = [latent(outs) for outs in await asyncio.gather(*tasks)]
+    return solo, together, [ids for _, ids in engine.forward_log]

@@ -12,7 +12,7 @@ from PIL import Image
 
 from omnistage.models.sd3 import PIPELINE, SD3Adapter
 
-from .helpers import gen, max_diff, run, start_engine
+from .helpers import gen, latent, max_diff, run, solo_then_staggered, start_engine
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +34,6 @@ def ref(sd3):
     return pipe
 
 
-def _latent(outs):
-    assert outs[-1].finished and outs[-1].error is None, outs[-1].error
-    return outs[-1].data["latent"]
-
-
 @pytest.mark.parametrize("guidance", [7.0, 1.0])
 async def test_solo_equals_diffusers_call(sd3, adapter, ref, guidance):
     engine = await start_engine(PIPELINE, adapter, sd3)
@@ -46,7 +41,7 @@ async def test_solo_equals_diffusers_call(sd3, adapter, ref, guidance):
         kw = dict(num_inference_steps=5, guidance_scale=guidance, height=32, width=48)
         outs = await run(engine, "a", "a red cat on a chair", seed=11, output_type="latent", **kw)
         expected = ref("a red cat on a chair", generator=gen(11), output_type="latent", **kw).images
-        assert max_diff(_latent(outs), expected) == 0.0
+        assert max_diff(latent(outs), expected) == 0.0
         assert [o.progress for o in outs[:-1]] == [(i, 5) for i in range(1, 5)]
         assert outs[-1].metrics.num_steps == 5
 
@@ -85,18 +80,9 @@ async def test_concurrent_requests_match_their_solo_results(sd3, adapter):
     common = dict(height=32, width=32, output_type="latent")
     engine = await start_engine(PIPELINE, adapter, sd3)
     try:
-        solo = {rid: _latent(await run(engine, rid + "-solo", p, **kw, **common)) for rid, p, kw in specs}
-        engine.forward_log.clear()
-        tasks, prev = [], None
-        for rid, p, kw in specs:
-            if prev is not None:
-                await prev.wait()  # join only after the previous request has done a step
-            prev = asyncio.Event()
-            tasks.append(asyncio.create_task(run(engine, rid, p, started=prev, **kw, **common)))
-        results = await asyncio.gather(*tasks)
-        for (rid, _, _), outs in zip(specs, results):
-            assert max_diff(_latent(outs), solo[rid]) <= 1e-5, rid
-        batches = [ids for _, ids in engine.forward_log]
+        solo, together, batches = await solo_then_staggered(engine, specs, **common)
+        for (rid, _, _), got in zip(specs, together):
+            assert max_diff(got, solo[rid]) <= 1e-5, rid
         assert max(len(b) for b in batches) == 4  # all four shared forwards...
         assert batches[0] == ["r0"]  # ...after joining at different steps
         assert len(batches) < sum(kw["num_inference_steps"] for _, _, kw in specs)
@@ -117,7 +103,7 @@ async def test_abort_midway_frees_the_slot(sd3, adapter):
         outs = await long
         assert outs[-1].finished and outs[-1].data.get("finish_reason") == "abort"
         assert outs[-1].progress[0] < 200
-        assert _latent(await queued) is not None
+        assert latent(await queued) is not None
         ran_long = sum(1 for _, ids in engine.forward_log if ids == ["long"])
         assert ran_long < 200
         stats = engine.stats()
@@ -130,12 +116,12 @@ async def test_batch_keys_never_share_a_forward(sd3, adapter):
     engine = await start_engine(PIPELINE, adapter, sd3)
     try:
         kw = dict(num_inference_steps=4, output_type="latent")
-        solo_a = _latent(await run(engine, "a0", "a red cat", seed=1, height=32, width=32, **kw))
-        solo_b = _latent(await run(engine, "b0", "a red cat", seed=1, height=48, width=32, **kw))
+        solo_a = latent(await run(engine, "a0", "a red cat", seed=1, height=32, width=32, **kw))
+        solo_b = latent(await run(engine, "b0", "a red cat", seed=1, height=48, width=32, **kw))
         engine.forward_log.clear()
         a, b = await asyncio.gather(run(engine, "a", "a red cat", seed=1, height=32, width=32, **kw),
                                     run(engine, "b", "a red cat", seed=1, height=48, width=32, **kw))
-        assert max_diff(_latent(a), solo_a) <= 1e-5 and max_diff(_latent(b), solo_b) <= 1e-5
+        assert max_diff(latent(a), solo_a) <= 1e-5 and max_diff(latent(b), solo_b) <= 1e-5
         for _, ids in engine.forward_log:
             assert ids in (["a"], ["b"])
     finally:
@@ -159,7 +145,7 @@ async def test_other_key_is_served_within_bounded_wait(sd3, adapter):
         log = list(engine.forward_log)
         first = next(i for i, (_, ids) in enumerate(log) if "other" in ids)
         assert first - submitted_at <= wait + 1
-        assert _latent(await long) is not None
+        assert latent(await long) is not None
     finally:
         await engine.shutdown()
 
@@ -181,13 +167,13 @@ async def test_bad_params_name_the_field_and_disturb_nothing(sd3, adapter, param
     engine = await start_engine(PIPELINE, adapter, sd3)
     try:
         kw = dict(num_inference_steps=4, height=32, width=32, output_type="latent", seed=3)
-        solo = _latent(await run(engine, "solo", "a red cat", **kw))
+        solo = latent(await run(engine, "solo", "a red cat", **kw))
         started = asyncio.Event()
         good = asyncio.create_task(run(engine, "good", "a red cat", started=started, **kw))
         await started.wait()
         with pytest.raises(ValueError, match=field):
             await run(engine, "bad", "a red cat", inputs=inputs, **{"height": 32, "width": 32, **params})
-        assert max_diff(_latent(await good), solo) <= 1e-5
+        assert max_diff(latent(await good), solo) <= 1e-5
     finally:
         await engine.shutdown()
 
@@ -205,7 +191,7 @@ async def test_img2img_equals_diffusers_img2img(sd3, adapter):
         outs = await run(engine, "i", "a red cat", inputs={"multi_modal_data": {"image": image}}, seed=8,
                          output_type="latent", **kw)
         expected = ref("a red cat", image=image, generator=gen(8), output_type="latent", **kw).images
-        assert max_diff(_latent(outs), expected) == 0.0
+        assert max_diff(latent(outs), expected) == 0.0
         assert outs[-1].metrics.num_steps == 6  # strength 0.6 of 10 steps
     finally:
         await engine.shutdown()
@@ -215,11 +201,11 @@ async def test_undeclared_extra_args_are_dropped_with_a_warning(sd3, adapter, ca
     engine = await start_engine(PIPELINE, adapter, sd3)
     try:
         kw = dict(num_inference_steps=3, height=32, width=32, output_type="latent", seed=4)
-        plain = _latent(await run(engine, "p", "a red cat", **kw))
+        plain = latent(await run(engine, "p", "a red cat", **kw))
         with caplog.at_level(logging.WARNING):
             outs = await run(engine, "x", "a red cat", extra_args={"not_a_knob": 1}, **kw)
         assert "not_a_knob" in caplog.text
-        assert max_diff(_latent(outs), plain) == 0.0
+        assert max_diff(latent(outs), plain) == 0.0
         with pytest.raises(ValueError, match="extra_args.mu"):
             await run(engine, "y", "a red cat", extra_args={"mu": "high"}, **kw)
     finally:

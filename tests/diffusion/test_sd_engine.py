@@ -3,7 +3,6 @@ checked against diffusers' own pipelines (fp32, CPU)."""
 
 from __future__ import annotations
 
-import asyncio
 
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ from PIL import Image
 
 from omnistage.models.sd import PIPELINE, SDAdapter
 
-from .helpers import gen, max_diff, run, start_engine
+from .helpers import gen, latent, max_diff, run, solo_then_staggered, start_engine
 
 CLASSES = {"sd15": ("StableDiffusionPipeline", "StableDiffusionImg2ImgPipeline"),
            "sdxl": ("StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline")}
@@ -31,18 +30,13 @@ def family(request, tiny_model):
     return folder, SDAdapter.load(folder, torch.float32, torch.device("cpu")), refs
 
 
-def _latent(outs):
-    assert outs[-1].finished and outs[-1].error is None, outs[-1].error
-    return outs[-1].data["latent"]
-
-
 async def test_solo_equals_diffusers_call(family):
     folder, adapter, (ref, _) = family
     engine = await start_engine(PIPELINE, adapter, folder)
     try:
         kw = dict(num_inference_steps=5, guidance_scale=6.0, height=32, width=48)
         outs = await run(engine, "a", "a red cat", seed=3, output_type="latent", **kw)
-        assert max_diff(_latent(outs), ref("a red cat", generator=gen(3), output_type="latent", **kw).images) == 0.0
+        assert max_diff(latent(outs), ref("a red cat", generator=gen(3), output_type="latent", **kw).images) == 0.0
         outs = await run(engine, "b", "a red cat", seed=3, negative_prompt="ugly", num_outputs_per_prompt=2, **kw)
         expected = ref("a red cat", generator=gen(3), negative_prompt="ugly", num_images_per_prompt=2, **kw).images
         assert len(outs[-1].data["image"]) == 2
@@ -63,19 +57,11 @@ async def test_concurrent_requests_match_their_solo_results(family):
     common = dict(height=32, width=32, output_type="latent")
     engine = await start_engine(PIPELINE, adapter, folder)
     try:
-        solo = {rid: _latent(await run(engine, rid + "-solo", p, **kw, **common)) for rid, p, kw in specs}
-        engine.forward_log.clear()
-        tasks, prev = [], None
-        for rid, p, kw in specs:
-            if prev is not None:
-                await prev.wait()
-            prev = asyncio.Event()
-            tasks.append(asyncio.create_task(run(engine, rid, p, started=prev, **kw, **common)))
-        for (rid, _, _), outs in zip(specs, await asyncio.gather(*tasks)):
+        solo, together, batches = await solo_then_staggered(engine, specs, **common)
+        for (rid, _, _), got in zip(specs, together):
             # 1e-5 on unit-scale values: the random tiny SDXL UNet leaves Euler latents at |x| ~ 12
             scale = max(1.0, solo[rid].abs().max().item())
-            assert max_diff(_latent(outs), solo[rid]) <= 1e-5 * scale, rid
-        batches = [ids for _, ids in engine.forward_log]
+            assert max_diff(got, solo[rid]) <= 1e-5 * scale, rid
         assert batches[0] == ["r0"] and max(len(b) for b in batches) == 4
     finally:
         await engine.shutdown()
@@ -91,8 +77,8 @@ async def test_img2img_equals_diffusers_img2img(family):
         outs = await run(engine, "i", "a red cat", inputs={"multi_modal_data": {"image": image}}, seed=9,
                          output_type="latent", **kw)
         expected = ref("a red cat", image=image, generator=gen(9), output_type="latent", **kw).images
-        assert _latent(outs).shape[-2:] == (16, 20)  # the input's size, like diffusers
-        assert max_diff(_latent(outs), expected) == 0.0
+        assert latent(outs).shape[-2:] == (16, 20)  # the input's size, like diffusers
+        assert max_diff(latent(outs), expected) == 0.0
     finally:
         await engine.shutdown()
 
@@ -109,6 +95,6 @@ async def test_sdxl_micro_conditioning_knobs(family):
             return
         outs = await run(engine, "x", "a red cat", seed=1, extra_args=extra, **kw)
         expected = ref("a red cat", generator=gen(1), original_size=(64, 64), crops_coords_top_left=(4, 0), **kw).images
-        assert max_diff(_latent(outs), expected) == 0.0
+        assert max_diff(latent(outs), expected) == 0.0
     finally:
         await engine.shutdown()
