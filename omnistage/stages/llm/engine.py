@@ -75,7 +75,7 @@ class Prepared:
     mm_data: dict[str, Any] | None = None  # vLLM multi_modal_data (a family's own multimodal inputs)
     extra: dict[str, Any] = field(default_factory=dict)  # added to the first output (e.g. source-image ids)
 
-    def engine_input(self) -> Any:
+    async def engine_input(self, engine: Any) -> Any:
         from vllm.inputs import TokensPrompt
         from vllm.inputs.engine import tokens_input
 
@@ -84,7 +84,8 @@ class Prepared:
         prompt = TokensPrompt(prompt_token_ids=self.ids, multi_modal_data=self.mm_data)
         if self.text is not None:
             prompt["prompt"] = self.text
-        return prompt
+        # vLLM's renderer runs the model's registered multimodal processor on it
+        return (await engine.renderer.render_cmpl_async([prompt]))[0]
 
 
 class LLMStageEngine:
@@ -182,7 +183,8 @@ class LLMStageEngine:
         done = False
         final: StageOutput | None = None
         try:
-            async for ro in self.engine.generate(prep.engine_input(), sp, request_id=rid):
+            engine_input = await prep.engine_input(self.engine)
+            async for ro in self.engine.generate(engine_input, sp, request_id=rid):
                 comp = ro.outputs[0]
                 now = time.monotonic()
                 data: dict[str, Any] = {}
