@@ -16,7 +16,7 @@ Deploy YAML only says where and how big each stage runs.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal
@@ -138,6 +138,14 @@ class Pipeline:
     default_deploy: dict[str, Any] = field(default_factory=dict)  # e.g. {"async_chunk": True}
     # Which stage serves each request modality by default ("voices" etc. live in families).
     info: dict[str, Any] = field(default_factory=dict)
+    # Per-folder additions to ``info`` (e.g. the voices a checkpoint defines), read when a model is served.
+    folder_info: Callable[[Path], dict[str, Any]] | None = None
+
+    def for_model(self, model: str | Path | None) -> "Pipeline":
+        """This pipeline with ``info`` completed from the model folder (itself when nothing to add)."""
+        if self.folder_info is None or model is None:
+            return self
+        return replace(self, info={**self.info, **self.folder_info(Path(model))})
 
     def __post_init__(self) -> None:
         ids = [s.stage_id for s in self.stages]

@@ -1,4 +1,4 @@
-"""``omnistage generate [MODEL] --prompt ... --output out.png``: offline one-shot image generation.
+"""``omnistage generate [MODEL] --prompt ... --output out.png``: offline one-shot image (speech, video) generation.
 
 Runs the model's pipeline through ``omnistage.Omni`` (whose progress bar shows
 denoising steps). With no MODEL the built-in demo pipeline is used.
@@ -27,10 +27,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--width", type=int, default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--guidance-scale", type=float, default=None)
+    p.add_argument("--num-frames", type=int, default=None, help="video frames (video pipelines)")
     p.add_argument("-n", "--num-outputs", type=int, default=None, help="images per prompt")
     p.add_argument("--extra-body", default=None, help="JSON: sampling fields or model-specific extra_args")
     p.add_argument("--deploy-config", default=None)
-    p.add_argument("--output", default="output.png", help="image path (several images get -1, -2, ... suffixes)")
+    p.add_argument("--output", default="output.png", help="image path (several images get -1, -2, ... suffixes); speech -> .wav, video -> .mp4")
 
 
 def build_params(args: argparse.Namespace) -> dict[str, Any]:
@@ -50,7 +51,8 @@ def build_params(args: argparse.Namespace) -> dict[str, Any]:
             params["extra_args"] = model_args
     flags = {"negative_prompt": args.negative_prompt, "strength": args.strength,
              "num_inference_steps": args.num_inference_steps, "height": args.height, "width": args.width,
-             "seed": args.seed, "guidance_scale": args.guidance_scale, "num_outputs_per_prompt": args.num_outputs}
+             "seed": args.seed, "guidance_scale": args.guidance_scale, "num_outputs_per_prompt": args.num_outputs,
+             "num_frames": args.num_frames}
     params.update({k: v for k, v in flags.items() if v is not None})
     return params
 
@@ -88,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
     if out.error:
         print(f"error: {out.error}", file=sys.stderr)
         return 1
+    if not out.images and (out.audio is not None or out.video is not None):  # speech / video pipelines
+        return _write_media(out, Path(args.output))
     if not out.images:
         print(f"error: the pipeline returned no image (got {', '.join(out.modalities) or 'nothing'})", file=sys.stderr)
         return 1
@@ -97,4 +101,22 @@ def run(args: argparse.Namespace) -> int:
         print(path)
     if out.text:
         print(out.text)
+    return 0
+
+
+def _write_media(out: Any, path: Path) -> int:
+    """A speech pipeline's WAV or a video pipeline's MP4; an image suffix on --output is swapped."""
+    image_suffix = path.suffix.lower() in (".png", ".jpg", ".jpeg", ".webp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if out.video is not None:
+        from omnistage.server.media import encode_mp4
+
+        path = path.with_suffix(".mp4") if image_suffix else path
+        path.write_bytes(encode_mp4(out.video, out.fps or 16))
+    else:
+        import soundfile
+
+        path = path.with_suffix(".wav") if image_suffix else path
+        soundfile.write(str(path), out.audio, out.sample_rate)
+    print(path)
     return 0

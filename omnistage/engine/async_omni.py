@@ -44,6 +44,7 @@ class AsyncOmni:
             self.pipeline = resolve_pipeline(self.model, pipeline or _pipeline_name(deploy_config))
         if self.model is None:
             self.model = self.pipeline.info.get("default_model")
+        self.pipeline = self.pipeline.for_model(self.model)  # e.g. the folder's voices
         # Validated now, before anything starts: a bad config never half-starts a server.
         self.deploy: DeployConfig = resolve_deploy(self.pipeline, deploy_config, stage_overrides,
                                                    cli=engine_kwargs or None, platform=platform)

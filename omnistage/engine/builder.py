@@ -46,8 +46,6 @@ def resolve_deploy(pipeline: Pipeline, deploy_config: Any = None, stage_override
 def check_deploy(pipeline: Pipeline, deploy: DeployConfig) -> None:
     if deploy.pipeline is not None and deploy.pipeline != pipeline.name:
         raise ConfigError(f"pipeline: deploy config is for {deploy.pipeline!r}, but the model resolves to {pipeline.name!r}")
-    if deploy.distributed_executor_backend == "ray":
-        raise ConfigError("distributed_executor_backend: 'ray' is not implemented yet; use 'mp' (local processes)")
     ids = {s.stage_id for s in pipeline.stages}
     for sd in deploy.stages:
         if sd.stage_id not in ids:
@@ -98,6 +96,8 @@ async def start_orchestrator(pipeline: Pipeline, deploy: DeployConfig, model: st
     try:
         for spec in pipeline.stages:
             sd = deploy.stage(spec.stage_id) or StageDeployConfig(stage_id=spec.stage_id)
+            if deploy.distributed_executor_backend == "ray" and sd.process_mode is None:
+                sd = sd.model_copy(update={"process": "ray"})  # every stage a Ray actor unless it says otherwise
             replicas = []
             for idx, devices in enumerate(sd.replica_devices()):
                 ctx = StageContext(spec=spec, deploy=sd, model=sd.model or model, replica=idx, devices=devices,

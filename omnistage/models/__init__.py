@@ -7,7 +7,7 @@ import importlib
 import importlib.util
 import logging
 
-_FAMILIES = ["sd3", "sd", "chat", "prompt_expand", "glm_image", "demo"]
+_FAMILIES = ["sd3", "sd", "chat", "prompt_expand", "glm_image", "demo", "wan", "codec_tts"]
 
 for _name in _FAMILIES:
     if importlib.util.find_spec(f"omnistage.models.{_name}") is None:

@@ -40,4 +40,8 @@ def build_engine(ctx: StageContext) -> StageEngine:
         from omnistage.transport.process import ProcessStageEngine
 
         return ProcessStageEngine(ctx)
-    raise ValueError(f"stage {ctx.spec.stage_id}: process mode {mode!r} is not available (use inline or mp)")
+    if mode == "ray":
+        from omnistage.transport.ray_stage import RayStageEngine
+
+        return RayStageEngine(ctx)
+    raise ValueError(f"stage {ctx.spec.stage_id}: process mode {mode!r} is not available (use inline, mp or ray)")

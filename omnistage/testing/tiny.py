@@ -19,6 +19,8 @@ BUILDERS = {
     "sdxl": "omnistage.models.sd.tiny:build_sdxl",
     "chat": "omnistage.models.chat.tiny:build",
     "glm_image": "omnistage.models.glm_image.tiny:build",
+    "codec_tts": "omnistage.models.codec_tts.tiny:build",
+    "wan": "omnistage.models.wan.tiny:build",
 }
 
 

@@ -152,8 +152,7 @@ def test_config_checked_against_the_pipeline():
         resolve_deploy(p, {"stages": [{"stage_id": 0, "stage_type": "llm"}]})
     with pytest.raises(ConfigError, match="cannot produce text"):
         resolve_deploy(p, {"stages": [{"stage_id": 2, "engine_output_type": "text"}]})
-    with pytest.raises(ConfigError, match="'ray' is not implemented yet"):
-        resolve_deploy(p, {"distributed_executor_backend": "ray"})
+    assert resolve_deploy(p, {"distributed_executor_backend": "ray"}).distributed_executor_backend == "ray"
     with pytest.raises(ConfigError, match="deploy config is for 'other'"):
         resolve_deploy(p, {"pipeline": "other"})
     one = tp.streaming()

@@ -41,5 +41,5 @@ def test_bad_configuration_exits_with_a_message(capsys, tmp_path):
     assert main(["serve", "--allowed-local-media-path", str(tmp_path / "missing")]) == 2
     assert main(["serve", "--pipeline", "no-such-pipeline"]) == 2
     assert "unknown pipeline" in capsys.readouterr().err
-    assert main(["serve", "--pipeline", "demo", "--distributed-executor-backend", "ray"]) == 2
-    assert "distributed_executor_backend" in capsys.readouterr().err
+    assert main(["serve", "--pipeline", "demo", "--stage-overrides", '{"9": {"max_num_seqs": 1}}']) == 2
+    assert "stage_id 9 does not exist" in capsys.readouterr().err

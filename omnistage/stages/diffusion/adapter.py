@@ -18,6 +18,7 @@ Lifecycle of one request (engine calls, in order):
            out = adapter.predict(x, t, cond)                      # one batched forward, t per row
            rows = adapter.sampler.step(guided_out, rows, jobs)    # each job's rows by its own table
     adapter.decode([jobs])         # batched VAE decode -> per job a list of uint8 HxWx3 arrays
+    adapter.pack_output(job, decoded)  # optional: the job's output dict (default {"image": decoded}; video families)
 
 Conditioning is a dict of tensors whose dim 0 is the row dimension
 (``job.rows`` rows per job); the engine concatenates uncond rows of all CFG
@@ -64,6 +65,7 @@ class DiffusionJob:
     sampler_state: Any = None
     latents: torch.Tensor | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # adapter scratch space
+    step_guidance: list[float] | None = None  # per-step CFG scale (Wan2.2's low-noise expert), else params'
 
     # filled by the engine
     key: Hashable = None
@@ -73,12 +75,14 @@ class DiffusionJob:
 
     @property
     def guidance(self) -> float:
+        if self.step_guidance is not None:
+            return float(self.step_guidance[self.step])
         return float(self.params.guidance_scale)
 
     @property
     def do_cfg(self) -> bool:
-        # diffusers' rule: classifier-free guidance only when the scale exceeds 1
-        return self.guidance > 1.0
+        # diffusers' rule: classifier-free guidance only when the (first) scale exceeds 1
+        return float(self.params.guidance_scale) > 1.0
 
     @property
     def total_steps(self) -> int:

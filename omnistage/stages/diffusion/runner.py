@@ -103,8 +103,9 @@ def run_step(adapter: DiffusionAdapter, batch: list[DiffusionJob], new: list[Dif
     to_decode = [j for j in done if j.params.output_type != "latent"]
     if to_decode:
         try:
-            images = adapter.decode(to_decode)
-            result.finished.extend((j, {"image": ims}) for j, ims in zip(to_decode, images))
+            decoded = adapter.decode(to_decode)
+            pack = getattr(adapter, "pack_output", None)  # video families put frames under "video"
+            result.finished.extend((j, pack(j, d) if pack else {"image": d}) for j, d in zip(to_decode, decoded))
         except Exception as e:
             result.failed.extend((j, _error(e)) for j in to_decode)
     return result

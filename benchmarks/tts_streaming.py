@@ -1,0 +1,148 @@
+"""Streamed TTS: time to first audio packet with async chunk vs without.
+
+The same codec_tts folder is served twice in one process: with async chunk
+(the codec decodes every N frames while the LM generates) and without (the
+whole code sequence is decoded after the LM finished). Both engines stay up
+and the two modes run in alternating rounds, so load from other processes
+hits both alike. Per request: ``audio_ttfp`` (submit -> first audio packet),
+end-to-end latency, and ``audio_rtf`` (end-to-end time / audio duration).
+Reports medians per mode and the ratios streamed / whole, and checks that
+both modes produce the same audio.
+
+    python benchmarks/tts_streaming.py [--model DIR] [--rounds 5] [--chunk-frames 8] [--frames 200]
+
+Without --model the tiny codec_tts fixture is built (tiny LM and codec:
+the ratios show the pipeline's scheduling, not a real model's compute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+RESULTS = Path(__file__).parent / "results"
+TEXTS = ["hello world", "good morning, how are you today?", "the quick brown fox jumps over the lazy dog",
+         "i am fine, thank you."]
+
+
+async def one(engine, text: str, lm: dict, codec: dict) -> dict:
+    t0 = time.perf_counter()
+    first = None
+    audio = None
+    async for out in engine.generate(text, sampling_params_list=[lm, codec]):
+        if first is None and out.delta.get("audio") is not None:
+            first = time.perf_counter()
+        if out.finished:
+            audio = out
+    end = time.perf_counter()
+    seconds = len(audio.audio) / audio.sample_rate
+    return {"ttfp": first - t0, "e2e": end - t0, "audio_s": seconds, "rtf": (end - t0) / seconds, "audio": audio.audio}
+
+
+async def batch(engine, n: int, lm: dict, codec: dict) -> list[dict]:
+    return await asyncio.gather(*(one(engine, TEXTS[i % len(TEXTS)], lm, codec) for i in range(n)))
+
+
+def median(rows: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+async def main(args: argparse.Namespace) -> dict:
+    import numpy as np
+    import torch
+
+    from omnistage import AsyncOmni
+
+    torch.set_num_threads(1)
+    model = args.model
+    if model is None:
+        from omnistage.testing.tiny import build
+
+        model = str(build("codec_tts", tempfile.mkdtemp(prefix="omnistage-bench-tts-")))
+    engine_args = {"max_model_len": 8 * args.frames + 128, "dtype": "float32", "max_num_seqs": 8}
+    modes = {
+        "streamed": AsyncOmni(model, deploy_config={"async_chunk": True}, **engine_args),
+        "whole": AsyncOmni(model, deploy_config={"async_chunk": False}, **engine_args),
+    }
+    for engine in modes.values():
+        await engine.start()
+    from omnistage.models.codec_tts.config import load_tts_config
+
+    tokens = args.frames * load_tts_config(model).num_quantizers  # K tokens per frame
+    lm = {"temperature": 0, "repetition_penalty": 1.0, "max_tokens": tokens, "min_tokens": tokens}
+    codec = {"chunk_frames": args.chunk_frames}
+    rows: dict[str, dict[int, list[dict]]] = {m: {c: [] for c in args.concurrency} for m in modes}
+    max_diff = 0.0
+    try:
+        for name, engine in modes.items():  # warm-up (first-request costs) outside the measurement
+            await batch(engine, 1, lm, codec)
+        for r in range(args.rounds):
+            order = list(modes) if r % 2 == 0 else list(reversed(modes))
+            for c in args.concurrency:
+                got = {}
+                for name in order:
+                    got[name] = await batch(modes[name], c, lm, codec)
+                    rows[name][c].extend(got[name])
+                for a, b in zip(got["streamed"], got["whole"]):
+                    max_diff = max(max_diff, float(np.abs(a["audio"] - b["audio"]).max()))
+    finally:
+        for engine in modes.values():
+            await engine.shutdown()
+    table = []
+    for c in args.concurrency:
+        s, w = rows["streamed"][c], rows["whole"][c]
+        table.append({
+            "concurrency": c,
+            "streamed_ttfp_ms": 1000 * median(s, "ttfp"), "whole_ttfp_ms": 1000 * median(w, "ttfp"),
+            "ttfp_ratio": median(s, "ttfp") / median(w, "ttfp"),
+            "streamed_rtf": median(s, "rtf"), "whole_rtf": median(w, "rtf"),
+            "rtf_ratio": median(s, "rtf") / median(w, "rtf"),
+            "streamed_e2e_ms": 1000 * median(s, "e2e"), "whole_e2e_ms": 1000 * median(w, "e2e"),
+            "audio_duration_s": median(s, "audio_s"), "requests_per_mode": len(s),
+        })
+    return {"model": model, "rounds": args.rounds, "chunk_frames": args.chunk_frames, "frames": args.frames,
+            "engine_args": engine_args, "max_abs_audio_diff_streamed_vs_whole": max_diff, "results": table}
+
+
+def write(report: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "tts_streaming.json").write_text(json.dumps(report, indent=2) + "\n")
+    lines = [
+        "# Streamed TTS: async chunk vs whole-sequence decode (codec_tts)",
+        "",
+        f"model: `{report['model']}`; {report['frames']} codec frames per request, chunk {report['chunk_frames']} "
+        f"frames; engine args {report['engine_args']}; medians over {report['rounds']} alternating rounds. "
+        "audio_ttfp = submit -> first audio packet; audio_rtf = end-to-end time / audio duration.",
+        f"Streamed and whole audio max |diff|: {report['max_abs_audio_diff_streamed_vs_whole']:.2e}.",
+        "",
+        "| concurrency | streamed TTFP ms | whole TTFP ms | TTFP ratio | streamed RTF | whole RTF | RTF ratio | "
+        "streamed e2e ms | whole e2e ms | audio s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["results"]:
+        lines.append(f"| {r['concurrency']} | {r['streamed_ttfp_ms']:.1f} | {r['whole_ttfp_ms']:.1f} | "
+                     f"{r['ttfp_ratio']:.3f} | {r['streamed_rtf']:.3f} | {r['whole_rtf']:.3f} | {r['rtf_ratio']:.3f} | "
+                     f"{r['streamed_e2e_ms']:.1f} | {r['whole_e2e_ms']:.1f} | {r['audio_duration_s']:.2f} |")
+    (RESULTS / "tts_streaming.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None, help="a codec_tts folder (default: build the tiny fixture)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--chunk-frames", type=int, default=8)
+    parser.add_argument("--frames", type=int, default=200, help="codec frames generated per request")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
+    write(asyncio.run(main(parser.parse_args())))

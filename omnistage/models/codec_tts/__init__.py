@@ -1,0 +1,72 @@
+"""``codec_tts``: streamed text-to-speech with a codec-token LM and a codec decoder.
+
+Stage 0 (llm on vLLM, output ``token_ids``) continues the family's prompt
+(text + voice) with codec tokens until ``<|speech_end|>``; stage 1
+(generation, output ``audio``) decodes the codes to a waveform. With async
+chunk on (the default), every ``chunk_frames`` complete frames are forwarded
+and decoded while the LM is still generating, so the first audio arrives
+long before the sentence is finished; the streamed audio equals the codec's
+decode of the whole code sequence (see ``codec.py`` for why, and the tests
+for the measured difference). This is the Llasa / Orpheus recipe.
+
+Folder layout::
+
+    my-tts/
+      omnistage.json  {"pipeline": "codec_tts",
+                       "prompt_template": "<|text_start|>{voice}{text}<|text_end|><|speech_start|>",
+                       "voices": {"alto": "alto: ", ...}, "default_voice": "alto",
+                       "speech_end_token": "<|speech_end|>",
+                       "codec_token_offset": 389, "codebook_size": 32, "num_quantizers": 2,
+                       "layout": "shared" | "per_codebook", "chunk_frames": 8,
+                       "constrain_to_codec_tokens": true, "decode_context_frames": null}
+      lm/             a causal-LM folder vLLM serves; its vocabulary holds the codec tokens
+      codec/          a transformers codec folder (Mimi: causal, so streaming is exact)
+
+Decisions:
+- Codec tokens are flattened frame-major (K tokens per frame). Code ``c`` of
+  codebook ``q`` is LM id ``offset + c`` (``shared``) or
+  ``offset + q * codebook_size + c`` (``per_codebook``).
+- The LM stage ships the token layout in-band (``codec_layout`` in its first
+  output), so the edge functions stay plain functions with no folder access.
+- ``chunk_frames`` comes from ``omnistage.json`` and can be overridden per
+  deploy or request in stage 1's sampling params (``{"chunk_frames": 4}``).
+- By default the LM samples only codec tokens and the end token
+  (``allowed_token_ids``); a caller's sampling params override it.
+- The codec stage keeps ``decode_context_frames`` (default: the codec's exact
+  receptive field) of already-decoded codes per request and re-decodes them
+  in front of each new piece; pieces of concurrent requests are right-padded
+  into one batch (causal decoder: padding never reaches real samples).
+- Voices are prompt prefixes listed in ``omnistage.json``; ``/v1/audio/voices``
+  lists them. ``speed`` and ``instructions`` are refused (400).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omnistage.models.codec_tts.config import folder_info
+from omnistage.models.codec_tts.edges import codes_every_n_frames, whole_codes
+from omnistage.models.codec_tts.lm import build_lm_stage
+from omnistage.pipeline import Edge, Pipeline, StageContext, StageSpec, register_pipeline
+
+
+def codec_adapter(ctx: StageContext) -> Any:
+    from omnistage.models.codec_tts.decoder import CodecDecoderAdapter  # torch + transformers: only when built
+
+    return CodecDecoderAdapter(ctx)
+
+
+PIPELINE = register_pipeline(Pipeline(
+    name="codec_tts",
+    description="codec-token LM (vLLM) streams codes to a codec decoder (text -> speech)",
+    matches=None,  # selected by omnistage.json {"pipeline": "codec_tts"}
+    stages=[
+        StageSpec(0, kind="llm", name="speech_lm", output="token_ids", engine=build_lm_stage,
+                  default_params={"temperature": 0.7, "top_p": 0.95, "repetition_penalty": 1.1,
+                                  "max_tokens": 1024, "detokenize": False}),
+        StageSpec(1, kind="generation", name="codec", output="audio", final=True, adapter=codec_adapter,
+                  inputs=[Edge(0, process=whole_codes, process_chunk=codes_every_n_frames)]),
+    ],
+    info={"supports_speed": False},
+    folder_info=folder_info,
+))

@@ -1,0 +1,100 @@
+"""The edge from the speech LM to the codec decoder: codec token ids -> codes [K, frames].
+
+The LM stage describes its token layout in its first output (``codec_layout``:
+offset, codebook size, K, layout, end id, chunk frames), so these functions
+need no model folder. Tokens are flattened frame-major (frame 0's K tokens,
+then frame 1's ...). The end token and anything after it are dropped; an
+incomplete last frame (max_tokens cut the frame) is dropped too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+LAYOUT_KEY = "codec_layout"
+# Not the caller's fault (and not worth an empty WAV): the LM stopped before one whole frame.
+NO_FRAMES = "the speech LM produced no complete codec frame (it stopped at once; try min_tokens)"
+
+
+def _layout(source: dict[str, Any]) -> dict[str, Any]:
+    layout = source.get(LAYOUT_KEY)
+    if isinstance(layout, list):  # an auxiliary key accumulates as a list of items
+        layout = layout[0] if layout else None
+    if not isinstance(layout, dict):
+        raise RuntimeError(f"the speech LM stage sent no {LAYOUT_KEY!r} (is it the codec_tts LM engine?)")
+    return layout
+
+
+def tokens_to_codes(ids: list[int], layout: dict[str, Any], start: int = 0):
+    """Whole frames of ``ids`` as a LongTensor [K, frames]; ``start`` is the position of ``ids[0]``
+    in the generated sequence (for error messages and the codebook of each position)."""
+    import torch
+
+    k, size, offset = layout["num_quantizers"], layout["codebook_size"], layout["codec_token_offset"]
+    per_codebook = layout["layout"] == "per_codebook"
+    frames = len(ids) // k
+    codes = torch.empty(k, frames, dtype=torch.long)
+    for i, tok in enumerate(ids[: frames * k]):
+        q = (start + i) % k
+        lo = offset + (q * size if per_codebook else 0)
+        if not lo <= tok < lo + size:
+            raise ValueError(f"token_ids[{start + i}]: {tok} is not a codec token of codebook {q} "
+                             f"(expected {lo}..{lo + size - 1})")
+        codes[q, i // k] = tok - lo
+    return codes
+
+
+def _until_end(ids: list[int], end_id: int | None) -> tuple[list[int], bool]:
+    if end_id is not None and end_id in ids:
+        return ids[: ids.index(end_id)], True
+    return ids, False
+
+
+def _chunk_frames(request: Any, layout: dict[str, Any]) -> int:
+    """Per-request ``chunk_frames`` (stage 1 sampling params) or the folder's default."""
+    params = getattr(request, "sampling_params", None)
+    own = params[1] if params and len(params) > 1 and isinstance(params[1], dict) else {}
+    n = own.get("chunk_frames", layout["chunk_frames"])
+    # A bad value is reported by the codec stage (it validates its params as a 400); stream per default here.
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else layout["chunk_frames"]
+
+
+def whole_codes(source: dict[str, Any], request: Any) -> dict[str, Any]:
+    """Non-streamed path: every generated token at once."""
+    layout = _layout(source)
+    raw = source.get("token_ids")
+    ids = raw.tolist() if hasattr(raw, "tolist") else list(raw or [])
+    ids, _ = _until_end(ids, layout.get("end_id"))
+    codes = tokens_to_codes(ids, layout)
+    if codes.shape[1] == 0:
+        raise RuntimeError(NO_FRAMES)
+    return {"codes": codes}
+
+
+def codes_every_n_frames(delta: dict[str, Any], request: Any, state: dict[str, Any]) -> dict[str, Any] | None:
+    """Streaming path: forward every N complete frames; the tail when the LM finishes."""
+    if LAYOUT_KEY in delta:
+        state["layout"] = _layout(delta)
+    layout = state.get("layout")
+    if layout is None:
+        if state.get("finished"):
+            raise RuntimeError(f"the speech LM stage finished without sending {LAYOUT_KEY!r}")
+        return None
+    pending: list[int] = state.setdefault("pending", [])
+    if not state.get("ended") and delta.get("token_ids") is not None:
+        new, ended = _until_end([int(t) for t in delta["token_ids"]], layout.get("end_id"))
+        pending.extend(new)
+        state["ended"] = ended
+    k = layout["num_quantizers"]
+    n = _chunk_frames(request, layout)
+    frames = len(pending) // k
+    take = frames if state.get("finished") else frames - frames % n
+    if take == 0:
+        if state.get("finished") and not state.get("sent"):
+            raise RuntimeError(NO_FRAMES)
+        return None
+    start = state.get("sent", 0)
+    codes = tokens_to_codes(pending[: take * k], layout, start)
+    del pending[: take * k]
+    state["sent"] = start + take * k
+    return {"codes": codes}
