@@ -11,6 +11,7 @@ for the requested modalities run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ class _Run:
     stages: dict[int, _StageRun]
     events: asyncio.Queue  # (stage_id, StageOutput | Exception) for the caller
     tasks: list[asyncio.Task] = field(default_factory=list)
+    aborted: bool = False
 
 
 class Orchestrator:
@@ -119,11 +121,26 @@ class Orchestrator:
                     run.stages[edge.source].subscribers.append(q)
                     pumps.append((edge, sid, q))
         self._runs[request.request_id] = run
+        wanted = set(finals)
+        if len(needed) == 1 and not pumps:
+            # One stage (e.g. a chat model): consume it right here. A task and a queue in between would
+            # cost every streamed chunk one more event-loop hop, which shows up as TTFT under load.
+            try:
+                async with contextlib.aclosing(self._stage_outputs(run, needed[0])) as outs:
+                    async for out in outs:
+                        yield self._output(run, needed[0], finished=False, delta=out)
+                yield self._output(run, needed[0], finished=True)
+            except Exception as e:
+                if run.aborted:  # the caller aborted it: end quietly, as the multi-stage path does
+                    return
+                raise self._request_error(run, needed[0], e) from None
+            finally:
+                await self._cleanup(run)
+            return
         for sid in needed:
             run.tasks.append(asyncio.create_task(self._run_stage(run, sid), name=f"{request.request_id}/stage{sid}"))
         for edge, sid, q in pumps:
             run.tasks.append(asyncio.create_task(self._pump(run, edge, sid, q), name=f"{request.request_id}/edge{edge.source}->{sid}"))
-        wanted = set(finals)
         remaining = len(needed)
         try:
             while remaining:
@@ -137,7 +154,7 @@ class Orchestrator:
                     if sid in wanted:
                         yield self._output(run, sid, finished=True)
                     continue
-                if sid in wanted and item.data:
+                if sid in wanted:  # data, or a progress-only update (diffusion steps)
                     yield self._output(run, sid, finished=False, delta=item)
         finally:
             await self._cleanup(run)
@@ -145,6 +162,7 @@ class Orchestrator:
     async def abort(self, request_id: str) -> None:
         run = self._runs.get(request_id)
         if run is not None:
+            run.aborted = True
             run.events.put_nowait((-1, _ABORTED))
             await self._cleanup(run)
 
@@ -175,24 +193,29 @@ class Orchestrator:
             inputs.update(edge.process(source, run.request) if edge.process else source)
         return inputs
 
-    async def _run_stage(self, run: _Run, sid: int) -> None:
+    async def _stage_outputs(self, run: _Run, sid: int) -> AsyncIterator[StageOutput]:
+        """Submit stage ``sid`` once its plain inputs are complete and yield what the caller may see of
+        it: deltas with data (accumulated, and fed to streaming edges) and progress-only updates.
+        Raises on the stage's errors; marks the stage finished at the end."""
         st = run.stages[sid]
         spec = st.spec
         rid = run.request.request_id
+        streaming = [e for e in spec.inputs if self._streams(e)]
+        for edge in spec.inputs:
+            if edge not in streaming:
+                await run.stages[edge.source].finished.wait()
         try:
-            streaming = [e for e in spec.inputs if self._streams(e)]
-            for edge in spec.inputs:
-                if edge not in streaming:
-                    await run.stages[edge.source].finished.wait()
-            try:
-                inputs = self._stage_inputs(run, spec)
-            except (ValueError, TypeError, KeyError) as e:
-                raise StageFailedError(f"stage {sid} ({spec.name}): preparing its input failed: {e}") from e
-            req = StageRequest(rid, inputs, run.request.sampling_params[sid], stream_inputs=bool(streaming))
-            started = time.monotonic()
-            st.submitted = True
-            st.started.set()
-            async for out in self.clients[sid].generate(req):
+            inputs = self._stage_inputs(run, spec)
+        except (ValueError, TypeError, KeyError) as e:
+            raise StageFailedError(f"stage {sid} ({spec.name}): preparing its input failed: {e}") from e
+        req = StageRequest(rid, inputs, run.request.sampling_params[sid], stream_inputs=bool(streaming))
+        started = time.monotonic()
+        st.submitted = True
+        st.started.set()
+        # aclosing: however this loop ends (error, abort, consumer gone), the engine's stream is closed now,
+        # so the stage releases the request at once instead of whenever the generator is collected
+        async with contextlib.aclosing(self.clients[sid].generate(req)) as stream:
+            async for out in stream:
                 if out.error:
                     if out.bad_input:
                         raise InvalidRequestError(out.error)
@@ -206,27 +229,37 @@ class Orchestrator:
                     for q in st.subscribers:
                         q.put_nowait(data)
                     out.data = data
-                    run.events.put_nowait((sid, out))
+                    yield out
                 elif out.progress is not None and not out.finished:
-                    run.events.put_nowait((sid, out))
+                    yield out
                 if out.finished:
                     st.metrics = out.metrics or StageMetrics(run_time_s=time.monotonic() - started)
                     break
             else:
                 raise StageFailedError(f"stage {sid} ({spec.name}) ended request {rid} without finishing it")
-            st.finished.set()
-            for q in st.subscribers:
-                q.put_nowait(_DONE)
+        st.finished.set()
+        for q in st.subscribers:
+            q.put_nowait(_DONE)
+
+    def _request_error(self, run: _Run, sid: int, e: Exception) -> Exception:
+        """What the caller sees for an exception out of a stage."""
+        if isinstance(e, (InvalidRequestError, StageFailedError)):
+            return e
+        name = self.pipeline.stage(sid).name
+        if isinstance(e, ValueError):  # raised by an engine's own validation
+            return InvalidRequestError(f"stage {sid} ({name}): {e}")
+        logger.error("stage %s failed request %s", sid, run.request.request_id, exc_info=e)
+        return StageFailedError(f"stage {sid} ({name}) failed: {type(e).__name__}: {e}")
+
+    async def _run_stage(self, run: _Run, sid: int) -> None:
+        try:
+            async for out in self._stage_outputs(run, sid):
+                run.events.put_nowait((sid, out))
             run.events.put_nowait((sid, _DONE))
         except asyncio.CancelledError:
             raise
-        except (InvalidRequestError, StageFailedError) as e:
-            run.events.put_nowait((sid, e))
-        except ValueError as e:  # raised by an engine's own validation
-            run.events.put_nowait((sid, InvalidRequestError(f"stage {sid} ({spec.name}): {e}")))
         except Exception as e:
-            logger.exception("stage %s failed request %s", sid, rid)
-            run.events.put_nowait((sid, StageFailedError(f"stage {sid} ({spec.name}) failed: {type(e).__name__}: {e}")))
+            run.events.put_nowait((sid, self._request_error(run, sid, e)))
 
     async def _pump(self, run: _Run, edge: Edge, sid: int, q: asyncio.Queue) -> None:
         """Streaming edge: turn upstream deltas into chunks fed to the downstream stage."""
