@@ -47,7 +47,10 @@ def test_bench_omnistage_and_naive_same_images(tiny_model, tmp_path):
     assert rc == 0 and naive["metrics"]["completed_requests"] == 3
 
     for i in range(3):
-        a = np.asarray(Image.open(tmp_path / "omni" / "images" / f"bench-{i}_0.png"))
-        b = np.asarray(Image.open(tmp_path / "naive" / "images" / f"bench-{i}_0.png"))
+        a = np.asarray(Image.open(tmp_path / "omni" / "images" / f"bench-{i}_0.png")).astype(int)
+        b = np.asarray(Image.open(tmp_path / "naive" / "images" / f"bench-{i}_0.png")).astype(int)
         assert a.shape == (32, 32, 3)
-        assert np.array_equal(a, b)
+        # omnistage batches the two concurrent requests, the naive server runs them one by one: fp32 batch
+        # variance (<= 1e-5 in the latents) may flip the rounding of a few pixels by one level, no more
+        diff = np.abs(a - b)
+        assert diff.max() <= 1 and (diff > 0).mean() < 0.01, (diff.max(), (diff > 0).sum())
