@@ -54,6 +54,34 @@ def hf_greedy(folder):
     return inputs["input_ids"][0].tolist(), out[0, k:].tolist(), plain[0, k:].tolist()
 
 
+DIT = {"num_inference_steps": 3, "guidance_scale": 1.5, "seed": 5}
+
+
+async def final_image(folder, prompt):
+    """Both stages through AsyncOmni (greedy AR, DIT params) -> the diffusion stage's image."""
+    omni = AsyncOmni(folder, dtype="float32")
+    await omni.start()
+    try:
+        outs = [o async for o in omni.generate(prompt, sampling_params_list=[{}, DIT])]
+    finally:
+        await omni.shutdown()
+    return [o for o in outs if o.finished and o.stage_id == 1][0].images[0]
+
+
+def dit_kwargs() -> dict:
+    """DIT as diffusers' __call__ arguments."""
+    return {"num_inference_steps": DIT["num_inference_steps"], "guidance_scale": DIT["guidance_scale"],
+            "generator": torch.Generator().manual_seed(DIT["seed"])}
+
+
+def dit_reference(folder):
+    from diffusers import GlmImagePipeline
+
+    ref = GlmImagePipeline.from_pretrained(folder, dtype=torch.float32)
+    ref.set_progress_bar_config(disable=True)
+    return ref
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def ar_engine(folder):
     ctx = StageContext(spec=PIPELINE.stages[0], deploy=StageDeployConfig(stage_id=0, max_model_len=1024,
@@ -112,26 +140,14 @@ async def test_bad_requests_name_the_field(ar_engine):
 
 
 async def test_end_to_end_through_omni(folder, hf_greedy):
-    from diffusers import GlmImagePipeline
-
     assert resolve_pipeline(folder).name == "glm_image"
     _, expected_ids, _ = hf_greedy
-    omni = AsyncOmni(folder, dtype="float32")
-    await omni.start()
-    try:
-        dit = {"num_inference_steps": 3, "guidance_scale": 1.5, "seed": 5}
-        prompt = {"prompt": PROMPT, "additional_information": {"height": H, "width": W}}
-        outs = [o async for o in omni.generate(prompt, sampling_params_list=[{}, dit])]
-    finally:
-        await omni.shutdown()
-    final = [o for o in outs if o.finished and o.stage_id == 1][0]
-    ref = GlmImagePipeline.from_pretrained(folder, dtype=torch.float32)
-    ref.set_progress_bar_config(disable=True)
+    image = await final_image(folder, {"prompt": PROMPT, "additional_information": {"height": H, "width": W}})
+    ref = dit_reference(folder)
     (th, tw), (ph, pw) = target_grids(H, W)
     prior = ref._upsample_token_ids(torch.tensor(expected_ids[ph * pw:ph * pw + th * tw]), th, tw)
-    expected = ref(PROMPT, height=H, width=W, prior_token_ids=prior, num_inference_steps=3, guidance_scale=1.5,
-                   generator=torch.Generator().manual_seed(5)).images[0]
-    assert np.array_equal(np.asarray(final.images[0]), np.asarray(expected))
+    expected = ref(PROMPT, height=H, width=W, prior_token_ids=prior, **dit_kwargs()).images[0]
+    assert np.array_equal(np.asarray(image), np.asarray(expected))
 
 
 # ---------------------------------------------------------------- image-to-image
@@ -212,26 +228,14 @@ async def test_i2i_bad_source_images_name_the_field(ar_engine):
 async def test_i2i_end_to_end_through_omni(folder):
     """Both stages: the DiT conditions on the AR's target ids, the source ids and the source image,
     exactly as diffusers' GlmImagePipeline given the AR outputs transformers computes."""
-    from diffusers import GlmImagePipeline
-
     img = source_image(4, 64, 96)
     _, ar_ids, vq, grids = hf_i2i(folder, [img])
-    omni = AsyncOmni(folder, dtype="float32")
-    await omni.start()
-    try:
-        dit = {"num_inference_steps": 3, "guidance_scale": 1.5, "seed": 5}
-        prompt = {"prompt": I2I_PROMPT, "multi_modal_data": {"image": img}}
-        outs = [o async for o in omni.generate(prompt, sampling_params_list=[{}, dit])]
-    finally:
-        await omni.shutdown()
-    final = [o for o in outs if o.finished and o.stage_id == 1][0]
-    ref = GlmImagePipeline.from_pretrained(folder, dtype=torch.float32)
-    ref.set_progress_bar_config(disable=True)
+    image = await final_image(folder, {"prompt": I2I_PROMPT, "multi_modal_data": {"image": img}})
+    ref = dit_reference(folder)
     (th, tw), _ = target_grids(H, W)
     up = ref._upsample_token_ids
     (_, sh, sw), = grids
     expected = ref(I2I_PROMPT, image=[img], height=H, width=W, prior_token_ids=up(torch.tensor(ar_ids[:th * tw]), th, tw),
                    prior_token_image_ids=[up(torch.tensor(vq), sh, sw).view(-1)],
-                   source_image_grid_thw=[torch.tensor([[1, 2 * sh, 2 * sw]])], num_inference_steps=3,
-                   guidance_scale=1.5, generator=torch.Generator().manual_seed(5)).images[0]
-    assert np.array_equal(np.asarray(final.images[0]), np.asarray(expected))
+                   source_image_grid_thw=[torch.tensor([[1, 2 * sh, 2 * sw]])], **dit_kwargs()).images[0]
+    assert np.array_equal(np.asarray(image), np.asarray(expected))
