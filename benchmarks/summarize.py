@@ -1,10 +1,12 @@
-"""Turn benchmarks/results/serving_*.json into the ratio table benchmarks/results/serving.md.
+"""Turn benchmarks/results/serving_*.json into the ratio table benchmarks/results/serving.md
+(or, for other workloads, e.g. image_chat from benchmarks/image_chat.sh, into <name>.md).
 
 Each workload ran in rounds (omnistage, then the baseline, alternating, both
 servers up) on the same machine; the table gives omnistage / baseline per
 round and the median over rounds -- ratios, not absolute seconds.
 
-    python benchmarks/summarize.py benchmarks/results
+    python benchmarks/summarize.py benchmarks/results                         # t2i + chat -> serving.md
+    python benchmarks/summarize.py benchmarks/results image_chat image_chat   # -> image_chat.md
 """
 
 from __future__ import annotations
@@ -28,7 +30,15 @@ WORKLOADS = {
         ("ttft_p99_ms", "p99 TTFT", None, False),
         ("tpot_mean_ms", "mean TPOT", None, False),
     ]),
+    "image_chat": ("vllm", "plain `vllm serve`", [
+        ("throughput_qps", "throughput (req/s)", 0.95, True),
+        ("output_throughput_tok_s", "output tokens/s", None, True),
+        ("ttft_mean_ms", "mean TTFT", 1.05, False),
+        ("ttft_p99_ms", "p99 TTFT", None, False),
+        ("tpot_mean_ms", "mean TPOT", None, False),
+    ]),
 }
+DEFAULT_TASKS = ("t2i", "chat")  # benchmarks/run_all.sh
 
 
 def load_rounds(results: Path, task: str, label: str) -> dict[int, dict]:
@@ -52,11 +62,12 @@ def _met(ratio: float, target: float | None, higher: bool) -> str:
     return "yes" if ok else "**no**"
 
 
-def summarize(results: Path) -> str:
+def summarize(results: Path, tasks: tuple[str, ...] = DEFAULT_TASKS) -> str:
     lines = ["| workload | metric | omnistage / baseline (per round) | median | target | met |",
              "|---|---|---|---|---|---|"]
     notes = []
-    for task, (base_label, base_desc, metrics) in WORKLOADS.items():
+    for task in tasks:
+        base_label, base_desc, metrics = WORKLOADS[task]
         omni, base = load_rounds(results, task, "omnistage"), load_rounds(results, task, base_label)
         rounds = sorted(set(omni) & set(base))
         if not rounds:
@@ -87,9 +98,11 @@ def summarize(results: Path) -> str:
 
 def main(argv: list[str]) -> int:
     results = Path(argv[1] if len(argv) > 1 else "benchmarks/results")
-    header = Path(results / "serving_header.md")
-    text = (header.read_text() if header.exists() else "") + summarize(results)
-    (results / "serving.md").write_text(text)
+    tasks = tuple(argv[2].split(",")) if len(argv) > 2 else DEFAULT_TASKS
+    name = argv[3] if len(argv) > 3 else "serving"
+    header = Path(results / f"{name}_header.md")
+    text = (header.read_text() if header.exists() else "") + summarize(results, tasks)
+    (results / f"{name}.md").write_text(text)
     print(text)
     return 0
 

@@ -1,18 +1,24 @@
 """Streamed TTS: time to first audio packet with async chunk vs without.
 
 The same codec_tts folder is served twice in one process: with async chunk
-(the codec decodes every N frames while the LM generates) and without (the
-whole code sequence is decoded after the LM finished). Both engines stay up
-and the two modes run in alternating rounds, so load from other processes
-hits both alike. Per request: ``audio_ttfp`` (submit -> first audio packet),
-end-to-end latency, and ``audio_rtf`` (end-to-end time / audio duration).
-Reports medians per mode and the ratios streamed / whole, and checks that
-both modes produce the same audio.
+(the codec decodes a first block of ``initial_codec_chunk_frames``, then every
+``chunk_frames``, while the LM generates) and without (the whole code sequence
+is decoded after the LM finished). Both engines stay up and the two modes run
+in alternating rounds, so load from other processes hits both alike. Per
+request: ``audio_ttfp`` (submit -> first audio packet), end-to-end latency,
+and ``audio_rtf`` (end-to-end time / audio duration). Reports medians per
+mode, the issue's targets (whole TTFP / streamed TTFP >= 5 at concurrency 1;
+streamed TTFP at the highest concurrency / at 1 <= 2) and how far the streamed
+audio is from the whole decode (float rounding for a causal codec such as
+Mimi; an approximation for a non-causal one such as XCodec2).
 
-    python benchmarks/tts_streaming.py [--model DIR] [--rounds 5] [--chunk-frames 8] [--frames 200]
+    python benchmarks/tts_streaming.py [--family codec_tts|llasa|csm | --model DIR] [--rounds 5]
+        [--chunk-frames 8] [--initial-chunk-frames N] [--frames 200] [--concurrency 1 8]
 
-Without --model the tiny codec_tts fixture is built (tiny LM and codec:
+Without --model the tiny fixture of --family is built (tiny LM and codec:
 the ratios show the pipeline's scheduling, not a real model's compute).
+Results: benchmarks/results/tts_streaming.{json,md} for codec_tts,
+tts_streaming_<family>.{json,md} for the others.
 """
 
 from __future__ import annotations
@@ -69,7 +75,7 @@ async def main(args: argparse.Namespace) -> dict:
     if model is None:
         from omnistage.testing.tiny import build
 
-        model = str(build("codec_tts", tempfile.mkdtemp(prefix="omnistage-bench-tts-")))
+        model = str(build(args.family, tempfile.mkdtemp(prefix=f"omnistage-bench-{args.family}-")))
     engine_args = {"max_model_len": 8 * args.frames + 128, "dtype": "float32", "max_num_seqs": 8}
     modes = {
         "streamed": AsyncOmni(model, deploy_config={"async_chunk": True}, **engine_args),
@@ -78,12 +84,19 @@ async def main(args: argparse.Namespace) -> dict:
     for engine in modes.values():
         await engine.start()
     from omnistage.models.codec_tts.config import load_tts_config
+    from omnistage.models.csm.config import is_csm
 
-    tokens = args.frames * load_tts_config(model).num_quantizers  # K tokens per frame
-    lm = {"temperature": 0, "repetition_penalty": 1.0, "max_tokens": tokens, "min_tokens": tokens}
+    csm = is_csm(Path(model))
+    if csm:  # CSM's backbone stage counts frames (K codes each) and takes no repetition penalty / min_tokens
+        lm = {"temperature": 0, "max_tokens": args.frames}
+    else:
+        tokens = args.frames * load_tts_config(model).num_quantizers  # K tokens per frame
+        lm = {"temperature": 0, "repetition_penalty": 1.0, "max_tokens": tokens, "min_tokens": tokens}
     codec = {"chunk_frames": args.chunk_frames}
+    if args.initial_chunk_frames is not None:
+        codec["initial_codec_chunk_frames"] = args.initial_chunk_frames
     rows: dict[str, dict[int, list[dict]]] = {m: {c: [] for c in args.concurrency} for m in modes}
-    max_diff = 0.0
+    max_diff, diff_sq, signal_sq = 0.0, 0.0, 0.0
     try:
         for name, engine in modes.items():  # warm-up (first-request costs) outside the measurement
             await batch(engine, 1, lm, codec)
@@ -94,12 +107,16 @@ async def main(args: argparse.Namespace) -> dict:
                 for name in order:
                     got[name] = await batch(modes[name], c, lm, codec)
                     rows[name][c].extend(got[name])
-                for a, b in zip(got["streamed"], got["whole"]):
-                    max_diff = max(max_diff, float(np.abs(a["audio"] - b["audio"]).max()))
+                for a, b in zip(got["streamed"], got["whole"]):  # same text, greedy: the same codes
+                    diff = np.asarray(a["audio"], np.float64) - np.asarray(b["audio"], np.float64)
+                    max_diff = max(max_diff, float(np.abs(diff).max()))
+                    diff_sq += float((diff ** 2).sum())
+                    signal_sq += float((np.asarray(b["audio"], np.float64) ** 2).sum())
     finally:
         for engine in modes.values():
             await engine.shutdown()
     table = []
+    low, high = min(args.concurrency), max(args.concurrency)
     for c in args.concurrency:
         s, w = rows["streamed"][c], rows["whole"][c]
         table.append({
@@ -111,20 +128,44 @@ async def main(args: argparse.Namespace) -> dict:
             "streamed_e2e_ms": 1000 * median(s, "e2e"), "whole_e2e_ms": 1000 * median(w, "e2e"),
             "audio_duration_s": median(s, "audio_s"), "requests_per_mode": len(s),
         })
-    return {"model": model, "rounds": args.rounds, "chunk_frames": args.chunk_frames, "frames": args.frames,
-            "engine_args": engine_args, "max_abs_audio_diff_streamed_vs_whole": max_diff, "results": table}
+    from omnistage.models.codec_tts.codec import codec_type
+
+    by_c = {r["concurrency"]: r for r in table}
+    ttfp_speedup = by_c[low]["whole_ttfp_ms"] / by_c[low]["streamed_ttfp_ms"]
+    ttfp_growth = by_c[high]["streamed_ttfp_ms"] / by_c[low]["streamed_ttfp_ms"]
+    return {"family": args.family if args.model is None else None, "model": model,
+            "codec": "mimi" if csm else codec_type(Path(model) / "codec"), "rounds": args.rounds, "chunk_frames": args.chunk_frames,
+            "initial_chunk_frames": args.initial_chunk_frames, "frames": args.frames, "engine_args": engine_args,
+            "max_abs_audio_diff_streamed_vs_whole": max_diff,
+            "rms_audio_diff_over_rms_signal": (diff_sq / signal_sq) ** 0.5 if signal_sq else None,
+            "targets": {"whole_over_streamed_ttfp_at_c%d" % low: ttfp_speedup, "target_speedup": 5.0,
+                        "speedup_met": ttfp_speedup >= 5.0,
+                        "streamed_ttfp_c%d_over_c%d" % (high, low): ttfp_growth, "target_growth": 2.0,
+                        "growth_met": ttfp_growth <= 2.0},
+            "results": table}
 
 
 def write(report: dict) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "tts_streaming.json").write_text(json.dumps(report, indent=2) + "\n")
+    name = report["family"] or Path(report["model"]).name
+    stem = "tts_streaming" if name == "codec_tts" else f"tts_streaming_{name}"
+    (RESULTS / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
+    t = report["targets"]
+    speedup_key = next(k for k in t if k.startswith("whole_over"))
+    growth_key = next(k for k in t if k.startswith("streamed_ttfp"))
+    first = report["initial_chunk_frames"] or "the folder's"
     lines = [
-        "# Streamed TTS: async chunk vs whole-sequence decode (codec_tts)",
+        f"# Streamed TTS: async chunk vs whole-sequence decode ({report['family'] or 'codec_tts'}, "
+        f"{report['codec']} codec)",
         "",
-        f"model: `{report['model']}`; {report['frames']} codec frames per request, chunk {report['chunk_frames']} "
-        f"frames; engine args {report['engine_args']}; medians over {report['rounds']} alternating rounds. "
-        "audio_ttfp = submit -> first audio packet; audio_rtf = end-to-end time / audio duration.",
-        f"Streamed and whole audio max |diff|: {report['max_abs_audio_diff_streamed_vs_whole']:.2e}.",
+        f"model: `{report['model']}`; {report['frames']} codec frames per request, first block {first} frames, "
+        f"then {report['chunk_frames']}; engine args {report['engine_args']}; medians over {report['rounds']} "
+        "alternating rounds. audio_ttfp = submit -> first audio packet; audio_rtf = end-to-end time / audio duration.",
+        f"Streamed vs whole audio: max |diff| {report['max_abs_audio_diff_streamed_vs_whole']:.2e}, "
+        f"RMS(diff) / RMS(audio) {report['rms_audio_diff_over_rms_signal']:.2e}.",
+        f"Targets: whole / streamed TTFP ({speedup_key}) {t[speedup_key]:.1f}x (target >= 5x: "
+        f"{'met' if t['speedup_met'] else 'MISSED'}); {growth_key} {t[growth_key]:.2f}x (target <= 2x: "
+        f"{'met' if t['growth_met'] else 'MISSED'}).",
         "",
         "| concurrency | streamed TTFP ms | whole TTFP ms | TTFP ratio | streamed RTF | whole RTF | RTF ratio | "
         "streamed e2e ms | whole e2e ms | audio s |",
@@ -134,15 +175,20 @@ def write(report: dict) -> None:
         lines.append(f"| {r['concurrency']} | {r['streamed_ttfp_ms']:.1f} | {r['whole_ttfp_ms']:.1f} | "
                      f"{r['ttfp_ratio']:.3f} | {r['streamed_rtf']:.3f} | {r['whole_rtf']:.3f} | {r['rtf_ratio']:.3f} | "
                      f"{r['streamed_e2e_ms']:.1f} | {r['whole_e2e_ms']:.1f} | {r['audio_duration_s']:.2f} |")
-    (RESULTS / "tts_streaming.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help="a codec_tts folder (default: build the tiny fixture)")
+    parser.add_argument("--family", default="codec_tts", choices=["codec_tts", "llasa", "csm"],
+                        help="tiny fixture to build when --model is not given")
+    parser.add_argument("--model", default=None,
+                        help="a codec_tts or CSM folder (default: build the tiny --family fixture)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--chunk-frames", type=int, default=8)
+    parser.add_argument("--initial-chunk-frames", type=int, default=None,
+                        help="frames of the first streamed block (default: the folder's)")
     parser.add_argument("--frames", type=int, default=200, help="codec frames generated per request")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     write(asyncio.run(main(parser.parse_args())))

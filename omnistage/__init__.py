@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS = {
     "AsyncOmni": "omnistage.engine.async_omni",
     "Omni": "omnistage.engine.omni",
-    "InvalidRequestError": "omnistage.engine.request",
-    "StageFailedError": "omnistage.engine.request",
+    "InvalidRequestError": "omnistage.errors",
+    "StageFailedError": "omnistage.errors",
+    "StageUnavailableError": "omnistage.errors",
+    "RequestKnobs": "omnistage.params",
     "OutputModality": "omnistage.modality",
     "OmniRequestOutput": "omnistage.outputs",
     "DiffusionSamplingParams": "omnistage.params",
@@ -37,8 +39,12 @@ def __getattr__(name: str) -> Any:
 if TYPE_CHECKING:  # for type checkers and IDEs
     from omnistage.engine.async_omni import AsyncOmni
     from omnistage.engine.omni import Omni
-    from omnistage.engine.request import InvalidRequestError, StageFailedError
+    from omnistage.errors import (
+        InvalidRequestError,
+        StageFailedError,
+        StageUnavailableError,
+    )
     from omnistage.modality import OutputModality
     from omnistage.outputs import OmniRequestOutput
-    from omnistage.params import DiffusionSamplingParams
+    from omnistage.params import DiffusionSamplingParams, RequestKnobs
     from omnistage.pipeline import Edge, Pipeline, StageSpec, register_pipeline

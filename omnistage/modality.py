@@ -8,6 +8,7 @@ This module is the single place that knows the canonical modality names
 from __future__ import annotations
 
 import enum
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -96,50 +97,51 @@ Payload = Any
 
 @dataclass(frozen=True)
 class AccumulationRule:
-    """How successive deltas of one payload key combine, and whether the
-    accumulated value is handed out as a delta (drained) or always whole."""
+    """How the deltas of one payload key join into the whole value: ``join`` gets every delta so far,
+    in order, and is called once per assembly (never per delta: that would be quadratic)."""
 
-    combine: Callable[[Payload, Payload], Payload]
-    drain: bool
-
-
-def _concat(dim: int) -> Callable[[Payload, Payload], Payload]:
-    def combine(old: Payload, new: Payload) -> Payload:
-        if isinstance(old, list) and isinstance(new, list):
-            return old + new
-        if isinstance(old, np.ndarray) or isinstance(new, np.ndarray):
-            return np.concatenate([np.asarray(old), np.asarray(new)], axis=dim)
-        old_t = old if isinstance(old, torch.Tensor) else torch.as_tensor(old)
-        new_t = new if isinstance(new, torch.Tensor) else torch.as_tensor(new)
-        return torch.cat([old_t, new_t.to(old_t.device)], dim=dim)
-
-    return combine
+    join: Callable[[list[Payload]], Payload]
 
 
-def _append(old: Payload, new: Payload) -> Payload:
-    if isinstance(old, str):
-        return old + new
-    if isinstance(old, torch.Tensor):
-        return torch.cat([old, new], dim=0)
-    return list(old) + (list(new) if isinstance(new, (list, tuple)) else [new])
+def _concat(dim: int) -> Callable[[list[Payload]], Payload]:
+    def join(parts: list[Payload]) -> Payload:
+        if all(isinstance(p, list) for p in parts):
+            return list(itertools.chain.from_iterable(parts))
+        if any(isinstance(p, np.ndarray) for p in parts):
+            return np.concatenate([np.asarray(p) for p in parts], axis=dim)
+        tensors = [p if isinstance(p, torch.Tensor) else torch.as_tensor(p) for p in parts]
+        return torch.cat([t.to(tensors[0].device) for t in tensors], dim=dim)
+
+    return join
 
 
-def _keep_last(old: Payload, new: Payload) -> Payload:
-    return new
+def _append(parts: list[Payload]) -> Payload:
+    """Text joins; tensors concatenate on dim 0; anything else is a list of items (a lone value as it is)."""
+    if len(parts) == 1:
+        return parts[0]
+    if isinstance(parts[0], str):
+        return "".join(parts)
+    if isinstance(parts[0], torch.Tensor):
+        return torch.cat(parts, dim=0)
+    return [x for p in parts for x in (p if isinstance(p, (list, tuple)) else [p])]
+
+
+def _keep_last(parts: list[Payload]) -> Payload:
+    return parts[-1]
 
 
 DEFAULT_RULES: dict[str, AccumulationRule] = {
-    "text": AccumulationRule(_append, drain=True),
-    # Downstream stages (e.g. an image-token prior) need the whole sequence.
-    "token_ids": AccumulationRule(_concat(0), drain=False),
-    "latent": AccumulationRule(_concat(0), drain=False),
-    "image": AccumulationRule(_append, drain=True),
-    "audio": AccumulationRule(_concat(-1), drain=True),
-    "video": AccumulationRule(_concat(0), drain=True),
+    "text": AccumulationRule(_append),
+    "token_ids": AccumulationRule(_concat(0)),
+    "latent": AccumulationRule(_concat(0)),
+    "image": AccumulationRule(_append),
+    "audio": AccumulationRule(_concat(-1)),
+    "video": AccumulationRule(_concat(0)),
 }
-# Scalars that travel beside a payload: the newest value wins and is never drained.
-SIDE_KEYS = ("sample_rate", "fps", "finish_reason", "num_tokens", "num_steps")
-_SIDE_RULE = AccumulationRule(_keep_last, drain=False)
+# Scalars that travel beside a payload: the newest value wins.
+SIDE_KEYS = ("sample_rate", "fps", "num_steps")
+_SIDE_RULE = AccumulationRule(_keep_last)
+_AUX_RULE = AccumulationRule(_append)  # unknown auxiliary keys: a list of items
 # Producer keys that mean "the stage's main output".
 GENERIC_KEYS = ("model_outputs", "hidden")
 
@@ -166,43 +168,35 @@ def normalize_keys(
 
 
 class OutputAccumulator:
-    """Accumulates a stage's streamed deltas by key.
+    """Keeps a stage's streamed deltas by key and assembles the whole value on demand.
 
-    ``take()`` returns what a consumer should see now: for drained keys only
-    what arrived since the last ``take``; for retained keys (``token_ids``,
-    ``latent`` and side keys) the whole value so far. ``total`` is always the
-    whole accumulation.
+    ``add`` only appends a reference (O(1) per delta); ``whole()`` joins each key's deltas
+    with its rule once and keeps the joined value, so asking again costs nothing until more
+    deltas arrive. Side keys (``sample_rate``, ``fps``) keep their newest value.
     """
 
     def __init__(self, rules: dict[str, AccumulationRule] | None = None):
         self._rules = {**DEFAULT_RULES, **(rules or {})}
-        self.total: dict[str, Payload] = {}
-        self._pending: dict[str, Payload] = {}
+        self._parts: dict[str, list[Payload]] = {}
 
     def rule(self, key: str) -> AccumulationRule:
         if key in self._rules:
             return self._rules[key]
-        if key in SIDE_KEYS:
-            return _SIDE_RULE
-        # Unknown auxiliary keys behave like a list of items: append, drained.
-        return AccumulationRule(_append, drain=True)
+        return _SIDE_RULE if key in SIDE_KEYS else _AUX_RULE
 
     def add(self, delta: dict[str, Payload]) -> None:
         for key, value in delta.items():
-            if value is None:
-                continue
-            rule = self.rule(key)
-            self.total[key] = rule.combine(self.total[key], value) if key in self.total else value
-            if rule.drain:
-                self._pending[key] = rule.combine(self._pending[key], value) if key in self._pending else value
+            if value is not None:
+                self._parts.setdefault(key, []).append(value)
 
-    def take(self) -> dict[str, Payload]:
-        out: dict[str, Payload] = {}
-        for key, value in self.total.items():
-            if self.rule(key).drain:
-                if key in self._pending:
-                    out[key] = self._pending[key]
-            else:
-                out[key] = value
-        self._pending.clear()
-        return out
+    def get(self, key: str) -> Payload:
+        """The whole value of one key (None if it never arrived)."""
+        parts = self._parts.get(key)
+        if not parts:
+            return None
+        if len(parts) > 1:
+            parts[:] = [self.rule(key).join(parts)]
+        return parts[0]
+
+    def whole(self) -> dict[str, Payload]:
+        return {key: self.get(key) for key in self._parts}

@@ -1,14 +1,40 @@
-"""Request parameters for diffusion stages (llm stages use vLLM's own SamplingParams)."""
+"""Request parameters: the one table of standard knobs and the one place they are parsed.
+
+A request's knobs arrive once, at the edge of the system: an HTTP body (top
+level or a literal ``extra_body``) or an offline call. ``stage_params`` turns
+them into every stage's parameters in one pass:
+
+- standard knobs (``RequestKnobs``) are routed by stage kind: diffusion keys to
+  the stages that denoise, vLLM keys to llm stages;
+- model-specific keys become ``extra_args`` of the denoising stage, filtered
+  once against the pipeline's declared ``extra_body_params``;
+- an explicit ``sampling_params_list`` entry wins over routed knobs, and the
+  stage's deploy defaults are merged under both, once;
+- diffusion stages get a typed ``DiffusionSamplingParams``; llm and generation
+  stages get the merged dict (the llm stage turns it into vLLM's own
+  ``SamplingParams`` — it is the only place that imports vLLM).
+
+Engines take these as they are: they never merge defaults or filter extras again.
+"""
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import Any, Mapping
+import re
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+
+from omnistage.errors import InvalidRequestError
+
+if TYPE_CHECKING:
+    from omnistage.pipeline import Pipeline
 
 logger = logging.getLogger(__name__)
+
+MAX_SEED = 2**63 - 1  # torch generators and vLLM take 64-bit seeds; negative ones have no defined meaning
 
 
 class DiffusionSamplingParams(BaseModel):
@@ -21,7 +47,7 @@ class DiffusionSamplingParams(BaseModel):
     true_cfg_scale: float | None = Field(None, ge=0)
     guidance_scale_2: float | None = Field(None, ge=0)
     negative_prompt: str | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
     generator: torch.Generator | None = None
     num_outputs_per_prompt: int = Field(1, ge=1)
     strength: float | None = Field(None, gt=0, le=1)
@@ -29,42 +55,240 @@ class DiffusionSamplingParams(BaseModel):
     fps: int | None = Field(None, ge=1)
     output_type: str = "pil"  # pil | np | latent
     max_sequence_length: int | None = Field(None, ge=1)
+    cache: bool = True  # False: this request never reuses cached steps (when the stage caches)
+    lora: str | None = None  # the name of a LoRA adapter the stage holds (None: the base model)
+    lora_scale: float = Field(1.0, allow_inf_nan=False)  # diffusers' LoRA ``scale`` (joint_attention_kwargs)
     extra_args: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
-    def from_any(cls, value: "DiffusionSamplingParams | Mapping[str, Any] | None", defaults: Mapping[str, Any] | None = None) -> "DiffusionSamplingParams":
-        """Build from an object, a partial dict merged over ``defaults``, or None (= defaults).
-
-        Raises ``ValueError`` naming the offending field.
-        """
+    def from_any(cls, value: "DiffusionSamplingParams | Mapping[str, Any] | None",
+                 defaults: Mapping[str, Any] | None = None, where: str = "") -> "DiffusionSamplingParams":
+        """An object as it is; a partial dict merged over ``defaults``; None = the defaults.
+        Raises ``InvalidRequestError`` naming the field (``where`` is put in front of its name)."""
         if isinstance(value, cls):
             return value
         merged = {**(defaults or {}), **(dict(value) if value else {})}
         try:
             return cls.model_validate(merged)
         except ValidationError as e:
-            raise ValueError(_describe(e)) from None
-
-    def filter_extra_args(self, allowed: Mapping[str, type]) -> "DiffusionSamplingParams":
-        """Keep only the model family's declared extra_body_params; warn naming the rest."""
-        dropped = sorted(k for k in self.extra_args if k not in allowed)
-        if dropped:
-            logger.warning("dropping extra_args not declared by this model family: %s", ", ".join(dropped))
-        kept = {}
-        for k, v in self.extra_args.items():
-            if k in allowed:
-                typ = allowed[k]
-                try:
-                    kept[k] = v if isinstance(v, typ) or typ is object else typ(v)
-                except (TypeError, ValueError):
-                    raise ValueError(f"extra_args.{k}: expected {typ.__name__}, got {v!r}") from None
-        return self.model_copy(update={"extra_args": kept})
+            raise validation_error(e, where) from None
 
 
-def _describe(e: ValidationError) -> str:
-    parts = []
+class RequestKnobs(BaseModel):
+    """The standard generation keys of a request (SPEC §5), accepted at the top level of an HTTP body
+    or in its ``extra_body``. Anything else is model-specific: it becomes ``extra_args``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    # diffusion
+    height: int | None = Field(None, ge=1, le=16384)
+    width: int | None = Field(None, ge=1, le=16384)
+    size: str | None = None
+    num_inference_steps: int | None = Field(None, ge=1, le=1000)
+    guidance_scale: float | None = Field(None, ge=0)
+    guidance_scale_2: float | None = Field(None, ge=0)
+    true_cfg_scale: float | None = Field(None, ge=0)
+    negative_prompt: str | None = None
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    n: int | None = Field(None, ge=1)
+    strength: float | None = Field(None, gt=0, le=1)
+    num_frames: int | None = Field(None, ge=1, le=10000)
+    fps: int | None = Field(None, ge=1, le=240)
+    cache: bool | None = None  # false: opt out of the stage's step cache
+    lora_scale: float | None = Field(None, allow_inf_nan=False)  # the adapter `model` names, at this scale
+    # llm (vLLM SamplingParams)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = None
+    min_p: float | None = Field(None, ge=0, le=1)
+    min_tokens: int | None = Field(None, ge=0)
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(None, gt=0)
+    ignore_eos: bool | None = None
+
+    DIFFUSION: ClassVar[tuple[str, ...]] = (
+        "height", "width", "num_inference_steps", "guidance_scale", "guidance_scale_2", "true_cfg_scale",
+        "negative_prompt", "seed", "strength", "num_frames", "fps", "cache")
+    LLM: ClassVar[tuple[str, ...]] = (
+        "max_tokens", "temperature", "top_p", "top_k", "min_p", "min_tokens", "seed", "stop", "stop_token_ids",
+        "presence_penalty", "frequency_penalty", "repetition_penalty", "ignore_eos")
+    # body fields of OpenAI's APIs that carry no generation meaning here (never model-specific extras)
+    IGNORED: ClassVar[frozenset[str]] = frozenset()
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, v: str | None) -> str | None:
+        parse_size(v)
+        return v
+
+    def standard(self) -> dict[str, Any]:
+        """The standard knobs that were set."""
+        return {k: getattr(self, k) for k in RequestKnobs.model_fields
+                if k in self.model_fields_set and getattr(self, k) is not None}
+
+    def extras(self) -> dict[str, Any]:
+        return {k: v for k, v in (self.model_extra or {}).items() if k not in self.IGNORED}
+
+    def knobs(self, nested: Mapping[str, Any] | None = None, where: str = "extra_body") -> "RequestKnobs":
+        """Just the knobs of this body (standard + extras), with a literal nested ``extra_body`` merged over
+        them; a bad nested value is an ``InvalidRequestError`` naming ``extra_body.<field>``."""
+        values = {**self.standard(), **self.extras()}
+        if nested:
+            try:
+                inner = RequestKnobs.model_validate(nested)
+            except ValidationError as e:
+                raise validation_error(e, f"{where}.") from None
+            values.update({**inner.standard(), **inner.extras()})
+        return RequestKnobs.model_validate(values)
+
+    # -------------------------------------------------------------- routing
+
+    def for_diffusion(self) -> dict[str, Any]:
+        knobs = self.standard()
+        out = {k: knobs[k] for k in self.DIFFUSION if k in knobs}
+        wh = parse_size(knobs.get("size"))
+        if wh is not None:
+            out.setdefault("width", wh[0])
+            out.setdefault("height", wh[1])
+        if "n" in knobs:
+            out["num_outputs_per_prompt"] = knobs["n"]
+        return out
+
+    def for_lora(self) -> dict[str, Any]:
+        """The LoRA knobs, for the stages that hold the adapters (``lora_stages``)."""
+        return {"lora_scale": self.lora_scale} if self.lora_scale is not None else {}
+
+    def for_llm(self) -> dict[str, Any]:
+        knobs = self.standard()
+        out = {k: knobs[k] for k in self.LLM if k in knobs}
+        if "max_completion_tokens" in knobs and "max_tokens" not in out:
+            out["max_tokens"] = knobs["max_completion_tokens"]
+        return out
+
+
+def denoising_stages(pipeline: "Pipeline") -> list[int]:
+    """Where the standard diffusion knobs go: the diffusion stages, or (none) the final generation stages."""
+    diffusion = [s.stage_id for s in pipeline.stages if s.kind == "diffusion"]
+    return diffusion or [s.stage_id for s in pipeline.stages if s.kind == "generation" and s.final]
+
+
+def lora_stages(pipeline: "Pipeline") -> list[int]:
+    """Where a request's adapter (``model`` naming a LoRA, ``lora`` offline) and ``lora_scale`` go: the
+    diffusion stages, or (none) the llm stages. ``--lora-modules`` loads adapters into these stages."""
+    diffusion = [s.stage_id for s in pipeline.stages if s.kind == "diffusion"]
+    return diffusion or [s.stage_id for s in pipeline.stages if s.kind == "llm"]
+
+
+def filter_extras(pipeline: "Pipeline", extras: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep the keys the pipeline declares, validated as their declared type (pydantic's lax rules: a
+    multipart ``"false"`` is False, ``"3"`` is 3); warn once naming the rest."""
+    allowed = pipeline.extra_body_params
+    dropped = sorted(k for k in extras if k not in allowed)
+    if dropped:
+        logger.warning("ignoring keys not declared by pipeline %s: %s", pipeline.name, ", ".join(dropped))
+    kept = {}
+    for k, v in extras.items():
+        if k in allowed:
+            try:
+                kept[k] = _type_adapter(allowed[k]).validate_python(v)
+            except ValidationError as e:
+                raise InvalidRequestError(k, f"expected {getattr(allowed[k], '__name__', allowed[k])}: "
+                                             f"{e.errors()[0]['msg']}, got {v!r}") from None
+    return kept
+
+
+@functools.lru_cache(maxsize=None)
+def _type_adapter(typ: Any) -> TypeAdapter:
+    return TypeAdapter(typ)
+
+
+def stage_params(pipeline: "Pipeline", defaults: Sequence[Mapping[str, Any]], knobs: RequestKnobs | None = None,
+                 given: Sequence[Any] | None = None, prompt: dict[str, Any] | None = None) -> list[Any]:
+    """Every stage's parameters for one request (see the module docstring). ``given`` is the caller's
+    ``sampling_params_list``: per stage a partial dict, an engine's own params object, or None. The
+    pipeline's ``shape_request`` hook sees ``prompt`` and the merged dicts before they are typed."""
+    n = len(pipeline.stages)
+    if given is None:
+        given = []
+    elif not isinstance(given, (list, tuple)):
+        given = [given]  # one entry: the first stage's
+    if len(given) > n:
+        raise InvalidRequestError("sampling_params_list", f"{len(given)} entries for a {n}-stage pipeline")
+    given = list(given) + [None] * (n - len(given))
+    targets = set(denoising_stages(pipeline))
+    extras = filter_extras(pipeline, knobs.extras()) if knobs is not None else {}
+    lora = prompt.pop("lora", None) if prompt is not None else None
+    with_lora = set(lora_stages(pipeline))
+    if lora is not None:
+        if not isinstance(lora, str) or not lora:
+            raise InvalidRequestError("lora", f"expected the name of a LoRA adapter, got {lora!r}")
+        if not with_lora:
+            raise InvalidRequestError("lora", f"pipeline {pipeline.name!r} has no stage that takes LoRA adapters")
+    merged: list[Any] = []
+    for spec in pipeline.stages:
+        sid = spec.stage_id
+        own = given[sid]
+        if own is not None and not isinstance(own, Mapping):
+            merged.append(own)  # an engine's own params object (vllm.SamplingParams, DiffusionSamplingParams)
+            continue
+        own = dict(own or {})
+        routed: dict[str, Any] = {}
+        if knobs is not None and spec.kind == "llm":
+            routed = knobs.for_llm()
+        elif knobs is not None and sid in targets:
+            routed = knobs.for_diffusion()
+        if sid in with_lora:
+            routed.update(knobs.for_lora() if knobs is not None else {})
+            if lora is not None:
+                routed["lora"] = lora
+        if sid in targets and spec.kind == "diffusion":
+            own_extras = own.pop("extra_args", None) or {}
+            if not isinstance(own_extras, Mapping):
+                raise InvalidRequestError(f"sampling_params_list[{sid}].extra_args", "expected an object")
+            routed["extra_args"] = {**extras, **filter_extras(pipeline, own_extras)}
+        merged.append({**defaults[sid], **routed, **own})
+    if pipeline.shape_request is not None and prompt is not None:
+        pipeline.shape_request(prompt, merged)
+    out: list[Any] = []
+    for spec, params in zip(pipeline.stages, merged):
+        where = f"sampling_params_list[{spec.stage_id}]." if given[spec.stage_id] is not None else ""
+        if spec.kind == "diffusion" and isinstance(params, Mapping):
+            params = DiffusionSamplingParams.from_any(params, where=where)
+        elif spec.kind == "llm" and isinstance(params, Mapping):
+            # the standard knobs among them get the same checks as at the top level (the llm stage checks
+            # the rest against vLLM and the model's vocabulary)
+            try:
+                RequestKnobs.model_validate({k: params[k] for k in RequestKnobs.LLM if k in params})
+            except ValidationError as e:
+                raise validation_error(e, where) from None
+        out.append(params)
+    return out
+
+
+def validation_error(e: ValidationError, where: str = "") -> InvalidRequestError:
+    """A pydantic error as an ``InvalidRequestError`` naming the first bad field (``where`` prefixes it)."""
+    items = []
     for item in e.errors():
-        field = ".".join(str(p) for p in item["loc"]) or "<params>"
+        name = (where + ".".join(str(p) for p in item["loc"])).rstrip(".") or None
         msg = "unknown parameter" if item["type"] == "extra_forbidden" else item["msg"]
-        parts.append(f"{field}: {msg}")
-    return "invalid sampling params: " + "; ".join(parts)
+        items.append((name, msg))
+    (field, msg), rest = items[0], items[1:]
+    return InvalidRequestError(field, "; ".join([msg] + [f"{n}: {m}" for n, m in rest]))
+
+
+_SIZE = re.compile(r"^(\d{1,5})x(\d{1,5})$")
+
+
+def parse_size(size: str | None) -> tuple[int, int] | None:
+    """``"WxH"`` -> (width, height); ``None`` / ``"auto"`` -> None."""
+    if size is None or size == "auto":
+        return None
+    m = _SIZE.match(size)
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        raise ValueError(f"expected 'WIDTHxHEIGHT' (e.g. '512x512') or 'auto', got {size!r}")
+    return int(m.group(1)), int(m.group(2))

@@ -2,15 +2,19 @@
 
 A model family declares its topology once, in Python, with real objects:
 
-    register_pipeline(Pipeline(
+    PIPELINE = Pipeline(
         name="glm_image",
         matches=lambda folder: folder.diffusers_class == "GlmImagePipeline",
         stages=[StageSpec(0, kind="llm", output="token_ids"),
                 StageSpec(1, kind="diffusion", adapter=GlmImageAdapter, output="image", final=True,
                           inputs=[Edge(0, process=ar_tokens_to_prior)])],
-    ))
+    )
 
-Deploy YAML only says where and how big each stage runs.
+A built-in family is one folder under ``omnistage/models/`` exporting
+``PIPELINES`` (its declarations) and ``TINY`` (its tiny-fixture builders), and
+one import line in ``omnistage/models/__init__.py``. Code outside omnistage
+adds pipelines with ``register_pipeline``. Deploy YAML only says where and how
+big each stage runs.
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from omnistage.modality import AccumulationRule, OutputModality
+from omnistage.stages.diffusion.adapter import DiffusionAdapter
 
 if TYPE_CHECKING:
     from omnistage.config.schema import StageDeployConfig
     from omnistage.stages.base import StageEngine
+    from omnistage.stages.generation.engine import GenerationAdapter
 
 StageKind = Literal["llm", "diffusion", "generation"]
 STAGE_KINDS = ("llm", "diffusion", "generation")
@@ -34,6 +40,10 @@ STAGE_KINDS = ("llm", "diffusion", "generation")
 EdgeProcess = Callable[[dict[str, Any], "Any"], dict[str, Any]]
 # (new upstream delta, request, per-request edge state) -> a chunk to feed, or None to wait
 EdgeChunkProcess = Callable[[dict[str, Any], "Any", dict[str, Any]], "dict[str, Any] | None"]
+# A generation stage's adapter: built from the stage's context (a class or a factory function)
+GenerationAdapterFactory = Callable[["StageContext"], "GenerationAdapter"]
+# Family-specific request shaping, before parameters are parsed: (prompt, per-stage merged param dicts)
+RequestHook = Callable[[dict[str, Any], list[dict[str, Any]]], None]
 
 
 @dataclass(frozen=True)
@@ -60,7 +70,6 @@ class StageContext:
     replica: int = 0
     devices: list[str] | None = None
     pipeline_name: str = ""
-    extra_body_params: dict[str, type] = field(default_factory=dict)
     # mp stages: buffers of at least this many bytes cross processes via shared memory (None: never)
     shm_threshold: int | None = None
 
@@ -75,7 +84,9 @@ class StageSpec:
     name: str = ""
     default_params: dict[str, Any] = field(default_factory=dict)  # default sampling params
     deploy_defaults: dict[str, Any] = field(default_factory=dict)  # default deploy fields
-    adapter: Any = None  # model adapter class for diffusion / generation engines
+    # diffusion: a DiffusionAdapter subclass (``load(folder, dtype, device)``); generation: a factory taking
+    # the StageContext; llm stages and custom engines take none
+    adapter: "type[DiffusionAdapter] | GenerationAdapterFactory | None" = None
     # Custom engine factory; None selects the generic engine of ``kind``.
     engine: Callable[[StageContext], "StageEngine"] | None = None
     # Output types this stage can produce (engine_output_type must be a subset); None = only ``output``.
@@ -88,6 +99,10 @@ class StageSpec:
             raise ValueError(f"stage {self.stage_id}: kind {self.kind!r} is not one of {', '.join(STAGE_KINDS)}")
         OutputModality.parse(self.output)
         self.name = self.name or f"{self.kind}{self.stage_id}"
+        if self.kind == "diffusion" and self.adapter is not None and not (
+                isinstance(self.adapter, type) and issubclass(self.adapter, DiffusionAdapter)):
+            raise TypeError(f"stage {self.stage_id}: a diffusion stage's adapter must be a DiffusionAdapter subclass, "
+                            f"got {self.adapter!r}")
 
     @property
     def output_modality(self) -> OutputModality:
@@ -136,16 +151,27 @@ class Pipeline:
     # Model-specific request knobs accepted in extra_args / extra_body (name -> type).
     extra_body_params: dict[str, type] = field(default_factory=dict)
     default_deploy: dict[str, Any] = field(default_factory=dict)  # e.g. {"async_chunk": True}
+    # the family's shipped deploy YAML (models/<family>/deploy.yaml): loaded under the user's deploy config,
+    # and a starting point to copy; sampling defaults stay declared here, beside the adapters that use them
+    deploy_file: Path | None = None
     # Which stage serves each request modality by default ("voices" etc. live in families).
     info: dict[str, Any] = field(default_factory=dict)
     # Per-folder additions to ``info`` (e.g. the voices a checkpoint defines), read when a model is served.
     folder_info: Callable[[Path], dict[str, Any]] | None = None
+    # Per-folder additions to ``extra_body_params`` (e.g. those of the image family a folder wraps).
+    folder_extra_body_params: Callable[[Path], dict[str, type]] | None = None
+    # Called once per request before its parameters are parsed (e.g. GLM-Image tells its AR stage the size).
+    shape_request: RequestHook | None = None
 
     def for_model(self, model: str | Path | None) -> "Pipeline":
-        """This pipeline with ``info`` completed from the model folder (itself when nothing to add)."""
-        if self.folder_info is None or model is None:
+        """This pipeline completed from the model folder (itself when nothing to add)."""
+        if model is None or (self.folder_info is None and self.folder_extra_body_params is None):
             return self
-        return replace(self, info={**self.info, **self.folder_info(Path(model))})
+        folder = Path(model)
+        info = {**self.info, **(self.folder_info(folder) if self.folder_info else {})}
+        extra = {**self.extra_body_params,
+                 **(self.folder_extra_body_params(folder) if self.folder_extra_body_params else {})}
+        return replace(self, info=info, extra_body_params=extra)
 
     def __post_init__(self) -> None:
         ids = [s.stage_id for s in self.stages]
@@ -188,15 +214,21 @@ _REGISTRY: dict[str, Pipeline] = {}
 
 
 def register_pipeline(pipeline: Pipeline, *, replace: bool = False) -> Pipeline:
-    if pipeline.name in _REGISTRY and not replace and _REGISTRY[pipeline.name] is not pipeline:
+    """Add a pipeline from outside omnistage's own families (built-in ones are listed in omnistage.models)."""
+    existing = registered_pipelines().get(pipeline.name)
+    if existing is not None and existing is not pipeline and not replace:
         raise ValueError(f"pipeline {pipeline.name!r} is already registered")
     _REGISTRY[pipeline.name] = pipeline
     return pipeline
 
 
 def registered_pipelines() -> dict[str, Pipeline]:
-    _load_builtin_families()
-    return dict(_REGISTRY)
+    from omnistage.models import (
+        FAMILIES,  # families import this module: resolved at call time
+    )
+
+    builtin = {p.name: p for family in FAMILIES for p in family.PIPELINES}
+    return {**builtin, **_REGISTRY}
 
 
 def get_pipeline(name: str) -> Pipeline:
@@ -224,8 +256,3 @@ def resolve_pipeline(model: str | Path | None, name: str | None = None) -> Pipel
         f"no registered pipeline matches {str(model)!r} (model_index _class_name={folder.diffusers_class!r}, "
         f"architectures={folder.architectures}); pass a pipeline name"
     )
-
-
-def _load_builtin_families() -> None:
-    # Families register themselves on import; importing is cheap (no torch models built).
-    import omnistage.models  # noqa: F401

@@ -44,57 +44,55 @@ def test_names_and_str_round_trip():
     assert m.names() == ["text", "audio"] and M.parse(str(m)) == m
 
 
-def test_text_appends_and_drains():
+def test_text_joins_once_and_whole_is_stable():
     acc = OutputAccumulator()
     acc.add({"text": "Hel"})
-    assert acc.take() == {"text": "Hel"}
     acc.add({"text": "lo"})
+    assert acc.whole() == {"text": "Hello"}
     acc.add({"text": "!"})
-    assert acc.take() == {"text": "lo!"}
-    assert acc.take() == {}
-    assert acc.total["text"] == "Hello!"
+    assert acc.get("text") == "Hello!"
+    assert acc.whole() == {"text": "Hello!"}  # asking again does not join twice
 
 
-def test_token_ids_and_latent_are_never_drained():
+def test_token_ids_and_latents_concat_dim0():
     acc = OutputAccumulator()
     acc.add({"token_ids": [1, 2], "latent": torch.ones(1, 3)})
-    first = acc.take()
-    assert first["token_ids"] == [1, 2]
     acc.add({"token_ids": [3], "latent": torch.zeros(2, 3)})
-    second = acc.take()
-    assert second["token_ids"] == [1, 2, 3]  # the full context, every time
-    assert second["latent"].shape == (3, 3)
-    acc.add({"token_ids": torch.tensor([4])})
-    assert acc.take()["token_ids"].tolist() == [1, 2, 3, 4]
+    whole = acc.whole()
+    assert whole["token_ids"] == [1, 2, 3]
+    assert torch.equal(whole["latent"], torch.cat([torch.ones(1, 3), torch.zeros(2, 3)]))
+    acc.add({"token_ids": torch.tensor([4])})  # a tensor delta after lists
+    assert acc.get("token_ids").tolist() == [1, 2, 3, 4]
 
 
-def test_audio_concats_last_dim_and_drains_video_concats_dim0():
+def test_audio_concats_last_dim_video_concats_dim0_side_keys_keep_newest():
     acc = OutputAccumulator()
     acc.add({"audio": torch.zeros(1, 100), "sample_rate": 24000})
-    acc.add({"audio": torch.ones(1, 50), "sample_rate": 24000})
-    taken = acc.take()
-    assert taken["audio"].shape == (1, 150) and taken["sample_rate"] == 24000
-    acc.add({"audio": torch.ones(1, 10)})
-    assert acc.take()["audio"].shape == (1, 10)  # drained: only the new samples
-    assert acc.total["audio"].shape == (1, 160)
+    acc.add({"audio": torch.ones(1, 50), "sample_rate": 16000})
+    whole = acc.whole()
+    assert whole["audio"].shape == (1, 150) and whole["sample_rate"] == 16000
+    assert torch.equal(whole["audio"][:, 100:], torch.ones(1, 50))
     acc.add({"video": np.zeros((2, 4, 4, 3), np.uint8), "fps": 8})
-    acc.add({"video": np.zeros((3, 4, 4, 3), np.uint8)})
-    assert acc.take()["video"].shape == (5, 4, 4, 3)
+    acc.add({"video": np.ones((3, 4, 4, 3), np.uint8)})
+    assert acc.get("video").shape == (5, 4, 4, 3) and acc.get("video")[2:].min() == 1
 
 
-def test_images_append():
+def test_images_append_and_aux_keys_keep_a_lone_value_as_is():
     acc = OutputAccumulator()
-    acc.add({"image": ["a"]})
+    acc.add({"image": ["a"], "layout": {"k": 1}})
     acc.add({"image": ["b", "c"]})
-    assert acc.take()["image"] == ["a", "b", "c"]
+    assert acc.get("image") == ["a", "b", "c"]
+    assert acc.get("layout") == {"k": 1}
+    acc.add({"layout": {"k": 2}})
+    assert acc.get("layout") == [{"k": 1}, {"k": 2}]  # repeated aux values: a list of items
 
 
 def test_family_rule_takes_precedence():
-    keep_last = AccumulationRule(lambda old, new: new, drain=False)
+    keep_last = AccumulationRule(lambda parts: parts[-1])
     acc = OutputAccumulator({"text": keep_last})
     acc.add({"text": "a"})
     acc.add({"text": "b"})
-    assert acc.take() == {"text": "b"} and acc.take() == {"text": "b"}
+    assert acc.whole() == {"text": "b"}
 
 
 def test_normalize_keys_renames_generic_keeps_explicit_and_values():
@@ -109,6 +107,6 @@ def test_normalize_keys_renames_generic_keeps_explicit_and_values():
 
 
 def test_normalize_keys_family_strategy_keeps_generic_key():
-    rule = AccumulationRule(lambda o, n: n, drain=False)
+    rule = AccumulationRule(lambda parts: parts[-1])
     out = normalize_keys({"hidden": torch.ones(1)}, "latent", {"hidden": rule})
     assert set(out) == {"hidden"}

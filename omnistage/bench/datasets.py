@@ -33,7 +33,7 @@ class BenchRequest:
     guidance_scale: float | None = None
     seed: int | None = None
     negative_prompt: str | None = None
-    image: bytes | None = None  # PNG bytes for i2i / i2v
+    image: bytes | None = None  # PNG bytes for i2i / i2v (and chat with --chat-image: an image_url part)
     max_tokens: int | None = None  # chat
     voice: str | None = None  # tts
     slo_s: float | None = None  # per-request SLO (custom datasets); else the run's SLO
@@ -56,6 +56,7 @@ class DatasetDefaults:
     max_tokens: int | None = None
     voice: str | None = None
     input_len: int = 16  # random prompts: words per prompt
+    chat_image: bool = False  # chat: one seeded random PNG (width x height, default 64x64) per request
 
 
 def random_image_png(width: int, height: int, seed: int) -> bytes:
@@ -79,7 +80,7 @@ def random_dataset(task: str, num_prompts: int, defaults: DatasetDefaults) -> li
         words = defaults.input_len if task == "chat" else rng.randint(4, 12)
         prompt = " ".join(rng.choice(_WORDS) for _ in range(max(1, words)))
         req = _from_defaults(f"bench-{i}", prompt, defaults, seed=base_seed + i)
-        if task in IMAGE_INPUT_TASKS:
+        if task in IMAGE_INPUT_TASKS or (task == "chat" and defaults.chat_image):
             req.image = random_image_png(req.width or 64, req.height or 64, base_seed + i)
         out.append(req)
     return out

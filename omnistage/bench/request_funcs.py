@@ -17,7 +17,13 @@ from typing import Any, Awaitable, Callable
 import httpx
 
 from omnistage.bench.datasets import BenchRequest
-from omnistage.bench.http_utils import audio_seconds, data_url, decode_data_url, error_text, iter_sse_json
+from omnistage.bench.http_utils import (
+    audio_seconds,
+    data_url,
+    decode_data_url,
+    error_text,
+    iter_sse_json,
+)
 from omnistage.bench.metrics import RequestResult, parse_stage_metrics
 from omnistage.bench.text_stream import TextStreamTracker
 
@@ -247,8 +253,11 @@ async def _speech(client, spec, req, outcome, start) -> None:
 
 
 async def _chat(client, spec, req, outcome, start) -> None:
+    content: Any = req.prompt
+    if req.image is not None:  # image chat: the picture first, then the question
+        content = [{"type": "image_url", "image_url": {"url": data_url(req.image)}}, {"type": "text", "text": req.prompt}]
     body_json: dict[str, Any] = {
-        "messages": [{"role": "user", "content": req.prompt}],
+        "messages": [{"role": "user", "content": content}],
         "stream": True,
         # Cumulative usage on every chunk: the token count per chunk comes from the server.
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},

@@ -45,6 +45,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strength", type=float, default=None, help="i2i / i2v strength")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--random-input-len", type=positive_int, default=16, help="chat: words per random prompt")
+    p.add_argument("--chat-image", action="store_true",
+                   help="chat: each request carries a seeded random PNG (--width x --height, default 64x64)")
     p.add_argument("--output-len", "--max-tokens", dest="max_tokens", type=positive_int, default=None,
                    help="chat: max_tokens per request")
     p.add_argument("--no-ignore-eos", action="store_true", help="chat: let requests stop at EOS")
@@ -71,7 +73,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from omnistage.bench.datasets import DatasetDefaults, load_dataset
     from omnistage.bench.metrics import aggregate
-    from omnistage.bench.report import format_table, plot_latency, save_outputs, write_json
+    from omnistage.bench.report import (
+        format_table,
+        plot_latency,
+        save_outputs,
+        write_json,
+    )
     from omnistage.bench.request_funcs import ClientSpec
     from omnistage.bench.runner import RunConfig, run_benchmark
 
@@ -83,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
         defaults = DatasetDefaults(width=args.width, height=args.height, num_frames=args.num_frames,
                                    num_inference_steps=args.num_inference_steps,
                                    guidance_scale=args.guidance_scale, seed=args.seed,
-                                   max_tokens=args.max_tokens, voice=args.voice, input_len=args.random_input_len)
+                                   max_tokens=args.max_tokens, voice=args.voice, input_len=args.random_input_len,
+                                   chat_image=args.chat_image)
         requests = load_dataset(args.dataset, args.task, args.num_prompts, defaults, args.dataset_path)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -20,13 +20,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", nargs="?", default=None, help="local model folder (default: the demo pipeline)")
     p.add_argument("--prompt", required=True)
     p.add_argument("--negative-prompt", default=None)
-    p.add_argument("--image", default=None, help="input image for img2img / edit")
+    p.add_argument("--image", action="append", default=None,
+                   help="input image for img2img / edit (repeat for several, e.g. Qwen-Image-Edit-2509)")
     p.add_argument("--strength", type=float, default=None, help="img2img strength in (0, 1]")
     p.add_argument("--num-inference-steps", type=int, default=None)
     p.add_argument("--height", type=int, default=None)
     p.add_argument("--width", type=int, default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--guidance-scale", type=float, default=None)
+    p.add_argument("--true-cfg-scale", type=float, default=None, help="true CFG (with --negative-prompt)")
     p.add_argument("--num-frames", type=int, default=None, help="video frames (video pipelines)")
     p.add_argument("-n", "--num-outputs", type=int, default=None, help="images per prompt")
     p.add_argument("--extra-body", default=None, help="JSON: sampling fields or model-specific extra_args")
@@ -51,7 +53,8 @@ def build_params(args: argparse.Namespace) -> dict[str, Any]:
             params["extra_args"] = model_args
     flags = {"negative_prompt": args.negative_prompt, "strength": args.strength,
              "num_inference_steps": args.num_inference_steps, "height": args.height, "width": args.width,
-             "seed": args.seed, "guidance_scale": args.guidance_scale, "num_outputs_per_prompt": args.num_outputs,
+             "seed": args.seed, "guidance_scale": args.guidance_scale, "true_cfg_scale": args.true_cfg_scale,
+             "num_outputs_per_prompt": args.num_outputs,
              "num_frames": args.num_frames}
     params.update({k: v for k, v in flags.items() if v is not None})
     return params
@@ -73,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
         params = build_params(args)
         prompt: dict[str, Any] = {"prompt": args.prompt}
         if args.image:
-            prompt["multi_modal_data"] = {"image": Image.open(args.image).convert("RGB")}
+            images = [Image.open(path).convert("RGB") for path in args.image]
+            prompt["multi_modal_data"] = {"image": images[0] if len(images) == 1 else images}
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

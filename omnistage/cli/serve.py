@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from omnistage.cli.args import positive_int
+from omnistage.cli.args import positive_float, positive_int
+from omnistage.limits import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_INFERENCE_STEPS, DEFAULT_MAX_NUM_FRAMES
 
 logger = logging.getLogger("omnistage.serve")
 
@@ -38,11 +39,44 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trust-remote-code", action="store_true", default=None)
     p.add_argument("--distributed-executor-backend", choices=["mp", "ray"])
     p.add_argument("--allowed-local-media-path", metavar="DIR", help="allow file:// media URLs under DIR")
+    p.add_argument("--limit-mm-per-prompt", metavar="JSON",
+                   help='media items per prompt for llm stages (vLLM\'s flag), e.g. \'{"image": 2, "video": 0}\'')
     p.add_argument("--max-pending", type=positive_int,
                    help="requests in flight at once; more are answered 503 with Retry-After")
-    p.add_argument("--max-upload-mb", type=float, default=20.0, help="largest media input (file, URL, data: URL)")
+    p.add_argument("--max-upload-mb", type=float, default=20.0,
+                   help="largest uploaded or inline media input (multipart file, data: URL, base64, file://)")
+    # Media fetched from http(s) URLs (vLLM's --allowed-media-domains; see docs/server.md)
+    p.add_argument("--allowed-media-domains", nargs="+", metavar="HOST",
+                   help="only fetch http(s) media from these hosts (exact names; default: any host)")
+    p.add_argument("--max-download-mb", type=float, default=20.0, help="largest media input fetched from a URL (default: %(default)s)")
+    p.add_argument("--media-fetch-timeout", type=float, default=10.0,
+                   help="seconds one media download may take, start to end (default: %(default)s)")
+    # Per-request caps, checked before any model work (400 naming the field)
+    p.add_argument("--max-image-pixels", type=positive_int, default=DEFAULT_MAX_IMAGE_PIXELS,
+                   help="height x width of one generated image or video frame, and of an input image (default: %(default)s)")
+    p.add_argument("--max-num-frames", type=positive_int, default=DEFAULT_MAX_NUM_FRAMES,
+                   help="frames of one generated or input video (default: %(default)s)")
+    p.add_argument("--max-inference-steps", type=positive_int, default=DEFAULT_MAX_INFERENCE_STEPS,
+                   help="denoising steps of one request (default: %(default)s)")
+    p.add_argument("--max-tokens", type=positive_int,
+                   help="tokens one request may ask an llm stage for (default: the model's context length)")
+    p.add_argument("--request-timeout", type=positive_float, metavar="SECONDS",
+                   help="abort a request (or video job) still running after this long (504; default: none)")
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
                    help="seconds in-flight requests get to finish on shutdown")
+    # LoRA adapters (vLLM's flags): loaded into the pipeline's diffusion stages, else its llm stages
+    p.add_argument("--lora-modules", nargs="+", metavar="NAME=PATH",
+                   help="LoRA adapters to serve, selected by model=NAME: name=path or a JSON object "
+                        '{"name", "path", "base_model_name"} (diffusers-format files for diffusion stages, '
+                        "PEFT adapters for llm stages)")
+    p.add_argument("--enable-lora", action="store_true", help="take LoRA adapters (implied by --lora-modules)")
+    p.add_argument("--max-loras", type=positive_int,
+                   help="adapters resident at once (diffusion default: max(4, number of --lora-modules); "
+                        "llm stages: vLLM's max_loras, per batch)")
+    p.add_argument("--max-lora-rank", type=positive_int, help="largest adapter rank accepted (default: 16)")
+    p.add_argument("--allow-runtime-lora-updating", action="store_true",
+                   help="serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's "
+                        "VLLM_ALLOW_RUNTIME_LORA_UPDATING; local development)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
@@ -65,7 +99,56 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     for flag in ("max_num_seqs", "enforce_eager", "trust_remote_code"):
         if getattr(args, flag) is not None:
             kwargs[flag] = getattr(args, flag)
+    if args.limit_mm_per_prompt:
+        try:
+            kwargs["limit_mm_per_prompt"] = json.loads(args.limit_mm_per_prompt)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--limit-mm-per-prompt is not valid JSON: {e}") from None
     return kwargs
+
+
+def with_lora_flags(model: str | None, kwargs: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The LoRA flags as stage overrides of the pipeline's LoRA stages (which stages those are needs the
+    resolved pipeline: an ``AsyncOmni`` is built for it, nothing starts). The flags win over
+    ``--stage-overrides`` for the keys they set."""
+    from omnistage import AsyncOmni
+    from omnistage.lora import cli_overrides, parse_lora_modules
+
+    modules = parse_lora_modules(args.lora_modules or [])
+    enable = bool(args.enable_lora or args.allow_runtime_lora_updating)
+    if not (modules or enable or args.max_loras or args.max_lora_rank):
+        return kwargs
+    pipeline = AsyncOmni(model, **kwargs).pipeline
+    extra = cli_overrides(pipeline, lora_modules=modules, enable_lora=enable, max_loras=args.max_loras,
+                          max_lora_rank=args.max_lora_rank)
+    overrides = dict(kwargs.get("stage_overrides") or {})
+    for sid, fields in extra.items():
+        key = next((k for k in overrides if str(k) == str(sid)), str(sid))
+        overrides[key] = {**(overrides.get(key) or {}), **fields}
+    return {**kwargs, "stage_overrides": overrides}
+
+
+def serve_options(args: argparse.Namespace) -> Any:
+    """The ServeOptions the flags ask for (what the server enforces per request)."""
+    from omnistage.server import ServeOptions
+
+    return ServeOptions(served_model_name=args.served_model_name, api_key=args.api_key,
+                        max_pending=args.max_pending, allowed_local_media_path=args.allowed_local_media_path,
+                        max_media_bytes=int(args.max_upload_mb * (1 << 20)), shutdown_grace_s=args.shutdown_timeout,
+                        max_download_bytes=int(args.max_download_mb * (1 << 20)),
+                        media_fetch_timeout_s=args.media_fetch_timeout,
+                        allowed_media_domains=args.allowed_media_domains, request_timeout_s=args.request_timeout,
+                        max_image_pixels=args.max_image_pixels, max_num_frames=args.max_num_frames,
+                        max_inference_steps=args.max_inference_steps, max_tokens=args.max_tokens,
+                        allow_runtime_lora_updating=args.allow_runtime_lora_updating)
+
+
+def log_parallel_layouts(engine: Any) -> None:
+    """The layout each multi-device diffusion replica will run with (ranks, degrees, devices, backend)."""
+    from omnistage.stages.diffusion.parallel.layout import replica_lines
+
+    for line in replica_lines(engine.pipeline, engine.deploy):
+        logger.info(line)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
 
     from omnistage import AsyncOmni
     from omnistage.config.settings import ServerSettings
-    from omnistage.server import ServeOptions, create_app
+    from omnistage.server import create_app
 
     logging.getLogger().setLevel(args.log_level.upper())
     if args.allowed_local_media_path and not Path(args.allowed_local_media_path).is_dir():
@@ -82,14 +165,17 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         settings = ServerSettings()
-        engine = AsyncOmni(args.model, **engine_kwargs(args))
+        engine = AsyncOmni(args.model, **with_lora_flags(args.model, engine_kwargs(args), args))
     except (ValueError, ValidationError) as e:  # bad configuration: a clear message, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
-    options = ServeOptions(served_model_name=args.served_model_name, api_key=args.api_key,
-                           max_pending=args.max_pending, allowed_local_media_path=args.allowed_local_media_path,
-                           max_media_bytes=int(args.max_upload_mb * (1 << 20)), shutdown_grace_s=args.shutdown_timeout)
-    app = create_app(engine, settings, options)
+    options = serve_options(args)
+    log_parallel_layouts(engine)
+    try:
+        app = create_app(engine, settings, options)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
                 timeout_graceful_shutdown=int(args.shutdown_timeout))
     return 0

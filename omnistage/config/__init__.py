@@ -1,7 +1,17 @@
 """Deploy configuration (YAML) and server settings (environment)."""
 
-from omnistage.config.loader import ConfigError, deep_merge, load_deploy_config, parse_stage_overrides
-from omnistage.config.schema import DeployConfig, ParallelConfig, RuntimeConfig, StageDeployConfig
+from omnistage.config.loader import (
+    ConfigError,
+    deep_merge,
+    load_deploy_config,
+    parse_stage_overrides,
+)
+from omnistage.config.schema import (
+    DeployConfig,
+    ParallelConfig,
+    RuntimeConfig,
+    StageDeployConfig,
+)
 from omnistage.config.settings import ServerSettings, StorageSettings
 
 __all__ = [

@@ -41,8 +41,26 @@ def merge_stage_lists(base: list[dict], overlay: list[dict]) -> list[dict]:
     merged = {_stage_id(s, f"stages[{i}]"): copy.deepcopy(s) for i, s in enumerate(base)}
     for i, entry in enumerate(overlay):
         sid = _stage_id(entry, f"stages[{i}]")
-        merged[sid] = deep_merge(merged.get(sid, {}), entry)
+        merged[sid] = deep_merge(_without_overridden_placement(merged.get(sid, {}), entry), entry)
     return [merged[k] for k in sorted(merged)]
+
+
+# Fields a stage may place either at its top level or under ``runtime:``.
+_PLACEMENT = ("devices", "num_replicas", "process")
+
+
+def _without_overridden_placement(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
+    """A higher layer that sets a placement field wins wherever the lower layer put it: drop the lower
+    layer's copy under the other placement (both placements in one layer stay an error)."""
+    base = copy.deepcopy(dict(base))
+    over_rt = overlay.get("runtime") if isinstance(overlay.get("runtime"), Mapping) else {}
+    base_rt = base.get("runtime") if isinstance(base.get("runtime"), dict) else None
+    for key in _PLACEMENT:
+        if key in overlay and base_rt is not None:
+            base_rt.pop(key, None)
+        if key in over_rt:
+            base.pop(key, None)
+    return base
 
 
 def _stage_id(entry: Any, where: str) -> int:

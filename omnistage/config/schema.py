@@ -35,10 +35,36 @@ class ParallelConfig(_Strict):
     data_parallel_size: int = Field(1, ge=1)
     # Diffusion stages may shard one request over several devices (sequence/CFG parallel).
     world_size: int | None = Field(None, ge=1)
+    # Diffusion: uncond and cond rows of CFG requests on different devices (stages/diffusion/parallel/)
+    cfg_parallel_size: int | None = Field(None, ge=1, le=2)
+    # Diffusion: the token sequence split over this many devices, heads exchanged around attention (Ulysses)
+    ulysses_degree: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _diffusion_degrees(self) -> "ParallelConfig":
+        if self.cfg_parallel_size is None and self.ulysses_degree is None:
+            return self
+        if self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size > 1:
+            raise ValueError("cfg_parallel_size / ulysses_degree (diffusion) do not combine with tensor_parallel_size, "
+                             "pipeline_parallel_size or data_parallel_size")
+        product = (self.cfg_parallel_size or 1) * (self.ulysses_degree or 1)
+        if self.world_size is not None and self.world_size != product:
+            raise ValueError(f"cfg_parallel_size ({self.cfg_parallel_size or 1}) x ulysses_degree "
+                             f"({self.ulysses_degree or 1}) = {product} does not equal world_size ({self.world_size})")
+        return self
 
     @property
     def devices_per_replica(self) -> int:
+        if self.cfg_parallel_size is not None or self.ulysses_degree is not None:
+            return (self.cfg_parallel_size or 1) * (self.ulysses_degree or 1)
         return self.world_size or self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
+
+    def diffusion_degrees(self) -> tuple[int, int]:
+        """(cfg_parallel_size, ulysses_degree) of a diffusion replica: with neither given, every device
+        takes part in sequence parallelism (it speeds up every request; CFG parallelism only CFG ones)."""
+        if self.cfg_parallel_size is None and self.ulysses_degree is None:
+            return 1, self.devices_per_replica
+        return self.cfg_parallel_size or 1, self.ulysses_degree or 1
 
 
 class RuntimeConfig(_Strict):
@@ -52,6 +78,59 @@ class RuntimeConfig(_Strict):
 class ConnectorConfig(_Strict):
     name: str
     extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class CacheConfig(_Strict):
+    """Per-request step caching of a diffusion stage (stages/diffusion/step_cache.py has the rules)."""
+
+    method: Literal["first_block", "teacache"]
+    # first_block: relative change of the first block's residual; teacache: accumulated relative change
+    # of the first block's modulated input, at which a request computes again
+    threshold: float = Field(gt=0)
+    warmup_steps: int = Field(0, ge=0)  # the first steps always compute
+    max_consecutive_cached: int | None = Field(None, ge=1)  # then one computed step
+    coefficients: list[float] | None = None  # teacache only: numpy poly1d rescaling rel (default: identity)
+
+    @model_validator(mode="after")
+    def _coefficients(self) -> "CacheConfig":
+        if self.coefficients is not None:
+            if self.method != "teacache":
+                raise ValueError("coefficients: only the teacache method takes them")
+            if not self.coefficients:
+                raise ValueError("coefficients: empty list")
+        return self
+
+
+class AccelerationConfig(_Strict):
+    """``acceleration:`` of a diffusion stage; everything off by default."""
+
+    cache: CacheConfig | None = None
+    compile: bool = False  # torch.compile of the denoiser's blocks, dynamic shapes
+    offload: Literal["none", "model", "layer"] = "none"  # CPU offload: whole components / block by block
+    vae_tiling: bool = False  # diffusers' tiled VAE decode (and encode)
+
+
+class LoraModuleConfig(_Strict):
+    """One LoRA adapter a stage loads at start (vLLM's ``--lora-modules``): ``name=path`` or this object."""
+
+    name: str = Field(min_length=1)
+    path: str = Field(min_length=1)
+    base_model_name: str | None = None  # vLLM's field; listed as the adapter's parent when set
+
+
+def _lora_modules(value: Any) -> Any:
+    """``"name=path"`` strings (vLLM's flag shape) become objects."""
+    if not isinstance(value, list):
+        return value
+    out = []
+    for item in value:
+        if isinstance(item, str):
+            name, sep, path = item.partition("=")
+            if not sep:
+                raise ValueError(f"lora_modules: expected 'name=path' or an object, got {item!r}")
+            item = {"name": name.strip(), "path": path.strip()}
+        out.append(item)
+    return out
 
 
 class StageDeployConfig(_Strict):
@@ -85,12 +164,48 @@ class StageDeployConfig(_Strict):
     default_sampling_params: dict[str, Any] = Field(default_factory=dict)
     engine_args: dict[str, Any] = Field(default_factory=dict)  # passed through to the engine (e.g. vLLM)
     connector: str | None = None  # name of a connector for this stage's outgoing edges
+    # llm stages: media items per prompt and modality (vLLM's limit_mm_per_prompt), e.g. {"image": 2, "video": 0}
+    limit_mm_per_prompt: dict[str, int | dict[str, Any]] | None = None
+    acceleration: AccelerationConfig | None = None  # diffusion stages only
+    # LoRA adapters (diffusion: per-request, per-row; llm: vLLM's own LoRA support)
+    enable_lora: bool | None = None  # implied by lora_modules; needed for runtime loading without them
+    lora_modules: list[LoraModuleConfig] = Field(default_factory=list)
+    max_loras: int | None = Field(None, ge=1)  # adapters resident at once (vLLM: in one batch)
+    max_lora_rank: int | None = Field(None, ge=1)
 
     @field_validator("engine_output_type", "final_output_type")
     @classmethod
     def _modality(cls, v: str | None) -> str | None:
         if v is not None:
             OutputModality.parse(v)
+        return v
+
+    @field_validator("lora_modules", mode="before")
+    @classmethod
+    def _lora_strings(cls, v: Any) -> Any:
+        return _lora_modules(v)
+
+    @field_validator("lora_modules")
+    @classmethod
+    def _lora_names(cls, v: list[LoraModuleConfig]) -> list[LoraModuleConfig]:
+        names = [m.name for m in v]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"lora_modules: the name {dup[0]!r} is given twice")
+        return v
+
+    @property
+    def lora_enabled(self) -> bool:
+        return bool(self.enable_lora or self.lora_modules)
+
+    @field_validator("limit_mm_per_prompt")
+    @classmethod
+    def _mm_limits(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        for modality, limit in (v or {}).items():
+            count = limit.get("count") if isinstance(limit, dict) else limit
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise ValueError(f"limit_mm_per_prompt.{modality}: expected a count >= 0 "
+                                 f"(or {{\"count\": N, ...}}), got {limit!r}")
         return v
 
     @model_validator(mode="after")
@@ -104,6 +219,12 @@ class StageDeployConfig(_Strict):
         pc, tp = self.parallel_config, self.tensor_parallel_size
         if pc is not None and tp is not None and "tensor_parallel_size" in pc.model_fields_set and pc.tensor_parallel_size != tp:
             raise ValueError("tensor_parallel_size differs between stage level and parallel_config")
+        if pc is not None and (pc.cfg_parallel_size or pc.ulysses_degree) and (
+                (tp or 1) > 1 or (self.pipeline_parallel_size or 1) > 1 or self.stage_type not in (None, "diffusion")):
+            raise ValueError("parallel_config.cfg_parallel_size / ulysses_degree: diffusion stages only, and not with "
+                             "tensor_parallel_size or pipeline_parallel_size")
+        if self.acceleration is not None and self.stage_type not in (None, "diffusion"):
+            raise ValueError(f"acceleration: only diffusion stages take it (stage_type is {self.stage_type!r})")
         devices = self.device_list
         if devices is not None and len(devices) != self.replicas * self.devices_per_replica:
             raise ValueError(
@@ -138,7 +259,8 @@ class StageDeployConfig(_Strict):
     def devices_per_replica(self) -> int:
         if self.parallel_config is not None:
             pc = self.parallel_config
-            if self.tensor_parallel_size is not None and pc.world_size is None:
+            diffusion = pc.cfg_parallel_size is not None or pc.ulysses_degree is not None
+            if self.tensor_parallel_size is not None and pc.world_size is None and not diffusion:
                 return self.tensor_parallel_size * pc.pipeline_parallel_size * pc.data_parallel_size
             return pc.devices_per_replica
         return (self.tensor_parallel_size or 1) * (self.pipeline_parallel_size or 1)

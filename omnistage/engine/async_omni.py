@@ -12,16 +12,15 @@ from omnistage.engine.builder import resolve_deploy, start_orchestrator
 from omnistage.engine.orchestrator import Orchestrator
 from omnistage.engine.request import (
     OmniRequest,
-    merge_stage_params,
     new_request_id,
     normalize_prompt,
     parse_modalities,
-    InvalidRequestError,
 )
 from omnistage.modality import OutputModality
 from omnistage.outputs import OmniRequestOutput
+from omnistage.params import RequestKnobs, stage_params
 from omnistage.pipeline import Pipeline, resolve_pipeline
-from omnistage.stages.base import StageStats
+from omnistage.stages.base import StageEngine, StageStats
 
 logger = logging.getLogger(__name__)
 
@@ -100,32 +99,51 @@ class AsyncOmni:
             return {}
         return {sid: c.stats() for sid, c in self._orch.clients.items()}
 
+    def replicas(self, stage_id: int) -> list[StageEngine]:
+        """The running engines of one stage (one per replica), for inspection."""
+        if self._orch is None:
+            raise RuntimeError("the engine is not started")
+        return list(self._orch.clients[stage_id].replicas)
+
+    def running_requests(self, stage_id: int | None = None) -> list[str]:
+        """Requests in flight: in the whole pipeline, or held by one stage."""
+        if self._orch is None:
+            return []
+        if stage_id is None:
+            return self._orch.running_requests()
+        return self._orch.clients[stage_id].held()
+
+    @property
+    def started(self) -> bool:
+        return self._orch is not None
+
     # ------------------------------------------------------------------ requests
 
     def make_request(self, prompt: str | Mapping[str, Any], request_id: str | None = None,
                      sampling_params_list: Sequence[Any] | None = None,
-                     output_modalities: Sequence[str] | str | None = None) -> OmniRequest:
+                     output_modalities: Sequence[str] | str | None = None,
+                     knobs: RequestKnobs | None = None) -> OmniRequest:
+        """Parse one request: prompt normalised, every stage's params merged and typed once
+        (``knobs`` are an HTTP body's standard and model-specific keys, see ``omnistage.params``).
+        Raises ``InvalidRequestError`` naming the field."""
         prompt = normalize_prompt(prompt)
-        n = len(self.pipeline.stages)
-        if sampling_params_list is None:
-            sampling_params_list = [None] * n
-        elif not isinstance(sampling_params_list, (list, tuple)):
-            sampling_params_list = [sampling_params_list] + [None] * (n - 1)
-        if len(sampling_params_list) > n:
-            raise InvalidRequestError(f"sampling_params_list: {len(sampling_params_list)} entries for a {n}-stage pipeline")
-        padded = list(sampling_params_list) + [None] * (n - len(sampling_params_list))
-        defaults = self.default_sampling_params_list
-        params = [merge_stage_params(defaults[i], padded[i]) for i in range(n)]
-        modalities = parse_modalities(output_modalities if output_modalities is not None else prompt.pop("modalities", None))
+        modalities = parse_modalities(output_modalities if output_modalities is not None else prompt.get("modalities"))
         prompt.pop("modalities", None)
+        params = stage_params(self.pipeline, self.default_sampling_params_list, knobs, sampling_params_list, prompt)
         return OmniRequest(request_id or new_request_id(), prompt, params, modalities)
 
     async def generate(self, prompt: str | Mapping[str, Any], request_id: str | None = None,
                        sampling_params_list: Sequence[Any] | None = None,
-                       output_modalities: Sequence[str] | str | None = None) -> AsyncIterator[OmniRequestOutput]:
-        """Stream partial outputs of one request; the last per final stage has ``finished=True``."""
+                       output_modalities: Sequence[str] | str | None = None,
+                       knobs: RequestKnobs | None = None) -> AsyncIterator[OmniRequestOutput]:
+        """Stream one request's updates; each final stage's last one has ``finished=True``."""
+        request = self.make_request(prompt, request_id, sampling_params_list, output_modalities, knobs)
+        async for out in self.run(request):
+            yield out
+
+    async def run(self, request: OmniRequest) -> AsyncIterator[OmniRequestOutput]:
+        """Stream the updates of a request made by ``make_request``."""
         await self.start()
-        request = self.make_request(prompt, request_id, sampling_params_list, output_modalities)
         async for out in self._orch.generate(request):
             yield out
 

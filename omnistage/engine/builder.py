@@ -12,7 +12,9 @@ from omnistage.config.loader import ConfigError, load_deploy_config
 from omnistage.config.schema import DeployConfig, StageDeployConfig
 from omnistage.engine.orchestrator import Orchestrator
 from omnistage.engine.stage_client import StageClient
+from omnistage.errors import InvalidRequestError
 from omnistage.modality import OutputModality
+from omnistage.params import DiffusionSamplingParams
 from omnistage.pipeline import Pipeline, StageContext
 from omnistage.stages.base import StageEngine
 from omnistage.stages.factory import build_engine
@@ -37,8 +39,11 @@ def pipeline_deploy_defaults(pipeline: Pipeline) -> dict[str, Any]:
 
 def resolve_deploy(pipeline: Pipeline, deploy_config: Any = None, stage_overrides: Any = None,
                    cli: Mapping[str, Any] | None = None, platform: str | None = None) -> DeployConfig:
-    deploy = load_deploy_config(deploy_config, stage_overrides, defaults=pipeline_deploy_defaults(pipeline),
-                                cli=cli, platform=platform)
+    defaults = pipeline_deploy_defaults(pipeline)
+    if pipeline.deploy_file is not None:  # the family's shipped deploy YAML: the lowest file layer
+        defaults = load_deploy_config(pipeline.deploy_file, defaults=defaults, platform=platform).model_dump(
+            exclude_unset=True)
+    deploy = load_deploy_config(deploy_config, stage_overrides, defaults=defaults, cli=cli, platform=platform)
     check_deploy(pipeline, deploy)
     return deploy
 
@@ -53,6 +58,14 @@ def check_deploy(pipeline: Pipeline, deploy: DeployConfig) -> None:
         spec = pipeline.stage(sd.stage_id)
         if sd.stage_type is not None and sd.stage_type != spec.kind:
             raise ConfigError(f"stages[{sd.stage_id}].stage_type: {sd.stage_type!r}, but the pipeline declares {spec.kind!r}")
+        if sd.acceleration is not None and spec.kind != "diffusion":
+            raise ConfigError(f"stages[{sd.stage_id}].acceleration: only diffusion stages take it "
+                              f"(stage {sd.stage_id} is {spec.kind})")
+        if spec.kind == "diffusion":  # typed now, so a bad default fails at start-up, not on every request
+            try:
+                DiffusionSamplingParams.from_any(sd.default_sampling_params)
+            except InvalidRequestError as e:
+                raise ConfigError(f"stages[{sd.stage_id}].default_sampling_params.{e.field}: {e.message}") from None
         produced = OutputModality.parse(sd.engine_output_type or spec.output)
         if produced & ~spec.producible:
             raise ConfigError(
@@ -101,8 +114,7 @@ async def start_orchestrator(pipeline: Pipeline, deploy: DeployConfig, model: st
             replicas = []
             for idx, devices in enumerate(sd.replica_devices()):
                 ctx = StageContext(spec=spec, deploy=sd, model=sd.model or model, replica=idx, devices=devices,
-                                   pipeline_name=pipeline.name, extra_body_params=dict(pipeline.extra_body_params),
-                                   shm_threshold=shm_threshold(deploy, sd))
+                                   pipeline_name=pipeline.name, shm_threshold=shm_threshold(deploy, sd))
                 engine = build_engine(ctx)
                 started.append(engine)  # before start(): a half-started engine is shut down too
                 await engine.start()

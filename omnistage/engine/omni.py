@@ -60,7 +60,7 @@ class Omni:
         async def one(req) -> OmniRequestOutput:
             finals: dict[int, OmniRequestOutput] = {}
             try:
-                async for out in self._engine._orch.generate(req):
+                async for out in self._engine.run(req):
                     if out.progress is not None:
                         steps[req.request_id] = out.progress
                         done, total = map(sum, zip(*steps.values()))

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 from omnistage.config.schema import DeployConfig
-from omnistage.engine.outputs import to_request_output
-from omnistage.engine.request import InvalidRequestError, OmniRequest, StageFailedError
+from omnistage.engine.request import OmniRequest
 from omnistage.engine.stage_client import StageClient
-from omnistage.modality import OutputModality, OutputAccumulator, normalize_keys
-from omnistage.outputs import OmniRequestOutput
+from omnistage.errors import InvalidRequestError, StageFailedError
+from omnistage.modality import OutputAccumulator, OutputModality, normalize_keys
+from omnistage.outputs import OmniRequestOutput, delta_output, final_output
 from omnistage.pipeline import Edge, Pipeline, StageSpec
-from omnistage.stages.base import StageMetrics, StageOutput, StageRequest
+from omnistage.stages.base import StageError, StageMetrics, StageOutput, StageRequest
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,10 @@ class _StageRun:
     subscribers: list[asyncio.Queue] = field(default_factory=list)  # streaming edges downstream
     metrics: StageMetrics | None = None
     submitted: bool = False
+    finish_reason: str | None = None
+    num_tokens: int | None = None  # llm stages: the running count of generated tokens
+    num_prompt_tokens: int | None = None
+    progress: tuple[int, int] | None = None
 
 
 @dataclass
@@ -75,9 +79,8 @@ class Orchestrator:
             missing &= ~self.output_types[sid]
         if missing:
             raise InvalidRequestError(
-                f"modalities: pipeline {self.pipeline.name!r} does not produce {missing}; "
-                f"it produces {self.pipeline_output_modalities}"
-            )
+                "modalities", f"pipeline {self.pipeline.name!r} does not produce {missing}; "
+                              f"it produces {self.pipeline_output_modalities}")
         return wanted
 
     @property
@@ -105,7 +108,7 @@ class Orchestrator:
 
     async def generate(self, request: OmniRequest) -> AsyncIterator[OmniRequestOutput]:
         if request.request_id in self._runs:
-            raise InvalidRequestError(f"request_id {request.request_id!r} is already in flight")
+            raise InvalidRequestError("request_id", f"{request.request_id!r} is already in flight")
         finals = self.final_stages(request.modalities)
         needed = self.needed_stages(finals)
         run = _Run(request, {}, asyncio.Queue())
@@ -173,14 +176,17 @@ class Orchestrator:
 
     def _output(self, run: _Run, sid: int, finished: bool, delta: StageOutput | None = None) -> OmniRequestOutput:
         st = run.stages[sid]
-        metrics = {k: s.metrics.to_dict() for k, s in run.stages.items() if s.metrics is not None}
         wanted = run.request.modalities
-        return to_request_output(
-            request_id=run.request.request_id, stage_id=sid, output_type=st.output_type, total=st.acc.total,
-            delta=delta.data if delta is not None else {}, finished=finished, metrics=metrics,
-            progress=delta.progress if delta is not None else None,
-            keep=(st.output_type & wanted) if wanted is not None else st.output_type,
-        )
+        keep = (st.output_type & wanted) if wanted is not None else st.output_type
+        rid = run.request.request_id
+        if not finished:
+            return delta_output(request_id=rid, stage_id=sid, output_type=st.output_type, delta=delta.data, keep=keep,
+                                progress=delta.progress, num_tokens=st.num_tokens,
+                                num_prompt_tokens=st.num_prompt_tokens)
+        metrics = {k: s.metrics.to_dict() for k, s in run.stages.items() if s.metrics is not None}
+        return final_output(request_id=rid, stage_id=sid, output_type=st.output_type, whole=st.acc.whole(), keep=keep,
+                            metrics=metrics, finish_reason=st.finish_reason, num_tokens=st.num_tokens,
+                            progress=st.progress)
 
     def _stage_inputs(self, run: _Run, spec: StageSpec) -> dict[str, Any]:
         if not spec.inputs:
@@ -189,7 +195,7 @@ class Orchestrator:
         for edge in spec.inputs:
             if self._streams(edge):
                 continue  # its data arrives through feed()
-            source = run.stages[edge.source].acc.total
+            source = run.stages[edge.source].acc.whole()  # assembled once, when the source finished
             inputs.update(edge.process(source, run.request) if edge.process else source)
         return inputs
 
@@ -206,6 +212,8 @@ class Orchestrator:
                 await run.stages[edge.source].finished.wait()
         try:
             inputs = self._stage_inputs(run, spec)
+        except InvalidRequestError as e:  # the edge found the request itself at fault
+            raise e.within(f"stage {sid} ({spec.name}): ") from None
         except (ValueError, TypeError, KeyError) as e:
             raise StageFailedError(f"stage {sid} ({spec.name}): preparing its input failed: {e}") from e
         req = StageRequest(rid, inputs, run.request.sampling_params[sid], stream_inputs=bool(streaming))
@@ -214,17 +222,22 @@ class Orchestrator:
         st.started.set()
         # aclosing: however this loop ends (error, abort, consumer gone), the engine's stream is closed now,
         # so the stage releases the request at once instead of whenever the generator is collected
+        context = f"stage {sid} ({spec.name}): "
         async with contextlib.aclosing(self.clients[sid].generate(req)) as stream:
             async for out in stream:
-                if out.error:
-                    if out.bad_input:
-                        raise InvalidRequestError(out.error)
-                    raise StageFailedError(f"stage {sid} ({spec.name}) failed: {out.error}")
-                data = out.data
-                if data.get("finish_reason") == "abort" and out.finished:
+                if out.error is not None:
+                    raise out.error.exception(context)
+                if out.finished and out.finish_reason == "abort":
                     raise StageFailedError(f"request {rid} was aborted in stage {sid}")
+                if out.num_tokens is not None:
+                    st.num_tokens = out.num_tokens
+                if out.progress is not None:
+                    st.progress = out.progress
+                data = out.data
                 if data:
                     data = normalize_keys(data, st.output_type.names()[0], spec.accumulation)
+                    if "prompt_token_ids" in data:
+                        st.num_prompt_tokens = len(data["prompt_token_ids"])
                     st.acc.add(data)
                     for q in st.subscribers:
                         q.put_nowait(data)
@@ -234,22 +247,22 @@ class Orchestrator:
                     yield out
                 if out.finished:
                     st.metrics = out.metrics or StageMetrics(run_time_s=time.monotonic() - started)
+                    st.finish_reason = out.finish_reason
                     break
             else:
-                raise StageFailedError(f"stage {sid} ({spec.name}) ended request {rid} without finishing it")
+                raise StageFailedError(f"{context}ended request {rid} without finishing it")
         st.finished.set()
         for q in st.subscribers:
             q.put_nowait(_DONE)
 
     def _request_error(self, run: _Run, sid: int, e: Exception) -> Exception:
-        """What the caller sees for an exception out of a stage."""
-        if isinstance(e, (InvalidRequestError, StageFailedError)):
+        """What the caller sees for an exception out of a stage (an in-process engine raises its own)."""
+        if isinstance(e, StageFailedError) or (isinstance(e, InvalidRequestError) and e.context):
             return e
-        name = self.pipeline.stage(sid).name
-        if isinstance(e, ValueError):  # raised by an engine's own validation
-            return InvalidRequestError(f"stage {sid} ({name}): {e}")
-        logger.error("stage %s failed request %s", sid, run.request.request_id, exc_info=e)
-        return StageFailedError(f"stage {sid} ({name}) failed: {type(e).__name__}: {e}")
+        error = StageError.of(e)
+        if not error.bad_input:
+            logger.error("stage %s failed request %s", sid, run.request.request_id, exc_info=e)
+        return error.exception(f"stage {sid} ({self.pipeline.stage(sid).name}): ")
 
     async def _run_stage(self, run: _Run, sid: int) -> None:
         try:

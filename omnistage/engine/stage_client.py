@@ -48,6 +48,9 @@ class StageClient:
     def holds(self, request_id: str) -> bool:
         return request_id in self._owner
 
+    def held(self) -> list[str]:
+        return list(self._owner)
+
     async def shutdown(self) -> None:
         await asyncio.gather(*(r.shutdown() for r in self.replicas), return_exceptions=True)
 

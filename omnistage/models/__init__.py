@@ -1,18 +1,25 @@
-"""Built-in model families. Each family module registers its pipeline on import.
+"""Built-in model families.
 
-Adding a family: create ``models/<family>/`` and add its name here.
+A family is one folder exporting ``PIPELINES`` (its pipeline declarations) and
+``TINY`` (tiny-fixture builders by name, for ``python -m omnistage.testing.tiny``).
+Adding one is its folder plus one import line here. Importing a family is
+cheap: models load only when a stage starts.
 """
 
-import importlib
-import importlib.util
-import logging
+from omnistage.models import (
+    chat,
+    codec_tts,
+    csm,
+    demo,
+    flux,
+    glm_image,
+    prompt_expand,
+    qwen_image,
+    qwen_omni,
+    sd,
+    sd3,
+    wan,
+    z_image,
+)
 
-_FAMILIES = ["sd3", "sd", "chat", "prompt_expand", "glm_image", "demo", "wan", "codec_tts"]
-
-for _name in _FAMILIES:
-    if importlib.util.find_spec(f"omnistage.models.{_name}") is None:
-        continue
-    try:
-        importlib.import_module(f"omnistage.models.{_name}")
-    except ImportError as e:  # an optional dependency of one family must not hide the others
-        logging.getLogger(__name__).warning("model family %s unavailable: %s", _name, e)
+FAMILIES = (sd3, sd, qwen_omni, chat, prompt_expand, glm_image, demo, wan, codec_tts, flux, z_image, qwen_image, csm)

@@ -8,34 +8,21 @@ bounded admission and a graceful shutdown that lets in-flight work finish.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI
+from fastapi.openapi.utils import get_openapi
 
 from omnistage.config.settings import ServerSettings
-from omnistage.server.errors import APIError, install_error_handlers
+from omnistage.server.deps import require_api_key
+from omnistage.server.errors import error_responses, install_error_handlers
 from omnistage.server.middleware import BodySizeLimit, RequestContext
+from omnistage.server.routes import audio, chat, images, lora, system, videos
 from omnistage.server.state import ServeOptions, ServerState
 
 logger = logging.getLogger("omnistage.server")
-
-
-def get_state(request: Request) -> ServerState:
-    return request.app.state.omni
-
-
-def require_api_key(request: Request) -> None:
-    key = request.app.state.omni.options.api_key
-    if not key:
-        return
-    auth = request.headers.get("authorization", "")
-    scheme, _, token = auth.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
-        raise APIError(401, "missing or wrong API key (send 'Authorization: Bearer <key>')", code="invalid_api_key",
-                       headers={"WWW-Authenticate": "Bearer"})
 
 
 def create_app(engine: Any, settings: ServerSettings | None = None, options: ServeOptions | None = None,
@@ -47,6 +34,8 @@ def create_app(engine: Any, settings: ServerSettings | None = None, options: Ser
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         await state.storage.start()
+        await state.jobs.open()
+        await videos.restore_jobs(state)  # jobs of an earlier run on the same storage path
         await engine.start()
         logger.info("serving %s (pipeline %s) as %r", engine.model, engine.pipeline.name, state.model_name)
         try:
@@ -59,16 +48,32 @@ def create_app(engine: Any, settings: ServerSettings | None = None, options: Ser
     app.state.omni = state
     install_error_handlers(app)
 
-    from omnistage.server.routes import audio, chat, images, system, videos
-
     app.include_router(system.router)
     secured = [Depends(require_api_key)]
+    # every /v1 route can answer these; routes add their own (413, 415, 409, ...)
+    common = error_responses(400, 401, 404, 500, 503, 504)
     for module in (system.v1, chat.router, images.router, audio.router, videos.router):
-        app.include_router(module, dependencies=secured)
+        app.include_router(module, dependencies=secured, responses=common)
+    if options.allow_runtime_lora_updating:  # as vLLM: without the flag these paths do not exist (404)
+        app.include_router(lora.router, dependencies=secured, responses=common)
+    app.openapi = lambda: _openapi(app)
     # Outermost first: ids wrap everything (413s get ids too).
     app.add_middleware(BodySizeLimit, max_bytes=options.max_body_bytes)
     app.add_middleware(RequestContext, metrics=state.metrics)
     return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI documents a 422 for every route with a body; this server answers 400 instead (errors.py)."""
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        for path in schema.get("paths", {}).values():
+            for operation in path.values():
+                operation.get("responses", {}).pop("422", None)
+        for name in ("HTTPValidationError", "ValidationError"):
+            schema.get("components", {}).get("schemas", {}).pop(name, None)
+        app.openapi_schema = schema
+    return app.openapi_schema
 
 
 async def _shutdown(state: ServerState) -> None:
@@ -84,5 +89,6 @@ async def _shutdown(state: ServerState) -> None:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
     await state.storage.stop()
+    await state.jobs.close()
     await state.engine.shutdown()
     logger.info("shutdown complete")

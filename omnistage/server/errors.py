@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from omnistage.engine.request import InvalidRequestError, StageFailedError
+from omnistage.errors import (
+    InvalidRequestError,
+    StageFailedError,
+    StageUnavailableError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -48,29 +52,44 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
     return APIError(400, message, param=param, code=code)
 
 
-_FIELD = re.compile(r"^([A-Za-z_][\w.\[\]]*):")
-
-
-def field_of(message: str) -> str | None:
-    """Engine messages start with the field they are about (``"n: must be >= 1"``)."""
-    for prefix in ("invalid sampling params: ",):
-        if message.startswith(prefix):
-            message = message[len(prefix):]
-    m = _FIELD.match(message)
-    return m.group(1) if m else None
-
-
 def from_engine_error(err: BaseException) -> APIError:
     """Map an exception raised while running a request to the client's error."""
     if isinstance(err, APIError):
         return err
     if isinstance(err, InvalidRequestError):
-        msg = str(err)
-        return APIError(400, msg, param=field_of(msg.split("): ", 1)[-1]) or field_of(msg))
+        return APIError(400, str(err), param=err.field)
+    if isinstance(err, StageUnavailableError):
+        return APIError(503, str(err), code="stage_unavailable", headers={"Retry-After": "5"})
     if isinstance(err, StageFailedError):
         return APIError(500, str(err), code="stage_failed")
     logger.error("internal error", exc_info=err)
     return APIError(500, f"internal error: {type(err).__name__}", code="internal_error")
+
+
+# --------------------------------------------------------------------------- OpenAPI
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error body."""
+
+    error: ErrorDetail
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for the errors a route really answers (all in OpenAI's shape)."""
+    why = {400: "Invalid request (``param`` names the field)", 401: "Missing or wrong API key",
+           404: "Unknown model, job or file", 409: "The job is not finished", 413: "Upload or body too large",
+           415: "Unsupported content type", 429: "Rate limited", 500: "Internal fault (this request only)",
+           503: "Saturated, shutting down or a stage restarting (see Retry-After)",
+           504: "Not finished within the server's --request-timeout"}
+    return {s: {"model": ErrorResponse, "description": why[s]} for s in statuses}
 
 
 _TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "bytes"}

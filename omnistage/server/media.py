@@ -2,6 +2,8 @@
 
 Decoding: images / audio / video from ``data:`` URLs, ``http(s)://`` (httpx,
 size-capped) and ``file://`` (only under ``--allowed-local-media-path``).
+Checks for llm stages, which decode media themselves through vLLM: the bytes
+decode, and travel on as a ``data:`` URL.
 Encoding: PNG/JPEG/WebP images, WAV/FLAC/MP3/raw-PCM audio (soundfile) and
 MP4 video (PyAV). Everything a client sends that cannot be decoded becomes a
 400 naming the field; oversized inputs become 413.
@@ -10,18 +12,23 @@ MP4 video (PyAV). Everything a client sends that cannot be decoded becomes a
 from __future__ import annotations
 
 import base64
-import binascii
 import io
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from omnistage.server.errors import APIError, bad_request
+from omnistage.server.media_fetch import (  # noqa: F401 - the fetching half, re-exported
+    decode_base64,
+    decode_data_url,
+    fetch_bytes,
+    local_path,
+    too_large,
+)
 
 IMAGE_FORMATS = {"png": "PNG", "jpeg": "JPEG", "jpg": "JPEG", "webp": "WEBP"}
 IMAGE_MIME = {"png": "image/png", "jpeg": "image/jpeg", "jpg": "image/jpeg", "webp": "image/webp"}
@@ -31,97 +38,17 @@ AUDIO_MIME = {"wav": "audio/wav", "flac": "audio/flac", "mp3": "audio/mpeg", "pc
 
 @dataclass
 class MediaLimits:
-    max_bytes: int = 20 << 20  # one decoded input (file, URL or data: payload)
+    max_bytes: int = 20 << 20  # one uploaded or inline input (multipart file, data: URL, base64, file://)
     max_image_pixels: int = 4096 * 4096
     max_video_frames: int = 256
-    fetch_timeout_s: float = 10.0
+    fetch_timeout_s: float = 10.0  # one http(s) download, start to end
+    max_download_bytes: int = 20 << 20  # one http(s) download
+    allowed_media_domains: frozenset[str] | None = None  # http(s) hosts media may come from (None: any)
     allowed_local_media_path: Path | None = None
 
 
 # --------------------------------------------------------------------------- fetching
-
-
-def too_large(field: str, size: int, limit: int) -> APIError:
-    return APIError(413, f"{field}: {size} bytes exceeds the limit of {limit} bytes", param=field, code="payload_too_large")
-
-
-def decode_data_url(url: str, field: str, limits: MediaLimits) -> bytes:
-    header, sep, payload = url.partition(",")
-    if not sep or not header.startswith("data:"):
-        raise bad_request(f"{field}: malformed data: URL (expected data:<mime>;base64,<payload>)", field)
-    if len(payload) * 3 // 4 > limits.max_bytes:
-        raise too_large(field, len(payload) * 3 // 4, limits.max_bytes)
-    if header.endswith(";base64"):
-        try:
-            return base64.b64decode(payload, validate=True)
-        except (binascii.Error, ValueError):
-            raise bad_request(f"{field}: data: URL payload is not valid base64", field) from None
-    return unquote(payload).encode("latin-1", errors="replace")
-
-
-def decode_base64(data: str, field: str, limits: MediaLimits) -> bytes:
-    if not isinstance(data, str):
-        raise bad_request(f"{field}: expected a base64 string", field)
-    if data.startswith("data:"):
-        return decode_data_url(data, field, limits)
-    if len(data) * 3 // 4 > limits.max_bytes:
-        raise too_large(field, len(data) * 3 // 4, limits.max_bytes)
-    try:
-        return base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
-        raise bad_request(f"{field}: not valid base64", field) from None
-
-
-def local_path(url: str, field: str, limits: MediaLimits) -> Path:
-    """``file://`` URLs resolve (symlinks included) strictly inside the allowed folder."""
-    root = limits.allowed_local_media_path
-    if root is None:
-        raise bad_request(f"{field}: file:// URLs are disabled (start the server with --allowed-local-media-path)",
-                          field, code="local_media_not_allowed")
-    parsed = urlparse(url)
-    if parsed.netloc not in ("", "localhost"):
-        raise bad_request(f"{field}: file:// URL with a remote host is not allowed", field, code="local_media_not_allowed")
-    path = Path(unquote(parsed.path)).resolve()
-    if not path.is_relative_to(Path(root).resolve()):
-        raise bad_request(f"{field}: {path} is outside the allowed local media path", field, code="local_media_not_allowed")
-    if not path.is_file():
-        raise bad_request(f"{field}: {path} does not exist", field)
-    return path
-
-
-async def fetch_bytes(url: Any, field: str, limits: MediaLimits) -> bytes:
-    if not isinstance(url, str) or not url:
-        raise bad_request(f"{field}: expected a URL string", field)
-    scheme = urlparse(url).scheme.lower()
-    if scheme == "data":
-        return decode_data_url(url, field, limits)
-    if scheme == "file":
-        path = local_path(url, field, limits)
-        size = path.stat().st_size
-        if size > limits.max_bytes:
-            raise too_large(field, size, limits.max_bytes)
-        return path.read_bytes()
-    if scheme in ("http", "https"):
-        return await _download(url, field, limits)
-    raise bad_request(f"{field}: unsupported URL scheme {scheme or '(none)'!r}; use data:, http(s):// or file://", field)
-
-
-async def _download(url: str, field: str, limits: MediaLimits) -> bytes:
-    import httpx
-
-    try:
-        async with httpx.AsyncClient(timeout=limits.fetch_timeout_s, follow_redirects=True, max_redirects=3) as client:
-            async with client.stream("GET", url) as resp:
-                if resp.status_code != 200:
-                    raise bad_request(f"{field}: fetching {url} answered HTTP {resp.status_code}", field)
-                buf = bytearray()
-                async for chunk in resp.aiter_bytes():
-                    buf += chunk
-                    if len(buf) > limits.max_bytes:
-                        raise too_large(field, len(buf), limits.max_bytes)
-                return bytes(buf)
-    except httpx.HTTPError as e:
-        raise bad_request(f"{field}: fetching {url} failed: {type(e).__name__}", field) from None
+# media_fetch.py: data: URLs, base64, http(s) downloads and file:// paths, each bounded (re-exported here).
 
 
 # --------------------------------------------------------------------------- decoding
@@ -181,6 +108,65 @@ def video_from_bytes(data: bytes, field: str, limits: MediaLimits) -> np.ndarray
 
 async def load_video(url: Any, field: str, limits: MediaLimits) -> np.ndarray:
     return video_from_bytes(await fetch_bytes(url, field, limits), field, limits)
+
+
+# --------------------------------------------------------------------------- checks for llm stages
+# An llm stage decodes its media itself, through vLLM's renderer (the model's own loaders and
+# video frame sampling, exactly as `vllm serve`). For those the server fetches, checks that the
+# bytes decode (so a bad part is a 400 naming it), and passes the bytes on as a data: URL.
+
+
+def check_image(data: bytes, field: str, limits: MediaLimits) -> None:
+    image_from_bytes(data, field, limits)
+
+
+def check_audio(data: bytes, field: str) -> None:
+    """Decodable by soundfile, or else by PyAV (vLLM's own order of audio decoders)."""
+    try:
+        audio_from_bytes(data, field)
+        return
+    except APIError:  # not a format soundfile reads (e.g. AAC): PyAV's turn
+        pass
+    import av
+
+    try:
+        with av.open(io.BytesIO(data)) as container:
+            if not container.streams.audio:
+                raise bad_request(f"{field}: not decodable audio (no audio stream)", field)
+            for _ in container.decode(audio=0):
+                return
+    except APIError:
+        raise
+    except (av.error.FFmpegError, ValueError, IndexError) as e:
+        raise bad_request(f"{field}: not decodable audio ({type(e).__name__})", field) from None
+    raise bad_request(f"{field}: audio has no samples", field)
+
+
+def check_video(data: bytes, field: str) -> None:
+    """A container PyAV opens, with a video stream whose first frame decodes (the stage samples frames)."""
+    import av
+
+    try:
+        with av.open(io.BytesIO(data)) as container:
+            if not container.streams.video:
+                raise bad_request(f"{field}: not a decodable video (no video stream)", field)
+            for frame in container.decode(video=0):
+                frame.to_ndarray(format="rgb24")
+                return
+    except APIError:
+        raise
+    except (av.error.FFmpegError, ValueError, IndexError) as e:
+        raise bad_request(f"{field}: not a decodable video ({type(e).__name__})", field) from None
+    raise bad_request(f"{field}: video has no frames", field)
+
+
+def as_data_url(url: str, data: bytes) -> str:
+    """The client's own base64 ``data:`` URL as it is (no re-encoding); anything else (http(s),
+    ``file://``, a percent-encoded ``data:``) as a base64 ``data:`` URL of the fetched bytes."""
+    header, sep, _ = url.partition(",")
+    if sep and header.startswith("data:") and header.endswith(";base64"):
+        return url
+    return data_url(data, "application/octet-stream")
 
 
 # --------------------------------------------------------------------------- encoding
@@ -249,3 +235,87 @@ def encode_mp4(frames: np.ndarray, fps: float) -> bytes:
         for packet in stream.encode():
             container.mux(packet)
     return buf.getvalue()
+
+
+# --------------------------------------------------------------------------- streamed audio encoding
+# A streamed /v1/audio/speech body in any response_format, bytes out as soon as the format allows:
+# pcm and wav (a header with "unknown length" sizes, then PCM16) send every chunk at once; flac and
+# mp3 are encoded incrementally by FFmpeg through PyAV into a write-only sink (no seeking back: FLAC's
+# STREAMINFO keeps its "unknown" total, as any streamed FLAC), each packet sent once the encoder
+# emits it (mp3 holds back up to one 1152-sample frame plus the encoder's delay until the next chunk).
+
+STREAM_CODECS = {"flac": "flac", "mp3": "libmp3lame"}
+
+
+def wav_stream_header(sample_rate: int, channels: int = 1, bits: int = 16) -> bytes:
+    """A 44-byte PCM WAV header for a body of unknown length (RIFF and data sizes 0xFFFFFFFF)."""
+    import struct
+
+    block = channels * bits // 8
+    return (b"RIFF" + struct.pack("<I", 0xFFFFFFFF) + b"WAVE"
+            + b"fmt " + struct.pack("<IHHIIHH", 16, 1, channels, sample_rate, sample_rate * block, block, bits)
+            + b"data" + struct.pack("<I", 0xFFFFFFFF))
+
+
+class _Sink:
+    """A write-only file for PyAV: what the muxer wrote since the last ``take``."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def write(self, data: bytes) -> int:
+        self.buf += bytes(data)
+        return len(data)
+
+    def take(self) -> bytes:
+        out = bytes(self.buf)
+        self.buf.clear()
+        return out
+
+
+class AudioStreamEncoder:
+    """float32 mono chunks in, response body bytes out (``encode`` per chunk, then ``close``)."""
+
+    def __init__(self, fmt: str, sample_rate: int):
+        if fmt not in AUDIO_MIME:
+            raise bad_request(f"response_format: {fmt!r} is not one of wav, pcm, flac, mp3", "response_format")
+        self.fmt = fmt
+        self.sample_rate = int(sample_rate)
+        self._header = fmt == "wav"
+        self._container: Any = None
+        self._sink = _Sink()
+        self._pts = 0
+        if fmt in STREAM_CODECS:
+            import av
+
+            self._container = av.open(self._sink, mode="w", format=fmt)
+            self._stream = self._container.add_stream(STREAM_CODECS[fmt], rate=self.sample_rate, layout="mono")
+            if fmt == "mp3":  # LAME left alone picks ~24 kbit/s at 16 kHz (waveform correlation ~0.8 on noisy
+                # speech); 64 kbit/s at MPEG-2 rates (< 32 kHz), 128 kbit/s above: ~0.99
+                self._stream.bit_rate = 64000 if self.sample_rate < 32000 else 128000
+
+    def encode(self, audio: np.ndarray) -> bytes:
+        data = pcm16(audio)
+        if self._container is None:
+            head, self._header = (wav_stream_header(self.sample_rate) if self._header else b""), False
+            return head + data
+        import av
+
+        samples = np.frombuffer(data, dtype="<i2").reshape(1, -1)
+        if samples.size:
+            frame = av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
+            frame.sample_rate, frame.pts = self.sample_rate, self._pts
+            self._pts += samples.shape[1]
+            for packet in self._stream.encode(frame):
+                self._container.mux(packet)
+        return self._sink.take()
+
+    def close(self) -> bytes:
+        """The rest of the body (the encoder's buffered frames and the container's trailer)."""
+        if self._container is None:
+            return wav_stream_header(self.sample_rate) if self._header else b""  # an empty WAV is still a WAV
+        for packet in self._stream.encode(None):
+            self._container.mux(packet)
+        self._container.close()
+        self._container = None
+        return self._sink.take()

@@ -2,81 +2,19 @@
 
 Validation here is the first line of defence: every field a client sends is
 typed, so wrong types and out-of-range values answer 400 naming the field
-before anything reaches an engine.
+before anything reaches an engine. The generation knobs every route shares are
+one table, ``omnistage.params.RequestKnobs``, which the bodies extend.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
-_SIZE = re.compile(r"^(\d{1,5})x(\d{1,5})$")
-
-
-def parse_size(size: str | None) -> tuple[int, int] | None:
-    """``"WxH"`` -> (width, height); ``None`` / ``"auto"`` -> None."""
-    if size is None or size == "auto":
-        return None
-    m = _SIZE.match(size)
-    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
-        raise ValueError(f"expected 'WIDTHxHEIGHT' (e.g. '512x512') or 'auto', got {size!r}")
-    return int(m.group(1)), int(m.group(2))
-
-
-class GenerationKnobs(BaseModel):
-    """Standard generation keys (SPEC §5), accepted top-level or in ``extra_body``.
-
-    Anything else in ``extra_body`` is model-specific and goes to ``extra_args``.
-    """
-
-    model_config = ConfigDict(extra="allow")
-
-    # diffusion
-    height: int | None = Field(None, ge=1, le=16384)
-    width: int | None = Field(None, ge=1, le=16384)
-    size: str | None = None
-    num_inference_steps: int | None = Field(None, ge=1, le=1000)
-    guidance_scale: float | None = Field(None, ge=0)
-    guidance_scale_2: float | None = Field(None, ge=0)
-    true_cfg_scale: float | None = Field(None, ge=0)
-    negative_prompt: str | None = None
-    seed: int | None = None
-    n: int | None = Field(None, ge=1)
-    strength: float | None = Field(None, gt=0, le=1)
-    num_frames: int | None = Field(None, ge=1, le=10000)
-    fps: int | None = Field(None, ge=1, le=240)
-    # llm (vLLM SamplingParams)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0)
-    top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = None
-    min_p: float | None = Field(None, ge=0, le=1)
-    min_tokens: int | None = Field(None, ge=0)
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    presence_penalty: float | None = Field(None, ge=-2, le=2)
-    frequency_penalty: float | None = Field(None, ge=-2, le=2)
-    repetition_penalty: float | None = Field(None, gt=0)
-    ignore_eos: bool | None = None
-
-    @field_validator("size")
-    @classmethod
-    def _size(cls, v: str | None) -> str | None:
-        parse_size(v)
-        return v
-
-    def knobs(self) -> dict[str, Any]:
-        """The standard keys that were set."""
-        return {k: getattr(self, k) for k in GenerationKnobs.model_fields if k in self.model_fields_set and getattr(self, k) is not None}
-
-    def extras(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
-
+from omnistage.params import RequestKnobs
 
 # --------------------------------------------------------------------------- chat
 
@@ -91,34 +29,97 @@ class InputAudio(BaseModel):
     format: str = "wav"
 
 
-class ContentPart(BaseModel):
+class _Part(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-    type: Literal["text", "image_url", "audio_url", "video_url", "input_audio", "input_text"]
-    text: str | None = None
-    image_url: URLRef | str | None = None
-    audio_url: URLRef | str | None = None
-    video_url: URLRef | str | None = None
-    input_audio: InputAudio | None = None
-
-    @model_validator(mode="after")
-    def _payload(self) -> "ContentPart":
-        key = "text" if self.type == "input_text" else self.type
-        if getattr(self, key) is None:
-            raise ValueError(f"a content part of type {self.type!r} needs a {key!r} field")
-        return self
 
     def url(self) -> str | None:
         ref = getattr(self, self.type, None)
         return ref.url if isinstance(ref, URLRef) else ref
 
 
-class ChatMessage(BaseModel):
+# One model per content-part type, told apart by ``type`` (a discriminated union): the OpenAPI document
+# then says which payload field each type needs, so a schema-driven client (or fuzzer) can build valid parts.
+class TextPart(_Part):
+    type: Literal["text", "input_text"]
+    text: str
+
+
+class ImageURLPart(_Part):
+    type: Literal["image_url"]
+    image_url: URLRef | str
+
+
+class AudioURLPart(_Part):
+    type: Literal["audio_url"]
+    audio_url: URLRef | str
+
+
+class VideoURLPart(_Part):
+    type: Literal["video_url"]
+    video_url: URLRef | str
+
+
+class InputAudioPart(_Part):
+    type: Literal["input_audio"]
+    input_audio: InputAudio
+
+
+_PART_MODELS = {"text": "TextPart", "input_text": "TextPart", "image_url": "ImageURLPart",
+                "audio_url": "AudioURLPart", "video_url": "VideoURLPart", "input_audio": "InputAudioPart"}
+
+
+def _part_model(value: Any) -> str | None:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return _PART_MODELS.get(kind) if isinstance(kind, str) else None
+
+
+# Tagged by model name (not the ``type`` value), so error locations read ``content[0].image_url``
+ContentPart = Annotated[
+    Annotated[TextPart, Tag("TextPart")] | Annotated[ImageURLPart, Tag("ImageURLPart")]
+    | Annotated[AudioURLPart, Tag("AudioURLPart")] | Annotated[VideoURLPart, Tag("VideoURLPart")]
+    | Annotated[InputAudioPart, Tag("InputAudioPart")],
+    Discriminator(_part_model, custom_error_type="content_part_type",
+                  custom_error_message=f"type must be one of {', '.join(_PART_MODELS)}")]
+
+
+class Message(BaseModel):
+    """A system, developer, user or tool message: content required."""
+
     model_config = ConfigDict(extra="allow")
 
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    role: Literal["system", "developer", "user", "tool"]
+    content: str | list[ContentPart]
+    name: str | None = None
+
+    @field_validator("role", mode="before")
+    @classmethod
+    def _role(cls, v: Any) -> Any:
+        if v not in _ROLES:  # (an unknown role lands here: say every role there is)
+            raise ValueError(f"must be one of {', '.join(_ROLES)}")
+        return v
+
+
+class AssistantMessage(BaseModel):
+    """An assistant turn: content may be null (OpenAI allows it beside tool calls)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["assistant"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+
+
+_ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def _message_model(value: Any) -> str:
+    role = value.get("role") if isinstance(value, dict) else getattr(value, "role", None)
+    return "AssistantMessage" if role == "assistant" else "Message"
+
+
+ChatMessage = Annotated[
+    Annotated[Message, Tag("Message")] | Annotated[AssistantMessage, Tag("AssistantMessage")],
+    Discriminator(_message_model)]
 
 
 class StreamOptions(BaseModel):
@@ -126,10 +127,27 @@ class StreamOptions(BaseModel):
     continuous_usage_stats: bool = False
 
 
-class ChatCompletionRequest(GenerationKnobs):
+# Request examples in the OpenAPI document (/docs offers them; schema-driven clients start from them), sized for
+# the built-in demo model (64x64 images) and small enough for any server's default caps.
+class ChatAudio(BaseModel):
+    """OpenAI's chat ``audio`` parameter: the voice (and format) of audio output."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    voice: str | None = None
+    format: Literal["wav", "pcm16"] = "wav"
+
+
+class ChatCompletionRequest(RequestKnobs):
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"messages": [{"role": "user", "content": "A red circle on a white background."}], "max_tokens": 8},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "Say hello."}]}], "max_tokens": 8,
+         "stream": True, "stream_options": {"include_usage": True}}]})
+
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
     modalities: list[str] | None = None
+    audio: ChatAudio | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     sampling_params_list: list[dict[str, Any] | None] | None = None
@@ -147,10 +165,10 @@ class ChatCompletionRequest(GenerationKnobs):
 
 # --------------------------------------------------------------------------- images
 
-_OPENAI_IGNORED = ("quality", "style", "background", "moderation", "user", "partial_images", "input_fidelity")
+class ImageRequest(RequestKnobs):
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"prompt": "a red circle on a white background", "size": "64x64", "num_inference_steps": 2, "seed": 7}]})
 
-
-class ImageRequest(GenerationKnobs):
     model: str | None = None
     prompt: str = Field(min_length=1, max_length=32000)
     response_format: Literal["b64_json", "url"] = "b64_json"
@@ -161,14 +179,19 @@ class ImageRequest(GenerationKnobs):
     return_stage_metrics: bool = False
     image_url: str | list[str] | None = None  # edits: images by URL instead of upload
 
-    def extras(self) -> dict[str, Any]:
-        return {k: v for k, v in (self.model_extra or {}).items() if k not in _OPENAI_IGNORED}
+    # OpenAI image fields with no meaning here: accepted, never taken for model-specific keys
+    IGNORED: ClassVar[frozenset[str]] = frozenset(
+        {"quality", "style", "background", "moderation", "user", "partial_images", "input_fidelity"})
 
 
 # --------------------------------------------------------------------------- audio
 
 
-class SpeechRequest(GenerationKnobs):
+class SpeechRequest(RequestKnobs):
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"input": "Hello there.", "response_format": "wav"},
+        {"input": "Hello there.", "response_format": "pcm", "stream": True}]})
+
     model: str | None = None
     input: str = Field(min_length=1, max_length=8192)
     voice: str | None = None
@@ -178,38 +201,31 @@ class SpeechRequest(GenerationKnobs):
     stream: bool = False
     stream_format: Literal["audio", "sse"] = "audio"
     extra_body: dict[str, Any] | None = None
+    return_stage_metrics: bool = False  # X-Stage-Metrics header (JSON), or in the SSE done event
+    # voice cloning: a reference clip (http(s)/data:/file:// URL or bare base64 of an audio file) + its transcript
+    ref_audio: str | None = Field(None, min_length=1)
+    ref_text: str | None = Field(None, max_length=8192)
+    language: str | None = Field(None, max_length=64)
+    max_new_tokens: int | None = Field(None, ge=1)  # the speech LM's max_tokens
+    initial_codec_chunk_frames: int | None = Field(None, ge=1)  # streamed: codec frames in the first audio chunk
 
 
 # --------------------------------------------------------------------------- videos
 
 
-class VideoRequest(BaseModel):
-    """Fields of POST /v1/videos (JSON or multipart; the file part is handled by the route)."""
+class VideoRequest(RequestKnobs):
+    """Fields of POST /v1/videos (JSON or multipart; the file part is handled by the route).
+    Model-specific keys travel in ``extra_params``, so unknown top-level fields are errors."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"prompt": "a paper boat on a pond", "size": "64x64", "num_frames": 9, "num_inference_steps": 2, "seed": 7}]})
 
     model: str | None = None
     prompt: str = Field(min_length=1, max_length=32000)
-    negative_prompt: str | None = None
     image_reference: str | URLRef | None = None
-    size: str | None = None
-    width: int | None = Field(None, ge=1, le=16384)
-    height: int | None = Field(None, ge=1, le=16384)
     seconds: float | None = Field(None, gt=0, le=600)
-    num_frames: int | None = Field(None, ge=1, le=10000)
-    fps: int | None = Field(None, ge=1, le=240)
-    num_inference_steps: int | None = Field(None, ge=1, le=1000)
-    guidance_scale: float | None = Field(None, ge=0)
-    guidance_scale_2: float | None = Field(None, ge=0)
-    true_cfg_scale: float | None = Field(None, ge=0)
-    seed: int | None = None
     extra_params: dict[str, Any] | None = None
-
-    @field_validator("size")
-    @classmethod
-    def _size(cls, v: str | None) -> str | None:
-        parse_size(v)
-        return v
+    return_stage_metrics: bool = False  # the job's stage_metrics once completed; X-Stage-Metrics on /sync
 
     @field_validator("extra_params", mode="before")
     @classmethod
@@ -240,3 +256,4 @@ class VideoJob(BaseModel):
     seconds: str | None = None
     error: dict[str, Any] | None = None
     inference_time_s: float | None = None
+    stage_metrics: dict[str, Any] | None = None  # when the request asked return_stage_metrics

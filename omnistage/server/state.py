@@ -14,9 +14,19 @@ import numpy as np
 from fastapi import Request
 
 from omnistage.config.settings import ServerSettings
+from omnistage.engine.request import OmniRequest, normalize_prompt
+from omnistage.limits import (
+    DEFAULT_MAX_IMAGE_PIXELS,
+    DEFAULT_MAX_INFERENCE_STEPS,
+    DEFAULT_MAX_NUM_FRAMES,
+    RequestLimits,
+)
+from omnistage.lora import LoraAdapters
 from omnistage.modality import OutputModality
 from omnistage.outputs import OmniRequestOutput
+from omnistage.params import RequestKnobs
 from omnistage.server.errors import APIError, from_engine_error
+from omnistage.server.jobs import JobStore
 from omnistage.server.media import MediaLimits
 from omnistage.server.metrics import ServerMetrics
 from omnistage.server.storage import FileStorage
@@ -35,12 +45,35 @@ class ServeOptions:
     max_n: int = 10  # outputs per request
     max_body_bytes: int = 64 << 20
     allowed_local_media_path: str | Path | None = None
-    max_media_bytes: int = 20 << 20
+    max_media_bytes: int = 20 << 20  # one uploaded / inline media input
+    max_download_bytes: int = 20 << 20  # one media input fetched from an http(s) URL
+    media_fetch_timeout_s: float = 10.0  # one http(s) media download, start to end
+    allowed_media_domains: list[str] | None = None  # hosts http(s) media may come from (None: any)
     shutdown_grace_s: float = 30.0  # in-flight requests get this long to finish on shutdown
+    request_timeout_s: float | None = None  # a request (or video job) still running after this is aborted
+    # per-request caps (limits.py; None: no cap)
+    max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS
+    max_num_frames: int | None = DEFAULT_MAX_NUM_FRAMES
+    max_inference_steps: int | None = DEFAULT_MAX_INFERENCE_STEPS
+    max_tokens: int | None = None
+    allow_runtime_lora_updating: bool = False  # POST /v1/load_lora_adapter and /v1/unload_lora_adapter
 
     def media_limits(self) -> MediaLimits:
         root = Path(self.allowed_local_media_path).resolve() if self.allowed_local_media_path else None
-        return MediaLimits(max_bytes=self.max_media_bytes, allowed_local_media_path=root)
+        domains = None if self.allowed_media_domains is None else frozenset(
+            d.strip().lower() for d in self.allowed_media_domains if d.strip())
+        limits = MediaLimits(max_bytes=self.max_media_bytes, max_download_bytes=self.max_download_bytes,
+                             fetch_timeout_s=self.media_fetch_timeout_s, allowed_media_domains=domains,
+                             allowed_local_media_path=root)
+        if self.max_image_pixels is not None:  # an input image may be as large as an output one, no larger
+            limits.max_image_pixels = self.max_image_pixels
+        if self.max_num_frames is not None:
+            limits.max_video_frames = self.max_num_frames
+        return limits
+
+    def request_limits(self) -> RequestLimits:
+        return RequestLimits(max_image_pixels=self.max_image_pixels, max_num_frames=self.max_num_frames,
+                             max_inference_steps=self.max_inference_steps, max_tokens=self.max_tokens)
 
 
 class Admission:
@@ -118,11 +151,9 @@ class Result:
             self.video, self.fps = out.video, out.fps
         self.finish_reason = out.finish_reason or self.finish_reason
         self.metrics.update(out.metrics or {})
-        if out.prompt_token_ids:
-            self.prompt_tokens = max(self.prompt_tokens, len(out.prompt_token_ids))
+        if out.num_prompt_tokens:
+            self.prompt_tokens = max(self.prompt_tokens, out.num_prompt_tokens)
         tokens = sum(int(m.get("num_tokens", 0)) for sid, m in (out.metrics or {}).items() if sid in text_stages)
-        if out.stage_id in text_stages and out.token_ids and not tokens:
-            tokens = len(out.token_ids)
         self.completion_tokens = max(self.completion_tokens, tokens)
 
 
@@ -134,23 +165,43 @@ class ServerState:
         self.metrics = ServerMetrics(engine.stage_stats)
         self.admission = Admission(options.max_pending, options.retry_after_s, self.metrics)
         self.media = options.media_limits()
+        self.limits = options.request_limits()
         self.storage = FileStorage(settings.storage, on_expired=self._files_expired)
+        self.jobs = JobStore(settings.storage.path)  # async jobs (videos) recorded across restarts
         self.videos: dict[str, Any] = {}  # video job id -> VideoJob
         self.video_tasks: dict[str, asyncio.Task] = {}
-        self.model_name = options.served_model_name or engine.model or engine.pipeline.name
+        self.model_name = options.served_model_name or default_model_name(engine)
+        self.loras = LoraAdapters(engine)  # the adapters `model` may name besides the base model
+        if options.allow_runtime_lora_updating:
+            why = self.loras.runtime_updates_possible()
+            if why is not None:
+                raise ValueError(f"--allow-runtime-lora-updating: {why}")
         self.started_at = int(time.time())
         self.background: set[asyncio.Task] = set()  # async jobs (videos) to finish on shutdown
 
     def _files_expired(self, names: list[str]) -> None:
-        for name in names:
-            self.videos.pop(name.rsplit(".", 1)[0], None)
+        ids = [name.rsplit(".", 1)[0] for name in names]
+        for job_id in ids:
+            self.videos.pop(job_id, None)
+        task = asyncio.get_running_loop().create_task(self.jobs.delete(*ids))  # their records go too
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
 
     # ------------------------------------------------------------------ checks
 
-    def check_model(self, model: str | None) -> None:
-        if model is None or model in (self.model_name, self.engine.model, self.engine.pipeline.name):
-            return
-        raise APIError(404, f"model {model!r} does not exist; this server serves {self.model_name!r}",
+    def is_base_model(self, model: str | None) -> bool:
+        return model in (self.model_name, self.engine.model, self.engine.pipeline.name)
+
+    def check_model(self, model: str | None) -> str | None:
+        """404 unless ``model`` is the base model or a loaded LoRA adapter; returns the adapter's name (None
+        for the base model)."""
+        if model is None or self.is_base_model(model):
+            return None
+        if self.loras.get(model) is not None:
+            return model
+        adapters = [m.name for m in self.loras.modules()]
+        served = f"{self.model_name!r}" + (f" and the LoRA adapters {', '.join(map(repr, adapters))}" if adapters else "")
+        raise APIError(404, f"model {model!r} does not exist; this server serves {served}",
                        param="model", code="model_not_found")
 
     def require(self, modality: OutputModality, what: str) -> None:
@@ -169,34 +220,49 @@ class ServerState:
 
     # ------------------------------------------------------------------ running
 
-    async def stream(self, request_id: str, prompt: Any, params: list[Any], modalities: list[str] | None,
-                     *, slot: Slot | None = None) -> AsyncIterator[OmniRequestOutput]:
-        """Stream one request's outputs; leaving early (error, disconnect) aborts it in every stage."""
+    def make_request(self, prompt: Any, request_id: str, sampling_params_list: Any = None,
+                     output_modalities: Any = None, knobs: RequestKnobs | None = None,
+                     lora: str | None = None) -> OmniRequest:
+        """Parse a request (``AsyncOmni.make_request``) and hold it to this server's caps, before any
+        model work: a 400 naming the field for a request above them. ``lora``: the adapter ``model`` named
+        (``check_model``)."""
+        if lora is not None:
+            prompt = {**normalize_prompt(prompt), "lora": lora}
+        req = self.engine.make_request(prompt, request_id, sampling_params_list, output_modalities, knobs)
+        self.limits.check(req, knobs, self.engine.default_sampling_params_list)
+        return req
+
+    async def stream(self, req: OmniRequest, *, slot: Slot | None = None) -> AsyncIterator[OmniRequestOutput]:
+        """Stream one request's outputs; leaving early (error, disconnect) aborts it in every stage.
+        With ``--request-timeout`` a request still running after it is aborted and ends in a 504."""
         slot = slot or self.admission.acquire()
         finished = False
+        deadline = _Deadline(self.options.request_timeout_s, lambda: self.engine.abort(req.request_id))
         try:
-            async for out in self.engine.generate(prompt, request_id=request_id, sampling_params_list=params,
-                                                  output_modalities=modalities):
+            async for out in self.engine.run(req):
                 yield out
+            deadline.check()  # an aborted request's stream may just end
             finished = True
         except Exception:
             self.metrics.failed.inc()
+            deadline.check()  # ...or end in the abort's error: either way the caller hears of the timeout
             raise
         finally:
+            deadline.cancel()
             if not finished:
                 self.metrics.aborted.inc()
-                await asyncio.shield(self.engine.abort(request_id))
+                await asyncio.shield(self.engine.abort(req.request_id))
             slot.release()
 
-    async def run(self, request: Request | None, request_id: str, prompt: Any, params: list[Any],
-                  modalities: list[str] | None, on_output: Any = None) -> Result:
+    async def run(self, request: Request | None, req: OmniRequest, on_output: Any = None) -> Result:
         """Run to completion; a client that disconnects meanwhile aborts the request."""
         slot = self.admission.acquire()
         result = Result()
         text_stages = self.text_stages()
+        request_id = req.request_id
 
         async def collect() -> Result:
-            async for out in self.stream(request_id, prompt, params, modalities, slot=slot):
+            async for out in self.stream(req, slot=slot):
                 if on_output is not None:
                     on_output(out)
                 if out.finished:
@@ -242,6 +308,41 @@ class ServerState:
         m.generation_tokens.inc(result.completion_tokens)
         for sid, stage in result.metrics.items():
             m.stage_latency.labels(str(sid)).observe(float(stage.get("run_time_s", 0.0)))
+
+
+def default_model_name(engine: Any) -> str:
+    """What a person would type: the pipeline's own name for its built-in model (``omnistage-demo``),
+    else the model folder's name (``--served-model-name`` overrides both)."""
+    named = engine.pipeline.info.get("served_model_name")
+    if named:
+        return named
+    return Path(engine.model).name if engine.model else engine.pipeline.name
+
+
+class _Deadline:
+    """Calls ``expire`` (an abort) once ``seconds`` have passed, unless cancelled first."""
+
+    def __init__(self, seconds: float | None, expire: Any):
+        self.seconds = seconds
+        self.expired = False
+        self._task: asyncio.Task | None = None
+        self._handle = None
+        if seconds:
+            self._handle = asyncio.get_running_loop().call_later(seconds, self._fire, expire)
+
+    def _fire(self, expire: Any) -> None:
+        self.expired = True
+        logger.warning("request exceeded --request-timeout %gs; aborting it", self.seconds)
+        self._task = asyncio.get_running_loop().create_task(expire())  # referenced until it ran
+
+    def check(self) -> None:
+        if self.expired:
+            raise APIError(504, f"the request did not finish within this server's --request-timeout of "
+                                f"{self.seconds:g} s", code="request_timeout")
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
 
 
 async def _wait_disconnect(request: Request) -> None:

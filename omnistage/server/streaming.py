@@ -13,7 +13,6 @@ from typing import Any, AsyncIterator
 import anyio
 from starlette.responses import StreamingResponse
 
-
 _END = object()
 
 
@@ -70,6 +69,27 @@ class AbortOnDisconnect(StreamingResponse):
             chunk = item if isinstance(item, (bytes, memoryview)) else item.encode(self.charset)
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def primed(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """Wait for a stream's first item before the response starts: what a stage refuses at once (bad input
+    only the stage can judge: a media limit, a chat template error) is then a proper HTTP error, not an
+    error event after a 200. Returns an iterator over every item, first included."""
+    try:
+        first = await anext(stream)
+    except StopAsyncIteration:
+        first = _END
+
+    async def everything() -> AsyncIterator[Any]:
+        try:
+            if first is not _END:
+                yield first
+                async for item in stream:
+                    yield item
+        finally:
+            await stream.aclose()
+
+    return everything()
 
 
 def sse(data: Any) -> str:

@@ -2,7 +2,8 @@
 
 A stage engine receives ``StageRequest``s, streams ``StageOutput`` deltas, can
 be fed more input (async chunk), aborted and shut down. Engines never see the
-DAG; the orchestrator never sees models.
+DAG; the orchestrator never sees models. These types cross process boundaries
+as they are (msgspec encodes and decodes the dataclasses, transport/messages.py).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Protocol, runtime_checkable
+
+from omnistage.errors import InvalidRequestError, StageFailedError, StageUnavailableError
 
 
 @dataclass
@@ -20,6 +23,7 @@ class StageMetrics:
     run_time_s: float = 0.0  # first scheduled -> finished
     num_tokens: int = 0  # llm: generated tokens
     num_steps: int = 0  # diffusion: denoising steps run
+    num_steps_reused: int = 0  # diffusion: of num_steps, those that reused cached blocks (step cache)
     peak_memory_mb: float = 0.0  # process peak RSS (CPU) or max allocated (CUDA)
 
     def to_dict(self) -> dict[str, float]:
@@ -27,10 +31,45 @@ class StageMetrics:
 
 
 @dataclass
+class StageError:
+    """Why a stage failed one request."""
+
+    message: str
+    bad_input: bool = False  # the caller's fault (HTTP 400), not the stage's
+    field: str | None = None  # with bad_input: the request field at fault
+    unavailable: bool = False  # the stage's engine died and is restarting: retry later (HTTP 503)
+
+    @classmethod
+    def of(cls, e: BaseException) -> "StageError":
+        """An exception out of an engine's ``generate`` before work started: its own validation
+        (``ValueError``, e.g. vLLM refusing a request) is bad input."""
+        if isinstance(e, ValueError) and not isinstance(e, InvalidRequestError):
+            return cls(str(e), bad_input=True)
+        return cls.failure(e)
+
+    @classmethod
+    def failure(cls, e: BaseException) -> "StageError":
+        """An exception while working on a request: only a typed ``InvalidRequestError`` is the caller's."""
+        if isinstance(e, InvalidRequestError):
+            return cls(e.message, bad_input=True, field=e.field)
+        if isinstance(e, StageUnavailableError):
+            return cls(str(e), unavailable=True)
+        return cls(f"{type(e).__name__}: {e}")
+
+    def exception(self, context: str) -> Exception:
+        """What the caller sees; ``context`` says where (``"stage 1 (dit): "``)."""
+        if self.bad_input:
+            return InvalidRequestError(self.field, self.message, context)
+        if self.unavailable:
+            return StageUnavailableError(f"{context}{self.message}")
+        return StageFailedError(f"{context}{self.message}")
+
+
+@dataclass
 class StageRequest:
     request_id: str
     inputs: dict[str, Any]  # from the edge processor (or the prompt, for a source stage)
-    params: Any  # vllm.SamplingParams | DiffusionSamplingParams | dict
+    params: Any  # DiffusionSamplingParams | merged dict | an engine's own params object
     stream_inputs: bool = False  # async chunk: more input arrives via feed()
     arrival_time: float = field(default_factory=time.monotonic)
 
@@ -39,12 +78,13 @@ class StageRequest:
 class StageOutput:
     request_id: str
     stage_id: int
-    data: dict[str, Any]  # keyed by canonical modality name (+ explicit aux keys); a delta
+    data: dict[str, Any]  # this update's payload delta, keyed by modality name (+ explicit aux keys)
     finished: bool
     metrics: StageMetrics | None = None
-    error: str | None = None
-    bad_input: bool = False  # the error is the caller's fault (-> 400), not the stage's
+    error: StageError | None = None
     progress: tuple[int, int] | None = None  # (done, total) steps, for progress bars / job status
+    finish_reason: str | None = None  # with finished: stop | length | abort | ...
+    num_tokens: int | None = None  # llm: tokens generated so far (a running count, not a delta)
 
 
 @dataclass
@@ -53,10 +93,6 @@ class StageStats:
     running: int = 0  # requests currently in a batch
     healthy: bool = True
     detail: str = ""
-
-
-class StageError(RuntimeError):
-    """A stage failed one request; other requests keep running."""
 
 
 @runtime_checkable
@@ -76,13 +112,10 @@ class StageEngine(Protocol):
 
 def peak_memory_mb() -> float:
     """Peak memory of this process: CUDA max-allocated when a GPU is used, else peak RSS."""
-    try:
-        import torch
+    import torch
 
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            return torch.cuda.max_memory_allocated() / 2**20
-    except Exception:  # pragma: no cover - torch always importable here
-        pass
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.max_memory_allocated() / 2**20
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

@@ -1,37 +1,25 @@
-"""Build a stage replica's engine from its context: the generic engine of the
-stage's kind (or the family's own factory), in-process or in a child process."""
+"""Build a stage replica's engine from its context, where its deploy config puts it:
+in this process (inline), in a child process (mp) or in a Ray actor (ray)."""
 
 from __future__ import annotations
 
-import importlib
-
 from omnistage.pipeline import StageContext
 from omnistage.stages.base import StageEngine
-
-# Generic engines by stage kind, imported lazily so that a diffusion-only
-# server never imports vLLM (and vice versa).
-_GENERIC = {
-    "llm": "omnistage.stages.llm.engine:LLMStageEngine",
-    "diffusion": "omnistage.stages.diffusion.engine:DiffusionStageEngine",
-    "generation": "omnistage.stages.generation.engine:GenerationStageEngine",
-}
-# vLLM runs its own engine-core process; diffusion/generation default to in-process.
-_DEFAULT_PROCESS = {"llm": "inline", "diffusion": "inline", "generation": "inline"}
+from omnistage.stages.diffusion.parallel.layout import runs_as_group
+from omnistage.stages.inline import build_inline_engine
 
 
 def process_mode(ctx: StageContext) -> str:
-    return ctx.deploy.process_mode or _DEFAULT_PROCESS[ctx.spec.kind]
-
-
-def build_inline_engine(ctx: StageContext) -> StageEngine:
-    if ctx.spec.engine is not None:
-        return ctx.spec.engine(ctx)
-    module, _, cls = _GENERIC[ctx.spec.kind].partition(":")
-    return getattr(importlib.import_module(module), cls)(ctx)
+    # vLLM runs its own engine-core process; diffusion/generation default to in-process too
+    return ctx.deploy.process_mode or "inline"
 
 
 def build_engine(ctx: StageContext) -> StageEngine:
     mode = process_mode(ctx)
+    if runs_as_group(ctx.spec, ctx.deploy):  # one replica over several devices: a process group (inline or mp alike)
+        from omnistage.stages.diffusion.parallel.launcher import ProcessGroupStageEngine
+
+        return ProcessGroupStageEngine(ctx)
     if mode == "inline":
         return build_inline_engine(ctx)
     if mode == "mp":

@@ -12,6 +12,7 @@ from typing import Any, AsyncIterator
 
 import torch
 
+from omnistage.errors import InvalidRequestError
 from omnistage.pipeline import Edge, Pipeline, StageContext, StageSpec
 from omnistage.stages.base import StageMetrics, StageOutput, StageRequest, StageStats
 from omnistage.stages.generation.engine import GenerationItem
@@ -43,7 +44,7 @@ class TextEmbedAdapter:
         for it in items:
             prompt = it.inputs.get("prompt")
             if not isinstance(prompt, str):
-                out.append(ValueError("prompt: expected a string"))
+                out.append(InvalidRequestError("prompt", "expected a string"))
             elif "boom" in prompt:
                 out.append(RuntimeError(f"cannot embed {prompt!r}"))
             else:
@@ -130,13 +131,13 @@ class TokenStreamEngine:
         n = int(req.params.get("max_tokens", 8))
         delay = float(req.params.get("delay", 0.0))
         if n <= 0:
-            raise ValueError("max_tokens: must be > 0")
+            raise InvalidRequestError("max_tokens", "must be > 0")
         start, tok = time.monotonic(), len(req.inputs.get("prompt", "")) % 64
         self._running += 1
         try:
             for i in range(n):
                 if req.request_id in self._aborted:
-                    yield StageOutput(req.request_id, self.stage_id, {"finish_reason": "abort"}, True)
+                    yield StageOutput(req.request_id, self.stage_id, {}, True, finish_reason="abort")
                     return
                 with torch.no_grad():
                     tok = int(self.head(self.embed(torch.tensor(tok))).argmax())
@@ -146,7 +147,7 @@ class TokenStreamEngine:
             if hold is not None:
                 await hold.wait()
             metrics = StageMetrics(run_time_s=time.monotonic() - start, num_tokens=n)
-            yield StageOutput(req.request_id, self.stage_id, {"finish_reason": "length"}, True, metrics=metrics)
+            yield StageOutput(req.request_id, self.stage_id, {}, True, metrics=metrics, finish_reason="length")
         finally:
             self._running -= 1
             self._aborted.discard(req.request_id)

@@ -1,45 +1,41 @@
 """Write a loadable tiny real-architecture model folder for a family.
 
-    python -m omnistage.testing.tiny FAMILY OUTDIR
+    python -m omnistage.testing.tiny NAME OUTDIR
 
 Weights are random (seeded), tokenizers are trained locally: no downloads.
-Each family provides ``build(outdir: Path) -> None`` in its own module.
+The names are those the families export in their ``TINY`` tables.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from pathlib import Path
-
-BUILDERS = {
-    "sd3": "omnistage.models.sd3.tiny:build",
-    "sd15": "omnistage.models.sd.tiny:build_sd15",
-    "sdxl": "omnistage.models.sd.tiny:build_sdxl",
-    "chat": "omnistage.models.chat.tiny:build",
-    "glm_image": "omnistage.models.glm_image.tiny:build",
-    "codec_tts": "omnistage.models.codec_tts.tiny:build",
-    "wan": "omnistage.models.wan.tiny:build",
-}
+from typing import Callable
 
 
-def build(family: str, outdir: str | Path) -> Path:
-    if family not in BUILDERS:
-        raise ValueError(f"unknown tiny family {family!r}; known: {', '.join(sorted(BUILDERS))}")
-    module, _, fn = BUILDERS[family].partition(":")
+def builders() -> dict[str, Callable[[Path], None]]:
+    from omnistage.models import FAMILIES
+
+    return {name: fn for family in FAMILIES for name, fn in family.TINY.items()}
+
+
+def build(name: str, outdir: str | Path) -> Path:
+    known = builders()
+    if name not in known:
+        raise ValueError(f"unknown tiny model {name!r}; known: {', '.join(sorted(known))}")
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    getattr(importlib.import_module(module), fn)(outdir)
+    known[name](outdir)
     return outdir
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m omnistage.testing.tiny", description=__doc__.splitlines()[0])
-    parser.add_argument("family", choices=sorted(BUILDERS))
+    parser.add_argument("name", choices=sorted(builders()))
     parser.add_argument("outdir")
     args = parser.parse_args(argv)
-    print(build(args.family, args.outdir))
+    print(build(args.name, args.outdir))
     return 0
 
 

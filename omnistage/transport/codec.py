@@ -1,4 +1,4 @@
-"""msgpack (msgspec) encoding for messages between stage processes.
+"""msgpack (msgspec) encoding for messages between stage processes (messages.py).
 
 Tensors, arrays and images travel as typed raw bytes (msgpack ext types), so
 nothing is pickled on the wire and dtypes (bfloat16 included) survive. Buffers
@@ -10,7 +10,6 @@ segment whose message is never read is still cleaned up at exit).
 
 from __future__ import annotations
 
-import dataclasses
 from multiprocessing import shared_memory
 from typing import Any
 
@@ -18,6 +17,7 @@ import msgspec
 import numpy as np
 import torch
 from PIL import Image
+from pydantic import BaseModel
 
 _NDARRAY, _TENSOR, _IMAGE = 1, 2, 3
 _SHM = 16  # added to the payload type when the bytes live in shared memory
@@ -37,10 +37,12 @@ def _split(data: memoryview) -> tuple[list, memoryview]:
 
 
 class Codec:
-    def __init__(self, shm_threshold: int | None = None):
+    """Encodes any message; decodes into ``decode_type`` (a tagged union of message Structs)."""
+
+    def __init__(self, decode_type: Any = Any, shm_threshold: int | None = None):
         self.shm_threshold = shm_threshold
         self._encoder = msgspec.msgpack.Encoder(enc_hook=self._enc_hook)
-        self._decoder = msgspec.msgpack.Decoder(ext_hook=self._ext_hook)
+        self._decoder = msgspec.msgpack.Decoder(decode_type, ext_hook=self._ext_hook)
 
     def encode(self, msg: Any) -> bytes:
         return self._encoder.encode(msg)
@@ -75,12 +77,8 @@ class Codec:
             return self._buffer(_IMAGE, [obj.mode, list(arr.shape)], memoryview(arr.reshape(-1).view(np.uint8)))
         if isinstance(obj, np.generic):
             return obj.item()
-        if dataclasses.is_dataclass(obj):
-            return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-        if hasattr(obj, "model_dump"):  # pydantic params; a torch.Generator cannot cross processes
+        if isinstance(obj, BaseModel):  # typed params; a torch.Generator cannot cross processes
             return {k: v for k, v in obj.model_dump().items() if k != "generator"}
-        if isinstance(obj, tuple):
-            return list(obj)
         raise TypeError(f"cannot send a {type(obj).__name__} between stage processes")
 
     def _ext_hook(self, code: int, data: memoryview) -> Any:

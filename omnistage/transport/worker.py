@@ -13,8 +13,21 @@ import zmq
 import zmq.asyncio
 
 from omnistage.stages.base import StageEngine, StageRequest
+from omnistage.stages.inline import build_inline_engine
 from omnistage.stages.threads import apply_process_threads
 from omnistage.transport.codec import Codec
+from omnistage.transport.messages import (
+    Abort,
+    Command,
+    Feed,
+    Generate,
+    Output,
+    Ready,
+    Shutdown,
+    StartFailed,
+    Stats,
+)
+from omnistage.transport.remote import serve_request
 
 STATS_INTERVAL_S = 0.5
 
@@ -27,41 +40,38 @@ def run_worker(ctx_bytes: bytes, cmd_addr: str, out_addr: str) -> None:
 
 
 async def _serve(ctx: Any, cmd_addr: str, out_addr: str) -> None:
-    from omnistage.stages.factory import build_inline_engine
-
-    codec = Codec(ctx.shm_threshold)
-    encode, decode = codec.encode, codec.decode
-
+    codec = Codec(Command, ctx.shm_threshold)
     zctx = zmq.asyncio.Context()
     cmd = zctx.socket(zmq.PULL)
     cmd.connect(cmd_addr)
     out = zctx.socket(zmq.PUSH)
     out.setsockopt(zmq.LINGER, 1000)
     out.connect(out_addr)
-    parent = os.getppid()
+
+    async def send(msg: Any) -> None:
+        await out.send(codec.encode(msg))
+
     try:
         try:
             engine = build_inline_engine(ctx)
             await engine.start()
         except BaseException as e:
-            await out.send(encode({"type": "start_failed", "error": f"{type(e).__name__}: {e}",
-                                   "traceback": traceback.format_exc()}))
+            await send(StartFailed(f"{type(e).__name__}: {e}", traceback.format_exc()))
             return
-        await out.send(encode({"type": "ready"}))
+        await send(Ready())
         tasks: dict[str, asyncio.Task] = {}
-        stats_task = asyncio.create_task(_report_stats(engine, out, parent, encode))
+        stats_task = asyncio.create_task(_report_stats(engine, send, os.getppid()))
         try:
             while True:
-                msg = decode(await cmd.recv())
-                kind = msg["type"]
-                if kind == "generate":
-                    req = StageRequest(msg["request_id"], msg["inputs"], msg["params"], msg["stream_inputs"])
-                    tasks[req.request_id] = asyncio.create_task(_run_request(engine, req, out, tasks, encode))
-                elif kind == "feed":
-                    await engine.feed(msg["request_id"], msg["chunk"], msg["last"])
-                elif kind == "abort":
-                    await engine.abort(msg["request_id"])
-                elif kind == "shutdown":
+                msg = codec.decode(await cmd.recv())
+                if isinstance(msg, Generate):
+                    rid = msg.request.request_id
+                    tasks[rid] = asyncio.create_task(_run_request(engine, msg.request, ctx.spec.stage_id, send, tasks))
+                elif isinstance(msg, Feed):
+                    await engine.feed(msg.request_id, msg.chunk, msg.last)
+                elif isinstance(msg, Abort):
+                    await engine.abort(msg.request_id)
+                elif isinstance(msg, Shutdown):
                     break
         finally:
             stats_task.cancel()
@@ -74,22 +84,17 @@ async def _serve(ctx: Any, cmd_addr: str, out_addr: str) -> None:
         zctx.term()
 
 
-async def _run_request(engine: StageEngine, req: StageRequest, out: zmq.asyncio.Socket, tasks: dict, encode) -> None:
+async def _run_request(engine: StageEngine, req: StageRequest, stage_id: int, send: Any, tasks: dict) -> None:
     try:
-        async for o in engine.generate(req):
-            await out.send(encode({"type": "output", "output": o}))
-    except ValueError as e:  # the engine's own validation of the request
-        await out.send(encode({"type": "error", "request_id": req.request_id, "error": str(e), "bad_input": True}))
-    except Exception as e:
-        await out.send(encode({"type": "error", "request_id": req.request_id, "error": f"{type(e).__name__}: {e}",
-                               "bad_input": False}))
+        async for o in serve_request(engine, req, stage_id):
+            await send(Output(o))
     finally:
         tasks.pop(req.request_id, None)
 
 
-async def _report_stats(engine: StageEngine, out: zmq.asyncio.Socket, parent: int, encode) -> None:
+async def _report_stats(engine: StageEngine, send: Any, parent: int) -> None:
     while True:
         await asyncio.sleep(STATS_INTERVAL_S)
         if os.getppid() != parent:  # the parent died: do not linger as an orphan
             os._exit(1)
-        await out.send(encode({"type": "stats", "stats": engine.stats()}))
+        await send(Stats(engine.stats()))

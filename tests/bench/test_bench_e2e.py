@@ -10,8 +10,8 @@ import pytest
 from PIL import Image
 
 from omnistage.cli.main import main as cli_main
+from omnistage.testing.server import serve_app, serve_engine
 
-from .conftest import serve_in_thread
 from .test_naive_baseline import load_baseline
 
 pytestmark = pytest.mark.slow
@@ -31,19 +31,18 @@ def test_bench_omnistage_and_naive_same_images(tiny_model, tmp_path):
     from diffusers import DiffusionPipeline
 
     from omnistage import AsyncOmni
-    from omnistage.server.app import create_app
 
     folder = tiny_model("sd3")
-    with serve_in_thread(create_app(AsyncOmni(model=folder))) as url:
-        rc, omni = run_bench(url, tmp_path / "omni", "--return-stage-metrics")
+    with serve_engine(AsyncOmni(model=folder)) as srv:
+        rc, omni = run_bench(srv.url, tmp_path / "omni", "--return-stage-metrics")
     assert rc == 0 and omni["metrics"]["completed_requests"] == 3, omni["requests"]
     assert omni["metrics"]["stage_durations_mean"].keys() == {"0"}
     assert omni["metrics"]["peak_memory_mb_max"] > 0
 
     pipe = DiffusionPipeline.from_pretrained(folder, dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
-    with serve_in_thread(load_baseline().create_app(pipe, "tiny-sd3")) as url:
-        rc, naive = run_bench(url, tmp_path / "naive")
+    with serve_app(load_baseline().create_app(pipe, "tiny-sd3")) as srv:
+        rc, naive = run_bench(srv.url, tmp_path / "naive")
     assert rc == 0 and naive["metrics"]["completed_requests"] == 3
 
     for i in range(3):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from .conftest import serve_in_thread
+from omnistage.testing.server import serve_app
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,7 +38,8 @@ def test_naive_server_matches_pipeline_call(pipe):
     import torch
 
     naive = load_baseline()
-    with serve_in_thread(naive.create_app(pipe, "tiny-sd3")) as url:
+    with serve_app(naive.create_app(pipe, "tiny-sd3")) as srv:
+        url = srv.url
         body = {"prompt": "a red square", "size": "32x32", "num_inference_steps": 3, "seed": 11,
                 "guidance_scale": 2.0}
         resp = httpx.post(url + "/v1/images/generations", json=body, timeout=120)

@@ -115,6 +115,20 @@ def test_overrides_json_and_precedence():
     assert load_deploy_config(yaml_text, {1: {"max_num_seqs": 5}}).stage(1).max_num_seqs == 5
 
 
+@pytest.mark.parametrize("yaml_stage, override", [
+    ({"runtime": {"devices": "0,1,2,3", "num_replicas": 2}}, {"num_replicas": 2, "devices": "1,2"}),
+    ({"devices": "0,1,2,3", "num_replicas": 2}, {"runtime": {"num_replicas": 2, "devices": "1,2"}}),
+    ({"runtime": {"devices": "0,1,2,3", "num_replicas": 2}}, {"runtime": {"num_replicas": 2, "devices": "1,2"}}),
+])
+def test_override_placement_wins_whichever_placement_either_side_uses(yaml_stage, override):
+    """--stage-overrides over a YAML (or pipeline default) that places the stage the other way."""
+    yaml_cfg = {"stages": [{"stage_id": 1, **yaml_stage}]}
+    for layered in (load_deploy_config(yaml_cfg, {"1": override}),
+                    load_deploy_config(None, {"1": override}, defaults=yaml_cfg)):
+        s = layered.stage(1)
+        assert s.replicas == 2 and s.replica_devices() == [["1"], ["2"]]
+
+
 @pytest.mark.parametrize("source, overrides, message", [
     ({"stages": [{"stage_id": 0, "max_num_seq": 2}]}, None, r"stages\[0\]\.max_num_seq: unknown key"),
     ({"stagez": []}, None, r"stagez: unknown key"),
@@ -129,6 +143,9 @@ def test_overrides_json_and_precedence():
     ({"stages": [{"max_num_seqs": 1}]}, None, r"stages\[0\]\.stage_id: Field required"),
     ({"stages": [{"stage_id": 0, "max_num_seqs": 0}]}, None, r"max_num_seqs: Input should be greater than or equal to 1"),
     ({"stages": [{"stage_id": 0, "connector": "nope"}]}, None, r"connector 'nope'"),
+    ({"stages": [{"stage_id": 0, "limit_mm_per_prompt": {"image": "two"}}]}, None, r"limit_mm_per_prompt"),
+    ({"stages": [{"stage_id": 0, "limit_mm_per_prompt": {"video": {"count": -1}}}]}, None,
+     r"limit_mm_per_prompt\.video: expected a count >= 0"),
     ({"distributed_executor_backend": "slurm"}, None, r"distributed_executor_backend"),
     ({}, "{not json", r"not valid JSON"),
     ({}, '{"x": {}}', r"key 'x' is not a stage id"),

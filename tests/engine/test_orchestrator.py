@@ -1,6 +1,7 @@
 """Orchestrator behaviour on small pipelines of real torch modules."""
 
 import asyncio
+import time
 
 import pytest
 import torch
@@ -8,6 +9,7 @@ import torch
 from omnistage import AsyncOmni, InvalidRequestError, StageFailedError
 from omnistage.pipeline import StageContext
 from omnistage.testing import pipelines as tp
+from omnistage.testing.streams import all_outputs, finished_by_stage
 
 
 def _ctx(spec):
@@ -25,47 +27,45 @@ def reference_chain(prompt: str) -> torch.Tensor:
         return l2.linear(l1.linear(embed.encode(prompt)[None]))
 
 
-async def collect(engine, prompt, **kw):
-    outs = [o async for o in engine.generate(prompt, **kw)]
-    return outs
-
-
 async def test_linear_chain_matches_direct_calls_and_batches():
     async with AsyncOmni(pipeline=tp.chain()) as engine:
         prompts = [f"prompt number {i}" for i in range(6)]
-        results = await asyncio.gather(*(collect(engine, p) for p in prompts))
+        start = time.monotonic()
+        results = await asyncio.gather(*(all_outputs(engine.generate(p)) for p in prompts))
+        elapsed = time.monotonic() - start
         for p, outs in zip(prompts, results):
             assert outs[-1].finished and outs[-1].stage_id == 2
             torch.testing.assert_close(outs[-1].latents, reference_chain(p), rtol=0, atol=1e-6)
             assert set(outs[-1].metrics) == {0, 1, 2}
-            assert outs[-1].metrics[1]["run_time_s"] >= 0
+            m = outs[-1].metrics[1]  # stage 1's own clock: it ran, within the request's lifetime
+            assert m["run_time_s"] > 0 and m["queue_time_s"] + m["run_time_s"] <= elapsed
         # Concurrent requests shared forwards in stage 1.
-        linear = engine._orch.clients[1].replicas[0]._adapter
+        linear = engine.replicas(1)[0].adapter
         assert max(linear.batch_sizes) > 1
 
 
 async def test_fan_out_returns_both_finals_and_modalities_filter_skips_stages():
     async with AsyncOmni(pipeline=tp.fan_out()) as engine:
-        outs = await collect(engine, "hello")
-        finals = {o.stage_id: o for o in outs if o.finished}
+        outs = await all_outputs(engine.generate("hello"))
+        finals = finished_by_stage(outs)
         assert set(finals) == {1, 2}
         assert finals[2].text is not None and finals[1].latents is not None
         assert finals[2].latents is None  # text stage returns text only
 
-        outs = await collect(engine, "hello", output_modalities=["text"])
+        outs = await all_outputs(engine.generate("hello", output_modalities=["text"]))
         assert {o.stage_id for o in outs} == {2}  # the latent-only stage 1 never ran
         assert set(outs[-1].metrics) == {0, 2}
 
         with pytest.raises(InvalidRequestError, match="does not produce audio"):
-            await collect(engine, "hello", output_modalities=["audio"])
+            await all_outputs(engine.generate("hello", output_modalities=["audio"]))
         with pytest.raises(InvalidRequestError, match="invalid output type 'Text'"):
-            await collect(engine, "hello", output_modalities=["Text"])
+            await all_outputs(engine.generate("hello", output_modalities=["Text"]))
 
 
 async def test_fan_in_waits_for_all_sources():
     p = tp.fan_in()
     async with AsyncOmni(pipeline=p) as engine:
-        outs = await collect(engine, "fan in")
+        outs = await all_outputs(engine.generate("fan in"))
     embed = tp.TextEmbedAdapter(_ctx(p.stage(0)))
     lin = tp.LinearAdapter(_ctx(p.stage(1)))
     summ = tp.SumAdapter(_ctx(p.stage(2)))
@@ -87,24 +87,25 @@ async def test_streaming_edge_feeds_chunks_and_finishes_only_after_upstream():
                                                sampling_params_list=[{"max_tokens": 6, "delay": 0.01}]):
                     seen.append(o)
 
+            def consumer_deltas() -> list:
+                return [o.delta["latent"] for o in seen if o.stage_id == 1 and "latent" in o.delta]
+
             task = asyncio.create_task(consume())
             # Wait until the consumer has computed every token the producer emitted.
             for _ in range(500):
-                lat = [o for o in seen if o.stage_id == 1 and o.latents is not None]
-                if lat and lat[-1].latents.shape[0] == 6:
+                if sum(d.shape[0] for d in consumer_deltas()) == 6:
                     break
                 await asyncio.sleep(0.01)
-            lat = [o for o in seen if o.stage_id == 1 and o.latents is not None]
-            assert lat and lat[-1].latents.shape[0] == 6, "consumer did not receive chunks while producer ran"
+            assert sum(d.shape[0] for d in consumer_deltas()) == 6, "consumer did not receive chunks while producer ran"
             # Several chunk deliveries happened before the producer finished: it really streamed.
-            assert len(lat) >= 3
+            assert len(consumer_deltas()) >= 3
             await asyncio.sleep(0.2)
             assert not any(o.finished for o in seen), "a stage finished before the upstream stream ended"
             tp.HOLD[rid].set()
             await asyncio.wait_for(task, 10)
     finally:
         tp.HOLD.pop(rid, None)
-    finals = {o.stage_id: o for o in seen if o.finished}
+    finals = finished_by_stage(seen)
     assert set(finals) == {0, 1}
     producer = tp.TokenStreamEngine(_ctx(tp.streaming().stage(0)))
     ids = producer.reference(3, 6)
@@ -112,13 +113,15 @@ async def test_streaming_edge_feeds_chunks_and_finishes_only_after_upstream():
     consumer = tp.TokenEmbedAdapter(_ctx(tp.streaming().stage(1)))
     with torch.no_grad():
         torch.testing.assert_close(finals[1].latents, consumer.embed(torch.tensor(ids)), rtol=0, atol=0)
+    # the streamed deltas are exactly the pieces of the whole (assembled once, at the end)
+    torch.testing.assert_close(torch.cat(consumer_deltas()), finals[1].latents, rtol=0, atol=0)
 
 
 async def test_streaming_off_hands_over_whole_output():
     async with AsyncOmni(pipeline=tp.streaming(), deploy_config={"async_chunk": False}) as engine:
-        outs = await collect(engine, "abc", sampling_params_list=[{"max_tokens": 3}])
-        lat = [o for o in outs if o.stage_id == 1 and o.latents is not None]
-        assert len(lat) == 2 and lat[0].latents.shape[0] == 3  # one delta + the final
+        outs = await all_outputs(engine.generate("abc", sampling_params_list=[{"max_tokens": 3}]))
+        deltas = [o.delta["latent"] for o in outs if o.stage_id == 1 and "latent" in o.delta]
+        assert len(deltas) == 1 and deltas[0].shape[0] == 3  # one delta with the whole input
 
 
 async def test_abort_mid_flight_reaches_every_stage():
@@ -135,15 +138,14 @@ async def test_abort_mid_flight_reaches_every_stage():
             task = asyncio.create_task(consume())
             while not outs:
                 await asyncio.sleep(0.01)
-            clients = engine._orch.clients
             await asyncio.sleep(0.1)
-            assert clients[0].holds(rid) and clients[1].holds(rid)
+            assert rid in engine.running_requests(0) and rid in engine.running_requests(1)
             await engine.abort(rid)
             await asyncio.wait_for(task, 5)
-            assert not clients[0].holds(rid) and not clients[1].holds(rid)
-            assert engine._orch.running_requests() == []
+            assert rid not in engine.running_requests(0) and rid not in engine.running_requests(1)
+            assert engine.running_requests() == []
             # The engine keeps serving.
-            good = await collect(engine, "y", sampling_params_list=[{"max_tokens": 2}])
+            good = await all_outputs(engine.generate("y", sampling_params_list=[{"max_tokens": 2}]))
             assert good[-1].finished
         finally:
             tp.HOLD.pop(rid, None)
@@ -153,7 +155,7 @@ async def test_failing_stage_fails_only_that_request():
     async with AsyncOmni(pipeline=tp.chain()) as engine:
         async def run(p):
             try:
-                return await collect(engine, p)
+                return await all_outputs(engine.generate(p))
             except Exception as e:  # noqa: BLE001
                 return e
 
@@ -162,15 +164,15 @@ async def test_failing_stage_fails_only_that_request():
         assert results[0][-1].finished and results[2][-1].finished
         assert engine.is_ready
         with pytest.raises(InvalidRequestError, match="prompt"):
-            await collect(engine, {"prompt": 5})
+            await all_outputs(engine.generate({"prompt": 5}))
 
 
 async def test_bad_input_in_a_stage_is_an_invalid_request():
     async with AsyncOmni(pipeline=tp.streaming()) as engine:
         with pytest.raises(InvalidRequestError, match="max_tokens"):
-            await collect(engine, "x", sampling_params_list=[{"max_tokens": 0}])
+            await all_outputs(engine.generate("x", sampling_params_list=[{"max_tokens": 0}]))
         with pytest.raises(InvalidRequestError, match="sampling_params_list"):
-            await collect(engine, "x", sampling_params_list=[{}, {}, {}])
+            await all_outputs(engine.generate("x", sampling_params_list=[{}, {}, {}]))
 
 
 async def test_partial_params_merge_over_stage_defaults():

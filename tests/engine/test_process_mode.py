@@ -12,6 +12,7 @@ from omnistage import AsyncOmni, StageFailedError
 from omnistage.config import ConfigError
 from omnistage.pipeline import Edge, Pipeline, StageSpec
 from omnistage.testing import pipelines as tp
+from omnistage.testing.streams import final_output
 
 
 def _children() -> list:
@@ -21,18 +22,18 @@ def _children() -> list:
 async def test_mp_stages_give_identical_results_to_inline():
     prompts = ["one", "two two", "three three three"]
     async with AsyncOmni(pipeline=tp.chain()) as inline:
-        expected = [(await _final(inline, p)).latents for p in prompts]
+        expected = [(await final_output(inline.generate(p))).latents for p in prompts]
     async with AsyncOmni(pipeline=tp.chain(process="mp")) as engine:
         assert len(_children()) == 2  # stages 0 and 1 in their own processes, stage 2 inline
-        got = [await _final(engine, p) for p in prompts]  # one at a time: same batch sizes as inline
+        got = [await final_output(engine.generate(p)) for p in prompts]  # one at a time: same batch sizes as inline
         for e, g in zip(expected, got):
             assert torch.equal(e, g.latents)
-        together = await asyncio.gather(*(_final(engine, p) for p in prompts))
+        together = await asyncio.gather(*(final_output(engine.generate(p)) for p in prompts))
         for e, g in zip(expected, together):  # batched: only floating-point batch variance
             torch.testing.assert_close(g.latents, e, rtol=0, atol=1e-5)
         # A request the child rejects comes back as an error for that request only.
         with pytest.raises(StageFailedError, match="boom"):
-            await _final(engine, "boom")
+            await final_output(engine.generate("boom"))
         assert engine.is_ready
     assert _children() == []
 
@@ -43,20 +44,21 @@ async def test_dying_child_fails_in_flight_requests_and_is_restarted():
                   deploy_defaults={"process": "mp"}),
     ])
     async with AsyncOmni(pipeline=p) as engine:
-        task = asyncio.create_task(_final(engine, "x", [{"max_tokens": 1000, "delay": 0.01}]))
+        slow = [{"max_tokens": 1000, "delay": 0.01}]
+        task = asyncio.create_task(final_output(engine.generate("x", sampling_params_list=slow)))
         await asyncio.sleep(0.5)
         child = _children()[0]
         os.kill(child.pid, signal.SIGKILL)
         with pytest.raises(StageFailedError, match="process died"):
             await asyncio.wait_for(task, 10)
-        replica = engine._orch.clients[0].replicas[0]
+        replica = engine.replicas(0)[0]
         assert replica.restarts == 1
         for _ in range(600):  # the replacement process comes up and serves again
             if engine.is_ready:
                 break
             await asyncio.sleep(0.1)
         assert engine.is_ready and _children()[0].pid != child.pid
-        out = await _final(engine, "x", [{"max_tokens": 3}])
+        out = await final_output(engine.generate("x", sampling_params_list=[{"max_tokens": 3}]))
         assert out.finished and len(out.token_ids) == 3
 
 
@@ -88,28 +90,21 @@ def test_invalid_output_type_fails_before_anything_starts():
 
 async def test_replicas_round_robin_with_affinity():
     async with AsyncOmni(pipeline=tp.chain(), stage_overrides={"1": {"num_replicas": 2}}) as engine:
-        client = engine._orch.clients[1]
-        assert len(client.replicas) == 2
-        outs = await asyncio.gather(*(_final(engine, f"p{i}") for i in range(4)))
+        replicas = engine.replicas(1)
+        assert len(replicas) == 2
+        outs = await asyncio.gather(*(final_output(engine.generate(f"p{i}")) for i in range(4)))
         assert all(o.finished for o in outs)
-        used = [r._adapter.batch_sizes for r in client.replicas]
+        used = [r.adapter.batch_sizes for r in replicas]
         assert all(used), "both replicas served requests"
-
-
-async def _final(engine, prompt, params=None):
-    out = None
-    async for o in engine.generate(prompt, sampling_params_list=params):
-        out = o
-    return out
 
 
 async def test_shared_memory_connector_gives_identical_results():
     shm = {"connectors": {"shm": {"name": "SharedMemoryConnector", "extra": {"threshold_bytes": 8}}},
            "stages": [{"stage_id": 0, "connector": "shm"}, {"stage_id": 1, "connector": "shm"}]}
     async with AsyncOmni(pipeline=tp.chain()) as inline:
-        expected = (await _final(inline, "shared memory")).latents
+        expected = (await final_output(inline.generate("shared memory"))).latents
     async with AsyncOmni(pipeline=tp.chain(process="mp"), deploy_config=shm) as engine:
-        assert engine._orch.clients[0].replicas[0].ctx.shm_threshold == 8
-        assert torch.equal((await _final(engine, "shared memory")).latents, expected)
+        assert engine.replicas(0)[0].ctx.shm_threshold == 8
+        assert torch.equal((await final_output(engine.generate("shared memory"))).latents, expected)
     with pytest.raises(ConfigError, match="unknown connector 'Nope'"):
         AsyncOmni(pipeline=tp.chain(), deploy_config={"connectors": {"x": {"name": "Nope"}}})

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from omnistage.errors import InvalidRequestError
 from omnistage.pipeline import Edge, Pipeline, StageContext, StageSpec
 from omnistage.stages.base import StageMetrics, StageOutput, StageRequest, StageStats
 
@@ -58,25 +59,24 @@ class WordEngine:
         text = prompt_text(req.inputs)
         params = req.params or {}
         if params.get("temperature", 0) > 5:
-            raise ValueError("temperature: must be at most 5 for this model")
+            raise InvalidRequestError("temperature", "must be at most 5 for this model")
         words = ["echo"] + text.split()
         n = min(len(words), int(params.get("max_tokens", 64)))
         self._running.add(req.request_id)
         try:
-            if text.startswith("block:"):
-                while not GATE.is_set() and req.request_id not in self._aborted:
-                    await asyncio.sleep(0.01)
             for i, w in enumerate(words[:n]):
+                if i == 1 and text.startswith("block:"):  # the first word is out: the request is streaming
+                    while not GATE.is_set() and req.request_id not in self._aborted:
+                        await asyncio.sleep(0.01)
                 if req.request_id in self._aborted:
-                    yield StageOutput(req.request_id, self.stage_id, {"finish_reason": "abort"}, finished=True)
+                    yield StageOutput(req.request_id, self.stage_id, {}, finished=True, finish_reason="abort")
                     return
                 await asyncio.sleep(0.001)
                 yield StageOutput(req.request_id, self.stage_id,
                                   {"text": (" " if i else "") + w, "token_ids": [zlib.crc32(w.encode()) % 1000]}, False)
             reason = "length" if n < len(words) else "stop"
-            yield StageOutput(req.request_id, self.stage_id,
-                              {"finish_reason": reason, "prompt_token_ids": list(range(len(text.split()) + 3))},
-                              finished=True, metrics=StageMetrics(num_tokens=n))
+            yield StageOutput(req.request_id, self.stage_id, {"prompt_token_ids": list(range(len(text.split()) + 3))},
+                              finished=True, metrics=StageMetrics(num_tokens=n), finish_reason=reason)
         finally:
             self._running.discard(req.request_id)
             self._aborted.discard(req.request_id)

@@ -12,7 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.server.conftest import error_of, new_engine, start_server
+from omnistage.testing.server import serve_engine
+from tests.server.conftest import error_of, new_engine
 from tests.server.pipelines import GATE, WordEngine, omni_pipeline
 
 BLOCKED_CHAT = {"messages": [{"role": "user", "content": "block: hi"}], "modalities": ["text"]}
@@ -34,7 +35,7 @@ def wait_for(cond, timeout=20.0):
 
 
 def word_engines(srv) -> list[WordEngine]:
-    return srv.engine._orch.clients[0].replicas
+    return srv.engine.replicas(0)
 
 
 def metric(srv, name: str) -> float:
@@ -71,7 +72,7 @@ def test_disconnect_aborts_nonstreaming_request(srv):
         wait_for(lambda: word_engines(srv)[0]._running)  # the request is inside the stage
         done.result()
     # The stage saw the abort (its loop stopped) without the gate ever opening.
-    wait_for(lambda: not srv.engine._orch.running_requests() and not word_engines(srv)[0]._running)
+    wait_for(lambda: not srv.engine.running_requests() and not word_engines(srv)[0]._running)
     assert not GATE.is_set()
     assert metric(srv, "omnistage_requests_aborted_total") == aborted + 1
     assert srv.state.admission.pending == 0
@@ -82,12 +83,13 @@ def test_disconnect_aborts_streaming_request(srv):
     with httpx.Client(base_url=srv.url, timeout=30) as c:
         with c.stream("POST", "/v1/chat/completions", json={**BLOCKED_CHAT, "stream": True}) as r:
             lines = r.iter_lines()  # keep the iterator: dropping it closes the connection early
-            first = next(lines)
+            first = next(lines)  # the response starts with the stage's first output
             assert first.startswith("data: ") and '"role":"assistant"' in first
-            wait_for(lambda: word_engines(srv)[0]._running)  # the request is inside the stage
+            assert '"content":"echo"' in next(line for line in lines if line)
+            wait_for(lambda: word_engines(srv)[0]._running)  # the request is inside the stage, blocked
         # leaving the block closes the connection mid-stream
     # The stage saw the abort (its loop ended) without the gate ever opening.
-    wait_for(lambda: not word_engines(srv)[0]._running and not srv.engine._orch.running_requests()
+    wait_for(lambda: not word_engines(srv)[0]._running and not srv.engine.running_requests()
              and srv.state.admission.pending == 0)
     assert not GATE.is_set()
     assert metric(srv, "omnistage_requests_aborted_total") == aborted + 1
@@ -98,11 +100,11 @@ def test_video_job_in_progress_then_cancelled(srv):
     c = srv.client()
     job = c.post("/v1/videos", json={"prompt": "block: v", "num_frames": 2}).json()
     wait_for(lambda: c.get(f"/v1/videos/{job['id']}").json()["status"] in ("queued", "in_progress")
-             and srv.engine._orch.running_requests())
+             and srv.engine.running_requests())
     r = c.get(f"/v1/videos/{job['id']}/content")
     assert r.status_code == 409 and error_of(r)["code"] == "video_not_ready"
     assert c.delete(f"/v1/videos/{job['id']}").json() == {"id": job["id"], "object": "video.deleted", "deleted": True}
-    wait_for(lambda: not srv.engine._orch.running_requests() and srv.state.admission.pending == 0)
+    wait_for(lambda: not srv.engine.running_requests() and srv.state.admission.pending == 0)
     assert c.get(f"/v1/videos/{job['id']}").status_code == 404
 
 
@@ -118,7 +120,7 @@ def _refuses_connections(url: str) -> bool:
 def test_graceful_shutdown_finishes_in_flight_requests(tmp_path):
     from omnistage.config.settings import ServerSettings
 
-    srv = start_server(new_engine(omni_pipeline()), ServerSettings(storage={"path": str(tmp_path)}))
+    srv = serve_engine(new_engine(omni_pipeline()), ServerSettings(storage={"path": str(tmp_path)}))
     with ThreadPoolExecutor(1) as pool:
         inflight = pool.submit(lambda: httpx.post(f"{srv.url}/v1/chat/completions", json=BLOCKED_CHAT, timeout=60))
         wait_for(lambda: srv.state.admission.pending == 1)
@@ -130,4 +132,4 @@ def test_graceful_shutdown_finishes_in_flight_requests(tmp_path):
     stopper.join(30)
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "echo block: hi"
     assert not srv.thread.is_alive()
-    assert srv.engine._orch is None  # the engine was shut down after the request finished
+    assert not srv.engine.started  # the engine was shut down after the request finished

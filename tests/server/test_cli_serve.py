@@ -30,6 +30,19 @@ def test_flags_reach_the_deploy_config(tmp_path):
     assert stage.seed == 5 and stage.num_threads == 1 and stage.enforce_eager is True
 
 
+def test_limit_mm_per_prompt_reaches_the_stage_and_vllm(tiny_model):
+    """vLLM's flag, as JSON; it lands on the stage's deploy entry and in vLLM's engine args."""
+    from omnistage.pipeline import StageContext
+    from omnistage.stages.llm.engine import engine_args_for
+
+    kwargs = serve.engine_kwargs(parse("--limit-mm-per-prompt", '{"image": 2, "video": {"count": 0}}'))
+    engine = AsyncOmni(tiny_model("chat"), **kwargs)
+    stage = engine.deploy.stage(0)
+    assert stage.limit_mm_per_prompt == {"image": 2, "video": {"count": 0}}
+    args = engine_args_for(StageContext(spec=engine.pipeline.stages[0], deploy=stage, model=engine.model))
+    assert args["limit_mm_per_prompt"] == {"image": 2, "video": {"count": 0}}
+
+
 def test_unset_flags_leave_defaults():
     kwargs = serve.engine_kwargs(parse())
     assert kwargs == {"pipeline": None, "deploy_config": None}
@@ -39,7 +52,40 @@ def test_bad_configuration_exits_with_a_message(capsys, tmp_path):
     assert main(["serve", "--stage-overrides", "{bad"]) == 2
     assert "--stage-overrides is not valid JSON" in capsys.readouterr().err
     assert main(["serve", "--allowed-local-media-path", str(tmp_path / "missing")]) == 2
+    assert main(["serve", "--limit-mm-per-prompt", "image=2"]) == 2
+    assert "--limit-mm-per-prompt is not valid JSON" in capsys.readouterr().err
+    assert main(["serve", "--limit-mm-per-prompt", '{"image": -1}']) == 2
+    assert "limit_mm_per_prompt.image: expected a count >= 0" in capsys.readouterr().err
     assert main(["serve", "--pipeline", "no-such-pipeline"]) == 2
     assert "unknown pipeline" in capsys.readouterr().err
     assert main(["serve", "--pipeline", "demo", "--stage-overrides", '{"9": {"max_num_seqs": 1}}']) == 2
     assert "stage_id 9 does not exist" in capsys.readouterr().err
+
+
+def test_serve_logs_the_layout_of_each_multi_device_replica(caplog):
+    """Once per multi-device diffusion replica, before anything starts: ranks, degrees, devices, backend."""
+    import logging
+
+    import torch
+
+    from omnistage.models.sd3 import PIPELINE
+
+    deploy = {"stages": [{"stage_id": 0, "num_replicas": 2, "devices": [0, 1, 2, 3],
+                          "parallel_config": {"cfg_parallel_size": 2}}]}
+    engine = AsyncOmni(pipeline=PIPELINE, deploy_config=deploy)
+    with caplog.at_level(logging.INFO, logger="omnistage.serve"):
+        serve.log_parallel_layouts(engine)
+    lines = [r.getMessage() for r in caplog.records if r.name == "omnistage.serve"]
+    if torch.cuda.is_available():  # the rule of a single-device replica: given devices are GPUs when there are any
+        devices, backend = ["cuda:0,cuda:1", "cuda:2,cuda:3"], "cpu:gloo,cuda:nccl"
+    else:
+        devices, backend = ["cpu,cpu", "cpu,cpu"], "gloo"
+    assert lines == [f"stage 0 replica {i}: 2 ranks, cfg_parallel_size=2 x ulysses_degree=1, devices {d}, "
+                     f"backend {backend}" for i, d in enumerate(devices)]
+    assert not engine.started  # nothing was started to say it
+
+    caplog.clear()
+    one_device = AsyncOmni(pipeline=PIPELINE, deploy_config={"stages": [{"stage_id": 0, "num_replicas": 2}]})
+    with caplog.at_level(logging.INFO, logger="omnistage.serve"):
+        serve.log_parallel_layouts(one_device)
+    assert [r for r in caplog.records if r.name == "omnistage.serve"] == []

@@ -58,6 +58,11 @@ JSON_CASES = [
     ("/v1/images/generations", {"json": {**IMG, "n": 0}}, 400, "n"),
     ("/v1/images/generations", {"json": {**IMG, "n": 11}}, 400, "n"),
     ("/v1/images/generations", {"json": {**IMG, "n": "two"}}, 400, "n"),
+    ("/v1/images/generations", {"json": {**IMG, "seed": -1}}, 400, "seed"),
+    ("/v1/images/generations", {"json": {**IMG, "extra_body": {"seed": -5}}}, 400, "extra_body.seed"),
+    ("/v1/chat/completions", {"json": {**CHAT, "seed": -1}}, 400, "seed"),
+    ("/v1/chat/completions", {"json": {**CHAT, "sampling_params_list": [{"seed": -2}]}}, 400,
+     "sampling_params_list[0].seed"),
     ("/v1/images/generations", {"json": {**IMG, "num_inference_steps": 0}}, 400, "num_inference_steps"),
     ("/v1/images/generations", {"json": {**IMG, "guidance_scale": "high"}}, 400, "guidance_scale"),
     ("/v1/images/generations", {"json": {**IMG, "model": "nope"}}, 404, "model"),
@@ -101,7 +106,9 @@ JSON_CASES = [
     ("/v1/audio/speech", {"json": {"input": "x", "speed": 2}}, 400, "speed"),  # model does not support it
     ("/v1/audio/speech", {"json": {"input": "x", "response_format": "ogg"}}, 400, "response_format"),
     ("/v1/audio/speech", {"json": {"input": "x", "voice": "tenor"}}, 400, "voice"),
-    ("/v1/audio/speech", {"json": {"input": "x", "stream": True, "response_format": "wav"}}, 400, "response_format"),
+    ("/v1/audio/speech", {"json": {"input": "x", "stream": True, "response_format": "ogg"}}, 400, "response_format"),
+    ("/v1/audio/speech", {"json": {"input": "x", "ref_audio": "UklGRg==", "ref_text": "x"}}, 400, "ref_audio"),
+    ("/v1/audio/speech", {"json": {"input": "x", "initial_codec_chunk_frames": 0}}, 400, "initial_codec_chunk_frames"),
     ("/v1/videos", {"data": {"prompt": "p", "image_reference": "data:image/png;base64,AAAA"},
                     "files": {"input_reference": ("r.png", _png(), "image/png")}}, 400, "input_reference"),
     ("/v1/videos", {"json": {"prompt": "p", "input_reference": "x"}}, 400, "input_reference"),
@@ -221,3 +228,29 @@ def test_api_key(image_only):
     assert plain.get("/v1/models", headers={"Authorization": "Bearer sekret"}).status_code == 200
     assert plain.get("/health").status_code == 200  # health and metrics stay open for probes
     assert plain.get("/metrics").status_code == 200
+
+
+def test_openapi_documents_the_errors_the_server_really_answers(srv):
+    """No route claims a 422 (the server answers 400); every /v1 route documents OpenAI-shaped errors."""
+    doc = srv.client().get("/openapi.json").json()
+    assert "HTTPValidationError" not in doc["components"]["schemas"]
+    error_schema = doc["components"]["schemas"]["ErrorResponse"]
+    assert set(error_schema["properties"]) == {"error"}
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            assert "422" not in op["responses"], (method, path)
+            if path.startswith("/v1/"):
+                for status in ("400", "401", "404", "500", "503"):
+                    ref = op["responses"][status]["content"]["application/json"]["schema"]["$ref"]
+                    assert ref.endswith("/ErrorResponse"), (method, path, status)
+    assert "413" in doc["paths"]["/v1/images/edits"]["post"]["responses"]
+
+
+def test_streamed_request_refused_by_the_stage_is_a_400_not_an_error_event(srv):
+    """What only the stage can judge (here the test engine's temperature limit) still answers 400: the
+    response starts after the stage accepted the request."""
+    r = srv.client().post("/v1/chat/completions", json={**CHAT, "temperature": 9, "stream": True})
+    assert r.status_code == 400, r.text
+    assert error_of(r)["param"] == "temperature"
+    ok = srv.client().post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert ok.status_code == 200 and ok.text.rstrip().endswith("data: [DONE]")

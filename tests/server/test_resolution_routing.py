@@ -1,11 +1,14 @@
-"""The requested output size reaches stages upstream of the denoiser through the request
-(GLM-Image's AR stage draws its image tokens on the target grid; llm params cannot carry it)."""
+"""The requested output size reaches stages upstream of the denoiser through the family's declared
+request hook (GLM-Image's AR stage draws its image tokens on the target grid; llm params cannot carry it):
+the same hook GLM-Image declares, on a pipeline of the same shape."""
 
 from typing import Any
 
 import numpy as np
 import torch
 
+from omnistage.errors import InvalidRequestError
+from omnistage.models.glm_image.edges import size_for_ar_stage
 from omnistage.pipeline import Edge, Pipeline, StageContext, StageSpec
 from omnistage.stages.base import StageOutput, StageRequest, StageStats
 from omnistage.stages.generation.engine import GenerationItem
@@ -25,10 +28,10 @@ class GridTokenEngine:
     async def generate(self, req: StageRequest):
         info = req.inputs.get("additional_information") or {}
         if "height" not in info or "width" not in info:
-            raise ValueError("additional_information: the target height/width did not reach the AR stage")
+            raise InvalidRequestError("additional_information", "the target height/width did not reach the AR stage")
         h, w = info["height"] // 8, info["width"] // 8
         yield StageOutput(req.request_id, self.stage_id, {"token_ids": list(range(h * w)), "grid": [[h, w]]}, False)
-        yield StageOutput(req.request_id, self.stage_id, {"finish_reason": "length"}, True)
+        yield StageOutput(req.request_id, self.stage_id, {}, True, finish_reason="length")
 
     async def feed(self, request_id: str, chunk: dict[str, Any], last: bool) -> None:
         pass
@@ -68,7 +71,7 @@ PIPELINE = Pipeline("test_ar_grid", [
     StageSpec(0, kind="llm", engine=GridTokenEngine, output="token_ids"),
     StageSpec(1, kind="generation", adapter=TokensToImage, output="image", final=True,
               inputs=[Edge(0, process=tokens_to_prior)]),
-])
+], shape_request=size_for_ar_stage)
 
 
 def test_size_reaches_the_ar_stage(server_factory):

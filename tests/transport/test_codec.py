@@ -1,12 +1,14 @@
 import os
 
+import msgspec
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from omnistage.stages.base import StageMetrics
+from omnistage.stages.base import StageError, StageMetrics, StageOutput, StageRequest
 from omnistage.transport.codec import Codec
+from omnistage.transport.messages import Command, Event, Generate, Output, Ready
 
 
 def _payload():
@@ -25,7 +27,7 @@ def _payload():
 
 @pytest.mark.parametrize("threshold", [None, 1024])
 def test_round_trip_is_exact(threshold):
-    codec = Codec(threshold)
+    codec = Codec(shm_threshold=threshold)
     p = _payload()
     got = codec.decode(codec.encode(p))
     assert got["bf16"].dtype == torch.bfloat16 and torch.equal(got["bf16"], p["bf16"])
@@ -34,7 +36,7 @@ def test_round_trip_is_exact(threshold):
     assert np.array_equal(np.asarray(got["img"]), np.asarray(p["img"])) and got["img"].mode == "RGB"
     assert got["pal"].mode == "RGB"
     assert got["empty"].shape == (0, 3)
-    assert got["metrics"] == {"queue_time_s": 1.5, "run_time_s": 0.0, "num_tokens": 0, "num_steps": 3, "peak_memory_mb": 0.0}
+    assert got["metrics"] == StageMetrics(queue_time_s=1.5, num_steps=3).to_dict()  # untyped: a plain dict
     assert got["tuple"] == [1, 2] and got["scalar"] == 2.5
 
 
@@ -47,6 +49,24 @@ def test_large_buffers_go_through_shared_memory_and_are_unlinked():
     assert set(os.listdir("/dev/shm")) <= before  # the receiver unlinked the segment
     small = Codec(shm_threshold=None).encode({"big": torch.randn(512, 512)})
     assert len(small) > 1 << 20
+
+
+def test_messages_decode_into_their_types():
+    """A StageOutput crosses as a StageOutput: nested metrics/error typed, progress a tuple, tensors intact."""
+    audio = torch.randn(1, 7)
+    msg = Output(StageOutput("r1", 1, {"audio": audio}, True, metrics=StageMetrics(run_time_s=2.0),
+                             error=StageError("height: too big", bad_input=True, field="height"), progress=(3, 4),
+                             finish_reason="stop"))
+    got = Codec(Event).decode(Codec().encode(msg))
+    assert isinstance(got, Output) and isinstance(got.output.metrics, StageMetrics)
+    assert got.output.error == StageError("height: too big", bad_input=True, field="height")
+    assert got.output.progress == (3, 4) and got.output.finish_reason == "stop"
+    assert torch.equal(got.output.data["audio"], audio)
+    req = Generate(StageRequest("r2", {"prompt": "x"}, {"seed": 1}, stream_inputs=True))
+    back = Codec(Command).decode(Codec().encode(req))
+    assert back == req
+    with pytest.raises(msgspec.ValidationError):  # an event is not a command
+        Codec(Command).decode(Codec().encode(Ready()))
 
 
 def test_unsupported_objects_are_refused_clearly():

@@ -1,15 +1,22 @@
-"""``chat``: any causal LM vLLM supports, served as a one-stage text pipeline.
+"""``chat``: any generative model vLLM supports, served as a one-stage text pipeline.
 
-Outputs are the same as vLLM's own ``LLM.generate`` for the same prompt and
-sampling parameters (greedy and seeded). A transformers folder is matched by
-its ``config.json`` ``architectures`` when vLLM has a generative model for it;
+Text LMs and multimodal ones alike (images / audio / video in, text out, e.g.
+Qwen2.5-VL, Qwen2-Audio, Idefics3, LLaVA): prompts, chat messages and media go
+through vLLM's own renderer (stages/llm/inputs.py), so outputs are the same as
+vLLM's ``LLM.generate`` / ``LLM.chat`` for the same input and sampling
+parameters (greedy and seeded). A transformers folder is matched by its
+``config.json`` ``architectures`` when vLLM has a generative model for it;
 diffusers folders (``model_index.json``) and folders naming their pipeline in
 ``omnistage.json`` are never claimed here.
+
+Tiny fixtures: ``chat`` (Qwen2 text LM), ``vlm`` (Idefics3, images), ``audio_lm`` (Qwen2-Audio),
+``chat_lora`` (a PEFT adapter for ``chat``).
 """
 
 from __future__ import annotations
 
-from omnistage.pipeline import ModelFolder, Pipeline, StageSpec, register_pipeline
+from omnistage.models.chat import tiny, tiny_audio, tiny_lora, tiny_vlm
+from omnistage.pipeline import ModelFolder, Pipeline, StageSpec
 
 _GENERATIVE_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
 # Architectures omnistage itself registers with vLLM for other families' stages: they draw
@@ -26,7 +33,7 @@ def vllm_generates(architectures: list[str]) -> bool:
     if not candidates:
         return False
     try:
-        from vllm.model_executor.models.registry import ModelRegistry
+        from vllm import ModelRegistry
     except ImportError:
         return False
     supported = ModelRegistry.get_supported_archs()
@@ -39,9 +46,11 @@ def matches(folder: ModelFolder) -> bool:
     return vllm_generates(folder.architectures)
 
 
-CHAT = register_pipeline(Pipeline(
+CHAT = Pipeline(
     name="chat",
-    description="a vLLM causal LM as one text stage",
+    description="a vLLM generative model (text, or images/audio/video in) as one text stage",
     matches=matches,
     stages=[StageSpec(0, kind="llm", name="llm", output="text", can_output="text+token_ids", final=True)],
-))
+)
+PIPELINES = [CHAT]
+TINY = {"chat": tiny.build, "vlm": tiny_vlm.build, "audio_lm": tiny_audio.build, "chat_lora": tiny_lora.build}

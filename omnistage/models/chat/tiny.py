@@ -9,6 +9,7 @@ float32. Built in a few seconds, no downloads:
 from __future__ import annotations
 
 import string
+from collections.abc import Sequence
 from pathlib import Path
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -25,30 +26,41 @@ _CORPUS = [
 ]
 
 
-def train_tokenizer(vocab_size: int = 384):
+def train_tokenizer(vocab_size: int = 384, extra_special_tokens: Sequence[str] = ()):
+    """``extra_special_tokens``: e.g. a multimodal model's placeholder tokens (never split)."""
     from transformers import Qwen2Tokenizer
 
     tok = Qwen2Tokenizer().train_new_from_iterator(_CORPUS * 20, vocab_size=vocab_size,
-                                                   new_special_tokens=SPECIAL_TOKENS)
+                                                   new_special_tokens=SPECIAL_TOKENS + list(extra_special_tokens))
     tok.chat_template = CHAT_TEMPLATE
     return tok
 
 
-def build(outdir: Path, *, seed: int = 0, head_dim: int = 32, num_layers: int = 2) -> None:
+def model_config(tok, *, head_dim: int = 32, num_layers: int = 2, max_position_embeddings: int = 1024):
+    """The tiny Qwen2's config for a tokenizer from ``train_tokenizer``."""
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=len(tok), hidden_size=2 * head_dim, intermediate_size=4 * head_dim,
+        num_hidden_layers=num_layers, num_attention_heads=2, num_key_value_heads=1, head_dim=head_dim,
+        max_position_embeddings=max_position_embeddings, tie_word_embeddings=True,
+        # A wide init gives peaked logits, so greedy choices are not near-ties.
+        initializer_range=0.3, bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"), pad_token_id=tok.pad_token_id, torch_dtype="float32",
+        architectures=["Qwen2ForCausalLM"],
+    )
+
+
+def build(outdir: Path, *, seed: int = 0, head_dim: int = 32, num_layers: int = 2,
+          max_position_embeddings: int = 1024) -> None:
+    """``max_position_embeddings`` bounds vLLM's ``max_model_len`` (raise it for long-output runs)."""
     import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    from transformers import GenerationConfig, Qwen2ForCausalLM
 
     outdir = Path(outdir)
     tok = train_tokenizer()
     eos = tok.convert_tokens_to_ids("<|im_end|>")
-    config = Qwen2Config(
-        vocab_size=len(tok), hidden_size=2 * head_dim, intermediate_size=4 * head_dim,
-        num_hidden_layers=num_layers, num_attention_heads=2, num_key_value_heads=1, head_dim=head_dim,
-        max_position_embeddings=1024, tie_word_embeddings=True,
-        # A wide init gives peaked logits, so greedy choices are not near-ties.
-        initializer_range=0.3, bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), eos_token_id=eos,
-        pad_token_id=tok.pad_token_id, torch_dtype="float32", architectures=["Qwen2ForCausalLM"],
-    )
+    config = model_config(tok, head_dim=head_dim, num_layers=num_layers, max_position_embeddings=max_position_embeddings)
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config).to(torch.float32).eval()
     model.save_pretrained(outdir)

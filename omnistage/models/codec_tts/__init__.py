@@ -42,31 +42,62 @@ Decisions:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from omnistage.models.codec_tts.config import folder_info
 from omnistage.models.codec_tts.edges import codes_every_n_frames, whole_codes
-from omnistage.models.codec_tts.lm import build_lm_stage
-from omnistage.pipeline import Edge, Pipeline, StageContext, StageSpec, register_pipeline
+from omnistage.models.codec_tts.tiny import build, build_llasa
+from omnistage.pipeline import Edge, Pipeline, StageContext, StageSpec
+
+
+def speech_lm_engine(ctx: StageContext) -> Any:
+    from omnistage.models.codec_tts.lm import (
+        build_lm_stage,  # vLLM: only when the stage starts
+    )
+
+    return build_lm_stage(ctx)
 
 
 def codec_adapter(ctx: StageContext) -> Any:
-    from omnistage.models.codec_tts.decoder import CodecDecoderAdapter  # torch + transformers: only when built
+    from omnistage.models.codec_tts.decoder import (
+        CodecDecoderAdapter,  # torch + transformers: only when built
+    )
 
     return CodecDecoderAdapter(ctx)
 
 
-PIPELINE = register_pipeline(Pipeline(
+CODEC_STAGE_KNOBS = ("initial_codec_chunk_frames", "chunk_frames")
+
+
+def chunk_sizes_to_codec_stage(prompt: dict[str, Any], params: list[Any]) -> None:
+    """The pipeline's request hook: /v1/audio/speech sends the codec stage's chunk sizes in
+    ``additional_information`` (the route does not know the stage layout); they become stage 1's
+    params, over its deploy defaults (the codec stage validates them)."""
+    info = prompt.get("additional_information")
+    if not isinstance(info, Mapping) or not any(k in info for k in CODEC_STAGE_KNOBS):
+        return
+    rest = {k: v for k, v in info.items() if k not in CODEC_STAGE_KNOBS}
+    sizes = {k: info[k] for k in CODEC_STAGE_KNOBS if info.get(k) is not None}
+    prompt["additional_information"] = rest
+    if isinstance(params[1], Mapping):
+        params[1] = {**params[1], **sizes}
+
+
+PIPELINE = Pipeline(
     name="codec_tts",
     description="codec-token LM (vLLM) streams codes to a codec decoder (text -> speech)",
     matches=None,  # selected by omnistage.json {"pipeline": "codec_tts"}
     stages=[
-        StageSpec(0, kind="llm", name="speech_lm", output="token_ids", engine=build_lm_stage,
+        StageSpec(0, kind="llm", name="speech_lm", output="token_ids", engine=speech_lm_engine,
                   default_params={"temperature": 0.7, "top_p": 0.95, "repetition_penalty": 1.1,
                                   "max_tokens": 1024, "detokenize": False}),
         StageSpec(1, kind="generation", name="codec", output="audio", final=True, adapter=codec_adapter,
                   inputs=[Edge(0, process=whole_codes, process_chunk=codes_every_n_frames)]),
     ],
-    info={"supports_speed": False},
+    # chat: False: the speech LM speaks a plain prompt, not chat messages (/v1/audio/speech serves it)
+    info={"supports_speed": False, "chat": False, "supports_voice_cloning": False},
     folder_info=folder_info,
-))
+    shape_request=chunk_sizes_to_codec_stage,
+)
+PIPELINES = [PIPELINE]
+TINY = {"codec_tts": build, "llasa": build_llasa}

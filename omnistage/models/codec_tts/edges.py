@@ -1,8 +1,10 @@
 """The edge from the speech LM to the codec decoder: codec token ids -> codes [K, frames].
 
 The LM stage describes its token layout in its first output (``codec_layout``:
-offset, codebook size, K, layout, end id, chunk frames), so these functions
-need no model folder. Tokens are flattened frame-major (frame 0's K tokens,
+offset, codebook size, K, layout, end id, chunk sizes, the codec stage's
+lookahead, and a cloned voice's reference codes as ``context_codes``), so these
+functions need no model folder. The first piece sent on carries the reference
+codes as ``context`` (the codec decodes them in front of the speech). Tokens are flattened frame-major (frame 0's K tokens,
 then frame 1's ...). The end token and anything after it are dropped; an
 incomplete last frame (max_tokens cut the frame) is dropped too.
 """
@@ -50,13 +52,20 @@ def _until_end(ids: list[int], end_id: int | None) -> tuple[list[int], bool]:
     return ids, False
 
 
-def _chunk_frames(request: Any, layout: dict[str, Any]) -> int:
-    """Per-request ``chunk_frames`` (stage 1 sampling params) or the folder's default."""
+def _frames_param(request: Any, key: str, default: int) -> int:
+    """A per-request chunk size (stage 1 sampling params) or ``default``."""
     params = getattr(request, "sampling_params", None)
     own = params[1] if params and len(params) > 1 and isinstance(params[1], dict) else {}
-    n = own.get("chunk_frames", layout["chunk_frames"])
+    n = own.get(key)
     # A bad value is reported by the codec stage (it validates its params as a 400); stream per default here.
-    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else layout["chunk_frames"]
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else default
+
+
+def _context(layout: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    ctx = layout.get("context_codes")
+    return {} if ctx is None else {"context": torch.as_tensor(ctx, dtype=torch.long)}
 
 
 def whole_codes(source: dict[str, Any], request: Any) -> dict[str, Any]:
@@ -68,11 +77,12 @@ def whole_codes(source: dict[str, Any], request: Any) -> dict[str, Any]:
     codes = tokens_to_codes(ids, layout)
     if codes.shape[1] == 0:
         raise RuntimeError(NO_FRAMES)
-    return {"codes": codes}
+    return {"codes": codes, **_context(layout)}
 
 
 def codes_every_n_frames(delta: dict[str, Any], request: Any, state: dict[str, Any]) -> dict[str, Any] | None:
-    """Streaming path: forward every N complete frames; the tail when the LM finishes."""
+    """Streaming path: the first ``initial_codec_chunk_frames`` (+ the codec's lookahead) complete frames
+    as soon as they exist, then every ``chunk_frames``; the tail when the LM finishes."""
     if LAYOUT_KEY in delta:
         state["layout"] = _layout(delta)
     layout = state.get("layout")
@@ -86,15 +96,21 @@ def codes_every_n_frames(delta: dict[str, Any], request: Any, state: dict[str, A
         pending.extend(new)
         state["ended"] = ended
     k = layout["num_quantizers"]
-    n = _chunk_frames(request, layout)
+    n = _frames_param(request, "chunk_frames", layout["chunk_frames"])
     frames = len(pending) // k
-    take = frames if state.get("finished") else frames - frames % n
+    start = state.get("sent", 0)
+    if state.get("finished"):
+        take = frames
+    elif start == 0:
+        first = _frames_param(request, "initial_codec_chunk_frames", layout.get("initial_chunk_frames") or n)
+        take = frames if frames >= first + layout.get("lookahead_frames", 0) else 0
+    else:
+        take = frames - frames % n
     if take == 0:
         if state.get("finished") and not state.get("sent"):
             raise RuntimeError(NO_FRAMES)
         return None
-    start = state.get("sent", 0)
     codes = tokens_to_codes(pending[: take * k], layout, start)
     del pending[: take * k]
     state["sent"] = start + take * k
-    return {"codes": codes}
+    return {"codes": codes, "streamed": True, **(_context(layout) if start == 0 else {})}

@@ -8,7 +8,9 @@ The folder is a plain diffusers StableDiffusion3Pipeline (without T5), served by
 from pathlib import Path
 
 from omnistage.models.demo.adapter import DemoAdapter
-from omnistage.pipeline import Pipeline, StageSpec, register_pipeline
+from omnistage.pipeline import Pipeline, StageSpec
+
+DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment
 
 WEIGHTS = Path(__file__).resolve().parent / "weights"
 
@@ -22,14 +24,17 @@ DEFAULT_PARAMS = {
     "max_sequence_length": 16,
 }
 
-PIPELINE = register_pipeline(Pipeline(
+PIPELINE = Pipeline(
     name="demo",
     description="built-in demo: 64x64 coloured shapes (SD3-style MMDiT trained by demo/train_shapes.py)",
     # The weights folder names this pipeline in its omnistage.json; no other folder matches.
     matches=None,
     stages=[StageSpec(0, kind="diffusion", adapter=DemoAdapter, output="image", can_output="image,latent", final=True,
                       default_params=dict(DEFAULT_PARAMS))],
-    info={"default_model": str(WEIGHTS)},
-))
+    info={"default_model": str(WEIGHTS), "served_model_name": "omnistage-demo"},
+    deploy_file=DEPLOY,
+)
+PIPELINES = [PIPELINE]
+TINY: dict = {}  # the demo ships trained weights instead
 
-__all__ = ["PIPELINE", "WEIGHTS", "DEFAULT_PARAMS"]
+__all__ = ["PIPELINE", "PIPELINES", "TINY", "WEIGHTS", "DEFAULT_PARAMS"]

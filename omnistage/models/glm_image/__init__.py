@@ -7,9 +7,14 @@ size reaches stage 0 through the request (``additional_information`` height/
 width, or stage 0's params), see ``edges.requested_size``.
 """
 
+from pathlib import Path
+
 from omnistage.models.glm_image.adapter import GlmImageAdapter
-from omnistage.models.glm_image.edges import ar_tokens_to_prior
-from omnistage.pipeline import Edge, Pipeline, StageSpec, register_pipeline
+from omnistage.models.glm_image.edges import ar_tokens_to_prior, size_for_ar_stage
+from omnistage.models.glm_image.tiny import build
+from omnistage.pipeline import Edge, Pipeline, StageSpec
+
+DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment
 
 
 def build_ar_stage(ctx):
@@ -18,7 +23,7 @@ def build_ar_stage(ctx):
     return GlmImageAREngine(ctx)
 
 
-PIPELINE = register_pipeline(Pipeline(
+PIPELINE = Pipeline(
     name="glm_image",
     description="GLM-Image: AR model draws image tokens (vLLM) -> DiT + VAE decode them",
     matches=lambda f: f.diffusers_class == "GlmImagePipeline",
@@ -29,6 +34,11 @@ PIPELINE = register_pipeline(Pipeline(
                   final=True, default_params={"num_inference_steps": 50, "guidance_scale": 1.5},
                   inputs=[Edge(0, process=ar_tokens_to_prior)]),
     ],
-))
+    shape_request=size_for_ar_stage,
+    deploy_file=DEPLOY,
+)
 
-__all__ = ["GlmImageAdapter", "PIPELINE", "ar_tokens_to_prior"]
+PIPELINES = [PIPELINE]
+TINY = {"glm_image": build}
+
+__all__ = ["GlmImageAdapter", "PIPELINE", "PIPELINES", "TINY", "ar_tokens_to_prior"]

@@ -31,26 +31,27 @@ from typing import Any, Hashable
 import numpy as np
 import torch
 
+from omnistage.errors import InvalidRequestError
 from omnistage.models.glm_image.grid import AR_FACTOR
 from omnistage.stages.diffusion.adapter import DiffusionJob
+from omnistage.stages.diffusion.blocks import BlockIO, BlockLayout
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 
 MAX_SEQUENCE_LENGTH = 2048  # diffusers' default for the glyph encoder
+
+
+def upsample_prior(ids: torch.Tensor, h: int, w: int) -> torch.Tensor:
+    """AR ids on their h x w grid (one per 32 px) -> [1, 4hw] ids on the 2h x 2w latent-patch grid (nearest x2):
+    the "upsampled prior tokens" ``GlmImagePipeline.__call__`` takes as ``prior_token_ids``. Diffusers' own
+    helper for it is private (``_upsample_token_ids``); tests check this against it."""
+    return ids.view(h, w).repeat_interleave(2, dim=0).repeat_interleave(2, dim=1).reshape(1, -1)
 
 
 class GlmImageAdapter(DiffusersAdapter):
     pipeline_class_name = "GlmImagePipeline"
     separate_cfg_passes = True
 
-    @classmethod
-    def load(cls, folder: str, dtype: torch.dtype, device: torch.device) -> "GlmImageAdapter":
-        from diffusers import GlmImagePipeline
-
-        # The AR model and its processor belong to stage 0: not loaded here.
-        pipe = GlmImagePipeline.from_pretrained(folder, dtype=dtype, vision_language_encoder=None, processor=None)
-        pipe.to(device)
-        pipe.set_progress_bar_config(disable=True)
-        return cls(pipe, dtype, device)
+    skip_components = ("vision_language_encoder", "processor")  # the AR model is stage 0's
 
     def size_multiple(self) -> int:
         return AR_FACTOR
@@ -60,29 +61,29 @@ class GlmImageAdapter(DiffusersAdapter):
     def validate(self, job: DiffusionJob) -> None:
         p = job.params
         if job.negative_prompt:
-            raise ValueError("negative_prompt: GLM-Image does not take a negative prompt (its uncond pass uses \"\")")
+            raise InvalidRequestError("negative_prompt", "GLM-Image does not take a negative prompt (its uncond pass uses \"\")")
         ids, grid = job.inputs.get("prior_token_ids"), job.inputs.get("prior_grid")
         if ids is None or grid is None:
-            raise ValueError("prior_token_ids: the GLM-Image diffusion stage needs the AR stage's prior tokens "
+            raise InvalidRequestError("prior_token_ids", "the GLM-Image diffusion stage needs the AR stage's prior tokens "
                              "(prior_token_ids and prior_grid)")
         if (not isinstance(grid, (list, tuple)) or len(grid) != 2
                 or not all(isinstance(g, int) and g > 0 for g in grid)):
-            raise ValueError(f"prior_grid: expected [token_h, token_w] positive integers, got {grid!r}")
+            raise InvalidRequestError("prior_grid", f"expected [token_h, token_w] positive integers, got {grid!r}")
         th, tw = grid
         ids = torch.as_tensor(ids, dtype=torch.long).flatten()
         if ids.numel() != th * tw:
-            raise ValueError(f"prior_token_ids: {ids.numel()} ids do not fill the {th}x{tw} prior grid")
+            raise InvalidRequestError("prior_token_ids", f"{ids.numel()} ids do not fill the {th}x{tw} prior grid")
         codebook = self.pipe.transformer.config.prior_vq_quantizer_codebook_size
         if ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < codebook):
-            raise ValueError(f"prior_token_ids: ids must lie in 0..{codebook - 1}")
+            raise InvalidRequestError("prior_token_ids", f"ids must lie in 0..{codebook - 1}")
         for name, grid_px in (("height", th * AR_FACTOR), ("width", tw * AR_FACTOR)):
             given = getattr(p, name)
             if given is not None and given != grid_px:
-                raise ValueError(f"{name}: {given} differs from the AR stage's prior grid ({grid_px} px)")
+                raise InvalidRequestError(name, f"{given} differs from the AR stage's prior grid ({grid_px} px)")
             setattr(job, name, grid_px)
         msl = p.max_sequence_length or MAX_SEQUENCE_LENGTH
         job.extra["max_sequence_length"] = msl
-        job.extra["prior"] = self.pipe._upsample_token_ids(ids, th, tw).to(self.device)
+        job.extra["prior"] = upsample_prior(ids, th, tw).to(self.device)
         job.extra["glyph_len"] = self._glyph_len(job.prompt, msl)
         job.extra["source"] = self._validate_sources(job)
         job.rows = p.num_outputs_per_prompt
@@ -94,44 +95,44 @@ class GlmImageAdapter(DiffusersAdapter):
         if ids is None and grids is None and not images:
             return None
         if not images:
-            raise ValueError("multi_modal_data.image: prior_token_image_ids/source_image_grid_thw are given but "
+            raise InvalidRequestError("multi_modal_data.image", "prior_token_image_ids/source_image_grid_thw are given but "
                              "the request has no source image")
         for name, value in (("prior_token_image_ids", ids), ("source_image_grid_thw", grids)):
             if value is None:
-                raise ValueError(f"{name}: image-to-image needs the AR stage's source-image tokens "
+                raise InvalidRequestError(name, "image-to-image needs the AR stage's source-image tokens "
                                  "(prior_token_image_ids and source_image_grid_thw)")
         if job.params.strength is not None:
-            raise ValueError("strength: GLM-Image image-to-image does not take a strength (the source image "
+            raise InvalidRequestError("strength", "GLM-Image image-to-image does not take a strength (the source image "
                              "conditions through the attention cache, it is not noised)")
         if (not isinstance(grids, (list, tuple))
                 or not all(isinstance(g, (list, tuple)) and len(g) == 3
                            and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in g)
                            and g[0] == 1 for g in grids)):
-            raise ValueError(f"source_image_grid_thw: expected [[1, h, w], ...] positive integers, got {grids!r}")
+            raise InvalidRequestError("source_image_grid_thw", f"expected [[1, h, w], ...] positive integers, got {grids!r}")
         if len(grids) != len(images):
-            raise ValueError(f"source_image_grid_thw: {len(grids)} grids for {len(images)} source images "
+            raise InvalidRequestError("source_image_grid_thw", f"{len(grids)} grids for {len(images)} source images "
                              "(multi_modal_data.image); one grid per image")
         try:
             ids = torch.as_tensor(ids)
         except (TypeError, ValueError, RuntimeError):
             ids = None
         if ids is None or ids.dtype in (torch.bool, torch.uint8) or ids.is_floating_point() or ids.is_complex():
-            raise ValueError("prior_token_image_ids: expected a list of integer token ids")
+            raise InvalidRequestError("prior_token_image_ids", "expected a list of integer token ids")
         ids = ids.to(torch.long).flatten()
         sizes = [h * w for _, h, w in grids]
         if ids.numel() != sum(sizes):
-            raise ValueError(f"prior_token_image_ids: {ids.numel()} ids do not fill source_image_grid_thw "
+            raise InvalidRequestError("prior_token_image_ids", f"{ids.numel()} ids do not fill source_image_grid_thw "
                              f"({sum(sizes)} tokens)")
         codebook = self.pipe.transformer.config.prior_vq_quantizer_codebook_size
         if not (0 <= int(ids.min()) and int(ids.max()) < codebook):
-            raise ValueError(f"prior_token_image_ids: ids must lie in 0..{codebook - 1}")
+            raise InvalidRequestError("prior_token_image_ids", f"ids must lie in 0..{codebook - 1}")
         sources = []
         for i, (image, (_, h, w), part) in enumerate(zip(images, grids, torch.split(ids, sizes))):
             if image.size != (w * AR_FACTOR, h * AR_FACTOR):
-                raise ValueError(f"multi_modal_data.image[{i}]: is {image.size[0]}x{image.size[1]} px, but "
+                raise InvalidRequestError(f"multi_modal_data.image[{i}]", f"is {image.size[0]}x{image.size[1]} px, but "
                                  f"source_image_grid_thw[{i}] = [1, {h}, {w}] means {w * AR_FACTOR}x{h * AR_FACTOR}")
             # diffusers upsamples each source image's ids on its own grid, then flattens them
-            sources.append((image, self.pipe._upsample_token_ids(part, h, w).view(-1).to(self.device)))
+            sources.append((image, upsample_prior(part, h, w).view(-1).to(self.device)))
         return sources
 
     def _source_len(self, job: DiffusionJob) -> int | None:
@@ -142,7 +143,7 @@ class GlmImageAdapter(DiffusersAdapter):
         return sum((im.size[1] // f // patch) * (im.size[0] // f // patch) for im, _ in job.extra["source"])
 
     def _glyph_len(self, prompt: str, msl: int) -> int:
-        """Length of ``_get_glyph_embeds`` for this prompt (each glyph text padded to even length)."""
+        """Length of ``encode_prompt``'s glyph embeddings for this prompt (each glyph text padded to even length)."""
         texts = self.pipe.get_glyph_texts(prompt)[0] or [""]
         ids = self.pipe.tokenizer(texts, max_length=msl, truncation=True).input_ids
         return sum(len(i) + (len(i) + 1) % 2 for i in ids)
@@ -154,12 +155,17 @@ class GlmImageAdapter(DiffusersAdapter):
 
     # ------------------------------------------------------------- preparation
 
+    def _glyph_embeds(self, prompt: str, msl: int) -> torch.Tensor:
+        """One prompt's glyph embeddings, as ``__call__`` computes them (no CFG: the uncond pass encodes "")."""
+        return self.pipe.encode_prompt([prompt], do_classifier_free_guidance=False, device=self.device,
+                                       dtype=self.dtype, max_sequence_length=msl)[0]
+
     def encode(self, jobs: list[DiffusionJob]) -> None:
         empty = None
         for j in jobs:
             msl = j.extra["max_sequence_length"]
             # diffusers encodes each prompt on its own (one glyph-encoder call per prompt)
-            embeds = self.pipe._get_glyph_embeds([j.prompt], msl, self.device, self.dtype)
+            embeds = self._glyph_embeds(j.prompt, msl)
             dtype = embeds.dtype
             size = torch.tensor([[j.height, j.width]], dtype=dtype, device=self.device)
             common = {"prior_token_id": self.repeat_rows(j.extra["prior"], j.rows),
@@ -169,7 +175,7 @@ class GlmImageAdapter(DiffusersAdapter):
             j.cond = {"encoder_hidden_states": self.repeat_rows(embeds, j.rows), "prior_token_drop": drop, **common}
             if j.do_cfg:
                 if empty is None or empty[0] != msl:
-                    empty = (msl, self.pipe._get_glyph_embeds([""], msl, self.device, self.dtype))
+                    empty = (msl, self._glyph_embeds("", msl))
                 j.uncond = {"encoder_hidden_states": self.repeat_rows(empty[1], j.rows),
                             "prior_token_drop": torch.ones_like(drop), **common}
 
@@ -189,12 +195,10 @@ class GlmImageAdapter(DiffusersAdapter):
                                                     sigmas=sigmas, mu=mu)
 
     def init_latents(self, job: DiffusionJob) -> None:
-        from diffusers.utils.torch_utils import randn_tensor
-
         f = self.pipe.vae_scale_factor
         shape = (job.rows, self.pipe.transformer.config.in_channels, job.height // f, job.width // f)
         dtype = job.cond["encoder_hidden_states"].dtype
-        job.latents = randn_tensor(shape, generator=job.generator, device=self.device, dtype=dtype)
+        job.latents = self.noise(job, shape, dtype)
         if job.extra["source"]:
             # here rather than in encode(): a source image that fails to encode fails only its own request
             kv = self._source_kv(job, dtype)
@@ -203,12 +207,8 @@ class GlmImageAdapter(DiffusersAdapter):
     def _source_kv(self, job: DiffusionJob, dtype: torch.dtype) -> torch.Tensor:
         """diffusers' "write" passes for one request: [layers, 2 (k, v), S, heads, head_dim]."""
         from diffusers.models.transformers.transformer_glm_image import GlmImageKVCache
-        from diffusers.pipelines.glm_image.pipeline_glm_image import retrieve_latents
 
         tr, vae = self.pipe.transformer, self.pipe.vae
-        shape = (1, vae.config.latent_channels, 1, 1)
-        mean = torch.tensor(vae.config.latents_mean).view(shape).to(device=self.device, dtype=dtype)
-        std = torch.tensor(vae.config.latents_std).view(shape).to(device=self.device, dtype=dtype)
         multiple = self.pipe.vae_scale_factor * tr.config.patch_size
         no_text = torch.zeros_like(job.cond["encoder_hidden_states"])[:1, :0]
         cache = GlmImageKVCache(num_layers=tr.config.num_layers)
@@ -218,8 +218,7 @@ class GlmImageAdapter(DiffusersAdapter):
             pixels = self.pipe.image_processor.preprocess(image, height=h // multiple * multiple,
                                                           width=w // multiple * multiple)
             pixels = pixels.to(device=self.device, dtype=dtype)
-            latent = retrieve_latents(vae.encode(pixels), sample_mode="argmax")
-            latent = (latent - mean) / std
+            latent = self.normalize_latents(vae.encode(pixels).latent_dist.mode())  # diffusers' "argmax"
             # the arguments diffusers passes: no text, no prior drop, t = 0, the image's own size
             tr(hidden_states=latent, encoder_hidden_states=no_text, prior_token_id=ids,
                prior_token_drop=torch.zeros_like(ids, dtype=torch.bool), timestep=torch.zeros((1,), device=self.device),
@@ -255,10 +254,38 @@ class GlmImageAdapter(DiffusersAdapter):
         cache.set_mode("read")
         return cache
 
-    def decode(self, jobs: list[DiffusionJob]) -> list[list[Any]]:
-        vae = self.pipe.vae
-        latents = torch.cat([j.latents for j in jobs]).to(vae.dtype)
-        shape = (1, vae.config.latent_channels, 1, 1)
-        mean = torch.tensor(vae.config.latents_mean).view(shape).to(latents.device, latents.dtype)
-        std = torch.tensor(vae.config.latents_std).view(shape).to(latents.device, latents.dtype)
-        return self.to_uint8(vae.decode(latents * std + mean, return_dict=False)[0], jobs)
+    def block_layouts(self) -> list[BlockLayout]:
+        tr = self.pipe.transformer
+        return [BlockLayout.uniform(tr, tr.transformer_blocks, GLM_BLOCK, probe=_modulated_input)]
+
+    def normalize_latents(self, z: torch.Tensor) -> torch.Tensor:
+        mean, std = self.channel_stats(z)
+        return (z - mean) / std
+
+    def denormalize_latents(self, x: torch.Tensor) -> torch.Tensor:
+        mean, std = self.channel_stats(x)
+        return x * std + mean
+
+
+def _kv_rows(cache: Any, idx: torch.Tensor) -> Any:
+    """A layer's source KV cache ("read": one cached sample per row) cut to the rows ``idx``."""
+    if cache.mode != "read" or len(cache.k_caches) <= 1:  # "skip", or one sample shared by every row
+        return cache
+    from diffusers.models.transformers.transformer_glm_image import GlmImageLayerKVCache
+
+    rows = GlmImageLayerKVCache()
+    rows.k_caches = [cache.k_caches[i] for i in idx.tolist()]
+    rows.v_caches = [cache.v_caches[i] for i in idx.tolist()]
+    rows.mode = cache.mode
+    return rows
+
+
+def _modulated_input(block: Any, args: Any) -> torch.Tensor:
+    """TeaCache's probe: the first block's timestep-modulated image tokens."""
+    return block.norm1(args["hidden_states"], args["encoder_hidden_states"], args["temb"])[0]
+
+
+# GlmImageTransformerBlock(hidden_states, encoder_hidden_states, temb, image_rotary_emb, attention_mask,
+# attention_kwargs, kv_cache) -> (hidden_states, encoder_hidden_states)
+GLM_BLOCK = BlockIO(returns=("hidden_states", "encoder_hidden_states"), per_row=("temb", "kv_cache"),
+                    slicers={"kv_cache": _kv_rows})

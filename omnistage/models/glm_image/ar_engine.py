@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 import torch
 
+from omnistage.errors import InvalidRequestError
 from omnistage.models.glm_image.edges import requested_size, source_images
 from omnistage.models.glm_image.grid import generated_layout
 from omnistage.pipeline import StageContext
@@ -63,23 +64,23 @@ class GlmImageAREngine(LLMStageEngine):
                                                       target_h=height, target_w=width, return_dict=True,
                                                       return_tensors="pt")
         except ValueError as e:  # e.g. a source image too small or too elongated for the processor
-            raise ValueError(f"multi_modal_data.image: {e}") from None
+            raise InvalidRequestError("multi_modal_data.image", f"{e}") from None
 
     def prepare(self, req: StageRequest) -> Prepared:
         inputs = req.inputs or {}
         prompt = inputs.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError("prompt: GLM-Image needs a non-empty text prompt")
+            raise InvalidRequestError("prompt", "GLM-Image needs a non-empty text prompt")
         params = dict(req.params) if isinstance(req.params, Mapping) else {}
         if not isinstance(req.params, (Mapping, type(None))):
-            raise ValueError("sampling_params: pass a dict for the GLM-Image AR stage (height/width ride along)")
+            raise InvalidRequestError("sampling_params", "pass a dict for the GLM-Image AR stage (height/width ride along)")
         images = source_images(inputs)
         height, width = requested_size(inputs, params)
         params.pop("height", None)
         params.pop("width", None)
         _, needed = generated_layout(height, width, image_to_image=bool(images))
         if params.get("max_tokens") not in (None, needed):
-            raise ValueError(f"max_tokens: a {height}x{width} GLM-Image takes exactly {needed} AR tokens; leave it unset")
+            raise InvalidRequestError("max_tokens", f"a {height}x{width} GLM-Image takes exactly {needed} AR tokens; leave it unset")
         params["max_tokens"] = needed
         hf = self.processor_inputs(prompt, height, width, images)
         ids = hf["input_ids"][0].tolist()

@@ -16,7 +16,13 @@ from typing import Any, Mapping
 
 from PIL import Image
 
-from omnistage.models.glm_image.grid import AR_FACTOR, check_size, generated_layout, target_grids
+from omnistage.errors import InvalidRequestError
+from omnistage.models.glm_image.grid import (
+    AR_FACTOR,
+    check_size,
+    generated_layout,
+    target_grids,
+)
 
 DEFAULT_SIZE = 1024
 
@@ -25,14 +31,14 @@ def source_images(prompt: Mapping[str, Any]) -> list[Image.Image]:
     """The request's image-to-image source images (RGB), [] for text-to-image."""
     mm = prompt.get("multi_modal_data") or {}
     if not isinstance(mm, Mapping):
-        raise ValueError("multi_modal_data: expected an object")
+        raise InvalidRequestError("multi_modal_data", "expected an object")
     image = mm.get("image")
     if image is None:
         return []
     images = list(image) if isinstance(image, (list, tuple)) else [image]
     for i, im in enumerate(images):
         if not isinstance(im, Image.Image):
-            raise ValueError(f"multi_modal_data.image[{i}]: expected an image, got {type(im).__name__}")
+            raise InvalidRequestError(f"multi_modal_data.image[{i}]", f"expected an image, got {type(im).__name__}")
     return [im if im.mode == "RGB" else im.convert("RGB") for im in images]
 
 
@@ -42,7 +48,7 @@ def requested_size(prompt: Mapping[str, Any], params: Any) -> tuple[int, int]:
     a multiple of 32), then the default."""
     info = prompt.get("additional_information") or {}
     if not isinstance(info, Mapping):
-        raise ValueError("additional_information: expected an object")
+        raise InvalidRequestError("additional_information", "expected an object")
     p = params if isinstance(params, Mapping) else {}
     default_h = default_w = DEFAULT_SIZE
     images = source_images(prompt)
@@ -71,7 +77,7 @@ def ar_tokens_to_prior(source: dict[str, Any], request: Any) -> dict[str, Any]:
     (th, tw), _ = target_grids(height, width)
     if len(ids) < offset + th * tw:
         raise ValueError(f"the AR stage generated {len(ids)} image tokens, {offset + th * tw} are needed for "
-                         f"{height}x{width} (finish_reason {source.get('finish_reason')!r})")
+                         f"{height}x{width}")
     out: dict[str, Any] = {"prompt": request.prompt.get("prompt", ""),
                            "prior_token_ids": ids[offset:offset + th * tw], "prior_grid": [th, tw]}
     if i2i:
@@ -81,3 +87,16 @@ def ar_tokens_to_prior(source: dict[str, Any], request: Any) -> dict[str, Any]:
         images = source_images(request.prompt)
         out["multi_modal_data"] = {"image": [_fit(im, g) for im, g in zip(images, grids)]}
     return out
+
+
+def size_for_ar_stage(prompt: dict[str, Any], params: list[Any]) -> None:
+    """The pipeline's request hook: the AR stage draws the image tokens on the target grid, so it must know
+    the size the DiT stage will use — the DiT's height/width (from ``size``, the request, or its deploy
+    defaults) go into ``additional_information`` unless the caller put a size there already."""
+    dit = params[1]
+    height, width = (dit.get("height"), dit.get("width")) if isinstance(dit, Mapping) else (dit.height, dit.width)
+    if height is not None and width is not None:
+        info = dict(prompt.get("additional_information") or {})
+        info.setdefault("height", height)
+        info.setdefault("width", width)
+        prompt["additional_information"] = info

@@ -37,9 +37,12 @@ class SourceImageTokenizer:
 
     @classmethod
     def load(cls, folder: str | Path, dtype: torch.dtype = torch.float32) -> "SourceImageTokenizer":
-        from transformers import GlmImageConfig
-        from transformers.models.glm_image.modeling_glm_image import (GlmImageModel, GlmImageVisionModel,
-                                                                      GlmImageVQVAE)
+        from transformers import (
+            GlmImageConfig,
+            GlmImageModel,
+            GlmImageVisionModel,
+            GlmImageVQVAE,
+        )
 
         folder = Path(folder)
         config = GlmImageConfig.from_pretrained(folder)

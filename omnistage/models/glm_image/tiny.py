@@ -100,7 +100,12 @@ def ar_model(tok, seed: int = 0):
 
 def build(outdir: Path, *, seed: int = 0) -> None:
     import torch
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, GlmImagePipeline, GlmImageTransformer2DModel
+    from diffusers import (
+        AutoencoderKL,
+        FlowMatchEulerDiscreteScheduler,
+        GlmImagePipeline,
+        GlmImageTransformer2DModel,
+    )
     from transformers import ByT5Tokenizer, GenerationConfig, GlmImageProcessor
 
     from omnistage.stages.diffusion.tiny_parts import t5_encoder

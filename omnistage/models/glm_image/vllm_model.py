@@ -2,19 +2,15 @@
 
 vLLM 0.32 has no GLM-Image model, and its M-RoPE runner gives every decoded
 token the same position on all three axes (``position + delta``), while
-GLM-Image gives generated image tokens 2-D grid positions. This model computes
-those positions itself, using only the public ``SupportsMRoPE`` contract:
+GLM-Image gives generated image tokens 2-D grid positions. vLLM has no
+documented hook for per-request decode positions, so the request's layout id
+rides in the M-RoPE delta (``positions``, which says why and how):
 
 - ``get_mrope_input_positions`` (called once per request with its prompt
-  tokens) reads the target grids from the prompt (``<sop>H W<eop>`` ...),
-  stores the request's decode position table under a small integer id and
-  returns ``delta = (id << 20) - len(prompt)``;
-- so vLLM's decode position for generated token ``k`` is ``(id << 20) + k``
-  on all axes, and ``forward`` replaces such positions by ``table[id][k]``.
-
-vLLM keeps positions in int32, so ids are few (2047): they are recycled
-least-recently-used first, and every forward touches the ids it reads, so a
-running request keeps its id while fewer than 2047 requests run at once.
+  tokens) reads the target grids from the prompt (``<sop>H W<eop>`` ...) and
+  returns the prompt's positions and ``DecodeLayouts.delta``;
+- ``forward`` replaces the encoded decode positions by the true ones
+  (``DecodeLayouts.resolve``).
 
 Image-to-image: source images arrive as VQ ids through vLLM's multimodal
 inputs (``vllm_processing``); ``embed_multimodal`` embeds them in place of the
@@ -26,39 +22,23 @@ Tensor parallelism is not supported (plain linear layers).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
 from vllm.config import VllmConfig
 from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.models.interfaces import SupportsMRoPE, SupportsMultiModal
 from vllm.multimodal import MULTIMODAL_REGISTRY
 
-from omnistage.models.glm_image.vllm_processing import (GlmImageDummyInputs, GlmImageMultiModalProcessor,
-                                                        GlmImageProcessingInfo)
-
-_SHIFT = 20  # decode positions carry the layout id above this bit (contexts < 2**20 tokens)
-_MAX_IDS = (1 << (31 - _SHIFT)) - 1  # positions stay below 2**31 (vLLM computes them in int32)
-
-
-def decode_positions(start: int, grids: list[tuple[int, int]]) -> torch.Tensor:
-    """[3, n] positions of the generated tokens (transformers' GlmImageModel.get_rope_index rule):
-    grids are drawn in the given order, each token at (start, start + row, start + col), the next
-    grid starting max(h, w) later; one more position for the end token."""
-    cols = []
-    pos = start
-    for h, w in grids:
-        rows = torch.arange(h).repeat_interleave(w)
-        colw = torch.arange(w).repeat(h)
-        cols.append(torch.stack([torch.full((h * w,), pos), pos + rows, pos + colw]))
-        pos += max(h, w)
-    cols.append(torch.full((3, 1), pos))
-    return torch.cat(cols, dim=1)
+from omnistage.models.glm_image.positions import DecodeLayouts, prompt_positions
+from omnistage.models.glm_image.vllm_processing import (
+    GlmImageDummyInputs,
+    GlmImageMultiModalProcessor,
+    GlmImageProcessingInfo,
+)
 
 
 class _Layer(nn.Module):
@@ -145,10 +125,7 @@ class GlmImageARForVLLM(nn.Module, SupportsMRoPE, SupportsMultiModal):
         self._tokenizer = tok
         self._sop = tok.convert_tokens_to_ids(tok.grid_bos_token)
         self._eop = tok.convert_tokens_to_ids(tok.grid_eos_token)
-        if vllm_config.model_config.max_model_len >= (1 << _SHIFT):
-            raise ValueError(f"max_model_len: GLM-Image on vLLM supports contexts below {1 << _SHIFT} tokens")
-        self._layouts: OrderedDict[tuple, int] = OrderedDict()  # (first decode position, grids) -> id, LRU order
-        self._tables: dict[int, torch.Tensor] = {}  # id -> [3, n] decode positions
+        self._layouts = DecodeLayouts(vllm_config.model_config.max_model_len)
 
     # ------------------------------------------------------------------ positions
 
@@ -179,49 +156,13 @@ class GlmImageARForVLLM(nn.Module, SupportsMRoPE, SupportsMultiModal):
         return out
 
     def get_mrope_input_positions(self, input_tokens: list[int], mm_features: list[Any]) -> tuple[torch.Tensor, int]:
-        n = len(input_tokens)
         sources = self._source_grids(mm_features)
         if not sources and self.config.image_end_token_id in input_tokens:
             raise ValueError("GLM-Image on vLLM: source-image tokens need the image as multimodal data")
-        # prompt: text runs count up one by one; a source image's h x w tokens sit on a 2-D grid
-        # anchored at the running position, which then advances by max(h, w) (get_rope_index)
-        parts, pos, done = [], 0, 0
-        for offset, h, w in sources:
-            parts.append(torch.arange(pos, pos + offset - done).expand(3, -1))
-            pos += offset - done
-            parts.append(decode_positions(pos, [(h, w)])[:, :-1])
-            pos += max(h, w)
-            done = offset + h * w
-        parts.append(torch.arange(pos, pos + n - done).expand(3, -1))
-        pos += n - done
-        prompt_pos = torch.cat(parts, dim=1)
+        prompt_pos, first = prompt_positions(len(input_tokens), sources)
         grids = self._target_grids(list(input_tokens), 1 if sources else 2)
         decode_order = grids[::-1]  # drawn last grid first: preview, then target (get_rope_index)
-        key = (pos, tuple(decode_order))
-        if key in self._layouts:
-            self._layouts.move_to_end(key)
-        else:
-            if len(self._layouts) < _MAX_IDS:
-                layout_id = len(self._layouts) + 1
-            else:  # recycle the least recently used id
-                _, layout_id = self._layouts.popitem(last=False)
-            self._layouts[key] = layout_id
-            self._tables[layout_id] = decode_positions(pos, decode_order)
-        return prompt_pos, (self._layouts[key] << _SHIFT) - n
-
-    def _true_positions(self, positions: torch.Tensor) -> torch.Tensor:
-        decode = positions[0] >= (1 << _SHIFT)
-        if not bool(decode.any()):
-            return positions
-        positions = positions.clone()
-        by_id = {layout_id: key for key, layout_id in self._layouts.items()}
-        for i in decode.nonzero().flatten().tolist():
-            p = int(positions[0, i])
-            self._layouts.move_to_end(by_id[p >> _SHIFT])  # in use: not recycled
-            table = self._tables[p >> _SHIFT]
-            step = min(p & ((1 << _SHIFT) - 1), table.shape[1] - 1)  # past the end: repeat the last
-            positions[:, i] = table[:, step]
-        return positions
+        return prompt_pos, self._layouts.delta(first, decode_order, len(input_tokens))
 
     def _cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions[..., None].float() * self.inv_freq  # [3, n, dim/2]
@@ -259,7 +200,7 @@ class GlmImageARForVLLM(nn.Module, SupportsMRoPE, SupportsMultiModal):
         x = inputs_embeds if inputs_embeds is not None else self.embed_input_ids(input_ids)
         if positions.ndim == 1:
             positions = positions.expand(3, -1)
-        cos, sin = self._cos_sin(self._true_positions(positions), x.dtype)
+        cos, sin = self._cos_sin(self._layouts.resolve(positions), x.dtype)
         for layer in self.model.language_model.layers:
             x = layer(x, cos, sin)
         return self.model.language_model.norm(x)

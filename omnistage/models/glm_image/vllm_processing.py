@@ -17,11 +17,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-
 from vllm.multimodal.inputs import MultiModalFieldConfig, MultiModalKwargsItems
-from vllm.multimodal.parse import DictEmbeddingItems, MultiModalDataItems, MultiModalDataParser
-from vllm.multimodal.processing import (BaseDummyInputsBuilder, BaseMultiModalProcessor, BaseProcessingInfo,
-                                        PromptReplacement, PromptUpdate)
+from vllm.multimodal.parse import (
+    DictEmbeddingItems,
+    MultiModalDataItems,
+    MultiModalDataParser,
+)
+from vllm.multimodal.processing import (
+    BaseDummyInputsBuilder,
+    BaseMultiModalProcessor,
+    BaseProcessingInfo,
+    PromptReplacement,
+    PromptUpdate,
+)
 
 FIELDS = frozenset({"image_token_ids", "image_grid_thw"})
 

@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from omnistage.pipeline import Edge, Pipeline, StageContext, StageSpec, register_pipeline
+from omnistage.pipeline import Edge, Pipeline, StageContext, StageSpec
 
 DEFAULT_SYSTEM_PROMPT = (
     "You rewrite image prompts. Expand the user's short prompt into one detailed, vivid description "
@@ -72,8 +72,15 @@ def build_image_stage(ctx: StageContext):
         raise ValueError(f"stages[1].model: {folder} resolves to pipeline {family.name!r}, "
                          "which is not a one-stage image diffusion family")
     spec = replace(ctx.spec, adapter=diffusion[0].adapter, engine=None, model_subfolder=None)
-    extra = {**family.extra_body_params, **ctx.extra_body_params}
-    return DiffusionStageEngine(replace(ctx, spec=spec, model=str(folder), extra_body_params=extra))
+    return DiffusionStageEngine(replace(ctx, spec=spec, model=str(folder)))
+
+
+def image_family_extras(folder: Path) -> dict[str, type]:
+    """The model-specific request keys of the image family the folder wraps (e.g. sd3's ``mu``)."""
+    from omnistage.pipeline import resolve_pipeline
+
+    image = folder / "image"
+    return dict(resolve_pipeline(image).extra_body_params) if image.is_dir() else {}
 
 
 def expanded_to_image_prompt(source: dict[str, Any], request: Any) -> dict[str, Any]:
@@ -88,7 +95,7 @@ def expanded_to_image_prompt(source: dict[str, Any], request: Any) -> dict[str, 
     return out
 
 
-PIPELINE = register_pipeline(Pipeline(
+PIPELINE = Pipeline(
     name="prompt_expand",
     description="an LLM expands the prompt, an image family draws it (text + image)",
     # Selected by omnistage.json {"pipeline": "prompt_expand"}: two models cannot be guessed from one folder.
@@ -99,4 +106,7 @@ PIPELINE = register_pipeline(Pipeline(
         StageSpec(1, kind="diffusion", name="image", output="image", can_output="image,latent", final=True,
                   engine=build_image_stage, inputs=[Edge(0, process=expanded_to_image_prompt)]),
     ],
-))
+    folder_extra_body_params=image_family_extras,
+)
+PIPELINES = [PIPELINE]
+TINY: dict = {}  # a folder of two other families' models (see the docstring)

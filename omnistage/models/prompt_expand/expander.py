@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from omnistage.errors import InvalidRequestError
 from omnistage.pipeline import StageContext
 from omnistage.stages.base import StageRequest
 from omnistage.stages.llm.engine import LLMStageEngine
@@ -21,11 +22,11 @@ class PromptExpanderEngine(LLMStageEngine):
             return {k: v for k, v in inputs.items() if k != "multi_modal_data"}  # caller built the conversation
         prompt = inputs.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError("prompt: prompt_expand needs a non-empty text prompt")
+            raise InvalidRequestError("prompt", "prompt_expand needs a non-empty text prompt")
         info = inputs.get("additional_information") or {}
         system = info.get("system_prompt", self.system_prompt)
         if not isinstance(system, str):
-            raise ValueError("additional_information.system_prompt: expected a string")
+            raise InvalidRequestError("additional_information.system_prompt", "expected a string")
         if getattr(self.tokenizer, "chat_template", None) is None:  # a base LM: plain text framing
             return {"prompt": f"{system}\n\nPrompt: {prompt}\nDescription:"}
         return {"messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}]}

@@ -39,7 +39,11 @@ def build_sd15(outdir: Path) -> None:
 
 def build_sdxl(outdir: Path) -> None:
     import torch
-    from diffusers import EulerDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
+    from diffusers import (
+        EulerDiscreteScheduler,
+        StableDiffusionXLPipeline,
+        UNet2DConditionModel,
+    )
 
     torch.manual_seed(0)
     unet = UNet2DConditionModel(cross_attention_dim=64, addition_embed_type="text_time", addition_time_embed_dim=8,

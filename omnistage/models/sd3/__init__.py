@@ -1,11 +1,16 @@
 """Stable Diffusion 3 / 3.5 family: one diffusion stage (MMDiT + flow matching)."""
 
+from pathlib import Path
+
 from omnistage.models.sd3.adapter import SD3Adapter
-from omnistage.pipeline import Pipeline, StageSpec, register_pipeline
+from omnistage.models.sd3.tiny import build, build_lora
+from omnistage.pipeline import Pipeline, StageSpec
+
+DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment
 
 SD3_CLASSES = {"StableDiffusion3Pipeline", "StableDiffusion3Img2ImgPipeline"}
 
-PIPELINE = register_pipeline(Pipeline(
+PIPELINE = Pipeline(
     name="sd3",
     description="Stable Diffusion 3/3.5: CLIP-L + CLIP-G + T5 -> MMDiT (flow matching) -> VAE",
     matches=lambda f: f.diffusers_class in SD3_CLASSES,
@@ -13,6 +18,9 @@ PIPELINE = register_pipeline(Pipeline(
                       default_params={"num_inference_steps": 28, "guidance_scale": 7.0})],
     # mu: the flow-matching shift exponent (used when the scheduler has dynamic shifting)
     extra_body_params={"mu": float},
-))
+    deploy_file=DEPLOY,
+)
+PIPELINES = [PIPELINE]
+TINY = {"sd3": build, "sd3_lora": build_lora}
 
-__all__ = ["SD3Adapter", "PIPELINE"]
+__all__ = ["SD3Adapter", "PIPELINE", "PIPELINES", "TINY"]

@@ -10,7 +10,9 @@ from typing import Any, Hashable
 
 import torch
 
+from omnistage.errors import InvalidRequestError
 from omnistage.stages.diffusion.adapter import DiffusionJob
+from omnistage.stages.diffusion.blocks import JOINT_BLOCK, BlockLayout, adaln_zero_probe
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 
 MAX_SEQUENCE_LENGTH = 256  # diffusers' default T5 length for SD3
@@ -25,13 +27,25 @@ class SD3Adapter(DiffusersAdapter):
 
     # ------------------------------------------------------------- request checks
 
+    def max_side(self) -> int | None:
+        """The largest height/width the positional embedding covers: diffusers' ``PatchEmbed`` crops a
+        ``pos_embed_max_size``-patch grid and fails on larger latents (after the work of encoding them)."""
+        patches = self.pipe.transformer.config.get("pos_embed_max_size")
+        return None if patches is None else patches * self.size_multiple()
+
     def validate(self, job: DiffusionJob) -> None:
         p = job.params
         self.validate_size(job, f"VAE factor {self.pipe.vae_scale_factor} x patch size "
                                 f"{self.pipe.transformer.config.patch_size}")
+        limit = self.max_side()
+        for name in ("height", "width"):
+            if limit is not None and getattr(job, name) > limit:
+                raise InvalidRequestError(name, f"{getattr(job, name)} exceeds this model's maximum of {limit} "
+                                                f"(pos_embed_max_size {self.pipe.transformer.config.pos_embed_max_size} "
+                                                f"patches x {self.size_multiple()} pixels)")
         msl = p.max_sequence_length or MAX_SEQUENCE_LENGTH
         if msl > T5_LIMIT:
-            raise ValueError(f"max_sequence_length: {msl} exceeds the T5 limit of {T5_LIMIT}")
+            raise InvalidRequestError("max_sequence_length", f"{msl} exceeds the T5 limit of {T5_LIMIT}")
         job.extra["max_sequence_length"] = msl
         self.validate_rows(job)
         job.extra["t_start"] = self._t_start(job)
@@ -50,73 +64,42 @@ class SD3Adapter(DiffusersAdapter):
 
     # ------------------------------------------------------------- preparation
 
-    def _embed(self, prompts: list[str], msl: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
         embeds, _, pooled, _ = self.pipe.encode_prompt(
             prompt=prompts, prompt_2=None, prompt_3=None, do_classifier_free_guidance=False, device=self.device,
-            num_images_per_prompt=1, max_sequence_length=msl)
-        return embeds, pooled
-
-    def encode(self, jobs: list[DiffusionJob]) -> None:
-        msl = jobs[0].extra["max_sequence_length"]
-        embeds, pooled = self._embed([j.prompt for j in jobs], msl)
-        for i, j in enumerate(jobs):
-            j.cond = {"encoder_hidden_states": self.repeat_rows(embeds[i:i + 1], j.rows),
-                      "pooled_projections": self.repeat_rows(pooled[i:i + 1], j.rows)}
-        cfg = [j for j in jobs if j.do_cfg]
-        if cfg:
-            # diffusers encodes negatives in their own call, with "" for a missing negative prompt
-            embeds, pooled = self._embed([j.negative_prompt or "" for j in cfg], msl)
-            for i, j in enumerate(cfg):
-                j.uncond = {"encoder_hidden_states": self.repeat_rows(embeds[i:i + 1], j.rows),
-                            "pooled_projections": self.repeat_rows(pooled[i:i + 1], j.rows)}
+            num_images_per_prompt=1, max_sequence_length=jobs[0].extra["max_sequence_length"])
+        return {"encoder_hidden_states": embeds, "pooled_projections": pooled}
 
     def timesteps(self, job: DiffusionJob) -> None:
-        from diffusers.pipelines.stable_diffusion_3.pipeline_stable_diffusion_3 import calculate_shift
-
-        cfg = self.pipe.scheduler.config
         kwargs: dict[str, Any] = {}
         mu = job.params.extra_args.get("mu")
-        if cfg.get("use_dynamic_shifting", None) and mu is None:
+        if self.pipe.scheduler.config.get("use_dynamic_shifting", None) and mu is None:
             patch = self.pipe.transformer.config.patch_size
             f = self.pipe.vae_scale_factor
-            seq_len = (job.height // f // patch) * (job.width // f // patch)
-            mu = calculate_shift(seq_len, cfg.get("base_image_seq_len", 256), cfg.get("max_image_seq_len", 4096),
-                                 cfg.get("base_shift", 0.5), cfg.get("max_shift", 1.16))
+            mu = self.dynamic_shift_mu((job.height // f // patch) * (job.width // f // patch))
         if mu is not None:
             kwargs["mu"] = mu
         job.sampler_state = self.sampler.make_state(job.params.num_inference_steps, job.extra["t_start"],
                                                     device=self.device, **kwargs)
 
     def init_latents(self, job: DiffusionJob) -> None:
-        from diffusers.pipelines.stable_diffusion_3.pipeline_stable_diffusion_3_img2img import retrieve_latents
-        from diffusers.utils.torch_utils import randn_tensor
-
         f = self.pipe.vae_scale_factor
-        channels = self.pipe.transformer.config.in_channels
         dtype = job.cond["encoder_hidden_states"].dtype
         if not job.images:
-            shape = (job.rows, channels, job.height // f, job.width // f)
-            job.latents = randn_tensor(shape, generator=job.generator, device=self.device, dtype=dtype)
+            shape = (job.rows, self.pipe.transformer.config.in_channels, job.height // f, job.width // f)
+            job.latents = self.noise(job, shape, dtype)
             return
-        vae = self.pipe.vae
-        image = self.pipe.image_processor.preprocess(job.images, height=job.height, width=job.width)
-        image = image.to(device=self.device, dtype=dtype)
-        init = retrieve_latents(vae.encode(image), generator=job.generator)
-        init = (init - vae.config.shift_factor) * vae.config.scaling_factor
-        if job.rows > init.shape[0]:
-            init = torch.cat([init] * (job.rows // init.shape[0]), dim=0)
-        noise = randn_tensor(init.shape, generator=job.generator, device=self.device, dtype=dtype)
+        init = self.image_latents(job, dtype)
+        noise = self.noise(job, tuple(init.shape), dtype)
         t0 = job.sampler_state.timesteps[:1].repeat(job.rows)
         job.latents = job.sampler_state.scheduler.scale_noise(init, t0, noise).to(device=self.device, dtype=dtype)
 
-    # ------------------------------------------------------------- the batched parts
+    # ------------------------------------------------------------- the batched part
 
     def predict(self, x: torch.Tensor, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.pipe.transformer(hidden_states=x, timestep=t, encoder_hidden_states=cond["encoder_hidden_states"],
                                      pooled_projections=cond["pooled_projections"], return_dict=False)[0]
 
-    def decode(self, jobs: list[DiffusionJob]) -> list[list[Any]]:
-        vae = self.pipe.vae
-        latents = torch.cat([j.latents for j in jobs])
-        latents = (latents / vae.config.scaling_factor) + vae.config.shift_factor
-        return self.to_uint8(vae.decode(latents, return_dict=False)[0], jobs)
+    def block_layouts(self) -> list[BlockLayout]:
+        tr = self.pipe.transformer
+        return [BlockLayout.uniform(tr, tr.transformer_blocks, JOINT_BLOCK, probe=adaln_zero_probe)]

@@ -1,6 +1,6 @@
-"""Wan 2.1 / 2.2 text-to-video (3-D DiT, UMT5 text encoder, causal video VAE) for the diffusion engine.
+"""Wan 2.1 / 2.2 text- and image-to-video (3-D DiT, UMT5 text encoder, causal video VAE) for the diffusion engine.
 
-Mirrors ``WanPipeline.__call__`` step by step so that one request alone
+Mirrors ``WanPipeline.__call__`` (and ``WanImageToVideoPipeline.__call__``) step by step so that one request alone
 reproduces it exactly: fp32 latents [B, C, T', H', W'] from the request's
 generator, the folder's scheduler (UniPC on flow sigmas for the released
 checkpoints) stepped per request, cond and uncond as separate forwards (as
@@ -11,15 +11,16 @@ timestep with ``guidance_scale_2`` in the low-noise phase.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, Hashable
 
 import numpy as np
 import torch
 
+from omnistage.errors import InvalidRequestError
 from omnistage.stages.diffusion.adapter import DiffusionJob
+from omnistage.stages.diffusion.blocks import BlockIO, BlockLayout
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
+from omnistage.stages.diffusion.step_cache import row_subset
 
 # WanPipeline.__call__'s own defaults (tests check they still agree)
 DEFAULT_HEIGHT = 480
@@ -27,6 +28,8 @@ DEFAULT_WIDTH = 832
 DEFAULT_NUM_FRAMES = 81
 MAX_SEQUENCE_LENGTH = 512
 DEFAULT_FPS = 16  # what the Wan releases export their videos at
+# WanTransformerBlock(hidden_states, encoder_hidden_states, temb, rotary_emb) -> hidden_states
+WAN_BLOCK = BlockIO(returns="hidden_states", per_row=("encoder_hidden_states", "temb"))
 
 
 class WanAdapter(DiffusersAdapter):
@@ -42,21 +45,11 @@ class WanAdapter(DiffusersAdapter):
         ratio = pipe.config.boundary_ratio
         self.boundary = None if ratio is None else ratio * pipe.scheduler.config.num_train_timesteps
 
-    @classmethod
-    def load(cls, folder: str, dtype: torch.dtype, device: torch.device) -> "WanAdapter":
-        """One family entry point for text-to-video and image-to-video folders."""
-        index = json.loads((Path(folder) / "model_index.json").read_text())
-        if cls is WanAdapter and index.get("_class_name") == "WanImageToVideoPipeline":
-            from omnistage.models.wan.i2v import WanI2VAdapter
-
-            return WanI2VAdapter.load(folder, dtype, device)
-        return super().load(folder, dtype, device)
-
     # ------------------------------------------------------------- request checks
 
     def validate(self, job: DiffusionJob) -> None:
         if job.images:
-            raise ValueError("multi_modal_data.image: this is a text-to-video model; it takes no input image")
+            raise InvalidRequestError("multi_modal_data.image", "this is a text-to-video model; it takes no input image")
         self.validate_video(job)
 
     def validate_video(self, job: DiffusionJob) -> None:
@@ -66,23 +59,39 @@ class WanAdapter(DiffusersAdapter):
                                         ("width", f * self.patch[2], DEFAULT_WIDTH)):
             value = getattr(p, name) or default
             if value % multiple:
-                raise ValueError(f"{name}: {value} is not divisible by {multiple} "
+                raise InvalidRequestError(name, f"{value} is not divisible by {multiple} "
                                  f"(VAE factor {f} x patch size {multiple // f})")
             setattr(job, name, int(value))
         ft = self.pipe.vae_scale_factor_temporal
         frames = p.num_frames or DEFAULT_NUM_FRAMES
         if (frames - 1) % ft:
             lower = (frames - 1) // ft * ft + 1
-            raise ValueError(f"num_frames: {frames} is not of the form {ft}k+1 (VAE temporal factor {ft}); "
+            raise InvalidRequestError("num_frames", f"{frames} is not of the form {ft}k+1 (VAE temporal factor {ft}); "
                              f"try {lower} or {lower + ft}")
         job.extra["num_frames"] = frames
+        self.check_rope_range(job)
         if p.num_outputs_per_prompt != 1:
-            raise ValueError(f"num_outputs_per_prompt: {p.num_outputs_per_prompt}; a video request makes one video "
+            raise InvalidRequestError("num_outputs_per_prompt", f"{p.num_outputs_per_prompt}; a video request makes one video "
                              "(send several requests: they share the forwards)")
         if p.guidance_scale_2 is not None and self.boundary is None:
-            raise ValueError("guidance_scale_2: this model has no low-noise expert (boundary_ratio is not set)")
+            raise InvalidRequestError("guidance_scale_2", "this model has no low-noise expert (boundary_ratio is not set)")
         job.extra["max_sequence_length"] = p.max_sequence_length or MAX_SEQUENCE_LENGTH
         job.rows = 1
+
+    def check_rope_range(self, job: DiffusionJob) -> None:
+        """The DiT's rotary table covers ``rope_max_seq_len`` patches per axis; beyond it the forward fails
+        (after the text encoding and VAE work), so a request that needs more is refused here."""
+        model = self.pipe.transformer if self.pipe.transformer is not None else self.pipe.transformer_2
+        most = model.config.rope_max_seq_len
+        f, ft = self.pipe.vae_scale_factor_spatial, self.pipe.vae_scale_factor_temporal
+        pt, ph, pw = self.patch
+        for name, value, unit in (("num_frames", job.extra["num_frames"], None), ("height", job.height, f * ph),
+                                  ("width", job.width, f * pw)):
+            patches = self.latent_frames(job) // pt if unit is None else value // unit
+            if patches > most:
+                top = (most * pt - 1) * ft + 1 if unit is None else most * unit
+                raise InvalidRequestError(name, f"{value} exceeds this model's maximum of {top} "
+                                                f"(rope_max_seq_len {most} patches per axis)")
 
     def batch_key(self, job: DiffusionJob) -> Hashable:
         # dense latents, and no text mask in the DiT: the UMT5 length must match inside a batch too
@@ -93,22 +102,11 @@ class WanAdapter(DiffusersAdapter):
 
     # ------------------------------------------------------------- preparation
 
-    def _embed(self, prompts: list[str], msl: int) -> torch.Tensor:
+    def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
         embeds, _ = self.pipe.encode_prompt(prompt=prompts, do_classifier_free_guidance=False, num_videos_per_prompt=1,
-                                            max_sequence_length=msl, device=self.device)
-        return embeds.to(self.model_dtype)
-
-    def encode(self, jobs: list[DiffusionJob]) -> None:
-        msl = jobs[0].extra["max_sequence_length"]
-        embeds = self._embed([j.prompt for j in jobs], msl)
-        for i, j in enumerate(jobs):
-            j.cond = {"encoder_hidden_states": embeds[i:i + 1]}
-        cfg = [j for j in jobs if j.do_cfg]
-        if cfg:
-            # diffusers encodes the negatives in their own call, "" standing in for a missing one
-            embeds = self._embed([j.negative_prompt or "" for j in cfg], msl)
-            for i, j in enumerate(cfg):
-                j.uncond = {"encoder_hidden_states": embeds[i:i + 1]}
+                                            max_sequence_length=jobs[0].extra["max_sequence_length"],
+                                            device=self.device)
+        return {"encoder_hidden_states": embeds.to(self.model_dtype)}
 
     def timesteps(self, job: DiffusionJob) -> None:
         state = self.sampler.make_state(job.params.num_inference_steps, device=self.device)
@@ -121,12 +119,10 @@ class WanAdapter(DiffusersAdapter):
             job.step_guidance = [g if t >= self.boundary else g2 for t in state.timesteps.tolist()]
 
     def init_latents(self, job: DiffusionJob) -> None:
-        from diffusers.utils.torch_utils import randn_tensor
-
         f = self.pipe.vae_scale_factor_spatial
         shape = (job.rows, self.in_channels, self.latent_frames(job), job.height // f, job.width // f)
         # the pipeline keeps latents in fp32 whatever the model dtype
-        job.latents = randn_tensor(shape, generator=job.generator, device=self.device, dtype=torch.float32)
+        job.latents = self.noise(job, shape, torch.float32)
 
     # ------------------------------------------------------------- the batched parts
 
@@ -154,21 +150,78 @@ class WanAdapter(DiffusersAdapter):
         out = None
         for model, idx in ((self.pipe.transformer, high.nonzero().squeeze(1)),
                            (self.pipe.transformer_2, (~high).nonzero().squeeze(1))):
-            part = self._forward(model, x[idx], t[idx], {k: v[idx] for k, v in cond.items()})
+            with row_subset(idx):  # the step cache learns whose rows each expert gets
+                part = self._forward(model, x[idx], t[idx], {k: v[idx] for k, v in cond.items()})
             out = part.new_empty((x.shape[0], *part.shape[1:])) if out is None else out
             out.index_copy_(0, idx, part)
         return out
 
+    def block_layouts(self) -> list[BlockLayout]:
+        # TeaCache4Wan2.1 compares the timestep projection (the blocks' ``temb``) between steps
+        return [BlockLayout.uniform(m, m.blocks, WAN_BLOCK, probe=lambda block, args: args["temb"])
+                for m in (self.pipe.transformer, self.pipe.transformer_2) if m is not None]
+
     def decode(self, jobs: list[DiffusionJob]) -> list[list[np.ndarray]]:
         vae = self.pipe.vae
         latents = torch.cat([j.latents for j in jobs]).to(self.device, dtype=vae.dtype)
-        z = vae.config.z_dim
-        mean = torch.tensor(vae.config.latents_mean).view(1, z, 1, 1, 1).to(latents.device, latents.dtype)
-        inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z, 1, 1, 1).to(latents.device, latents.dtype)
-        video = vae.decode(latents / inv_std + mean, return_dict=False)[0]
+        mean, std = self.channel_stats(latents)
+        video = vae.decode(latents / (1.0 / std) + mean, return_dict=False)[0]  # diffusers divides by 1/std
         frames = self.pipe.video_processor.postprocess_video(video, output_type="np")  # [B, T, H, W, 3] in [0, 1]
         frames = (frames * 255).round().astype(np.uint8)  # the rounding diffusers uses for PIL output
         return [[np.ascontiguousarray(frames[i])] for i in range(len(jobs))]
 
     def pack_output(self, job: DiffusionJob, decoded: list[np.ndarray]) -> dict[str, Any]:
         return {"video": decoded[0], "fps": job.params.fps or DEFAULT_FPS}
+
+
+# Image-to-video (WanImageToVideoPipeline): the same loop; the input image adds per-request conditioning —
+# its VAE latents (first frame, zeros after) with a frame mask, concatenated to the noisy latents' channels at
+# every forward, and, for Wan2.1 I2V, CLIP vision tokens placed before the text tokens.
+class WanI2VAdapter(WanAdapter):
+    pipeline_class_name = "WanImageToVideoPipeline"
+
+    def __init__(self, pipe: Any, dtype: torch.dtype, device: torch.device):
+        super().__init__(pipe, dtype, device)
+        if pipe.config.expand_timesteps:
+            raise ValueError("WanImageToVideoPipeline with expand_timesteps (Wan2.2 TI2V) is not supported yet")
+        model = pipe.transformer if pipe.transformer is not None else pipe.transformer_2
+        self.uses_clip = model.config.image_dim is not None
+
+    def validate(self, job: DiffusionJob) -> None:
+        if not job.images:
+            raise InvalidRequestError("multi_modal_data.image", "image-to-video needs the first frame as an input image")
+        if len(job.images) != 1:
+            raise InvalidRequestError("multi_modal_data.image", f"expected one first-frame image, got {len(job.images)}")
+        if job.params.strength is not None:
+            raise InvalidRequestError("strength", "not used by image-to-video (the image is the first frame)")
+        self.validate_video(job)
+        if self.uses_clip and job.extra["max_sequence_length"] != MAX_SEQUENCE_LENGTH:
+            # the DiT takes everything before the last 512 context tokens as image tokens
+            raise InvalidRequestError("max_sequence_length", f"this model needs {MAX_SEQUENCE_LENGTH} "
+                             f"(its transformer splits image and text tokens there)")
+
+    def encode(self, jobs: list[DiffusionJob]) -> None:
+        super().encode(jobs)
+        if not self.uses_clip:
+            return
+        embeds = self.pipe.encode_image([j.images[0] for j in jobs], self.device).to(self.model_dtype)
+        for i, j in enumerate(jobs):
+            for cond in (j.cond, j.uncond):
+                if cond is not None:
+                    cond["encoder_hidden_states_image"] = embeds[i:i + 1]
+
+    def init_latents(self, job: DiffusionJob) -> None:
+        image = self.pipe.video_processor.preprocess(job.images[0], height=job.height, width=job.width)
+        latents, condition = self.pipe.prepare_latents(
+            image.to(self.device, dtype=torch.float32), job.rows, self.pipe.vae.config.z_dim, job.height, job.width,
+            job.extra["num_frames"], torch.float32, self.device, job.generator)
+        job.latents = latents
+        for cond in (job.cond, job.uncond):
+            if cond is not None:
+                cond["condition"] = condition
+
+    def model_input(self, x: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.cat([x, cond["condition"]], dim=1)
+
+
+WanAdapter.variants = {"WanImageToVideoPipeline": WanI2VAdapter}  # one entry point for T2V and I2V folders

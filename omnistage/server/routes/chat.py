@@ -5,50 +5,93 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, AsyncIterator
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 
+from omnistage.engine.request import OmniRequest
 from omnistage.modality import OutputModality
-from omnistage.server.app import get_state
+from omnistage.outputs import OmniRequestOutput
+from omnistage.server.deps import get_state
 from omnistage.server.errors import bad_request, from_engine_error
-from omnistage.server.media import (audio_from_bytes, b64, data_url, decode_base64, encode_audio, encode_image,
-                                    encode_mp4, load_audio, load_image, load_video, pcm16)
+from omnistage.server.media import (
+    as_data_url,
+    audio_from_bytes,
+    b64,
+    check_audio,
+    check_image,
+    check_video,
+    data_url,
+    decode_base64,
+    encode_audio,
+    encode_image,
+    encode_mp4,
+    fetch_bytes,
+    load_audio,
+    load_image,
+    load_video,
+    pcm16,
+)
 from omnistage.server.middleware import request_id
+from omnistage.server.openapi import SSE, success
 from omnistage.server.protocol import ChatCompletionRequest
-from omnistage.server.sampling import build_sampling_params_list, request_knobs, with_output_resolution
 from omnistage.server.state import Result, ServerState
-from omnistage.server.streaming import SSE_DONE, AbortOnDisconnect, sse, with_error_event
+from omnistage.server.streaming import (
+    SSE_DONE,
+    AbortOnDisconnect,
+    primed,
+    sse,
+    with_error_event,
+)
 
 router = APIRouter(prefix="/v1")
 
 
-@router.post("/chat/completions")
+@router.post("/chat/completions", responses=success("", SSE, json=True))  # JSON, or SSE with stream
 async def chat_completions(body: ChatCompletionRequest, request: Request, state: ServerState = Depends(get_state)) -> Any:
-    state.check_model(body.model)
+    lora = state.check_model(body.model)
     if body.logprobs:
         raise bad_request("logprobs: not supported", "logprobs")
     engine = state.engine
     modalities = _modalities(state, body.modalities)
-    knobs, extras = request_knobs(body)
-    state.check_n(knobs.get("n"))
+    knobs = body.knobs(body.extra_body)
+    state.check_n(knobs.n)
     wants = OutputModality(0)
     for m in modalities or engine.output_modalities.names():
         wants |= OutputModality.parse(m)
-    if knobs.get("n", 1) > 1 and OutputModality.TEXT in wants and state.text_stages():
+    if (knobs.n or 1) > 1 and OutputModality.TEXT in wants and state.text_stages():
         raise bad_request("n: only n=1 is supported for text output", "n")
-    params = build_sampling_params_list(engine, knobs, extras, body.sampling_params_list)
-    prompt = with_output_resolution(await build_prompt(state, body), knobs)
-    rid = request_id(request.scope)
+    prompt = await build_prompt(state, body)
+    _choose_voice(state, body, knobs, prompt)
+    req = state.make_request(prompt, request_id(request.scope), body.sampling_params_list, modalities, knobs, lora)
     if body.stream:
         slot = state.admission.acquire()  # before the response starts, so saturation is a real 503
-        events = _stream(state, body, rid, prompt, params, modalities, slot)
+        try:
+            outs = await primed(state.stream(req, slot=slot))
+        except BaseException:
+            slot.release()
+            raise
+        events = _stream(state, body, req, outs)
         return AbortOnDisconnect(with_error_event(events, from_engine_error), on_close=slot.release,
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    result = await state.run(request, rid, prompt, params, modalities)
-    return await asyncio.to_thread(_completion, state, body, rid, result)
+    result = await state.run(request, req)
+    return await asyncio.to_thread(_completion, state, body, req.request_id, result)
+
+
+def _choose_voice(state: ServerState, body: ChatCompletionRequest, knobs: Any, prompt: dict[str, Any]) -> None:
+    """OpenAI's ``audio.voice`` (or ``speaker`` in extra_body) picks one of the model's voices."""
+    chosen = body.audio is not None and body.audio.voice is not None
+    voice = body.audio.voice if chosen else knobs.extras().get("speaker")
+    if voice is None:
+        return
+    field = "audio.voice" if chosen else "speaker"
+    names = list(state.engine.pipeline.info.get("voices") or [])
+    if not isinstance(voice, str) or voice.lower() not in {n.lower() for n in names}:
+        raise bad_request(f"{field}: {voice!r} is not one of this model's voices ({', '.join(names) or 'none'})",
+                          field)
+    prompt.setdefault("additional_information", {})["voice"] = voice
 
 
 def _modalities(state: ServerState, asked: list[str] | None) -> list[str] | None:
@@ -72,10 +115,70 @@ def _modalities(state: ServerState, asked: list[str] | None) -> list[str] | None
 
 
 async def build_prompt(state: ServerState, body: ChatCompletionRequest) -> dict[str, Any]:
-    """Messages for llm source stages (they apply the chat template); the last user text otherwise."""
+    """Messages for llm source stages (vLLM's renderer templates them and loads their media);
+    the last user text and decoded media otherwise."""
+    sources = [s for s in state.engine.pipeline.stages if not s.inputs]
+    if any(s.kind == "llm" for s in sources):
+        return await _chat_prompt(state, body)
+    return await _decoded_prompt(state, body)
+
+
+async def _chat_prompt(state: ServerState, body: ChatCompletionRequest) -> dict[str, Any]:
+    """OpenAI messages as vLLM's chat renderer takes them. Media parts are fetched here (the
+    server's limits and allowlist), checked to decode, and passed on as base64 ``data:`` URLs."""
+    messages: list[dict[str, Any]] = []
+    pending: list[Any] = []  # media fetches, run together
+    for i, msg in enumerate(body.messages):
+        entry = msg.model_dump(exclude_none=True)
+        if isinstance(msg.content, list):
+            parts: list[dict[str, Any]] = []
+            for j, part in enumerate(msg.content):
+                where = f"messages[{i}].content[{j}]"
+                if part.type in ("text", "input_text"):
+                    parts.append({"type": "text", "text": part.text})
+                    continue
+                out: dict[str, Any] = {"type": part.type}
+                parts.append(out)
+                pending.append(_media_part(state, part, where, out))
+            entry["content"] = parts
+        messages.append(entry)
+    results = await asyncio.gather(*pending, return_exceptions=True)
+    for r in results:  # the first bad part in message order names the error
+        if isinstance(r, BaseException):
+            raise r
+    template = {**(body.chat_template_kwargs or {}), "add_generation_prompt": body.add_generation_prompt,
+                "continue_final_message": body.continue_final_message}  # the top-level flags win, as in vLLM
+    prompt: dict[str, Any] = {"messages": messages, "additional_information": {"chat_template_kwargs": template}}
+    if body.mm_processor_kwargs:
+        prompt["mm_processor_kwargs"] = body.mm_processor_kwargs
+    return prompt
+
+
+async def _media_part(state: ServerState, part: Any, where: str, out: dict[str, Any]) -> None:
+    """Fills ``out`` with the part's checked bytes as vLLM's part of the same type."""
+    limits = state.media
+    if part.type == "input_audio":
+        field = f"{where}.input_audio"
+        data = decode_base64(part.input_audio.data, f"{field}.data", limits)
+        await asyncio.to_thread(check_audio, data, field)
+        out["input_audio"] = {"data": b64(data), "format": part.input_audio.format}
+        return
+    field = f"{where}.{part.type}"
+    url = part.url()
+    data = await fetch_bytes(url, field, limits)
+    if part.type == "image_url":
+        await asyncio.to_thread(check_image, data, field, limits)
+    elif part.type == "audio_url":
+        await asyncio.to_thread(check_audio, data, field)
+    else:
+        await asyncio.to_thread(check_video, data, field)
+    out[part.type] = {"url": as_data_url(url, data)}
+
+
+async def _decoded_prompt(state: ServerState, body: ChatCompletionRequest) -> dict[str, Any]:
+    """For pipelines that start with a non-llm stage: the last user text and the decoded media."""
     limits = state.media
     mm: dict[str, list[Any]] = {"image": [], "audio": [], "video": []}
-    messages: list[dict[str, Any]] = []
     user_text = None
     for i, msg in enumerate(body.messages):
         content: Any = msg.content
@@ -83,50 +186,29 @@ async def build_prompt(state: ServerState, body: ChatCompletionRequest) -> dict[
         if isinstance(content, str):
             texts.append(content)
         elif isinstance(content, list):
-            parts = []
             for j, part in enumerate(content):
                 where = f"messages[{i}].content[{j}]"
                 if part.type in ("text", "input_text"):
-                    parts.append({"type": "text", "text": part.text})
                     texts.append(part.text)
                 elif part.type == "image_url":
                     mm["image"].append(await load_image(part.url(), f"{where}.image_url", limits))
-                    parts.append({"type": "image"})
                 elif part.type == "audio_url":
                     mm["audio"].append(await load_audio(part.url(), f"{where}.audio_url", limits))
-                    parts.append({"type": "audio"})
                 elif part.type == "input_audio":
                     data = decode_base64(part.input_audio.data, f"{where}.input_audio.data", limits)
                     mm["audio"].append(await asyncio.to_thread(audio_from_bytes, data, f"{where}.input_audio"))
-                    parts.append({"type": "audio"})
                 elif part.type == "video_url":
                     mm["video"].append(await load_video(part.url(), f"{where}.video_url", limits))
-                    parts.append({"type": "video"})
-            content = parts
         if msg.role == "user" and texts:
             user_text = "\n".join(texts)
-        entry = {"role": msg.role, "content": content}
-        if msg.name:
-            entry["name"] = msg.name
-        messages.append(entry)
-    prompt: dict[str, Any] = {}
+    if user_text is None:
+        raise bad_request("messages: no user message with text content", "messages")
+    prompt: dict[str, Any] = {"prompt": user_text}
     multi_modal = {k: (v[0] if len(v) == 1 else v) for k, v in mm.items() if v}
     if multi_modal:
         prompt["multi_modal_data"] = multi_modal
-    sources = [s for s in state.engine.pipeline.stages if not s.inputs]
-    if any(s.kind == "llm" for s in sources):
-        prompt["messages"] = messages
-        template = {"add_generation_prompt": body.add_generation_prompt,
-                    "continue_final_message": body.continue_final_message, **(body.chat_template_kwargs or {})}
-        prompt["additional_information"] = {"chat_template_kwargs": template}
-        if body.mm_processor_kwargs:
-            prompt["mm_processor_kwargs"] = body.mm_processor_kwargs
-    else:
-        if user_text is None:
-            raise bad_request("messages: no user message with text content", "messages")
-        prompt["prompt"] = user_text
-        if body.negative_prompt:
-            prompt["negative_prompt"] = body.negative_prompt
+    if body.negative_prompt:
+        prompt["negative_prompt"] = body.negative_prompt
     return prompt
 
 
@@ -172,8 +254,9 @@ def _completion(state: ServerState, body: ChatCompletionRequest, rid: str, resul
     return out
 
 
-async def _stream(state: ServerState, body: ChatCompletionRequest, rid: str, prompt: dict, params: list,
-                  modalities: list[str] | None, slot: Any):
+async def _stream(state: ServerState, body: ChatCompletionRequest, req: OmniRequest,
+                  outs: AsyncIterator[OmniRequestOutput]):
+    rid = req.request_id
     created = int(time.time())
     start = time.monotonic()
     first = True
@@ -191,13 +274,14 @@ async def _stream(state: ServerState, body: ChatCompletionRequest, rid: str, pro
         return sse(data)
 
     yield chunk({"role": "assistant", "content": ""}, "text")
-    async for out in state.stream(rid, prompt, params, modalities, slot=slot):
+    rate_sent = False
+    async for out in outs:
         pieces: list[str] = []
         text = out.delta.get("text")
         if isinstance(text, str) and text:
             usage = {}
             if continuous and out.num_tokens is not None:  # the server's count, so clients need not count chunks
-                prompt_tokens = len(out.prompt_token_ids or [])
+                prompt_tokens = out.num_prompt_tokens or 0
                 usage = {"usage": {"prompt_tokens": prompt_tokens, "completion_tokens": out.num_tokens,
                                    "total_tokens": prompt_tokens + out.num_tokens}}
             pieces.append(chunk({"content": text}, "text", **usage))
@@ -205,9 +289,11 @@ async def _stream(state: ServerState, body: ChatCompletionRequest, rid: str, pro
         if audio is not None:
             arr = np.asarray(audio.detach().cpu() if hasattr(audio, "detach") else audio, dtype=np.float32).reshape(-1)
             if arr.size:
-                sr = out.sample_rate or out.delta.get("sample_rate")
-                pieces.append(chunk({"audio": {"id": f"audio-{rid}", "data": b64(pcm16(arr)), "format": "pcm16",
-                                               "sample_rate": sr}}, "audio"))
+                delta = {"id": f"audio-{rid}", "data": b64(pcm16(arr)), "format": "pcm16"}
+                if not rate_sent:  # the sample rate once, with the first audio delta
+                    delta["sample_rate"] = out.sample_rate or out.delta.get("sample_rate")
+                    rate_sent = True
+                pieces.append(chunk({"audio": delta}, "audio"))
         if out.finished:
             result.add(out, text_stages)
             for image in out.images:

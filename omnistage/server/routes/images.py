@@ -12,12 +12,23 @@ from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
 from omnistage.modality import OutputModality
-from omnistage.server.app import get_state
-from omnistage.server.errors import APIError, bad_request, describe_validation
-from omnistage.server.media import b64, encode_image, image_from_bytes, load_image, too_large
+from omnistage.server.deps import get_state
+from omnistage.server.errors import (
+    APIError,
+    bad_request,
+    describe_validation,
+    error_responses,
+)
+from omnistage.server.media import (
+    b64,
+    encode_image,
+    image_from_bytes,
+    load_image,
+    too_large,
+)
 from omnistage.server.middleware import request_id
+from omnistage.server.openapi import request_body
 from omnistage.server.protocol import ImageRequest
-from omnistage.server.sampling import build_sampling_params_list, request_knobs, with_output_resolution
 from omnistage.server.state import ServerState
 
 router = APIRouter(prefix="/v1")
@@ -31,7 +42,8 @@ async def generations(body: ImageRequest, request: Request, state: ServerState =
     return await generate_images(state, request, body, [])
 
 
-@router.post("/images/edits")
+@router.post("/images/edits", responses=error_responses(413, 415),
+             openapi_extra=request_body(ImageRequest, {"image": True}))
 async def edits(request: Request, state: ServerState = Depends(get_state)) -> dict:
     ctype = request.headers.get("content-type", "")
     if ctype.startswith("multipart/form-data"):
@@ -88,23 +100,21 @@ async def _from_multipart(request: Request, state: ServerState) -> tuple[ImageRe
 
 
 async def generate_images(state: ServerState, request: Request, body: ImageRequest, images: list[Any]) -> dict:
-    state.check_model(body.model)
+    lora = state.check_model(body.model)
     state.require(OutputModality.IMAGE, "images")
     if body.response_format != "b64_json":
         raise bad_request("response_format: only 'b64_json' is supported (no URLs are hosted)", "response_format")
     if body.stream:
         raise bad_request("stream: streaming image generation is not supported", "stream")
-    knobs, extras = request_knobs(body)
-    state.check_n(knobs.get("n"))
-    params = build_sampling_params_list(state.engine, knobs, extras)
+    knobs = body.knobs(body.extra_body)
+    state.check_n(knobs.n)
     prompt: dict[str, Any] = {"prompt": body.prompt}
-    if knobs.get("negative_prompt"):
-        prompt["negative_prompt"] = knobs["negative_prompt"]
+    if knobs.negative_prompt:
+        prompt["negative_prompt"] = knobs.negative_prompt
     if images:
         prompt["multi_modal_data"] = {"image": images}
-    with_output_resolution(prompt, knobs)
-    rid = request_id(request.scope)
-    result = await state.run(request, rid, prompt, params, ["image"])
+    req = state.make_request(prompt, request_id(request.scope), output_modalities=["image"], knobs=knobs, lora=lora)
+    result = await state.run(request, req)
     quality = body.output_compression
     encoded = await asyncio.to_thread(lambda: [encode_image(im, body.output_format, quality) for im in result.images])
     out: dict[str, Any] = {"created": int(time.time()), "data": [{"b64_json": b64(e)} for e in encoded],

@@ -1,31 +1,45 @@
-"""GET /, /health, /metrics (open) and /v1/models (behind the API key)."""
+"""GET /, /static/*, /health, /metrics (open) and /v1/models (behind the API key)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import FileResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from omnistage.server.app import get_state
+from omnistage.modality import OutputModality
+from omnistage.params import RequestKnobs, denoising_stages
+from omnistage.server.deps import get_state
 from omnistage.server.errors import APIError
 from omnistage.server.state import ServerState
 
 router = APIRouter()
 v1 = APIRouter(prefix="/v1")
 
-PLAYGROUND = Path(__file__).resolve().parent.parent / "static" / "playground.html"
+STATIC = Path(__file__).resolve().parent.parent / "static"
+PLAYGROUND = STATIC / "playground.html"
+# The playground's own files, by name: a fixed table, so no request path ever reaches the file system.
+ASSETS = {"playground.js": "text/javascript", "playground.css": "text/css"}
 
 
 @router.get("/", include_in_schema=False)
 async def root(state: ServerState = Depends(get_state)) -> Response:
     if PLAYGROUND.is_file():
-        return FileResponse(PLAYGROUND, media_type="text/html")
+        return FileResponse(PLAYGROUND, media_type="text/html", headers={"Cache-Control": "no-cache"})
     return JSONResponse({"name": "omnistage", "model": state.model_name, "docs": "/docs"})
 
 
-@router.get("/health")
+@router.get("/static/{name}", include_in_schema=False)
+async def asset(name: str) -> Response:
+    if name not in ASSETS or not (STATIC / name).is_file():
+        raise APIError(404, f"no static file {name!r}", param="name", code="not_found")
+    return FileResponse(STATIC / name, media_type=ASSETS[name], headers={"Cache-Control": "no-cache"})
+
+
+@router.get("/health", responses={503: {"description": "A stage is down (restarting) or the server is "
+                                                                  "shutting down; the same body, status unavailable"}})
 async def health(state: ServerState = Depends(get_state)) -> JSONResponse:
     stats = state.engine.stage_stats()
     stages = {str(sid): {"healthy": s.healthy, "queue_depth": s.queue_depth, "running": s.running,
@@ -41,28 +55,97 @@ async def metrics(state: ServerState = Depends(get_state)) -> Response:
     return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-def _model_card(state: ServerState) -> dict:
+# Route names a model card lists, and the output each needs (None: any pipeline).
+ROUTES: tuple[tuple[str, OutputModality | None], ...] = (
+    ("chat", None),
+    ("images.generations", OutputModality.IMAGE),
+    ("images.edits", OutputModality.IMAGE),
+    ("audio.speech", OutputModality.AUDIO),
+    ("videos", OutputModality.VIDEO),
+)
+_JSON_SCALARS = (bool, int, float, str)
+
+
+def _routes(state: ServerState) -> list[str]:
+    """The routes that serve this model. Chat is generic (text in, any output) unless the pipeline
+    declares ``info["chat"] = False`` (e.g. a speech LM that speaks a plain prompt, not messages)."""
+    produced = state.engine.output_modalities
+    chat = state.engine.pipeline.info.get("chat", True)
+    return [name for name, needs in ROUTES
+            if (chat if needs is None else needs in produced)]
+
+
+def _defaults(state: ServerState) -> dict[str, Any]:
+    """The standard knobs the deploy defaults set (what a client gets when it sends none): diffusion knobs
+    from the stages that denoise, vLLM knobs from the llm stages; ``size`` when width and height are both set."""
     engine = state.engine
-    return {
+    per_stage = engine.default_sampling_params_list
+    out: dict[str, Any] = {}
+    sources = [(sid, RequestKnobs.DIFFUSION) for sid in denoising_stages(engine.pipeline)]
+    sources += [(s.stage_id, RequestKnobs.LLM) for s in engine.pipeline.stages if s.kind == "llm"]
+    for sid, keys in sources:  # the first stage that sets a knob gives its value
+        for key in keys:
+            value = per_stage[sid].get(key)
+            if key not in out and isinstance(value, _JSON_SCALARS):
+                out[key] = value
+    if isinstance(out.get("width"), int) and isinstance(out.get("height"), int):
+        out["size"] = f"{out['width']}x{out['height']}"
+    return out
+
+
+def _stage_output(state: ServerState, stage: Any) -> str:
+    deploy = state.engine.deploy.stage(stage.stage_id)
+    return (deploy.engine_output_type if deploy else None) or stage.output
+
+
+def _model_card(state: ServerState) -> dict:
+    """What a client (the playground) needs to offer the right forms: outputs, stages, routes, defaults,
+    and for speech models the voices."""
+    engine = state.engine
+    info = engine.pipeline.info
+    card = {
         "id": state.model_name,
         "object": "model",
         "created": state.started_at,
         "owned_by": "omnistage",
         "root": engine.model,
         "pipeline": engine.pipeline.name,
+        "description": engine.pipeline.description,
         "output_modalities": engine.output_modalities.names(),
-        "stages": [{"stage_id": s.stage_id, "kind": s.kind, "output": s.output, "final": s.final}
+        "stages": [{"stage_id": s.stage_id, "name": s.name, "kind": s.kind, "output": _stage_output(state, s),
+                    "final": s.final, "inputs": [e.source for e in s.inputs]}
                    for s in engine.pipeline.stages],
+        "routes": _routes(state),
+        "defaults": _defaults(state),
     }
+    if OutputModality.AUDIO in engine.output_modalities:
+        card["voices"] = list(info.get("voices") or [])
+        if info.get("default_voice"):
+            card["default_voice"] = info["default_voice"]
+        if info.get("sample_rate"):
+            card["sample_rate"] = info["sample_rate"]
+    return card
+
+
+def _lora_card(state: ServerState, module: Any) -> dict:
+    """A LoRA adapter as vLLM lists one: its path as ``root``, the base model as ``parent``; the routes it
+    serves are the base model's."""
+    base = module.base_model_name if module.base_model_name and state.is_base_model(module.base_model_name) \
+        else state.model_name
+    return {"id": module.name, "object": "model", "created": state.started_at, "owned_by": "omnistage",
+            "root": module.path, "parent": base, "pipeline": state.engine.pipeline.name, "routes": _routes(state)}
 
 
 @v1.get("/models")
 async def list_models(state: ServerState = Depends(get_state)) -> dict:
-    return {"object": "list", "data": [_model_card(state)]}
+    return {"object": "list", "data": [_model_card(state)] + [_lora_card(state, m) for m in state.loras.modules()]}
 
 
 @v1.get("/models/{model_id:path}")
 async def retrieve_model(model_id: str, state: ServerState = Depends(get_state)) -> dict:
+    module = state.loras.get(model_id)
+    if module is not None:
+        return _lora_card(state, module)
     if model_id != state.model_name:
         raise APIError(404, f"model {model_id!r} does not exist; this server serves {state.model_name!r}",
                        param="model", code="model_not_found")

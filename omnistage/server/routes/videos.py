@@ -3,7 +3,10 @@ and POST /v1/videos/sync returning the MP4 directly.
 
 Generic over pipelines: any pipeline whose outputs include video serves these
 routes. Job files live in FileStorage (TTL, bounded file concurrency); job ids
-are validated, so no id can name a path outside the storage folder.
+are validated, so no id can name a path outside the storage folder. Every job
+is recorded in the job store (jobs.py) at each status change and read back at
+start-up (``restore_jobs``): a restarted server still lists its jobs and serves
+the finished ones; jobs the old process was running are marked failed.
 """
 
 from __future__ import annotations
@@ -21,13 +24,21 @@ from fastapi.responses import FileResponse, Response
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
+from omnistage.engine.request import OmniRequest
 from omnistage.modality import OutputModality
-from omnistage.server.app import get_state
-from omnistage.server.errors import APIError, bad_request, describe_validation, from_engine_error
+from omnistage.params import denoising_stages
+from omnistage.server.deps import get_state
+from omnistage.server.errors import (
+    APIError,
+    bad_request,
+    describe_validation,
+    error_responses,
+    from_engine_error,
+)
 from omnistage.server.media import encode_mp4, image_from_bytes, load_image, too_large
 from omnistage.server.middleware import request_id
+from omnistage.server.openapi import request_body, success
 from omnistage.server.protocol import VideoJob, VideoRequest
-from omnistage.server.sampling import build_sampling_params_list, denoising_stages, with_output_resolution
 from omnistage.server.state import ServerState, Slot
 
 router = APIRouter(prefix="/v1")
@@ -85,23 +96,21 @@ async def _parse(request: Request, state: ServerState) -> tuple[VideoRequest, An
     return body, image
 
 
-def _plan(state: ServerState, body: VideoRequest, image: Any) -> tuple[dict, list]:
-    state.check_model(body.model)
+def _plan(state: ServerState, body: VideoRequest, image: Any, request_id: str) -> OmniRequest:
+    lora = state.check_model(body.model)
     state.require(OutputModality.VIDEO, "video")
-    knobs = {k: v for k, v in body.model_dump(exclude={"model", "prompt", "image_reference", "seconds", "extra_params"}).items()
-             if v is not None}
+    knobs = body.knobs(body.extra_params, where="extra_params")
     if body.seconds is not None and body.num_frames is None:
-        targets = denoising_stages(state.engine)
+        targets = denoising_stages(state.engine.pipeline)
         default_fps = state.engine.default_sampling_params_list[targets[0]].get("fps") if targets else None
         fps = body.fps or default_fps or 16
-        knobs["num_frames"] = max(1, round(body.seconds * fps))
-    params = build_sampling_params_list(state.engine, knobs, body.extra_params or {})
+        knobs = knobs.model_copy(update={"num_frames": max(1, round(body.seconds * fps))})
     prompt: dict[str, Any] = {"prompt": body.prompt}
     if body.negative_prompt:
         prompt["negative_prompt"] = body.negative_prompt
     if image is not None:
         prompt["multi_modal_data"] = {"image": [image]}
-    return with_output_resolution(prompt, knobs), params
+    return state.make_request(prompt, request_id, output_modalities=["video"], knobs=knobs, lora=lora)
 
 
 def _job_or_404(state: ServerState, video_id: str) -> VideoJob:
@@ -111,18 +120,54 @@ def _job_or_404(state: ServerState, video_id: str) -> VideoJob:
     return job
 
 
+# --------------------------------------------------------------------------- the job record
+
+KIND = "video"  # its rows in the job store
+INTERRUPTED = {"code": "server_restarted", "message": "the server stopped while this job was running; "
+                                                      "submit it again"}
+
+
+async def _record(state: ServerState, job: VideoJob) -> None:
+    file = f"{job.id}.mp4" if job.status == "completed" else None
+    await state.jobs.put(KIND, job.id, job.status, job.created_at, job.model_dump(), file)
+
+
+async def restore_jobs(state: ServerState) -> None:
+    """Read this model's recorded jobs back at start-up: finished ones as they were (a completed one whose
+    file is gone is dropped), ones that were still running as failed. (Jobs of other models, e.g. of another
+    server sharing the storage path, are left alone.)"""
+    dropped = []
+    for record in await state.jobs.load(KIND):
+        job = VideoJob.model_validate(record)
+        if job.model != state.model_name:
+            continue
+        if job.status in ("queued", "in_progress"):
+            job.status, job.error = "failed", dict(INTERRUPTED)
+            await _record(state, job)
+        elif job.status == "completed" and await state.storage.open(f"{job.id}.mp4") is None:
+            dropped.append(job.id)  # expired (or deleted) while the server was down
+            continue
+        state.videos[job.id] = job
+    await state.jobs.delete(*dropped)
+    if state.videos or dropped:
+        logger.info("video jobs: %d restored, %d expired", len(state.videos), len(dropped))
+
+
 # --------------------------------------------------------------------------- async jobs
 
 
-@router.post("/videos")
+@router.post("/videos", responses=error_responses(413, 415),
+             openapi_extra=request_body(VideoRequest, {"input_reference": False}))
 async def create_video(request: Request, state: ServerState = Depends(get_state)) -> dict:
     body, image = await _parse(request, state)
-    prompt, params = _plan(state, body, image)
+    job_id = f"video_{uuid.uuid4().hex}"
+    req = _plan(state, body, image, job_id)
     slot = state.admission.acquire()
-    job = VideoJob(id=f"video_{uuid.uuid4().hex}", model=state.model_name, prompt=body.prompt, size=body.size,
+    job = VideoJob(id=job_id, model=state.model_name, prompt=body.prompt, size=body.size,
                    seconds=None if body.seconds is None else f"{body.seconds:g}")
     state.videos[job.id] = job
-    task = asyncio.create_task(_run_job(state, job, prompt, params, slot), name=job.id)
+    await _record(state, job)
+    task = asyncio.create_task(_run_job(state, job, req, slot, body.return_stage_metrics), name=job.id)
     state.video_tasks[job.id] = task
     state.background.add(task)
     task.add_done_callback(state.background.discard)
@@ -130,21 +175,28 @@ async def create_video(request: Request, state: ServerState = Depends(get_state)
     return job.model_dump()
 
 
-async def _run_job(state: ServerState, job: VideoJob, prompt: dict, params: list, slot: Slot) -> None:
+async def _run_job(state: ServerState, job: VideoJob, req: OmniRequest, slot: Slot, with_metrics: bool) -> None:
     start = time.monotonic()
     video = fps = None
+    metrics: dict[int, dict[str, float]] = {}
     try:
-        async for out in state.stream(job.id, prompt, params, ["video"], slot=slot):
-            job.status = "in_progress"
+        async for out in state.stream(req, slot=slot):
+            if job.status == "queued":
+                job.status = "in_progress"
+                await _record(state, job)
             if out.progress is not None and out.progress[1]:
                 job.progress = min(99, int(100 * out.progress[0] / out.progress[1]))
-            if out.finished and out.video is not None:
-                video, fps = out.video, out.fps
+            if out.finished:
+                metrics.update(out.metrics or {})
+                if out.video is not None:
+                    video, fps = out.video, out.fps
         if video is None:
             raise APIError(500, "the pipeline finished without a video", code="no_output")
         data = await asyncio.to_thread(encode_mp4, video, fps or 8)
         await state.storage.save(f"{job.id}.mp4", data)
         state.metrics.videos.inc()
+        if with_metrics:
+            job.stage_metrics = {str(k): v for k, v in metrics.items()}
         job.status, job.progress = "completed", 100
         job.completed_at = int(time.time())
         job.inference_time_s = round(time.monotonic() - start, 3)
@@ -162,6 +214,8 @@ async def _run_job(state: ServerState, job: VideoJob, prompt: dict, params: list
     finally:
         slot.release()
         state.video_tasks.pop(job.id, None)
+        if job.id in state.videos:  # (a deleted job's record is gone with it)
+            await asyncio.shield(_record(state, job))
 
 
 @router.get("/videos")
@@ -176,7 +230,8 @@ async def retrieve_video(video_id: str, state: ServerState = Depends(get_state))
     return _job_or_404(state, video_id).model_dump()
 
 
-@router.get("/videos/{video_id}/content")
+@router.get("/videos/{video_id}/content", response_class=FileResponse,
+            responses={**success("The video (MP4)", "video/mp4"), **error_responses(409)})
 async def video_content(video_id: str, state: ServerState = Depends(get_state)) -> FileResponse:
     job = _job_or_404(state, video_id)
     if job.status != "completed":
@@ -184,6 +239,7 @@ async def video_content(video_id: str, state: ServerState = Depends(get_state)) 
     path = await state.storage.open(f"{job.id}.mp4")
     if path is None:
         state.videos.pop(job.id, None)
+        await state.jobs.delete(job.id)
         raise APIError(404, f"video {video_id!r} has expired", param="video_id", code="video_expired")
     return FileResponse(path, media_type="video/mp4", filename=f"{job.id}.mp4")
 
@@ -197,21 +253,25 @@ async def delete_video(video_id: str, state: ServerState = Depends(get_state)) -
         await asyncio.gather(task, return_exceptions=True)
     await state.storage.delete(f"{job.id}.mp4")
     state.videos.pop(job.id, None)
+    await state.jobs.delete(job.id)
     return {"id": job.id, "object": "video.deleted", "deleted": True}
 
 
 # --------------------------------------------------------------------------- sync
 
 
-@router.post("/videos/sync")
+@router.post("/videos/sync", response_class=Response,
+             responses={**success("The video (MP4)", "video/mp4"), **error_responses(413, 415)},
+             openapi_extra=request_body(VideoRequest, {"input_reference": False}))
 async def create_video_sync(request: Request, state: ServerState = Depends(get_state)) -> Response:
     body, image = await _parse(request, state)
-    prompt, params = _plan(state, body, image)
-    rid = request_id(request.scope)
+    req = _plan(state, body, image, request_id(request.scope))
     start = time.monotonic()
-    result = await state.run(request, rid, prompt, params, ["video"])
+    result = await state.run(request, req)
     if result.video is None:
         raise APIError(500, "the pipeline finished without a video", code="no_output")
     data = await asyncio.to_thread(encode_mp4, result.video, result.fps or 8)
-    return Response(data, media_type="video/mp4",
-                    headers={"X-Model": state.model_name, "X-Inference-Time-S": f"{time.monotonic() - start:.3f}"})
+    headers = {"X-Model": state.model_name, "X-Inference-Time-S": f"{time.monotonic() - start:.3f}"}
+    if body.return_stage_metrics:  # the body is the MP4 itself: metrics travel as compact JSON in a header
+        headers["X-Stage-Metrics"] = json.dumps({str(k): v for k, v in result.metrics.items()}, separators=(",", ":"))
+    return Response(data, media_type="video/mp4", headers=headers)

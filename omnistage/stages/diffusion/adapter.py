@@ -8,7 +8,7 @@ on the ``DiffusionJob`` the engine hands in.
 Lifecycle of one request (engine calls, in order):
 
     adapter = AdapterClass.load(folder, dtype, device)       # once, at start (worker thread)
-    adapter.validate(job)          # fill defaults (height/width), raise ValueError naming the field
+    adapter.validate(job)          # fill defaults (height/width), raise InvalidRequestError naming the field
     key = adapter.batch_key(job)   # jobs with equal keys may share one forward
     adapter.encode([jobs])         # batched text encoding; sets job.cond and (CFG) job.uncond
     adapter.timesteps(job)         # sets job.sampler_state (the request's timestep table)
@@ -17,16 +17,17 @@ Lifecycle of one request (engine calls, in order):
            t   = adapter.sampler.timestep(job) for each row
            out = adapter.predict(x, t, cond)                      # one batched forward, t per row
            rows = adapter.sampler.step(guided_out, rows, jobs)    # each job's rows by its own table
-    adapter.decode([jobs])         # batched VAE decode -> per job a list of uint8 HxWx3 arrays
-    adapter.pack_output(job, decoded)  # optional: the job's output dict (default {"image": decoded}; video families)
+    adapter.decode([jobs])         # batched VAE decode -> per job a list of uint8 arrays
+    adapter.pack_output(job, decoded)  # the job's output dict ({"image": decoded} unless overridden)
 
 Conditioning is a dict of tensors whose dim 0 is the row dimension
 (``job.rows`` rows per job); the engine concatenates uncond rows of all CFG
-jobs followed by cond rows of all jobs (the diffusers layout for one request)
-and applies per-request guidance ``u + g * (c - u)`` itself.
+jobs followed by cond rows of all jobs (the diffusers layout for one request;
+``collate`` joins the dicts) and applies per-request guidance
+(``combine_guidance``, ``u + g * (c - u)`` by default) itself.
 
 An adapter whose uncond conditioning cannot share a forward with the cond
-rows (other keys or sequence length, as GLM-Image's) sets the class attribute
+rows (other keys or sequence length, as GLM-Image's) declares
 ``separate_cfg_passes = True``: the engine then runs one forward over all cond
 rows and one over all uncond rows, each with its own dict.
 """
@@ -34,12 +35,16 @@ rows and one over all uncond rows, each with its own dict.
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Hashable, Protocol
 
 import torch
 
 from omnistage.params import DiffusionSamplingParams
+
+if TYPE_CHECKING:
+    from omnistage.stages.diffusion.blocks import BlockLayout
 
 
 @dataclass
@@ -66,23 +71,34 @@ class DiffusionJob:
     latents: torch.Tensor | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # adapter scratch space
     step_guidance: list[float] | None = None  # per-step CFG scale (Wan2.2's low-noise expert), else params'
+    # A family whose CFG rule is not diffusers' usual one (CFG when guidance_scale > 1, at that scale) sets
+    # these in validate(): FLUX's true CFG (true_cfg_scale with a negative prompt; guidance_scale is an
+    # embedding), Z-Image (CFG for any guidance_scale > 0).
+    cfg: bool | None = None  # whether the request runs CFG (None: guidance_scale > 1)
+    cfg_scale: float | None = None  # the CFG scale when it is not guidance_scale
 
     # filled by the engine
     key: Hashable = None
     step: int = 0  # denoising steps done
     first_scheduled: float | None = None
     aborted: bool = False
+    step_cache: Any = None  # per-request step-cache state (step_cache.JobCache), None when not caching
+    lora: Any = None  # the request's LoRA adapter and scale (lora.LoraUse), None for the base model
 
     @property
     def guidance(self) -> float:
         if self.step_guidance is not None:
             return float(self.step_guidance[self.step])
-        return float(self.params.guidance_scale)
+        return float(self.cfg_scale if self.cfg_scale is not None else self.params.guidance_scale)
 
     @property
     def do_cfg(self) -> bool:
-        # diffusers' rule: classifier-free guidance only when the (first) scale exceeds 1
-        return float(self.params.guidance_scale) > 1.0
+        """Whether this step runs an uncond pass. diffusers' usual rule: CFG only when the (first) scale
+        exceeds 1. With a family rule (``cfg``), a step whose per-step scale is 0 runs none (Z-Image's
+        ``cfg_truncation``; step 0 always keeps CFG, so the negatives are encoded)."""
+        if self.cfg is None:
+            return float(self.params.guidance_scale) > 1.0
+        return self.cfg and (self.step_guidance is None or self.step_guidance[self.step] > 0)
 
     @property
     def total_steps(self) -> int:
@@ -103,23 +119,59 @@ class Sampler(Protocol):
     def step(self, out: torch.Tensor, x: torch.Tensor, jobs: list[DiffusionJob]) -> torch.Tensor: ...
 
 
-class DiffusionAdapter(Protocol):
+class DiffusionAdapter(ABC):
+    """Base of every diffusion adapter: the hooks the engine calls, with the optional ones defaulted."""
+
+    # cond and uncond rows need separate forwards (see the module docstring)
+    separate_cfg_passes: ClassVar[bool] = False
     sampler: Sampler
-    # optional class attribute: separate_cfg_passes = True (see the module docstring)
 
     @classmethod
+    @abstractmethod
     def load(cls, folder: str, dtype: torch.dtype, device: torch.device) -> "DiffusionAdapter": ...
 
+    @abstractmethod
     def validate(self, job: DiffusionJob) -> None: ...
 
+    @abstractmethod
     def batch_key(self, job: DiffusionJob) -> Hashable: ...
 
+    @abstractmethod
     def encode(self, jobs: list[DiffusionJob]) -> None: ...
 
+    @abstractmethod
     def timesteps(self, job: DiffusionJob) -> None: ...
 
+    @abstractmethod
     def init_latents(self, job: DiffusionJob) -> None: ...
 
+    @abstractmethod
     def predict(self, x: torch.Tensor, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor: ...
 
+    @abstractmethod
     def decode(self, jobs: list[DiffusionJob]) -> list[list[Any]]: ...
+
+    def collate(self, conds: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        """Several jobs' conditioning dicts (in row order) as one forward's: concatenated per key, the keys of
+        the last dict (a cond dict in every call). Families whose per-request tensors differ in length (Qwen-
+        Image's unpadded text, masked in the forward) pad here."""
+        return {k: torch.cat([c[k] for c in conds]) for k in conds[-1]}
+
+    def combine_guidance(self, u: torch.Tensor, c: torch.Tensor, job: DiffusionJob) -> torch.Tensor:
+        """One CFG job's guided prediction from its uncond and cond rows: ``u + g * (c - u)``, rounded like
+        diffusers in bf16/fp16. Families that combine otherwise (Z-Image's ``c + g * (c - u)``) override it."""
+        return u + ((c - u).float() * job.guidance).to(c.dtype)
+
+    def pack_output(self, job: DiffusionJob, decoded: list[Any]) -> dict[str, Any]:
+        """The finished job's output delta; video families put frames (and fps) under ``video``."""
+        return {"image": decoded}
+
+    def block_layouts(self) -> list["BlockLayout"]:
+        """Each denoiser's transformer blocks in call order (blocks.py), for step caching and regional
+        ``torch.compile``. None by default: the stage then refuses step caching (a UNet has no single
+        chain of blocks whose residual could be reused) and compiles ``denoisers()`` whole."""
+        return []
+
+    def denoisers(self) -> list[torch.nn.Module]:
+        """The models ``predict`` runs (compiled whole when the family declares no block layout)."""
+        return []

@@ -23,12 +23,23 @@ from typing import Any, AsyncIterator
 import torch
 from PIL import Image
 
+from omnistage.errors import InvalidRequestError, StageUnavailableError
 from omnistage.params import DiffusionSamplingParams
 from omnistage.pipeline import StageContext
-from omnistage.stages.base import StageMetrics, StageOutput, StageRequest, StageStats, peak_memory_mb
+from omnistage.stages.base import (
+    StageError,
+    StageMetrics,
+    StageOutput,
+    StageRequest,
+    StageStats,
+    peak_memory_mb,
+)
+from omnistage.stages.diffusion.acceleration import Acceleration, apply_acceleration
 from omnistage.stages.diffusion.adapter import DiffusionAdapter, DiffusionJob
 from omnistage.stages.diffusion.batching import KeyScheduler
+from omnistage.stages.diffusion.lora import DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS, LoraSet
 from omnistage.stages.diffusion.runner import run_step
+from omnistage.stages.diffusion.step_cache import steps_reused
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +62,17 @@ def resolve_dtype(name: str | None, device: torch.device) -> torch.dtype:
     return _DTYPES[name]
 
 
+def load_adapter(ctx: StageContext, device: torch.device) -> DiffusionAdapter:
+    """The stage's adapter class loaded from its model folder onto ``device`` (blocking: call it in a thread)."""
+    cls = ctx.spec.adapter
+    if cls is None:
+        raise ValueError(f"stage {ctx.spec.stage_id}: diffusion stage declares no adapter")
+    if ctx.model is None:
+        raise ValueError(f"stage {ctx.spec.stage_id}: no model folder given")
+    folder = Path(ctx.model) / (ctx.spec.model_subfolder or "")
+    return cls.load(str(folder), resolve_dtype(ctx.deploy.dtype, device), device)
+
+
 class DiffusionStageEngine:
     def __init__(self, ctx: StageContext, adapter: DiffusionAdapter | None = None):
         self.ctx = ctx
@@ -60,11 +82,17 @@ class DiffusionStageEngine:
         if engine_args:
             raise ValueError(f"stages[{self.stage_id}].engine_args: unknown for a diffusion stage: {', '.join(engine_args)}")
         self.adapter = adapter
+        self.accel = Acceleration()  # applied at start (deploy ``acceleration:``)
+        self.lora: LoraSet | None = None  # per-request LoRA adapters (deploy ``enable_lora`` / ``lora_modules``)
+        # held around every forward and every adapter load/unload: weights never change under a forward
+        self._step_lock = asyncio.Lock()
         self._sched = KeyScheduler(max_rows=ctx.deploy.max_num_seqs or 8, max_wait_steps=self.max_wait_steps)
         self._jobs: dict[str, tuple[DiffusionJob, asyncio.Queue]] = {}
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._healthy = True
+        self._parallel: Any = None  # with devices_per_replica > 1: this is rank 0 (parallel/leader.py)
+        self._broken: str | None = None  # a multi-device step failed: the replica waits to be restarted
         # (batch key, request ids) of the most recent forwards: observable batching for tests and debugging
         self.forward_log: deque[tuple[Any, list[str]]] = deque(maxlen=4096)
 
@@ -73,18 +101,20 @@ class DiffusionStageEngine:
     async def start(self) -> None:
         self._wake = asyncio.Event()
         if self.adapter is None:
-            cls = self.ctx.spec.adapter
-            if cls is None:
-                raise ValueError(f"stage {self.stage_id}: diffusion stage declares no adapter")
-            if self.ctx.model is None:
-                raise ValueError(f"stage {self.stage_id}: no model folder given")
-            folder = Path(self.ctx.model) / (self.ctx.spec.model_subfolder or "")
-            device = resolve_device(self.ctx.devices)
-            dtype = resolve_dtype(self.ctx.deploy.dtype, device)
-            self.adapter = await asyncio.to_thread(cls.load, str(folder), dtype, device)
+            self.adapter = await asyncio.to_thread(load_adapter, self.ctx, resolve_device(self.ctx.devices))
+        if self.ctx.deploy.devices_per_replica > 1:  # this process is rank 0 of the replica's process group
+            from omnistage.stages.diffusion.parallel.leader import Leader
+
+            self._parallel = await asyncio.to_thread(Leader.start, self.ctx, self.adapter)
+        self.accel = await asyncio.to_thread(apply_acceleration, self.adapter, self.ctx.deploy.acceleration,
+                                             f"stages[{self.stage_id}].acceleration")
+        if self.ctx.deploy.lora_enabled:
+            await self._start_lora()
         self._task = asyncio.create_task(self._loop(), name=f"diffusion-stage-{self.stage_id}")
 
     async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
+        if self._broken:
+            raise StageUnavailableError(self._broken)
         if req.request_id in self._jobs:
             raise ValueError(f"request id {req.request_id!r} is already running on stage {self.stage_id}")
         job = self.make_job(req)  # raises ValueError naming the field, before anything is queued
@@ -105,9 +135,51 @@ class DiffusionStageEngine:
                 job.aborted = True
                 self._sched.remove(job)
             self._jobs.pop(req.request_id, None)
+            if job.lora is not None:
+                job.lora.release()
 
     async def feed(self, request_id: str, chunk: dict[str, Any], last: bool) -> None:
         raise ValueError(f"stage {self.stage_id}: diffusion stages take whole inputs, not streamed chunks")
+
+    # ------------------------------------------------------------------ LoRA adapters
+
+    async def _start_lora(self) -> None:
+        d, where = self.ctx.deploy, f"stages[{self.stage_id}]"
+        pipe = getattr(self.adapter, "pipe", None)
+        if pipe is None:
+            raise ValueError(f"{where}.lora_modules: {type(self.adapter).__name__} has no diffusers pipeline "
+                             "to take LoRA adapters")
+        if d.acceleration is not None and d.acceleration.compile:
+            raise ValueError(f"{where}.acceleration.compile: not available with LoRA adapters (the per-row "
+                             "LoRA layers would be traced into the compiled blocks)")
+        max_loras = d.max_loras or max(DEFAULT_MAX_LORAS, len(d.lora_modules))
+        if len(d.lora_modules) > max_loras:
+            raise ValueError(f"{where}.lora_modules: {len(d.lora_modules)} adapters, above max_loras={max_loras}")
+        self.lora = LoraSet(pipe, self.adapter.device, max_loras, d.max_lora_rank or DEFAULT_MAX_LORA_RANK)
+        for i, m in enumerate(d.lora_modules):
+            try:
+                await self.load_lora(m.name, m.path)
+            except InvalidRequestError as e:
+                raise ValueError(f"{where}.lora_modules[{i}] ({m.name}={m.path}): {e.message}") from None
+
+    def lora_names(self) -> list[str]:
+        return self.lora.names if self.lora is not None else []
+
+    async def load_lora(self, name: str, path: str) -> None:
+        """Load an adapter into a free slot (``InvalidRequestError`` naming ``lora_path`` / ``lora_name``)."""
+        if self.lora is None:
+            raise InvalidRequestError("lora_name", f"stage {self.stage_id} takes no LoRA adapters (enable_lora)")
+        lora = await asyncio.to_thread(self.lora.read, path)  # parsed beside the running forwards
+        async with self._step_lock:
+            self.lora.collect()
+            self.lora.load(name, lora)
+
+    async def unload_lora(self, name: str) -> None:
+        """New requests no longer find the adapter; the running ones finish with it."""
+        if self.lora is None:
+            raise InvalidRequestError("lora_name", f"stage {self.stage_id} takes no LoRA adapters (enable_lora)")
+        async with self._step_lock:
+            self.lora.unload(name)
 
     async def abort(self, request_id: str) -> None:
         entry = self._jobs.get(request_id)
@@ -116,7 +188,7 @@ class DiffusionStageEngine:
         job, out = entry
         job.aborted = True
         self._sched.remove(job)  # the forward in flight (if any) finishes; its result for this job is dropped
-        out.put_nowait(StageOutput(request_id, self.stage_id, {"finish_reason": "abort"}, finished=True,
+        out.put_nowait(StageOutput(request_id, self.stage_id, {}, finished=True, finish_reason="abort",
                                    progress=(job.step, job.total_steps)))
 
     async def shutdown(self) -> None:
@@ -127,27 +199,35 @@ class DiffusionStageEngine:
         for job, out in list(self._jobs.values()):
             if not job.aborted:
                 job.aborted = True
-                out.put_nowait(StageOutput(job.request_id, self.stage_id, {}, True, error="stage shut down"))
+                out.put_nowait(StageOutput(job.request_id, self.stage_id, {}, True, error=StageError("stage shut down")))
+        self.accel.close()  # the cache / compile hooks leave the (possibly shared) adapter's blocks
+        if self._parallel is not None:
+            await asyncio.to_thread(self._parallel.close)
+            self._parallel = None
+        if self.lora is not None:
+            self.lora.close()  # so do the LoRA layers
+            self.lora = None
 
     def stats(self) -> StageStats:
-        return StageStats(queue_depth=len(self._sched.waiting), running=len(self._sched.running), healthy=self._healthy)
+        return StageStats(queue_depth=len(self._sched.waiting), running=len(self._sched.running),
+                          healthy=self._healthy and not self._broken, detail=self._broken or "")
 
     # ------------------------------------------------------------------ requests
 
     def make_job(self, req: StageRequest) -> DiffusionJob:
-        params = DiffusionSamplingParams.from_any(req.params).filter_extra_args(self.ctx.extra_body_params)
+        params = DiffusionSamplingParams.from_any(req.params)  # parsed at the edge; a dict only from other callers
         inputs = req.inputs or {}
         prompt = inputs.get("prompt")
         if not isinstance(prompt, str):
-            raise ValueError(f"prompt: expected a string, got {type(prompt).__name__}")
+            raise InvalidRequestError("prompt", f"expected a string, got {type(prompt).__name__}")
         negative = inputs.get("negative_prompt", params.negative_prompt)
         if negative is not None and not isinstance(negative, str):
-            raise ValueError(f"negative_prompt: expected a string, got {type(negative).__name__}")
+            raise InvalidRequestError("negative_prompt", f"expected a string, got {type(negative).__name__}")
         if params.output_type not in _OUTPUT_TYPES:
-            raise ValueError(f"output_type: {params.output_type!r} is not one of {', '.join(_OUTPUT_TYPES)}")
+            raise InvalidRequestError("output_type", f"{params.output_type!r} is not one of {', '.join(_OUTPUT_TYPES)}")
         images = _input_images(inputs)
         if params.strength is not None and not images:
-            raise ValueError("strength: given, but the request has no input image (multi_modal_data.image)")
+            raise InvalidRequestError("strength", "given, but the request has no input image (multi_modal_data.image)")
         if params.generator is not None:
             generator = params.generator
         else:
@@ -156,7 +236,12 @@ class DiffusionStageEngine:
         job = DiffusionJob(req.request_id, prompt, negative, params, images=images or None, inputs=dict(inputs),
                            generator=generator, arrival=req.arrival_time)
         self.adapter.validate(job)
-        job.key = self.adapter.batch_key(job)
+        job.key = self.adapter.batch_key(job)  # the adapter is no part of it: any mix shares a forward
+        if params.lora is not None:
+            if self.lora is None:
+                raise InvalidRequestError("model", f"{params.lora!r} names a LoRA adapter, but stage {self.stage_id} "
+                                                   "takes none (enable_lora)")
+            job.lora = self.lora.use(params.lora, params.lora_scale)
         return job
 
     # ------------------------------------------------------------------ loop
@@ -175,11 +260,22 @@ class DiffusionStageEngine:
                 j.first_scheduled = now
             self.forward_log.append((batch[0].key, [j.request_id for j in batch]))
             try:
-                result = await asyncio.to_thread(run_step, self.adapter, batch, new)
+                async with self._step_lock:
+                    if self.lora is not None:
+                        self.lora.collect()
+                    if self._parallel is not None:
+                        result = await self._parallel.step(batch, new)
+                    else:
+                        result = await asyncio.to_thread(run_step, self.adapter, batch, new, self.accel.hooks)
             except Exception as e:  # one failed forward fails its batch, not the engine
                 logger.exception("diffusion stage %d: step failed", self.stage_id)
+                if self._parallel is not None:
+                    # the ranks may now disagree on where they are: report unhealthy, and the process-group
+                    # launcher fails the requests (naming a rank that died, if one did) and restarts the ranks
+                    self._broken = f"rank 0: a step failed ({type(e).__name__}: {e})"
+                    return
                 for j in batch:
-                    self._finish(j, error=f"{type(e).__name__}: {e}")
+                    self._finish(j, error=StageError.failure(e))
                 continue
             for j, err in result.failed:
                 self._finish(j, error=err)
@@ -195,28 +291,28 @@ class DiffusionStageEngine:
         if entry is not None and entry[0] is job and not job.aborted:
             entry[1].put_nowait(out)
 
-    def _finish(self, job: DiffusionJob, data: dict | None = None, error: str | None = None) -> None:
+    def _finish(self, job: DiffusionJob, data: dict | None = None, error: StageError | None = None) -> None:
         self._sched.remove(job)
         now = time.monotonic()
         started = job.first_scheduled or now
         metrics = StageMetrics(queue_time_s=started - job.arrival, run_time_s=now - started, num_steps=job.step,
-                               peak_memory_mb=peak_memory_mb())
+                               num_steps_reused=steps_reused(job), peak_memory_mb=peak_memory_mb())
         self._emit(job, StageOutput(job.request_id, self.stage_id, data or {}, True, metrics=metrics, error=error,
-                                    progress=(job.step, job.total_steps)))
+                                    progress=(job.step, job.total_steps), finish_reason=None if error else "stop"))
         job.aborted = True  # closed: nothing more is emitted for it
 
 
 def _input_images(inputs: dict[str, Any]) -> list[Image.Image]:
     mm = inputs.get("multi_modal_data") or {}
     if not isinstance(mm, dict):
-        raise ValueError(f"multi_modal_data: expected a dict, got {type(mm).__name__}")
+        raise InvalidRequestError("multi_modal_data", f"expected a dict, got {type(mm).__name__}")
     image = mm.get("image")
     if image is None:
         return []
     images = list(image) if isinstance(image, (list, tuple)) else [image]
     if not images:
-        raise ValueError("multi_modal_data.image: empty list")
+        raise InvalidRequestError("multi_modal_data.image", "empty list")
     for i, im in enumerate(images):
         if not isinstance(im, Image.Image):
-            raise ValueError(f"multi_modal_data.image[{i}]: expected a PIL image, got {type(im).__name__}")
+            raise InvalidRequestError(f"multi_modal_data.image[{i}]", f"expected a PIL image, got {type(im).__name__}")
     return [im.convert("RGB") if im.mode != "RGB" else im for im in images]

@@ -10,22 +10,23 @@ with guidance <= 1 carry no uncond row.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from omnistage.stages.base import StageError
 from omnistage.stages.diffusion.adapter import DiffusionAdapter, DiffusionJob
+from omnistage.stages.diffusion.lora import forward_rows
+
+if TYPE_CHECKING:
+    from omnistage.stages.diffusion.step_cache import StepHooks
 
 
 @dataclass
 class StepResult:
     advanced: list[DiffusionJob] = field(default_factory=list)
     finished: list[tuple[DiffusionJob, dict[str, Any]]] = field(default_factory=list)
-    failed: list[tuple[DiffusionJob, str]] = field(default_factory=list)
-
-
-def _error(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}"
+    failed: list[tuple[DiffusionJob, StageError]] = field(default_factory=list)
 
 
 def prepare(adapter: DiffusionAdapter, jobs: list[DiffusionJob], result: StepResult) -> list[DiffusionJob]:
@@ -36,7 +37,7 @@ def prepare(adapter: DiffusionAdapter, jobs: list[DiffusionJob], result: StepRes
     try:
         adapter.encode(jobs)
     except Exception as e:
-        result.failed.extend((j, _error(e)) for j in jobs)
+        result.failed.extend((j, StageError.failure(e)) for j in jobs)
         return []
     ready = []
     for j in jobs:
@@ -45,35 +46,85 @@ def prepare(adapter: DiffusionAdapter, jobs: list[DiffusionJob], result: StepRes
             adapter.init_latents(j)
             ready.append(j)
         except Exception as e:  # e.g. an input image the VAE cannot encode fails only this request
-            result.failed.append((j, _error(e)))
+            result.failed.append((j, StageError.failure(e)))
     return ready
 
 
-def guide(u: torch.Tensor, c: torch.Tensor, jobs: list[DiffusionJob]) -> torch.Tensor:
-    """Per-request CFG on the cond rows of CFG jobs: u + g * (c - u), rounded like diffusers in bf16/fp16."""
-    idx, gains, pos = [], [], 0
+def guide(adapter: DiffusionAdapter, u: torch.Tensor, c: torch.Tensor, jobs: list[DiffusionJob]) -> torch.Tensor:
+    """Per-request CFG on the cond rows of CFG jobs (``adapter.combine_guidance``: u + g * (c - u) unless the
+    family combines otherwise). Each job's rows are a contiguous slice and its scale a Python float, so
+    nothing is copied to the device per step (a host->device copy would make the host wait for the GPU
+    and lose the overlap)."""
+    parts, pos, upos = [], 0, 0
     for j in jobs:
+        rows = c[pos:pos + j.rows]
         if j.do_cfg:
-            idx.extend(range(pos, pos + j.rows))
-            gains.extend([j.guidance] * j.rows)
+            rows = adapter.combine_guidance(u[upos:upos + j.rows], rows, j)
+            upos += j.rows
+        parts.append(rows)
         pos += j.rows
-    index = torch.tensor(idx, device=c.device)
-    g = torch.tensor(gains, dtype=torch.float32, device=c.device).reshape(-1, *([1] * (c.ndim - 1)))
-    cs = c.index_select(0, index)
-    guided = u + ((cs - u).float() * g).to(c.dtype)
-    if len(idx) == c.shape[0]:
-        return guided
-    return c.index_copy(0, index, guided)
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def _predict(adapter: DiffusionAdapter, hooks: "StepHooks | None", segments: list[tuple[DiffusionJob, str]],
+             x: torch.Tensor, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
+    """One denoiser call; the LoRA layers and (with step caching) the hooks are told whose rows these are
+    (``segments``: ``(job, "cond" | "uncond")`` per ``job.rows`` rows, in row order)."""
+    with forward_rows(segments):
+        if hooks is None:
+            return adapter.predict(x, t, cond)
+        with hooks.forward(segments):
+            return adapter.predict(x, t, cond)
+
+
+def predict_rows(adapter: DiffusionAdapter, hooks: "StepHooks | None", uncond: list[DiffusionJob],
+                 cond: list[DiffusionJob], x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """The denoiser over the uncond rows of ``uncond`` followed by the cond rows of ``cond`` (``x`` and ``t``
+    hold those rows, in that order): one forward, or with ``separate_cfg_passes`` one per kind."""
+    n_uncond = sum(j.rows for j in uncond)
+    if uncond and cond and adapter.separate_cfg_passes:
+        # cond and uncond conditioning differ in shape or keys: one forward each (cond first, as diffusers)
+        c = adapter.collate([j.cond for j in cond])
+        u = adapter.collate([j.uncond for j in uncond])
+        out_c = _predict(adapter, hooks, [(j, "cond") for j in cond], x[n_uncond:], t[n_uncond:], c)
+        out_u = _predict(adapter, hooks, [(j, "uncond") for j in uncond], x[:n_uncond], t[:n_uncond], u)
+        return torch.cat([out_u, out_c])
+    conds = adapter.collate([j.uncond for j in uncond] + [j.cond for j in cond])
+    segments = [(j, "uncond") for j in uncond] + [(j, "cond") for j in cond]
+    return _predict(adapter, hooks, segments, x, t, conds)
+
+
+# ``predict_rows``'s signature: how a step's rows reach the denoiser (a multi-device replica spreads them,
+# stages/diffusion/parallel/rows.py)
+Predict = Callable[[DiffusionAdapter, "StepHooks | None", list[DiffusionJob], list[DiffusionJob], torch.Tensor,
+                    torch.Tensor], torch.Tensor]
 
 
 @torch.no_grad()
-def run_step(adapter: DiffusionAdapter, batch: list[DiffusionJob], new: list[DiffusionJob]) -> StepResult:
+def run_step(adapter: DiffusionAdapter, batch: list[DiffusionJob], new: list[DiffusionJob],
+             hooks: "StepHooks | None" = None) -> StepResult:
+    """``hooks``: the stage's step cache / compiled blocks (step_cache.py), None without acceleration."""
+    # torch sets a thread's OpenMP/MKL thread count lazily, at its first parallel op; in a fresh worker
+    # thread a GEMM can run before that with the library's default count and round differently (seen:
+    # FLUX's first forward in a new thread off by 2e-7). Asking for the count does the per-thread setup.
+    torch.get_num_threads()
     result = StepResult()
-    prepare(adapter, new, result)
+    ready = prepare(adapter, new, result)
+    if hooks is not None:
+        for j in ready:
+            hooks.admit(j)
     failed = {id(j) for j, _ in result.failed}
     jobs = [j for j in batch if not j.aborted and id(j) not in failed]
-    if not jobs:
-        return result
+    if jobs:
+        advance(adapter, jobs, result, hooks)
+    return result
+
+
+@torch.no_grad()
+def advance(adapter: DiffusionAdapter, jobs: list[DiffusionJob], result: StepResult,
+            hooks: "StepHooks | None" = None, predict: Predict = predict_rows, decode: bool = True) -> None:
+    """One batched forward with per-request CFG, every job one step further, the finished ones decoded
+    (``decode=False``: left undecoded, for the ranks of a multi-device replica other than its first)."""
     cfg = [j for j in jobs if j.do_cfg]
     row_jobs = cfg + jobs
     x = torch.cat([j.latents for j in jobs])
@@ -81,22 +132,16 @@ def run_step(adapter: DiffusionAdapter, batch: list[DiffusionJob], new: list[Dif
     model_in = adapter.sampler.scale_model_input(model_in, row_jobs)
     t = torch.stack([adapter.sampler.timestep(j) for j in row_jobs for _ in range(j.rows)])
     n_uncond = sum(j.rows for j in cfg)
-    if cfg and getattr(adapter, "separate_cfg_passes", False):
-        # cond and uncond conditioning differ in shape or keys: one forward each (cond first, as diffusers)
-        cond = {k: torch.cat([j.cond[k] for j in jobs]) for k in jobs[0].cond}
-        uncond = {k: torch.cat([j.uncond[k] for j in cfg]) for k in cfg[0].uncond}
-        out_c = adapter.predict(model_in[n_uncond:], t[n_uncond:], cond)
-        out = torch.cat([adapter.predict(model_in[:n_uncond], t[:n_uncond], uncond), out_c])
-    else:
-        cond = {k: torch.cat([j.uncond[k] for j in cfg] + [j.cond[k] for j in jobs]) for k in jobs[0].cond}
-        out = adapter.predict(model_in, t, cond)
-    pred = guide(out[:n_uncond], out[n_uncond:], jobs) if cfg else out
+    out = predict(adapter, hooks, cfg, jobs, model_in, t)
+    pred = guide(adapter, out[:n_uncond], out[n_uncond:], jobs) if cfg else out
     x = adapter.sampler.step(pred, x, jobs)
     for j, rows in zip(jobs, torch.split(x, [j.rows for j in jobs])):
         j.latents = rows
         j.step += 1
     result.advanced = jobs
     done = [j for j in jobs if j.step >= j.total_steps]
+    if not decode:
+        return
     latent_out = [j for j in done if j.params.output_type == "latent"]
     for j in latent_out:
         result.finished.append((j, {"latent": j.latents}))
@@ -104,8 +149,6 @@ def run_step(adapter: DiffusionAdapter, batch: list[DiffusionJob], new: list[Dif
     if to_decode:
         try:
             decoded = adapter.decode(to_decode)
-            pack = getattr(adapter, "pack_output", None)  # video families put frames under "video"
-            result.finished.extend((j, pack(j, d) if pack else {"image": d}) for j, d in zip(to_decode, decoded))
+            result.finished.extend((j, adapter.pack_output(j, d)) for j, d in zip(to_decode, decoded))
         except Exception as e:
-            result.failed.extend((j, _error(e)) for j in to_decode)
-    return result
+            result.failed.extend((j, StageError.failure(e)) for j in to_decode)

@@ -13,7 +13,6 @@ step each request's rows through its own scheduler copy.
 from __future__ import annotations
 
 import copy
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,17 +38,31 @@ def _rows(values: list[torch.Tensor], jobs: list[DiffusionJob], ndim: int) -> to
     return out.reshape(-1, *([1] * (ndim - 1)))
 
 
+def draws_noise_in_step(scheduler: Any) -> bool:
+    """Schedulers whose ``step`` takes a generator (ancestral / SDE variants draw noise there): each request's
+    step must draw from its own generator, as a lone diffusers pipeline would."""
+    import diffusers as d
+
+    return isinstance(scheduler, (
+        d.DDPMScheduler, d.DDIMScheduler, d.DDIMParallelScheduler, d.DDPMParallelScheduler, d.LCMScheduler,
+        d.TCDScheduler, d.EulerDiscreteScheduler, d.EulerAncestralDiscreteScheduler,
+        d.KDPM2AncestralDiscreteScheduler, d.DPMSolverMultistepScheduler, d.DPMSolverSinglestepScheduler,
+        d.DPMSolverMultistepInverseScheduler, d.EDMEulerScheduler, d.EDMDPMSolverMultistepScheduler,
+        d.SASolverScheduler, d.FlowMatchEulerDiscreteScheduler, d.FlowMatchHeunDiscreteScheduler,
+        d.FlowMatchLCMScheduler, d.CMStochasticIterativeScheduler))
+
+
 class SchedulerSampler:
     """Generic, exact for any diffusers scheduler: each request steps through its own copy."""
 
     def __init__(self, scheduler: Any):
         self.pristine = copy.deepcopy(scheduler)
-        step_params = inspect.signature(scheduler.step).parameters
-        self._takes_generator = "generator" in step_params
-        self._takes_eta = "eta" in step_params
+        self._takes_generator = draws_noise_in_step(scheduler)
 
     @property
     def order(self) -> int:
+        # not every diffusers scheduler declares an order (or set_begin_index below); diffusers' own
+        # pipelines check for them the same way
         return getattr(self.pristine, "order", 1)
 
     def make_state(self, num_inference_steps: int, t_start: int = 0, device: Any = None, **set_kwargs: Any) -> SamplerState:
@@ -77,8 +90,6 @@ class SchedulerSampler:
             kwargs: dict[str, Any] = {"return_dict": False}
             if self._takes_generator:
                 kwargs["generator"] = j.generator
-            if self._takes_eta:
-                kwargs["eta"] = 0.0
             results.append(j.sampler_state.scheduler.step(o, self.timestep(j), s, **kwargs)[0])
         return torch.cat(results)
 
@@ -95,7 +106,9 @@ class FlowMatchEulerSampler(SchedulerSampler):
             sigmas, i = j.sampler_state.scheduler.sigmas, j.sampler_state.begin + j.step
             dts.append(sigmas[i + 1] - sigmas[i])
         dt = _rows(dts, jobs, x.ndim).to(out.device)
-        return (x.to(torch.float32) + dt * out).to(out.dtype)
+        # dt rounded to the model dtype first: diffusers multiplies by a 0-d fp32 dt, which takes the
+        # bf16/fp16 dtype of the model output (a [B,1,1,1] fp32 dt would promote the product to fp32)
+        return (x.to(torch.float32) + dt.to(out.dtype) * out).to(out.dtype)
 
 
 class EulerSampler(SchedulerSampler):
@@ -112,16 +125,15 @@ class EulerSampler(SchedulerSampler):
     def step(self, out: torch.Tensor, x: torch.Tensor, jobs: list[DiffusionJob]) -> torch.Tensor:
         pred_type = self.pristine.config.prediction_type
         sample = x.to(torch.float32)
-        sigma = self._sigmas(jobs, x.ndim).to(x.device)
-        sigma_hat = sigma * (0.0 + 1)
+        sigma = self._sigmas(jobs, x.ndim).to(x.device)  # no churn: diffusers' sigma_hat is sigma
         if pred_type == "epsilon":
-            pred_x0 = sample - sigma_hat * out
+            pred_x0 = sample - sigma * out
         elif pred_type == "v_prediction":
             pred_x0 = out * (-sigma / (sigma**2 + 1) ** 0.5) + (sample / (sigma**2 + 1))
         else:
             pred_x0 = out
-        derivative = (sample - pred_x0) / sigma_hat
-        dt = self._sigmas(jobs, x.ndim, 1).to(x.device) - sigma_hat
+        derivative = (sample - pred_x0) / sigma
+        dt = self._sigmas(jobs, x.ndim, 1).to(x.device) - sigma
         return (sample + derivative * dt).to(out.dtype)
 
 
@@ -137,8 +149,7 @@ class DDIMSampler(SchedulerSampler):
         prev_t = t - s.config.num_train_timesteps // s.num_inference_steps
         a_t = s.alphas_cumprod[t]
         a_prev = s.alphas_cumprod[prev_t] if prev_t >= 0 else s.final_alpha_cumprod
-        std_dev_t = 0.0 * s._get_variance(t, prev_t) ** 0.5
-        return a_t, a_prev, (1 - a_prev - std_dev_t**2) ** 0.5
+        return a_t, a_prev, (1 - a_prev) ** 0.5  # eta = 0: no variance term
 
     def step(self, out: torch.Tensor, x: torch.Tensor, jobs: list[DiffusionJob]) -> torch.Tensor:
         cfg = self.pristine.config
@@ -162,13 +173,15 @@ class DDIMSampler(SchedulerSampler):
 
 
 def make_sampler(scheduler: Any) -> SchedulerSampler:
-    """The vectorised sampler for the schedulers that have one, else the exact per-request fallback."""
-    name = type(scheduler).__name__
+    """The vectorised sampler for the schedulers that have one, else the exact per-request fallback.
+    Exact types, not subclasses: a subclass may change ``step``."""
+    import diffusers as d
+
     cfg = scheduler.config
-    if name == "FlowMatchEulerDiscreteScheduler" and not cfg.get("stochastic_sampling", False):
+    if type(scheduler) is d.FlowMatchEulerDiscreteScheduler and not cfg.get("stochastic_sampling", False):
         return FlowMatchEulerSampler(scheduler)
-    if name == "EulerDiscreteScheduler" and cfg.get("prediction_type") in ("epsilon", "v_prediction", "sample"):
+    if type(scheduler) is d.EulerDiscreteScheduler and cfg.get("prediction_type") in ("epsilon", "v_prediction", "sample"):
         return EulerSampler(scheduler)
-    if name == "DDIMScheduler" and not cfg.get("thresholding", False):
+    if type(scheduler) is d.DDIMScheduler and not cfg.get("thresholding", False):
         return DDIMSampler(scheduler)
     return SchedulerSampler(scheduler)

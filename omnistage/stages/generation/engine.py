@@ -11,7 +11,7 @@ The family supplies an adapter; the engine owns batching, streaming input
 Each item is one request's next input chunk; ``item.state`` persists across a
 request's chunks (e.g. a decoder's left context). The adapter returns one
 output delta per item, or an exception instance for an item that failed
-(that request fails alone; ``ValueError`` means the request was bad).
+(that request fails alone; a ``ValueError`` means the request was bad).
 """
 
 from __future__ import annotations
@@ -23,7 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Protocol
 
 from omnistage.pipeline import StageContext
-from omnistage.stages.base import StageMetrics, StageOutput, StageRequest, StageStats, peak_memory_mb
+from omnistage.stages.base import (
+    StageError,
+    StageMetrics,
+    StageOutput,
+    StageRequest,
+    StageStats,
+    peak_memory_mb,
+)
 
 
 @dataclass
@@ -55,7 +62,7 @@ class GenerationStageEngine:
         self.ctx = ctx
         self.stage_id = ctx.spec.stage_id
         self.max_batch = ctx.deploy.max_num_seqs or 8
-        self._adapter = adapter
+        self.adapter = adapter  # public: tests and tools inspect it
         self._reqs: dict[str, _Req] = {}
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task | None = None
@@ -63,10 +70,10 @@ class GenerationStageEngine:
         self._healthy = True
 
     async def start(self) -> None:
-        if self._adapter is None:
+        if self.adapter is None:
             if self.ctx.spec.adapter is None:
                 raise ValueError(f"stage {self.stage_id}: generation stage declares no adapter")
-            self._adapter = await asyncio.to_thread(self.ctx.spec.adapter, self.ctx)
+            self.adapter = await asyncio.to_thread(self.ctx.spec.adapter, self.ctx)
         self._loop_task = asyncio.create_task(self._loop(), name=f"generation-stage-{self.stage_id}")
 
     async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
@@ -103,14 +110,14 @@ class GenerationStageEngine:
         if r is not None and not r.aborted:
             r.aborted = True
             r.chunks.clear()
-            r.out.put_nowait(StageOutput(request_id, self.stage_id, {"finish_reason": "abort"}, finished=True))
+            r.out.put_nowait(StageOutput(request_id, self.stage_id, {}, finished=True, finish_reason="abort"))
 
     async def shutdown(self) -> None:
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
         for r in list(self._reqs.values()):
-            r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, {}, True, error="stage shut down"))
+            r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, {}, True, error=StageError("stage shut down")))
 
     def stats(self) -> StageStats:
         waiting = sum(1 for r in self._reqs.values() if r.chunks) - self._running
@@ -129,7 +136,8 @@ class GenerationStageEngine:
                     run_time_s=now - r.first_scheduled,
                     peak_memory_mb=peak_memory_mb(),
                 )
-                r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, {}, finished=True, metrics=metrics))
+                r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, {}, finished=True, metrics=metrics,
+                                             finish_reason="stop"))
 
     async def _loop(self) -> None:
         while True:
@@ -153,20 +161,21 @@ class GenerationStageEngine:
                     items.append(GenerationItem(r.req.request_id, chunk, r.req.params, r.state, r.inputs_done and not r.chunks))
                 self._running = len(items)
                 try:
-                    results = await asyncio.to_thread(self._adapter.run, items)
+                    results = await asyncio.to_thread(self.adapter.run, items)
                     if len(results) != len(items):
                         raise RuntimeError(f"adapter returned {len(results)} outputs for {len(items)} inputs")
                 except Exception as e:  # one bad batch fails its requests, not the engine
                     for r in ready:
                         r.aborted = True
-                        r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, {}, True, error=f"{type(e).__name__}: {e}"))
+                        r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, {}, True,
+                                                     error=StageError.failure(e)))
                     continue
                 finally:
                     self._running = 0
                 for r, data in zip(ready, results):
                     if isinstance(data, Exception):
                         r.aborted = True
-                        r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, {}, True, error=str(data),
-                                                     bad_input=isinstance(data, ValueError)))
+                        r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, {}, True,
+                                                     error=StageError.of(data)))
                     elif not r.aborted and data:
                         r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, data, finished=False))

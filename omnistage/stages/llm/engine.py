@@ -1,33 +1,51 @@
 """LLMStageEngine: one vLLM ``AsyncLLM`` per llm stage replica.
 
-The engine tokenizes the stage's input itself (prompt text, token ids, or
-chat messages through the model's chat template), validates the request
-before vLLM sees it, and streams DELTA ``StageOutput``s carrying ``text``
-and/or ``token_ids`` per the stage's ``engine_output_type``. The first output
-also carries ``prompt_token_ids`` (the server reports them in ``usage``); the
-last one has ``finish_reason`` and the stage metrics.
+The stage's input (prompt text, token ids, or chat messages, with images /
+audio / video) becomes an engine input through vLLM's own renderer (the
+model's chat template and multimodal processor: inputs.py); the request is
+validated before vLLM runs it, and the engine streams DELTA ``StageOutput``s
+carrying ``text`` and/or ``token_ids`` per the stage's ``engine_output_type``.
+The first output also carries ``prompt_token_ids`` as vLLM counts them
+(multimodal placeholders included; the server reports them in ``usage``); every
+output carries the running ``num_tokens``, the last one ``finish_reason`` and the stage metrics.
+
+vLLM's engine core runs in its own process. When it dies (killed, out of
+memory, a crash) the engine notices (``errored`` / ``EngineDeadError``), fails
+its in-flight requests with ``StageUnavailableError`` (HTTP 503), reports
+itself unhealthy and builds a new ``AsyncLLM`` under the shared restart policy
+(stages/restart.py); requests arriving meanwhile get the same 503.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Mapping
 
+from omnistage.errors import InvalidRequestError, StageUnavailableError
 from omnistage.modality import OutputModality
 from omnistage.pipeline import StageContext
-from omnistage.stages.base import StageMetrics, StageOutput, StageRequest, StageStats, peak_memory_mb
-from omnistage.stages.llm.inputs import prompt_token_ids
+from omnistage.stages.base import (
+    StageMetrics,
+    StageOutput,
+    StageRequest,
+    StageStats,
+    peak_memory_mb,
+)
+from omnistage.stages.llm.inputs import StagePrompt, check_media, parse, render
 from omnistage.stages.llm.params import to_sampling_params
 from omnistage.stages.llm.threads import engine_closed, engine_env
+from omnistage.stages.restart import RESTART_ATTEMPTS, restart_with_backoff
 
 logger = logging.getLogger(__name__)
 
 PRODUCIBLE = OutputModality.TEXT | OutputModality.TOKEN_IDS
 DEFAULT_CPU_KV_CACHE_BYTES = 64 << 20  # without it the CPU backend reserves a share of all RAM
+WATCH_INTERVAL_S = 0.5  # how often an idle engine is checked for a dead engine core
 
 
 def engine_args_for(ctx: StageContext) -> dict[str, Any]:
@@ -48,9 +66,12 @@ def engine_args_for(ctx: StageContext) -> dict[str, Any]:
         "max_num_batched_tokens": d.max_num_batched_tokens, "enforce_eager": d.enforce_eager,
         "kv_cache_memory_bytes": d.kv_cache_memory_bytes, "gpu_memory_utilization": d.gpu_memory_utilization,
         "enable_prefix_caching": d.enable_prefix_caching, "trust_remote_code": d.trust_remote_code,
-        "dtype": d.dtype, "seed": d.seed,
+        "dtype": d.dtype, "seed": d.seed, "limit_mm_per_prompt": d.limit_mm_per_prompt,
     }
     args.update({k: v for k, v in optional.items() if v is not None})
+    if d.lora_enabled:  # vLLM's own LoRA support; adapters come per request as LoRARequest
+        args["enable_lora"] = True
+        args.update({k: v for k, v in (("max_loras", d.max_loras), ("max_lora_rank", d.max_lora_rank)) if v is not None})
     if current_platform.is_cpu() and d.kv_cache_memory_bytes is None and d.gpu_memory_utilization is None:
         args["kv_cache_memory_bytes"] = DEFAULT_CPU_KV_CACHE_BYTES
     args.update(d.engine_args)  # explicit pass-through wins
@@ -67,25 +88,22 @@ def stage_output_type(ctx: StageContext) -> OutputModality:
 
 @dataclass
 class Prepared:
-    """A validated request, ready for vLLM."""
+    """A validated request, ready for vLLM's renderer."""
 
-    ids: list[int]
+    ids: list[int] | None  # the prompt's token ids when given as ids (else known once rendered)
     text: str | None
     params: Any  # vllm SamplingParams
     mm_data: dict[str, Any] | None = None  # vLLM multi_modal_data (a family's own multimodal inputs)
     extra: dict[str, Any] = field(default_factory=dict)  # added to the first output (e.g. source-image ids)
+    source: StagePrompt | None = None  # the parsed input (text, messages, media) the renderer turns into ids
+    lora: Any = None  # vllm LoRARequest of the adapter the request names
 
     async def engine_input(self, engine: Any) -> Any:
-        from vllm.inputs import TokensPrompt
-        from vllm.inputs.engine import tokens_input
-
-        if self.mm_data is None:
-            return tokens_input(self.ids, prompt=self.text)
-        prompt = TokensPrompt(prompt_token_ids=self.ids, multi_modal_data=self.mm_data)
-        if self.text is not None:
-            prompt["prompt"] = self.text
-        # vLLM's renderer runs the model's registered multimodal processor on it
-        return (await engine.renderer.render_cmpl_async([prompt]))[0]
+        source = self.source or StagePrompt("prompt", token_ids=self.ids, text=self.text)
+        if self.mm_data is not None:
+            source = replace(source, multi_modal_data=self.mm_data)
+        # vLLM's renderer: the chat template, media loading and the model's multimodal processor
+        return await render(engine, source)
 
 
 class LLMStageEngine:
@@ -100,26 +118,41 @@ class LLMStageEngine:
         self._active: set[str] = set()
         self._aborted: set[str] = set()
         self._bg: set[asyncio.Task] = set()
+        self.restarts = 0  # engines rebuilt after the engine core died
+        self._dead: str | None = None  # why the engine is down (while it is rebuilt, or for good)
+        self._watcher: asyncio.Task | None = None
+        self._restarter: asyncio.Task | None = None
+        self._closing = False
+        self._loras: dict[str, Any] = {}  # adapter name -> vllm LoRARequest (lora_modules, runtime loads)
+        self._lora_ids = itertools.count(1)
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        from vllm.engine.arg_utils import AsyncEngineArgs
+        await self._build()
+        for i, m in enumerate(self.ctx.deploy.lora_modules):
+            try:
+                await self.load_lora(m.name, m.path)
+            except InvalidRequestError as e:  # (the builder shuts a half-started engine down)
+                raise ValueError(f"stages[{self.stage_id}].lora_modules[{i}] ({m.name}={m.path}): {e.message}") from None
+        self._watcher = asyncio.create_task(self._watch(), name=f"stage{self.stage_id}-vllm-watch")
+
+    async def _build(self) -> None:
+        from vllm import AsyncEngineArgs, AsyncLLMEngine
         from vllm.platforms import current_platform
-        from vllm.v1.engine.async_llm import AsyncLLM
 
         kwargs = engine_args_for(self.ctx)
         try:
             args = AsyncEngineArgs(**kwargs)
         except TypeError as e:
-            raise ValueError(f"stages[{self.stage_id}].engine_args: {e}") from None
+            raise InvalidRequestError(f"stages[{self.stage_id}].engine_args", f"{e}") from None
 
         def build() -> Any:
             with engine_env(self.ctx.devices, self.ctx.deploy.num_threads, self.ctx.deploy.tp_size,
                             current_platform.is_cpu()) as env:
                 if env:
                     logger.info("stage %d: vLLM thread settings %s", self.stage_id, env)
-                return AsyncLLM.from_engine_args(args)
+                return AsyncLLMEngine.from_engine_args(args)  # vLLM's public name for its AsyncLLM
 
         # Construction blocks for seconds (engine-core process start-up): keep the loop free.
         self.engine = await asyncio.to_thread(build)
@@ -128,53 +161,158 @@ class LLMStageEngine:
         self.vocab_size = self.engine.model_config.get_vocab_size()
 
     async def shutdown(self) -> None:
+        self._closing = True  # engine errors from here on are the shutdown, not a death to recover from
+        for task in (self._watcher, self._restarter):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._watcher = self._restarter = None
         engine, self.engine = self.engine, None
         if engine is None:
             return
-        for rid in list(self._active):
-            await self._abort_in_vllm(engine, rid)
+        if not engine.errored:
+            for rid in list(self._active):
+                await self._abort_in_vllm(engine, rid)
         await asyncio.to_thread(engine.shutdown)
         engine_closed()
 
     def stats(self) -> StageStats:
+        if self._dead is not None:
+            return StageStats(running=len(self._active), healthy=False, detail=self._dead)
         if self.engine is None:
             return StageStats(healthy=False, detail="not started")
         cap = self.engine.vllm_config.scheduler_config.max_num_seqs
         n = len(self._active)
-        return StageStats(queue_depth=max(0, n - cap), running=min(n, cap), healthy=not self.engine.errored)
+        errored = self.engine.errored  # (the watcher starts the restart within WATCH_INTERVAL_S)
+        return StageStats(queue_depth=max(0, n - cap), running=min(n, cap), healthy=not errored,
+                          detail=f"stage {self.stage_id} vLLM engine died" if errored else "")
+
+    # ------------------------------------------------------------------ engine death and restart
+
+    async def _watch(self) -> None:
+        """Notice a dead engine core even when no request is running (so /health says so at once)."""
+        while True:
+            await asyncio.sleep(WATCH_INTERVAL_S)
+            if self.engine is not None and self._dead is None and self.engine.errored:
+                self._engine_died("the engine core process exited")
+
+    def _engine_died(self, reason: str) -> StageUnavailableError:
+        """Mark the stage down and start rebuilding it (once, however many requests saw the death)."""
+        if self._closing:
+            return StageUnavailableError(f"stage {self.stage_id} is shutting down")
+        if self._dead is None:
+            self._dead = f"stage {self.stage_id} vLLM engine died ({reason}); restarting"
+            logger.error("%s", self._dead)
+            self._restarter = asyncio.get_running_loop().create_task(
+                self._restart(), name=f"stage{self.stage_id}-vllm-restart")
+        return StageUnavailableError(self._dead)
+
+    async def _restart(self) -> None:
+        async def rebuild() -> None:
+            old, self.engine = self.engine, None
+            if old is not None:
+                await asyncio.to_thread(old.shutdown)  # frees what the dead client still holds
+                engine_closed()
+            self.restarts += 1
+            await self._build()
+
+        if await restart_with_backoff(f"stage {self.stage_id} vLLM engine", rebuild):
+            self._dead = None
+        else:
+            self._dead = f"{self._dead.removesuffix('; restarting')}; {RESTART_ATTEMPTS} restarts failed"
+
+    # ------------------------------------------------------------------ LoRA adapters
+
+    def lora_names(self) -> list[str]:
+        return list(self._loras)
+
+    async def load_lora(self, name: str, path: str) -> None:
+        """vLLM's ``add_lora`` (checks and preloads the adapter); errors name ``lora_path`` / ``lora_name``."""
+        from vllm.lora.request import LoRARequest
+
+        if not self.ctx.deploy.lora_enabled:
+            raise InvalidRequestError("lora_name", f"stage {self.stage_id} takes no LoRA adapters (enable_lora)")
+        if name in self._loras:
+            raise InvalidRequestError("lora_name", f"a LoRA adapter named {name!r} is already loaded")
+        if not Path(path).exists():
+            raise InvalidRequestError("lora_path", f"{path!r} does not exist")
+        lora = LoRARequest(lora_name=name, lora_int_id=next(self._lora_ids), lora_path=str(path))
+        try:
+            await self.engine.add_lora(lora)
+        except Exception as e:  # vLLM reports a bad adapter (rank, shapes, files) as a plain Exception
+            if self.engine.errored:
+                raise
+            raise InvalidRequestError("lora_path", str(e).removeprefix("Call to add_lora method failed: ")) from None
+        self._loras[name] = lora
+
+    async def unload_lora(self, name: str) -> None:
+        """As ``vllm serve`` does: the name stops resolving; running requests finish with the adapter (vLLM
+        keeps it in its LRU adapter cache)."""
+        if self._loras.pop(name, None) is None:
+            raise InvalidRequestError("lora_name", f"no LoRA adapter named {name!r} is loaded")
+
+    def _lora_request(self, params: Any) -> tuple[Any, Any]:
+        """(params without the LoRA keys, the LoRARequest they name or None)."""
+        if not isinstance(params, Mapping) or ("lora" not in params and "lora_scale" not in params):
+            return params, None
+        params = dict(params)
+        name, scale = params.pop("lora", None), params.pop("lora_scale", None)
+        if scale is not None and scale != 1:
+            raise InvalidRequestError("lora_scale", f"vLLM applies an adapter at its trained scale; got {scale}")
+        if name is None:
+            return params, None
+        lora = self._loras.get(name)
+        if lora is None:
+            raise InvalidRequestError("model", f"the LoRA adapter {name!r} is not loaded on stage {self.stage_id}")
+        return params, lora
 
     # ------------------------------------------------------------------ requests
 
     def prepare(self, req: StageRequest) -> Prepared:
-        """Validate and tokenize; every problem is a ValueError naming the field."""
+        """Validate what can be checked before rendering (the length is checked on the rendered
+        prompt); every problem is an InvalidRequestError naming the field."""
         if req.stream_inputs:
             raise ValueError(f"stage {self.stage_id}: llm stages do not accept streamed (async chunk) input")
-        ids, text = prompt_token_ids(req.inputs, self.tokenizer)
+        source = parse(req.inputs)
+        ids = source.token_ids
+        if ids is not None:
+            bad = [t for t in ids if not 0 <= t < self.vocab_size]
+            if bad:
+                raise InvalidRequestError("prompt_token_ids", f"{bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})")
+        check_media(source, self.engine)
+        params, lora = self._lora_request(req.params)
+        sp = to_sampling_params(params, vocab_size=self.vocab_size)
+        return Prepared(ids, source.text, sp, source=source, lora=lora)
+
+    def check_length(self, ids: list[int], sp: Any, field: str) -> None:
+        """The (rendered) prompt must leave room for max_tokens within max_model_len."""
         if not ids:
-            raise ValueError("prompt: empty prompt")
-        bad = [t for t in ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(f"prompt_token_ids: {bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})")
+            raise InvalidRequestError(field, "empty prompt")
         if len(ids) >= self.max_model_len:
-            raise ValueError(f"prompt: {len(ids)} tokens do not fit max_model_len={self.max_model_len} "
-                             "(at least one token must be generated)")
-        sp = to_sampling_params(req.params, vocab_size=self.vocab_size)
+            raise InvalidRequestError(field, f"{len(ids)} tokens do not fit max_model_len={self.max_model_len} "
+                                      "(at least one token must be generated)")
         if sp.max_tokens is not None and len(ids) + sp.max_tokens > self.max_model_len:
             # vLLM would stop at max_model_len silently; say so instead.
-            raise ValueError(f"max_tokens: prompt ({len(ids)} tokens) + max_tokens ({sp.max_tokens}) exceeds "
-                             f"max_model_len={self.max_model_len}")
-        return Prepared(ids, text, sp)
+            raise InvalidRequestError("max_tokens", f"prompt ({len(ids)} tokens) + max_tokens ({sp.max_tokens}) exceeds "
+                                      f"max_model_len={self.max_model_len}")
 
     async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
         from vllm.exceptions import VLLMClientError
+        from vllm.v1.engine.exceptions import EngineDeadError
 
+        if self._dead is not None:
+            raise StageUnavailableError(self._dead)
         if self.engine is None:
             raise RuntimeError(f"stage {self.stage_id}: engine not started")
+        engine = self.engine  # the one this request runs on (a restart replaces self.engine)
         rid = req.request_id
         if rid in self._active:
             raise ValueError(f"request_id {rid!r} is already running on stage {self.stage_id}")
         prep = self.prepare(req)
-        ids, sp = prep.ids, prep.params
+        sp = prep.params
+        engine_input = await prep.engine_input(engine)
+        ids = list(engine_input["prompt_token_ids"])  # as vLLM counts them: multimodal placeholders included
+        self.check_length(ids, sp, prep.source.field if prep.source else "prompt")
         want_text = OutputModality.TEXT in self.output_type and sp.detokenize
         want_ids = OutputModality.TOKEN_IDS in self.output_type
         self._active.add(rid)
@@ -183,8 +321,7 @@ class LLMStageEngine:
         done = False
         final: StageOutput | None = None
         try:
-            engine_input = await prep.engine_input(self.engine)
-            async for ro in self.engine.generate(engine_input, sp, request_id=rid):
+            async for ro in engine.generate(engine_input, sp, request_id=rid, lora_request=prep.lora):
                 comp = ro.outputs[0]
                 now = time.monotonic()
                 data: dict[str, Any] = {}
@@ -197,35 +334,42 @@ class LLMStageEngine:
                     data["text"] = comp.text
                 if want_ids and comp.token_ids:
                     data["token_ids"] = list(comp.token_ids)
-                if data:
-                    data["num_tokens"] = num_tokens  # running count: lets the server report continuous usage
                 if ro.finished:
-                    data["finish_reason"] = "abort" if rid in self._aborted else comp.finish_reason
                     metrics = StageMetrics(
                         # Without vLLM's stats logging the scheduling time is not exposed:
                         # the queue time here runs up to the first output.
                         queue_time_s=first_at - req.arrival_time, run_time_s=now - first_at,
                         num_tokens=num_tokens, peak_memory_mb=peak_memory_mb(),
                     )
-                    final = StageOutput(rid, self.stage_id, data, finished=True, metrics=metrics)
+                    reason = "abort" if rid in self._aborted else comp.finish_reason
+                    final = StageOutput(rid, self.stage_id, data, finished=True, metrics=metrics,
+                                        finish_reason=reason, num_tokens=num_tokens)
                     # Not yielded inside the loop: vLLM's stream must run to its end, or closing it
                     # later (when our consumer stops reading) sends vLLM a needless abort.
                     continue
                 if data:
-                    yield StageOutput(rid, self.stage_id, data, finished=False)
+                    # the running count lets the server report continuous usage without counting chunks
+                    yield StageOutput(rid, self.stage_id, data, finished=False, num_tokens=num_tokens)
             done = True
             # vLLM ends an aborted request's stream without a final output in some paths.
-            yield final or StageOutput(rid, self.stage_id, {"finish_reason": "abort"}, finished=True,
+            yield final or StageOutput(rid, self.stage_id, {}, finished=True, finish_reason="abort",
+                                       num_tokens=num_tokens,
                                        metrics=StageMetrics(num_tokens=num_tokens, peak_memory_mb=peak_memory_mb()))
         except VLLMClientError as e:  # vLLM rejected the request: the caller's fault, not the stage's
             raise ValueError(str(e)) from None
+        except EngineDeadError:
+            raise self._engine_died("EngineDeadError") from None
+        except Exception:
+            if engine.errored:  # whatever vLLM raised, the cause is the dead engine core
+                raise self._engine_died("the engine core process exited") from None
+            raise
         finally:
             self._active.discard(rid)
             self._aborted.discard(rid)
-            if not done and self.engine is not None:
+            if not done and not engine.errored:
                 # Closed early by the consumer: free vLLM's slot now rather than when the
                 # inner generator is garbage-collected (a task, since this may run during cancellation).
-                task = asyncio.get_running_loop().create_task(self._abort_in_vllm(self.engine, rid))
+                task = asyncio.get_running_loop().create_task(self._abort_in_vllm(engine, rid))
                 self._bg.add(task)  # keep a reference until it ran
                 task.add_done_callback(self._bg.discard)
 
@@ -233,7 +377,7 @@ class LLMStageEngine:
         raise ValueError(f"stage {self.stage_id}: llm stages do not accept streamed (async chunk) input")
 
     async def abort(self, request_id: str) -> None:
-        if self.engine is not None and request_id in self._active:
+        if self.engine is not None and self._dead is None and request_id in self._active:
             self._aborted.add(request_id)
             await self._abort_in_vllm(self.engine, request_id)
 

@@ -1,58 +1,274 @@
-"""Prompt dicts (a source stage's prompt or an edge processor's output) to
-token ids, the way vLLM's ``LLM.generate`` / chat endpoint would tokenize them."""
+"""What an llm stage takes, and how vLLM's own renderer turns it into an engine input.
+
+A stage input (a source stage's prompt or an edge processor's output) is one of
+
+- ``{"prompt_token_ids": [...], "prompt"?: str}``: token ids as they are;
+- ``{"prompt": str, "multi_modal_data"?: {...}, "mm_processor_kwargs"?: {...}}``:
+  as ``vllm.LLM.generate`` takes it (the text carries the model's placeholders);
+- ``{"messages": [...], "mm_processor_kwargs"?: {...},
+  "additional_information"?: {"chat_template_kwargs": {...}}}``: as ``LLM.chat``
+  and the OpenAI server take it. ``chat_template_kwargs`` may hold
+  ``add_generation_prompt`` and ``continue_final_message``. Message content
+  parts are vLLM's: ``text``, ``image_url`` / ``audio_url`` / ``video_url``
+  (``data:``, ``http(s)://``, ``file://`` under vLLM's ``allowed_local_media_path``),
+  ``input_audio``, ``image_pil`` (a PIL image), and the ``*_embeds`` parts.
+
+``multi_modal_data`` holds ``image``: PIL | [PIL], ``audio``: (array, rate) | [...],
+``video``: frames | [frames]. With ``messages`` the media live in the message
+parts (``multi_modal_data`` next to messages is refused, not ignored).
+
+Templating, media loading and the model's processor are vLLM's
+(``renderer.render_chat_async`` / ``render_cmpl_async``), so a stage's prompt is
+token for token what vLLM itself would build. This module only checks shapes,
+counts media against the model's limits (naming the offending part) and maps
+vLLM's complaints to ``InvalidRequestError``.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from omnistage.errors import InvalidRequestError
+
 # Keys an llm stage understands; anything else in an edge's output is a wiring bug.
-INPUT_KEYS = {"prompt", "prompt_token_ids", "messages", "negative_prompt", "additional_information", "modalities"}
+INPUT_KEYS = {"prompt", "prompt_token_ids", "messages", "multi_modal_data", "mm_processor_kwargs",
+              "negative_prompt", "additional_information", "modalities"}
+MODALITIES = ("image", "audio", "video")
+
+# vLLM's chat content part types (renderers/chat_utils.py MM_PARSER_MAP) by what they carry.
+TEXT_PARTS = {"text", "input_text", "output_text", "refusal", "thinking", "tool_reference"}
+MEDIA_PARTS = {"image_url": "image", "input_image": "image", "image_pil": "image", "image_embeds": "image",
+               "audio_url": "audio", "input_audio": "audio", "audio_embeds": "audio",
+               "video_url": "video", "video_embeds": "video"}
 
 
-def _message_text(i: int, m: Any) -> dict[str, str]:
-    if not isinstance(m, dict) or "role" not in m:
-        raise ValueError(f"messages[{i}]: expected an object with 'role' and 'content'")
-    content = m.get("content", "")
-    if isinstance(content, list):  # OpenAI content parts: keep the text parts
-        parts = []
-        for p in content:
-            if not isinstance(p, dict) or p.get("type") != "text":
-                raise ValueError(f"messages[{i}].content: only text parts are supported by this stage, got {p!r}")
-            parts.append(str(p.get("text", "")))
-        content = "".join(parts)
-    if not isinstance(content, str):
-        raise ValueError(f"messages[{i}].content: expected a string, got {type(content).__name__}")
-    return {"role": str(m["role"]), "content": content}
+@dataclass
+class StagePrompt:
+    """One validated llm-stage input, before vLLM renders it."""
+
+    field: str  # the request field that problems with the prompt as a whole are reported against
+    token_ids: list[int] | None = None
+    text: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    multi_modal_data: dict[str, Any] | None = None
+    mm_processor_kwargs: dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    media: list[tuple[str, str]] = field(default_factory=list)  # (field, modality) of each item, in order
+
+    @property
+    def needs_renderer(self) -> bool:
+        return self.token_ids is None or self.multi_modal_data is not None
 
 
-def prompt_token_ids(inputs: dict[str, Any], tokenizer: Any) -> tuple[list[int], str | None]:
-    """Returns (token ids, prompt text if there was one)."""
+# --------------------------------------------------------------------------- parsing (no vLLM)
+
+
+def parse(inputs: Mapping[str, Any]) -> StagePrompt:
+    """Shape checks; every problem is an ``InvalidRequestError`` naming the field."""
     unknown = sorted(set(inputs) - INPUT_KEYS)
     if unknown:
-        raise ValueError(f"prompt: unsupported key(s) for an llm stage: {', '.join(unknown)}")
+        raise InvalidRequestError("prompt", f"unsupported key(s) for an llm stage: {', '.join(unknown)}")
+    mm_kwargs = inputs.get("mm_processor_kwargs")
+    if mm_kwargs is not None and not isinstance(mm_kwargs, Mapping):
+        raise InvalidRequestError("mm_processor_kwargs", f"expected an object, got {type(mm_kwargs).__name__}")
+    mm_kwargs = dict(mm_kwargs) if mm_kwargs else None
     if inputs.get("prompt_token_ids") is not None:
         ids = inputs["prompt_token_ids"]
         if not isinstance(ids, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-            raise ValueError("prompt_token_ids: expected a list of integers")
-        return list(ids), inputs.get("prompt")
+            raise InvalidRequestError("prompt_token_ids", "expected a list of integers")
+        mm, media = _multi_modal_data(inputs.get("multi_modal_data"))
+        return StagePrompt("prompt", token_ids=list(ids), text=inputs.get("prompt"), multi_modal_data=mm,
+                           mm_processor_kwargs=mm_kwargs, media=media)
     if inputs.get("messages") is not None:
+        if inputs.get("multi_modal_data"):
+            raise InvalidRequestError("multi_modal_data", "with 'messages' the media go in the messages' content "
+                                      "parts (image_url, image_pil, audio_url, input_audio, video_url)")
         messages = inputs["messages"]
         if not isinstance(messages, list) or not messages:
-            raise ValueError("messages: expected a non-empty list")
-        msgs = [_message_text(i, m) for i, m in enumerate(messages)]
-        if getattr(tokenizer, "chat_template", None) is None:
-            raise ValueError("messages: this model's tokenizer has no chat template; send 'prompt' instead")
-        opts = (inputs.get("additional_information") or {}).get("chat_template_kwargs") or {}
-        cont = bool(opts.get("continue_final_message", False))
-        add_gen = bool(opts.get("add_generation_prompt", not cont))
-        try:
-            text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=add_gen,
-                                                 continue_final_message=cont)
-        except Exception as e:  # template errors are the caller's messages' fault
-            raise ValueError(f"messages: the chat template failed: {e}") from None
-        # The template already placed the special tokens (as vLLM's chat endpoint does).
-        return tokenizer.encode(text, add_special_tokens=False), text
+            raise InvalidRequestError("messages", "expected a non-empty list")
+        media = [m for i, msg in enumerate(messages) for m in _message_media(i, msg)]
+        return StagePrompt("messages", messages=messages, mm_processor_kwargs=mm_kwargs, media=media,
+                           chat_template_kwargs=_chat_template_kwargs(inputs.get("additional_information")))
     prompt = inputs.get("prompt")
     if not isinstance(prompt, str):
-        raise ValueError("prompt: needs 'prompt' (string), 'prompt_token_ids' or 'messages'")
-    return tokenizer.encode(prompt), prompt
+        raise InvalidRequestError("prompt", "needs 'prompt' (string), 'prompt_token_ids' or 'messages'")
+    mm, media = _multi_modal_data(inputs.get("multi_modal_data"))
+    return StagePrompt("prompt", text=prompt, multi_modal_data=mm, mm_processor_kwargs=mm_kwargs, media=media)
+
+
+def _chat_template_kwargs(info: Any) -> dict[str, Any]:
+    if info is None:
+        return {}
+    if not isinstance(info, Mapping):
+        raise InvalidRequestError("additional_information", f"expected an object, got {type(info).__name__}")
+    opts = info.get("chat_template_kwargs") or {}
+    if not isinstance(opts, Mapping):
+        raise InvalidRequestError("chat_template_kwargs", f"expected an object, got {type(opts).__name__}")
+    opts = dict(opts)
+    for flag in ("add_generation_prompt", "continue_final_message"):
+        if flag in opts and not isinstance(opts[flag], bool):
+            raise InvalidRequestError(flag, f"expected true or false, got {opts[flag]!r}")
+    if opts.get("continue_final_message") and opts.get("add_generation_prompt"):
+        raise InvalidRequestError("continue_final_message",
+                                  "cannot be combined with add_generation_prompt (set it to false)")
+    if opts.get("continue_final_message"):
+        opts.setdefault("add_generation_prompt", False)
+    return opts
+
+
+def _message_media(i: int, msg: Any) -> list[tuple[str, str]]:
+    if not isinstance(msg, Mapping) or "role" not in msg:
+        raise InvalidRequestError(f"messages[{i}]", "expected an object with 'role' and 'content'")
+    content = msg.get("content")
+    if content is None or isinstance(content, str):
+        return []
+    if not isinstance(content, list):
+        raise InvalidRequestError(f"messages[{i}].content", f"expected a string or a list of parts, "
+                                  f"got {type(content).__name__}")
+    media = []
+    for j, part in enumerate(content):
+        where = f"messages[{i}].content[{j}]"
+        if isinstance(part, str):
+            continue
+        if not isinstance(part, Mapping):
+            raise InvalidRequestError(where, f"expected an object, got {type(part).__name__}")
+        kind = part.get("type") or next((k for k in MEDIA_PARTS if k in part), None)
+        if kind in MEDIA_PARTS:
+            media.append((f"{where}.{kind}", MEDIA_PARTS[kind]))
+        elif kind not in TEXT_PARTS:
+            raise InvalidRequestError(f"{where}.type", f"unsupported content part type {kind!r}; "
+                                      f"expected one of {', '.join(sorted(TEXT_PARTS | set(MEDIA_PARTS)))}")
+    return media
+
+
+def _multi_modal_data(mm: Any) -> tuple[dict[str, Any] | None, list[tuple[str, str]]]:
+    """Checked and normalised ``multi_modal_data`` (audio items as ``(array, rate)`` tuples:
+    a transport may have turned them into lists), and its items for counting."""
+    if mm is None:
+        return None, []
+    if not isinstance(mm, Mapping):
+        raise InvalidRequestError("multi_modal_data", f"expected an object, got {type(mm).__name__}")
+    out: dict[str, Any] = {}
+    media: list[tuple[str, str]] = []
+    for key, value in mm.items():
+        if key not in MODALITIES:
+            # other keys (e.g. a family's precomputed inputs) pass through to vLLM's own checks
+            out[key] = value
+            continue
+        items = _items(key, value)
+        if items:
+            out[key] = items  # vLLM takes a list for every modality
+            media += [(f"multi_modal_data.{key}[{k}]", key) for k in range(len(items))]
+    return (out or None), media
+
+
+def _is_audio_item(value: Any) -> bool:
+    return (isinstance(value, (list, tuple)) and len(value) == 2 and isinstance(value[1], numbers.Real)
+            and not isinstance(value[1], bool))
+
+
+def _items(modality: str, value: Any) -> list[Any]:
+    if modality == "audio":
+        if _is_audio_item(value):
+            return [tuple(value)]
+        if isinstance(value, (list, tuple)):
+            return [tuple(v) if _is_audio_item(v) else v for v in value]
+        return [value]  # a bare waveform: the processor's own sampling rate is assumed, as in vLLM
+    if modality == "video" and isinstance(value, (list, tuple)) and len(value) == 2 and isinstance(value[1], Mapping):
+        return [tuple(value)]  # one video as (frames, metadata)
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+# --------------------------------------------------------------------------- media limits (vLLM's own)
+
+
+def check_media(prompt: StagePrompt, engine: Any) -> None:
+    """A text-only model, a modality the model lacks, or more items than ``limit_mm_per_prompt``
+    allows: a 400 naming the first offending part (vLLM itself would name only the modality)."""
+    if not prompt.media:
+        return
+    from vllm.exceptions import VLLMValidationError
+
+    if not engine.model_config.is_multimodal_model:
+        where, modality = prompt.media[0]
+        raise InvalidRequestError(where, f"this model takes text only; it cannot take {modality} input")
+    info = engine.renderer.get_mm_processor().info  # vLLM's processing info for this model
+    supported = sorted(info.supported_mm_limits)
+    counts: dict[str, int] = {}
+    for where, modality in prompt.media:
+        if modality not in info.supported_mm_limits:
+            raise InvalidRequestError(where, f"this model takes no {modality} input (it takes "
+                                      f"{', '.join(supported)})")
+        counts[modality] = counts.get(modality, 0) + 1
+        try:
+            info.validate_num_items(modality, counts[modality])
+        except VLLMValidationError as e:
+            raise InvalidRequestError(where, f"{e.args[0]} (limit_mm_per_prompt)") from None
+
+
+# --------------------------------------------------------------------------- rendering (vLLM's renderer)
+
+
+async def render(engine: Any, prompt: StagePrompt) -> Any:
+    """The engine input vLLM's own entry points would build (``LLM.generate`` / ``LLM.chat``)."""
+    from jinja2 import TemplateError
+    from vllm.exceptions import VLLMValidationError
+    from vllm.inputs import TextPrompt, TokensPrompt
+    from vllm.inputs.engine import tokens_input
+
+    if not prompt.needs_renderer:
+        return tokens_input(prompt.token_ids, prompt=prompt.text)
+    renderer = engine.renderer
+    extras = {"mm_processor_kwargs": prompt.mm_processor_kwargs} if prompt.mm_processor_kwargs else None
+    try:
+        if prompt.messages is not None:
+            from vllm.renderers.params import ChatParams
+            from vllm.utils.mistral import is_mistral_tokenizer
+
+            # The chat params LLM.chat and the OpenAI server build: text out of the template, unless
+            # the tokenizer (Mistral) or prompt embeddings need ids straight from it.
+            tokenize = is_mistral_tokenizer(renderer.tokenizer) or engine.model_config.enable_prompt_embeds
+            chat = ChatParams(chat_template_kwargs={"add_generation_prompt": True, **prompt.chat_template_kwargs,
+                                                    "tokenize": tokenize},
+                              mm_processor_kwargs=prompt.mm_processor_kwargs)
+            # As LLM.chat and the OpenAI server: the template places the special tokens.
+            tok = _unbounded(renderer.default_chat_tok_params).with_kwargs(add_special_tokens=False)
+            _, (engine_input,) = await renderer.render_chat_async([prompt.messages], chat, tok,
+                                                                   prompt_extras=extras)
+            return engine_input
+        if prompt.token_ids is not None:
+            dict_prompt: Any = TokensPrompt(prompt_token_ids=prompt.token_ids)
+            if prompt.text is not None:
+                dict_prompt["prompt"] = prompt.text
+        else:
+            dict_prompt = TextPrompt(prompt=prompt.text)
+        if prompt.multi_modal_data is not None:
+            dict_prompt["multi_modal_data"] = prompt.multi_modal_data
+        tok = _unbounded(renderer.default_cmpl_tok_params)
+        return (await renderer.render_cmpl_async([dict_prompt], tok, prompt_extras=extras))[0]
+    except VLLMValidationError as e:
+        raise InvalidRequestError(_field(prompt, e.parameter), e.args[0]) from None
+    except (ValueError, TypeError, OSError, TemplateError) as e:
+        # vLLM's chat parsing, media loading (OSError: an undecodable image) and the model's processor
+        # reject the caller's input this way
+        raise InvalidRequestError(prompt.field, f"{type(e).__name__}: {e}") from None
+
+
+def _unbounded(params: Any) -> Any:
+    """The renderer's tokenize params without its own length check: the stage checks the
+    rendered length itself (naming max_tokens too), after multimodal expansion."""
+    return dataclasses.replace(params, max_total_tokens=None)
+
+
+def _field(prompt: StagePrompt, parameter: str | None) -> str:
+    if parameter in MODALITIES and prompt.multi_modal_data is not None:
+        return f"multi_modal_data.{parameter}"
+    if parameter in ("mm_processor_kwargs", "chat_template_kwargs"):
+        return parameter
+    return prompt.field

@@ -12,15 +12,18 @@ from vllm import SamplingParams
 from vllm.exceptions import VLLMValidationError
 from vllm.sampling_params import RequestOutputKind
 
+from omnistage.errors import InvalidRequestError
+from omnistage.params import MAX_SEED
+
 # Public SamplingParams fields a request may set (private ones start with "_").
 ALLOWED_KEYS = frozenset(k for k in SamplingParams.__struct_fields__ if not k.startswith("_")) - {"output_kind", "skip_clone"}
 
 
 def _check_int(name: str, value: Any, *, minimum: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name}: expected an integer, got {value!r}")
+        raise InvalidRequestError(name, f"expected an integer, got {value!r}")
     if minimum is not None and value < minimum:
-        raise ValueError(f"{name}: must be >= {minimum}, got {value}")
+        raise InvalidRequestError(name, f"must be >= {minimum}, got {value}")
 
 
 def _check_common(get: Any, vocab_size: int) -> None:
@@ -30,23 +33,25 @@ def _check_common(get: Any, vocab_size: int) -> None:
     temperature = get("temperature")
     if temperature is not None:
         if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
-            raise ValueError(f"temperature: expected a number, got {temperature!r}")
+            raise InvalidRequestError("temperature", f"expected a number, got {temperature!r}")
         if temperature < 0:
-            raise ValueError(f"temperature: must be >= 0, got {temperature}")
+            raise InvalidRequestError("temperature", f"must be >= 0, got {temperature}")
     stop_ids = get("stop_token_ids")
     if stop_ids is not None:
         if not isinstance(stop_ids, (list, tuple)):
-            raise ValueError(f"stop_token_ids: expected a list of token ids, got {stop_ids!r}")
+            raise InvalidRequestError("stop_token_ids", f"expected a list of token ids, got {stop_ids!r}")
         for t in stop_ids:
             _check_int("stop_token_ids", t)
             if not 0 <= t < vocab_size:
-                raise ValueError(f"stop_token_ids: {t} is outside the vocabulary (0..{vocab_size - 1})")
+                raise InvalidRequestError("stop_token_ids", f"{t} is outside the vocabulary (0..{vocab_size - 1})")
     n = get("n")
     if n is not None and n != 1:
-        raise ValueError(f"n: an llm stage streams one completion per request, got n={n}")
+        raise InvalidRequestError("n", f"an llm stage streams one completion per request, got n={n}")
     seed = get("seed")
     if seed is not None:
-        _check_int("seed", seed)
+        _check_int("seed", seed, minimum=0)  # a negative seed has no defined meaning (params.MAX_SEED)
+        if seed > MAX_SEED:
+            raise InvalidRequestError("seed", f"must be <= {MAX_SEED}, got {seed}")
 
 
 def to_sampling_params(params: Any, *, vocab_size: int) -> SamplingParams:
@@ -59,12 +64,12 @@ def to_sampling_params(params: Any, *, vocab_size: int) -> SamplingParams:
         sp.output_kind = RequestOutputKind.DELTA
         return sp
     if not isinstance(params, Mapping):
-        raise ValueError(f"sampling_params: expected a dict or vllm.SamplingParams, got {type(params).__name__}")
+        raise InvalidRequestError("sampling_params", f"expected a dict or vllm.SamplingParams, got {type(params).__name__}")
     unknown = sorted(set(params) - ALLOWED_KEYS)
     if unknown:
-        raise ValueError(f"sampling_params: unknown field(s) {', '.join(unknown)} for an llm stage")
+        raise InvalidRequestError("sampling_params", f"unknown field(s) {', '.join(unknown)} for an llm stage")
     _check_common(params.get, vocab_size)
     try:
         return SamplingParams(**dict(params), output_kind=RequestOutputKind.DELTA)
     except (ValueError, TypeError, VLLMValidationError) as e:  # vLLM's own checks name the parameter
-        raise ValueError(f"sampling_params: {e}") from None
+        raise InvalidRequestError("sampling_params", f"{e}") from None

@@ -1,0 +1,109 @@
+"""The other image families of the batching benchmark (``diffusion_batching.py --family``): random-weight
+folders from each family's tiny builder (``omnistage.testing.tiny``: its text encoders, tokenizers, VAE and
+scheduler) with the transformer swapped for a wider, deeper one of the same class, so that its forward, not
+Python, is what a step costs (a few ms per forward on one CPU thread); and the request knobs each family is
+served with.
+
+SD3 keeps its own presets in ``sd3_shapes.py``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class FamilyBench:
+    name: str  # the tiny builder's name (``python -m omnistage.testing.tiny NAME``)
+    pipeline_class: str  # the diffusers pipeline the baselines call
+    transformer: dict[str, Any] = field(default_factory=dict)  # transformer config keys that grow it
+    knobs: dict[str, Any] = field(default_factory=dict)  # per-request parameters besides size / steps / prompt
+    note: str = ""
+
+
+FAMILIES: dict[str, FamilyBench] = {
+    "flux": FamilyBench(
+        "flux", "FluxPipeline", dict(num_layers=4, num_single_layers=4, num_attention_heads=4, attention_head_dim=32,
+                                     axes_dims_rope=[8, 12, 12]),
+        dict(guidance_scale=3.5, max_sequence_length=64),
+        "FLUX.1-dev layout: guidance embedding (no CFG rows), T5 length 64"),
+    "z_image": FamilyBench(
+        "z_image", "ZImagePipeline", dict(n_layers=8, n_refiner_layers=1, n_heads=4, n_kv_heads=4, dim=128,
+                                          axes_dims=[8, 12, 12]),
+        dict(guidance_scale=0.0, max_sequence_length=64),
+        "Z-Image-Turbo usage: no CFG; captions of their own lengths in one forward"),
+    "qwen_image": FamilyBench(
+        "qwen_image", "QwenImagePipeline", dict(num_layers=8, num_attention_heads=4, attention_head_dim=32,
+                                                axes_dims_rope=[8, 12, 12]),
+        dict(true_cfg_scale=1.0, max_sequence_length=64), "no true CFG"),
+}
+
+
+def available() -> list[str]:
+    """The families whose tiny builders exist in this checkout."""
+    from omnistage.testing.tiny import builders
+
+    known = builders()
+    return [name for name, fam in FAMILIES.items() if fam.name in known]
+
+
+def build(family: str, outdir: Path) -> dict[str, Any]:
+    """Write the family's benchmark folder; returns a description of the model."""
+    import json
+
+    import diffusers
+
+    from omnistage.testing.tiny import build as build_tiny
+
+    fam = FAMILIES[family]
+    build_tiny(fam.name, outdir)
+    folder = outdir / "transformer"
+    config = json.loads((folder / "config.json").read_text())
+    cls = getattr(diffusers, config["_class_name"])
+    cfg = {k: v for k, v in config.items() if not k.startswith("_")} | fam.transformer
+    torch.manual_seed(0)
+    transformer = cls(**cfg).eval()
+    transformer.save_pretrained(folder, safe_serialization=True)
+    return {"family": family, "pipeline_class": fam.pipeline_class, "transformer_class": cls.__name__,
+            "transformer_overrides": dict(fam.transformer),
+            "transformer_params": sum(p.numel() for p in transformer.parameters()),
+            "knobs": dict(fam.knobs), "note": fam.note, "max_sequence_length": fam.knobs.get("max_sequence_length")}
+
+
+def image_tokens(pipe: Any, size: int) -> int:
+    """Image tokens per row at a square ``size``: every family here packs 2x2 latent patches."""
+    return (size // (pipe.vae_scale_factor * 2)) ** 2
+
+
+def forward_ms(pipe: Any, call: dict[str, Any], rows: int, device: torch.device, repeats: int = 3) -> float:
+    """Mean transformer forward time (ms) inside a 2-step diffusers call of ``rows`` prompts, timed by
+    hooks on the transformer (family-agnostic; the first call warms up)."""
+    times: list[float] = []
+    start: list[float] = []
+
+    def pre(*_: Any, **__: Any) -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start.append(time.perf_counter())
+
+    def post(*_: Any, **__: Any) -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - start[-1])
+
+    kw = {**call, "num_inference_steps": 2}
+    hooks = [pipe.transformer.register_forward_pre_hook(pre), pipe.transformer.register_forward_hook(post)]
+    try:
+        pipe(["a red cat"] * rows, output_type="latent", **kw)
+        times.clear()
+        for _ in range(repeats):
+            pipe(["a red cat"] * rows, output_type="latent", **kw)
+    finally:
+        for h in hooks:
+            h.remove()
+    return sum(times) / len(times) * 1000

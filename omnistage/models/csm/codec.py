@@ -1,0 +1,46 @@
+"""CSM's codec stage: codec_tts's streamed Mimi decoder over the Mimi inside the CSM checkpoint
+(``codec_model.*`` weights, ``config.codec_config``), loaded without the backbone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from omnistage.models.codec_tts.codec import MimiCodec, mimi_receptive_frames
+from omnistage.models.codec_tts.config import TTSConfig
+from omnistage.models.codec_tts.decoder import CodecDecoderAdapter
+from omnistage.pipeline import StageContext
+
+CHUNK_FRAMES = 4  # 320 ms of speech per streamed piece at 12.5 Hz
+INITIAL_CHUNK_FRAMES = 1  # the first piece: one frame (80 ms), so the first audio leaves early
+
+
+class CsmMimi(MimiCodec):
+    def __init__(self, folder: Path, device: str = "cpu", dtype: torch.dtype = torch.float32):
+        from transformers import AutoConfig, MimiModel
+
+        from omnistage.models.qwen_omni.checkpoint import read_tensors
+
+        cfg = AutoConfig.from_pretrained(str(folder)).codec_config
+        model = MimiModel(cfg)
+        model.load_state_dict(read_tensors(folder, "codec_model."), strict=True)
+        self.model = model.to(device=device, dtype=dtype).eval()
+        self.device = device
+        self.sample_rate = int(cfg.sampling_rate)
+        self.num_quantizers = int(cfg.num_quantizers)
+        self.codebook_size = int(cfg.codebook_size)
+        self.samples_per_frame = round(cfg.sampling_rate / cfg.frame_rate)
+        self.receptive_frames = mimi_receptive_frames(cfg)
+
+
+class CsmCodecAdapter(CodecDecoderAdapter):
+    def __init__(self, ctx: StageContext):  # noqa: super().__init__ reads a codec_tts folder; this is a CSM one
+        if ctx.model is None:
+            raise ValueError("csm needs a model folder")
+        device = f"cuda:{ctx.devices[0]}" if ctx.devices and torch.cuda.is_available() else "cpu"
+        self.codec = CsmMimi(Path(ctx.model), device)
+        self.config = TTSConfig(codebook_size=self.codec.codebook_size, num_quantizers=self.codec.num_quantizers,
+                                chunk_frames=CHUNK_FRAMES, initial_chunk_frames=INITIAL_CHUNK_FRAMES)
+        self.context, self.lookahead = self.codec.receptive_frames, 0  # causal: exact with left context only
+        self.calls: list[int] = []

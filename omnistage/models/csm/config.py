@@ -1,0 +1,100 @@
+"""What the family reads from a CSM folder's ``config.json`` and ``generation_config.json`` without
+importing torch or transformers, and the checks of the backbone stage's parameters."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omnistage.errors import InvalidRequestError
+
+ARCHITECTURE = "CsmForConditionalGeneration"
+SAMPLE_RATE = 24000  # Mimi's rate in the release
+VOICES = ["0", "1"]  # the release's conversational speakers ("[0]text", "[1]text")
+DEPTH = "depth_decoder_"
+# transformers' GenerationConfig defaults for what a generation_config.json leaves out
+_GENERATE_DEFAULTS = {"do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0}
+MAX_TOKENS = 1024  # frames (80 s at 12.5 Hz) when the checkpoint sets no max_new_tokens
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+
+
+def is_csm(folder: Path) -> bool:
+    return ARCHITECTURE in (_read(folder / "config.json").get("architectures") or [])
+
+
+def _sampler(gen: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    get = {k: gen.get(prefix + k, v) for k, v in _GENERATE_DEFAULTS.items()}
+    return {"temperature": float(get["temperature"]) if get["do_sample"] else 0.0,
+            "top_k": int(get["top_k"] or 0), "top_p": float(get["top_p"] if get["top_p"] is not None else 1.0)}
+
+
+@dataclass(frozen=True)
+class Sampler:
+    temperature: float
+    top_k: int
+    top_p: float
+
+
+@dataclass(frozen=True)
+class CsmParams:
+    backbone: Sampler
+    depth: Sampler
+    max_tokens: int  # frames, as transformers' max_new_tokens
+    seed: int | None
+
+
+# vLLM-style keys of the backbone (the stage is llm-kind: request knobs arrive here) + the depth decoder's
+PARAM_KEYS = {"temperature", "top_k", "top_p", "max_tokens", "seed",
+              DEPTH + "temperature", DEPTH + "top_k", DEPTH + "top_p"}
+
+
+def checkpoint_defaults(folder: Path) -> dict[str, Any]:
+    """The checkpoint's sampling: ``generation_config.json`` (its ``depth_decoder_*`` keys for the depth
+    decoder) over transformers' defaults; temperature 0 where it does not sample."""
+    gen = _read(folder / "generation_config.json")
+    out = {**_sampler(gen, ""), **{DEPTH + k: v for k, v in _sampler(gen, DEPTH).items()}}
+    out["max_tokens"] = int(gen.get("max_new_tokens") or MAX_TOKENS)
+    return out
+
+
+def parse_params(params: Any, defaults: Mapping[str, Any]) -> CsmParams:
+    """The stage's params over the checkpoint's. A request that sets ``temperature: 0`` (greedy) and no
+    ``depth_decoder_temperature`` is greedy in the depth decoder too."""
+    params = {k: v for k, v in dict(params or {}).items() if v is not None}
+    unknown = sorted(set(params) - PARAM_KEYS - {"detokenize"})
+    if unknown:
+        raise InvalidRequestError(unknown[0], f"not a parameter of CSM's backbone stage "
+                                              f"(it takes {', '.join(sorted(PARAM_KEYS))})")
+    merged = {**defaults, **params}
+    if params.get("temperature") == 0 and DEPTH + "temperature" not in params:
+        merged[DEPTH + "temperature"] = 0.0
+
+    def number(name: str, lo: float, strict: bool = False, integer: bool = False) -> Any:
+        v = merged[name]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
+            raise InvalidRequestError(name, f"expected {'an integer' if integer else 'a number'}, got {v!r}")
+        if v < lo or (strict and v == lo):
+            raise InvalidRequestError(name, f"must be {'>' if strict else '>='} {lo}, got {v}")
+        return v
+
+    def sampler(prefix: str) -> Sampler:
+        top_p = float(number(prefix + "top_p", 0, strict=True))
+        if top_p > 1:
+            raise InvalidRequestError(prefix + "top_p", f"must be <= 1, got {top_p}")
+        return Sampler(float(number(prefix + "temperature", 0)), int(number(prefix + "top_k", 0, integer=True)), top_p)
+
+    seed = merged.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise InvalidRequestError("seed", f"expected a non-negative integer, got {seed!r}")
+    return CsmParams(sampler(""), sampler(DEPTH), int(number("max_tokens", 1, integer=True)), seed)

@@ -1,0 +1,140 @@
+"""CSM's backbone stage: ``stages.ar.StepEngine`` over ``model.CsmModel``; it emits one ``token_ids``
+row [K codes] per frame.
+
+Inputs (the request's prompt): ``prompt`` (the text to speak) and ``additional_information`` with
+``voice`` / ``speaker`` (a speaker id, ``"0"`` by default), ``ref_audio`` (``(samples, rate)``) +
+``ref_text`` (a reference clip and its transcript: an earlier turn of the same speaker, CSM's way
+of holding a voice), and ``context`` (earlier turns: ``[{"speaker", "text", "audio": (samples, rate)}]``,
+before the reference turn).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from omnistage.errors import InvalidRequestError
+from omnistage.models.csm.config import CsmParams, checkpoint_defaults, parse_params
+from omnistage.models.csm.model import CsmModel, Row, Turn, check_turn
+from omnistage.pipeline import StageContext
+from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
+from omnistage.stages.ar.kv import RequestKV
+from omnistage.stages.ar.sampling import request_generator
+from omnistage.stages.base import StageRequest
+
+ENGLISH = {"en", "english", "auto"}  # the release speaks English only
+
+
+@dataclass
+class CsmRequest(ARRequest):
+    turns: list[Turn] = field(default_factory=list)
+    params: CsmParams | None = None
+    row: Row | None = None
+
+
+def _clip(value: Any, field_name: str, rate: int) -> np.ndarray:
+    """``(samples, sample_rate)`` -> mono float32 at ``rate``."""
+    from omnistage.models.codec_tts.codec import resample
+
+    if not (isinstance(value, (tuple, list)) and len(value) == 2):
+        raise InvalidRequestError(field_name, "expected (samples, sample_rate)")
+    samples, sr = value
+    audio = np.asarray(samples, dtype=np.float32)
+    if audio.ndim == 2:  # (samples, channels) -> mono
+        audio = audio.mean(axis=1)
+    if audio.ndim != 1 or audio.size == 0 or isinstance(sr, bool) or not isinstance(sr, int) or sr <= 0:
+        raise InvalidRequestError(field_name, "expected non-empty mono samples and a positive integer sample rate")
+    if not np.isfinite(audio).all():
+        raise InvalidRequestError(field_name, "samples must be finite")
+    return resample(audio, sr, rate)
+
+
+def request_turns(inputs: Mapping[str, Any], rate: int) -> list[Turn]:
+    """The conversation a request asks for, its last turn the text to speak."""
+    text = inputs.get("prompt")
+    info = inputs.get("additional_information") or {}
+    if not isinstance(info, Mapping):
+        raise InvalidRequestError("additional_information", "expected an object")
+    speaker = info.get("voice", info.get("speaker", "0"))
+    speaker = str(speaker) if isinstance(speaker, int) and not isinstance(speaker, bool) else speaker
+    check_turn(speaker, text, "")
+    if info.get("instructions") is not None:
+        raise InvalidRequestError("instructions", "CSM takes no instructions; give context turns instead")
+    language = info.get("language")
+    if language is not None and str(language).lower() not in ENGLISH:
+        raise InvalidRequestError("language", f"CSM speaks English only, got {language!r}")
+    turns: list[Turn] = []
+    context = info.get("context") or []
+    if not isinstance(context, list):
+        raise InvalidRequestError("context", "expected a list of turns {speaker, text, audio}")
+    for i, t in enumerate(context):
+        where = f"context[{i}]."
+        if not isinstance(t, Mapping):
+            raise InvalidRequestError(f"context[{i}]", "expected an object {speaker, text, audio}")
+        s = str(t.get("speaker")) if isinstance(t.get("speaker"), int) else t.get("speaker")
+        check_turn(s, t.get("text"), where)
+        turns.append(Turn(s, t["text"], _clip(t.get("audio"), where + "audio", rate)))
+    ref_audio, ref_text = info.get("ref_audio"), info.get("ref_text")
+    if ref_audio is not None:
+        if not isinstance(ref_text, str) or not ref_text.strip():
+            raise InvalidRequestError("ref_text", "CSM needs the transcript of ref_audio (it becomes an earlier turn)")
+        turns.append(Turn(speaker, ref_text, _clip(ref_audio, "ref_audio", rate)))
+    elif ref_text is not None:
+        raise InvalidRequestError("ref_text", "given without ref_audio")
+    turns.append(Turn(speaker, text))
+    return turns
+
+
+class CsmEngine(StepEngine):
+    def __init__(self, ctx: StageContext):
+        if ctx.model is None:
+            raise ValueError("csm needs a model folder")
+        super().__init__(ctx)
+        self.folder = Path(ctx.model)
+        self.defaults = checkpoint_defaults(self.folder)
+
+    def load_model(self) -> CsmModel:
+        device = f"cuda:{self.ctx.devices[0]}" if self.ctx.devices and torch.cuda.is_available() else "cpu"
+        dtype = torch.float32 if device == "cpu" else torch.bfloat16
+        if self.ctx.deploy.dtype not in (None, "auto"):
+            dtype = getattr(torch, str(self.ctx.deploy.dtype))
+        return CsmModel(self.folder, device, dtype)
+
+    def new_request(self, req: StageRequest) -> CsmRequest:
+        if req.stream_inputs:
+            raise ValueError(f"stage {self.stage_id} takes its whole input at once (no async chunk input)")
+        params = parse_params(req.params, self.defaults)
+        turns = request_turns(req.inputs or {}, self.model.sample_rate)
+        generator = request_generator(max(params.backbone.temperature, params.depth.temperature), params.seed)
+        row = Row(RequestKV(self.model.num_layers), params.backbone, params.depth, generator)
+        return CsmRequest(req, turns=turns, params=params, row=row)
+
+    def prefill(self, r: CsmRequest) -> Emit:
+        self.model.prefill(r.row, self.model.prompt_embeds(r.turns))
+        return Emit()
+
+    def step(self, rs: list[CsmRequest], items: list[Any]) -> list[Emit]:
+        frames = self.model.frames([r.row for r in rs])
+        emits: list[Emit] = []
+        going: list[int] = []
+        for i, r in enumerate(rs):
+            frame = frames[i]
+            if self.model.is_end(frame):  # the end frame is not speech
+                emits.append(Emit(finish="stop"))
+                continue
+            done = r.tokens + 1 >= r.params.max_tokens
+            emits.append(Emit({"token_ids": frame.unsqueeze(0).clone()}, tokens=1, finish="length" if done else None))
+            if not done:
+                going.append(i)
+        if going:
+            self.model.advance([rs[i].row for i in going], frames[going])
+        return emits
+
+
+def build_backbone_engine(ctx: StageContext) -> CsmEngine:
+    return CsmEngine(ctx)

@@ -1,0 +1,172 @@
+"""Tiny Qwen-Image folders: diffusers' QwenImage / QwenImageEdit / QwenImageEditPlus layouts, random weights.
+
+    python -m omnistage.testing.tiny qwen_image DIR            # text-to-image (Qwen-Image, -2512)
+    python -m omnistage.testing.tiny qwen_image_edit DIR       # one input image (Qwen-Image-Edit)
+    python -m omnistage.testing.tiny qwen_image_edit_plus DIR  # 1-3 input images (-2509 / -2511 style)
+
+Real classes at toy sizes: ``QwenImageTransformer2DModel``, a Qwen2.5-VL text
+encoder (with its vision tower, which the edit pipelines feed their input
+images through), ``AutoencoderKLQwenImage``, the released scheduler config, a
+byte-level BPE ``Qwen2Tokenizer`` trained locally with Qwen's special tokens
+(on the prompt templates too, so that they tokenize to the 34 / 64 tokens the
+pipelines drop, as with Qwen's own tokenizer), and for edits a Qwen2-VL
+processor folder (image processor + tokenizer).
+
+Sizes: the text-to-image VAE is x8 as the real one (sizes are multiples of
+16). The edit pipelines resize every input image to about 1024x1024 pixels
+for the VAE whatever the request's size, so the edit VAE is x16 with no
+residual blocks: encoding one input image stays around a second on one CPU
+core and each image adds 32x32 tokens (sizes are multiples of 32). The image
+processor caps input images at 16 vision tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from pathlib import Path
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+                  "<|image_pad|>", "<|video_pad|>"]
+TEXT_DIM = 32  # text encoder hidden size = the transformer's joint_attention_dim
+MERGE = 2  # Qwen2-VL merges 2x2 vision patches into one token
+PATCH = 14
+# The released Qwen-Image scheduler config (exponential time shift with a terminal sigma).
+SCHEDULER = dict(base_image_seq_len=256, base_shift=0.5, invert_sigmas=False, max_image_seq_len=8192, max_shift=0.9,
+                 num_train_timesteps=1000, shift=1.0, shift_terminal=0.02, stochastic_sampling=False,
+                 time_shift_type="exponential", use_beta_sigmas=False, use_dynamic_shifting=True,
+                 use_exponential_sigmas=False, use_karras_sigmas=False)
+_CORPUS = [
+    ("<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, text, "
+     "spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n"),
+    ("<|im_start|>system\nDescribe the key features of the input image (color, shape, size, texture, objects, "
+     "background), then explain how the user's text instruction should alter or modify the image. Generate a new "
+     "image that meets the user's requirements while maintaining consistency with the original input where "
+     "appropriate.<|im_end|>\n<|im_start|>user\n"),
+    "<|im_end|>\n<|im_start|>assistant\n Picture 1: Picture 2: Picture 3:",
+    "a photo of a red cat sitting on a blue chair",
+    "make the cat green and add a hat; replace the background with a beach",
+    string.ascii_letters + string.digits + string.punctuation + " \n",
+]
+
+
+def tokenizer():
+    from transformers import Qwen2Tokenizer
+
+    tok = Qwen2Tokenizer().train_new_from_iterator(_CORPUS * 20, vocab_size=800, new_special_tokens=SPECIAL_TOKENS)
+    tok.pad_token = "<|endoftext|>"
+    return tok
+
+
+def text_encoder(tok, seed: int = 0):
+    """Qwen2.5-VL at toy size; its vision tower's output width is the text width (as in the real model)."""
+    import torch
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    text = dict(vocab_size=len(tok), hidden_size=TEXT_DIM, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+                pad_token_id=tok.pad_token_id, bos_token_id=tok.pad_token_id, eos_token_id=tok.pad_token_id)
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=TEXT_DIM,
+                  patch_size=PATCH, spatial_merge_size=MERGE, temporal_patch_size=2, window_size=112,
+                  fullatt_block_indexes=[0], in_channels=3)
+    ids = {name: tok.convert_tokens_to_ids(t) for name, t in (
+        ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
+        ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
+    config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids,
+                              architectures=["Qwen2_5_VLForConditionalGeneration"])
+    torch.manual_seed(seed)
+    return Qwen2_5_VLForConditionalGeneration(config).to(torch.float32).eval()
+
+
+def transformer(*, zero_cond_t: bool = False, layers: int = 2, heads: int = 2, seed: int = 0):
+    import torch
+    from diffusers import QwenImageTransformer2DModel
+
+    torch.manual_seed(seed)
+    # head dim 16 = the three RoPE axes (frame, height, width)
+    return QwenImageTransformer2DModel(patch_size=2, in_channels=64, out_channels=16, num_layers=layers,
+                                       attention_head_dim=16, num_attention_heads=heads, joint_attention_dim=TEXT_DIM,
+                                       axes_dims_rope=(4, 6, 6), zero_cond_t=zero_cond_t).eval()
+
+
+def vae(*, stages: int, res_blocks: int, seed: int = 0):
+    """x2**(stages-1); the real VAE is 4 stages (x8) with 2 residual blocks each, base width 96."""
+    import torch
+    from diffusers import AutoencoderKLQwenImage
+
+    torch.manual_seed(seed)
+    return AutoencoderKLQwenImage(base_dim=4, z_dim=16, dim_mult=[1] * stages, num_res_blocks=res_blocks,
+                                  temperal_downsample=[False] + [True] * (stages - 2)).eval()
+
+
+def image_processor():
+    from transformers import Qwen2VLImageProcessorPil
+
+    # the released config's normalisation, with at most 16 merged vision tokens per image (the real cap is 16384)
+    return Qwen2VLImageProcessorPil(min_pixels=4 * (PATCH * MERGE) ** 2, max_pixels=16 * (PATCH * MERGE) ** 2,
+                                    patch_size=PATCH, merge_size=MERGE, temporal_patch_size=2)
+
+
+def write_processor(folder: Path, tok) -> None:
+    """The ``processor/`` folder of a released edit checkpoint: the Qwen2-VL image (and video) processor
+    configs and the tokenizer, named with the classes transformers' ``Qwen2VLProcessor`` loads."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ip = image_processor()
+    ip.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    config_path = folder / "preprocessor_config.json"
+    config = json.loads(config_path.read_text())
+    config.update(image_processor_type="Qwen2VLImageProcessor", processor_class="Qwen2VLProcessor")
+    config_path.write_text(json.dumps(config, indent=2))
+    video = {k: config[k] for k in ("do_convert_rgb", "do_normalize", "do_rescale", "do_resize", "image_mean",
+                                    "image_std", "merge_size", "patch_size", "rescale_factor", "size",
+                                    "temporal_patch_size") if k in config}
+    video.update(video_processor_type="Qwen2VLVideoProcessor", processor_class="Qwen2VLProcessor")
+    (folder / "video_preprocessor_config.json").write_text(json.dumps(video, indent=2))
+
+
+def _save(pipe, outdir: Path, tok=None) -> None:
+    outdir = Path(outdir)
+    pipe.save_pretrained(outdir, safe_serialization=True)
+    if tok is not None:
+        # the processor is written by hand: building transformers' Qwen2VLProcessor needs torchvision for
+        # its video half, which this CPU build of torch cannot have (see processor.py)
+        write_processor(outdir / "processor", tok)
+        index_path = outdir / "model_index.json"
+        index = json.loads(index_path.read_text())
+        index["processor"] = ["transformers", "Qwen2VLProcessor"]
+        index_path.write_text(json.dumps(index, indent=2))
+
+
+def build(outdir: Path, *, seed: int = 0, layers: int = 2, heads: int = 2) -> None:
+    """Text-to-image (QwenImagePipeline). A benchmark may ask for a bigger transformer (``layers``, ``heads``
+    of width 16)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, QwenImagePipeline
+
+    tok = tokenizer()
+    pipe = QwenImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=vae(stages=4, res_blocks=1),
+                             text_encoder=text_encoder(tok, seed), tokenizer=tok,
+                             transformer=transformer(layers=layers, heads=heads, seed=seed))
+    _save(pipe, outdir)
+
+
+def _build_edit(outdir: Path, class_name: str, *, zero_cond_t: bool, seed: int, layers: int, heads: int) -> None:
+    import diffusers
+
+    tok = tokenizer()
+    pipe = getattr(diffusers, class_name)(
+        scheduler=diffusers.FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=vae(stages=5, res_blocks=0),
+        text_encoder=text_encoder(tok, seed), tokenizer=tok, processor=None,
+        transformer=transformer(zero_cond_t=zero_cond_t, layers=layers, heads=heads, seed=seed))
+    _save(pipe, outdir, tok)
+
+
+def build_edit(outdir: Path, *, seed: int = 0, layers: int = 2, heads: int = 2) -> None:
+    """One input image (QwenImageEditPipeline, as Qwen-Image-Edit)."""
+    _build_edit(outdir, "QwenImageEditPipeline", zero_cond_t=False, seed=seed, layers=layers, heads=heads)
+
+
+def build_edit_plus(outdir: Path, *, seed: int = 0, layers: int = 2, heads: int = 2) -> None:
+    """1-3 input images (QwenImageEditPlusPipeline) with -2511's zero_cond_t (input-image tokens get t=0)."""
+    _build_edit(outdir, "QwenImageEditPlusPipeline", zero_cond_t=True, seed=seed, layers=layers, heads=heads)

@@ -1,0 +1,98 @@
+"""Loading parts of a Qwen3-Omni checkpoint: a stage needs its own modules only.
+
+Each module is built from its part of the config and given its weights read by name
+from the safetensors files (``talker.*``, ``code2wav.*``, the thinker's embedding
+table), so a stage never loads the 30B thinker it does not run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import torch
+
+
+def _shards(folder: Path) -> dict[str, Path]:
+    """Tensor name -> the safetensors file holding it (single file or an index)."""
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return {name: folder / file for name, file in weight_map.items()}
+    single = folder / "model.safetensors"
+    if not single.exists():
+        raise ValueError(f"{folder}: no model.safetensors(.index.json)")
+    from safetensors import safe_open
+
+    with safe_open(str(single), "pt") as f:
+        return {name: single for name in f.keys()}  # noqa: SIM118 (a safetensors handle, not a dict)
+
+
+def read_tensors(folder: str | Path, prefix: str) -> dict[str, torch.Tensor]:
+    """Every tensor whose name starts with ``prefix``, keyed without it."""
+    from safetensors import safe_open
+
+    by_file: dict[Path, list[str]] = {}
+    for name, path in _shards(Path(folder)).items():
+        if name.startswith(prefix):
+            by_file.setdefault(path, []).append(name)
+    if not by_file:
+        raise ValueError(f"{folder}: the checkpoint has no weights under {prefix!r}")
+    out: dict[str, torch.Tensor] = {}
+    for path, names in by_file.items():
+        with safe_open(str(path), "pt") as f:
+            for name in names:
+                out[name[len(prefix):]] = f.get_tensor(name)
+    return out
+
+
+def load_config(folder: str | Path):
+    from transformers import Qwen3OmniMoeConfig
+
+    return Qwen3OmniMoeConfig.from_pretrained(str(folder))
+
+
+def load_talker(folder: str | Path, config, dtype: torch.dtype, device: str):
+    from transformers import Qwen3OmniMoeTalkerForConditionalGeneration
+
+    # sdpa: the talker engine passes boolean 4-D masks (padded batches of per-request caches)
+    config.talker_config._attn_implementation = "sdpa"
+    model = Qwen3OmniMoeTalkerForConditionalGeneration(config.talker_config)
+    model.load_state_dict(merge_experts(read_tensors(folder, "talker.")), strict=True)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def merge_experts(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Checkpoint MoE layout (``mlp.experts.{e}.{gate,up,down}_proj.weight``) -> transformers 5's fused
+    expert tensors (``mlp.experts.gate_up_proj`` [E, 2I, H], gate rows first; ``mlp.experts.down_proj``
+    [E, H, I]). transformers converts these when it loads the whole model; loading the talker alone it
+    does not (its conversion table has no entry for the talker's model type)."""
+    out: dict[str, torch.Tensor] = {}
+    experts: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
+    pattern = re.compile(r"^(.*\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight$")
+    for name, tensor in weights.items():
+        m = pattern.match(name)
+        if m is None:
+            out[name] = tensor
+        else:
+            experts.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[m.group(3)] = tensor
+    for prefix, by_index in experts.items():
+        order = [by_index[e] for e in sorted(by_index)]
+        out[f"{prefix}.gate_up_proj"] = torch.stack([torch.cat([p["gate"], p["up"]], dim=0) for p in order])
+        out[f"{prefix}.down_proj"] = torch.stack([p["down"] for p in order])
+    return out
+
+
+def load_code2wav(folder: str | Path, config, dtype: torch.dtype, device: str):
+    from transformers import Qwen3OmniMoeCode2Wav
+
+    model = Qwen3OmniMoeCode2Wav(config.code2wav_config)
+    model.load_state_dict(read_tensors(folder, "code2wav."), strict=True)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def load_thinker_embedding(folder: str | Path, dtype: torch.dtype, device: str) -> torch.nn.Embedding:
+    """The thinker's token embedding table: the talker's text input is ``text_projection`` of it."""
+    weight = read_tensors(folder, "thinker.model.embed_tokens.")["weight"]
+    return torch.nn.Embedding.from_pretrained(weight.to(dtype), freeze=True).to(device)

@@ -1,0 +1,76 @@
+"""What the family reads from a Qwen3-Omni folder's ``config.json`` and ``generation_config.json``
+without importing torch or transformers (the server lists voices before any engine starts)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ARCHITECTURE = "Qwen3OmniMoeForConditionalGeneration"
+DEFAULT_SPEAKER = "Ethan"  # transformers' Qwen3OmniMoeForConditionalGeneration.generate(speaker="Ethan")
+SAMPLE_RATE = 24000  # code2wav's output rate in the release (1920 samples per 12.5 Hz codec frame)
+
+# transformers' generate() defaults for the talker (talker_max_new_tokens, talker_do_sample, talker_top_k,
+# talker_top_p, talker_temperature, talker_repetition_penalty), as vLLM SamplingParams keys.
+TALKER_DEFAULTS: dict[str, Any] = {"max_tokens": 4096, "temperature": 0.9, "top_k": 50, "top_p": 1.0,
+                                   "repetition_penalty": 1.05}
+# generation_config.json keys (transformers' names) -> SamplingParams keys
+_GENERATION_KEYS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p",
+                    "repetition_penalty": "repetition_penalty", "max_new_tokens": "max_tokens"}
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+
+
+@dataclass(frozen=True)
+class OmniConfig:
+    speakers: dict[str, int]  # lower-case name -> talker codec id (config.talker_config.speaker_id)
+    enable_audio_output: bool
+    generation: dict[str, Any]  # generation_config.json
+
+    @property
+    def voices(self) -> list[str]:
+        """Speaker names as the model card writes them (``Ethan``); matching is case-insensitive, as in
+        transformers (``speaker.lower()``)."""
+        return [name.capitalize() for name in self.speakers]
+
+    def speaker_id(self, name: str | None) -> int:
+        from omnistage.errors import InvalidRequestError
+
+        name = DEFAULT_SPEAKER if name is None else name
+        if not isinstance(name, str) or name.lower() not in self.speakers:
+            raise InvalidRequestError("speaker", f"{name!r} is not one of this model's speakers "
+                                                 f"({', '.join(self.voices) or 'none'})")
+        return self.speakers[name.lower()]
+
+    def sampling_defaults(self, stage: str) -> dict[str, Any]:
+        """``thinker`` / ``talker`` defaults: the checkpoint's generation config (its plain keys for the thinker,
+        ``talker_*`` keys for the talker) over, for the talker, transformers' generate() defaults."""
+        base = dict(TALKER_DEFAULTS) if stage == "talker" else {}
+        prefix = "" if stage == "thinker" else "talker_"
+        for key, name in _GENERATION_KEYS.items():
+            value = self.generation.get(prefix + key)
+            if value is not None:
+                base[name] = value
+        if self.generation.get(prefix + "do_sample") is False:
+            base["temperature"] = 0.0
+        return base
+
+
+def load_omni_config(folder: str | Path) -> OmniConfig:
+    folder = Path(folder)
+    raw = _read(folder / "config.json")
+    if ARCHITECTURE not in (raw.get("architectures") or []):
+        raise ValueError(f"{folder / 'config.json'}: architectures {raw.get('architectures')} does not name {ARCHITECTURE}")
+    talker = raw.get("talker_config") or {}
+    speakers = {str(k).lower(): int(v) for k, v in (talker.get("speaker_id") or {}).items()}
+    enable = bool(raw.get("enable_audio_output", True)) and bool(talker)
+    return OmniConfig(speakers=speakers, enable_audio_output=enable, generation=_read(folder / "generation_config.json"))

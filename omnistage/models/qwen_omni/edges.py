@@ -1,0 +1,88 @@
+"""The edges thinker -> talker and talker -> code2wav, whole (async chunk off) and streamed.
+
+thinker -> talker: the talker needs the thinker's rendered prompt ids (its first output),
+the reply's token ids as they come, and the speaker (the request's ``voice`` /
+``speaker``, or the talker's own ``speaker`` sampling param). Streaming forwards every
+reply delta at once: the talker starts after the first reply token.
+
+talker -> code2wav: the talker emits one ``token_ids`` row [G codes] per frame; code2wav
+takes ``codes`` [G, frames]. Streaming forwards every ``chunk_frames`` frames (code2wav's
+sampling param, default ``CHUNK_FRAMES``), the rest when the talker finishes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+CHUNK_FRAMES = 4  # 4 frames = 320 ms of speech at 12.5 Hz
+
+
+def request_speaker(request: Any) -> str | None:
+    """The voice a request asks for: ``additional_information`` ``voice`` / ``speaker`` (HTTP routes put it
+    there), else None (the talker's own ``speaker`` param, or the default speaker)."""
+    prompt = getattr(request, "prompt", None)
+    info = prompt.get("additional_information") if isinstance(prompt, Mapping) else None
+    if isinstance(info, Mapping):
+        return info.get("voice") or info.get("speaker")
+    return None
+
+
+def _ids(value: Any) -> list[int]:
+    if value is None:
+        return []
+    return value.tolist() if hasattr(value, "tolist") else [int(t) for t in value]
+
+
+def thinker_to_talker(source: dict[str, Any], request: Any) -> dict[str, Any]:
+    """Async chunk off: the whole reply at once."""
+    prompt = source.get("prompt_token_ids")
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
+        prompt = prompt[0]  # an auxiliary key accumulates as a list of items
+    return {"prompt_token_ids": _ids(prompt), "token_ids": _ids(source.get("token_ids")),
+            "speaker": request_speaker(request)}
+
+
+def thinker_to_talker_chunks(delta: dict[str, Any], request: Any, state: dict[str, Any]) -> dict[str, Any] | None:
+    """Async chunk on: every reply delta as it comes (the first with the prompt ids and the speaker)."""
+    chunk: dict[str, Any] = {}
+    if not state.get("started") and delta.get("prompt_token_ids") is not None:
+        state["started"] = True
+        chunk["prompt_token_ids"] = _ids(delta["prompt_token_ids"])
+        chunk["speaker"] = request_speaker(request)
+    if delta.get("token_ids") is not None:
+        chunk["token_ids"] = _ids(delta["token_ids"])
+    return chunk or None
+
+
+def _chunk_frames(request: Any) -> int:
+    params = getattr(request, "sampling_params", None)
+    own = params[2] if params and len(params) > 2 and isinstance(params[2], Mapping) else {}
+    n = own.get("chunk_frames", CHUNK_FRAMES)
+    # a bad value is reported by code2wav (it checks its params: a 400); stream per default here
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else CHUNK_FRAMES
+
+
+def talker_to_code2wav(source: dict[str, Any], request: Any) -> dict[str, Any]:
+    codes = source.get("token_ids")
+    if codes is None or len(codes) == 0:
+        raise RuntimeError("the talker produced no codec frame")
+    return {"codes": torch.as_tensor(codes).T.contiguous()}
+
+
+def talker_to_code2wav_chunks(delta: dict[str, Any], request: Any, state: dict[str, Any]) -> dict[str, Any] | None:
+    pending: list[torch.Tensor] = state.setdefault("pending", [])
+    if delta.get("token_ids") is not None:
+        pending.append(torch.as_tensor(delta["token_ids"]))
+    frames = sum(p.shape[0] for p in pending)
+    n = _chunk_frames(request)
+    if frames == 0 or (frames < n and not state.get("finished")):
+        if state.get("finished") and not state.get("sent"):
+            raise RuntimeError("the talker produced no codec frame")
+        return None
+    state["sent"] = True
+    codes = torch.cat(pending, dim=0).T.contiguous()  # [G, frames]
+    pending.clear()
+    return {"codes": codes}

@@ -1,0 +1,211 @@
+"""The talker stage: omnistage's step-batched autoregressive engine (``stages.ar``) over transformers' talker.
+
+Why not vLLM: each talker step's input is the sum of the previous frame's G codec
+embeddings — G-1 of them drawn by the code predictor, a second autoregressive model
+run inside the step — plus the projected thinker text for that step, which streams
+in from the thinker. vLLM's public API conditions a request only through its prompt
+(ids, embeddings, multimodal data); nothing public feeds a running request a new
+input embedding per step or runs a nested model between steps.
+
+The loop (the diffusion engine's rhythm): requests join at step boundaries (one
+prefill each, once the thinker's first reply token has arrived), then every step
+runs one batched forward for all requests whose next text item is known (the
+code predictor and the talker, each over the whole batch), emits each request's
+completed frame as a ``token_ids`` row [G codes] and samples the next codebook-0
+code. A request ends at ``codec_eos`` or after ``max_tokens`` codebook-0 codes
+(as transformers' ``talker_max_new_tokens``: the last code drawn starts no
+frame). A request waits (without holding the batch) while the thinker has not yet
+produced the text its next step reads. The loop, admission and threading are
+``stages.ar.engine.StepEngine``'s; this module fills in its hooks.
+
+Inputs (``feed`` chunks, or all at once without async chunk; ``edges.py``):
+``prompt_token_ids`` (first), ``token_ids`` (reply tokens as they come), ``speaker``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from omnistage.errors import InvalidRequestError
+from omnistage.models.qwen_omni.config import TALKER_DEFAULTS, load_omni_config
+from omnistage.pipeline import StageContext
+from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
+from omnistage.stages.ar.kv import RequestKV
+from omnistage.stages.ar.sampling import request_generator
+from omnistage.stages.base import StageRequest
+
+PARAM_KEYS = {"temperature", "top_k", "top_p", "repetition_penalty", "max_tokens", "seed", "speaker"}
+
+
+def talker_sampling(params: Any, defaults: Mapping[str, Any] = TALKER_DEFAULTS):
+    """The talker's params (vLLM SamplingParams keys + ``speaker``) over ``defaults`` (the checkpoint's)
+    -> (Sampling, max_tokens, speaker)."""
+    from omnistage.models.qwen_omni.talker_model import Sampling
+
+    params = dict(params or {})
+    unknown = sorted(set(params) - PARAM_KEYS)
+    if unknown:
+        raise InvalidRequestError("sampling_params_list[1]", f"unknown field(s) {', '.join(unknown)} for the talker "
+                                  f"(it takes {', '.join(sorted(PARAM_KEYS))})")
+    merged = {**defaults, **{k: v for k, v in params.items() if v is not None}}
+
+    def number(name: str, lo: float | None = None, strict_lo: bool = False, integer: bool = False) -> Any:
+        v = merged[name]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
+            raise InvalidRequestError(name, f"expected {'an integer' if integer else 'a number'}, got {v!r}")
+        if lo is not None and (v <= lo if strict_lo else v < lo):
+            raise InvalidRequestError(name, f"must be {'>' if strict_lo else '>='} {lo}, got {v}")
+        return v
+
+    temperature = float(number("temperature", 0))
+    top_k = int(number("top_k", integer=True))
+    top_p = float(number("top_p", 0, strict_lo=True))
+    if top_p > 1:
+        raise InvalidRequestError("top_p", f"must be <= 1, got {top_p}")
+    penalty = float(number("repetition_penalty", 0, strict_lo=True))
+    max_tokens = int(number("max_tokens", 1, integer=True))
+    generator = request_generator(temperature, merged.get("seed"))
+    sampling = Sampling(temperature=temperature, top_k=max(0, top_k), top_p=top_p,
+                        repetition_penalty=penalty, generator=generator)
+    return sampling, max_tokens, merged.get("speaker")
+
+
+@dataclass
+class _Req(ARRequest):
+    prompt_ids: list[int] | None = None
+    reply: list[int] = field(default_factory=list)  # thinker reply tokens so far
+    text_done: bool = False  # the thinker finished (its last chunk arrived)
+    speaker: str | None = None
+    row: Any = None  # talker_model.Row
+    max_tokens: int = 0
+    step: int = 0  # generation_step: which trailing text item the next step reads
+    sampled: int = 0  # codebook-0 codes drawn
+
+
+class TalkerEngine(StepEngine):
+    """``stages.ar.StepEngine`` over ``talker_model.TalkerModel``: a request prefills once the thinker's
+    turn has 4 tokens, and takes part in a step once the text that step reads has arrived."""
+
+    def __init__(self, ctx: StageContext):
+        if ctx.model is None:
+            raise ValueError("qwen_omni needs a model folder")
+        super().__init__(ctx)
+        self.folder = Path(ctx.model)
+        self.config = load_omni_config(self.folder)
+
+    def load_model(self) -> Any:
+        from omnistage.models.qwen_omni.talker_model import TalkerModel
+
+        device = f"cuda:{self.ctx.devices[0]}" if self.ctx.devices and torch.cuda.is_available() else "cpu"
+        dtype = torch.float32 if device == "cpu" else torch.bfloat16
+        if self.ctx.deploy.dtype not in (None, "auto"):
+            dtype = getattr(torch, str(self.ctx.deploy.dtype))
+        return TalkerModel(self.folder, device, dtype)
+
+    # ------------------------------------------------------------------ requests
+
+    def new_request(self, req: StageRequest) -> _Req:
+        from omnistage.models.qwen_omni.talker_model import Row
+
+        sampling, max_tokens, speaker = talker_sampling(req.params, self.config.sampling_defaults("talker"))
+        r = _Req(req, max_tokens=max_tokens, speaker=speaker, row=Row(RequestKV(self.model.num_layers), sampling))
+        self._add(r, req.inputs or {}, last=not req.stream_inputs)
+        return r
+
+    def _add(self, r: _Req, chunk: Mapping[str, Any], last: bool) -> None:
+        if chunk.get("prompt_token_ids") is not None:
+            r.prompt_ids = [int(t) for t in chunk["prompt_token_ids"]]
+        if chunk.get("speaker") is not None and r.speaker is None:
+            r.speaker = chunk["speaker"]
+        if chunk.get("token_ids") is not None:
+            r.reply.extend(int(t) for t in chunk["token_ids"])
+        if last:
+            r.text_done = True
+
+    def add_input(self, r: _Req, chunk: Mapping[str, Any], last: bool) -> None:
+        if r.text_done:
+            raise ValueError(f"stage {self.stage_id}: input fed to {r.request_id!r} after its last chunk")
+        self._add(r, chunk, last)
+
+    # ------------------------------------------------------------------ text
+
+    def _visible(self, r: _Req) -> list[int]:
+        """The assistant turn as transformers' talker sees it: the prompt's part of the turn and the reply
+        without its last token (generate() gathers the thinker's input embeddings per forward, and the last
+        token drawn is never fed back). Until the thinker finished, any token may be the last: the talker
+        reads a reply token once the next one exists."""
+        cfg = self.model.config
+        start = self.model.assistant_start(r.prompt_ids, cfg.im_start_token_id, cfg.assistant_token_id)
+        return r.prompt_ids[start:] + r.reply[:-1]
+
+    def _head(self, r: _Req) -> list[int] | None:
+        """The assistant turn's first 4 tokens, once known."""
+        turn = self._visible(r)
+        return turn[:4] if len(turn) >= 4 else None
+
+    def _text_item(self, r: _Req) -> int | str | None:
+        """The trailing text the next step reads (None: not known yet): the turn's tokens from the 5th on,
+        then ``tts_eos``, then ``tts_pad``; as transformers does, ``tts_eos`` also goes at (and ``tts_pad``
+        after) the index of the reply's first end-of-turn token."""
+        from omnistage.models.qwen_omni.talker_model import EOS_TEXT, PAD_TEXT
+
+        end = self.model.config.im_end_token_id
+        j = r.step
+        if end in r.reply and j >= r.reply.index(end):
+            return EOS_TEXT if j == r.reply.index(end) else PAD_TEXT
+        turn = self._visible(r)
+        if 4 + j < len(turn):
+            return turn[4 + j]
+        if not r.text_done:
+            return None
+        return EOS_TEXT if 4 + j == len(turn) else PAD_TEXT
+
+    # ------------------------------------------------------------------ hooks
+
+    def prefill_ready(self, r: _Req) -> bool:
+        """Once the prompt and the turn's head are known, or the thinker ended (prefill then fails or stops)."""
+        if r.text_done:
+            return True
+        try:
+            return r.prompt_ids is not None and self._head(r) is not None
+        except ValueError:
+            return True  # the prompt has no assistant turn: prefill reports it
+
+    def prefill(self, r: _Req) -> Emit:
+        if r.prompt_ids is None:
+            raise ValueError("the talker got no thinker prompt (prompt_token_ids)")
+        head = self._head(r)
+        if head is None:  # the thinker ended before its turn had 4 tokens: nothing to say
+            return Emit(finish="stop")
+        embeds = self.model.prefill_input(r.prompt_ids, head, self.config.speaker_id(r.speaker))
+        self.model.prefill(r.row, embeds)
+        r.sampled = 1
+        return Emit(finish=self._finish_reason(r))
+
+    def ready(self, r: _Req) -> int | str | None:
+        return self._text_item(r)
+
+    def step(self, rs: list[_Req], items: list[Any]) -> list[Emit]:
+        frames = self.model.step([r.row for r in rs], items)
+        emits = []
+        for i, r in enumerate(rs):
+            r.step += 1
+            r.sampled += 1
+            emits.append(Emit({"token_ids": frames[i:i + 1].clone()}, tokens=1, finish=self._finish_reason(r)))
+        return emits
+
+    def _finish_reason(self, r: _Req) -> str | None:
+        """After a codebook-0 code was drawn: ``codec_eos`` ends the speech; so does the ``max_tokens``-th
+        code (as transformers' ``talker_max_new_tokens``: the last code drawn starts no frame)."""
+        if r.row.code0 == self.model.codec_eos:
+            return "stop"
+        return "length" if r.sampled >= r.max_tokens else None
+
+
+def build_talker_engine(ctx: StageContext) -> TalkerEngine:
+    return TalkerEngine(ctx)

@@ -1,0 +1,199 @@
+"""Tiny Qwen3-Omni (``Qwen3OmniMoeForConditionalGeneration``): thinker, talker, code2wav.
+
+The real transformers classes throughout — the thinker with its audio encoder
+(AuT), vision encoder (with a deepstack layer) and MoE language model, the MoE
+talker with its text/hidden projections and multi-token code predictor, and the
+causal code2wav decoder — with random (seeded) float32 weights and a locally
+trained tokenizer holding the real special tokens. Structure follows the
+released checkpoint: the real codec special ids and speakers (``chelsie``,
+``ethan``, ``aiden``), a 3072-entry talker vocabulary of which the last 1024
+ids are control codes, code2wav's upsampling (1920 samples per frame at
+24 kHz), the talker reading a middle thinker layer (``accept_hidden_layer``),
+deepstack visual features added to the first thinker layer. Head size 32 (vLLM's
+CPU attention takes 32/64/128). Smaller where it costs nothing structural: 3
+thinker layers, 4 experts, 4 code groups (the release has 16). No downloads:
+
+    python -m omnistage.testing.tiny qwen3_omni DIR
+
+The folder also holds the processor's files as the release lays them out
+(``preprocessor_config.json`` for the Whisper-style feature extractor and the
+image processor, ``video_preprocessor_config.json``, ``chat_template.json``);
+``Qwen3OmniMoeProcessor`` itself needs torchvision (its video processor), which
+has no CPU build for this project's torch, so the processor is assembled from
+files here, not loaded through ``AutoProcessor`` in the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from pathlib import Path
+
+SPEAKERS = {"chelsie": 2301, "ethan": 2302, "aiden": 2303}  # the release's talker speaker ids
+CODEC = {"codec_pad_id": 2148, "codec_bos_id": 2149, "codec_eos_token_id": 2150,
+         "codec_nothink_id": 2155, "codec_think_bos_id": 2156, "codec_think_eos_id": 2157}
+TALKER_VOCAB = 3072
+CODEBOOK = 2048
+CODE_GROUPS = 4
+HEAD_DIM = 32
+HIDDEN = 2 * HEAD_DIM
+SAMPLE_RATE = 24000
+MEL_BINS = 128
+N_WINDOW = 50
+
+SPECIAL_TOKENS = [
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>",
+    "<|audio_start|>", "<|audio_end|>", "<|audio_pad|>",
+    "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>",
+    "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>", "<tts_text_bos_single>",
+]
+NAMED_TOKENS = {  # tokenizer attributes Qwen3OmniMoeProcessor reads
+    "image_token": "<|image_pad|>", "audio_token": "<|audio_pad|>", "video_token": "<|video_pad|>",
+    "vision_bos_token": "<|vision_start|>", "vision_eos_token": "<|vision_end|>",
+    "audio_bos_token": "<|audio_start|>", "audio_eos_token": "<|audio_end|>",
+}
+
+# The release's template, cut to what the tiny model needs: ChatML turns, media placeholders
+# the processor expands, an optional system turn (never added by default).
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['content'] is string %}{{ m['content'] }}"
+    "{% else %}{% for c in m['content'] %}"
+    "{% if c['type'] == 'image' or 'image' in c or 'image_url' in c %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif c['type'] == 'audio' or 'audio' in c or 'audio_url' in c %}<|audio_start|><|audio_pad|><|audio_end|>"
+    "{% elif c['type'] == 'video' or 'video' in c %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+_CORPUS = [
+    "<|im_start|>system\nyou are a helpful assistant.<|im_end|>\n",
+    "<|im_start|>user\nhello, who are you?<|im_end|>\n<|im_start|>assistant\ni am a voice assistant.<|im_end|>\n",
+    "the quick brown fox jumps over the lazy dog",
+    "describe the picture and the sound: a red cat sits on a blue chair in the sun",
+    "user assistant system user assistant system",
+    string.ascii_letters + string.digits + string.punctuation + " \n",
+]
+
+
+def train_tokenizer(vocab_size: int = 400):
+    """A Qwen2 BPE tokenizer whose role names (``system``/``user``/``assistant``) are single tokens, as in
+    the release: the talker finds the user turns by the token after ``<|im_start|>``."""
+    from transformers import Qwen2Tokenizer
+
+    tok = Qwen2Tokenizer().train_new_from_iterator(_CORPUS * 40, vocab_size=vocab_size,
+                                                   new_special_tokens=SPECIAL_TOKENS)
+    for role in ("system", "user", "assistant"):
+        ids = tok.encode(role, add_special_tokens=False)
+        if len(ids) != 1:
+            raise RuntimeError(f"tiny tokenizer: role {role!r} is not one token ({ids})")
+    tok.chat_template = CHAT_TEMPLATE
+    tok.eos_token = "<|im_end|>"  # as the release's tokenizer: the turn ends the reply
+    tok.pad_token = "<|endoftext|>"
+    return tok
+
+
+def build_config(tok):
+    from transformers import Qwen3OmniMoeConfig
+
+    ids = tok.convert_tokens_to_ids
+    role = lambda r: tok.encode(r, add_special_tokens=False)[0]
+    rope = {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [6, 5, 5],
+            "interleaved": True, "mrope_interleaved": True}
+    media = {"audio_token_id": ids("<|audio_pad|>"), "image_token_id": ids("<|image_pad|>"),
+             "video_token_id": ids("<|video_pad|>")}
+    eos = ids("<|im_end|>")
+    pad = ids("<|endoftext|>")
+    wide = 0.3  # a wide init gives peaked logits, so greedy choices are not near-ties
+    thinker = dict(
+        audio_config=dict(num_mel_bins=MEL_BINS, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64,
+                          d_model=HEAD_DIM, output_dim=HIDDEN, n_window=N_WINDOW, n_window_infer=400,
+                          downsample_hidden_size=8, max_source_positions=1500, conv_chunksize=500,
+                          initializer_range=wide),
+        vision_config=dict(depth=2, hidden_size=HEAD_DIM, intermediate_size=64, num_heads=2, patch_size=16,
+                           spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=HIDDEN,
+                           num_position_embeddings=64, deepstack_visual_indexes=[0], initializer_range=wide),
+        text_config=dict(vocab_size=len(tok), hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=3,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=HEAD_DIM, moe_intermediate_size=32,
+                         num_experts=4, num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=2048,
+                         rope_parameters=dict(rope), initializer_range=wide, pad_token_id=pad, eos_token_id=eos,
+                         tie_word_embeddings=False),
+        audio_start_token_id=ids("<|audio_start|>"), vision_start_token_id=ids("<|vision_start|>"),
+        user_token_id=role("user"), position_id_per_seconds=13, initializer_range=wide, **media,
+    )
+    talker = dict(
+        text_config=dict(vocab_size=TALKER_VOCAB, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=HEAD_DIM,
+                         moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=4,
+                         num_experts_per_tok=2, norm_topk_prob=False, max_position_embeddings=4096,
+                         rope_parameters=dict(rope), initializer_range=wide),
+        code_predictor_config=dict(vocab_size=CODEBOOK, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
+                                   num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                   head_dim=HEAD_DIM, num_code_groups=CODE_GROUPS, max_position_embeddings=64,
+                                   initializer_range=wide),
+        num_code_groups=CODE_GROUPS, thinker_hidden_size=HIDDEN, accept_hidden_layer=2, speaker_id=dict(SPEAKERS),
+        vision_start_token_id=ids("<|vision_start|>"), audio_start_token_id=ids("<|audio_start|>"),
+        position_id_per_seconds=13, spatial_merge_size=2, initializer_range=wide, **media, **CODEC,
+    )
+    code2wav = dict(codebook_size=CODEBOOK, hidden_size=HEAD_DIM, num_attention_heads=2, num_key_value_heads=2,
+                    num_hidden_layers=1, intermediate_size=64, sliding_window=72, num_quantizers=CODE_GROUPS,
+                    upsample_rates=[8, 5, 4, 3], upsampling_ratios=[2, 2], decoder_dim=32,
+                    max_position_embeddings=8000, initializer_range=wide)
+    return Qwen3OmniMoeConfig(
+        thinker_config=thinker, talker_config=talker, code2wav_config=code2wav, enable_audio_output=True,
+        im_start_token_id=ids("<|im_start|>"), im_end_token_id=eos, tts_pad_token_id=ids("<tts_pad>"),
+        tts_bos_token_id=ids("<tts_text_bos>"), tts_eos_token_id=ids("<tts_text_eod>"),
+        system_token_id=role("system"), user_token_id=role("user"), assistant_token_id=role("assistant"),
+        torch_dtype="float32", architectures=["Qwen3OmniMoeForConditionalGeneration"],
+    )
+
+
+def build(outdir: Path, *, seed: int = 0) -> None:
+    import torch
+    from transformers import GenerationConfig, Qwen3OmniMoeForConditionalGeneration
+
+    outdir = Path(outdir)
+    tok = train_tokenizer()
+    config = build_config(tok)
+    torch.manual_seed(seed)
+    model = Qwen3OmniMoeForConditionalGeneration(config).to(torch.float32).eval()
+    with torch.no_grad():
+        # code2wav's normal(0, 0.02) init shrinks the signal at every convolution (the output would be ~1e-8):
+        # PyTorch's own fan-in init and unit code embeddings give speech-level amplitudes (std ~0.08, unclipped),
+        # so the waveform comparisons in the tests compare real signal.
+        for module in model.code2wav.modules():
+            if isinstance(module, (torch.nn.Conv1d, torch.nn.ConvTranspose1d)):
+                module.reset_parameters()
+        model.code2wav.code_embedding.weight.normal_(0.0, 1.0)
+    model.save_pretrained(outdir)
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    pad = tok.convert_tokens_to_ids("<|endoftext|>")
+    GenerationConfig(eos_token_id=eos, pad_token_id=pad, bos_token_id=pad).save_pretrained(outdir)
+    tok.save_pretrained(outdir)
+    from transformers import AutoTokenizer
+
+    # the processor reads these names off the tokenizer (image_token, audio_bos_token, ...), as in the release
+    AutoTokenizer.from_pretrained(str(outdir), extra_special_tokens=NAMED_TOKENS).save_pretrained(outdir)
+    _processor_files(outdir, tok)
+
+
+def _processor_files(outdir: Path, tok) -> None:
+    """The processor's files as the release has them (feature extractor + image processor in
+    ``preprocessor_config.json``, the video processor, the chat template)."""
+    preprocessor = {
+        "processor_class": "Qwen3OmniMoeProcessor",
+        "feature_extractor_type": "WhisperFeatureExtractor", "feature_size": MEL_BINS, "sampling_rate": 16000,
+        "hop_length": 160, "chunk_length": 300, "n_fft": 400, "padding_side": "right", "padding_value": 0.0,
+        "return_attention_mask": True, "dither": 0.0,
+        "image_processor_type": "Qwen2VLImageProcessor", "patch_size": 16, "temporal_patch_size": 2,
+        "merge_size": 2, "min_pixels": 32 * 32, "max_pixels": 64 * 64,
+        "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+        "do_resize": True, "do_rescale": True, "do_normalize": True, "do_convert_rgb": True,
+    }
+    video = {"video_processor_type": "Qwen2VLVideoProcessor", "processor_class": "Qwen3OmniMoeProcessor",
+             "patch_size": 16, "temporal_patch_size": 2, "merge_size": 2, "min_pixels": 32 * 32,
+             "max_pixels": 64 * 64, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}
+    (outdir / "preprocessor_config.json").write_text(json.dumps(preprocessor, indent=2) + "\n")
+    (outdir / "video_preprocessor_config.json").write_text(json.dumps(video, indent=2) + "\n")
+    (outdir / "chat_template.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}, indent=2) + "\n")

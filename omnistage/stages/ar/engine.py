@@ -1,0 +1,236 @@
+"""A step-batched autoregressive stage engine over a family's model (the talker/backbone shape).
+
+Why not vLLM for these models: each step's input is a frame of several codebooks drawn by
+a second, nested autoregressive model (a depth decoder / code predictor) run inside the
+step; vLLM's public API has no place for a nested model between steps
+(docs/architecture.md, "Qwen3-Omni").
+
+The rhythm (the diffusion engine's): requests join at step boundaries — one prefill
+each, once ``prefill_ready`` and while fewer than ``max_num_seqs`` requests are
+running — then every step runs one batched call of the family's ``step`` over all
+running requests that are ``ready`` (a request whose next input has not arrived
+waits without holding the batch), and emits what each request produced. Model work runs in a worker thread;
+requests fail alone (a failed prefill) or with their batch (a failed step), never the
+engine.
+
+A family subclasses ``StepEngine`` and fills in the hooks:
+
+- ``load_model()`` (worker thread, at start): the model object.
+- ``new_request(req)`` (event loop): check the request's inputs and params (raise
+  ``InvalidRequestError`` naming the field) and return its ``ARRequest`` (subclass it to
+  carry per-request state).
+- ``prefill_ready(r)``: whether ``r`` has what its prefill needs (default: yes).
+- ``prefill(r)`` (worker thread): the prompt's forward; returns the request's first ``Emit``
+  (raise to fail the request alone).
+- ``ready(r)``: ``r``'s input for the next step, None while it has none yet (default: ``True``);
+  a ``ValueError`` fails the request.
+- ``step(rs, items)`` (worker thread): one batched step; returns one ``Emit`` per request.
+- ``add_input(r, chunk, last)``: streamed input (``feed``); the default refuses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from omnistage.pipeline import StageContext
+from omnistage.stages.base import StageError, StageMetrics, StageOutput, StageRequest, StageStats, peak_memory_mb
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Emit:
+    """What one request produced in a prefill or step: a payload delta (None: nothing to send), how many
+    tokens (frames) it adds, and the finish reason when the request is done."""
+
+    data: dict[str, Any] | None = None
+    tokens: int = 0
+    finish: str | None = None
+
+
+@dataclass
+class ARRequest:
+    req: StageRequest
+    out: asyncio.Queue = field(default_factory=asyncio.Queue)
+    prefilled: bool = False
+    tokens: int = 0
+    first_scheduled: float | None = None
+    closed: bool = False
+
+    @property
+    def request_id(self) -> str:
+        return self.req.request_id
+
+
+class StepEngine:
+    def __init__(self, ctx: StageContext):
+        self.ctx = ctx
+        self.stage_id = ctx.spec.stage_id
+        self.max_batch = ctx.deploy.max_num_seqs or 16
+        self.model: Any = None
+        self._reqs: dict[str, ARRequest] = {}
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task | None = None
+        self._running = 0
+        self.batch_sizes: list[int] = []  # requests in each step (tests and benchmarks read it)
+
+    # ------------------------------------------------------------------ hooks
+
+    def load_model(self) -> Any:
+        raise NotImplementedError
+
+    def new_request(self, req: StageRequest) -> ARRequest:
+        raise NotImplementedError
+
+    def prefill_ready(self, r: Any) -> bool:
+        return True
+
+    def prefill(self, r: Any) -> Emit:
+        raise NotImplementedError
+
+    def ready(self, r: Any) -> Any:
+        return True
+
+    def step(self, rs: list[Any], items: list[Any]) -> list[Emit]:
+        raise NotImplementedError
+
+    def add_input(self, r: Any, chunk: Mapping[str, Any], last: bool) -> None:
+        raise ValueError(f"stage {self.stage_id} takes its whole input at once (no async chunk input)")
+
+    # ------------------------------------------------------------------ engine protocol
+
+    async def start(self) -> None:
+        self.model = await asyncio.to_thread(self.load_model)
+        self._loop_task = asyncio.create_task(self._loop(), name=f"ar-stage-{self.stage_id}")
+
+    async def shutdown(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+        for r in list(self._reqs.values()):
+            self._fail(r, StageError("stage shut down"))
+
+    def stats(self) -> StageStats:
+        waiting = sum(1 for r in self._reqs.values() if not r.closed and not r.prefilled)
+        return StageStats(queue_depth=waiting, running=self._running, healthy=self.model is not None)
+
+    async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
+        rid = req.request_id
+        if rid in self._reqs:
+            raise ValueError(f"request id {rid!r} is already running on stage {self.stage_id}")
+        r = self.new_request(req)  # bad input raises here, before any work
+        self._reqs[rid] = r
+        self._wake.set()
+        try:
+            while True:
+                out: StageOutput = await r.out.get()
+                yield out
+                if out.finished:
+                    return
+        finally:
+            r.closed = True
+            self._reqs.pop(rid, None)
+
+    async def feed(self, request_id: str, chunk: dict[str, Any], last: bool) -> None:
+        r = self._reqs.get(request_id)
+        if r is None or r.closed:
+            return  # aborted or failed meanwhile
+        self.add_input(r, chunk, last)
+        self._wake.set()
+
+    async def abort(self, request_id: str) -> None:
+        r = self._reqs.get(request_id)
+        if r is not None and not r.closed:
+            r.closed = True
+            r.out.put_nowait(StageOutput(request_id, self.stage_id, {}, finished=True, finish_reason="abort"))
+
+    # ------------------------------------------------------------------ outputs
+
+    def _apply(self, r: ARRequest, emit: Emit) -> None:
+        if r.closed:
+            return
+        r.tokens += emit.tokens
+        if emit.data:
+            r.out.put_nowait(StageOutput(r.request_id, self.stage_id, emit.data, finished=False, num_tokens=r.tokens))
+        if emit.finish is not None:
+            r.closed = True
+            now = time.monotonic()
+            first = r.first_scheduled or now
+            metrics = StageMetrics(queue_time_s=first - r.req.arrival_time, run_time_s=now - first,
+                                   num_tokens=r.tokens, peak_memory_mb=peak_memory_mb())
+            r.out.put_nowait(StageOutput(r.request_id, self.stage_id, {}, finished=True, metrics=metrics,
+                                         finish_reason=emit.finish, num_tokens=r.tokens))
+
+    def _fail(self, r: ARRequest, error: StageError) -> None:
+        if not r.closed:
+            r.closed = True
+            r.out.put_nowait(StageOutput(r.request_id, self.stage_id, {}, finished=True, error=error))
+
+    # ------------------------------------------------------------------ scheduling
+
+    async def _loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while await self._tick():
+                pass
+
+    async def _tick(self) -> bool:
+        """One round: prefill the requests that can join, then one batched step. False: nothing to do."""
+        did = False
+        for r in [r for r in self._reqs.values() if not r.closed and not r.prefilled]:
+            if sum(1 for x in self._reqs.values() if x.prefilled and not x.closed) >= self.max_batch:
+                break  # full: it joins when a running request ends
+            if self.prefill_ready(r):
+                did |= await self._prefill(r)
+        ready: list[tuple[ARRequest, Any]] = []
+        for r in self._reqs.values():
+            if r.closed or not r.prefilled or len(ready) >= self.max_batch:
+                continue
+            try:
+                item = self.ready(r)
+            except ValueError as e:
+                self._fail(r, StageError.failure(e))
+                continue
+            if item is not None:
+                ready.append((r, item))
+        if ready:
+            await self._step([r for r, _ in ready], [x for _, x in ready])
+            did = True
+        return did
+
+    async def _prefill(self, r: ARRequest) -> bool:
+        r.first_scheduled = time.monotonic()
+        self._running = 1
+        try:
+            emit = await asyncio.to_thread(self.prefill, r)
+        except Exception as e:  # this request fails alone
+            if not isinstance(e, ValueError):
+                logger.exception("stage %s: prefill failed for %s", self.stage_id, r.request_id)
+            self._fail(r, StageError.failure(e))
+            return True
+        finally:
+            self._running = 0
+        r.prefilled = True
+        self._apply(r, emit)
+        return True
+
+    async def _step(self, rs: list[ARRequest], items: list[Any]) -> None:
+        self._running = len(rs)
+        self.batch_sizes.append(len(rs))
+        try:
+            emits = await asyncio.to_thread(self.step, rs, items)
+        except Exception as e:  # one bad batch fails its requests, not the engine
+            logger.exception("stage %s: step failed", self.stage_id)
+            for r in rs:
+                self._fail(r, StageError.failure(e))
+            return
+        finally:
+            self._running = 0
+        for r, emit in zip(rs, emits):
+            self._apply(r, emit)

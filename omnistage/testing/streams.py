@@ -1,0 +1,41 @@
+"""One request run to its end, for tests and benchmarks.
+
+Any ``generate`` stream goes in — ``AsyncOmni.generate(...)`` (``OmniRequestOutput`` updates) or a stage
+engine's ``generate(StageRequest(...))`` (``StageOutput`` updates) — and its updates come out. Errors the
+stream raises (``InvalidRequestError``, ``StageFailedError``) propagate to the caller unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, Iterable
+from typing import Protocol, TypeVar
+
+
+class Update(Protocol):
+    finished: bool
+    stage_id: int
+
+
+U = TypeVar("U", bound=Update)
+
+
+async def all_outputs(stream: AsyncIterable[U]) -> list[U]:
+    """Every update of the request, in the order the stream gave them."""
+    return [o async for o in stream]
+
+
+async def final_output(stream: AsyncIterable[U]) -> U:
+    """The request's last update; it must be a finished one (a stream that just stops is a bug to see)."""
+    last = None
+    async for last in stream:
+        pass
+    if last is None:
+        raise AssertionError("the stream ended without any output")
+    if not last.finished:
+        raise AssertionError(f"the stream ended on an unfinished update: {last!r}")
+    return last
+
+
+def finished_by_stage(outputs: Iterable[U]) -> dict[int, U]:
+    """Each stage's finished update (a pipeline with several final stages finishes once per stage)."""
+    return {o.stage_id: o for o in outputs if o.finished}

@@ -1,0 +1,111 @@
+"""FLUX.1 over HTTP with the official openai client (``images.generate``, ``images.edit`` for Kontext): the
+PNGs equal diffusers' own ``FluxPipeline`` / ``FluxKontextPipeline`` ``__call__`` within one uint8 level; bad
+input is a 400 naming the field. Servers run in this process (uvicorn in a thread) on the tiny folders."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+import openai
+import pytest
+import torch
+from PIL import Image
+
+from omnistage import AsyncOmni
+from omnistage.testing.server import serve_engine
+
+pytestmark = pytest.mark.slow
+
+
+def decode(b64: str) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(b64))).convert("RGB"))
+
+
+def png(image: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def within_one_level(got: np.ndarray, want: Image.Image) -> bool:
+    want = np.asarray(want)
+    return got.shape == want.shape and int(np.abs(got.astype(int) - want.astype(int)).max()) <= 1
+
+
+def reference(cls_name: str, folder: str):
+    import diffusers
+
+    pipe = getattr(diffusers, cls_name).from_pretrained(folder)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+@pytest.fixture(scope="module")
+def dev(tiny_model):
+    folder = str(tiny_model("flux"))
+    with serve_engine(AsyncOmni(folder), served_model_name="tiny-flux") as srv:
+        yield folder, openai.OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def kontext(tiny_model):
+    folder = str(tiny_model("flux_kontext"))
+    with serve_engine(AsyncOmni(folder), served_model_name="tiny-kontext") as srv:
+        yield folder, openai.OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0)
+
+
+def test_generate_equals_diffusers_call(dev):
+    folder, client = dev
+    resp = client.images.generate(model="tiny-flux", prompt="a red cat", size="48x32", n=2,
+                                  extra_body={"seed": 3, "num_inference_steps": 3, "max_sequence_length": 32,
+                                              "negative_prompt": "blurry", "true_cfg_scale": 2.5})
+    torch.set_num_threads(1)
+    ref = reference("FluxPipeline", folder)(
+        "a red cat", negative_prompt="blurry", true_cfg_scale=2.5, height=32, width=48, num_inference_steps=3,
+        max_sequence_length=32, num_images_per_prompt=2, generator=torch.Generator().manual_seed(3))
+    got = [decode(d.b64_json) for d in resp.data]
+    assert len(got) == 2 and all(within_one_level(g, r) for g, r in zip(got, ref.images))
+
+
+def test_kontext_edit_equals_diffusers_call(kontext):
+    folder, client = kontext
+    src = Image.fromarray(np.random.default_rng(0).integers(0, 255, (48, 32, 3), dtype=np.uint8))
+    resp = client.images.edit(model="tiny-kontext", image=("in.png", png(src), "image/png"), prompt="make it red",
+                              size="48x32", extra_body={"seed": 5, "num_inference_steps": 3, "guidance_scale": 3.0,
+                                                        "max_area": 48 * 32,
+                                                        "auto_resize": False})
+    torch.set_num_threads(1)
+    ref = reference("FluxKontextPipeline", folder)(
+        image=src, prompt="make it red", height=32, width=48, num_inference_steps=3, guidance_scale=3.0,
+        max_area=48 * 32, _auto_resize=False, generator=torch.Generator().manual_seed(5))
+    (data,) = resp.data
+    assert within_one_level(decode(data.b64_json), ref.images[0])
+
+
+def test_bad_input_is_a_400_naming_the_field(dev, kontext):
+    _, t2i = dev
+    _, edit = kontext
+    im = ("in.png", png(Image.new("RGB", (32, 32), (200, 10, 10))), "image/png")
+    fast = {"num_inference_steps": 1}
+    cases = [
+        (lambda: t2i.images.generate(model="tiny-flux", prompt="a cat", size="40x32", extra_body=fast), "width"),
+        (lambda: t2i.images.generate(model="tiny-flux", prompt="a cat", size="32x32",
+                                     extra_body={**fast, "true_cfg_scale": 3.0}), "negative_prompt"),
+        (lambda: t2i.images.generate(model="tiny-flux", prompt="a cat", size="32x32",
+                                     extra_body={**fast, "max_sequence_length": 600}), "max_sequence_length"),
+        # an edit to a text-to-image-only checkpoint
+        (lambda: t2i.images.edit(model="tiny-flux", image=im, prompt="a cat", size="32x32", extra_body=fast),
+         "multi_modal_data.image"),
+        # Kontext edits one image
+        (lambda: edit.images.edit(model="tiny-kontext", image=[im, im], prompt="a cat", size="32x32",
+                                  extra_body=fast), "multi_modal_data.image"),
+        (lambda: edit.images.edit(model="tiny-kontext", image=im, prompt="a cat", size="32x32",
+                                  extra_body={**fast, "max_area": -4}), "max_area"),
+    ]
+    for call, field in cases:
+        with pytest.raises(openai.BadRequestError) as err:
+            call()
+        assert err.value.status_code == 400
+        assert err.value.body["param"] == field, err.value.body

@@ -1,0 +1,141 @@
+"""Qwen-Image over HTTP with the official openai client: ``images.generate`` on a text-to-image checkpoint and
+``images.edit`` with several uploaded images on an -Edit-2509/-2511 style one; the same edit through
+``omnistage generate`` with repeated ``--image``. The PNGs must equal diffusers' own ``__call__`` for the same
+seed within one uint8 level; bad requests are 400s naming the field.
+
+The servers are ``omnistage serve``'s app on uvicorn in a thread of this process (omnistage.testing.server);
+``omnistage generate`` runs as a subprocess, as a user runs it."""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import subprocess
+import sys
+
+import numpy as np
+import openai
+import pytest
+from PIL import Image
+
+from omnistage import AsyncOmni
+from tests.models.qwen_image.common import gen, image, reference
+
+pytestmark = pytest.mark.slow  # each edit VAE-encodes ~1 Mpx per input image, in the server and the reference
+
+
+def decode(b64: str) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(b64))))
+
+
+def png(im: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    im.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def assert_close(got: np.ndarray, want: Image.Image) -> None:
+    want = np.asarray(want)
+    assert got.shape == want.shape and got.dtype == np.uint8
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+
+
+@pytest.fixture(scope="module")
+def t2i(tiny_model, server_factory):
+    folder = tiny_model("qwen_image")
+    srv = server_factory(AsyncOmni(model=str(folder)), served_model_name="tiny-qwen-image")
+    return folder, openai.OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def plus(tiny_model, server_factory):
+    folder = tiny_model("qwen_image_edit_plus")
+    srv = server_factory(AsyncOmni(model=str(folder)), served_model_name="tiny-qwen-edit")
+    return folder, openai.OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0)
+
+
+def test_generate_equals_diffusers_call(t2i):
+    folder, client = t2i
+    resp = client.images.generate(model="tiny-qwen-image", prompt="a red cat on a blue chair", size="48x32", n=2,
+                                  extra_body={"seed": 3, "num_inference_steps": 3, "negative_prompt": "blurry",
+                                              "true_cfg_scale": 3.0})
+    ref = reference("QwenImagePipeline", folder)
+    want = ref("a red cat on a blue chair", negative_prompt="blurry", true_cfg_scale=3.0, height=32, width=48,
+               num_inference_steps=3, num_images_per_prompt=2, generator=gen(3)).images
+    assert len(resp.data) == 2
+    for d, w in zip(resp.data, want):
+        assert_close(decode(d.b64_json), w)
+
+
+# one multi-image edit, sent over HTTP and through the CLI
+EDIT_PROMPT = "put them on a beach"
+EDIT_KW = dict(negative_prompt=" ", true_cfg_scale=2.5, height=64, width=64, num_inference_steps=2)
+EDIT_SEED = 4
+
+
+def edit_sources() -> list[Image.Image]:
+    return [image(40, 60, 1), image(50, 30, 2)]
+
+
+@pytest.fixture(scope="module")
+def edit_reference(plus) -> Image.Image:
+    folder, _ = plus
+    ref = reference("QwenImageEditPlusPipeline", folder)
+    return ref(image=edit_sources(), prompt=EDIT_PROMPT, generator=gen(EDIT_SEED), **EDIT_KW).images[0]
+
+
+def test_edit_with_several_images_equals_diffusers_call(plus, edit_reference):
+    _, client = plus
+    files = [(f"in{i}.png", png(im), "image/png") for i, im in enumerate(edit_sources())]
+    body = {k: v for k, v in EDIT_KW.items() if k not in ("height", "width")}
+    resp = client.images.edit(model="tiny-qwen-edit", image=files, prompt=EDIT_PROMPT, size="64x64",
+                              extra_body={**body, "seed": EDIT_SEED})
+    assert len(resp.data) == 1
+    assert_close(decode(resp.data[0].b64_json), edit_reference)
+
+
+def test_cli_generate_with_several_images(plus, edit_reference, tmp_path):
+    folder, _ = plus
+    paths = []
+    for i, im in enumerate(edit_sources()):
+        paths += ["--image", str(tmp_path / f"in{i}.png")]
+        im.save(paths[-1])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "omnistage.cli.main", "generate", str(folder), "--prompt", EDIT_PROMPT, *paths,
+         "--negative-prompt", " ", "--true-cfg-scale", "2.5", "--height", "64", "--width", "64",
+         "--num-inference-steps", "2", "--seed", str(EDIT_SEED), "--output", str(tmp_path / "out.png")],
+        env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == [str(tmp_path / "out.png")]
+    assert_close(np.asarray(Image.open(tmp_path / "out.png").convert("RGB")), edit_reference)
+
+
+def _error(exc: pytest.ExceptionInfo) -> dict:
+    assert exc.value.status_code == 400
+    return exc.value.body
+
+
+def test_bad_requests_are_400s_naming_the_field(t2i, plus):
+    _, gen_client = t2i
+    _, edit_client = plus
+    small = png(image(32, 32))
+    with pytest.raises(openai.BadRequestError) as e:  # not a multiple of 16
+        gen_client.images.generate(model="tiny-qwen-image", prompt="a cat", size="40x40")
+    assert _error(e)["param"] == "height"
+    with pytest.raises(openai.BadRequestError) as e:  # an explicit true CFG without its negative prompt
+        gen_client.images.generate(model="tiny-qwen-image", prompt="a cat", size="32x32",
+                                   extra_body={"true_cfg_scale": 4.0, "num_inference_steps": 2})
+    assert _error(e)["param"] == "negative_prompt"
+    with pytest.raises(openai.BadRequestError) as e:  # an edit to the text-to-image checkpoint
+        gen_client.images.edit(model="tiny-qwen-image", image=("a.png", small, "image/png"), prompt="a cat",
+                               size="32x32")
+    assert _error(e)["param"] == "multi_modal_data.image"
+    with pytest.raises(openai.BadRequestError) as e:  # four input images: -2509/-2511 take 1-3
+        edit_client.images.edit(model="tiny-qwen-edit", image=[(f"{i}.png", small, "image/png") for i in range(4)],
+                                prompt="a cat", size="64x64")
+    assert _error(e)["param"] == "multi_modal_data.image"
+    with pytest.raises(openai.BadRequestError) as e:  # an edit checkpoint without an input image
+        edit_client.images.generate(model="tiny-qwen-edit", prompt="a cat", size="64x64")
+    assert _error(e)["param"] == "multi_modal_data.image"

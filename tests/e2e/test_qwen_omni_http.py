@@ -1,0 +1,123 @@
+"""Qwen3-Omni through the real HTTP server (``omnistage serve`` subprocess): chat with text and speech
+(whole and streamed), usage, voices, speech, errors — against transformers' generate()."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import httpx
+import numpy as np
+import pytest
+import soundfile
+
+from omnistage.testing.server import ServeProcess
+from tests.models.qwen_omni.conftest import TransformersReference
+
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+
+THINK, TALK = 12, 20
+PROMPT = "hello, who are you?"
+BODY = {"model": "tiny-omni", "messages": [{"role": "user", "content": PROMPT}], "temperature": 0,
+        "max_tokens": THINK, "sampling_params_list": [None, {"temperature": 0, "max_tokens": TALK}]}
+
+
+@pytest.fixture(scope="module")
+def omni_server(tiny_model, tmp_path_factory):
+    log = tmp_path_factory.mktemp("omnilog") / "server.log"
+    server = ServeProcess.launch([str(tiny_model("qwen3_omni")), "--served-model-name", "tiny-omni",
+                                  "--stage-overrides", '{"0": {"max_model_len": 512}}'], log)
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def ref(tiny_model):
+    reference = TransformersReference(tiny_model("qwen3_omni"))
+    run = reference.run([{"role": "user", "content": PROMPT}], THINK, TALK)
+    return reference, run
+
+
+STEP = 1 / 32767  # one 16-bit step (libsndfile writes a WAV sample as floor(x * 32768), PCM is round(x * 32767))
+FLOAT = 1e-5  # omnistage's float waveform vs transformers' (measured ~1e-6)
+
+
+def test_chat_returns_text_and_a_wav_within_one_16bit_step(omni_server, ref):
+    reference, run = ref
+    body = httpx.post(f"{omni_server}/v1/chat/completions", json=BODY, timeout=300).json()
+    message = body["choices"][0]["message"]
+    assert message["content"] == reference.tok.decode(run.reply, skip_special_tokens=True)
+    audio = message["audio"]
+    assert audio["format"] == "wav" and audio["transcript"] == message["content"]
+    wav, rate = soundfile.read(io.BytesIO(base64.b64decode(audio["data"])), dtype="float32")  # int16 / 32768
+    assert rate == 24000 and wav.shape == run.audio.shape
+    assert np.abs(wav - np.clip(run.audio.numpy(), -1, 1)).max() <= STEP + FLOAT
+    assert body["usage"] == {"prompt_tokens": len(run.prompt_ids), "completion_tokens": len(run.reply),
+                             "total_tokens": len(run.prompt_ids) + len(run.reply)}  # the thinker's tokens
+
+
+def test_streamed_chat_interleaves_text_and_audio_deltas(omni_server, ref):
+    reference, run = ref
+    chunks = []
+    with httpx.stream("POST", f"{omni_server}/v1/chat/completions", timeout=300,
+                      json={**BODY, "stream": True, "stream_options": {"include_usage": True}}) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunks.append(json.loads(line[6:]))
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks
+                   if c.get("modality") == "text" and c["choices"])
+    assert text == reference.tok.decode(run.reply, skip_special_tokens=True)
+    audio = [c["choices"][0]["delta"]["audio"] for c in chunks if c.get("modality") == "audio"]
+    assert len(audio) >= 3 and {a["format"] for a in audio} == {"pcm16"}
+    assert audio[0]["sample_rate"] == 24000 and all("sample_rate" not in a for a in audio[1:])  # given once
+    pcm = np.frombuffer(b"".join(base64.b64decode(a["data"]) for a in audio), dtype="<i2")
+    assert pcm.shape == run.audio.shape
+    assert np.abs(pcm / 32767.0 - np.clip(run.audio.numpy(), -1, 1)).max() <= STEP + FLOAT
+    assert chunks[-1]["usage"]["completion_tokens"] == len(run.reply)
+
+
+def test_text_only_modality_and_voices(omni_server):
+    body = httpx.post(f"{omni_server}/v1/chat/completions", json={**BODY, "modalities": ["text"]}, timeout=300).json()
+    assert "audio" not in body["choices"][0]["message"] and body["choices"][0]["message"]["content"]
+    voices = httpx.get(f"{omni_server}/v1/audio/voices").json()
+    assert voices["voices"] == ["Aiden", "Chelsie", "Ethan"]
+
+
+def test_speech_route_speaks_with_the_chosen_voice(omni_server):
+    r = httpx.post(f"{omni_server}/v1/audio/speech", timeout=300,
+                   json={"model": "tiny-omni", "input": PROMPT, "voice": "Chelsie", "response_format": "wav",
+                         "temperature": 0, "max_tokens": THINK,
+                         "sampling_params_list": [None, {"temperature": 0, "max_tokens": TALK}]})
+    assert r.status_code == 200, r.text
+    wav, rate = soundfile.read(io.BytesIO(r.content), dtype="float32")
+    assert rate == 24000 and wav.size > 0 and np.abs(wav).max() > 0.01
+
+
+def test_chat_audio_voice_picks_the_speaker(omni_server):
+    """OpenAI's chat ``audio.voice`` (and ``speaker`` in extra_body) reach the talker: a voice other than the
+    default gives other audio, and the two spellings give the same audio."""
+    def audio(extra: dict) -> bytes:
+        r = httpx.post(f"{omni_server}/v1/chat/completions", json={**BODY, **extra}, timeout=300)
+        assert r.status_code == 200, r.text
+        return base64.b64decode(r.json()["choices"][0]["message"]["audio"]["data"])
+
+    chelsie = audio({"audio": {"voice": "Chelsie", "format": "wav"}})
+    assert chelsie == audio({"extra_body": {"speaker": "chelsie"}})
+    assert chelsie != audio({})  # the default voice is Ethan
+
+
+@pytest.mark.parametrize("body, param", [
+    ({**BODY, "sampling_params_list": [None, {"speaker": "Bob"}]}, "speaker"),
+    ({**BODY, "audio": {"voice": "Bob"}}, "audio.voice"),
+    ({**BODY, "speaker": "Bob"}, "speaker"),
+    ({**BODY, "sampling_params_list": [None, {"min_p": 0.1}]}, "sampling_params_list[1]"),
+    ({**BODY, "messages": [{"role": "user", "content": [
+        {"type": "input_audio", "input_audio": {"data": "bm90IGF1ZGlv", "format": "wav"}}]}]},
+     "messages[0].content[0].input_audio"),
+])
+def test_bad_input_is_a_400_naming_the_field(omni_server, body, param):
+    r = httpx.post(f"{omni_server}/v1/chat/completions", json=body, timeout=300)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param

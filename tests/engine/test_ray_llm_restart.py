@@ -1,0 +1,49 @@
+"""An llm stage in a Ray actor whose vLLM engine core is killed: the actor lives on, its engine rebuilds itself
+(the same restart as in-process), the in-flight request fails with StageUnavailableError across the actor
+boundary, the stage reports unhealthy meanwhile, and the next greedy request equals the one before."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import psutil
+import pytest
+
+from omnistage import AsyncOmni, StageUnavailableError
+from omnistage.testing.streams import final_output
+from tests.engine.test_ray_mode import RAY, ray_cluster  # noqa: F401 (the module's local cluster fixture)
+
+pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.asyncio(loop_scope="module")]
+
+GREEDY = [{"max_tokens": 12, "temperature": 0.0}]
+
+
+async def wait(cond, timeout: float) -> None:
+    for _ in range(int(timeout / 0.1)):
+        if cond():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("condition not reached")
+
+
+async def test_engine_core_killed_inside_an_actor(ray_cluster, tiny_model):  # noqa: F811
+    folder = str(tiny_model("chat"))
+    async with AsyncOmni(folder, deploy_config=RAY, dtype="float32", max_model_len=512) as engine:
+        before = (await final_output(engine.generate("hello there", sampling_params_list=GREEDY))).text
+        replica = engine.replicas(0)[0]
+        actor = psutil.Process(await replica.pid())
+        [core] = [p for p in actor.children(recursive=True) if "EngineCore" in p.name()]
+        long = [{"max_tokens": 400, "temperature": 0.0, "ignore_eos": True}]
+        task = asyncio.create_task(final_output(engine.generate("hello there", sampling_params_list=long)))
+        await asyncio.sleep(1.0)
+        os.kill(core.pid, signal.SIGKILL)
+        with pytest.raises(StageUnavailableError, match="vLLM engine died"):
+            await asyncio.wait_for(task, 60)
+        await wait(lambda: not engine.is_ready, 10)
+        assert "vLLM engine died" in engine.stage_stats()[0].detail
+        await wait(lambda: engine.is_ready, 300)
+        assert replica.restarts == 0 and await replica.pid() == actor.pid  # the actor itself never died
+        after = (await final_output(engine.generate("hello there", sampling_params_list=GREEDY))).text
+        assert after == before

@@ -1,0 +1,53 @@
+"""Adapters and vLLM's own outputs with them, shared by the chat LoRA tests (offline and over HTTP)."""
+
+from __future__ import annotations
+
+import gc
+import os
+from pathlib import Path
+
+from omnistage.models.chat.tiny_lora import build as build_lora
+
+from .chat_cases import ENGINE, GREEDY, MESSAGES, PROMPTS
+
+# vLLM 0.32's CPU LoRA ops read a base row's "no adapter" index -1 as the last slot: with every slot taken,
+# base rows get that adapter's delta (vllm-project/vllm#48421, #49656). One slot more than the adapters
+# used here keeps the last one empty (GPU kernels skip -1 and are not affected).
+LORA = dict(max_loras=3, max_lora_rank=8)
+
+
+def adapters(chat_lora: Path, root: Path) -> dict[str, str]:
+    """``a``: the ``chat_lora`` fixture; ``b``: another seed; ``wide``: rank 16 (above max_lora_rank)."""
+    build_lora(root / "b", seed=1)
+    build_lora(root / "wide", seed=2, rank=16)
+    return {"a": str(chat_lora), "b": str(root / "b"), "wide": str(root / "wide")}
+
+
+def vllm_reference(chat_dir: Path, paths: dict[str, str]) -> dict:
+    """vLLM's ``LLM.generate`` per prompt and ``LLM.chat`` on MESSAGES, greedy: base (None), adapter a, b;
+    chat outputs under ``("chat", name)``."""
+    from vllm import LLM, SamplingParams
+    from vllm.lora.request import LoRARequest
+
+    saved = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"  # keep it from binding this test process's threads
+    try:
+        llm = LLM(str(chat_dir), kv_cache_memory_bytes=64 << 20, enable_lora=True, **LORA, **ENGINE)
+    finally:
+        if saved is None:
+            os.environ.pop("VLLM_CPU_OMP_THREADS_BIND")
+        else:
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = saved
+    try:
+        out: dict = {}
+        for i, name in enumerate((None, "a", "b")):
+            lora = LoRARequest(name, i, paths[name]) if name else None
+            res = llm.generate(PROMPTS, SamplingParams(**GREEDY), lora_request=lora, use_tqdm=False)
+            out[name] = [o.outputs[0].text for o in res]
+            chat = llm.chat([MESSAGES], SamplingParams(**GREEDY), lora_request=lora, use_tqdm=False)[0]
+            out[("chat", name)] = chat.outputs[0].text
+        return out
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()

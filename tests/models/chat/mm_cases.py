@@ -1,0 +1,173 @@
+"""Multimodal chat cases for the tiny ``vlm`` (Idefics3) and ``audio_lm`` (Qwen2-Audio) fixtures,
+shared by the engine, fixture and HTTP tests, and vLLM's own answers to them (``LLM.chat`` /
+``LLM.generate`` on the same folder), computed once per test session."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import gc
+import io
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+ENGINE = {"max_model_len": 1024, "max_num_seqs": 4, "dtype": "float32", "enforce_eager": True}
+GREEDY = {"temperature": 0.0, "max_tokens": 12}
+LIMITS = {"image": 2}  # the VLM's limit_mm_per_prompt in every engine and server under test
+SAMPLE_RATE = 16000
+
+
+def png(seed: int, width: int, height: int) -> bytes:
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def wav(seconds: float, hz: float) -> bytes:
+    import soundfile as sf
+
+    t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
+    buf = io.BytesIO()
+    sf.write(buf, (0.3 * np.sin(2 * np.pi * hz * t)).astype(np.float32), SAMPLE_RATE, format="WAV", subtype="PCM_16")
+    return buf.getvalue()
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def image_part(data: bytes) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": "data:image/png;base64," + b64(data)}}
+
+
+def audio_part(data: bytes) -> dict[str, Any]:
+    return {"type": "input_audio", "input_audio": {"data": b64(data), "format": "wav"}}
+
+
+def text(t: str) -> dict[str, Any]:
+    return {"type": "text", "text": t}
+
+
+IMG_A, IMG_B, IMG_C = png(1, 64, 48), png(2, 40, 40), png(3, 30, 60)  # 2x2, 2x2 and 1x2 tiles
+CLIP = wav(0.7, 440.0)
+
+
+@dataclass
+class Case:
+    messages: list[dict[str, Any]]
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    mm_processor_kwargs: dict[str, Any] | None = None
+
+    def chat_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``LLM.chat`` (and the same fields of an HTTP request body)."""
+        kw: dict[str, Any] = {"add_generation_prompt": self.add_generation_prompt,
+                              "continue_final_message": self.continue_final_message}
+        if self.chat_template_kwargs:
+            kw["chat_template_kwargs"] = self.chat_template_kwargs
+        if self.mm_processor_kwargs:
+            kw["mm_processor_kwargs"] = self.mm_processor_kwargs
+        return kw
+
+    def omni_prompt(self) -> dict[str, Any]:
+        """The same conversation as an ``AsyncOmni`` / ``Omni`` prompt."""
+        prompt: dict[str, Any] = {"messages": self.messages, "additional_information": {"chat_template_kwargs": {
+            **self.chat_template_kwargs, "add_generation_prompt": self.add_generation_prompt,
+            "continue_final_message": self.continue_final_message}}}
+        if self.mm_processor_kwargs:
+            prompt["mm_processor_kwargs"] = self.mm_processor_kwargs
+        return prompt
+
+
+VLM_CASES = {
+    "one_image": Case([{"role": "user", "content": [image_part(IMG_A), text("describe the picture")]}]),
+    "two_images": Case([{"role": "user", "content": [text("compare"), image_part(IMG_A), text("with"),
+                                                     image_part(IMG_B)]}]),
+    "earlier_turn": Case([
+        {"role": "user", "content": [image_part(IMG_C), text("what is this?")]},
+        {"role": "assistant", "content": "a red cat"},
+        {"role": "user", "content": "and the colour of the sky?"}]),
+    "system_vision_ids": Case([
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [image_part(IMG_B), image_part(IMG_C), text("which one?")]}],
+        chat_template_kwargs={"add_vision_id": True}),
+    "continue_final": Case([
+        {"role": "user", "content": [image_part(IMG_A), text("describe")]},
+        {"role": "assistant", "content": "the picture shows"}],
+        add_generation_prompt=False, continue_final_message=True),
+    "no_splitting": Case([{"role": "user", "content": [image_part(IMG_A), text("describe the picture")]}],
+                         mm_processor_kwargs={"do_image_splitting": False}),
+}
+AUDIO_CASES = {
+    "one_clip": Case([{"role": "user", "content": [audio_part(CLIP), text("what is this sound")]}]),
+    "clip_in_earlier_turn": Case([
+        {"role": "user", "content": [text("listen"), audio_part(CLIP)]},
+        {"role": "assistant", "content": "a tone"},
+        {"role": "user", "content": "how high?"}]),
+}
+
+
+def image(data: bytes) -> Any:
+    from PIL import Image
+
+    return Image.open(io.BytesIO(data)).convert("RGB")
+
+
+def audio(data: bytes) -> tuple[np.ndarray, int]:
+    import soundfile as sf
+
+    arr, sr = sf.read(io.BytesIO(data), dtype="float32")
+    return arr, sr
+
+
+# The offline prompt form, as LLM.generate takes it: the model's placeholders are in the text.
+VLM_RAW = {"prompt": "<|im_start|>user\n<image>a cat?<|im_end|>\n<|im_start|>assistant\n",
+           "multi_modal_data": {"image": image(IMG_B)}}
+AUDIO_RAW = {"prompt": "<|im_start|>user\nAudio 1: <|audio_bos|><|AUDIO|><|audio_eos|>\nhi<|im_end|>\n"
+                       "<|im_start|>assistant\n", "multi_modal_data": {"audio": audio(CLIP)}}
+
+
+@dataclass
+class Answer:
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str
+
+
+@functools.cache
+def vllm_answers(folder: str, family: str) -> dict[str, Answer]:
+    """vLLM's own greedy answers for every case of ``family`` ("vlm" or "audio_lm"), and for the raw
+    prompt under the key "raw"; the engine is shut down before this returns."""
+    from vllm import LLM, SamplingParams
+
+    cases, raw = (VLM_CASES, VLM_RAW) if family == "vlm" else (AUDIO_CASES, AUDIO_RAW)
+    saved = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"  # an in-process engine: leave the test's threads alone
+    try:
+        llm = LLM(folder, kv_cache_memory_bytes=64 << 20, limit_mm_per_prompt=LIMITS if family == "vlm" else None,
+                  **ENGINE)
+    finally:
+        if saved is None:
+            os.environ.pop("VLLM_CPU_OMP_THREADS_BIND")
+        else:
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = saved
+    try:
+        sp = SamplingParams(**GREEDY)
+        out = {}
+        for name, case in cases.items():
+            ro = llm.chat(case.messages, sp, use_tqdm=False, **case.chat_kwargs())[0]
+            out[name] = Answer(list(ro.prompt_token_ids), list(ro.outputs[0].token_ids), ro.outputs[0].text)
+        ro = llm.generate(raw, sp, use_tqdm=False)[0]
+        out["raw"] = Answer(list(ro.prompt_token_ids), list(ro.outputs[0].token_ids), ro.outputs[0].text)
+        return out
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()

@@ -1,0 +1,83 @@
+"""Family wiring without engines: folder resolution (speaking vs text-only checkpoints), the shipped
+deploy YAMLs, the voices the server lists, the edges' chunking."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import torch
+
+from omnistage.engine.builder import resolve_deploy
+from omnistage.models.qwen_omni import edges
+from omnistage.pipeline import resolve_pipeline
+
+DEPLOY = Path(__file__).parents[3] / "omnistage" / "models" / "qwen_omni" / "deploy"
+
+
+def test_speaking_folder_resolves_to_qwen_omni_with_its_voices(omni_dir):
+    pipeline = resolve_pipeline(omni_dir)
+    assert pipeline.name == "qwen_omni"  # not "chat", although vLLM knows the architecture
+    assert [s.name for s in pipeline.stages] == ["thinker", "talker", "code2wav"]
+    assert pipeline.for_model(omni_dir).info["voices"] == ["Aiden", "Chelsie", "Ethan"]
+    assert set(pipeline.output_modalities.names()) >= {"text", "audio"}
+
+
+def test_text_only_folder_resolves_to_the_thinker_alone(omni_dir, tmp_path):
+    folder = tmp_path / "thinking"
+    shutil.copytree(omni_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["enable_audio_output"] = False
+    (folder / "config.json").write_text(json.dumps(config))
+    pipeline = resolve_pipeline(folder)
+    assert pipeline.name == "qwen_omni_thinker" and len(pipeline.stages) == 1
+    assert "audio" not in pipeline.output_modalities.names()
+
+
+@pytest.mark.parametrize("name, replicas", [("one_device.yaml", [1, 1, 1]), ("replicated.yaml", [1, 2, 2])])
+def test_shipped_deploy_configs_validate(name, replicas):
+    deploy = resolve_deploy(resolve_pipeline(None, "qwen_omni"), DEPLOY / name)
+    assert deploy.async_chunk is True
+    assert [deploy.stage(i).num_replicas for i in range(3)] == replicas
+
+
+def test_code_chunks_every_n_frames_and_the_rest_at_the_end():
+    class Req:
+        sampling_params = (None, None, {"chunk_frames": 3})
+
+    state: dict = {"finished": False}
+    frames = [torch.full((1, 4), i) for i in range(7)]
+    sent = [edges.talker_to_code2wav_chunks({"token_ids": f}, Req, state) for f in frames]
+    assert [s is not None for s in sent] == [False, False, True, False, False, True, False]
+    state["finished"] = True
+    tail = edges.talker_to_code2wav_chunks({}, Req, state)
+    got = torch.cat([s["codes"] for s in sent if s is not None] + [tail["codes"]], dim=1)
+    assert torch.equal(got, torch.cat(frames).T)  # [G, frames], nothing lost or repeated
+
+
+def test_reply_chunks_carry_the_prompt_and_the_voice_once():
+    class Req:
+        prompt: ClassVar = {"messages": [], "additional_information": {"voice": "Chelsie"}}
+
+    state: dict = {"finished": False}
+    first = edges.thinker_to_talker_chunks({"prompt_token_ids": [1, 2], "token_ids": [5], "text": "a"}, Req, state)
+    assert first == {"prompt_token_ids": [1, 2], "speaker": "Chelsie", "token_ids": [5]}
+    assert edges.thinker_to_talker_chunks({"token_ids": [6], "text": "b"}, Req, state) == {"token_ids": [6]}
+    assert edges.thinker_to_talker_chunks({"text": ""}, Req, state) is None
+
+
+def test_sampling_defaults_come_from_the_checkpoint_generation_config(omni_dir, tmp_path):
+    from omnistage.models.qwen_omni.config import TALKER_DEFAULTS, load_omni_config
+
+    folder = tmp_path / "gen"
+    shutil.copytree(omni_dir, folder)
+    gen = json.loads((folder / "generation_config.json").read_text())
+    gen.update(temperature=0.7, top_p=0.8, talker_temperature=0.6, talker_max_new_tokens=100, talker_do_sample=True)
+    (folder / "generation_config.json").write_text(json.dumps(gen))
+    cfg = load_omni_config(folder)
+    assert cfg.sampling_defaults("thinker") == {"temperature": 0.7, "top_p": 0.8}
+    assert cfg.sampling_defaults("talker") == {**TALKER_DEFAULTS, "temperature": 0.6, "max_tokens": 100}
+    assert load_omni_config(omni_dir).sampling_defaults("talker") == TALKER_DEFAULTS  # transformers' generate()

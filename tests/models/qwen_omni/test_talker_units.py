@@ -1,0 +1,165 @@
+"""The talker and code2wav stages without vLLM, against transformers' generate() of the whole model:
+checkpoint loading, the talker's codes step by step (solo, batched, streamed input), code2wav's
+streamed decode, parameter checks."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from omnistage.config.schema import StageDeployConfig
+from omnistage.errors import InvalidRequestError
+from omnistage.models.qwen_omni.code2wav import Code2WavAdapter
+from omnistage.models.qwen_omni.config import load_omni_config
+from omnistage.models.qwen_omni.kv import RequestKV
+from omnistage.models.qwen_omni.talker_engine import TalkerEngine, talker_sampling
+from omnistage.models.qwen_omni.talker_model import EOS_TEXT, PAD_TEXT, Row, Sampling, TalkerModel
+from omnistage.pipeline import StageContext, get_pipeline
+from omnistage.stages.base import StageRequest
+from omnistage.stages.generation.engine import GenerationItem
+from omnistage.testing.streams import all_outputs
+
+HELLO = [{"role": "user", "content": "hello, who are you?"}]
+CHAT = [{"role": "system", "content": "you are a helpful assistant."},
+        {"role": "user", "content": "hello"}, {"role": "assistant", "content": "i am a voice assistant."},
+        {"role": "user", "content": "describe the sound"}]
+THINK, TALK = 12, 20
+
+
+@pytest.fixture(scope="module")
+def talker(omni_dir):
+    return TalkerModel(omni_dir)
+
+
+def context(folder, stage_id: int) -> StageContext:
+    return StageContext(get_pipeline("qwen_omni").stage(stage_id), StageDeployConfig(stage_id=stage_id), str(folder))
+
+
+def greedy_codes(talker: TalkerModel, prompt: list[int], reply: list[int], frames: int) -> torch.Tensor:
+    """The talker driven by hand, as transformers' generate() feeds it (reply minus its last token)."""
+    start = talker.assistant_start(prompt, talker.config.im_start_token_id, talker.config.assistant_token_id)
+    turn = prompt[start:] + reply[:-1]
+    row = Row(RequestKV(talker.num_layers), Sampling(temperature=0))
+    talker.prefill(row, talker.prefill_input(prompt, turn[:4], 2302))
+    trailing = turn[4:] + [EOS_TEXT]
+    out = [talker.step([row], [trailing[s] if s < len(trailing) else PAD_TEXT])[0] for s in range(frames)]
+    return torch.stack(out).T
+
+
+def test_tiny_folder_is_a_speaking_qwen3_omni(omni_dir, reference):
+    cfg = load_omni_config(omni_dir)
+    assert cfg.enable_audio_output and cfg.voices == ["Aiden", "Chelsie", "Ethan"]
+    for role in ("system", "user", "assistant"):  # the talker finds user turns by these single tokens
+        assert len(reference.tok.encode(role, add_special_tokens=False)) == 1
+    assert (reference.tok.image_token, reference.tok.audio_bos_token) == ("<|image_pad|>", "<|audio_start|>")
+    assert reference.tok.eos_token == "<|im_end|>"
+    m = reference.model.config
+    assert m.talker_config.accept_hidden_layer < m.thinker_config.text_config.num_hidden_layers
+    assert len(m.thinker_config.vision_config.deepstack_visual_indexes) >= 1
+
+
+def test_stage_loaders_read_the_same_weights_as_transformers(talker, reference, omni_dir):
+    mine = talker.talker.state_dict()
+    ref = reference.model.talker.state_dict()
+    assert mine.keys() == ref.keys() and all(torch.equal(mine[k], ref[k]) for k in ref)
+    c2w = Code2WavAdapter(context(omni_dir, 2)).model.state_dict()
+    ref = reference.model.code2wav.state_dict()
+    assert c2w.keys() == ref.keys() and all(torch.equal(c2w[k], ref[k]) for k in ref)
+
+
+@pytest.mark.parametrize("messages", [HELLO, CHAT], ids=["one-turn", "system+multi-turn"])
+def test_talker_codes_equal_transformers_generate(talker, reference, messages):
+    ref = reference.run(messages, THINK, TALK)
+    codes = greedy_codes(talker, ref.prompt_ids, ref.reply, ref.codes.shape[1])
+    assert torch.equal(codes, ref.codes)
+
+
+def test_talker_batched_rows_equal_solo(talker, reference):
+    a, b = reference.run(HELLO, THINK, TALK), reference.run(CHAT, THINK, TALK)
+    rows, trailing = [], []
+    for ref in (a, b):
+        start = talker.assistant_start(ref.prompt_ids, talker.config.im_start_token_id,
+                                       talker.config.assistant_token_id)
+        turn = ref.prompt_ids[start:] + ref.reply[:-1]
+        row = Row(RequestKV(talker.num_layers), Sampling(temperature=0))
+        talker.prefill(row, talker.prefill_input(ref.prompt_ids, turn[:4], 2302))
+        rows.append(row)
+        trailing.append(turn[4:] + [EOS_TEXT])
+    frames = min(a.codes.shape[1], b.codes.shape[1])
+    got = [talker.step(rows, [t[s] if s < len(t) else PAD_TEXT for t in trailing]) for s in range(frames)]
+    batched = torch.stack(got)  # [frames, 2, G]
+    assert torch.equal(batched[:, 0].T, a.codes[:, :frames]) and torch.equal(batched[:, 1].T, b.codes[:, :frames])
+
+
+def run_engine(folder, requests: list[tuple[str, dict, list[tuple[dict, bool]] | None]]):
+    """Run requests through a started TalkerEngine: (id, whole inputs or {} to stream, feeds)."""
+    async def main():
+        engine = TalkerEngine(context(folder, 1))
+        await engine.start()
+        try:
+            async def one(rid, inputs, feeds):
+                req = StageRequest(rid, inputs, {"temperature": 0, "max_tokens": TALK}, stream_inputs=feeds is not None)
+                task = asyncio.ensure_future(all_outputs(engine.generate(req)))
+                for chunk, last in feeds or []:
+                    await asyncio.sleep(0.01)  # the talker runs ahead of the text: it must wait, not guess
+                    await engine.feed(rid, chunk, last)
+                return await task
+            outs = await asyncio.gather(*(one(*r) for r in requests))
+            return outs, list(engine.batch_sizes)
+        finally:
+            await engine.shutdown()
+    return asyncio.run(main())
+
+
+def frames_of(outputs) -> torch.Tensor:
+    assert outputs[-1].finished and outputs[-1].error is None
+    return torch.cat([o.data["token_ids"] for o in outputs if o.data.get("token_ids") is not None]).T
+
+
+def test_talker_engine_streamed_text_equals_whole_text_and_batches(omni_dir, reference):
+    a, b = reference.run(HELLO, THINK, TALK), reference.run(CHAT, THINK, TALK)
+    whole = {"prompt_token_ids": a.prompt_ids, "token_ids": a.reply, "speaker": "Ethan"}
+    first = {"prompt_token_ids": b.prompt_ids, "token_ids": b.reply[:1], "speaker": "ethan"}
+    feeds = [(first, False)] + [({"token_ids": [t]}, False) for t in b.reply[1:]] + [({}, True)]
+    (out_a, out_b), batches = run_engine(omni_dir, [("a", whole, None), ("b", {}, feeds)])
+    assert torch.equal(frames_of(out_a), a.codes) and torch.equal(frames_of(out_b), b.codes)
+    assert max(batches) == 2  # the two requests shared steps
+    assert out_a[-1].finish_reason == "length" and out_a[-1].metrics.num_tokens == a.codes.shape[1]
+
+
+def test_code2wav_streamed_pieces_equal_chunked_decode(omni_dir, reference):
+    adapter = Code2WavAdapter(context(omni_dir, 2))
+    g = torch.Generator().manual_seed(0)
+    codes = [torch.randint(0, 2048, (4, n), generator=g) for n in (340, 23)]
+    with torch.no_grad():
+        refs = [reference.model.code2wav.chunked_decode(c[None], chunk_size=300, left_context_size=25).reshape(-1)
+                for c in codes]
+    cuts = [[0, 1, 8, 299, 300, 305, 340], [0, 4, 23]]  # crossing and landing on the 300-frame chunk edge
+    states = [{}, {}]
+    got: list[list[torch.Tensor]] = [[], []]
+    for piece in range(max(len(c) for c in cuts) - 1):
+        items = [GenerationItem(str(i), {"codes": codes[i][:, cuts[i][piece]:cuts[i][piece + 1]]}, {}, states[i],
+                                piece + 2 == len(cuts[i])) for i in range(2) if piece + 1 < len(cuts[i])]
+        for item, out in zip(items, adapter.run(items)):
+            assert out["sample_rate"] == 24000
+            got[int(item.request_id)].append(out["audio"])
+    assert max(adapter.calls) == 2  # the two requests' pieces shared a decode
+    for pieces, ref in zip(got, refs):
+        audio = torch.cat(pieces)
+        assert audio.shape == ref.shape
+        assert (audio - ref).abs().max().item() <= 1e-4
+        assert ref.abs().max() > 0.05  # real signal, not silence
+
+
+def test_parameter_checks_name_the_field(omni_dir):
+    with pytest.raises(InvalidRequestError, match="sampling_params_list\\[1\\]: unknown field.*min_p"):
+        talker_sampling({"min_p": 0.1})
+    with pytest.raises(InvalidRequestError, match="top_p"):
+        talker_sampling({"top_p": 0})
+    with pytest.raises(InvalidRequestError, match="max_tokens"):
+        talker_sampling({"max_tokens": 0})
+    with pytest.raises(InvalidRequestError, match="speaker: 'Bob' is not one of this model's speakers"):
+        load_omni_config(omni_dir).speaker_id("Bob")
+    assert load_omni_config(omni_dir).speaker_id("CHELSIE") == 2301  # case-insensitive, as transformers
