@@ -31,23 +31,23 @@ class Layout:
         return f"{self.world} ranks, cfg_parallel_size={self.cfg} x ulysses_degree={self.ulysses}"
 
     @classmethod
-    def of(cls, ctx: StageContext) -> "Layout":
+    def of(cls, ctx: StageContext) -> Layout:
         return cls.of_deploy(ctx.deploy)
 
     @classmethod
-    def of_deploy(cls, deploy: "StageDeployConfig") -> "Layout":
+    def of_deploy(cls, deploy: StageDeployConfig) -> Layout:
         pc = deploy.parallel_config
         if pc is None:
             return cls(1, deploy.devices_per_replica)
         return cls(*pc.diffusion_degrees())
 
 
-def runs_as_group(spec: StageSpec, deploy: "StageDeployConfig") -> bool:
+def runs_as_group(spec: StageSpec, deploy: StageDeployConfig) -> bool:
     """Whether a replica of this stage is a process group (stages/factory.py builds one)."""
     return spec.kind == "diffusion" and spec.engine is None and deploy.devices_per_replica > 1
 
 
-def replica_lines(pipeline: "Pipeline", deploy: "DeployConfig") -> list[str]:
+def replica_lines(pipeline: Pipeline, deploy: DeployConfig) -> list[str]:
     """One line per multi-device diffusion replica: its ranks, degrees, devices and backend, as its
     launch will choose them (``omnistage serve`` logs them at start-up; nothing is started here)."""
     from omnistage.config.schema import StageDeployConfig
