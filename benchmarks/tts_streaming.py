@@ -135,7 +135,8 @@ async def main(args: argparse.Namespace) -> dict:
     ttfp_growth = by_c[high]["streamed_ttfp_ms"] / by_c[low]["streamed_ttfp_ms"]
     return {"family": args.family if args.model is None else None, "model": model,
             "codec": "mimi" if csm else codec_type(Path(model) / "codec"), "rounds": args.rounds, "chunk_frames": args.chunk_frames,
-            "initial_chunk_frames": args.initial_chunk_frames, "frames": args.frames, "engine_args": engine_args,
+            "initial_chunk_frames": args.initial_chunk_frames or load_tts_config(model).initial_chunk_frames
+            or args.chunk_frames, "frames": args.frames, "engine_args": engine_args,
             "max_abs_audio_diff_streamed_vs_whole": max_diff,
             "rms_audio_diff_over_rms_signal": (diff_sq / signal_sq) ** 0.5 if signal_sq else None,
             "targets": {"whole_over_streamed_ttfp_at_c%d" % low: ttfp_speedup, "target_speedup": 5.0,
@@ -153,12 +154,12 @@ def write(report: dict) -> None:
     t = report["targets"]
     speedup_key = next(k for k in t if k.startswith("whole_over"))
     growth_key = next(k for k in t if k.startswith("streamed_ttfp"))
-    first = report["initial_chunk_frames"] or "the folder's"
     lines = [
         f"# Streamed TTS: async chunk vs whole-sequence decode ({report['family'] or 'codec_tts'}, "
         f"{report['codec']} codec)",
         "",
-        f"model: `{report['model']}`; {report['frames']} codec frames per request, first block {first} frames, "
+        f"model: `{report['model']}`; {report['frames']} codec frames per request, streamed in a first block of "
+        f"{report['initial_chunk_frames']} frames, "
         f"then {report['chunk_frames']}; engine args {report['engine_args']}; medians over {report['rounds']} "
         "alternating rounds. audio_ttfp = submit -> first audio packet; audio_rtf = end-to-end time / audio duration.",
         f"Streamed vs whole audio: max |diff| {report['max_abs_audio_diff_streamed_vs_whole']:.2e}, "

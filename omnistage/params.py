@@ -94,6 +94,7 @@ class RequestKnobs(BaseModel):
     strength: float | None = Field(None, gt=0, le=1)
     num_frames: int | None = Field(None, ge=1, le=10000)
     fps: int | None = Field(None, ge=1, le=240)
+    max_sequence_length: int | None = Field(None, ge=1)  # prompt tokens the text encoder keeps
     cache: bool | None = None  # false: opt out of the stage's step cache
     lora_scale: float | None = Field(None, allow_inf_nan=False)  # the adapter `model` names, at this scale
     # llm (vLLM SamplingParams)
@@ -113,7 +114,7 @@ class RequestKnobs(BaseModel):
 
     DIFFUSION: ClassVar[tuple[str, ...]] = (
         "height", "width", "num_inference_steps", "guidance_scale", "guidance_scale_2", "true_cfg_scale",
-        "negative_prompt", "seed", "strength", "num_frames", "fps", "cache")
+        "negative_prompt", "seed", "strength", "num_frames", "fps", "max_sequence_length", "cache")
     LLM: ClassVar[tuple[str, ...]] = (
         "max_tokens", "temperature", "top_p", "top_k", "min_p", "min_tokens", "seed", "stop", "stop_token_ids",
         "presence_penalty", "frequency_penalty", "repetition_penalty", "ignore_eos")

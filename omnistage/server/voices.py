@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, Field
 
 from omnistage.server.errors import APIError, bad_request
 from omnistage.server.jobs import JobStore
@@ -27,6 +28,14 @@ from omnistage.server.media import audio_from_bytes
 KIND = "voice"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 DEFAULT_MAX_REF_AUDIO_S = 30.0  # for pipelines that clone but do not say their limit
+
+
+class VoiceForm(BaseModel):
+    """The text fields of POST /v1/audio/voices (multipart; the ``audio`` file part is added by the route's
+    OpenAPI entry). The route reads the form itself (``check_name``): this model documents it."""
+
+    name: str = Field(pattern=NAME.pattern, description="the voice's name, used as voice on /v1/audio/speech")
+    text: str = Field(min_length=1, description="the transcript of the clip")
 
 
 @dataclass

@@ -69,6 +69,10 @@ def test_speaker_ids_equal_transformers(server, ref):
         assert audio.shape == expected.shape and np.abs(audio - expected).max() <= PCM_TOL
 
 
+def test_max_new_tokens_counts_frames(server):
+    assert pcm(speak(server, input="hi", max_tokens=None, max_new_tokens=3)).shape == (3 * 1920,)
+
+
 def test_streamed_pcm_arrives_in_pieces_and_equals_the_whole(server):
     body = {"model": "tiny-csm", "input": "good morning", "voice": "1", "response_format": "pcm", **KNOBS}
     whole = pcm(speak(server, input="good morning", voice="1"))

@@ -20,7 +20,8 @@ Folder layout::
                        "layout": "shared" | "per_codebook", "chunk_frames": 8,
                        "constrain_to_codec_tokens": true, "decode_context_frames": null}
       lm/             a causal-LM folder vLLM serves; its vocabulary holds the codec tokens
-      codec/          a transformers codec folder (Mimi: causal, so streaming is exact)
+      codec/          a transformers codec folder: Mimi (causal, so streaming is exact) or XCodec2
+                      (Llasa's; not causal, so streamed blocks approximate the whole decode: codec.py)
 
 Decisions:
 - Codec tokens are flattened frame-major (K tokens per frame). Code ``c`` of
@@ -38,6 +39,8 @@ Decisions:
   into one batch (causal decoder: padding never reaches real samples).
 - Voices are prompt prefixes listed in ``omnistage.json``; ``/v1/audio/voices``
   lists them. ``speed`` and ``instructions`` are refused (400).
+- A template with ``{ref_codes}`` clones voices (Llasa): see lm.py. ``python -m
+  omnistage.testing.tiny llasa DIR`` writes such a folder.
 """
 
 from __future__ import annotations

@@ -10,10 +10,8 @@ import torch
 from omnistage.models.codec_tts.codec import MimiCodec, mimi_receptive_frames
 from omnistage.models.codec_tts.config import TTSConfig
 from omnistage.models.codec_tts.decoder import CodecDecoderAdapter
+from omnistage.models.csm.config import CHUNK_FRAMES, INITIAL_CHUNK_FRAMES
 from omnistage.pipeline import StageContext
-
-CHUNK_FRAMES = 4  # 320 ms of speech per streamed piece at 12.5 Hz
-INITIAL_CHUNK_FRAMES = 1  # the first piece: one frame (80 ms), so the first audio leaves early
 
 
 class CsmMimi(MimiCodec):
@@ -35,7 +33,7 @@ class CsmMimi(MimiCodec):
 
 
 class CsmCodecAdapter(CodecDecoderAdapter):
-    def __init__(self, ctx: StageContext):  # noqa: super().__init__ reads a codec_tts folder; this is a CSM one
+    def __init__(self, ctx: StageContext):  # not super().__init__: that one reads a codec_tts folder
         if ctx.model is None:
             raise ValueError("csm needs a model folder")
         device = f"cuda:{ctx.devices[0]}" if ctx.devices and torch.cuda.is_available() else "cpu"

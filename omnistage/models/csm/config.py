@@ -18,6 +18,8 @@ DEPTH = "depth_decoder_"
 # transformers' GenerationConfig defaults for what a generation_config.json leaves out
 _GENERATE_DEFAULTS = {"do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0}
 MAX_TOKENS = 1024  # frames (80 s at 12.5 Hz) when the checkpoint sets no max_new_tokens
+CHUNK_FRAMES = 4  # streamed pieces to the codec: 320 ms of speech at 12.5 Hz
+INITIAL_CHUNK_FRAMES = 1  # the first piece: one frame (80 ms), so the first audio leaves early
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from omnistage.models.csm.codec import CHUNK_FRAMES, INITIAL_CHUNK_FRAMES
+from omnistage.models.csm.config import CHUNK_FRAMES, INITIAL_CHUNK_FRAMES
 
 NO_FRAMES = "CSM produced no audio frame (its first frame was the end of speech)"
 

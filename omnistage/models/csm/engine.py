@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from omnistage.errors import InvalidRequestError
 from omnistage.models.csm.config import CsmParams, checkpoint_defaults, parse_params
@@ -99,11 +98,7 @@ class CsmEngine(StepEngine):
         self.defaults = checkpoint_defaults(self.folder)
 
     def load_model(self) -> CsmModel:
-        device = f"cuda:{self.ctx.devices[0]}" if self.ctx.devices and torch.cuda.is_available() else "cpu"
-        dtype = torch.float32 if device == "cpu" else torch.bfloat16
-        if self.ctx.deploy.dtype not in (None, "auto"):
-            dtype = getattr(torch, str(self.ctx.deploy.dtype))
-        return CsmModel(self.folder, device, dtype)
+        return CsmModel(self.folder, *self.device_and_dtype())
 
     def new_request(self, req: StageRequest) -> CsmRequest:
         if req.stream_inputs:
@@ -115,7 +110,12 @@ class CsmEngine(StepEngine):
         return CsmRequest(req, turns=turns, params=params, row=row)
 
     def prefill(self, r: CsmRequest) -> Emit:
-        self.model.prefill(r.row, self.model.prompt_embeds(r.turns))
+        embeds = self.model.prompt_embeds(r.turns)
+        limit = self.model.max_positions
+        if embeds.shape[0] + r.params.max_tokens > limit:  # RoPE would run past what the model was trained on
+            raise InvalidRequestError("max_tokens", f"the prompt ({embeds.shape[0]} positions, context included) "
+                                      f"plus max_tokens ({r.params.max_tokens} frames) exceed the model's {limit}")
+        self.model.prefill(r.row, embeds)
         return Emit()
 
     def step(self, rs: list[CsmRequest], items: list[Any]) -> list[Emit]:

@@ -65,6 +65,7 @@ class CsmModel:
         self.num_codebooks = cfg.num_codebooks
         self.eos = cfg.codebook_eos_token_id
         self.num_layers = cfg.num_hidden_layers
+        self.max_positions = cfg.max_position_embeddings
         self.sample_rate = int(self.processor.feature_extractor.sampling_rate)
 
     # ------------------------------------------------------------------ prompt

@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from omnistage.errors import InvalidRequestError
 from omnistage.models.qwen_omni.config import TALKER_DEFAULTS, load_omni_config
 from omnistage.pipeline import StageContext
@@ -101,11 +99,7 @@ class TalkerEngine(StepEngine):
     def load_model(self) -> Any:
         from omnistage.models.qwen_omni.talker_model import TalkerModel
 
-        device = f"cuda:{self.ctx.devices[0]}" if self.ctx.devices and torch.cuda.is_available() else "cpu"
-        dtype = torch.float32 if device == "cpu" else torch.bfloat16
-        if self.ctx.deploy.dtype not in (None, "auto"):
-            dtype = getattr(torch, str(self.ctx.deploy.dtype))
-        return TalkerModel(self.folder, device, dtype)
+        return TalkerModel(self.folder, *self.device_and_dtype())
 
     # ------------------------------------------------------------------ requests
 

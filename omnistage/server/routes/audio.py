@@ -22,11 +22,11 @@ from starlette.datastructures import UploadFile
 
 from omnistage.modality import OutputModality
 from omnistage.outputs import OmniRequestOutput
-from omnistage.server.errors import APIError, bad_request, from_engine_error
 from omnistage.server.deps import get_state
+from omnistage.server.errors import APIError, bad_request, error_responses, from_engine_error
 from omnistage.server.media import AUDIO_MIME, AudioStreamEncoder, b64, decode_base64, encode_audio, fetch_bytes, pcm16
 from omnistage.server.middleware import request_id
-from omnistage.server.openapi import SSE, success
+from omnistage.server.openapi import SSE, request_body, success
 from omnistage.server.protocol import SpeechRequest
 from omnistage.server.state import ServerState
 from omnistage.server.streaming import (
@@ -36,7 +36,14 @@ from omnistage.server.streaming import (
     sse,
     with_error_event,
 )
-from omnistage.server.voices import DEFAULT_MAX_REF_AUDIO_S, Voice, check_name, clip_from_bytes, registry
+from omnistage.server.voices import (
+    DEFAULT_MAX_REF_AUDIO_S,
+    Voice,
+    VoiceForm,
+    check_name,
+    clip_from_bytes,
+    registry,
+)
 
 router = APIRouter(prefix="/v1")
 logger = logging.getLogger("omnistage.server")
@@ -58,6 +65,9 @@ def _require_cloning(state: ServerState, field: str) -> None:
 
 # --------------------------------------------------------------------------- voices
 
+_VOICE_FORM = request_body(VoiceForm, {"audio": False}, json_body=False)
+_VOICE_FORM["requestBody"]["content"]["multipart/form-data"]["schema"]["required"].append("audio")  # the clip file
+
 
 @router.get("/audio/voices")
 async def voices(state: ServerState = Depends(get_state)) -> dict:
@@ -68,7 +78,8 @@ async def voices(state: ServerState = Depends(get_state)) -> dict:
     return {"object": "list", "model": state.model_name, "voices": presets + [v.name for v in cloned], "data": data}
 
 
-@router.post("/audio/voices", responses=success("The registered voice", "application/json"))
+@router.post("/audio/voices", responses=error_responses(409, 413, 415),
+             openapi_extra=_VOICE_FORM)
 async def add_voice(request: Request, state: ServerState = Depends(get_state)) -> dict:
     """Register a cloned voice (multipart: ``name``, ``audio`` file, ``text`` = the clip's transcript)."""
     state.require(OutputModality.AUDIO, "audio")

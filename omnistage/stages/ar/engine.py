@@ -84,6 +84,17 @@ class StepEngine:
     def load_model(self) -> Any:
         raise NotImplementedError
 
+    def device_and_dtype(self) -> tuple[str, Any]:
+        """Where ``load_model`` puts the model: the stage's first GPU in bfloat16 when there is one, else the
+        CPU in float32; the deploy's ``dtype`` wins."""
+        import torch
+
+        device = f"cuda:{self.ctx.devices[0]}" if self.ctx.devices and torch.cuda.is_available() else "cpu"
+        dtype = torch.float32 if device == "cpu" else torch.bfloat16
+        if self.ctx.deploy.dtype not in (None, "auto"):
+            dtype = getattr(torch, str(self.ctx.deploy.dtype))
+        return device, dtype
+
     def new_request(self, req: StageRequest) -> ARRequest:
         raise NotImplementedError
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from omnistage.config.schema import StageDeployConfig
 from omnistage.models.codec_tts.config import load_tts_config
 from omnistage.models.codec_tts.edges import LAYOUT_KEY, codes_every_n_frames, tokens_to_codes, whole_codes
-from omnistage.config.schema import StageDeployConfig
 from omnistage.pipeline import StageContext, get_pipeline
 from omnistage.stages.generation.engine import GenerationItem
 

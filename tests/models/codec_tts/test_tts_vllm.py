@@ -97,8 +97,14 @@ async def test_streamed_audio_equals_whole_decode_and_starts_early(omni, tts_dir
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_concurrent_requests_batch_in_the_codec_stage(omni):
+    """8 at once, preset voices mixed (the default alto, bass, alto by name): each equals its solo run."""
     adapter = omni.replicas(1)[0].adapter
-    prompts = ["hello world", {"prompt": "good morning", "additional_information": {"voice": "bass"}}, "the lazy dog"]
+
+    def voiced(text: str, voice: str) -> dict:
+        return {"prompt": text, "additional_information": {"voice": voice}}
+
+    prompts = ["hello world", voiced("good morning", "bass"), "the lazy dog", voiced("hello world", "bass"),
+               voiced("i am fine", "alto"), voiced("the quick brown fox", "bass"), "good morning", voiced("hi", "alto")]
     before = len(adapter.calls)
     together = await asyncio.gather(*(run(omni, p) for p in prompts))
     assert max(adapter.calls[before:]) >= 2  # pieces of different requests shared a decode
@@ -111,7 +117,6 @@ async def test_concurrent_requests_batch_in_the_codec_stage(omni):
 @pytest.mark.asyncio(loop_scope="module")
 async def test_abort_mid_stream_frees_the_vllm_slot(omni):
     lm = omni.replicas(0)[0]
-    codec = omni.replicas(1)[0]
     long = {**GREEDY, "max_tokens": 400, "min_tokens": 400}
     seen = 0
     async for out in omni.generate("hello world", request_id="abort-me", sampling_params_list=[long, None]):

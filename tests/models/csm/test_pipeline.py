@@ -94,6 +94,7 @@ async def test_eight_concurrent_requests_each_equal_their_reference(omni, refere
     ({"context": [{"speaker": "x", "text": "hi", "audio": (CLIP, 24000)}]}, {}, "context[0].speaker"),
     ({}, {"temperature": -1}, "sampling_params_list[0].temperature"),  # the llm-kind knob check of params.py
     ({}, {"stop": ["x"]}, "stop"),
+    ({}, {"max_tokens": 2047}, "max_tokens"),  # with the prompt, past the model's 2048 positions
 ])
 async def test_bad_input_names_the_field(omni, info, params, field):
     with pytest.raises(InvalidRequestError) as e:
@@ -106,3 +107,30 @@ async def test_empty_text_is_refused(omni):
     with pytest.raises(InvalidRequestError) as e:
         await speak(omni, "   ", {"max_tokens": 2})
     assert e.value.field == "prompt"
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_bad_chunk_size_is_named_by_the_codec_stage(omni):
+    with pytest.raises(InvalidRequestError) as e:
+        await speak(omni, "hi", {"max_tokens": 2}, {"chunk_frames": 0})
+    assert e.value.field == "chunk_frames"
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_abort_mid_stream_frees_the_backbone(omni, reference):
+    backbone = omni.replicas(0)[0]
+    seen = 0
+    async for out in omni.generate("hello there", request_id="abort-me",
+                                   sampling_params_list=[{"temperature": 0, "max_tokens": 2000}, None]):
+        if out.delta.get("audio") is not None:
+            seen += 1
+            await omni.abort("abort-me")
+            break
+    assert seen == 1
+    for _ in range(100):  # the step in flight when the abort came finishes, then the backbone idles
+        if not omni.running_requests() and backbone.stats().running == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert omni.running_requests() == [] and backbone.stats().running == 0
+    _, final = await speak(omni, "hello there", {"temperature": 0, "max_tokens": FRAMES})  # it keeps serving
+    assert close(final.audio, reference.run([("0", "hello there", None)], FRAMES).audio) <= TOL
