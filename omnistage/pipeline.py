@@ -121,19 +121,20 @@ class ModelFolder:
 
     @cached_property
     def diffusers_class(self) -> str | None:
-        return _read_json(self.path / "model_index.json").get("_class_name")
+        return read_json(self.path / "model_index.json").get("_class_name")
 
     @cached_property
     def architectures(self) -> list[str]:
-        return list(_read_json(self.path / "config.json").get("architectures") or [])
+        return list(read_json(self.path / "config.json").get("architectures") or [])
 
     @cached_property
     def omnistage_pipeline(self) -> str | None:
         """A folder may name its pipeline explicitly in ``omnistage.json``."""
-        return _read_json(self.path / "omnistage.json").get("pipeline")
+        return read_json(self.path / "omnistage.json").get("pipeline")
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
+    """A model folder's JSON file as a dict ({} when it is missing); invalid JSON is a ValueError naming it."""
     try:
         return json.loads(path.read_text())
     except (FileNotFoundError, NotADirectoryError):

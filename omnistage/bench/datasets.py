@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-TASKS = ("t2i", "i2i", "t2v", "i2v", "tts", "chat")
+TASKS = ("t2i", "i2i", "t2v", "i2v", "tts", "chat", "omni")  # omni: chat answered in text + speech
 IMAGE_INPUT_TASKS = ("i2i", "i2v")
 
 # A small fixed vocabulary: prompts are reproducible and readable in logs.
@@ -77,7 +77,7 @@ def random_dataset(task: str, num_prompts: int, defaults: DatasetDefaults) -> li
     rng = random.Random(base_seed)
     out = []
     for i in range(num_prompts):
-        words = defaults.input_len if task == "chat" else rng.randint(4, 12)
+        words = defaults.input_len if task in ("chat", "omni") else rng.randint(4, 12)
         prompt = " ".join(rng.choice(_WORDS) for _ in range(max(1, words)))
         req = _from_defaults(f"bench-{i}", prompt, defaults, seed=base_seed + i)
         if task in IMAGE_INPUT_TASKS or (task == "chat" and defaults.chat_image):

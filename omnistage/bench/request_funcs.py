@@ -34,6 +34,7 @@ DEFAULT_ENDPOINTS = {
     "i2v": "/v1/videos/sync",
     "tts": "/v1/audio/speech",
     "chat": "/v1/chat/completions",
+    "omni": "/v1/chat/completions",
 }
 
 
@@ -89,7 +90,7 @@ async def send_request(client: httpx.AsyncClient, spec: ClientSpec, req: BenchRe
 
 def _pick(spec: ClientSpec) -> Callable[..., Awaitable[None]]:
     endpoint = spec.endpoint or DEFAULT_ENDPOINTS[spec.task]
-    if spec.task == "chat":
+    if spec.task in ("chat", "omni"):
         return _chat
     if spec.task in ("t2i", "i2i"):
         return _image_via_chat if "chat/completions" in endpoint else _image
@@ -264,6 +265,8 @@ async def _chat(client, spec, req, outcome, start) -> None:
     }
     if spec.model:
         body_json["model"] = spec.model
+    if spec.task == "omni":  # text and streamed speech from one request (Qwen3-Omni)
+        body_json["modalities"] = ["text", "audio"]
     if req.max_tokens is not None:
         body_json["max_tokens"] = req.max_tokens
     if spec.temperature is not None:
@@ -277,6 +280,7 @@ async def _chat(client, spec, req, outcome, start) -> None:
     body_json.update(req.extra)
     tracker = TextStreamTracker(start)
     audio: list[bytes] = []
+    rate: list[int] = []
     async with client.stream("POST", spec.url, json=body_json) as resp:
         if resp.status_code != 200:
             _check(resp, await resp.aread())
@@ -286,7 +290,7 @@ async def _chat(client, spec, req, outcome, start) -> None:
                 err = chunk["error"]
                 raise RequestFailed(err.get("message", str(err)) if isinstance(err, dict) else str(err))
             tracker.on_chunk(now, chunk)
-            _chat_audio(chunk, now - start, outcome.result, audio)
+            _chat_audio(chunk, now - start, outcome.result, audio, rate)
             _take_metrics(outcome.result, chunk)
     stats = tracker.finish()
     r = outcome.result
@@ -296,12 +300,17 @@ async def _chat(client, spec, req, outcome, start) -> None:
         raise RequestFailed("stream carried no output")
     outcome.outputs.append(("txt", stats.text.encode()))
     if audio:
-        outcome.outputs.append(("pcm", b"".join(audio)))
+        pcm = b"".join(audio)
+        outcome.outputs.append(("pcm", pcm))
+        if rate:
+            r.audio_duration = len(pcm) / 2 / rate[0]  # PCM16 mono
     r.num_outputs = 1
 
 
-def _chat_audio(chunk: dict[str, Any], elapsed: float, result: RequestResult, audio: list[bytes]) -> None:
-    """Audio packets of an omni chat stream (base64 PCM in ``delta.audio.data``)."""
+def _chat_audio(chunk: dict[str, Any], elapsed: float, result: RequestResult, audio: list[bytes],
+                rate: list[int]) -> None:
+    """Audio packets of an omni chat stream (base64 PCM16 in ``delta.audio.data``; the sample rate comes once,
+    with the first packet, and is appended to ``rate``)."""
     for choice in chunk.get("choices") or []:
         delta = choice.get("delta") if isinstance(choice, dict) else None
         packet = delta.get("audio") if isinstance(delta, dict) else None
@@ -310,3 +319,5 @@ def _chat_audio(chunk: dict[str, Any], elapsed: float, result: RequestResult, au
             if result.audio_ttfp is None:
                 result.audio_ttfp = elapsed
             audio.append(base64.b64decode(data))
+            if not rate and packet.get("sample_rate"):
+                rate.append(int(packet["sample_rate"]))

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from omnistage.bench.datasets import TASKS
 from omnistage.cli.args import positive_int
 
 
@@ -30,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--base-url", default="http://127.0.0.1:8000")
     p.add_argument("--endpoint", default=None, help="request path (default per task, e.g. /v1/images/generations)")
     p.add_argument("--model", default=None, help="model name to send (default: first of GET /v1/models)")
-    p.add_argument("--task", required=True, choices=["t2i", "i2i", "t2v", "i2v", "tts", "chat"])
+    p.add_argument("--task", required=True, choices=TASKS)
     p.add_argument("--dataset", default="random", choices=["random", "custom"])
     p.add_argument("--dataset-path", default=None, help="JSONL file for --dataset custom")
     p.add_argument("--num-prompts", type=positive_int, default=10)

@@ -121,3 +121,20 @@ def test_bad_input_is_a_400_naming_the_field(omni_server, body, param):
     r = httpx.post(f"{omni_server}/v1/chat/completions", json=body, timeout=300)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
+
+
+def test_bench_serve_omni_task_measures_text_and_speech(omni_server, tmp_path):
+    """`omnistage bench serve --task omni`: streamed chat with modalities text + audio; every request completes
+    with text tokens and audio, and the report carries TTFT, time to first audio packet and audio length."""
+    from omnistage.cli.main import main as cli_main
+
+    out = tmp_path / "omni.json"
+    rc = cli_main(["bench", "serve", "--base-url", omni_server, "--model", "tiny-omni", "--task", "omni",
+                   "--num-prompts", "2", "--max-concurrency", "2", "--random-input-len", "4", "--max-tokens", "8",
+                   "--no-ignore-eos", "--temperature", "0", "--warmup-requests", "0", "--slo-scale", "0",
+                   "--disable-tqdm", "--no-plot", "--output-file", str(out)])
+    report = json.loads(out.read_text())
+    m = report["metrics"]
+    assert rc == 0 and m["completed_requests"] == 2, report["requests"]
+    assert m["ttft_mean_ms"] > 0 and m["audio_ttfp_mean"] > 0
+    assert m["audio_duration_mean"] > 0 and m["audio_rtf_mean"] > 0

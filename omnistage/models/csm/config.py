@@ -3,13 +3,13 @@ importing torch or transformers, and the checks of the backbone stage's paramete
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omnistage.errors import InvalidRequestError
+from omnistage.pipeline import read_json
 
 ARCHITECTURE = "CsmForConditionalGeneration"
 SAMPLE_RATE = 24000  # Mimi's rate in the release
@@ -22,17 +22,9 @@ CHUNK_FRAMES = 4  # streamed pieces to the codec: 320 ms of speech at 12.5 Hz
 INITIAL_CHUNK_FRAMES = 1  # the first piece: one frame (80 ms), so the first audio leaves early
 
 
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
-
 
 def is_csm(folder: Path) -> bool:
-    return ARCHITECTURE in (_read(folder / "config.json").get("architectures") or [])
+    return ARCHITECTURE in (read_json(folder / "config.json").get("architectures") or [])
 
 
 def _sampler(gen: Mapping[str, Any], prefix: str) -> dict[str, Any]:
@@ -64,7 +56,7 @@ PARAM_KEYS = {"temperature", "top_k", "top_p", "max_tokens", "seed",
 def checkpoint_defaults(folder: Path) -> dict[str, Any]:
     """The checkpoint's sampling: ``generation_config.json`` (its ``depth_decoder_*`` keys for the depth
     decoder) over transformers' defaults; temperature 0 where it does not sample."""
-    gen = _read(folder / "generation_config.json")
+    gen = read_json(folder / "generation_config.json")
     out = {**_sampler(gen, ""), **{DEPTH + k: v for k, v in _sampler(gen, DEPTH).items()}}
     out["max_tokens"] = int(gen.get("max_new_tokens") or MAX_TOKENS)
     return out

@@ -47,7 +47,7 @@ def thinker_engine(ctx: StageContext) -> Any:
     return build_thinker_engine(ctx)
 
 
-def talker_engine(ctx: StageContext) -> Any:
+def make_talker_engine(ctx: StageContext) -> Any:
     from omnistage.models.qwen_omni.talker_engine import build_talker_engine  # torch + transformers: at start
 
     return build_talker_engine(ctx)
@@ -82,7 +82,7 @@ QWEN_OMNI = Pipeline(
     matches=lambda folder: _omni_folder(folder) and _speaks(folder),
     stages=[
         _thinker("text+token_ids"),  # the reply's ids feed the talker
-        StageSpec(1, kind="generation", name="talker", output="token_ids", engine=talker_engine,
+        StageSpec(1, kind="generation", name="talker", output="token_ids", engine=make_talker_engine,
                   inputs=[Edge(0, process=thinker_to_talker, process_chunk=thinker_to_talker_chunks)]),
         StageSpec(2, kind="generation", name="code2wav", output="audio", final=True, adapter=code2wav_adapter,
                   inputs=[Edge(1, process=talker_to_code2wav, process_chunk=talker_to_code2wav_chunks)]),

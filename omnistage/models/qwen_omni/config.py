@@ -3,10 +3,11 @@ without importing torch or transformers (the server lists voices before any engi
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from omnistage.pipeline import read_json
 
 ARCHITECTURE = "Qwen3OmniMoeForConditionalGeneration"
 DEFAULT_SPEAKER = "Ethan"  # transformers' Qwen3OmniMoeForConditionalGeneration.generate(speaker="Ethan")
@@ -20,14 +21,6 @@ TALKER_DEFAULTS: dict[str, Any] = {"max_tokens": 4096, "temperature": 0.9, "top_
 _GENERATION_KEYS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p",
                     "repetition_penalty": "repetition_penalty", "max_new_tokens": "max_tokens"}
 
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
 
 
 @dataclass(frozen=True)
@@ -67,10 +60,10 @@ class OmniConfig:
 
 def load_omni_config(folder: str | Path) -> OmniConfig:
     folder = Path(folder)
-    raw = _read(folder / "config.json")
+    raw = read_json(folder / "config.json")
     if ARCHITECTURE not in (raw.get("architectures") or []):
         raise ValueError(f"{folder / 'config.json'}: architectures {raw.get('architectures')} does not name {ARCHITECTURE}")
     talker = raw.get("talker_config") or {}
     speakers = {str(k).lower(): int(v) for k, v in (talker.get("speaker_id") or {}).items()}
     enable = bool(raw.get("enable_audio_output", True)) and bool(talker)
-    return OmniConfig(speakers=speakers, enable_audio_output=enable, generation=_read(folder / "generation_config.json"))
+    return OmniConfig(speakers=speakers, enable_audio_output=enable, generation=read_json(folder / "generation_config.json"))

@@ -166,6 +166,14 @@ def build(outdir: Path, *, seed: int = 0) -> None:
             if isinstance(module, (torch.nn.Conv1d, torch.nn.ConvTranspose1d)):
                 module.reset_parameters()
         model.code2wav.code_embedding.weight.normal_(0.0, 1.0)
+        # transformers 5 leaves the talker's fused MoE expert tensors as torch.empty (its _init_weights has
+        # no rule for them): the folder held whatever memory was there — different on every build, NaN on a
+        # bad day. Give them the config's normal init so the fixture is deterministic.
+        std = config.talker_config.text_config.initializer_range
+        for name, module in model.talker.named_modules():
+            if name.endswith("mlp.experts"):
+                for param in module.parameters(recurse=False):
+                    param.normal_(0.0, std)
     model.save_pretrained(outdir)
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     pad = tok.convert_tokens_to_ids("<|endoftext|>")
