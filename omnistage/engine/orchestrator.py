@@ -293,6 +293,8 @@ class Orchestrator:
                     await client.feed(rid, chunk, last=False)
         except asyncio.CancelledError:
             raise
+        except InvalidRequestError as e:  # the edge found the request itself at fault (a 400, not a fault)
+            run.events.put_nowait((sid, e.within(f"edge {edge.source}->{sid}: ")))
         except Exception as e:
             logger.exception("edge %s->%s failed for %s", edge.source, sid, rid)
             run.events.put_nowait((sid, StageFailedError(f"edge {edge.source}->{sid} failed: {type(e).__name__}: {e}")))

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from omnistage.errors import InvalidRequestError
+
 LAYOUT_KEY = "codec_layout"
-# Not the caller's fault (and not worth an empty WAV): the LM stopped before one whole frame.
-NO_FRAMES = "the speech LM produced no complete codec frame (it stopped at once; try min_tokens)"
+# The LM ended before one whole frame: no audio to send (an empty WAV would hide it). The text is the only
+# thing the caller controls that led there, so it is a 400 naming ``input`` rather than a server fault.
+NO_FRAMES = "the speech LM produced no complete codec frame for this input (it stopped at once; try min_tokens)"
 
 
 def _layout(source: dict[str, Any]) -> dict[str, Any]:
@@ -76,7 +79,7 @@ def whole_codes(source: dict[str, Any], request: Any) -> dict[str, Any]:
     ids, _ = _until_end(ids, layout.get("end_id"))
     codes = tokens_to_codes(ids, layout)
     if codes.shape[1] == 0:
-        raise RuntimeError(NO_FRAMES)
+        raise InvalidRequestError("input", NO_FRAMES)
     return {"codes": codes, **_context(layout)}
 
 
@@ -108,7 +111,7 @@ def codes_every_n_frames(delta: dict[str, Any], request: Any, state: dict[str, A
         take = frames - frames % n
     if take == 0:
         if state.get("finished") and not state.get("sent"):
-            raise RuntimeError(NO_FRAMES)
+            raise InvalidRequestError("input", NO_FRAMES)
         return None
     codes = tokens_to_codes(pending[: take * k], layout, start)
     del pending[: take * k]

@@ -11,9 +11,10 @@ from typing import Any
 
 import torch
 
+from omnistage.errors import InvalidRequestError
 from omnistage.models.csm.config import CHUNK_FRAMES, INITIAL_CHUNK_FRAMES
 
-NO_FRAMES = "CSM produced no audio frame (its first frame was the end of speech)"
+NO_FRAMES = "CSM produced no audio frame for this input (its first frame was the end of speech)"  # a 400: see codec_tts
 
 
 def _frames_param(request: Any, key: str, default: int) -> int:
@@ -27,7 +28,7 @@ def _frames_param(request: Any, key: str, default: int) -> int:
 def whole_codes(source: dict[str, Any], request: Any) -> dict[str, Any]:
     frames = source.get("token_ids")
     if frames is None or len(frames) == 0:
-        raise RuntimeError(NO_FRAMES)
+        raise InvalidRequestError("input", NO_FRAMES)
     return {"codes": torch.as_tensor(frames).T.contiguous()}
 
 
@@ -47,7 +48,7 @@ def codes_in_chunks(delta: dict[str, Any], request: Any, state: dict[str, Any]) 
         take = frames - frames % n
     if take == 0:
         if state.get("finished") and not sent:
-            raise RuntimeError(NO_FRAMES)
+            raise InvalidRequestError("input", NO_FRAMES)
         return None
     codes = torch.cat(pending, dim=0)
     pending[:] = [codes[take:]] if take < frames else []

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from omnistage.config.schema import StageDeployConfig
+from omnistage.errors import InvalidRequestError
 from omnistage.models.codec_tts.config import load_tts_config
 from omnistage.models.codec_tts.edges import LAYOUT_KEY, codes_every_n_frames, tokens_to_codes, whole_codes
 from omnistage.pipeline import StageContext, get_pipeline
@@ -111,13 +112,14 @@ def test_first_piece_waits_for_initial_chunk_plus_lookahead_and_carries_the_cont
     assert out is None
 
 
-def test_no_whole_frame_is_an_error_not_silence():
+def test_no_whole_frame_is_an_error_naming_the_input_not_silence():
     state = {"finished": False}
     assert codes_every_n_frames({LAYOUT_KEY: LAYOUT, "token_ids": [100, 7]}, Req(), state) is None
     state["finished"] = True
-    with pytest.raises(RuntimeError, match="no complete codec frame"):
+    with pytest.raises(InvalidRequestError, match="no complete codec frame") as e:
         codes_every_n_frames({}, Req(), state)
-    with pytest.raises(RuntimeError, match="no complete codec frame"):
+    assert e.value.field == "input"
+    with pytest.raises(InvalidRequestError, match="no complete codec frame"):
         whole_codes({LAYOUT_KEY: LAYOUT, "token_ids": [7]}, Req())
 
 
