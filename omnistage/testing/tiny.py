@@ -4,6 +4,10 @@
 
 Weights are random (seeded), tokenizers are trained locally: no downloads.
 The names are those the families export in their ``TINY`` tables.
+
+A builder must write the same bytes on every run: seed, and make sure every parameter is initialised
+(transformers 5 leaves some tensors ``torch.empty`` — Qwen3-Omni's talker experts were uninitialised
+memory, so some builds held NaN and tests failed depending on what ran before).
 """
 
 from __future__ import annotations

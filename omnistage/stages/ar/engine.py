@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,7 +78,8 @@ class StepEngine:
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task | None = None
         self._running = 0
-        self.batch_sizes: list[int] = []  # requests in each step (tests and benchmarks read it)
+        # requests in each recent step (tests and benchmarks read it); bounded: a server runs for months
+        self.batch_sizes: deque[int] = deque(maxlen=4096)
 
     # ------------------------------------------------------------------ hooks
 

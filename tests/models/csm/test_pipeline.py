@@ -78,7 +78,7 @@ async def test_eight_concurrent_requests_each_equal_their_reference(omni, refere
     backbone = omni.replicas(0)[0]
     before = len(backbone.batch_sizes)
     results = await asyncio.gather(*(speak(omni, prompt, params) for prompt, params, *_ in cases))
-    assert max(backbone.batch_sizes[before:]) >= 4  # requests shared backbone steps
+    assert max(list(backbone.batch_sizes)[before:]) >= 4  # requests shared backbone steps
     for (prompt, params, turns, seed, sampling), (_, final) in zip(cases, results):
         assert close(final.audio, reference.run(turns, FRAMES, seed, **sampling).audio) <= TOL, prompt
 
