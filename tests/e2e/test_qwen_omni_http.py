@@ -128,11 +128,16 @@ def test_bench_serve_omni_task_measures_text_and_speech(omni_server, tmp_path):
     with text tokens and audio, and the report carries TTFT, time to first audio packet and audio length."""
     from omnistage.cli.main import main as cli_main
 
+    # a custom dataset, so the talker gets a frame budget (random weights rarely end speech on their own)
+    talker = {"sampling_params_list": [None, {"temperature": 0, "max_tokens": TALK}]}
+    dataset = tmp_path / "omni.jsonl"
+    dataset.write_text("".join(json.dumps({"prompt": p, "max_tokens": THINK, "extra": talker}) + "\n"
+                               for p in ("hello there", "what is the weather")))
     out = tmp_path / "omni.json"
     rc = cli_main(["bench", "serve", "--base-url", omni_server, "--model", "tiny-omni", "--task", "omni",
-                   "--num-prompts", "2", "--max-concurrency", "2", "--random-input-len", "4", "--max-tokens", "8",
-                   "--no-ignore-eos", "--temperature", "0", "--warmup-requests", "0", "--slo-scale", "0",
-                   "--disable-tqdm", "--no-plot", "--output-file", str(out)])
+                   "--dataset", "custom", "--dataset-path", str(dataset), "--num-prompts", "2",
+                   "--max-concurrency", "2", "--no-ignore-eos", "--temperature", "0", "--warmup-requests", "0",
+                   "--slo-scale", "0", "--disable-tqdm", "--no-plot", "--output-file", str(out)])
     report = json.loads(out.read_text())
     m = report["metrics"]
     assert rc == 0 and m["completed_requests"] == 2, report["requests"]
