@@ -34,13 +34,18 @@ async def test_engine_core_killed_inside_an_actor(ray_cluster, tiny_model):  # n
         before = (await final_output(engine.generate("hello there", sampling_params_list=GREEDY))).text
         replica = engine.replicas(0)[0]
         actor = psutil.Process(await replica.pid())
-        [core] = [p for p in actor.children(recursive=True) if "EngineCore" in p.name()]
-        long = [{"max_tokens": 400, "temperature": 0.0, "ignore_eos": True}]
-        task = asyncio.create_task(final_output(engine.generate("hello there", sampling_params_list=long)))
-        await asyncio.sleep(1.0)
-        os.kill(core.pid, signal.SIGKILL)
+        cores: list[psutil.Process] = []
+
+        def found_core() -> bool:
+            cores[:] = [p for p in actor.children(recursive=True) if "EngineCore" in p.name()]
+            return len(cores) == 1
+        await wait(found_core, 30)
+        # kill the engine core while a long request is in flight: once its first tokens have streamed
+        long = [{"max_tokens": 480, "temperature": 0.0, "ignore_eos": True}]
         with pytest.raises(StageUnavailableError, match="vLLM engine died"):
-            await asyncio.wait_for(task, 60)
+            async for out in engine.generate("hello there", sampling_params_list=long):
+                if out.delta.get("text") and cores:
+                    os.kill(cores.pop().pid, signal.SIGKILL)
         await wait(lambda: not engine.is_ready, 10)
         assert "vLLM engine died" in engine.stage_stats()[0].detail
         await wait(lambda: engine.is_ready, 300)
