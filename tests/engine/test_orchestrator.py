@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from omnistage import AsyncOmni, InvalidRequestError, StageFailedError
-from omnistage.pipeline import StageContext
+from omnistage.pipeline import Edge, StageContext
 from omnistage.testing import pipelines as tp
 from omnistage.testing.streams import all_outputs, finished_by_stage
 
@@ -182,3 +182,26 @@ async def test_partial_params_merge_over_stage_defaults():
     assert engine.default_sampling_params_list[0] == {"max_tokens": 4, "delay": 0.0}
     req = engine.make_request("x", sampling_params_list=[{"delay": 0.5}])
     assert req.sampling_params[0] == {"max_tokens": 4, "delay": 0.5}
+
+
+def _refuse_odd_requests(delta, request, state):
+    """A streaming edge that finds some requests themselves at fault (as codec_tts does for a model that ends
+    before its first frame)."""
+    if "odd" in (request.text or ""):
+        raise InvalidRequestError("input", "this input gives the next stage nothing to work on")
+    return tp.token_chunks_every_2(delta, request, state)
+
+
+async def test_a_streaming_edge_refusing_a_request_is_an_invalid_request_for_it_only():
+    p = tp.streaming()
+    p.stages[1].inputs = [Edge(0, process=tp.tokens_whole, process_chunk=_refuse_odd_requests)]
+    async with AsyncOmni(pipeline=p) as engine:
+        async def run(prompt):
+            try:
+                return await all_outputs(engine.generate(prompt, sampling_params_list=[{"max_tokens": 4}]))
+            except Exception as e:  # noqa: BLE001
+                return e
+
+        fine, odd = await asyncio.gather(run("even"), run("odd one"))
+        assert isinstance(odd, InvalidRequestError) and odd.field == "input" and "edge 0->1" in str(odd)
+        assert fine[-1].finished and engine.is_ready
