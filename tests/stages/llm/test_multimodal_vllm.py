@@ -84,7 +84,7 @@ async def test_vlm_chat_equals_llm_chat(vlm, vlm_ref, case):
     assert_same(await run(vlm, VLM_CASES[case].omni_prompt()), vlm_ref[case])
 
 
-def test_the_options_change_the_prompt(tiny_model, vlm_ref):
+async def test_the_options_change_the_prompt(tiny_model, vlm_ref):
     """Both sides go through vLLM, so an option vLLM dropped would pass the parity tests unnoticed:
     check that each one changed the reference prompt."""
     from transformers import AutoTokenizer
