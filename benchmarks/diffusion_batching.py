@@ -484,11 +484,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def finish_args(args: argparse.Namespace) -> argparse.Namespace:
     """Device-dependent defaults and list parsing (shared with gpu_check.py)."""
     gpu = args.device.startswith("cuda")
-    args.family = getattr(args, "family", None) or "sd3"
     if args.family != "sd3" and args.family not in family_shapes.available():
         raise SystemExit(f"--family: {args.family} has no tiny builder in this checkout "
                          f"(available: sd3, {', '.join(family_shapes.available())})")
-    if getattr(args, "name", "") is None:
+    if args.name is None:
         args.name = "diffusion_batching" + ("" if args.family == "sd3" else f"_{args.family}")
     args.dtype = args.dtype or ("bfloat16" if gpu else "float32")
     args.preset = args.preset or ("sd3-medium" if gpu else "tiny")

@@ -162,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         t = time.monotonic()
         bargs = argparse.Namespace(device=args.device, dtype=args.dtype, preset=args.preset, num_layers=args.num_layers,
                                    sizes=args.sizes, steps=args.steps, requests=args.requests or 16,
-                                   concurrency=args.concurrency, repeats=args.repeats, threads=args.threads)
+                                   concurrency=args.concurrency, repeats=args.repeats, threads=args.threads,
+                                   family="sd3", name=None)
         db.finish_args(bargs)
         doc["bench_args"] = vars(bargs)
 

@@ -20,6 +20,7 @@ big each stage runs.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -58,6 +59,16 @@ class Edge:
     @property
     def can_stream(self) -> bool:
         return self.process_chunk is not None
+
+
+def chunk_size(request: Any, stage_id: int, key: str, default: int) -> int:
+    """A streaming edge's piece size: the positive int ``key`` of the request's params for ``stage_id`` (the
+    stage the edge feeds), else ``default``. A bad value is the receiving stage's to report (it validates
+    its params as a 400); the edge just streams with the default meanwhile."""
+    params = request.sampling_params
+    own = params[stage_id] if len(params) > stage_id and isinstance(params[stage_id], Mapping) else {}
+    n = own.get(key, default)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else default
 
 
 @dataclass

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from omnistage.errors import InvalidRequestError
+from omnistage.pipeline import chunk_size
 
 LAYOUT_KEY = "codec_layout"
 # The LM ended before one whole frame: no audio to send (an empty WAV would hide it). The text is the only
@@ -55,14 +56,6 @@ def _until_end(ids: list[int], end_id: int | None) -> tuple[list[int], bool]:
     return ids, False
 
 
-def _frames_param(request: Any, key: str, default: int) -> int:
-    """A per-request chunk size (stage 1 sampling params) or ``default``."""
-    params = getattr(request, "sampling_params", None)
-    own = params[1] if params and len(params) > 1 and isinstance(params[1], dict) else {}
-    n = own.get(key)
-    # A bad value is reported by the codec stage (it validates its params as a 400); stream per default here.
-    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else default
-
 
 def _context(layout: dict[str, Any]) -> dict[str, Any]:
     import torch
@@ -99,13 +92,13 @@ def codes_every_n_frames(delta: dict[str, Any], request: Any, state: dict[str, A
         pending.extend(new)
         state["ended"] = ended
     k = layout["num_quantizers"]
-    n = _frames_param(request, "chunk_frames", layout["chunk_frames"])
+    n = chunk_size(request, 1, "chunk_frames", layout["chunk_frames"])
     frames = len(pending) // k
     start = state.get("sent", 0)
     if state.get("finished"):
         take = frames
     elif start == 0:
-        first = _frames_param(request, "initial_codec_chunk_frames", layout.get("initial_chunk_frames") or n)
+        first = chunk_size(request, 1, "initial_codec_chunk_frames", layout.get("initial_chunk_frames") or n)
         take = frames if frames >= first + layout.get("lookahead_frames", 0) else 0
     else:
         take = frames - frames % n

@@ -13,16 +13,10 @@ import torch
 
 from omnistage.errors import InvalidRequestError
 from omnistage.models.csm.config import CHUNK_FRAMES, INITIAL_CHUNK_FRAMES
+from omnistage.pipeline import chunk_size
 
 NO_FRAMES = "CSM produced no audio frame for this input (its first frame was the end of speech)"  # a 400: see codec_tts
 
-
-def _frames_param(request: Any, key: str, default: int) -> int:
-    params = getattr(request, "sampling_params", None)
-    own = params[1] if params and len(params) > 1 and isinstance(params[1], dict) else {}
-    n = own.get(key)
-    # a bad value is reported by the codec stage (it checks its params: a 400); stream per default here
-    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else default
 
 
 def whole_codes(source: dict[str, Any], request: Any) -> dict[str, Any]:
@@ -41,10 +35,10 @@ def codes_in_chunks(delta: dict[str, Any], request: Any, state: dict[str, Any]) 
     if state.get("finished"):
         take = frames
     elif sent == 0:
-        first = _frames_param(request, "initial_codec_chunk_frames", INITIAL_CHUNK_FRAMES)
+        first = chunk_size(request, 1, "initial_codec_chunk_frames", INITIAL_CHUNK_FRAMES)
         take = frames if frames >= first else 0
     else:
-        n = _frames_param(request, "chunk_frames", CHUNK_FRAMES)
+        n = chunk_size(request, 1, "chunk_frames", CHUNK_FRAMES)
         take = frames - frames % n
     if take == 0:
         if state.get("finished") and not sent:

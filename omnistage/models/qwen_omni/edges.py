@@ -17,14 +17,15 @@ from typing import Any
 
 import torch
 
+from omnistage.pipeline import chunk_size
+
 CHUNK_FRAMES = 4  # 4 frames = 320 ms of speech at 12.5 Hz
 
 
 def request_speaker(request: Any) -> str | None:
     """The voice a request asks for: ``additional_information`` ``voice`` / ``speaker`` (HTTP routes put it
     there), else None (the talker's own ``speaker`` param, or the default speaker)."""
-    prompt = getattr(request, "prompt", None)
-    info = prompt.get("additional_information") if isinstance(prompt, Mapping) else None
+    info = request.prompt.get("additional_information")
     if isinstance(info, Mapping):
         return info.get("voice") or info.get("speaker")
     return None
@@ -57,13 +58,6 @@ def thinker_to_talker_chunks(delta: dict[str, Any], request: Any, state: dict[st
     return chunk or None
 
 
-def _chunk_frames(request: Any) -> int:
-    params = getattr(request, "sampling_params", None)
-    own = params[2] if params and len(params) > 2 and isinstance(params[2], Mapping) else {}
-    n = own.get("chunk_frames", CHUNK_FRAMES)
-    # a bad value is reported by code2wav (it checks its params: a 400); stream per default here
-    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else CHUNK_FRAMES
-
 
 def talker_to_code2wav(source: dict[str, Any], request: Any) -> dict[str, Any]:
     codes = source.get("token_ids")
@@ -77,7 +71,7 @@ def talker_to_code2wav_chunks(delta: dict[str, Any], request: Any, state: dict[s
     if delta.get("token_ids") is not None:
         pending.append(torch.as_tensor(delta["token_ids"]))
     frames = sum(p.shape[0] for p in pending)
-    n = _chunk_frames(request)
+    n = chunk_size(request, 2, "chunk_frames", CHUNK_FRAMES)
     if frames == 0 or (frames < n and not state.get("finished")):
         if state.get("finished") and not state.get("sent"):
             raise RuntimeError("the talker produced no codec frame")
