@@ -1,10 +1,11 @@
 """Train the built-in demo text-to-image model (an SD3-style diffusers folder) on synthetic shapes.
 
-    python demo/train_shapes.py --out omnistage/models/demo/weights --minutes 45
+    python demo/train_shapes.py --out /tmp/demo --minutes 6.5      # the defaults are the shipped recipe
 
 reproduces the shipped weights when given the step counts recorded in
 ``weights/training_info.json`` (its ``command``: exact step counts for each phase; a time budget alone
-picks the step counts from the measured speed of the machine it runs on).
+picks the step counts from the measured speed of the machine it runs on). The shipped run took ~5 min on
+one H200 (``demo/sweep_gpu.sh``, ``demo/RESULTS.md``); on a 2-core CPU the same steps take about 5 hours.
 
 Components (all real diffusers / transformers classes, served by the sd3 family):
   * tokenizer: CLIP BPE built here from the caption vocabulary (one token per word),
@@ -13,7 +14,9 @@ Components (all real diffusers / transformers classes, served by the sd3 family)
     with the transformer; text_encoder_3 (T5) is absent, so SD3 feeds zeros in its place;
   * vae: a small ``AutoencoderKL`` with 4x down-sampling (64x64x3 -> 16x16x4), trained first;
     its decoder is refined last, on the frozen encoder's latents (see ``refine_decoder``);
-  * transformer: a small ``SD3Transformer2DModel`` (MMDiT), rectified-flow objective;
+  * transformer: a small ``SD3Transformer2DModel`` (MMDiT, patch 1: a token per latent pixel),
+    rectified-flow objective with extra weight on the latent pixels the shape touches — without it
+    the loss is nearly all flat background and every shape comes out as the same blob;
   * scheduler: ``FlowMatchEulerDiscreteScheduler`` (shift 1).
 
 The SD3 pipeline pads the text with ``max_sequence_length`` zero "T5" tokens; the model is
@@ -112,15 +115,15 @@ def build_text_encoder(vocab_size: int, tok):
     return CLIPTextModelWithProjection(cfg)
 
 
-def build_vae():
+def build_vae(channels: tuple[int, ...]):
     from diffusers import AutoencoderKL
 
     return AutoencoderKL(
         in_channels=3,
         out_channels=3,
-        down_block_types=("DownEncoderBlock2D",) * 3,
-        up_block_types=("UpDecoderBlock2D",) * 3,
-        block_out_channels=(8, 16, 32),
+        down_block_types=("DownEncoderBlock2D",) * len(channels),
+        up_block_types=("UpDecoderBlock2D",) * len(channels),
+        block_out_channels=channels,
         layers_per_block=1,
         latent_channels=LATENT_CHANNELS,
         norm_num_groups=4,
@@ -129,13 +132,13 @@ def build_vae():
     )
 
 
-def build_transformer(width: int, layers: int):
+def build_transformer(width: int, layers: int, patch: int):
     from diffusers import SD3Transformer2DModel
 
     head_dim = 32
     return SD3Transformer2DModel(
         sample_size=16,
-        patch_size=2,
+        patch_size=patch,
         in_channels=LATENT_CHANNELS,
         out_channels=LATENT_CHANNELS,
         num_layers=layers,
@@ -144,7 +147,7 @@ def build_transformer(width: int, layers: int):
         joint_attention_dim=2 * TEXT_WIDTH,
         caption_projection_dim=width,
         pooled_projection_dim=2 * POOLED_WIDTH,
-        pos_embed_max_size=32,  # up to 256x256 images (trained at 64x64)
+        pos_embed_max_size=64 // patch,  # up to 256x256 images (trained at 64x64)
     )
 
 
@@ -172,32 +175,36 @@ class EMA:
                 ps.lerp_(pm, 1 - d)
 
 
-def encode_text(tok, encoders, prompts: list[str]):
+def encode_text(tok, encoders, prompts: list[str], device: str = "cpu"):
     """Exactly what StableDiffusion3Pipeline.encode_prompt computes (penultimate hidden state,
     projected pooled output, concatenated, zero T5 tokens appended), but with gradients."""
     ids = tok(prompts, padding="max_length", max_length=MAX_TOKENS, truncation=True, return_tensors="pt").input_ids
+    ids = ids.to(device)
     hidden, pooled = [], []
     for enc in encoders:
         out = enc(ids, output_hidden_states=True)
         hidden.append(out.hidden_states[-2])
         pooled.append(out.text_embeds)
     clip = torch.cat(hidden, dim=-1)
-    t5 = torch.zeros(len(prompts), T5_TOKENS, clip.shape[-1])
+    t5 = torch.zeros(len(prompts), T5_TOKENS, clip.shape[-1], device=clip.device)
     return torch.cat([clip, t5], dim=1), torch.cat(pooled, dim=-1)
 
 
-def timed_steps(step_fn, steps: int | None, seconds: float, calib: int = 20) -> int:
-    """Run ``steps`` steps, or as many as fit in ``seconds`` judged from the first ``calib``.
+def timed_steps(step_fn, steps: int | None, seconds: float, calib: int = 20, warm: int = 3) -> int:
+    """Run ``steps`` steps, or as many as fit in ``seconds`` judged from the first ``calib``
+    (timed after ``warm`` of them: first steps pay one-off start-up costs, on a GPU most of all).
 
     The first ``calib`` steps run without a known total either way (learning-rate schedules
     hold their initial value there), so a recorded step count reproduces a timed run exactly."""
     t0 = time.time()
     first = calib if steps is None else min(calib, steps)
     for i in range(first):
+        if i == warm:
+            t_warm = time.time()
         step_fn(i, None)
     if steps is None:
-        per = (time.time() - t0) / calib
-        steps = max(calib, int(seconds / per))
+        per = (time.time() - t_warm) / (calib - warm)
+        steps = max(calib, int((seconds - (t_warm - t0)) / per))
         log(f"  {per * 1000:.0f} ms/step -> {steps} steps in {seconds / 60:.1f} min")
     for i in range(first, steps):
         step_fn(i, steps)
@@ -227,7 +234,7 @@ def train_vae(vae, images: torch.Tensor, steps: int | None, seconds: float, rng:
         idx = torch.randint(0, len(images), (batch,), generator=rng)
         x = images[idx]
         post = vae.encode(x).latent_dist
-        z = post.sample(generator=rng)
+        z = post.mean + post.std * torch.randn(post.mean.shape, generator=rng).to(x.device)
         rec = vae.decode(z).sample
         kl = post.kl().mean() / x[0].numel()
         if fg_weight:
@@ -270,7 +277,8 @@ def refine_decoder(vae, images: torch.Tensor, means: torch.Tensor, stds: torch.T
             g["lr"] = lr
         idx = torch.randint(0, len(images), (batch,), generator=rng)
         x = images[idx]
-        z = means[idx] + stds[idx] * torch.randn(means[idx].shape, generator=rng)  # a posterior sample
+        # random numbers come from a CPU generator on every device, so a run's draws do not depend on it
+        z = means[idx] + stds[idx] * torch.randn(means[idx].shape, generator=rng).to(means.device)  # a posterior sample
         rec = vae.decode(z).sample
         loss = (foreground_weight(x, 20.0) * ((rec - x) ** 2 + (rec - x).abs())).mean()
         opt.zero_grad(set_to_none=True)
@@ -285,7 +293,7 @@ def refine_decoder(vae, images: torch.Tensor, means: torch.Tensor, stds: torch.T
     return n, float(np.mean(losses[-50:]))
 
 
-def train_dit(transformer, encoders, tok, latents, scenes, steps, seconds, rng, np_rng, batch, lr_max):
+def train_dit(transformer, encoders, tok, latents, masks, scenes, steps, seconds, rng, np_rng, batch, lr_max, fg_weight):
     params = list(transformer.parameters()) + [p for e in encoders for p in e.parameters()]
     opt = torch.optim.AdamW(params, lr=lr_max, weight_decay=0.0, betas=(0.9, 0.99))
     ema = EMA([transformer, *encoders], decay=0.995)
@@ -308,16 +316,17 @@ def train_dit(transformer, encoders, tok, latents, scenes, steps, seconds, rng, 
         x0 = latents[idx]
         # 10% empty captions teach the unconditional branch used by classifier-free guidance
         prompts = ["" if np_rng.random() < 0.1 else caption(scenes[j], np_rng) for j in idx.tolist()]
-        prompt_embeds, pooled = encode_text(tok, encoders, prompts)
+        prompt_embeds, pooled = encode_text(tok, encoders, prompts, x0.device)
         # rectified flow: x_t = (1 - s) x0 + s noise, predict (noise - x0); logit-normal s
-        sigma = torch.sigmoid(torch.randn(batch, generator=rng))
-        noise = torch.randn(x0.shape, generator=rng)
+        sigma = torch.sigmoid(torch.randn(batch, generator=rng)).to(x0.device)
+        noise = torch.randn(x0.shape, generator=rng).to(x0.device)
         s = sigma.view(-1, 1, 1, 1)
         xt = (1 - s) * x0 + s * noise
         pred = transformer(
             hidden_states=xt, encoder_hidden_states=prompt_embeds, pooled_projections=pooled, timestep=sigma * 1000
         ).sample
-        loss = F.mse_loss(pred, noise - x0)
+        # the shape covers a few latent pixels: weighting them keeps the loss from being all background
+        loss = ((1.0 + fg_weight * masks[idx]) * (pred - (noise - x0)) ** 2).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -344,8 +353,8 @@ def refine_only(args) -> int:
         raise SystemExit("--refine-decoder-of needs --decoder-steps")
     torch.set_num_threads(args.threads)
     t_start = time.time()
-    images = to_tensor(make_dataset(args.images, seed=args.seed)[0])
-    vae = AutoencoderKL.from_pretrained(src / "vae").eval().requires_grad_(False)
+    images = to_tensor(make_dataset(args.images, seed=args.seed)[0]).to(args.device)
+    vae = AutoencoderKL.from_pretrained(src / "vae").to(args.device).eval().requires_grad_(False)
     with torch.no_grad():
         dists = [vae.encode(images[i : i + 256]).latent_dist for i in range(0, len(images), 256)]
         means, stds = torch.cat([d.mean for d in dists]), torch.cat([d.std for d in dists])
@@ -353,7 +362,7 @@ def refine_only(args) -> int:
     steps, loss = refine_decoder(vae, images, means, stds, args.decoder_steps, 0.0, dec_rng, args.vae_batch)
     if src.resolve() != out.resolve():
         shutil.copytree(src, out, dirs_exist_ok=True)
-    vae.eval().save_pretrained(out / "vae", safe_serialization=True)
+    vae.eval().cpu().save_pretrained(out / "vae", safe_serialization=True)
     info = json.loads((src / "training_info.json").read_text())
     info["then"] = (f"python demo/train_shapes.py --refine-decoder-of <folder> --decoder-steps {steps} "
                     f"--seed {args.seed} --images {args.images} --vae-batch {args.vae_batch} --threads {args.threads}")
@@ -367,21 +376,27 @@ def refine_only(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "omnistage/models/demo/weights"))
-    p.add_argument("--minutes", type=float, default=45.0, help="total time budget (used when step counts are not given)")
+    p.add_argument("--minutes", type=float, default=6.5,
+                   help="total time budget, used when step counts are not given (the shipped run: 6.5 on an H200)")
     p.add_argument("--vae-fraction", type=float, default=0.2, help="share of the budget spent on the VAE")
     p.add_argument("--vae-steps", type=int, default=None, help="exact VAE steps (reproduces a recorded run)")
     p.add_argument("--dit-steps", type=int, default=None, help="exact transformer steps (reproduces a recorded run)")
-    p.add_argument("--decoder-fraction", type=float, default=0.15, help="share of the budget spent refining the decoder")
+    p.add_argument("--decoder-fraction", type=float, default=0.1, help="share of the budget spent refining the decoder")
     p.add_argument("--decoder-steps", type=int, default=None, help="exact decoder-refinement steps")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--images", type=int, default=6000, help="size of the synthetic training set")
-    p.add_argument("--width", type=int, default=96, help="transformer hidden size")
-    p.add_argument("--layers", type=int, default=4, help="transformer blocks")
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--vae-batch", type=int, default=8)
+    p.add_argument("--images", type=int, default=20000, help="size of the synthetic training set")
+    p.add_argument("--width", type=int, default=128, help="transformer hidden size")
+    p.add_argument("--layers", type=int, default=6, help="transformer blocks")
+    p.add_argument("--patch-size", type=int, default=1, help="transformer patch size on the 16x16 latent")
+    p.add_argument("--vae-channels", default="16,32,32", help="VAE block widths (3 blocks: 4x down-sampling)")
+    p.add_argument("--dit-fg-weight", type=float, default=4.0, help="extra transformer loss weight on the shape's latents")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                   help="cpu or cuda (random draws come from CPU generators either way)")
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--vae-batch", type=int, default=32)
     p.add_argument("--vae-fg-weight", type=float, default=20.0, help="extra loss weight on the shape's pixels")
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--threads", type=int, default=2)
     p.add_argument("--refine-decoder-of", default=None, metavar="DIR",
                    help="only refine the VAE decoder of an already trained folder DIR for --decoder-steps "
                         "(its encoder, transformer and text encoders stay as they are), writing --out")
@@ -389,6 +404,9 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
+    if args.device.startswith("cuda"):
+        torch.backends.cuda.matmul.allow_tf32 = True  # tiny matmuls; TF32 is ample for training
+    dev = torch.device(args.device)
     t_start = time.time()
     budget = args.minutes * 60
     out = Path(args.out)
@@ -400,15 +418,15 @@ def main(argv: list[str] | None = None) -> int:
 
     log(f"rendering {args.images} images")
     images_np, scenes = make_dataset(args.images, seed=args.seed)
-    images = to_tensor(images_np)
+    images = to_tensor(images_np).to(dev)
     rng = torch.Generator().manual_seed(args.seed)
     np_rng = np.random.default_rng(args.seed + 1)
 
     tok = build_tokenizer()
-    vae = build_vae()
-    enc1 = build_text_encoder(len(tok), tok)
-    enc2 = build_text_encoder(len(tok), tok)
-    transformer = build_transformer(args.width, args.layers)
+    vae = build_vae(tuple(int(c) for c in args.vae_channels.split(","))).to(dev)
+    enc1 = build_text_encoder(len(tok), tok).to(dev)
+    enc2 = build_text_encoder(len(tok), tok).to(dev)
+    transformer = build_transformer(args.width, args.layers, args.patch_size).to(dev)
     n_params = sum(q.numel() for m in (vae, enc1, enc2, transformer) for q in m.parameters())
     log(f"parameters: {n_params / 1e6:.2f} M")
 
@@ -424,12 +442,15 @@ def main(argv: list[str] | None = None) -> int:
     shift, scale = float(means.mean()), float(1.0 / means.std())
     vae.register_to_config(shift_factor=shift, scaling_factor=scale)
     latents = (means - shift) * scale
+    # which latent pixels the shape touches (the picture's foreground, pooled to the latent grid)
+    masks = (F.adaptive_max_pool2d(foreground_weight(images, 1.0) - 1.0, latents.shape[-2:]) > 0).float()
     log(f"  latent shift {shift:.4f} scale {scale:.4f}")
 
     log("training the transformer and text encoders")
     dit_budget = budget * (1 - args.decoder_fraction) - (time.time() - t_start) - 30  # leave time to save
     dit_steps, dit_loss, ema = train_dit(
-        transformer, [enc1, enc2], tok, latents, scenes, args.dit_steps, dit_budget, rng, np_rng, args.batch, args.lr
+        transformer, [enc1, enc2], tok, latents, masks, scenes, args.dit_steps, dit_budget, rng, np_rng, args.batch,
+        args.lr, args.dit_fg_weight,
     )
     transformer, enc1, enc2 = ema.shadow
 
@@ -443,12 +464,12 @@ def main(argv: list[str] | None = None) -> int:
     log(f"  reconstruction L1 {recon_err:.4f}")
 
     pipe = StableDiffusion3Pipeline(
-        transformer=transformer.eval(),
+        transformer=transformer.eval().cpu(),
         scheduler=FlowMatchEulerDiscreteScheduler(shift=1.0),
-        vae=vae,
-        text_encoder=enc1.eval(),
+        vae=vae.cpu(),
+        text_encoder=enc1.eval().cpu(),
         tokenizer=tok,
-        text_encoder_2=enc2.eval(),
+        text_encoder_2=enc2.eval().cpu(),
         tokenizer_2=tok,
         text_encoder_3=None,
         tokenizer_3=None,
@@ -460,7 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     (out / "omnistage.json").write_text(json.dumps({"pipeline": "demo"}) + "\n")
     info = {
         "command": "python demo/train_shapes.py "
-        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("out", "vae_steps", "dit_steps", "decoder_steps", "minutes"))
+        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+                   if v is not None and k not in ("out", "vae_steps", "dit_steps", "decoder_steps", "minutes"))
         + f" --vae-steps {vae_steps} --dit-steps {dit_steps} --decoder-steps {dec_steps}",
         "seed": args.seed,
         "vae_steps": vae_steps,
@@ -474,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_sequence_length": T5_TOKENS,
         "minutes": round((time.time() - t_start) / 60, 1),
         "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
     }
     (out / "training_info.json").write_text(json.dumps(info, indent=2) + "\n")
     log(f"saved {out} ({sum(f.stat().st_size for f in out.rglob('*') if f.is_file()) / 1e6:.1f} MB): {info}")

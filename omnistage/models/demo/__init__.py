@@ -20,7 +20,7 @@ DEFAULT_PARAMS = {
     "height": 64,
     "width": 64,
     "num_inference_steps": 20,
-    "guidance_scale": 2.0,
+    "guidance_scale": 3.0,
     "max_sequence_length": 16,
 }
 
