@@ -26,6 +26,10 @@ class SamplerState:
     scheduler: Any  # this request's own scheduler copy (tables + multistep history)
     timesteps: torch.Tensor  # the steps this request runs (after an img2img strength cut)
     begin: int  # index of timesteps[0] in the scheduler's tables
+    # the scheduler's sigma table on the model's device, copied once per request: diffusers keeps it on the
+    # CPU, and a per-step host->device copy of a sigma synchronises with the GPU, so the CPU could no longer
+    # queue the next step while this one runs (diffusers multiplies by 0-d CPU scalars, which never copy)
+    sigmas: torch.Tensor | None = None
 
     @property
     def num_steps(self) -> int:
@@ -55,6 +59,8 @@ def draws_noise_in_step(scheduler: Any) -> bool:
 class SchedulerSampler:
     """Generic, exact for any diffusers scheduler: each request steps through its own copy."""
 
+    uses_sigmas = False  # whether step() reads SamplerState.sigmas
+
     def __init__(self, scheduler: Any):
         self.pristine = copy.deepcopy(scheduler)
         self._takes_generator = draws_noise_in_step(scheduler)
@@ -72,7 +78,10 @@ class SchedulerSampler:
         begin = t_start * self.order
         if t_start and hasattr(sched, "set_begin_index"):
             sched.set_begin_index(begin)
-        return SamplerState(sched, sched.timesteps[begin:], begin)
+        sigmas = None
+        if self.uses_sigmas:
+            sigmas = sched.sigmas if device is None else sched.sigmas.to(device)
+        return SamplerState(sched, sched.timesteps[begin:], begin, sigmas)
 
     def timestep(self, job: DiffusionJob) -> torch.Tensor:
         return job.sampler_state.timesteps[job.step]
@@ -97,13 +106,14 @@ class SchedulerSampler:
 class FlowMatchEulerSampler(SchedulerSampler):
     """x_next = x + (sigma_next - sigma) * v, one dt per row (FlowMatchEulerDiscreteScheduler)."""
 
+    uses_sigmas = True
     def scale_model_input(self, x: torch.Tensor, jobs: list[DiffusionJob]) -> torch.Tensor:
         return x
 
     def step(self, out: torch.Tensor, x: torch.Tensor, jobs: list[DiffusionJob]) -> torch.Tensor:
         dts = []
         for j in jobs:
-            sigmas, i = j.sampler_state.scheduler.sigmas, j.sampler_state.begin + j.step
+            sigmas, i = j.sampler_state.sigmas, j.sampler_state.begin + j.step
             dts.append(sigmas[i + 1] - sigmas[i])
         dt = _rows(dts, jobs, x.ndim).to(out.device)
         # dt rounded to the model dtype first: diffusers multiplies by a 0-d fp32 dt, which takes the
@@ -114,8 +124,9 @@ class FlowMatchEulerSampler(SchedulerSampler):
 class EulerSampler(SchedulerSampler):
     """EulerDiscreteScheduler without churn, vectorised per row in diffusers' operation order."""
 
+    uses_sigmas = True
     def _sigmas(self, jobs: list[DiffusionJob], ndim: int, offset: int = 0) -> torch.Tensor:
-        vals = [j.sampler_state.scheduler.sigmas[j.sampler_state.begin + j.step + offset] for j in jobs]
+        vals = [j.sampler_state.sigmas[j.sampler_state.begin + j.step + offset] for j in jobs]
         return _rows(vals, jobs, ndim)
 
     def scale_model_input(self, x: torch.Tensor, jobs: list[DiffusionJob]) -> torch.Tensor:
