@@ -342,37 +342,6 @@ def train_dit(transformer, encoders, tok, latents, masks, scenes, steps, seconds
 
 # ---------------------------------------------------------------- main
 
-def refine_only(args) -> int:
-    """Second recipe step: more decoder refinement for a trained folder (same data, own RNG stream)."""
-    import shutil
-
-    from diffusers import AutoencoderKL
-
-    src, out = Path(args.refine_decoder_of), Path(args.out)
-    if not args.decoder_steps:
-        raise SystemExit("--refine-decoder-of needs --decoder-steps")
-    torch.set_num_threads(args.threads)
-    t_start = time.time()
-    images = to_tensor(make_dataset(args.images, seed=args.seed)[0]).to(args.device)
-    vae = AutoencoderKL.from_pretrained(src / "vae").to(args.device).eval().requires_grad_(False)
-    with torch.no_grad():
-        dists = [vae.encode(images[i : i + 256]).latent_dist for i in range(0, len(images), 256)]
-        means, stds = torch.cat([d.mean for d in dists]), torch.cat([d.std for d in dists])
-    dec_rng = torch.Generator().manual_seed(args.seed + 3)
-    steps, loss = refine_decoder(vae, images, means, stds, args.decoder_steps, 0.0, dec_rng, args.vae_batch)
-    if src.resolve() != out.resolve():
-        shutil.copytree(src, out, dirs_exist_ok=True)
-    vae.eval().cpu().save_pretrained(out / "vae", safe_serialization=True)
-    info = json.loads((src / "training_info.json").read_text())
-    info["then"] = (f"python demo/train_shapes.py --refine-decoder-of <folder> --decoder-steps {steps} "
-                    f"--seed {args.seed} --images {args.images} --vae-batch {args.vae_batch} --threads {args.threads}")
-    info["refine_decoder_steps"], info["refine_decoder_final_loss"] = steps, round(loss, 5)
-    info["refine_minutes"] = round((time.time() - t_start) / 60, 1)
-    (out / "training_info.json").write_text(json.dumps(info, indent=2) + "\n")
-    log(f"refined the decoder of {src} for {steps} steps -> {out}")
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "omnistage/models/demo/weights"))
@@ -397,9 +366,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vae-fg-weight", type=float, default=20.0, help="extra loss weight on the shape's pixels")
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--refine-decoder-of", default=None, metavar="DIR",
-                   help="only refine the VAE decoder of an already trained folder DIR for --decoder-steps "
-                        "(its encoder, transformer and text encoders stay as they are), writing --out")
     args = p.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -412,9 +378,6 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
 
     from diffusers import FlowMatchEulerDiscreteScheduler, StableDiffusion3Pipeline
-
-    if args.refine_decoder_of:
-        return refine_only(args)
 
     log(f"rendering {args.images} images")
     images_np, scenes = make_dataset(args.images, seed=args.seed)
@@ -482,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     info = {
         "command": "python demo/train_shapes.py "
         + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-                   if v is not None and k not in ("out", "vae_steps", "dit_steps", "decoder_steps", "minutes"))
+                   if k not in ("out", "vae_steps", "dit_steps", "decoder_steps", "minutes"))
         + f" --vae-steps {vae_steps} --dit-steps {dit_steps} --decoder-steps {dec_steps}",
         "seed": args.seed,
         "vae_steps": vae_steps,

@@ -1,16 +1,15 @@
 """demo/train_shapes.py end to end at toy scale: it writes a diffusers folder that the
-SD3 pipeline loads, and the same seed and step counts give byte-identical weights
-(which is how the shipped weights are reproduced)."""
+SD3 pipeline loads, and on CPU the same seed and step counts give byte-identical weights (the
+shipped weights were trained on a GPU, whose kernels are not bit-deterministic: demo/RESULTS.md)."""
 
 import importlib.util
-import json
 
 import numpy as np
 import torch
 
 from tests.models.demo.conftest import REPO
 
-TOY = ["--images", "24", "--vae-steps", "2", "--dit-steps", "3", "--decoder-steps", "2", "--width", "32", "--layers", "1",
+TOY = ["--device", "cpu", "--images", "24", "--vae-steps", "2", "--dit-steps", "3", "--decoder-steps", "2", "--width", "32", "--layers", "1",
        "--batch", "4", "--vae-batch", "2"]
 
 
@@ -58,24 +57,3 @@ def test_encode_text_matches_the_pipeline(tmp_path):
                                                    max_sequence_length=train.T5_TOKENS)
     torch.testing.assert_close(ours, ref, rtol=0, atol=0)
     torch.testing.assert_close(ours_pooled, ref_pooled, rtol=0, atol=0)
-
-
-def test_refine_decoder_changes_only_the_decoder(tmp_path):
-    """The second recipe step (--refine-decoder-of) keeps the encoder, transformer and text encoders
-    (so the transformer's latents stay valid) and writes a loadable folder."""
-    from safetensors.torch import load_file
-
-    train = _train_module()
-    base, refined = tmp_path / "base", tmp_path / "refined"
-    assert train.main(["--out", str(base), *TOY]) == 0
-    assert train.main(["--out", str(refined), "--refine-decoder-of", str(base), "--decoder-steps", "2",
-                       "--images", "24", "--vae-batch", "2"]) == 0
-    torch.set_num_threads(1)
-    for part in ("transformer", "text_encoder", "text_encoder_2"):
-        rel = next((base / part).glob("*.safetensors")).relative_to(base)
-        assert (base / rel).read_bytes() == (refined / rel).read_bytes()
-    a = load_file(next((base / "vae").glob("*.safetensors")))
-    b = load_file(next((refined / "vae").glob("*.safetensors")))
-    assert all(torch.equal(a[k], b[k]) for k in a if not k.startswith(("decoder.", "post_quant_conv.")))
-    assert any(not torch.equal(a[k], b[k]) for k in a if k.startswith("decoder."))
-    assert "then" in json.loads((refined / "training_info.json").read_text())
