@@ -32,6 +32,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
+import batching_report  # noqa: E402
 import diffusion_batching as db  # noqa: E402
 import gpu_exactness  # noqa: E402
 
@@ -103,11 +104,12 @@ def render_md(doc: dict[str, Any]) -> str:
                   "|---|---|---|---|---|"]
         for size, t in doc["targets"].items():
             meets = ", ".join(f"{k}: {v}" for k, v in t.get("meets", {}).items()) or "(reported only)"
-            lines.append(f"| {size} | {db._f(t['engine_vs_ideal_c8'])} | {db._f(t['engine_vs_sequential_c8'])} | "
-                         f"{db._f(t['solo_latency_vs_diffusers'])} | {meets} |")
+            num = batching_report.fmt
+            lines.append(f"| {size} | {num(t['engine_vs_ideal_c8'])} | {num(t['engine_vs_sequential_c8'])} | "
+                         f"{num(t['solo_latency_vs_diffusers'])} | {meets} |")
         lines.append("")
     if "bench" in doc:
-        bench_md = db.render_md(doc["bench"]).replace("\n## ", "\n### ")
+        bench_md = batching_report.render_md(doc["bench"]).replace("\n## ", "\n### ")
         lines += ["## Benchmark", "", bench_md.replace("# Diffusion", "### Diffusion", 1)]
     return "\n".join(lines) + "\n"
 
@@ -169,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def progress(report: dict[str, Any]) -> None:
             doc["bench"], doc["targets"] = report, check_targets(report)
-            db.write(report, out, BENCH_NAME)
+            batching_report.write(report, out, BENCH_NAME)
             write(out, doc)
 
         try:

@@ -56,7 +56,6 @@ def _until_end(ids: list[int], end_id: int | None) -> tuple[list[int], bool]:
     return ids, False
 
 
-
 def _context(layout: dict[str, Any]) -> dict[str, Any]:
     import torch
 

@@ -22,7 +22,6 @@ CHUNK_FRAMES = 4  # streamed pieces to the codec: 320 ms of speech at 12.5 Hz
 INITIAL_CHUNK_FRAMES = 1  # the first piece: one frame (80 ms), so the first audio leaves early
 
 
-
 def is_csm(folder: Path) -> bool:
     return ARCHITECTURE in (read_json(folder / "config.json").get("architectures") or [])
 

@@ -18,7 +18,6 @@ from omnistage.pipeline import chunk_size
 NO_FRAMES = "CSM produced no audio frame for this input (its first frame was the end of speech)"  # a 400: see codec_tts
 
 
-
 def whole_codes(source: dict[str, Any], request: Any) -> dict[str, Any]:
     frames = source.get("token_ids")
     if frames is None or len(frames) == 0:

@@ -22,7 +22,6 @@ _GENERATION_KEYS = {"temperature": "temperature", "top_k": "top_k", "top_p": "to
                     "repetition_penalty": "repetition_penalty", "max_new_tokens": "max_tokens"}
 
 
-
 @dataclass(frozen=True)
 class OmniConfig:
     speakers: dict[str, int]  # lower-case name -> talker codec id (config.talker_config.speaker_id)

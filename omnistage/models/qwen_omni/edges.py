@@ -17,9 +17,12 @@ from typing import Any
 
 import torch
 
+from omnistage.errors import InvalidRequestError
 from omnistage.pipeline import chunk_size
 
 CHUNK_FRAMES = 4  # 4 frames = 320 ms of speech at 12.5 Hz
+# the talker ended before its first frame: no audio to send; a 400 naming the input, as in codec_tts and csm
+NO_FRAMES = "the talker produced no codec frame for this input"
 
 
 def request_speaker(request: Any) -> str | None:
@@ -58,11 +61,10 @@ def thinker_to_talker_chunks(delta: dict[str, Any], request: Any, state: dict[st
     return chunk or None
 
 
-
 def talker_to_code2wav(source: dict[str, Any], request: Any) -> dict[str, Any]:
     codes = source.get("token_ids")
     if codes is None or len(codes) == 0:
-        raise RuntimeError("the talker produced no codec frame")
+        raise InvalidRequestError("input", NO_FRAMES)
     return {"codes": torch.as_tensor(codes).T.contiguous()}
 
 
@@ -74,7 +76,7 @@ def talker_to_code2wav_chunks(delta: dict[str, Any], request: Any, state: dict[s
     n = chunk_size(request, 2, "chunk_frames", CHUNK_FRAMES)
     if frames == 0 or (frames < n and not state.get("finished")):
         if state.get("finished") and not state.get("sent"):
-            raise RuntimeError("the talker produced no codec frame")
+            raise InvalidRequestError("input", NO_FRAMES)
         return None
     state["sent"] = True
     codes = torch.cat(pending, dim=0).T.contiguous()  # [G, frames]

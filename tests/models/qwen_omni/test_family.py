@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from omnistage.engine.builder import resolve_deploy
+from omnistage.errors import InvalidRequestError
 from omnistage.models.qwen_omni import edges
 from omnistage.pipeline import resolve_pipeline
 
@@ -56,6 +57,17 @@ def test_code_chunks_every_n_frames_and_the_rest_at_the_end():
     tail = edges.talker_to_code2wav_chunks({}, Req, state)
     got = torch.cat([s["codes"] for s in sent if s is not None] + [tail["codes"]], dim=1)
     assert torch.equal(got, torch.cat(frames).T)  # [G, frames], nothing lost or repeated
+
+
+def test_a_talker_that_ends_before_its_first_frame_is_a_400_naming_the_input():
+    class Req:
+        sampling_params = (None, None, None)
+
+    with pytest.raises(InvalidRequestError, match="no codec frame") as e:
+        edges.talker_to_code2wav_chunks({}, Req, {"finished": True})
+    assert e.value.field == "input"
+    with pytest.raises(InvalidRequestError, match="no codec frame"):
+        edges.talker_to_code2wav({"token_ids": []}, Req)
 
 
 def test_reply_chunks_carry_the_prompt_and_the_voice_once():
