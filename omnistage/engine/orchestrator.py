@@ -216,7 +216,9 @@ class Orchestrator:
             raise e.within(f"stage {sid} ({spec.name}): ") from None
         except (ValueError, TypeError, KeyError) as e:
             raise StageFailedError(f"stage {sid} ({spec.name}): preparing its input failed: {e}") from e
-        req = StageRequest(rid, inputs, run.request.sampling_params[sid], stream_inputs=bool(streaming))
+        consumers = tuple(c for c, other in run.stages.items() if any(e.source == sid for e in other.spec.inputs))
+        req = StageRequest(rid, inputs, run.request.sampling_params[sid], stream_inputs=bool(streaming),
+                           consumers=consumers)
         started = time.monotonic()
         st.submitted = True
         st.started.set()

@@ -72,6 +72,9 @@ class StageRequest:
     params: Any  # DiffusionSamplingParams | merged dict | an engine's own params object
     stream_inputs: bool = False  # async chunk: more input arrives via feed()
     arrival_time: float = field(default_factory=time.monotonic)
+    # the stages of this request that read this stage's output (empty: the caller alone does), so a stage
+    # can skip work only a consumer needs (Qwen3-Omni's thinker: the media hidden states for the talker)
+    consumers: tuple[int, ...] = ()
 
 
 @dataclass

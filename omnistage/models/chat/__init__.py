@@ -10,12 +10,13 @@ diffusers folders (``model_index.json``) and folders naming their pipeline in
 ``omnistage.json`` are never claimed here.
 
 Tiny fixtures: ``chat`` (Qwen2 text LM), ``vlm`` (Idefics3, images), ``audio_lm`` (Qwen2-Audio),
-``chat_lora`` (a PEFT adapter for ``chat``).
+``qwen2_5_vl`` / ``qwen3_vl`` (Qwen2.5-VL / Qwen3-VL, images and video), ``chat_lora`` (a PEFT
+adapter for ``chat``).
 """
 
 from __future__ import annotations
 
-from omnistage.models.chat import tiny, tiny_audio, tiny_lora, tiny_vlm
+from omnistage.models.chat import tiny, tiny_audio, tiny_lora, tiny_qwen_vl, tiny_vlm
 from omnistage.pipeline import ModelFolder, Pipeline, StageSpec
 
 _GENERATIVE_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
@@ -53,4 +54,5 @@ CHAT = Pipeline(
     stages=[StageSpec(0, kind="llm", name="llm", output="text", can_output="text+token_ids", final=True)],
 )
 PIPELINES = [CHAT]
-TINY = {"chat": tiny.build, "vlm": tiny_vlm.build, "audio_lm": tiny_audio.build, "chat_lora": tiny_lora.build}
+TINY = {"chat": tiny.build, "vlm": tiny_vlm.build, "audio_lm": tiny_audio.build, "chat_lora": tiny_lora.build,
+        "qwen2_5_vl": tiny_qwen_vl.build_qwen2_5_vl, "qwen3_vl": tiny_qwen_vl.build_qwen3_vl}

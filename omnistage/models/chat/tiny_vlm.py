@@ -10,10 +10,10 @@ transformers; no downloads:
 
     python -m omnistage.testing.tiny vlm DIR
 
-Why not Qwen2.5-VL: vLLM's ``qwen2_vl`` module and transformers'
-``Qwen2_5_VLProcessor`` (its video processor) import torchvision, and PyPI has
-no CPU torchvision build for the torch this project pins, so that family cannot
-load on a CPU-only install. Idefics3 needs no torchvision.
+Beside Qwen2.5-VL / Qwen3-VL (tiny_qwen_vl.py: images and video as one run of
+merged-patch tokens each) this one covers another image layout: tiles plus a
+global view with row/column markers, and a processor option
+(``do_image_splitting``) that changes the prompt.
 """
 
 from __future__ import annotations

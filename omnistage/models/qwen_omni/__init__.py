@@ -47,6 +47,13 @@ def thinker_engine(ctx: StageContext) -> Any:
     return build_thinker_engine(ctx)
 
 
+def speaking_thinker_engine(ctx: StageContext) -> Any:
+    """The thinker that also hands the talker the hidden states of media prompts (thinker.py)."""
+    from omnistage.models.qwen_omni.thinker import build_thinker_engine
+
+    return build_thinker_engine(ctx, feeds_talker=True)
+
+
 def make_talker_engine(ctx: StageContext) -> Any:
     from omnistage.models.qwen_omni.talker_engine import build_talker_engine  # torch + transformers: at start
 
@@ -71,9 +78,9 @@ def folder_info(folder: Path) -> dict[str, Any]:
     return {"voices": load_omni_config(folder).voices}
 
 
-def _thinker(output: str) -> StageSpec:
+def _thinker(output: str, engine: Any) -> StageSpec:
     return StageSpec(0, kind="llm", name="thinker", output=output, can_output="text+token_ids", final=True,
-                     engine=thinker_engine)
+                     engine=engine)
 
 
 QWEN_OMNI = Pipeline(
@@ -81,7 +88,7 @@ QWEN_OMNI = Pipeline(
     description="Qwen3-Omni: thinker (vLLM) -> talker + code predictor -> code2wav (text and 24 kHz speech)",
     matches=lambda folder: _omni_folder(folder) and _speaks(folder),
     stages=[
-        _thinker("text+token_ids"),  # the reply's ids feed the talker
+        _thinker("text+token_ids", speaking_thinker_engine),  # the reply's ids feed the talker
         StageSpec(1, kind="generation", name="talker", output="token_ids", engine=make_talker_engine,
                   inputs=[Edge(0, process=thinker_to_talker, process_chunk=thinker_to_talker_chunks)]),
         StageSpec(2, kind="generation", name="code2wav", output="audio", final=True, adapter=code2wav_adapter,
@@ -96,7 +103,7 @@ QWEN_OMNI_THINKER = Pipeline(
     name="qwen_omni_thinker",
     description="Qwen3-Omni without audio output (Thinking / Captioner, or enable_audio_output: false): the thinker",
     matches=lambda folder: _omni_folder(folder) and not _speaks(folder),
-    stages=[_thinker("text")],
+    stages=[_thinker("text", thinker_engine)],
 )
 PIPELINES = [QWEN_OMNI, QWEN_OMNI_THINKER]
 TINY = {"qwen3_omni": tiny.build}

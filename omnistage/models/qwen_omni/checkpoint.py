@@ -50,7 +50,18 @@ def read_tensors(folder: str | Path, prefix: str) -> dict[str, torch.Tensor]:
 def load_config(folder: str | Path):
     from transformers import Qwen3OmniMoeConfig
 
-    return Qwen3OmniMoeConfig.from_pretrained(str(folder))
+    config = Qwen3OmniMoeConfig.from_pretrained(str(folder))
+    with_thinker_audio_window(config)
+    return config
+
+
+def with_thinker_audio_window(config) -> None:
+    """transformers' talker ``get_rope_index`` reads ``config.audio_config.n_window`` for a prompt with audio and
+    an image or video, and the talker's config has no ``audio_config`` (transformers 5.19: ``generate(...,
+    return_audio=True)`` raises AttributeError on such prompts). The window is the thinker's audio encoder's:
+    give the talker's config that one (on this config object only)."""
+    if "audio_config" not in config.talker_config.to_dict():
+        config.talker_config.audio_config = config.thinker_config.audio_config
 
 
 def load_talker(folder: str | Path, config, dtype: torch.dtype, device: str):

@@ -27,6 +27,9 @@ class OmniConfig:
     speakers: dict[str, int]  # lower-case name -> talker codec id (config.talker_config.speaker_id)
     enable_audio_output: bool
     generation: dict[str, Any]  # generation_config.json
+    dtype: str | None = None  # the checkpoint's (config.json ``dtype`` / ``torch_dtype``)
+    media_token_ids: frozenset[int] = frozenset()  # the thinker's audio / image / video placeholders
+    accept_hidden_layer: int = 0  # the thinker layer whose output the talker reads at media positions
 
     @property
     def voices(self) -> list[str]:
@@ -65,4 +68,8 @@ def load_omni_config(folder: str | Path) -> OmniConfig:
     talker = raw.get("talker_config") or {}
     speakers = {str(k).lower(): int(v) for k, v in (talker.get("speaker_id") or {}).items()}
     enable = bool(raw.get("enable_audio_output", True)) and bool(talker)
-    return OmniConfig(speakers=speakers, enable_audio_output=enable, generation=read_json(folder / "generation_config.json"))
+    thinker = raw.get("thinker_config") or {}
+    media = frozenset(int(thinker[k]) for k in ("audio_token_id", "image_token_id", "video_token_id") if k in thinker)
+    return OmniConfig(speakers=speakers, enable_audio_output=enable, generation=read_json(folder / "generation_config.json"),
+                      dtype=raw.get("dtype") or raw.get("torch_dtype"), media_token_ids=media,
+                      accept_hidden_layer=int(talker.get("accept_hidden_layer", 0)))

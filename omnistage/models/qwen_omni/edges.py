@@ -1,7 +1,8 @@
 """The edges thinker -> talker and talker -> code2wav, whole (async chunk off) and streamed.
 
 thinker -> talker: the talker needs the thinker's rendered prompt ids (its first output),
-the reply's token ids as they come, and the speaker (the request's ``voice`` /
+the reply's token ids as they come, for a media prompt the thinker's ``talker_media`` (hidden states
+at the media positions and the grids), and the speaker (the request's ``voice`` /
 ``speaker``, or the talker's own ``speaker`` sampling param). Streaming forwards every
 reply delta at once: the talker starts after the first reply token.
 
@@ -45,8 +46,11 @@ def thinker_to_talker(source: dict[str, Any], request: Any) -> dict[str, Any]:
     prompt = source.get("prompt_token_ids")
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
         prompt = prompt[0]  # an auxiliary key accumulates as a list of items
+    media = source.get("talker_media")
+    if isinstance(media, list):
+        media = media[0] if media else None
     return {"prompt_token_ids": _ids(prompt), "token_ids": _ids(source.get("token_ids")),
-            "speaker": request_speaker(request)}
+            "speaker": request_speaker(request), "media": media}
 
 
 def thinker_to_talker_chunks(delta: dict[str, Any], request: Any, state: dict[str, Any]) -> dict[str, Any] | None:
@@ -58,6 +62,8 @@ def thinker_to_talker_chunks(delta: dict[str, Any], request: Any, state: dict[st
         chunk["speaker"] = request_speaker(request)
     if delta.get("token_ids") is not None:
         chunk["token_ids"] = _ids(delta["token_ids"])
+    if delta.get("talker_media") is not None:
+        chunk["media"] = delta["talker_media"]
     return chunk or None
 
 

@@ -19,7 +19,9 @@ produced the text its next step reads. The loop, admission and threading are
 ``stages.ar.engine.StepEngine``'s; this module fills in its hooks.
 
 Inputs (``feed`` chunks, or all at once without async chunk; ``edges.py``):
-``prompt_token_ids`` (first), ``token_ids`` (reply tokens as they come), ``speaker``.
+``prompt_token_ids`` (first), ``token_ids`` (reply tokens as they come), ``speaker``, and for a media prompt
+``media`` (the thinker's hidden states at the media positions and the media grids; a request with media waits
+for it before its prefill).
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ class _Req(ARRequest):
     reply: list[int] = field(default_factory=list)  # thinker reply tokens so far
     text_done: bool = False  # the thinker finished (its last chunk arrived)
     speaker: str | None = None
+    media: dict[str, Any] | None = None  # the thinker's hidden states at media positions + grids (thinker.py)
     row: Any = None  # talker_model.Row
     max_tokens: int = 0
     step: int = 0  # generation_step: which trailing text item the next step reads
@@ -116,6 +119,8 @@ class TalkerEngine(StepEngine):
             r.prompt_ids = [int(t) for t in chunk["prompt_token_ids"]]
         if chunk.get("speaker") is not None and r.speaker is None:
             r.speaker = chunk["speaker"]
+        if chunk.get("media") is not None:
+            r.media = chunk["media"]
         if chunk.get("token_ids") is not None:
             r.reply.extend(int(t) for t in chunk["token_ids"])
         if last:
@@ -165,6 +170,8 @@ class TalkerEngine(StepEngine):
         """Once the prompt and the turn's head are known, or the thinker ended (prefill then fails or stops)."""
         if r.text_done:
             return True
+        if r.prompt_ids is not None and r.media is None and self.config.media_token_ids.intersection(r.prompt_ids):
+            return False  # a media prompt: the thinker's hidden states come after its first tokens
         try:
             return r.prompt_ids is not None and self._head(r) is not None
         except ValueError:
@@ -176,8 +183,9 @@ class TalkerEngine(StepEngine):
         head = self._head(r)
         if head is None:  # the thinker ended before its turn had 4 tokens: nothing to say
             return Emit(finish="stop")
-        embeds = self.model.prefill_input(r.prompt_ids, head, self.config.speaker_id(r.speaker))
-        self.model.prefill(r.row, embeds)
+        embeds, positions, delta = self.model.prefill_input(r.prompt_ids, head, self.config.speaker_id(r.speaker),
+                                                            r.media)
+        self.model.prefill(r.row, embeds, positions, delta)
         r.sampled = 1
         return Emit(finish=self._finish_reason(r))
 

@@ -75,6 +75,9 @@ class TalkerModel:
             bos, eos, pad = self.project_text([config.tts_bos_token_id, config.tts_eos_token_id,
                                                config.tts_pad_token_id])
         self.tts_bos, self.tts_eos, self.tts_pad = bos, eos, pad
+        th = config.thinker_config
+        self.media_id_set = {th.audio_token_id, th.image_token_id, th.video_token_id}
+        self.media_ids = torch.tensor(sorted(self.media_id_set))
 
     # ------------------------------------------------------------------ inputs
 
@@ -90,24 +93,34 @@ class TalkerModel:
             return self.tts_pad
         return self.project_text([int(item)])[0]
 
-    def user_part(self, prompt_ids: list[int]) -> tuple[torch.Tensor, list[int]]:
+    def user_part(self, prompt_ids: list[int], media: dict | None) -> tuple[torch.Tensor, list[int]]:
         """The prompt's user-turn tokens (each token's role is the token after the last ``<|im_start|>``
-        before it) as talker inputs, and their ids."""
+        before it) as talker inputs, and their ids: ``text_projection`` of the thinker's token embeddings at
+        text positions, ``hidden_projection`` of the thinker's hidden states (``media["hidden"]``, one row per
+        media token of the prompt, in order) at media positions."""
         cfg = self.config
         ids = torch.tensor(prompt_ids)
         pos = torch.arange(len(prompt_ids))
         starts = torch.where(ids == cfg.im_start_token_id, pos, pos.new_full((), -1))
         previous = torch.cummax(starts, dim=0).values.clamp_min(0)
         roles = ids[(previous + 1).clamp_max(len(prompt_ids) - 1)]
-        keep = (roles == cfg.user_token_id).nonzero().flatten().tolist()
-        user_ids = [prompt_ids[i] for i in keep]
-        media = {cfg.thinker_config.audio_token_id, cfg.thinker_config.image_token_id,
-                 cfg.thinker_config.video_token_id}
-        if any(t in media for t in user_ids):
-            raise ValueError("the talker got a prompt with media placeholders but no thinker hidden states for them")
+        keep = (roles == cfg.user_token_id).nonzero().flatten()
+        user_ids = ids[keep].tolist()
         if not user_ids:
             return torch.empty(0, self.tts_pad.shape[-1], dtype=self.dtype, device=self.device), []
-        return self.project_text(user_ids), user_ids
+        is_media = torch.isin(ids, self.media_ids)
+        user_media = is_media[keep]
+        out = torch.empty(len(user_ids), self.tts_pad.shape[-1], dtype=self.dtype, device=self.device)
+        if user_media.any():
+            if media is None:
+                raise ValueError("the talker got a prompt with media placeholders but no thinker hidden states")
+            rank = torch.cumsum(is_media.long(), 0) - 1  # a media position's row in media["hidden"]
+            rows = media["hidden"].to(self.device, self.dtype)[rank[keep[user_media]]]
+            out[user_media.to(self.device)] = self.talker.hidden_projection(rows)
+        text = [t for t, m in zip(user_ids, user_media.tolist()) if not m]
+        if text:
+            out[~user_media.to(self.device)] = self.project_text(text)
+        return out, user_ids
 
     @staticmethod
     def assistant_start(prompt_ids: list[int], im_start: int, assistant: int) -> int:
@@ -116,27 +129,42 @@ class TalkerModel:
                 return i
         raise ValueError("the thinker prompt has no '<|im_start|>assistant' turn to speak")
 
-    def prefill_input(self, prompt_ids: list[int], head: list[int], speaker_id: int) -> torch.Tensor:
-        """[L, H]: user part + assistant head (``head``: the 4 first tokens of the assistant turn)."""
+    def prefill_input(self, prompt_ids: list[int], head: list[int], speaker_id: int,
+                      media: dict | None = None) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """(embeds [L, H], positions [3, L] or None for plain text positions, rope delta): user part +
+        assistant head (``head``: the 4 first tokens of the assistant turn). With media the positions are the
+        talker's own ``get_rope_index`` over its input ids (user ids + ``tts_pad`` for the head) and the media
+        grids, as transformers' talker computes them; transformers' generate() hands its talker the grids
+        but not ``use_audio_in_video``, so neither does this."""
         tc = self.config.talker_config
-        user, _ = self.user_part(prompt_ids)
+        user, user_ids = self.user_part(prompt_ids, media)
         text = self.project_text(head)
         text = torch.cat([text[:3], self.tts_pad.expand(4, -1), self.tts_bos.unsqueeze(0), text[3:4]], dim=0)
         codes = torch.tensor([tc.codec_nothink_id, tc.codec_think_bos_id, tc.codec_think_eos_id, speaker_id,
                               tc.codec_pad_id, tc.codec_bos_id], device=self.device)
         codec = torch.cat([text.new_zeros(3, text.shape[-1]), self.talker.get_input_embeddings()(codes)], dim=0)
-        return torch.cat([user, text + codec], dim=0)
+        embeds = torch.cat([user, text + codec], dim=0)
+        if media is None or not any(t in self.media_id_set for t in user_ids):
+            return embeds, None, 0
+        ids = torch.tensor([user_ids + [self.config.tts_pad_token_id] * text.shape[0]], device=self.device)
+        positions, delta = self.talker.get_rope_index(
+            ids, _on(media.get("image_grid_thw"), self.device), _on(media.get("video_grid_thw"), self.device),
+            torch.ones_like(ids), False, _on(media.get("audio_feature_lengths"), self.device),
+            _on(media.get("video_second_per_grid"), self.device))
+        return embeds, positions[:, 0], int(delta.reshape(-1)[0])
 
     # ------------------------------------------------------------------ steps
 
-    def _forward(self, rows: list[Row], embeds: torch.Tensor) -> torch.Tensor:
-        """One talker forward of ``embeds`` [B, T, H] (row i continues its own cache); returns the last
-        position's normed hidden state [B, H]."""
+    def _forward(self, rows: list[Row], embeds: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """One talker forward of ``embeds`` [B, T, H] (row i continues its own cache; ``positions`` [3, B, T]
+        when given, else each row's next text positions); returns the last position's normed hidden state [B, H]."""
         cache = StepCache([r.kv for r in rows], embeds.shape[1])
-        t = torch.arange(embeds.shape[1], device=self.device)
-        pos = torch.stack([torch.tensor(s + r.rope_delta, device=self.device) + t
-                           for s, r in zip(cache.starts, rows)])  # [B, T]
-        out = self.talker.model(inputs_embeds=embeds, position_ids=pos.unsqueeze(0).expand(3, -1, -1),
+        if positions is None:
+            t = torch.arange(embeds.shape[1], device=self.device)
+            pos = torch.stack([torch.tensor(s + r.rope_delta, device=self.device) + t
+                               for s, r in zip(cache.starts, rows)])  # [B, T]
+            positions = pos.unsqueeze(0).expand(3, -1, -1)
+        out = self.talker.model(inputs_embeds=embeds, position_ids=positions,
                                 attention_mask=cache.mask(self.device), past_key_values=cache, use_cache=True)
         cache.commit()
         return out.last_hidden_state[:, -1]
@@ -150,10 +178,11 @@ class TalkerModel:
             row.hidden = hidden[i]
 
     @torch.no_grad()
-    def prefill(self, row: Row, embeds: torch.Tensor) -> None:
-        """Run one request's prefill ([L, H], text-only positions) and sample its first codebook-0 code."""
-        row.rope_delta = 0
-        hidden = self._forward([row], embeds.unsqueeze(0))
+    def prefill(self, row: Row, embeds: torch.Tensor, positions: torch.Tensor | None = None, rope_delta: int = 0) -> None:
+        """Run one request's prefill (``embeds`` [L, H]; ``positions`` [3, L], or None for text positions) and
+        sample its first codebook-0 code; later steps sit at cache length + ``rope_delta`` on every axis."""
+        row.rope_delta = rope_delta
+        hidden = self._forward([row], embeds.unsqueeze(0), None if positions is None else positions.unsqueeze(1))
         self._sample_code0([row], hidden)
 
     @torch.no_grad()
@@ -189,6 +218,10 @@ class TalkerModel:
             x = emb.unsqueeze(1)
         summed = torch.stack(embeds, dim=1).sum(1)
         return torch.stack(codes, dim=1), summed
+
+
+def _on(value, device: str) -> torch.Tensor | None:
+    return None if value is None else torch.as_tensor(value).to(device)
 
 
 def sample(logits: torch.Tensor, s: Sampling, history: list[int] | None, suppress: torch.Tensor | None,

@@ -1,60 +1,97 @@
-"""The thinker stage: the generic vLLM llm stage on the Qwen3-Omni folder.
+"""The thinker stage: the generic vLLM llm stage on the Qwen3-Omni folder (vLLM's own
+``Qwen3OmniMoeThinkerForConditionalGeneration``: text, audio, images and video in), plus what the
+talker needs of a media prompt.
 
-- vLLM serves the folder with its own ``Qwen3OmniMoeThinkerForConditionalGeneration``
-  (text, image, audio and video in) when that model can be imported. vLLM 0.32's
-  module imports torchvision (through transformers' Qwen2-VL image processor); without
-  it the stage serves the thinker's language model through ``vllm_thinker.py``
-  (text prompts; media parts are refused with a 400 naming the part). A deploy's own
-  ``engine_args.hf_overrides`` wins over both.
 - A plain text ``prompt`` (no ``multi_modal_data``) is a user message: Qwen3-Omni is a chat model, and the talker
   speaks the assistant turn of a chat (it finds it by ``<|im_start|>assistant``).
   System messages reach the thinker only (transformers' talker skips system turns).
 - Sampling defaults are the checkpoint's ``generation_config.json`` (under the request's own values).
-- Outputs text and the reply's token ids (what the talker reads), and the rendered
-  prompt's ids in the first output (the generic stage does that for every llm stage).
+- dtype: the checkpoint's own unless the deploy names one. vLLM's CPU backend would run a float32 checkpoint
+  in bfloat16 (its preferred CPU dtype), which is why an image prompt once agreed with transformers' float32
+  ``generate`` for 2 tokens only: the thinker must compute what the reference computes.
+- Outputs text and the reply's token ids (what the talker reads), and the rendered prompt's ids in the
+  first output (the generic stage does that for every llm stage).
+- **Media for the talker** (speaking pipeline only, and only when the talker runs for this request): transformers'
+  talker reads, at the prompt's media positions, the thinker's hidden state after layer ``accept_hidden_layer``,
+  and gives the prompt M-RoPE positions from the media's grids. The stage renders the prompt once, sends the same
+  engine input to a second vLLM engine in pooling mode (``stages/llm/hidden.py``, model ``vllm_hidden.py``: the
+  thinker cut after that layer) and adds ``talker_media`` to the first output that follows the result: those
+  rows ``[media tokens, D]`` and the grids (``image_grid_thw``, ``video_grid_thw``, ``video_second_per_grid``,
+  ``audio_feature_lengths``, ``use_audio_in_video``) read off the rendered input. vLLM's multimodal processor
+  cache is off on this stage (a cached item is left out of the rendered input), so repeated media are processed
+  again, as transformers does for every call.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
-from functools import lru_cache
+from typing import Any
 
 from omnistage.models.qwen_omni.config import load_omni_config
-from omnistage.models.qwen_omni.vllm_plugin import ARCHITECTURE
+from omnistage.models.qwen_omni.vllm_plugin import HIDDEN_ARCHITECTURE
 from omnistage.pipeline import StageContext
-from omnistage.stages.base import StageRequest
-from omnistage.stages.llm.engine import LLMStageEngine, Prepared
+from omnistage.stages.base import StageOutput, StageRequest
+from omnistage.stages.llm.engine import LLMStageEngine, Prepared, engine_args_for
 
 logger = logging.getLogger(__name__)
 
 
-@lru_cache(maxsize=1)
-def vllm_thinker_importable() -> str | None:
-    """None when vLLM's own Qwen3-Omni thinker imports; else why not."""
-    try:
-        import vllm.model_executor.models.qwen3_omni_moe_thinker  # noqa: F401
-    except Exception as e:  # noqa: BLE001 (ImportError without torchvision; RuntimeError from one built for another torch)
-        return f"{type(e).__name__}: {e}"
-    return None
-
-
 def thinker_context(ctx: StageContext) -> StageContext:
-    engine_args = dict(ctx.deploy.engine_args)
-    if "hf_overrides" not in engine_args:
-        why = vllm_thinker_importable()
-        if why is not None:
-            logger.warning("vLLM's Qwen3-Omni thinker is not importable here (%s); serving the thinker's language "
-                           "model for text prompts", why)
-            engine_args["hf_overrides"] = {"architectures": [ARCHITECTURE]}
-    return replace(ctx, deploy=ctx.deploy.model_copy(update={"engine_args": engine_args}))
+    """The deploy with the checkpoint's dtype unless it names one (see the module docstring)."""
+    if ctx.deploy.dtype is not None or "dtype" in ctx.deploy.engine_args or ctx.model is None:
+        return ctx
+    dtype = load_omni_config(ctx.model).dtype
+    return ctx if dtype is None else replace(ctx, deploy=ctx.deploy.model_copy(update={"dtype": dtype}))
+
+
+def media_grids(engine_input: Mapping[str, Any]) -> dict[str, Any]:
+    """What transformers' ``get_rope_index`` takes of the media, from vLLM's processed items (prompt order)."""
+    import torch
+
+    items = engine_input.get("mm_kwargs") or {}
+
+    def values(modality: str, key: str) -> list[Any]:
+        return [item[key].data for item in items.get(modality, []) if key in item]
+
+    def stacked(modality: str, key: str) -> Any:
+        found = values(modality, key)
+        return torch.stack([torch.as_tensor(v) for v in found]) if found else None
+
+    in_video = values("video", "use_audio_in_video")
+    return {"image_grid_thw": stacked("image", "image_grid_thw"), "video_grid_thw": stacked("video", "video_grid_thw"),
+            "video_second_per_grid": stacked("video", "second_per_grid_ts"),
+            "audio_feature_lengths": stacked("audio", "audio_feature_lengths"),
+            "use_audio_in_video": bool(in_video and bool(in_video[0]))}
 
 
 class ThinkerEngine(LLMStageEngine):
-    def __init__(self, ctx: StageContext):
+    def __init__(self, ctx: StageContext, feeds_talker: bool = False):
         super().__init__(ctx)
-        self.defaults = load_omni_config(ctx.model).sampling_defaults("thinker") if ctx.model else {}
+        config = load_omni_config(ctx.model) if ctx.model else None
+        self.defaults = config.sampling_defaults("thinker") if config else {}
+        self.media_ids = config.media_token_ids if config else frozenset()
+        self.hidden = None
+        if feeds_talker and config is not None:
+            from omnistage.stages.llm.hidden import HiddenStateEngine
+
+            # the thinker cut after the layer the talker reads (its later layers are never loaded)
+            layers = {"thinker_config": {"text_config": {"num_hidden_layers": config.accept_hidden_layer}},
+                      "architectures": [HIDDEN_ARCHITECTURE]}
+            self.hidden = HiddenStateEngine(ctx, engine_args_for(ctx), layers)
+        self._media: dict[str, asyncio.Task] = {}
+
+    async def start(self) -> None:
+        await super().start()
+        if self.hidden is not None:
+            await self.hidden.start()
+
+    async def shutdown(self) -> None:
+        await super().shutdown()
+        if self.hidden is not None:
+            await self.hidden.shutdown()
 
     def prepare(self, req: StageRequest) -> Prepared:
         if isinstance(req.params, Mapping):  # the checkpoint's generation config under the request's values
@@ -67,6 +104,42 @@ class ThinkerEngine(LLMStageEngine):
             req = replace(req, inputs=chat)
         return super().prepare(req)
 
+    def rendered(self, req: StageRequest, engine_input: Any) -> None:
+        ids = engine_input["prompt_token_ids"]
+        if self.hidden is None or not req.consumers or not any(t in self.media_ids for t in ids):
+            return
+        self._media[req.request_id] = asyncio.get_running_loop().create_task(
+            self._talker_media(req.request_id, engine_input), name=f"{req.request_id}/thinker-hidden")
 
-def build_thinker_engine(ctx: StageContext) -> ThinkerEngine:
-    return ThinkerEngine(thinker_context(ctx))
+    async def _talker_media(self, request_id: str, engine_input: Any) -> dict[str, Any]:
+        import torch
+
+        hidden = await self.hidden.encode(engine_input, request_id)
+        ids = torch.as_tensor(list(engine_input["prompt_token_ids"]))
+        mask = torch.isin(ids, torch.tensor(sorted(self.media_ids)))
+        return {"hidden": hidden[mask].contiguous(), **media_grids(engine_input)}
+
+    async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
+        rid = req.request_id
+        try:
+            async for out in super().generate(req):
+                task = self._media.get(rid)
+                if task is not None and (task.done() or out.finished):
+                    del self._media[rid]
+                    out.data["talker_media"] = await task  # its failure fails the request
+                yield out
+        finally:
+            task = self._media.pop(rid, None)
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+
+def build_thinker_engine(ctx: StageContext, feeds_talker: bool = False) -> ThinkerEngine:
+    ctx = thinker_context(ctx)
+    if feeds_talker and "mm_processor_cache_gb" not in ctx.deploy.engine_args:
+        # vLLM's renderer leaves a media item it has processed before out of the engine input (its engine core
+        # caches it); the hidden-state engine has its own core and needs every item, so nothing is cached
+        args = {**ctx.deploy.engine_args, "mm_processor_cache_gb": 0}
+        ctx = replace(ctx, deploy=ctx.deploy.model_copy(update={"engine_args": args}))
+    return ThinkerEngine(ctx, feeds_talker=feeds_talker)

@@ -17,10 +17,8 @@ thinker layers, 4 experts, 4 code groups (the release has 16). No downloads:
 
 The folder also holds the processor's files as the release lays them out
 (``preprocessor_config.json`` for the Whisper-style feature extractor and the
-image processor, ``video_preprocessor_config.json``, ``chat_template.json``);
-``Qwen3OmniMoeProcessor`` itself needs torchvision (its video processor), which
-has no CPU build for this project's torch, so the processor is assembled from
-files here, not loaded through ``AutoProcessor`` in the tests.
+image processor, ``video_preprocessor_config.json``, ``chat_template.json``), so
+``Qwen3OmniMoeProcessor.from_pretrained`` (the tests' reference) and vLLM load it.
 """
 
 from __future__ import annotations
@@ -113,13 +111,17 @@ def build_config(tok):
                           initializer_range=wide),
         vision_config=dict(depth=2, hidden_size=HEAD_DIM, intermediate_size=64, num_heads=2, patch_size=16,
                            spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=HIDDEN,
-                           num_position_embeddings=64, deepstack_visual_indexes=[0], initializer_range=wide),
+                           num_position_embeddings=64, deepstack_visual_indexes=[0], initializer_range=wide,
+                           # both in the release's config; vLLM's vision tower reads them (transformers does not)
+                           image_size=8 * 16, apply_vit_abs_pos_embed=True),
         text_config=dict(vocab_size=len(tok), hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=3,
                          num_attention_heads=2, num_key_value_heads=1, head_dim=HEAD_DIM, moe_intermediate_size=32,
                          num_experts=4, num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=2048,
                          rope_parameters=dict(rope), initializer_range=wide, pad_token_id=pad, eos_token_id=eos,
                          tie_word_embeddings=False),
         audio_start_token_id=ids("<|audio_start|>"), vision_start_token_id=ids("<|vision_start|>"),
+        # in the release's config and read by vLLM's use_audio_in_video processing (transformers does not)
+        audio_end_token_id=ids("<|audio_end|>"), vision_end_token_id=ids("<|vision_end|>"), seconds_per_chunk=2,
         user_token_id=role("user"), position_id_per_seconds=13, initializer_range=wide, **media,
     )
     talker = dict(

@@ -313,6 +313,7 @@ class LLMStageEngine:
         engine_input = await prep.engine_input(engine)
         ids = list(engine_input["prompt_token_ids"])  # as vLLM counts them: multimodal placeholders included
         self.check_length(ids, sp, prep.source.field if prep.source else "prompt")
+        self.rendered(req, engine_input)
         want_text = OutputModality.TEXT in self.output_type and sp.detokenize
         want_ids = OutputModality.TOKEN_IDS in self.output_type
         self._active.add(rid)
@@ -372,6 +373,9 @@ class LLMStageEngine:
                 task = asyncio.get_running_loop().create_task(self._abort_in_vllm(engine, rid))
                 self._bg.add(task)  # keep a reference until it ran
                 task.add_done_callback(self._bg.discard)
+
+    def rendered(self, req: StageRequest, engine_input: Any) -> None:
+        """Called with the request's validated engine input before vLLM runs it (a family hook)."""
 
     async def feed(self, request_id: str, chunk: dict[str, Any], last: bool) -> None:
         raise ValueError(f"stage {self.stage_id}: llm stages do not accept streamed (async chunk) input")

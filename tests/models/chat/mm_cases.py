@@ -1,6 +1,7 @@
-"""Multimodal chat cases for the tiny ``vlm`` (Idefics3) and ``audio_lm`` (Qwen2-Audio) fixtures,
-shared by the engine, fixture and HTTP tests, and vLLM's own answers to them (``LLM.chat`` /
-``LLM.generate`` on the same folder), computed once per test session."""
+"""Multimodal chat cases for the tiny ``vlm`` (Idefics3), ``audio_lm`` (Qwen2-Audio) and
+``qwen2_5_vl`` / ``qwen3_vl`` (images and video) fixtures, shared by the engine, fixture and HTTP
+tests, and vLLM's own answers to them (``LLM.chat`` / ``LLM.generate`` on the same folder),
+computed once per test session."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import numpy as np
 ENGINE = {"max_model_len": 1024, "max_num_seqs": 4, "dtype": "float32", "enforce_eager": True}
 GREEDY = {"temperature": 0.0, "max_tokens": 12}
 LIMITS = {"image": 2}  # the VLM's limit_mm_per_prompt in every engine and server under test
+VL_LIMITS = {"image": 2, "video": 1}  # the same for the Qwen VL fixtures
+VL_FAMILIES = ("qwen2_5_vl", "qwen3_vl")
 SAMPLE_RATE = 16000
 
 
@@ -38,6 +41,22 @@ def wav(seconds: float, hz: float) -> bytes:
     return buf.getvalue()
 
 
+def frames(seed: int, count: int, width: int, height: int) -> np.ndarray:
+    """uint8 [T, H, W, 3]: smooth colour ramps that move from frame to frame (noise would compress badly)."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    base = rng.integers(0, 256, size=3)
+    out = [(base + np.stack([x * 3 + 20 * t, y * 3 - 15 * t, (x + y) * 2 + 25 * t], -1)) % 256 for t in range(count)]
+    return np.stack(out).astype(np.uint8)
+
+
+def mp4(data: np.ndarray, fps: float) -> bytes:
+    """A real H.264 MP4 (PyAV), as a client would send it."""
+    from omnistage.server.media import encode_mp4
+
+    return encode_mp4(data, fps)
+
+
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
@@ -50,12 +69,18 @@ def audio_part(data: bytes) -> dict[str, Any]:
     return {"type": "input_audio", "input_audio": {"data": b64(data), "format": "wav"}}
 
 
+def video_part(data: bytes) -> dict[str, Any]:
+    return {"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + b64(data)}}
+
+
 def text(t: str) -> dict[str, Any]:
     return {"type": "text", "text": t}
 
 
 IMG_A, IMG_B, IMG_C = png(1, 64, 48), png(2, 40, 40), png(3, 30, 60)  # 2x2, 2x2 and 1x2 tiles
 CLIP = wav(0.7, 440.0)
+# 2 s clips; vLLM's loader samples the frames (both sides of every comparison use the same bytes)
+VID_A, VID_B = mp4(frames(4, 8, 84, 56), 4), mp4(frames(5, 6, 56, 56), 3)
 
 
 @dataclass
@@ -105,6 +130,20 @@ VLM_CASES = {
     "no_splitting": Case([{"role": "user", "content": [image_part(IMG_A), text("describe the picture")]}],
                          mm_processor_kwargs={"do_image_splitting": False}),
 }
+VL_CASES = {  # for qwen2_5_vl and qwen3_vl
+    "one_image": Case([{"role": "user", "content": [image_part(IMG_A), text("describe the picture")]}]),
+    "one_video": Case([{"role": "user", "content": [video_part(VID_A), text("what happens?")]}]),
+    "image_and_video": Case([
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [text("compare"), image_part(IMG_C), text("with"), video_part(VID_B)]}]),
+    "two_images_vision_ids": Case([{"role": "user", "content": [image_part(IMG_A), image_part(IMG_B),
+                                                                text("which one?")]}],
+                                  chat_template_kwargs={"add_vision_id": True}),
+    "video_in_earlier_turn": Case([
+        {"role": "user", "content": [video_part(VID_B), text("what is this?")]},
+        {"role": "assistant", "content": "a red cat"},
+        {"role": "user", "content": "and the colour of the sky?"}]),
+}
 AUDIO_CASES = {
     "one_clip": Case([{"role": "user", "content": [audio_part(CLIP), text("what is this sound")]}]),
     "clip_in_earlier_turn": Case([
@@ -132,6 +171,26 @@ VLM_RAW = {"prompt": "<|im_start|>user\n<image>a cat?<|im_end|>\n<|im_start|>ass
            "multi_modal_data": {"image": image(IMG_B)}}
 AUDIO_RAW = {"prompt": "<|im_start|>user\nAudio 1: <|audio_bos|><|AUDIO|><|audio_eos|>\nhi<|im_end|>\n"
                        "<|im_start|>assistant\n", "multi_modal_data": {"audio": audio(CLIP)}}
+# Offline video: decoded frames with the metadata Qwen's processors need (the frames' rate and
+# which source frames they are); do_sample_frames=False: these are the frames the model sees.
+FRAMES = frames(6, 4, 84, 56)
+FRAMES_META = {"fps": 2.0, "duration": 2.0, "total_num_frames": 4, "frames_indices": [0, 1, 2, 3],
+               "video_backend": "opencv", "do_sample_frames": False}
+_QWEN_USER = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n" \
+             "<|im_start|>assistant\n"
+VL_RAW = {
+    "raw_image": {"prompt": _QWEN_USER.format("<|vision_start|><|image_pad|><|vision_end|>a cat?"),
+                  "multi_modal_data": {"image": image(IMG_B)}},
+    "raw_frames": {"prompt": _QWEN_USER.format("<|vision_start|><|video_pad|><|vision_end|>what moves?"),
+                   "multi_modal_data": {"video": (FRAMES, FRAMES_META)}},
+    "raw_image_and_frames": {
+        "prompt": _QWEN_USER.format("<|vision_start|><|image_pad|><|vision_end|> and "
+                                    "<|vision_start|><|video_pad|><|vision_end|>"),
+        "multi_modal_data": {"image": [image(IMG_A)], "video": [(FRAMES, FRAMES_META)]}},
+}
+# family -> (chat cases, LLM.generate prompts by name, limit_mm_per_prompt)
+FAMILIES = {"vlm": (VLM_CASES, {"raw": VLM_RAW}, LIMITS), "audio_lm": (AUDIO_CASES, {"raw": AUDIO_RAW}, None),
+            **{f: (VL_CASES, VL_RAW, VL_LIMITS) for f in VL_FAMILIES}}
 
 
 @dataclass
@@ -143,16 +202,15 @@ class Answer:
 
 @functools.cache
 def vllm_answers(folder: str, family: str) -> dict[str, Answer]:
-    """vLLM's own greedy answers for every case of ``family`` ("vlm" or "audio_lm"), and for the raw
-    prompt under the key "raw"; the engine is shut down before this returns."""
+    """vLLM's own greedy answers for every case of ``family`` (a key of ``FAMILIES``) and for its
+    raw prompts, by name; the engine is shut down before this returns."""
     from vllm import LLM, SamplingParams
 
-    cases, raw = (VLM_CASES, VLM_RAW) if family == "vlm" else (AUDIO_CASES, AUDIO_RAW)
+    cases, raw, limits = FAMILIES[family]
     saved = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"  # an in-process engine: leave the test's threads alone
     try:
-        llm = LLM(folder, kv_cache_memory_bytes=64 << 20, limit_mm_per_prompt=LIMITS if family == "vlm" else None,
-                  **ENGINE)
+        llm = LLM(folder, kv_cache_memory_bytes=64 << 20, limit_mm_per_prompt=limits, **ENGINE)
     finally:
         if saved is None:
             os.environ.pop("VLLM_CPU_OMP_THREADS_BIND")
@@ -164,8 +222,9 @@ def vllm_answers(folder: str, family: str) -> dict[str, Answer]:
         for name, case in cases.items():
             ro = llm.chat(case.messages, sp, use_tqdm=False, **case.chat_kwargs())[0]
             out[name] = Answer(list(ro.prompt_token_ids), list(ro.outputs[0].token_ids), ro.outputs[0].text)
-        ro = llm.generate(raw, sp, use_tqdm=False)[0]
-        out["raw"] = Answer(list(ro.prompt_token_ids), list(ro.outputs[0].token_ids), ro.outputs[0].text)
+        for name, prompt in raw.items():
+            ro = llm.generate(prompt, sp, use_tqdm=False)[0]
+            out[name] = Answer(list(ro.prompt_token_ids), list(ro.outputs[0].token_ids), ro.outputs[0].text)
         return out
     finally:
         llm.llm_engine.engine_core.shutdown()

@@ -42,7 +42,7 @@ def greedy_codes(talker: TalkerModel, prompt: list[int], reply: list[int], frame
     start = talker.assistant_start(prompt, talker.config.im_start_token_id, talker.config.assistant_token_id)
     turn = prompt[start:] + reply[:-1]
     row = Row(RequestKV(talker.num_layers), Sampling(temperature=0))
-    talker.prefill(row, talker.prefill_input(prompt, turn[:4], 2302))
+    talker.prefill(row, *talker.prefill_input(prompt, turn[:4], 2302))
     trailing = turn[4:] + [EOS_TEXT]
     out = [talker.step([row], [trailing[s] if s < len(trailing) else PAD_TEXT])[0] for s in range(frames)]
     return torch.stack(out).T
@@ -84,7 +84,7 @@ def test_talker_batched_rows_equal_solo(talker, reference):
                                        talker.config.assistant_token_id)
         turn = ref.prompt_ids[start:] + ref.reply[:-1]
         row = Row(RequestKV(talker.num_layers), Sampling(temperature=0))
-        talker.prefill(row, talker.prefill_input(ref.prompt_ids, turn[:4], 2302))
+        talker.prefill(row, *talker.prefill_input(ref.prompt_ids, turn[:4], 2302))
         rows.append(row)
         trailing.append(turn[4:] + [EOS_TEXT])
     frames = min(a.codes.shape[1], b.codes.shape[1])

@@ -3,8 +3,10 @@ outputs and prompt token counts equal vLLM's own ``LLM.chat`` / ``LLM.generate``
 folder (tests/models/chat/mm_cases.py); bad media inputs name the offending part.
 
 One engine per tiny fixture for the whole module; vLLM's answers are computed once per session.
-Video: the tiny VLM is Idefics3 (images only; a video-capable Qwen2.5-VL needs torchvision, which
-has no CPU build for this torch), so a video part is checked to be refused naming the part.
+Video: Idefics3 takes images only, so here a video part is checked to be refused naming the part.
+Video in (``video_url`` parts, decoded frames in ``multi_modal_data``) is tested on the tiny Qwen2.5-VL
+and Qwen3-VL fixtures against vLLM's ``LLM.chat`` / ``LLM.generate``: offline in
+tests/models/chat/test_qwen_vl_vllm.py, over HTTP in tests/e2e/test_chat_vl_http.py.
 """
 
 from __future__ import annotations
