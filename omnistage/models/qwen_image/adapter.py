@@ -28,7 +28,6 @@ reproduces them exactly:
 from __future__ import annotations
 
 from collections.abc import Hashable
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -219,15 +218,6 @@ class QwenImageEditAdapter(QwenImageAdapter):
 
     pipeline_class_name = "QwenImageEditPipeline"
     max_images = 1
-
-    @classmethod
-    def pipeline_kwargs(cls, folder: str) -> dict[str, Any]:
-        from omnistage.models.qwen_image.processor import image_only_processor, needs_image_only_processor
-
-        kwargs = super().pipeline_kwargs(folder)
-        if needs_image_only_processor():  # no torchvision: see processor.py
-            kwargs["processor"] = image_only_processor(Path(folder) / "processor")
-        return kwargs
 
     def validate(self, job: DiffusionJob) -> None:
         if not job.images:

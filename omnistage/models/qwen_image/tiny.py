@@ -9,8 +9,8 @@ encoder (with its vision tower, which the edit pipelines feed their input
 images through), ``AutoencoderKLQwenImage``, the released scheduler config, a
 byte-level BPE ``Qwen2Tokenizer`` trained locally with Qwen's special tokens
 (on the prompt templates too, so that they tokenize to the 34 / 64 tokens the
-pipelines drop, as with Qwen's own tokenizer), and for edits a Qwen2-VL
-processor folder (image processor + tokenizer).
+pipelines drop, as with Qwen's own tokenizer), and for edits transformers'
+``Qwen2VLProcessor`` (image and video processors + that tokenizer).
 
 Sizes: the text-to-image VAE is x8 as the real one (sizes are multiples of
 16). The edit pipelines resize every input image to about 1024x1024 pixels
@@ -22,7 +22,6 @@ processor caps input images at 16 vision tokens.
 
 from __future__ import annotations
 
-import json
 import string
 from pathlib import Path
 
@@ -100,43 +99,16 @@ def vae(*, stages: int, res_blocks: int, seed: int = 0):
                                   temperal_downsample=[False] + [True] * (stages - 2)).eval()
 
 
-def image_processor():
-    from transformers import Qwen2VLImageProcessorPil
+def processor(tok):
+    """transformers' Qwen2VLProcessor, the class the released edit checkpoints' ``processor/`` folder names (image
+    and video halves, the tokenizer), saved by diffusers with the pipeline: the released normalisation, with at
+    most 16 merged vision tokens per image (the real cap is 16384)."""
+    from transformers import Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor
 
-    # the released config's normalisation, with at most 16 merged vision tokens per image (the real cap is 16384)
-    return Qwen2VLImageProcessorPil(min_pixels=4 * (PATCH * MERGE) ** 2, max_pixels=16 * (PATCH * MERGE) ** 2,
-                                    patch_size=PATCH, merge_size=MERGE, temporal_patch_size=2)
-
-
-def write_processor(folder: Path, tok) -> None:
-    """The ``processor/`` folder of a released edit checkpoint: the Qwen2-VL image (and video) processor
-    configs and the tokenizer, named with the classes transformers' ``Qwen2VLProcessor`` loads."""
-    folder.mkdir(parents=True, exist_ok=True)
-    ip = image_processor()
-    ip.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    config_path = folder / "preprocessor_config.json"
-    config = json.loads(config_path.read_text())
-    config.update(image_processor_type="Qwen2VLImageProcessor", processor_class="Qwen2VLProcessor")
-    config_path.write_text(json.dumps(config, indent=2))
-    video = {k: config[k] for k in ("do_convert_rgb", "do_normalize", "do_rescale", "do_resize", "image_mean",
-                                    "image_std", "merge_size", "patch_size", "rescale_factor", "size",
-                                    "temporal_patch_size") if k in config}
-    video.update(video_processor_type="Qwen2VLVideoProcessor", processor_class="Qwen2VLProcessor")
-    (folder / "video_preprocessor_config.json").write_text(json.dumps(video, indent=2))
-
-
-def _save(pipe, outdir: Path, tok=None) -> None:
-    outdir = Path(outdir)
-    pipe.save_pretrained(outdir, safe_serialization=True)
-    if tok is not None:
-        # the processor is written by hand: building transformers' Qwen2VLProcessor needs torchvision for
-        # its video half, which this CPU build of torch cannot have (see processor.py)
-        write_processor(outdir / "processor", tok)
-        index_path = outdir / "model_index.json"
-        index = json.loads(index_path.read_text())
-        index["processor"] = ["transformers", "Qwen2VLProcessor"]
-        index_path.write_text(json.dumps(index, indent=2))
+    sizes = dict(min_pixels=4 * (PATCH * MERGE) ** 2, max_pixels=16 * (PATCH * MERGE) ** 2, patch_size=PATCH,
+                 merge_size=MERGE, temporal_patch_size=2)
+    return Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(**sizes), tokenizer=tok,
+                            video_processor=Qwen2VLVideoProcessor(**sizes))
 
 
 def build(outdir: Path, *, seed: int = 0, layers: int = 2, heads: int = 2) -> None:
@@ -148,7 +120,7 @@ def build(outdir: Path, *, seed: int = 0, layers: int = 2, heads: int = 2) -> No
     pipe = QwenImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=vae(stages=4, res_blocks=1),
                              text_encoder=text_encoder(tok, seed), tokenizer=tok,
                              transformer=transformer(layers=layers, heads=heads, seed=seed))
-    _save(pipe, outdir)
+    pipe.save_pretrained(outdir, safe_serialization=True)
 
 
 def _build_edit(outdir: Path, class_name: str, *, zero_cond_t: bool, seed: int, layers: int, heads: int) -> None:
@@ -157,9 +129,9 @@ def _build_edit(outdir: Path, class_name: str, *, zero_cond_t: bool, seed: int, 
     tok = tokenizer()
     pipe = getattr(diffusers, class_name)(
         scheduler=diffusers.FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=vae(stages=5, res_blocks=0),
-        text_encoder=text_encoder(tok, seed), tokenizer=tok, processor=None,
+        text_encoder=text_encoder(tok, seed), tokenizer=tok, processor=processor(tok),
         transformer=transformer(zero_cond_t=zero_cond_t, layers=layers, heads=heads, seed=seed))
-    _save(pipe, outdir, tok)
+    pipe.save_pretrained(outdir, safe_serialization=True)
 
 
 def build_edit(outdir: Path, *, seed: int = 0, layers: int = 2, heads: int = 2) -> None:

@@ -1,5 +1,5 @@
 """What the Qwen-Image tests share: tiny sizes, seeded generators and images, diffusers' pipelines as the
-reference (their edit processors built the way the adapter builds them where torchvision is missing)."""
+reference."""
 
 from __future__ import annotations
 
@@ -27,16 +27,10 @@ def image(h: int, w: int, seed: int = 0) -> Image.Image:
 
 
 def reference(cls_name: str, folder: str | Path) -> Any:
-    """diffusers' own pipeline from the folder (progress bar off). Edit pipelines need transformers'
-    Qwen2VLProcessor, whose video half needs torchvision; without it, the image-only build of the same
-    processor (omnistage/models/qwen_image/processor.py) is passed in, as the adapter does."""
+    """diffusers' own pipeline from the folder (progress bar off); the edit pipelines load the folder's
+    transformers Qwen2VLProcessor themselves."""
     import diffusers
 
-    from omnistage.models.qwen_image.processor import image_only_processor, needs_image_only_processor
-
-    kwargs = {}
-    if cls_name != "QwenImagePipeline" and needs_image_only_processor():
-        kwargs["processor"] = image_only_processor(Path(folder) / "processor")
-    pipe = getattr(diffusers, cls_name).from_pretrained(folder, **kwargs)
+    pipe = getattr(diffusers, cls_name).from_pretrained(folder)
     pipe.set_progress_bar_config(disable=True)
     return pipe

