@@ -14,6 +14,7 @@ from omnistage.models import (
     flux,
     glm_image,
     prompt_expand,
+    qwen2_5_omni,
     qwen_image,
     qwen_omni,
     sd,
@@ -22,4 +23,5 @@ from omnistage.models import (
     z_image,
 )
 
-FAMILIES = (sd3, sd, qwen_omni, chat, prompt_expand, glm_image, demo, wan, codec_tts, flux, z_image, qwen_image, csm)
+FAMILIES = (sd3, sd, qwen_omni, qwen2_5_omni, chat, prompt_expand, glm_image, demo, wan, codec_tts, flux, z_image,
+            qwen_image, csm)

@@ -18,8 +18,8 @@ talker needs of a media prompt.
   thinker cut after that layer) and adds ``talker_media`` to the first output that follows the result: those
   rows ``[media tokens, D]`` and the grids (``image_grid_thw``, ``video_grid_thw``, ``video_second_per_grid``,
   ``audio_feature_lengths``, ``use_audio_in_video``) read off the rendered input. vLLM's multimodal processor
-  cache is off on this stage (a cached item is left out of the rendered input), so repeated media are processed
-  again, as transformers does for every call.
+  cache is off on this stage (``checkpoint_deploy``), so repeated media are processed again, as transformers does
+  for every call.
 """
 
 from __future__ import annotations
@@ -39,12 +39,16 @@ from omnistage.stages.llm.engine import LLMStageEngine, Prepared, engine_args_fo
 logger = logging.getLogger(__name__)
 
 
-def thinker_context(ctx: StageContext) -> StageContext:
-    """The deploy with the checkpoint's dtype unless it names one (see the module docstring)."""
-    if ctx.deploy.dtype is not None or "dtype" in ctx.deploy.engine_args or ctx.model is None:
-        return ctx
-    dtype = load_omni_config(ctx.model).dtype
-    return ctx if dtype is None else replace(ctx, deploy=ctx.deploy.model_copy(update={"dtype": dtype}))
+def checkpoint_deploy(ctx: StageContext, dtype: str | None, feeds_talker: bool) -> StageContext:
+    """The deploy with the checkpoint's ``dtype`` unless it names one (see the module docstring), and, feeding the
+    talker, without vLLM's multimodal processor cache: it leaves a media item it has processed before out of the
+    engine input (its engine core caches it), and the hidden-state engine has its own core that needs every item."""
+    deploy = ctx.deploy
+    if deploy.dtype is None and "dtype" not in deploy.engine_args and dtype is not None:
+        deploy = deploy.model_copy(update={"dtype": dtype})
+    if feeds_talker and "mm_processor_cache_gb" not in deploy.engine_args:
+        deploy = deploy.model_copy(update={"engine_args": {**deploy.engine_args, "mm_processor_cache_gb": 0}})
+    return replace(ctx, deploy=deploy)
 
 
 def media_grids(engine_input: Mapping[str, Any]) -> dict[str, Any]:
@@ -67,21 +71,18 @@ def media_grids(engine_input: Mapping[str, Any]) -> dict[str, Any]:
             "use_audio_in_video": bool(in_video and bool(in_video[0]))}
 
 
-class ThinkerEngine(LLMStageEngine):
-    def __init__(self, ctx: StageContext, feeds_talker: bool = False):
+class OmniThinkerEngine(LLMStageEngine):
+    """What the Qwen-Omni thinkers share: the checkpoint's sampling defaults under the request's, a plain prompt as
+    a user message, and (feeding the talker) a hidden-state engine built with ``hidden_overrides``."""
+
+    def __init__(self, ctx: StageContext, defaults: dict[str, Any], hidden_overrides: dict[str, Any] | None):
         super().__init__(ctx)
-        config = load_omni_config(ctx.model) if ctx.model else None
-        self.defaults = config.sampling_defaults("thinker") if config else {}
-        self.media_ids = config.media_token_ids if config else frozenset()
+        self.defaults = defaults
         self.hidden = None
-        if feeds_talker and config is not None:
+        if hidden_overrides is not None:
             from omnistage.stages.llm.hidden import HiddenStateEngine
 
-            # the thinker cut after the layer the talker reads (its later layers are never loaded)
-            layers = {"thinker_config": {"text_config": {"num_hidden_layers": config.accept_hidden_layer}},
-                      "architectures": [HIDDEN_ARCHITECTURE]}
-            self.hidden = HiddenStateEngine(ctx, engine_args_for(ctx), layers)
-        self._media: dict[str, asyncio.Task] = {}
+            self.hidden = HiddenStateEngine(ctx, engine_args_for(ctx), hidden_overrides)
 
     async def start(self) -> None:
         await super().start()
@@ -103,6 +104,18 @@ class ThinkerEngine(LLMStageEngine):
             chat["messages"] = [{"role": "user", "content": inputs["prompt"]}]
             req = replace(req, inputs=chat)
         return super().prepare(req)
+
+
+class ThinkerEngine(OmniThinkerEngine):
+    def __init__(self, ctx: StageContext, feeds_talker: bool = False):
+        config = load_omni_config(ctx.model) if ctx.model else None
+        # the thinker cut after the layer the talker reads (its later layers are never loaded)
+        cut = None if not (feeds_talker and config) else {
+            "thinker_config": {"text_config": {"num_hidden_layers": config.accept_hidden_layer}},
+            "architectures": [HIDDEN_ARCHITECTURE]}
+        super().__init__(ctx, config.sampling_defaults("thinker") if config else {}, cut)
+        self.media_ids = config.media_token_ids if config else frozenset()
+        self._media: dict[str, asyncio.Task] = {}
 
     def rendered(self, req: StageRequest, engine_input: Any) -> None:
         ids = engine_input["prompt_token_ids"]
@@ -136,10 +149,5 @@ class ThinkerEngine(LLMStageEngine):
 
 
 def build_thinker_engine(ctx: StageContext, feeds_talker: bool = False) -> ThinkerEngine:
-    ctx = thinker_context(ctx)
-    if feeds_talker and "mm_processor_cache_gb" not in ctx.deploy.engine_args:
-        # vLLM's renderer leaves a media item it has processed before out of the engine input (its engine core
-        # caches it); the hidden-state engine has its own core and needs every item, so nothing is cached
-        args = {**ctx.deploy.engine_args, "mm_processor_cache_gb": 0}
-        ctx = replace(ctx, deploy=ctx.deploy.model_copy(update={"engine_args": args}))
-    return ThinkerEngine(ctx, feeds_talker=feeds_talker)
+    dtype = load_omni_config(ctx.model).dtype if ctx.model else None
+    return ThinkerEngine(checkpoint_deploy(ctx, dtype, feeds_talker), feeds_talker=feeds_talker)

@@ -1,0 +1,53 @@
+"""The edges thinker -> talker and talker -> token2wav (whole: each stage starts once the one before finished).
+
+thinker -> talker: the thinker's rendered prompt ids, the reply's ids, its ``talker_thinker`` (hidden states of
+prompt + reply and the media grids; thinker.py) and the speaker the request names. talker -> token2wav: the
+codes [n] and the same speaker (the request's, else the talker's ``speaker`` sampling param, else the default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from omnistage.errors import InvalidRequestError
+
+# the talker ended (codec_pad / codec_end) before its first code: no audio; a 400 naming the input, as in qwen_omni
+NO_CODES = "the talker produced no speech code for this input"
+
+
+def request_speaker(request: Any) -> str | None:
+    """The voice a request asks for: ``additional_information`` ``voice`` / ``speaker`` (HTTP routes put it
+    there), else the talker's own ``speaker`` sampling param, else None (the default speaker)."""
+    info = request.prompt.get("additional_information")
+    if isinstance(info, Mapping) and (info.get("voice") or info.get("speaker")):
+        return info.get("voice") or info.get("speaker")
+    params = request.sampling_params
+    talker = params[1] if len(params) > 1 and isinstance(params[1], Mapping) else {}
+    return talker.get("speaker")
+
+
+def _first(value: Any) -> Any:
+    """An auxiliary key accumulates as a list of items: its one item."""
+    return value[0] if isinstance(value, list) and value and not isinstance(value[0], int) else value
+
+
+def _ids(value: Any) -> list[int]:
+    if value is None:
+        return []
+    return value.tolist() if hasattr(value, "tolist") else [int(t) for t in value]
+
+
+def thinker_to_talker(source: dict[str, Any], request: Any) -> dict[str, Any]:
+    return {"prompt_token_ids": _ids(_first(source.get("prompt_token_ids"))),
+            "token_ids": _ids(source.get("token_ids")),
+            "thinker": _first(source.get("talker_thinker")), "speaker": request_speaker(request)}
+
+
+def talker_to_token2wav(source: dict[str, Any], request: Any) -> dict[str, Any]:
+    codes = source.get("token_ids")
+    if codes is None or len(codes) == 0:
+        raise InvalidRequestError("input", NO_CODES)
+    return {"codes": torch.as_tensor(codes).reshape(-1).long(), "speaker": request_speaker(request)}
