@@ -8,6 +8,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from omnistage.models.qwen_omni.config import sampling_defaults
 from omnistage.pipeline import read_json
 
 ARCHITECTURE = "Qwen2_5OmniForConditionalGeneration"
@@ -21,8 +22,6 @@ TALKER_DEFAULTS: dict[str, Any] = {"max_tokens": 4096, "temperature": 0.9, "top_
                                    "repetition_penalty": 1.05}
 # generate(talker_eos_token_id=[8292, 8294]): codec pad and codec end both end the speech
 TALKER_EOS = (8292, 8294)
-_GENERATION_KEYS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p",
-                    "repetition_penalty": "repetition_penalty", "max_new_tokens": "max_tokens"}
 
 
 @dataclass(frozen=True)
@@ -58,17 +57,8 @@ class Omni25Config:
         return found[name.lower()]
 
     def sampling_defaults(self, stage: str) -> dict[str, Any]:
-        """``thinker``: the checkpoint's generation config; ``talker``: its ``talker_*`` keys over transformers'
-        generate() defaults."""
-        base = dict(TALKER_DEFAULTS) if stage == "talker" else {}
-        prefix = "" if stage == "thinker" else "talker_"
-        for key, name in _GENERATION_KEYS.items():
-            value = self.generation.get(prefix + key)
-            if value is not None:
-                base[name] = value
-        if self.generation.get(prefix + "do_sample") is False:
-            base["temperature"] = 0.0
-        return base
+        """The checkpoint's generation config (``talker_*`` keys for the talker) over transformers' defaults."""
+        return sampling_defaults(self.generation, stage, TALKER_DEFAULTS)
 
 
 def load_omni25_config(folder: str | Path) -> Omni25Config:

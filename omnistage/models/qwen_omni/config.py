@@ -47,17 +47,21 @@ class OmniConfig:
         return self.speakers[name.lower()]
 
     def sampling_defaults(self, stage: str) -> dict[str, Any]:
-        """``thinker`` / ``talker`` defaults: the checkpoint's generation config (its plain keys for the thinker,
-        ``talker_*`` keys for the talker) over, for the talker, transformers' generate() defaults."""
-        base = dict(TALKER_DEFAULTS) if stage == "talker" else {}
-        prefix = "" if stage == "thinker" else "talker_"
-        for key, name in _GENERATION_KEYS.items():
-            value = self.generation.get(prefix + key)
-            if value is not None:
-                base[name] = value
-        if self.generation.get(prefix + "do_sample") is False:
-            base["temperature"] = 0.0
-        return base
+        return sampling_defaults(self.generation, stage, TALKER_DEFAULTS)
+
+
+def sampling_defaults(generation: dict[str, Any], stage: str, talker_defaults: dict[str, Any]) -> dict[str, Any]:
+    """``thinker`` / ``talker`` defaults: the checkpoint's generation config (its plain keys for the thinker,
+    ``talker_*`` keys for the talker) over, for the talker, ``talker_defaults`` (transformers' generate() ones)."""
+    base = dict(talker_defaults) if stage == "talker" else {}
+    prefix = "" if stage == "thinker" else "talker_"
+    for key, name in _GENERATION_KEYS.items():
+        value = generation.get(prefix + key)
+        if value is not None:
+            base[name] = value
+    if generation.get(prefix + "do_sample") is False:
+        base["temperature"] = 0.0
+    return base
 
 
 def load_omni_config(folder: str | Path) -> OmniConfig:
