@@ -1,6 +1,9 @@
 """The thinker stage: the generic vLLM llm stage on the Qwen2.5-Omni folder (vLLM's own
 ``Qwen2_5OmniThinkerForConditionalGeneration``: text, audio, images and video in), plus what the talker needs.
 
+Both of its vLLM engines run that model with transformers' M-RoPE positions (``vllm_thinker.py``: vLLM 0.32
+places a video with its audio one token off), selected by ``hf_overrides`` architectures.
+
 What it shares with Qwen3-Omni's thinker (``qwen_omni.thinker.OmniThinkerEngine``): a plain prompt is a user
 message, the checkpoint's sampling defaults and dtype, no multimodal processor cache when the talker reads it.
 - **The talker's conditioning** (speaking pipeline, and only when the talker runs for this request):
@@ -18,9 +21,11 @@ message, the checkpoint's sampling defaults and dtype, no multimodal processor c
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from omnistage.models.qwen2_5_omni.config import load_omni25_config
+from omnistage.models.qwen2_5_omni.vllm_plugin import THINKER_ARCHITECTURE
 from omnistage.models.qwen_omni.thinker import OmniThinkerEngine, checkpoint_deploy, media_grids
 from omnistage.pipeline import StageContext
 from omnistage.stages.base import StageOutput, StageRequest
@@ -29,9 +34,9 @@ from omnistage.stages.base import StageOutput, StageRequest
 class ThinkerEngine(OmniThinkerEngine):
     def __init__(self, ctx: StageContext, feeds_talker: bool = False):
         config = load_omni25_config(ctx.model) if ctx.model else None
-        # vLLM's own thinker, pooled: its output is the final normed hidden state the talker reads
+        # the same thinker, pooled: its output is the final normed hidden state the talker reads
         super().__init__(ctx, config.sampling_defaults("thinker") if config else {},
-                         {} if feeds_talker and config else None)
+                         {"architectures": [THINKER_ARCHITECTURE]} if feeds_talker and config else None)
         self._inputs: dict[str, Any] = {}  # request id -> its rendered engine input (requests the talker reads)
 
     def rendered(self, req: StageRequest, engine_input: Any) -> None:
@@ -59,6 +64,17 @@ class ThinkerEngine(OmniThinkerEngine):
         return {"hidden": hidden.float().contiguous(), **media_grids(engine_input)}
 
 
+def with_thinker_architecture(ctx: StageContext) -> StageContext:
+    """The deploy running ``vllm_thinker.py``'s thinker (transformers' positions) unless it names its own
+    ``hf_overrides``."""
+    deploy = ctx.deploy
+    if "hf_overrides" in deploy.engine_args:
+        return ctx
+    overrides = {"hf_overrides": {"architectures": [THINKER_ARCHITECTURE]}}
+    return replace(ctx, deploy=deploy.model_copy(update={"engine_args": {**deploy.engine_args, **overrides}}))
+
+
 def build_thinker_engine(ctx: StageContext, feeds_talker: bool = False) -> ThinkerEngine:
     dtype = load_omni25_config(ctx.model).dtype if ctx.model else None
-    return ThinkerEngine(checkpoint_deploy(ctx, dtype, feeds_talker), feeds_talker=feeds_talker)
+    ctx = with_thinker_architecture(checkpoint_deploy(ctx, dtype, feeds_talker))
+    return ThinkerEngine(ctx, feeds_talker=feeds_talker)

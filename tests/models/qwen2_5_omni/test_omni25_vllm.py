@@ -72,10 +72,8 @@ async def test_chat_speaks_as_transformers(omni, reference, name):
 
 
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.parametrize("use_audio_in_video", [False, pytest.param(True, marks=pytest.mark.xfail(strict=True, reason=(
-    "vLLM 0.32's Qwen2_5OmniThinker.get_mrope_input_positions misplaces a video-with-its-audio block by one token "
-    "(the placeholder's <|audio_bos|> takes the first video position; the trailing text starts 3 positions later "
-    "than transformers' get_rope_index, mrope delta -287 vs -290): the thinker's 2nd token differs")))])
+# with its audio: vLLM's own get_mrope_input_positions places the block one token off (vllm_thinker.py)
+@pytest.mark.parametrize("use_audio_in_video", [False, True])
 async def test_video_and_video_with_its_audio_offline(omni, reference, use_audio_in_video):
     turn = [{"type": "video", "video": "x"}, text("what happens?")]
     mm = {"videos": [FRAMES], **({"audio": [CLIP]} if use_audio_in_video else {})}
