@@ -38,8 +38,10 @@ def rank_device(devices: list[str] | None, rank: int) -> torch.device:
 
 
 def backend_for(device: torch.device) -> str:
-    # on GPUs, small CPU tensors (sizes, the plans' agreement) still go over gloo
-    return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+    # on GPUs, small CPU tensors (sizes, the plans' agreement) still go over gloo. On the CPU the name says
+    # "cpu:" too: diffusers' Ulysses size exchange gathers on the CPU only when the backend names it, else on
+    # torch.accelerator.current_accelerator(), which a CUDA-enabled torch reports as cuda even with no GPU
+    return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "cpu:gloo"
 
 
 def join(info: GroupInfo, rank: int, device: torch.device) -> RankGroup:
