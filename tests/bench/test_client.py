@@ -194,6 +194,21 @@ def test_chat_stream_token_accounting(server, tmp_path):
     assert m["ttft_mean_ms"] > 0 and m["itl_p99_ms"] > 0
 
 
+def test_omni_chat_with_audio_in_sends_an_input_audio_part(server, tmp_path):
+    url, state = server
+    state["bodies"].clear()
+    rc, _ = bench(url, tmp_path, "--task", "omni", "--num-prompts", "2", "--chat-audio", "0.25",
+                  "--warmup-requests", "0", "--slo-scale", "0")
+    assert rc == 0 and len(state["bodies"]) == 2
+    body = state["bodies"][0]
+    assert body["modalities"] == ["text", "audio"]
+    audio, text = body["messages"][0]["content"]
+    assert audio["type"] == "input_audio" and audio["input_audio"]["format"] == "wav"
+    samples, rate = sf.read(io.BytesIO(base64.b64decode(audio["input_audio"]["data"])))
+    assert rate == 16000 and samples.shape == (4000,)
+    assert text["type"] == "text" and text["text"]
+
+
 def test_i2i_multipart(server, tmp_path):
     url, state = server
     state["bodies"].clear()

@@ -61,3 +61,24 @@ def test_bad_dataset_arguments():
         load_dataset("random", "t2x", 1, DatasetDefaults())
     with pytest.raises(ValueError, match="num-prompts"):
         load_dataset("random", "t2i", 0, DatasetDefaults())
+
+
+def test_chat_audio_clips_are_seeded_wavs_that_decode_to_the_same_samples(tmp_path):
+    import numpy as np
+    import soundfile
+
+    from omnistage.bench.datasets import AUDIO_RATE, random_audio
+
+    d = DatasetDefaults(seed=3, chat_audio_s=0.5)
+    a, b = load_dataset("random", "omni", 2, d), load_dataset("random", "omni", 2, d)
+    assert a[0].audio == b[0].audio and a[0].audio != a[1].audio
+    samples, rate = soundfile.read(io.BytesIO(a[0].audio), dtype="float32")  # an independent WAV reader
+    assert rate == AUDIO_RATE and samples.shape == (AUDIO_RATE // 2,)
+    assert np.array_equal(samples, random_audio(0.5, 3))  # lossless: a baseline can take the array itself
+    assert load_dataset("random", "t2i", 1, d)[0].audio is None  # only chat / omni carry a clip
+    (tmp_path / "q.wav").write_bytes(a[1].audio)
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"prompt": "what did i say?", "audio": "q.wav"}) + "\n")
+    assert load_dataset("custom", "omni", 1, DatasetDefaults(), str(path))[0].audio == a[1].audio
+    with pytest.raises(ValueError, match="'audio' is for tasks"):
+        load_dataset("custom", "t2i", 1, DatasetDefaults(), str(path))

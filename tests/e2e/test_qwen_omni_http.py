@@ -126,15 +126,19 @@ def test_bad_input_is_a_400_naming_the_field(omni_server, body, param):
 
 
 def test_bench_serve_omni_task_measures_text_and_speech(omni_server, tmp_path):
-    """`omnistage bench serve --task omni`: streamed chat with modalities text + audio; every request completes
-    with text tokens and audio, and the report carries TTFT, time to first audio packet and audio length."""
+    """`omnistage bench serve --task omni`: streamed chat with modalities text + audio, one request hearing a clip
+    (an input_audio part); every request completes with text tokens and audio, and the report carries TTFT, time to
+    first audio packet and audio length."""
+    from omnistage.bench.datasets import random_audio, wav_bytes
     from omnistage.cli.main import main as cli_main
 
     # a custom dataset, so the talker gets a frame budget (random weights rarely end speech on their own)
     talker = {"sampling_params_list": [None, {"temperature": 0, "max_tokens": TALK}]}
+    (tmp_path / "question.wav").write_bytes(wav_bytes(random_audio(0.5, 0)))
     dataset = tmp_path / "omni.jsonl"
-    dataset.write_text("".join(json.dumps({"prompt": p, "max_tokens": THINK, "extra": talker}) + "\n"
-                               for p in ("hello there", "what is the weather")))
+    dataset.write_text(json.dumps({"prompt": "hello there", "max_tokens": THINK, "extra": talker}) + "\n"
+                       + json.dumps({"prompt": "what did i say?", "audio": "question.wav", "max_tokens": THINK,
+                                     "extra": talker}) + "\n")
     out = tmp_path / "omni.json"
     rc = cli_main(["bench", "serve", "--base-url", omni_server, "--model", "tiny-omni", "--task", "omni",
                    "--dataset", "custom", "--dataset-path", str(dataset), "--num-prompts", "2",

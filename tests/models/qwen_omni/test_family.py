@@ -45,18 +45,34 @@ def test_shipped_deploy_configs_validate(name, replicas):
     assert [deploy.stage(i).num_replicas for i in range(3)] == replicas
 
 
-def test_code_chunks_every_n_frames_and_the_rest_at_the_end():
+@pytest.mark.parametrize("params, pieces", [
+    ({"chunk_frames": 3}, [True, False, False, True, False, False, True]),  # the first frame at once, then 3 by 3
+    ({"chunk_frames": 3, "initial_codec_chunk_frames": 2}, [False, True, False, False, True, False, False]),
+])
+def test_code_chunks_first_piece_then_every_n_frames_and_the_rest_at_the_end(params, pieces):
     class Req:
-        sampling_params = (None, None, {"chunk_frames": 3})
+        sampling_params = (None, None, params)
 
     state: dict = {"finished": False}
     frames = [torch.full((1, 4), i) for i in range(7)]
     sent = [edges.talker_to_code2wav_chunks({"token_ids": f}, Req, state) for f in frames]
-    assert [s is not None for s in sent] == [False, False, True, False, False, True, False]
+    assert [s is not None for s in sent] == pieces
     state["finished"] = True
     tail = edges.talker_to_code2wav_chunks({}, Req, state)
-    got = torch.cat([s["codes"] for s in sent if s is not None] + [tail["codes"]], dim=1)
+    assert (tail is not None) == (not pieces[-1])
+    got = torch.cat([s["codes"] for s in [*sent, tail] if s is not None], dim=1)
     assert torch.equal(got, torch.cat(frames).T)  # [G, frames], nothing lost or repeated
+
+
+def test_code2wav_decodes_in_few_shapes_and_keeps_short_pieces_off_long_windows():
+    from omnistage.models.qwen_omni.code2wav import decode_batches
+
+    # (padded length, batch rows, window indices): similar lengths share a decode, padded to the next of LENGTHS
+    assert decode_batches([1, 4]) == [(4, 2, [0, 1])]
+    assert decode_batches([1, 1, 1]) == [(1, 4, [0, 1, 2])]  # one padding row rather than a second decode
+    assert decode_batches([1] * 6) == [(1, 4, [0, 1, 2, 3]), (1, 2, [4, 5])]
+    assert decode_batches([200, 1, 5]) == [(8, 2, [1, 2]), (256, 1, [0])]  # a new request's first frame alone
+    assert decode_batches([325, 300]) == [(325, 2, [1, 0])]  # a whole chunk with its context: no more
 
 
 def test_a_talker_that_ends_before_its_first_frame_is_a_400_naming_the_input():
@@ -79,6 +95,8 @@ def test_reply_chunks_carry_the_prompt_and_the_voice_once():
     assert first == {"prompt_token_ids": [1, 2], "speaker": "Chelsie", "token_ids": [5]}
     assert edges.thinker_to_talker_chunks({"token_ids": [6], "text": "b"}, Req, state) == {"token_ids": [6]}
     assert edges.thinker_to_talker_chunks({"text": ""}, Req, state) is None
+    more = edges.thinker_to_talker_chunks({"token_ids": [7], "reply_continues": True}, Req, state)
+    assert more == {"token_ids": [7], "reply_continues": True}  # not the thinker's last tokens (thinker.py)
 
 
 def test_sampling_defaults_come_from_the_checkpoint_generation_config(omni_dir, tmp_path):

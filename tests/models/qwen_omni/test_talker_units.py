@@ -76,17 +76,21 @@ def test_talker_codes_equal_transformers_generate(talker, reference, messages):
     assert torch.equal(codes, ref.codes)
 
 
-def test_talker_batched_rows_equal_solo(talker, reference):
+def test_talker_batched_prefill_and_rows_equal_transformers(talker, reference):
+    """Both prompts' prefills in one right-padded forward (their lengths differ), then batched steps: each row's
+    codes are transformers' for that prompt alone."""
     a, b = reference.run(HELLO, THINK, TALK), reference.run(CHAT, THINK, TALK)
-    rows, trailing = [], []
+    rows, inputs, trailing = [], [], []
     for ref in (a, b):
         start = talker.assistant_start(ref.prompt_ids, talker.config.im_start_token_id,
                                        talker.config.assistant_token_id)
         turn = ref.prompt_ids[start:] + ref.reply[:-1]
-        row = Row(RequestKV(talker.num_layers), Sampling(temperature=0))
-        talker.prefill(row, *talker.prefill_input(ref.prompt_ids, turn[:4], 2302))
-        rows.append(row)
+        rows.append(Row(RequestKV(talker.num_layers), Sampling(temperature=0)))
+        inputs.append(talker.prefill_input(ref.prompt_ids, turn[:4], 2302))
         trailing.append(turn[4:] + [EOS_TEXT])
+    assert inputs[0][0].shape[0] != inputs[1][0].shape[0]  # the shorter one is padded
+    talker.prefill_batch(rows, inputs)
+    assert [r.kv.length for r in rows] == [x[0].shape[0] for x in inputs]  # padding stays out of the caches
     frames = min(a.codes.shape[1], b.codes.shape[1])
     got = [talker.step(rows, [t[s] if s < len(t) else PAD_TEXT for t in trailing]) for s in range(frames)]
     batched = torch.stack(got)  # [frames, 2, G]
@@ -94,7 +98,8 @@ def test_talker_batched_rows_equal_solo(talker, reference):
 
 
 def run_engine(folder, requests: list[tuple[str, dict, list[tuple[dict, bool]] | None]]):
-    """Run requests through a started TalkerEngine: (id, whole inputs or {} to stream, feeds)."""
+    """Run requests through a started TalkerEngine: (id, whole inputs or {} to stream, feeds) -> (outputs,
+    step batch sizes, prefill batch sizes)."""
     async def main():
         engine = TalkerEngine(context(folder, 1))
         await engine.start()
@@ -107,7 +112,7 @@ def run_engine(folder, requests: list[tuple[str, dict, list[tuple[dict, bool]] |
                     await engine.feed(rid, chunk, last)
                 return await task
             outs = await asyncio.gather(*(one(*r) for r in requests))
-            return outs, list(engine.batch_sizes)
+            return outs, list(engine.batch_sizes), list(engine.prefill_sizes)
         finally:
             await engine.shutdown()
     return asyncio.run(main())
@@ -123,29 +128,72 @@ def test_talker_engine_streamed_text_equals_whole_text_and_batches(omni_dir, ref
     whole = {"prompt_token_ids": a.prompt_ids, "token_ids": a.reply, "speaker": "Ethan"}
     first = {"prompt_token_ids": b.prompt_ids, "token_ids": b.reply[:1], "speaker": "ethan"}
     feeds = [(first, False)] + [({"token_ids": [t]}, False) for t in b.reply[1:]] + [({}, True)]
-    (out_a, out_b), batches = run_engine(omni_dir, [("a", whole, None), ("b", {}, feeds)])
+    (out_a, out_b), batches, _ = run_engine(omni_dir, [("a", whole, None), ("b", {}, feeds)])
     assert torch.equal(frames_of(out_a), a.codes) and torch.equal(frames_of(out_b), b.codes)
     assert max(batches) == 2  # the two requests shared steps
     assert out_a[-1].finish_reason == "length" and out_a[-1].metrics.num_tokens == a.codes.shape[1]
 
 
+def test_talker_reads_tokens_the_thinker_says_are_not_its_last_at_once(omni_dir, reference):
+    """``reply_continues`` chunks (what the thinker marks on every output but its last): the first frame comes once
+    the thinker's second reply token is there (not its third), and the codes are still transformers'."""
+    ref = reference.run(CHAT, THINK, TALK)
+
+    async def main():
+        engine = TalkerEngine(context(omni_dir, 1))
+        await engine.start()
+        try:
+            req = StageRequest("r", {}, {"temperature": 0, "max_tokens": TALK}, stream_inputs=True)
+            outs = engine.generate(req)
+            first = asyncio.ensure_future(outs.__anext__())
+            await asyncio.sleep(0.01)  # the request is registered
+            await engine.feed("r", {"prompt_token_ids": ref.prompt_ids, "token_ids": ref.reply[:1],
+                                    "reply_continues": True}, False)
+            await engine.feed("r", {"token_ids": ref.reply[1:2], "reply_continues": True}, False)
+            frame = await asyncio.wait_for(first, 10)  # no third token fed yet
+            got = [frame]
+            for i, t in enumerate(ref.reply[2:], start=2):
+                await engine.feed("r", {"token_ids": [t], "reply_continues": i < len(ref.reply) - 1}, False)
+            await engine.feed("r", {}, True)
+            got += [out async for out in outs]
+            return got
+        finally:
+            await engine.shutdown()
+
+    got = asyncio.run(main())
+    assert got[0].data["token_ids"].shape == (1, 4)
+    assert torch.equal(frames_of(got), ref.codes)
+
+
+def test_talker_engine_prefills_requests_that_arrive_together_in_one_batch(omni_dir, reference):
+    a, b = reference.run(HELLO, THINK, TALK), reference.run(CHAT, THINK, TALK)
+    whole = [(rid, {"prompt_token_ids": r.prompt_ids, "token_ids": r.reply, "speaker": "Ethan"}, None)
+             for rid, r in (("a", a), ("b", b), ("c", a))]
+    (out_a, out_b, out_c), _, prefills = run_engine(omni_dir, whole)
+    assert prefills == [3]  # one batched prefill, not three in a row
+    assert torch.equal(frames_of(out_a), a.codes) and torch.equal(frames_of(out_b), b.codes)
+    assert torch.equal(frames_of(out_c), a.codes)
+
+
 def test_code2wav_streamed_pieces_equal_chunked_decode(omni_dir, reference):
     adapter = Code2WavAdapter(context(omni_dir, 2))
     g = torch.Generator().manual_seed(0)
-    codes = [torch.randint(0, 2048, (4, n), generator=g) for n in (340, 23)]
+    codes = [torch.randint(0, 2048, (4, n), generator=g) for n in (340, 23, 40)]
     with torch.no_grad():
         refs = [reference.model.code2wav.chunked_decode(c[None], chunk_size=300, left_context_size=25).reshape(-1)
                 for c in codes]
-    cuts = [[0, 1, 8, 299, 300, 305, 340], [0, 4, 23]]  # crossing and landing on the 300-frame chunk edge
-    states = [{}, {}]
-    got: list[list[torch.Tensor]] = [[], []]
+    # crossing and landing on the 300-frame chunk edge; the first pieces (1, 4, 1 frames) share a decode padded to
+    # 4 frames and 4 rows, the later ones are too far apart in length to share one
+    cuts = [[0, 1, 8, 299, 300, 305, 340], [0, 4, 23], [0, 1, 12, 40]]
+    states = [{}, {}, {}]
+    got: list[list[torch.Tensor]] = [[], [], []]
     for piece in range(max(len(c) for c in cuts) - 1):
         items = [GenerationItem(str(i), {"codes": codes[i][:, cuts[i][piece]:cuts[i][piece + 1]]}, {}, states[i],
-                                piece + 2 == len(cuts[i])) for i in range(2) if piece + 1 < len(cuts[i])]
+                                piece + 2 == len(cuts[i])) for i in range(3) if piece + 1 < len(cuts[i])]
         for item, out in zip(items, adapter.run(items)):
             assert out["sample_rate"] == 24000
             got[int(item.request_id)].append(out["audio"])
-    assert max(adapter.calls) == 2  # the two requests' pieces shared a decode
+    assert adapter.calls[0] == 3  # the three first pieces shared a decode
     for pieces, ref in zip(got, refs):
         audio = torch.cat(pieces)
         assert audio.shape == ref.shape

@@ -45,7 +45,7 @@ def test_replica_lines_name_the_chosen_layout():
 
     omni = AsyncOmni(pipeline=PIPELINE, deploy_config=stage(parallel_config={"world_size": 2}))
     assert replica_lines(omni.pipeline, omni.deploy) == [
-        "stage 0 replica 0: 2 ranks, cfg_parallel_size=1 x ulysses_degree=2, devices cpu,cpu, backend gloo"]
+        "stage 0 replica 0: 2 ranks, cfg_parallel_size=1 x ulysses_degree=2, devices cpu,cpu, backend cpu:gloo"]
 
 
 async def test_a_model_without_a_sequence_plan_is_refused_before_any_rank_starts(tiny_model):

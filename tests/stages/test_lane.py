@@ -1,0 +1,95 @@
+"""stages/lane.py: in-process CPU model calls overlap, except one carrying a request's first output, which runs
+alone (after the calls in progress, before the calls that wait)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from omnistage.stages.lane import run_on
+
+
+def test_plain_calls_overlap():
+    both = threading.Barrier(2, timeout=5)  # each call returns only once the other one runs too
+
+    async def main():
+        return await asyncio.gather(run_on("cpu", both.wait), run_on("cpu", both.wait))
+
+    assert sorted(asyncio.run(main())) == [0, 1]
+
+
+def test_an_urgent_call_runs_alone_and_before_the_calls_that_wait():
+    log: list[str] = []
+    release = threading.Event()
+
+    def call(name: str, wait: threading.Event | None = None) -> None:
+        log.append(f"{name}+")
+        if wait is not None:
+            assert wait.wait(5)
+        time.sleep(0.02)
+        log.append(f"{name}-")
+
+    async def main():
+        step = asyncio.ensure_future(run_on("cpu", call, "step", release))  # in progress
+        await asyncio.sleep(0.05)
+        first = asyncio.ensure_future(run_on("cpu", call, "first", urgent=True))  # waits for the step only
+        await asyncio.sleep(0.02)
+        later = asyncio.ensure_future(run_on("cpu", call, "later"))  # queued behind the urgent call
+        await asyncio.sleep(0.05)
+        assert log == ["step+"]  # neither started while the step runs
+        release.set()
+        await asyncio.gather(step, first, later)
+
+    asyncio.run(main())
+    assert log == ["step+", "step-", "first+", "first-", "later+", "later-"]
+
+
+def test_gpu_calls_are_not_scheduled():
+    both = threading.Barrier(2, timeout=5)
+
+    async def main():
+        return await asyncio.gather(run_on("cuda:0", both.wait, urgent=True), run_on("cuda:0", both.wait))
+
+    assert sorted(asyncio.run(main())) == [0, 1]
+
+
+def test_urgent_calls_start_in_arrival_order():
+    """A stage whose urgent call ends and that asks again at once (the talker: prefill, then its first step) does
+    not overtake the urgent call that was already waiting (code2wav's first packet)."""
+    log: list[str] = []
+
+    def call(name: str) -> None:
+        log.append(name)
+        time.sleep(0.02)
+
+    async def talker():
+        await run_on("cpu", call, "prefill", urgent=True)
+        await run_on("cpu", call, "first step", urgent=True)
+
+    async def main():
+        t = asyncio.ensure_future(talker())
+        await asyncio.sleep(0.005)  # the prefill runs
+        await run_on("cpu", call, "first packet", urgent=True)
+        await t
+
+    asyncio.run(main())
+    assert log == ["prefill", "first packet", "first step"]
+
+
+def test_a_call_cancelled_while_waiting_leaves_the_queue():
+    release = threading.Event()
+
+    async def main():
+        busy = asyncio.ensure_future(run_on("cpu", release.wait, 5))
+        await asyncio.sleep(0.02)
+        waiting = asyncio.ensure_future(run_on("cpu", time.sleep, 0, urgent=True))
+        await asyncio.sleep(0.02)
+        waiting.cancel()
+        later = asyncio.ensure_future(run_on("cpu", lambda: "ran"))  # not held back by the cancelled urgent call
+        await asyncio.sleep(0.05)
+        assert later.done() and later.result() == "ran"
+        release.set()
+        await busy
+
+    asyncio.run(main())
