@@ -182,9 +182,10 @@ async def test_step_cache_rows_keep_their_adapters(sd3_deep):
     finally:
         await engine.shutdown()
     for (rid, *_), got in zip(specs, together):
-        # batched vs solo forwards (float batch variance): ≤ 1e-5 with the +cpu torch build, 1.4e-5 (latents up to
-        # ~5, relative 3e-6) with the CUDA-enabled build's CPU kernels
-        assert max_diff(got, solo[rid]) <= 2e-5, rid
+        # batched vs solo forwards (float batch variance; which rows share a step varies with timing here): ≤ 1e-5
+        # with the +cpu torch build, 1.4e-5..3.3e-5 (latents up to ~5) with the CUDA-enabled build's CPU kernels;
+        # another row's adapter would differ by O(1)
+        assert max_diff(got, solo[rid]) <= 1e-4, rid
     mixed = [(c, r) for c, r in log if c and r]
     assert mixed and any({"a1", "b5"} & set(c) and {"a1", "b5"} & set(r) for c, r in mixed), log
 
