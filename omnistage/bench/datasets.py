@@ -11,6 +11,7 @@ from typing import Any
 
 TASKS = ("t2i", "i2i", "t2v", "i2v", "tts", "chat", "omni")  # omni: chat answered in text + speech
 IMAGE_INPUT_TASKS = ("i2i", "i2v")
+AUDIO_INPUT_TASKS = ("chat", "omni")  # an input_audio part in the user message (--chat-audio, custom "audio")
 
 # A small fixed vocabulary: prompts are reproducible and readable in logs.
 _WORDS = (
@@ -34,6 +35,7 @@ class BenchRequest:
     seed: int | None = None
     negative_prompt: str | None = None
     image: bytes | None = None  # PNG bytes for i2i / i2v (and chat with --chat-image: an image_url part)
+    audio: bytes | None = None  # WAV bytes: chat / omni with --chat-audio (an input_audio part)
     max_tokens: int | None = None  # chat
     voice: str | None = None  # tts
     slo_s: float | None = None  # per-request SLO (custom datasets); else the run's SLO
@@ -57,6 +59,7 @@ class DatasetDefaults:
     voice: str | None = None
     input_len: int = 16  # random prompts: words per prompt
     chat_image: bool = False  # chat: one seeded random PNG (width x height, default 64x64) per request
+    chat_audio_s: float | None = None  # chat / omni: one seeded WAV clip of this many seconds per request
 
 
 def random_image_png(width: int, height: int, seed: int) -> bytes:
@@ -71,6 +74,36 @@ def random_image_png(width: int, height: int, seed: int) -> bytes:
     return buf.getvalue()
 
 
+AUDIO_RATE = 16000  # the rate speech encoders (Whisper-style feature extractors) take: no resampling
+
+
+def random_audio(seconds: float, seed: int, rate: int = AUDIO_RATE):
+    """A seeded tone with a little noise, float32 in [-1, 1) and an exact multiple of 1/32768, so a 16-bit WAV
+    of it decodes back to the very same samples (a benchmark can hand the array to a baseline)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * rate)) / rate
+    x = 0.3 * np.sin(2 * np.pi * (220 + 55 * (seed % 8)) * t) + 0.05 * rng.standard_normal(t.shape)
+    return (np.round(np.clip(x, -1, 1 - 1 / 32768) * 32768) / 32768).astype(np.float32)
+
+
+def wav_bytes(samples, rate: int = AUDIO_RATE) -> bytes:
+    """Mono 16-bit PCM WAV of float samples in [-1, 1) (the stdlib writer: no audio library needed)."""
+    import wave
+
+    import numpy as np
+
+    pcm = np.round(np.asarray(samples, dtype=np.float64) * 32768).clip(-32768, 32767).astype("<i2")
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm.tobytes())
+    return buf.getvalue()
+
+
 def random_dataset(task: str, num_prompts: int, defaults: DatasetDefaults) -> list[BenchRequest]:
     _check_task(task)
     base_seed = defaults.seed or 0
@@ -82,20 +115,22 @@ def random_dataset(task: str, num_prompts: int, defaults: DatasetDefaults) -> li
         req = _from_defaults(f"bench-{i}", prompt, defaults, seed=base_seed + i)
         if task in IMAGE_INPUT_TASKS or (task == "chat" and defaults.chat_image):
             req.image = random_image_png(req.width or 64, req.height or 64, base_seed + i)
+        if task in AUDIO_INPUT_TASKS and defaults.chat_audio_s:
+            req.audio = wav_bytes(random_audio(defaults.chat_audio_s, base_seed + i))
         out.append(req)
     return out
 
 
 _CUSTOM_KEYS = {
     "prompt", "width", "height", "num_frames", "num_inference_steps", "guidance_scale", "seed", "negative_prompt",
-    "image", "max_tokens", "voice", "slo_s", "extra",
+    "image", "audio", "max_tokens", "voice", "slo_s", "extra",
 }
 
 
 def custom_dataset(path: str | Path, task: str, num_prompts: int, defaults: DatasetDefaults) -> list[BenchRequest]:
     """JSONL, one object per line: ``{"prompt": ..., "image": "file.png", "seed": 3, ...}``.
 
-    ``image`` paths are relative to the JSONL file. Unknown keys are errors.
+    ``image`` (and ``audio``: a WAV file, chat / omni) paths are relative to the JSONL file. Unknown keys are errors.
     """
     _check_task(task)
     path = Path(path)
@@ -130,6 +165,15 @@ def custom_dataset(path: str | Path, task: str, num_prompts: int, defaults: Data
             req.image = img_path.read_bytes()
         elif task in IMAGE_INPUT_TASKS:
             raise ValueError(f"{where}: task {task} needs an 'image' path")
+        if "audio" in row:
+            if task not in AUDIO_INPUT_TASKS:
+                raise ValueError(f"{where}: 'audio' is for tasks {', '.join(AUDIO_INPUT_TASKS)}, not {task}")
+            audio_path = path.parent / row["audio"]
+            if not audio_path.is_file():
+                raise ValueError(f"{where}: 'audio' file not found: {audio_path}")
+            req.audio = audio_path.read_bytes()
+        elif task in AUDIO_INPUT_TASKS and defaults.chat_audio_s:
+            req.audio = wav_bytes(random_audio(defaults.chat_audio_s, seed))
         out.append(req)
         if len(out) >= num_prompts:
             break

@@ -255,8 +255,14 @@ async def _speech(client, spec, req, outcome, start) -> None:
 
 async def _chat(client, spec, req, outcome, start) -> None:
     content: Any = req.prompt
-    if req.image is not None:  # image chat: the picture first, then the question
-        content = [{"type": "image_url", "image_url": {"url": data_url(req.image)}}, {"type": "text", "text": req.prompt}]
+    if req.image is not None or req.audio is not None:  # media chat: the picture / the clip first, then the question
+        content = []
+        if req.image is not None:
+            content.append({"type": "image_url", "image_url": {"url": data_url(req.image)}})
+        if req.audio is not None:
+            content.append({"type": "input_audio",
+                            "input_audio": {"data": base64.b64encode(req.audio).decode(), "format": "wav"}})
+        content.append({"type": "text", "text": req.prompt})
     body_json: dict[str, Any] = {
         "messages": [{"role": "user", "content": content}],
         "stream": True,

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from omnistage.bench.datasets import TASKS
-from omnistage.cli.args import positive_int
+from omnistage.cli.args import positive_float, positive_int
 
 
 def _rate(value: str) -> float:
@@ -48,6 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--random-input-len", type=positive_int, default=16, help="chat: words per random prompt")
     p.add_argument("--chat-image", action="store_true",
                    help="chat: each request carries a seeded random PNG (--width x --height, default 64x64)")
+    p.add_argument("--chat-audio", type=positive_float, default=None, metavar="SECONDS",
+                   help="chat / omni: each request carries a seeded WAV clip this long (an input_audio part, "
+                        "e.g. Qwen3-Omni hearing its question)")
     p.add_argument("--output-len", "--max-tokens", dest="max_tokens", type=positive_int, default=None,
                    help="chat: max_tokens per request")
     p.add_argument("--no-ignore-eos", action="store_true", help="chat: let requests stop at EOS")
@@ -92,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
                                    num_inference_steps=args.num_inference_steps,
                                    guidance_scale=args.guidance_scale, seed=args.seed,
                                    max_tokens=args.max_tokens, voice=args.voice, input_len=args.random_input_len,
-                                   chat_image=args.chat_image)
+                                   chat_image=args.chat_image, chat_audio_s=args.chat_audio)
         requests = load_dataset(args.dataset, args.task, args.num_prompts, defaults, args.dataset_path)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

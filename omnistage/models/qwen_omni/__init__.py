@@ -16,7 +16,8 @@ after the thinker's first reply token and code2wav after the first frames.
 - Per-stage sampling (``sampling_params_list``): vLLM ``SamplingParams`` keys for the
   thinker and the talker (``temperature``, ``top_k``, ``top_p``, ``repetition_penalty``,
   ``max_tokens`` — the talker's counts codebook-0 codes, as ``talker_max_new_tokens`` —
-  ``seed``); code2wav takes ``chunk_frames`` (async chunk piece size). Request-level knobs
+  ``seed``); code2wav takes ``chunk_frames`` and ``initial_codec_chunk_frames`` (async chunk piece sizes: the
+  first piece, default 1 frame, then every 4). Request-level knobs
   (``max_tokens``, ``temperature``, ...) are the thinker's: the talker is not an llm-kind
   stage, so they never cut the speech.
 - A folder whose config disables audio output (or has no talker) resolves to

@@ -11,6 +11,13 @@ sent yet: the streamed audio equals the reference (float rounding aside), and a 
 finishes once the talker finished and every fed piece is decoded (the generation engine's
 rule). Windows of concurrent requests are right-padded into one decode (causal: padding
 never reaches a real sample).
+
+Decode shapes: windows of similar lengths share a decode (a request's one-frame first piece is not
+padded to another's 300-frame window), padded to a length from ``LENGTHS`` and run in batches of 1, 2,
+4, 8, ... rows. On the CPU every new input shape costs oneDNN a new set of convolution kernels (20-40 ms of
+compile on the tiny fixture, more than the decode), and its cache keeps ~1024 kernels (~30 shapes of this
+decoder): with every window length and batch size of a busy server, the cache never held the next decode's
+shape, and a first packet at concurrency 4 paid that compile. A few shapes, reused, stay compiled.
 """
 
 from __future__ import annotations
@@ -27,7 +34,11 @@ from omnistage.pipeline import StageContext
 from omnistage.stages.generation.engine import GenerationItem
 
 CHUNK, CONTEXT = 300, 25  # chunked_decode's chunk_size and left_context_size, as generate() calls it
-PARAM_KEYS = {"chunk_frames", "seed"}  # "seed" arrives with the generic knobs routed to final stages; unused
+# the streamed pieces' sizes (edges.py); "seed" arrives with the generic knobs routed to final stages, unused
+PARAM_KEYS = {"chunk_frames", "initial_codec_chunk_frames", "seed"}
+# decode lengths (frames): a window is right-padded to the first at least as long (the last is the longest
+# window, a whole chunk with its context)
+LENGTHS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, CHUNK + CONTEXT)
 
 
 class Code2WavAdapter:
@@ -52,9 +63,10 @@ class Code2WavAdapter:
         if unknown:
             raise InvalidRequestError("sampling_params_list[2]", f"unknown field(s) {', '.join(unknown)} for code2wav "
                                       f"(it takes {', '.join(sorted(PARAM_KEYS))})")
-        n = params.get("chunk_frames")
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-            raise InvalidRequestError("chunk_frames", f"expected a positive integer, got {n!r}")
+        for key in ("chunk_frames", "initial_codec_chunk_frames"):
+            n = params.get(key)
+            if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+                raise InvalidRequestError(key, f"expected a positive integer, got {n!r}")
         codes = item.inputs.get("codes")
         k = self.num_quantizers
         if codes is None:
@@ -125,11 +137,39 @@ class Code2WavAdapter:
 
     @torch.no_grad()
     def _decode(self, windows: list[torch.Tensor]) -> list[torch.Tensor]:
-        longest = max(w.shape[1] for w in windows)
-        batch = torch.zeros(len(windows), self.num_quantizers, longest, dtype=torch.long)
-        for row, w in enumerate(windows):
-            batch[row, :, : w.shape[1]] = w
-        wav = self.model(batch.to(self.device)).float().cpu()[:, 0]  # [B, samples]
-        self.calls.append(len(windows))
-        lost = longest * self.upsample - wav.shape[1]  # trailing samples a decode of n frames never has
-        return [wav[row, : w.shape[1] * self.upsample - lost] for row, w in enumerate(windows)]
+        out: list[torch.Tensor] = [torch.empty(0)] * len(windows)
+        for length, size, rows in decode_batches([w.shape[1] for w in windows]):
+            batch = torch.zeros(size, self.num_quantizers, length, dtype=torch.long)  # rows past len(rows): padding
+            for row, i in enumerate(rows):
+                batch[row, :, : windows[i].shape[1]] = windows[i]
+            wav = self.model(batch.to(self.device)).float().cpu()[:, 0]  # [B, samples]
+            self.calls.append(len(rows))
+            lost = length * self.upsample - wav.shape[1]  # trailing samples a decode of n frames never has
+            for row, i in enumerate(rows):
+                out[i] = wav[row, : windows[i].shape[1] * self.upsample - lost]
+        return out
+
+
+def decode_batches(lengths: list[int]) -> list[tuple[int, int, list[int]]]:
+    """Windows (their lengths in frames) -> decodes ``(padded length, batch rows, window indices)``: windows sorted
+    by length share a decode while the longest is at most twice the shortest (+ 4 frames), padded to the next of
+    ``LENGTHS``; a group runs in batches of power-of-two rows (one padding row rather than one more decode)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and lengths[i] <= 2 * lengths[groups[-1][0]] + 4:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    out = []
+    for group in groups:
+        longest = lengths[group[-1]]
+        length = next((n for n in LENGTHS if n >= longest), longest)
+        while group:
+            n = len(group)
+            size = 1 << (n - 1).bit_length()  # n rounded up to a power of two...
+            if size - n > 1:
+                size >>= 1  # ...unless that pads more than one row: the largest power of two below
+            out.append((length, size, group[:size]))
+            group = group[size:]
+    return out

@@ -7,8 +7,11 @@ at the media positions and the grids), and the speaker (the request's ``voice`` 
 reply delta at once: the talker starts after the first reply token.
 
 talker -> code2wav: the talker emits one ``token_ids`` row [G codes] per frame; code2wav
-takes ``codes`` [G, frames]. Streaming forwards every ``chunk_frames`` frames (code2wav's
-sampling param, default ``CHUNK_FRAMES``), the rest when the talker finishes.
+takes ``codes`` [G, frames]. Streaming forwards the first ``initial_codec_chunk_frames`` frames as soon as they
+exist (default ``INITIAL_CHUNK_FRAMES``: one frame, so the first audio packet does not wait for a whole piece of
+talker steps and its decode is the smallest), then every ``chunk_frames`` (default ``CHUNK_FRAMES``; both are
+code2wav's sampling params), the rest when the talker finishes. code2wav is causal, so the pieces' audio is the
+same whatever their sizes.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from omnistage.errors import InvalidRequestError
 from omnistage.pipeline import chunk_size
 
 CHUNK_FRAMES = 4  # 4 frames = 320 ms of speech at 12.5 Hz
+INITIAL_CHUNK_FRAMES = 1  # the first piece: one frame (80 ms), so the first audio packet leaves early
 # the talker ended before its first frame: no audio to send; a 400 naming the input, as in codec_tts and csm
 NO_FRAMES = "the talker produced no codec frame for this input"
 
@@ -62,6 +66,8 @@ def thinker_to_talker_chunks(delta: dict[str, Any], request: Any, state: dict[st
         chunk["speaker"] = request_speaker(request)
     if delta.get("token_ids") is not None:
         chunk["token_ids"] = _ids(delta["token_ids"])
+        if delta.get("reply_continues"):  # not the thinker's last tokens (thinker.py): the talker may read them now
+            chunk["reply_continues"] = True
     if delta.get("talker_media") is not None:
         chunk["media"] = delta["talker_media"]
     return chunk or None
@@ -79,7 +85,10 @@ def talker_to_code2wav_chunks(delta: dict[str, Any], request: Any, state: dict[s
     if delta.get("token_ids") is not None:
         pending.append(torch.as_tensor(delta["token_ids"]))
     frames = sum(p.shape[0] for p in pending)
-    n = chunk_size(request, 2, "chunk_frames", CHUNK_FRAMES)
+    if state.get("sent"):
+        n = chunk_size(request, 2, "chunk_frames", CHUNK_FRAMES)
+    else:
+        n = chunk_size(request, 2, "initial_codec_chunk_frames", INITIAL_CHUNK_FRAMES)
     if frames == 0 or (frames < n and not state.get("finished")):
         if state.get("finished") and not state.get("sent"):
             raise InvalidRequestError("input", NO_FRAMES)

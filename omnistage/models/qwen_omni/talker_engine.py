@@ -19,9 +19,9 @@ produced the text its next step reads. The loop, admission and threading are
 ``stages.ar.engine.StepEngine``'s; this module fills in its hooks.
 
 Inputs (``feed`` chunks, or all at once without async chunk; ``edges.py``):
-``prompt_token_ids`` (first), ``token_ids`` (reply tokens as they come), ``speaker``, and for a media prompt
-``media`` (the thinker's hidden states at the media positions and the media grids; a request with media waits
-for it before its prefill).
+``prompt_token_ids`` (first), ``token_ids`` (reply tokens as they come, ``reply_continues`` when more follow),
+``speaker``, and for a media prompt ``media`` (the thinker's hidden states at the media positions and the media
+grids; a request with media waits for it before its prefill).
 """
 
 from __future__ import annotations
@@ -79,6 +79,7 @@ def talker_sampling(params: Any, defaults: Mapping[str, Any] = TALKER_DEFAULTS):
 class _Req(ARRequest):
     prompt_ids: list[int] | None = None
     reply: list[int] = field(default_factory=list)  # thinker reply tokens so far
+    fed: int = 0  # of them, how many the thinker said more tokens follow (so they are fed back to it)
     text_done: bool = False  # the thinker finished (its last chunk arrived)
     speaker: str | None = None
     media: dict[str, Any] | None = None  # the thinker's hidden states at media positions + grids (thinker.py)
@@ -123,6 +124,8 @@ class TalkerEngine(StepEngine):
             r.media = chunk["media"]
         if chunk.get("token_ids") is not None:
             r.reply.extend(int(t) for t in chunk["token_ids"])
+            if chunk.get("reply_continues"):
+                r.fed = len(r.reply)
         if last:
             r.text_done = True
 
@@ -136,11 +139,11 @@ class TalkerEngine(StepEngine):
     def _visible(self, r: _Req) -> list[int]:
         """The assistant turn as transformers' talker sees it: the prompt's part of the turn and the reply
         without its last token (generate() gathers the thinker's input embeddings per forward, and the last
-        token drawn is never fed back). Until the thinker finished, any token may be the last: the talker
-        reads a reply token once the next one exists."""
+        token drawn is never fed back). Until the thinker finished, a token may be the last unless the thinker
+        said more follow (``reply_continues``, thinker.py); otherwise the talker reads it once the next exists."""
         cfg = self.model.config
         start = self.model.assistant_start(r.prompt_ids, cfg.im_start_token_id, cfg.assistant_token_id)
-        return r.prompt_ids[start:] + r.reply[:-1]
+        return r.prompt_ids[start:] + r.reply[:max(len(r.reply) - 1, r.fed)]
 
     def _head(self, r: _Req) -> list[int] | None:
         """The assistant turn's first 4 tokens, once known."""
@@ -178,16 +181,43 @@ class TalkerEngine(StepEngine):
             return True  # the prompt has no assistant turn: prefill reports it
 
     def prefill(self, r: _Req) -> Emit:
+        (emit,) = self.prefill_batch([r])
+        if isinstance(emit, Exception):
+            raise emit
+        return emit
+
+    def _prefill_input(self, r: _Req) -> tuple[Any, Any, int] | None:
+        """(embeds, positions, rope delta) of ``r``'s prefill; None: the thinker ended before its turn had 4 tokens
+        (nothing to say)."""
         if r.prompt_ids is None:
             raise ValueError("the talker got no thinker prompt (prompt_token_ids)")
         head = self._head(r)
-        if head is None:  # the thinker ended before its turn had 4 tokens: nothing to say
-            return Emit(finish="stop")
-        embeds, positions, delta = self.model.prefill_input(r.prompt_ids, head, self.config.speaker_id(r.speaker),
-                                                            r.media)
-        self.model.prefill(r.row, embeds, positions, delta)
-        r.sampled = 1
-        return Emit(finish=self._finish_reason(r))
+        if head is None:
+            return None
+        return self.model.prefill_input(r.prompt_ids, head, self.config.speaker_id(r.speaker), r.media)
+
+    def prefill_batch(self, rs: list[_Req]) -> list[Emit | Exception]:
+        """The joining requests' prefills as batched forwards (a bad input fails its request alone): requests of
+        similar prompt lengths share one forward, shortest first (padding a short prompt to a long one would
+        cost every row the long one's compute)."""
+        out: list[Emit | Exception | None] = [None] * len(rs)
+        todo: list[tuple[int, tuple[Any, Any, int]]] = []
+        for i, r in enumerate(rs):
+            try:
+                x = self._prefill_input(r)
+            except Exception as e:  # this request fails alone
+                out[i] = e
+                continue
+            if x is None:
+                out[i] = Emit(finish="stop")
+            else:
+                todo.append((i, x))
+        for group in _similar_lengths(sorted(todo, key=lambda item: item[1][0].shape[0])):
+            self.model.prefill_batch([rs[i].row for i, _ in group], [x for _, x in group])
+            for i, _ in group:
+                rs[i].sampled = 1
+                out[i] = Emit(finish=self._finish_reason(rs[i]))
+        return out
 
     def ready(self, r: _Req) -> int | str | None:
         return self._text_item(r)
@@ -207,6 +237,18 @@ class TalkerEngine(StepEngine):
         if r.row.code0 == self.model.codec_eos:
             return "stop"
         return "length" if r.sampled >= r.max_tokens else None
+
+
+def _similar_lengths(todo: list[tuple[int, Any]], slack: int = 32) -> list[list[tuple[int, Any]]]:
+    """Prefill inputs sorted by length -> groups whose longest is at most twice (plus ``slack`` tokens) their
+    shortest."""
+    groups: list[list[tuple[int, Any]]] = []
+    for item in todo:
+        if groups and item[1][0].shape[0] <= 2 * groups[-1][0][1][0].shape[0] + slack:
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    return groups
 
 
 def build_talker_engine(ctx: StageContext) -> TalkerEngine:

@@ -155,10 +155,12 @@ class TalkerModel:
 
     # ------------------------------------------------------------------ steps
 
-    def _forward(self, rows: list[Row], embeds: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    def _forward(self, rows: list[Row], embeds: torch.Tensor, positions: torch.Tensor | None = None,
+                 lengths: list[int] | None = None) -> torch.Tensor:
         """One talker forward of ``embeds`` [B, T, H] (row i continues its own cache; ``positions`` [3, B, T]
-        when given, else each row's next text positions); returns the last position's normed hidden state [B, H]."""
-        cache = StepCache([r.kv for r in rows], embeds.shape[1])
+        when given, else each row's next text positions; ``lengths``: row i's real tokens when the rows are
+        right-padded to T); returns each row's last real position's normed hidden state [B, H]."""
+        cache = StepCache([r.kv for r in rows], lengths or embeds.shape[1])
         if positions is None:
             t = torch.arange(embeds.shape[1], device=self.device)
             pos = torch.stack([torch.tensor(s + r.rope_delta, device=self.device) + t
@@ -167,7 +169,10 @@ class TalkerModel:
         out = self.talker.model(inputs_embeds=embeds, position_ids=positions,
                                 attention_mask=cache.mask(self.device), past_key_values=cache, use_cache=True)
         cache.commit()
-        return out.last_hidden_state[:, -1]
+        if lengths is None:
+            return out.last_hidden_state[:, -1]
+        last = torch.tensor(lengths, device=self.device) - 1
+        return out.last_hidden_state[torch.arange(len(rows), device=self.device), last]
 
     def _sample_code0(self, rows: list[Row], hidden: torch.Tensor) -> None:
         logits = self.talker.codec_head(hidden).float()
@@ -181,9 +186,26 @@ class TalkerModel:
     def prefill(self, row: Row, embeds: torch.Tensor, positions: torch.Tensor | None = None, rope_delta: int = 0) -> None:
         """Run one request's prefill (``embeds`` [L, H]; ``positions`` [3, L], or None for text positions) and
         sample its first codebook-0 code; later steps sit at cache length + ``rope_delta`` on every axis."""
-        row.rope_delta = rope_delta
-        hidden = self._forward([row], embeds.unsqueeze(0), None if positions is None else positions.unsqueeze(1))
-        self._sample_code0([row], hidden)
+        self.prefill_batch([row], [(embeds, positions, rope_delta)])
+
+    @torch.no_grad()
+    def prefill_batch(self, rows: list[Row], inputs: list[tuple[torch.Tensor, torch.Tensor | None, int]]) -> None:
+        """Several requests' prefills as one forward (``inputs[i]``: row i's ``prefill`` arguments), right-padded
+        to the longest (``StepCache`` keeps each row's padding out of its cache and its attention)."""
+        lengths = [embeds.shape[0] for embeds, _, _ in inputs]
+        longest = max(lengths)
+        batch = inputs[0][0].new_zeros(len(rows), longest, inputs[0][0].shape[-1])
+        positions = torch.empty(3, len(rows), longest, dtype=torch.long, device=self.device)
+        t = torch.arange(longest, device=self.device)
+        for i, (row, (embeds, pos, delta)) in enumerate(zip(rows, inputs)):
+            row.rope_delta = delta
+            batch[i, : lengths[i]] = embeds
+            if pos is None:  # text positions: 0.. on every axis
+                positions[:, i] = t
+            else:  # the row's M-RoPE positions, then (padding, never attended) counting on
+                positions[:, i, : lengths[i]] = pos
+                positions[:, i, lengths[i]:] = pos[:, -1:] + 1 + t[: longest - lengths[i]]
+        self._sample_code0(rows, self._forward(rows, batch, positions, lengths))
 
     @torch.no_grad()
     def step(self, rows: list[Row], texts: list[int | str]) -> torch.Tensor:

@@ -10,7 +10,9 @@ talker needs of a media prompt.
   in bfloat16 (its preferred CPU dtype), which is why an image prompt once agreed with transformers' float32
   ``generate`` for 2 tokens only: the thinker must compute what the reference computes.
 - Outputs text and the reply's token ids (what the talker reads), and the rendered prompt's ids in the
-  first output (the generic stage does that for every llm stage).
+  first output (the generic stage does that for every llm stage). When the talker runs, an output that is not the
+  last says so (``reply_continues``): its tokens will be fed back to the thinker, so the talker may read them at
+  once instead of waiting for the next token (transformers' talker never sees the thinker's last token).
 - **Media for the talker** (speaking pipeline only, and only when the talker runs for this request): transformers'
   talker reads, at the prompt's media positions, the thinker's hidden state after layer ``accept_hidden_layer``,
   and gives the prompt M-RoPE positions from the media's grids. The stage renders the prompt once, sends the same
@@ -140,6 +142,8 @@ class ThinkerEngine(OmniThinkerEngine):
                 if task is not None and (task.done() or out.finished):
                     del self._media[rid]
                     out.data["talker_media"] = await task  # its failure fails the request
+                if req.consumers and not out.finished and out.data.get("token_ids"):
+                    out.data["reply_continues"] = True  # more tokens follow: these are fed back (module docstring)
                 yield out
         finally:
             task = self._media.pop(rid, None)

@@ -5,11 +5,13 @@ a second, nested autoregressive model (a depth decoder / code predictor) run ins
 step; vLLM's public API has no place for a nested model between steps
 (docs/architecture.md, "Qwen3-Omni").
 
-The rhythm (the diffusion engine's): requests join at step boundaries — one prefill
-each, once ``prefill_ready`` and while fewer than ``max_num_seqs`` requests are
-running — then every step runs one batched call of the family's ``step`` over all
-running requests that are ``ready`` (a request whose next input has not arrived
-waits without holding the batch), and emits what each request produced. Model work runs in a worker thread;
+The rhythm (the diffusion engine's): requests join at step boundaries — every request
+that is ``prefill_ready`` while fewer than ``max_num_seqs`` are running, all of them in
+one ``prefill_batch`` call (requests that arrive together do not queue behind each
+other's prefills) — then every step runs one batched call of the family's ``step``
+over all running requests that are ``ready`` (a request whose next input has not arrived
+waits without holding the batch), and emits what each request produced. Model work runs in a worker thread
+(``stages.lane``: on the CPU, a call carrying some request's first output runs alone);
 requests fail alone (a failed prefill) or with their batch (a failed step), never the
 engine.
 
@@ -22,6 +24,9 @@ A family subclasses ``StepEngine`` and fills in the hooks:
 - ``prefill_ready(r)``: whether ``r`` has what its prefill needs (default: yes).
 - ``prefill(r)`` (worker thread): the prompt's forward; returns the request's first ``Emit``
   (raise to fail the request alone).
+- ``prefill_batch(rs)`` (worker thread): the prefills of the requests joining at this step
+  boundary, one ``Emit`` or exception (that request fails alone) each; the default runs
+  ``prefill`` for each, a family overrides it to run them as one batched forward.
 - ``ready(r)``: ``r``'s input for the next step, None while it has none yet (default: ``True``);
   a ``ValueError`` fails the request.
 - ``step(rs, items)`` (worker thread): one batched step; returns one ``Emit`` per request.
@@ -40,6 +45,7 @@ from typing import Any
 
 from omnistage.pipeline import StageContext
 from omnistage.stages.base import StageError, StageMetrics, StageOutput, StageRequest, StageStats, peak_memory_mb
+from omnistage.stages.lane import run_on, stage_device
 
 logger = logging.getLogger(__name__)
 
@@ -74,12 +80,14 @@ class StepEngine:
         self.stage_id = ctx.spec.stage_id
         self.max_batch = ctx.deploy.max_num_seqs or 16
         self.model: Any = None
+        self.device = "cpu"  # where the model runs (set at start; stages.lane schedules CPU calls)
         self._reqs: dict[str, ARRequest] = {}
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task | None = None
         self._running = 0
         # requests in each recent step (tests and benchmarks read it); bounded: a server runs for months
         self.batch_sizes: deque[int] = deque(maxlen=4096)
+        self.prefill_sizes: deque[int] = deque(maxlen=4096)  # requests in each prefill_batch call
 
     # ------------------------------------------------------------------ hooks
 
@@ -91,7 +99,7 @@ class StepEngine:
         CPU in float32; the deploy's ``dtype`` wins."""
         import torch
 
-        device = f"cuda:{self.ctx.devices[0]}" if self.ctx.devices and torch.cuda.is_available() else "cpu"
+        device = stage_device(self.ctx.devices)
         dtype = torch.float32 if device == "cpu" else torch.bfloat16
         if self.ctx.deploy.dtype not in (None, "auto"):
             dtype = getattr(torch, str(self.ctx.deploy.dtype))
@@ -106,6 +114,15 @@ class StepEngine:
     def prefill(self, r: Any) -> Emit:
         raise NotImplementedError
 
+    def prefill_batch(self, rs: list[Any]) -> list[Emit | Exception]:
+        out: list[Emit | Exception] = []
+        for r in rs:
+            try:
+                out.append(self.prefill(r))
+            except Exception as e:  # this request fails alone
+                out.append(e)
+        return out
+
     def ready(self, r: Any) -> Any:
         return True
 
@@ -118,6 +135,7 @@ class StepEngine:
     # ------------------------------------------------------------------ engine protocol
 
     async def start(self) -> None:
+        self.device = stage_device(self.ctx.devices)
         self.model = await asyncio.to_thread(self.load_model)
         self._loop_task = asyncio.create_task(self._loop(), name=f"ar-stage-{self.stage_id}")
 
@@ -196,11 +214,11 @@ class StepEngine:
     async def _tick(self) -> bool:
         """One round: prefill the requests that can join, then one batched step. False: nothing to do."""
         did = False
-        for r in [r for r in self._reqs.values() if not r.closed and not r.prefilled]:
-            if sum(1 for x in self._reqs.values() if x.prefilled and not x.closed) >= self.max_batch:
-                break  # full: it joins when a running request ends
-            if self.prefill_ready(r):
-                did |= await self._prefill(r)
+        free = self.max_batch - sum(1 for x in self._reqs.values() if x.prefilled and not x.closed)
+        joining = [r for r in self._reqs.values() if not r.closed and not r.prefilled and self.prefill_ready(r)]
+        if joining and free > 0:  # (full: they join when running requests end)
+            await self._prefill(joining[:free])
+            did = True
         ready: list[tuple[ARRequest, Any]] = []
         for r in self._reqs.values():
             if r.closed or not r.prefilled or len(ready) >= self.max_batch:
@@ -217,27 +235,38 @@ class StepEngine:
             did = True
         return did
 
-    async def _prefill(self, r: ARRequest) -> bool:
-        r.first_scheduled = time.monotonic()
-        self._running = 1
+    async def _prefill(self, rs: list[ARRequest]) -> None:
+        now = time.monotonic()
+        for r in rs:
+            r.first_scheduled = now
+        self._running = len(rs)
+        self.prefill_sizes.append(len(rs))
+        batch_error = None
         try:
-            emit = await asyncio.to_thread(self.prefill, r)
-        except Exception as e:  # this request fails alone
-            if not isinstance(e, ValueError):
-                logger.exception("stage %s: prefill failed for %s", self.stage_id, r.request_id)
-            self._fail(r, StageError.failure(e))
-            return True
+            emits = await run_on(self.device, self.prefill_batch, rs, urgent=True)  # first outputs: see stages.lane
+            if len(emits) != len(rs):
+                raise RuntimeError(f"prefill_batch returned {len(emits)} results for {len(rs)} requests")
+        except Exception as e:  # a failed batched prefill fails its requests, not the engine
+            logger.exception("stage %s: prefill failed", self.stage_id)
+            batch_error = e
+            emits = [e] * len(rs)
         finally:
             self._running = 0
-        r.prefilled = True
-        self._apply(r, emit)
-        return True
+        for r, emit in zip(rs, emits):
+            if isinstance(emit, Exception):  # this request fails alone
+                if emit is not batch_error and not isinstance(emit, ValueError):
+                    logger.error("stage %s: prefill failed for %s", self.stage_id, r.request_id, exc_info=emit)
+                self._fail(r, StageError.failure(emit))
+                continue
+            r.prefilled = True
+            self._apply(r, emit)
 
     async def _step(self, rs: list[ARRequest], items: list[Any]) -> None:
         self._running = len(rs)
         self.batch_sizes.append(len(rs))
         try:
-            emits = await asyncio.to_thread(self.step, rs, items)
+            # a step that gives some request its first token is as urgent as a prefill (stages.lane)
+            emits = await run_on(self.device, self.step, rs, items, urgent=any(r.tokens == 0 for r in rs))
         except Exception as e:  # one bad batch fails its requests, not the engine
             logger.exception("stage %s: step failed", self.stage_id)
             for r in rs:

@@ -7,7 +7,9 @@ attention layers call (``update``, as on any transformers cache): it appends eac
 row's new keys/values to that request's store and returns every row's cache
 right-padded to a common length; ``mask()`` is the boolean 4-D attention mask
 that hides the padding and keeps attention causal, so each row computes what it
-would alone.
+would alone. Rows may add different numbers of tokens (several prefills in one
+forward): the inputs are right-padded to the longest, and a row's padding
+positions are neither stored nor attended by its real tokens.
 """
 
 from __future__ import annotations
@@ -38,32 +40,36 @@ class RequestKV:
 
 
 class StepCache:
-    """The cache of one forward over ``rows`` (each adding ``new_tokens`` tokens)."""
+    """The cache of one forward over ``rows``, each adding ``new_tokens`` tokens (one count for every row, or one
+    per row: the forward's inputs are then right-padded to the largest)."""
 
-    def __init__(self, rows: list[RequestKV], new_tokens: int):
+    def __init__(self, rows: list[RequestKV], new_tokens: int | list[int]):
         self.rows = rows
-        self.new_tokens = new_tokens
+        self.counts = [new_tokens] * len(rows) if isinstance(new_tokens, int) else list(new_tokens)
+        self.new_tokens = max(self.counts)  # the forward's query length
         self.starts = [r.length for r in rows]
-        self.kv_len = max(self.starts) + new_tokens
+        self.kv_len = max(s + n for s, n in zip(self.starts, self.counts))
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
                cache_kwargs: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         b, h, t, d = key_states.shape
         keys = key_states.new_zeros(b, h, self.kv_len, d)
         values = value_states.new_zeros(b, h, self.kv_len, d)
-        for i, (row, start) in enumerate(zip(self.rows, self.starts)):
-            row.write(layer_idx, start, key_states[i], value_states[i])
-            keys[i, :, : start + t] = row.keys[layer_idx][:, : start + t]
-            values[i, :, : start + t] = row.values[layer_idx][:, : start + t]
+        for i, (row, start, n) in enumerate(zip(self.rows, self.starts, self.counts)):
+            row.write(layer_idx, start, key_states[i, :, :n], value_states[i, :, :n])
+            keys[i, :, : start + n] = row.keys[layer_idx][:, : start + n]
+            values[i, :, : start + n] = row.values[layer_idx][:, : start + n]
         return keys, values
 
     def mask(self, device: torch.device | str) -> torch.Tensor:
-        """[B, 1, T, kv_len], True where query t of row i may attend: keys up to its own position."""
+        """[B, 1, T, kv_len], True where query t of row i may attend: keys up to its own position (a padding
+        query, t >= the row's count, sees the row's real keys only)."""
         t = torch.arange(self.new_tokens, device=device).view(1, -1, 1)
         j = torch.arange(self.kv_len, device=device).view(1, 1, -1)
         starts = torch.tensor(self.starts, device=device).view(-1, 1, 1)
-        return (j <= starts + t).unsqueeze(1)
+        last = starts + torch.tensor(self.counts, device=device).view(-1, 1, 1) - 1
+        return (j <= torch.minimum(starts + t, last)).unsqueeze(1)
 
     def commit(self) -> None:
-        for row, start in zip(self.rows, self.starts):
-            row.length = start + self.new_tokens
+        for row, start, n in zip(self.rows, self.starts, self.counts):
+            row.length = start + n

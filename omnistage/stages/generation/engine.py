@@ -31,6 +31,7 @@ from omnistage.stages.base import (
     StageStats,
     peak_memory_mb,
 )
+from omnistage.stages.lane import run_on, stage_device
 
 
 @dataclass
@@ -63,6 +64,7 @@ class GenerationStageEngine:
         self.stage_id = ctx.spec.stage_id
         self.max_batch = ctx.deploy.max_num_seqs or 8
         self.adapter = adapter  # public: tests and tools inspect it
+        self.device = "cpu"  # where the adapter runs (set at start)
         self._reqs: dict[str, _Req] = {}
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task | None = None
@@ -74,6 +76,8 @@ class GenerationStageEngine:
             if self.ctx.spec.adapter is None:
                 raise ValueError(f"stage {self.stage_id}: generation stage declares no adapter")
             self.adapter = await asyncio.to_thread(self.ctx.spec.adapter, self.ctx)
+        # the adapters' rule for their device (on the CPU, a call with a request's first piece runs alone: lane.py)
+        self.device = stage_device(self.ctx.devices)
         self._loop_task = asyncio.create_task(self._loop(), name=f"generation-stage-{self.stage_id}")
 
     async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
@@ -153,6 +157,7 @@ class GenerationStageEngine:
                 ready = [r for r in self._reqs.values() if r.chunks and not r.aborted][: self.max_batch]
                 if not ready:
                     break
+                urgent = any(r.first_scheduled is None for r in ready)  # some request's first piece (stages.lane)
                 items = []
                 for r in ready:
                     chunk = r.chunks.popleft()
@@ -161,7 +166,7 @@ class GenerationStageEngine:
                     items.append(GenerationItem(r.req.request_id, chunk, r.req.params, r.state, r.inputs_done and not r.chunks))
                 self._running = len(items)
                 try:
-                    results = await asyncio.to_thread(self.adapter.run, items)
+                    results = await run_on(self.device, self.adapter.run, items, urgent=urgent)
                     if len(results) != len(items):
                         raise RuntimeError(f"adapter returned {len(results)} outputs for {len(items)} inputs")
                 except Exception as e:  # one bad batch fails its requests, not the engine

@@ -1,0 +1,95 @@
+"""Where in-process stages run their model calls: worker threads, and on the CPU a request's first output
+runs alone.
+
+A stage engine that runs a model in the server process (the step-batched AR engine, the generation
+engine) hands each batched call to a worker thread so the event loop stays free. Two such stages in one
+process — Qwen3-Omni's talker and code2wav — then run calls in two threads at once. That overlap is worth
+having for steady streaming (one call's Python runs while the other is inside a torch op), but on the CPU it
+is what made the first audio packet late under concurrency: the calls of small models are mostly Python
+between torch ops, the threads share one GIL and hand it back and forth at every op, and the first packet's
+decode (4 requests' first frames: 10 ms alone) took 73-135 ms beside a talker stepping the frames after it,
+which are not due for a while (tiny fixture, 2 cores).
+
+So on the CPU a call that carries some request's first output (``urgent``: a prefill, a step or decode with
+a request's first token or piece) runs alone: it waits for the calls in progress (at most one each), and no
+other call starts until it is done. Other calls overlap as before. On a GPU the calls queue kernels on the
+device and nothing here applies (``run_on`` only schedules ``cpu``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
+
+
+class _Lane:
+    """One process's CPU model calls: they share the CPU, except urgent ones, which run alone. Waiting calls
+    start in order, urgent ones first (a call that finishes and asks again at once does not jump the queue)."""
+
+    def __init__(self) -> None:
+        self.running = 0  # calls in progress
+        self.alone = False  # the call in progress is urgent
+        self.waiting: list[tuple[bool, int, asyncio.Future]] = []  # (not urgent, arrival, granted)
+        self.arrivals = 0
+
+    def _dispatch(self) -> None:
+        self.waiting.sort(key=lambda w: w[:2])
+        while self.waiting and not self.alone:
+            later, _, granted = self.waiting[0]
+            if not later and self.running:  # urgent: once the calls in progress are done
+                return
+            self.waiting.pop(0)
+            self.running += 1
+            self.alone = not later
+            granted.set_result(None)
+
+    async def run(self, fn: Callable[..., T], args: tuple, urgent: bool) -> T:
+        granted = asyncio.get_running_loop().create_future()
+        self.arrivals += 1
+        self.waiting.append((not urgent, self.arrivals, granted))
+        self._dispatch()
+        try:
+            await granted
+        except asyncio.CancelledError:
+            if granted.cancelled():  # cancelled while waiting: leave the queue
+                self.waiting = [w for w in self.waiting if w[2] is not granted]
+                self._dispatch()
+            else:  # granted, then cancelled before it ran: give the turn back
+                self._release(urgent)
+            raise
+        try:
+            return await asyncio.to_thread(fn, *args)
+        finally:
+            self._release(urgent)
+
+    def _release(self, urgent: bool) -> None:
+        self.running -= 1
+        if urgent:
+            self.alone = False
+        self._dispatch()
+
+
+# one lane per event loop (tests run several loops in one process; asyncio primitives belong to one loop)
+_lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lane] = weakref.WeakKeyDictionary()
+
+
+def stage_device(devices: list[str] | None) -> str:
+    """The device a stage's models run on: its first GPU when it has one and CUDA is there, else the CPU."""
+    import torch
+
+    return f"cuda:{devices[0]}" if devices and torch.cuda.is_available() else "cpu"
+
+
+async def run_on(device: str, fn: Callable[..., T], *args: Any, urgent: bool = False) -> T:
+    """``fn(*args)`` in a worker thread; on the CPU an ``urgent`` call (it carries some request's first output)
+    runs alone, after the calls in progress and before any that wait."""
+    if not str(device).startswith("cpu"):
+        return await asyncio.to_thread(fn, *args)
+    loop = asyncio.get_running_loop()
+    lane = _lanes.get(loop)
+    if lane is None:
+        lane = _lanes[loop] = _Lane()
+    return await lane.run(fn, args, urgent)
