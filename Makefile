@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: install browser
-	$(PY) -m pytest -q -rs tests
+	$(PY) -m pytest -q -rs --durations=40 tests
 
 # Headless Chromium for the playground's browser test (needs root/sudo; the test skips, saying why, without it).
 browser:

@@ -79,7 +79,7 @@ def test_serve_logs_the_layout_of_each_multi_device_replica(caplog):
     if torch.cuda.is_available():  # the rule of a single-device replica: given devices are GPUs when there are any
         devices, backend = ["cuda:0,cuda:1", "cuda:2,cuda:3"], "cpu:gloo,cuda:nccl"
     else:
-        devices, backend = ["cpu,cpu", "cpu,cpu"], "gloo"
+        devices, backend = ["cpu,cpu", "cpu,cpu"], "cpu:gloo"
     assert lines == [f"stage 0 replica {i}: 2 ranks, cfg_parallel_size=2 x ulysses_degree=1, devices {d}, "
                      f"backend {backend}" for i, d in enumerate(devices)]
     assert not engine.started  # nothing was started to say it
