@@ -60,10 +60,11 @@ class _Lane:
             else:  # granted, then cancelled before it ran: give the turn back
                 self._release(urgent)
             raise
-        try:
-            return await asyncio.to_thread(fn, *args)
-        finally:
-            self._release(urgent)
+        # the turn ends when the thread does: a caller cancelled meanwhile (an abort, a shutdown) stops waiting,
+        # but the call keeps the CPU until it returns, so the next one must not start beside it
+        call = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        call.add_done_callback(lambda f: (f.cancelled() or f.exception(), self._release(urgent)))  # (retrieved)
+        return await asyncio.shield(call)
 
     def _release(self, urgent: bool) -> None:
         self.running -= 1

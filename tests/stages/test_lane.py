@@ -93,3 +93,30 @@ def test_a_call_cancelled_while_waiting_leaves_the_queue():
         await busy
 
     asyncio.run(main())
+
+
+def test_a_cancelled_caller_keeps_its_turn_until_its_call_returns():
+    """Cancelling the caller (an abort, a shutdown) cannot stop the thread: the next call starts once it returns,
+    not beside it."""
+    log: list[str] = []
+    release = threading.Event()
+
+    def call(name: str, wait: threading.Event | None = None) -> None:
+        log.append(f"{name}+")
+        if wait is not None:
+            assert wait.wait(5)
+        log.append(f"{name}-")
+
+    async def main():
+        first = asyncio.ensure_future(run_on("cpu", call, "first", release, urgent=True))
+        await asyncio.sleep(0.05)
+        first.cancel()
+        await asyncio.sleep(0)
+        second = asyncio.ensure_future(run_on("cpu", call, "second", urgent=True))
+        await asyncio.sleep(0.05)
+        assert first.cancelled() and log == ["first+"]  # the second waits for the thread, not the caller
+        release.set()
+        await second
+
+    asyncio.run(main())
+    assert log == ["first+", "first-", "second+", "second-"]

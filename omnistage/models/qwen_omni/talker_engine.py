@@ -213,7 +213,12 @@ class TalkerEngine(StepEngine):
             else:
                 todo.append((i, x))
         for group in _similar_lengths(sorted(todo, key=lambda item: item[1][0].shape[0])):
-            self.model.prefill_batch([rs[i].row for i, _ in group], [x for _, x in group])
+            try:
+                self.model.prefill_batch([rs[i].row for i, _ in group], [x for _, x in group])
+            except Exception as e:  # this forward's requests fail; the other groups' prefills stand
+                for i, _ in group:
+                    out[i] = e
+                continue
             for i, _ in group:
                 rs[i].sampled = 1
                 out[i] = Emit(finish=self._finish_reason(rs[i]))

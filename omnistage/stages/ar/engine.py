@@ -179,6 +179,7 @@ class StepEngine:
         if r is not None and not r.closed:
             r.closed = True
             r.out.put_nowait(StageOutput(request_id, self.stage_id, {}, finished=True, finish_reason="abort"))
+            self._wake.set()  # its place in a full batch is free for a waiting request
 
     # ------------------------------------------------------------------ outputs
 
@@ -215,7 +216,8 @@ class StepEngine:
         """One round: prefill the requests that can join, then one batched step. False: nothing to do."""
         did = False
         free = self.max_batch - sum(1 for x in self._reqs.values() if x.prefilled and not x.closed)
-        joining = [r for r in self._reqs.values() if not r.closed and not r.prefilled and self.prefill_ready(r)]
+        joining = [r for r in list(self._reqs.values())
+                   if not r.closed and not r.prefilled and self._hook(self.prefill_ready, r)]
         if joining and free > 0:  # (full: they join when running requests end)
             await self._prefill(joining[:free])
             did = True
@@ -223,17 +225,24 @@ class StepEngine:
         for r in self._reqs.values():
             if r.closed or not r.prefilled or len(ready) >= self.max_batch:
                 continue
-            try:
-                item = self.ready(r)
-            except ValueError as e:
-                self._fail(r, StageError.failure(e))
-                continue
+            item = self._hook(self.ready, r)
             if item is not None:
                 ready.append((r, item))
         if ready:
             await self._step([r for r, _ in ready], [x for _, x in ready])
             did = True
         return did
+
+    def _hook(self, hook: Any, r: ARRequest) -> Any:
+        """A family's per-request hook on the event loop (``prefill_ready``, ``ready``); one that raises fails
+        its request alone (returns None), never the loop every request is waiting on."""
+        try:
+            return hook(r)
+        except Exception as e:
+            if not isinstance(e, ValueError):  # ValueError: the request's input is bad; anything else is a bug
+                logger.exception("stage %s: %s failed for %s", self.stage_id, hook.__name__, r.request_id)
+            self._fail(r, StageError.failure(e))
+            return None
 
     async def _prefill(self, rs: list[ARRequest]) -> None:
         now = time.monotonic()
@@ -267,6 +276,8 @@ class StepEngine:
         try:
             # a step that gives some request its first token is as urgent as a prefill (stages.lane)
             emits = await run_on(self.device, self.step, rs, items, urgent=any(r.tokens == 0 for r in rs))
+            if len(emits) != len(rs):
+                raise RuntimeError(f"step returned {len(emits)} results for {len(rs)} requests")
         except Exception as e:  # one bad batch fails its requests, not the engine
             logger.exception("stage %s: step failed", self.stage_id)
             for r in rs:
