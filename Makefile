@@ -37,8 +37,13 @@ browser:
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not vllm" tests
 
+# make serve [MODEL=path/to/folder] [HOST=127.0.0.1] [PORT=8001] [ARGS="--api-key secret ..."]
+# exec: the shell becomes the server, so SIGTERM / Ctrl-C reach it directly and its clean exit leaves make quiet.
+# Set on make's command line only: an exported HOST (zsh's hostname) or PORT in the shell does not move it.
+HOST = 0.0.0.0
+PORT = 8000
 serve: install
-	$(VENV)/bin/omnistage serve $(MODEL)
+	exec $(VENV)/bin/omnistage serve $(MODEL) --host $(HOST) --port $(PORT) $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -16,7 +16,8 @@ from omnistage.params import DiffusionSamplingParams
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("generate", help="generate an image offline (progress bar, no server)")
+    p = sub.add_parser("generate", help="generate images, speech or video offline (one request, no server)",
+                       description=__doc__.splitlines()[0].replace("``", ""))
     p.add_argument("model", nargs="?", default=None, help="local model folder (default: the demo pipeline)")
     p.add_argument("--prompt", required=True)
     p.add_argument("--negative-prompt", default=None)

@@ -24,9 +24,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve a pipeline behind an OpenAI-compatible HTTP API",
                        description=__doc__.splitlines()[0])
     p.add_argument("model", nargs="?", help="local model folder (default: the built-in demo)")
-    p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--served-model-name", help="name clients send as 'model' (default: the model path)")
+    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default: %(default)s, every interface)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
+    p.add_argument("--served-model-name",
+                   help="name clients send as 'model' (default: omnistage-demo for the built-in demo, else the "
+                        "model folder's name)")
     p.add_argument("--api-key", default=os.environ.get("OMNISTAGE_API_KEY"),
                    help="require 'Authorization: Bearer KEY' on /v1/* (or set OMNISTAGE_API_KEY)")
     cfg = p.add_mutually_exclusive_group()
@@ -77,6 +79,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-runtime-lora-updating", action="store_true",
                    help="serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's "
                         "VLLM_ALLOW_RUNTIME_LORA_UPDATING; local development)")
+    # /v1/realtime (WebSocket sessions)
+    p.add_argument("--max-realtime-sessions", type=positive_int,
+                   help="realtime sessions open at once; more are refused (close code 1013; default: no cap)")
+    p.add_argument("--realtime-max-audio-seconds", type=positive_float, default=120.0,
+                   help="uncommitted input audio one realtime session may buffer (default: %(default)s)")
+    p.add_argument("--realtime-idle-timeout", type=positive_float, metavar="SECONDS",
+                   help="close a realtime session that sends no event for this long (default: none)")
+    p.add_argument("--realtime-max-session-seconds", type=positive_float, metavar="SECONDS",
+                   help="close a realtime session open this long (default: none)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
@@ -140,7 +151,11 @@ def serve_options(args: argparse.Namespace) -> Any:
                         allowed_media_domains=args.allowed_media_domains, request_timeout_s=args.request_timeout,
                         max_image_pixels=args.max_image_pixels, max_num_frames=args.max_num_frames,
                         max_inference_steps=args.max_inference_steps, max_tokens=args.max_tokens,
-                        allow_runtime_lora_updating=args.allow_runtime_lora_updating)
+                        allow_runtime_lora_updating=args.allow_runtime_lora_updating,
+                        max_realtime_sessions=args.max_realtime_sessions,
+                        realtime_max_buffer_s=args.realtime_max_audio_seconds,
+                        realtime_idle_timeout_s=args.realtime_idle_timeout,
+                        realtime_max_session_s=args.realtime_max_session_seconds)
 
 
 def log_parallel_layouts(engine: Any) -> None:
@@ -151,7 +166,78 @@ def log_parallel_layouts(engine: Any) -> None:
         logger.info(line)
 
 
+def quiet_progress_bars() -> None:
+    """No tqdm bars (diffusers' "Loading pipeline components", transformers' "Loading weights") in a server log
+    that is not a terminal: they interleave with the log lines. tqdm and huggingface_hub read the environment on
+    import, here and in engine child processes (a value the user set wins); called before anything imports
+    them, and a library imported already is switched off through its own call."""
+    if sys.stderr.isatty():
+        return
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if os.environ["TQDM_DISABLE"] == "1":
+        for name in ("diffusers.utils.logging", "transformers.utils.logging"):
+            if name in sys.modules:  # importing one here would cost a chat server seconds it may never spend
+                sys.modules[name].disable_progress_bar()
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, *starts: str):
+        super().__init__()
+        self.starts = starts
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.starts)
+
+
+def quiet_library_warnings() -> None:
+    """Library warnings a server's user cannot act on, dropped at their source logger. transformers' "Token
+    indices sequence length is longer than the specified maximum ... will result in indexing errors" comes from
+    diffusers measuring how long a prompt is before it truncates it: nothing is indexed out of range, and
+    diffusers' own warning right after names the words it cut (that one stays)."""
+    logging.getLogger("transformers.tokenization_utils_base").addFilter(
+        _DropMessages("Token indices sequence length is longer than the specified maximum"))
+
+
+def public_url(host: str, port: int) -> str:
+    """Where a browser on this machine reaches the server (0.0.0.0 / :: listen everywhere: localhost)."""
+    shown = "localhost" if host in ("0.0.0.0", "::", "") else (f"[{host}]" if ":" in host else host)
+    return f"http://{shown}:{port}"
+
+
+def ready_line(host: str, port: int, model_name: str) -> str:
+    url = public_url(host, port)
+    return f"ready: playground: {url}/ | API: {url}/v1 | model: {model_name}"
+
+
+def _server_class() -> type:
+    import contextlib
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, saying where to go once the engine is up, and exiting 0 after a graceful stop."""
+
+        model_name = ""
+
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started:  # the app's startup (the engine) is done and the socket listens: healthy
+                logger.info(ready_line(self.config.host, self.config.port, self.model_name))
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Any:
+            with super().capture_signals():
+                yield
+                # uvicorn would re-raise SIGTERM / SIGINT once shut down, so the process dies by the signal and
+                # `make serve` reports "*** Terminated"; the shutdown was graceful, so it is a plain exit 0
+                self._captured_signals.clear()
+
+    return Server
+
+
 def run(args: argparse.Namespace) -> int:
+    quiet_progress_bars()  # first: before the imports below bring tqdm in
     import uvicorn
     from pydantic import ValidationError
 
@@ -160,6 +246,7 @@ def run(args: argparse.Namespace) -> int:
     from omnistage.server import create_app
 
     logging.getLogger().setLevel(args.log_level.upper())
+    quiet_library_warnings()
     if args.allowed_local_media_path and not Path(args.allowed_local_media_path).is_dir():
         print(f"error: --allowed-local-media-path {args.allowed_local_media_path!r} is not a folder", file=sys.stderr)
         return 2
@@ -176,6 +263,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                timeout_graceful_shutdown=int(args.shutdown_timeout))
-    return 0
+    server = _server_class()(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                                            timeout_graceful_shutdown=int(args.shutdown_timeout)))
+    server.model_name = app.state.omni.model_name
+    try:
+        server.run()
+    except KeyboardInterrupt:  # a second Ctrl-C: uvicorn's forced exit
+        pass
+    return 0 if server.started else 3  # uvicorn.run's STARTUP_FAILURE

@@ -12,7 +12,8 @@ from omnistage.modality import OutputModality
 
 # lora: the name of a LoRA adapter (params.stage_params routes it to the stages holding adapters)
 _PROMPT_KEYS = {"prompt", "prompt_token_ids", "negative_prompt", "multi_modal_data", "modalities",
-                "additional_information", "mm_processor_kwargs", "messages", "lora"}
+                "additional_information", "mm_processor_kwargs", "messages", "lora",
+                "encoder_prompt", "decoder_prompt"}  # an encoder-decoder model's explicit prompt (Whisper)
 
 
 @dataclass
@@ -36,8 +37,8 @@ def normalize_prompt(prompt: str | Mapping[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(prompt) - _PROMPT_KEYS)
     if unknown:
         raise InvalidRequestError("prompt", f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_PROMPT_KEYS))}")
-    if "prompt" not in prompt and "prompt_token_ids" not in prompt and "messages" not in prompt:
-        raise InvalidRequestError("prompt", "needs 'prompt', 'prompt_token_ids' or 'messages'")
+    if not any(k in prompt for k in ("prompt", "prompt_token_ids", "messages", "encoder_prompt")):
+        raise InvalidRequestError("prompt", "needs 'prompt', 'prompt_token_ids', 'messages' or 'encoder_prompt'")
     if "prompt" in prompt and not isinstance(prompt["prompt"], str):
         raise InvalidRequestError("prompt.prompt", f"expected a string, got {type(prompt['prompt']).__name__}")
     return dict(prompt)

@@ -20,8 +20,10 @@ from omnistage.models import (
     sd,
     sd3,
     wan,
+    whisper,
     z_image,
 )
 
-FAMILIES = (sd3, sd, qwen_omni, qwen2_5_omni, chat, prompt_expand, glm_image, demo, wan, codec_tts, flux, z_image,
-            qwen_image, csm)
+# whisper before chat: chat claims any vLLM generative architecture, Whisper's too
+FAMILIES = (sd3, sd, qwen_omni, qwen2_5_omni, whisper, chat, prompt_expand, glm_image, demo, wan, codec_tts, flux,
+            z_image, qwen_image, csm)

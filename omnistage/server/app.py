@@ -19,7 +19,7 @@ from omnistage.config.settings import ServerSettings
 from omnistage.server.deps import require_api_key
 from omnistage.server.errors import error_responses, install_error_handlers
 from omnistage.server.middleware import BodySizeLimit, RequestContext
-from omnistage.server.routes import audio, chat, images, lora, system, videos
+from omnistage.server.routes import audio, chat, images, lora, realtime, system, transcriptions, videos
 from omnistage.server.state import ServeOptions, ServerState
 
 logger = logging.getLogger("omnistage.server")
@@ -52,8 +52,9 @@ def create_app(engine: Any, settings: ServerSettings | None = None, options: Ser
     secured = [Depends(require_api_key)]
     # every /v1 route can answer these; routes add their own (413, 415, 409, ...)
     common = error_responses(400, 401, 404, 500, 503, 504)
-    for module in (system.v1, chat.router, images.router, audio.router, videos.router):
+    for module in (system.v1, chat.router, images.router, audio.router, transcriptions.router, videos.router):
         app.include_router(module, dependencies=secured, responses=common)
+    app.include_router(realtime.router)  # a WebSocket: checks the API key itself (an error event + close code)
     if options.allow_runtime_lora_updating:  # as vLLM: without the flag these paths do not exist (404)
         app.include_router(lora.router, dependencies=secured, responses=common)
     app.openapi = lambda: _openapi(app)

@@ -207,6 +207,8 @@ class SpeechRequest(RequestKnobs):
     ref_text: str | None = Field(None, max_length=8192)
     language: str | None = Field(None, max_length=64)
     max_new_tokens: int | None = Field(None, ge=1)  # the speech LM's max_tokens
+    # per-stage params, as on /v1/chat/completions (e.g. Qwen3-Omni's talker budget in entry 1)
+    sampling_params_list: list[dict[str, Any] | None] | None = None
     initial_codec_chunk_frames: int | None = Field(None, ge=1)  # streamed: codec frames in the first audio chunk
 
 

@@ -29,6 +29,7 @@ from omnistage.server.errors import APIError, from_engine_error
 from omnistage.server.jobs import JobStore
 from omnistage.server.media import MediaLimits
 from omnistage.server.metrics import ServerMetrics
+from omnistage.server.realtime.sessions import RealtimeSessions
 from omnistage.server.storage import FileStorage
 
 logger = logging.getLogger("omnistage.server")
@@ -57,6 +58,12 @@ class ServeOptions:
     max_inference_steps: int | None = DEFAULT_MAX_INFERENCE_STEPS
     max_tokens: int | None = None
     allow_runtime_lora_updating: bool = False  # POST /v1/load_lora_adapter and /v1/unload_lora_adapter
+    # /v1/realtime
+    max_realtime_sessions: int | None = None  # open WebSocket sessions at once; more are refused (None: no cap)
+    realtime_max_event_bytes: int = 8 << 20  # one client event (a larger frame gets an error event)
+    realtime_max_buffer_s: float = 120.0  # seconds of uncommitted input audio one session may hold
+    realtime_idle_timeout_s: float | None = None  # a session with no client event for this long is closed
+    realtime_max_session_s: float | None = None  # a session open this long is closed
 
     def media_limits(self) -> MediaLimits:
         root = Path(self.allowed_local_media_path).resolve() if self.allowed_local_media_path else None
@@ -178,6 +185,7 @@ class ServerState:
                 raise ValueError(f"--allow-runtime-lora-updating: {why}")
         self.started_at = int(time.time())
         self.background: set[asyncio.Task] = set()  # async jobs (videos) to finish on shutdown
+        self.realtime = RealtimeSessions(options.max_realtime_sessions, self.metrics.registry)
 
     def _files_expired(self, names: list[str]) -> None:
         ids = [name.rsplit(".", 1)[0] for name in names]

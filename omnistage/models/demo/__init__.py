@@ -8,6 +8,7 @@ The folder is a plain diffusers StableDiffusion3Pipeline (without T5), served by
 from pathlib import Path
 
 from omnistage.models.demo.adapter import DemoAdapter
+from omnistage.models.demo.vocabulary import EXAMPLE_PROMPTS, FILLER_WORDS, VOCABULARY
 from omnistage.pipeline import Pipeline, StageSpec
 
 DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment
@@ -26,12 +27,16 @@ DEFAULT_PARAMS = {
 
 PIPELINE = Pipeline(
     name="demo",
-    description="built-in demo: 64x64 coloured shapes (SD3-style MMDiT trained by demo/train_shapes.py)",
+    description="built-in demo: 64x64 coloured shapes (SD3-style MMDiT trained by demo/train_shapes.py); "
+                "it draws " + "; ".join(f"{kind}: {', '.join(words)}" for kind, words in VOCABULARY.items()),
     # The weights folder names this pipeline in its omnistage.json; no other folder matches.
     matches=None,
     stages=[StageSpec(0, kind="diffusion", adapter=DemoAdapter, output="image", can_output="image,latent", final=True,
                       default_params=dict(DEFAULT_PARAMS))],
-    info={"default_model": str(WEIGHTS), "served_model_name": "omnistage-demo"},
+    # vocabulary / filler_words: every word it was trained on (the server warns about others);
+    # example_prompts: the playground offers them
+    info={"default_model": str(WEIGHTS), "served_model_name": "omnistage-demo", "vocabulary": VOCABULARY,
+          "filler_words": FILLER_WORDS, "example_prompts": EXAMPLE_PROMPTS},
     deploy_file=DEPLOY,
 )
 PIPELINES = [PIPELINE]

@@ -20,6 +20,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from starlette.datastructures import UploadFile
 
+from omnistage.engine.request import OmniRequest
 from omnistage.modality import OutputModality
 from omnistage.outputs import OmniRequestOutput
 from omnistage.server.deps import get_state
@@ -152,10 +153,8 @@ async def _speaker(state: ServerState, body: SpeechRequest) -> dict[str, Any]:
     return {"voice": body.voice}  # no voices listed at all: the pipeline decides
 
 
-@router.post("/audio/speech", response_class=Response,
-             responses=success("The speech (streamed: the same format, sent as it is decoded; SSE events of base64 "
-                               "PCM16 with stream_format=sse)", *dict.fromkeys(AUDIO_MIME.values()), SSE))
-async def speech(body: SpeechRequest, request: Request, state: ServerState = Depends(get_state)) -> Response:
+async def build_speech_request(state: ServerState, body: SpeechRequest, rid: str) -> OmniRequest:
+    """A speech body as the engine's request, every check before model work (also /v1/realtime's path)."""
     lora = state.check_model(body.model)
     state.require(OutputModality.AUDIO, "audio")
     info = state.engine.pipeline.info
@@ -175,7 +174,16 @@ async def speech(body: SpeechRequest, request: Request, state: ServerState = Dep
     extra_info = {k: v for k, v in extra_info.items() if v is not None}
     if extra_info:
         prompt["additional_information"] = extra_info
-    req = state.make_request(prompt, request_id(request.scope), output_modalities=["audio"], knobs=knobs, lora=lora)
+    return state.make_request(prompt, rid, body.sampling_params_list, output_modalities=["audio"], knobs=knobs,
+                              lora=lora)
+
+
+@router.post("/audio/speech", response_class=Response,
+             responses=success("The speech (streamed: the same format, sent as it is decoded; SSE events of base64 "
+                               "PCM16 with stream_format=sse)", *dict.fromkeys(AUDIO_MIME.values()), SSE))
+async def speech(body: SpeechRequest, request: Request, state: ServerState = Depends(get_state)) -> Response:
+    info = state.engine.pipeline.info
+    req = await build_speech_request(state, body, request_id(request.scope))
     if body.stream:
         slot = state.admission.acquire()
         try:

@@ -8,7 +8,7 @@ import time
 from typing import Any, AsyncIterator
 
 import numpy as np
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 
 from omnistage.engine.request import OmniRequest
 from omnistage.modality import OutputModality
@@ -35,6 +35,7 @@ from omnistage.server.media import (
 )
 from omnistage.server.middleware import request_id
 from omnistage.server.openapi import SSE, success
+from omnistage.server.prompt_warnings import prompt_warnings, warning_headers
 from omnistage.server.protocol import ChatCompletionRequest
 from omnistage.server.state import Result, ServerState
 from omnistage.server.streaming import (
@@ -49,7 +50,33 @@ router = APIRouter(prefix="/v1")
 
 
 @router.post("/chat/completions", responses=success("", SSE, json=True))  # JSON, or SSE with stream
-async def chat_completions(body: ChatCompletionRequest, request: Request, state: ServerState = Depends(get_state)) -> Any:
+async def chat_completions(body: ChatCompletionRequest, request: Request, response: Response,
+                           state: ServerState = Depends(get_state)) -> Any:
+    req = await build_request(state, body, request_id(request.scope))
+    # words a closed-vocabulary model (the demo) cannot draw: a header on either answer, a field on the JSON one
+    warnings = prompt_warnings(state.engine.pipeline.info, state.model_name, req.prompt.get("prompt"))
+    if body.stream:
+        slot = state.admission.acquire()  # before the response starts, so saturation is a real 503
+        try:
+            outs = await primed(state.stream(req, slot=slot))
+        except BaseException:
+            slot.release()
+            raise
+        events = _stream(state, body, req, outs)
+        return AbortOnDisconnect(with_error_event(events, from_engine_error), on_close=slot.release,
+                                 media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no",
+                                          **dict(warning_headers(warnings))})
+    result = await state.run(request, req)
+    out = await asyncio.to_thread(_completion, state, body, req.request_id, result)
+    if warnings:
+        out["warnings"] = warnings
+        response.headers.update(dict(warning_headers(warnings)))
+    return out
+
+
+async def build_request(state: ServerState, body: ChatCompletionRequest, rid: str) -> OmniRequest:
+    """A chat body as the engine's request, every check before model work (also /v1/realtime's path)."""
     lora = state.check_model(body.model)
     if body.logprobs:
         raise bad_request("logprobs: not supported", "logprobs")
@@ -64,20 +91,16 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, state:
         raise bad_request("n: only n=1 is supported for text output", "n")
     prompt = await build_prompt(state, body)
     _choose_voice(state, body, knobs, prompt)
-    req = state.make_request(prompt, request_id(request.scope), body.sampling_params_list, modalities, knobs, lora)
-    if body.stream:
-        slot = state.admission.acquire()  # before the response starts, so saturation is a real 503
-        try:
-            outs = await primed(state.stream(req, slot=slot))
-        except BaseException:
-            slot.release()
-            raise
-        events = _stream(state, body, req, outs)
-        return AbortOnDisconnect(with_error_event(events, from_engine_error), on_close=slot.release,
-                                 media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    result = await state.run(request, req)
-    return await asyncio.to_thread(_completion, state, body, req.request_id, result)
+    return state.make_request(prompt, rid, body.sampling_params_list, modalities, knobs, lora)
+
+
+def audio_delta(out: OmniRequestOutput) -> np.ndarray | None:
+    """The output's new audio as float32 mono, or None when it brought none."""
+    audio = out.delta.get("audio")
+    if audio is None:
+        return None
+    arr = np.asarray(audio.detach().cpu() if hasattr(audio, "detach") else audio, dtype=np.float32).reshape(-1)
+    return arr if arr.size else None
 
 
 def _choose_voice(state: ServerState, body: ChatCompletionRequest, knobs: Any, prompt: dict[str, Any]) -> None:
@@ -285,15 +308,13 @@ async def _stream(state: ServerState, body: ChatCompletionRequest, req: OmniRequ
                 usage = {"usage": {"prompt_tokens": prompt_tokens, "completion_tokens": out.num_tokens,
                                    "total_tokens": prompt_tokens + out.num_tokens}}
             pieces.append(chunk({"content": text}, "text", **usage))
-        audio = out.delta.get("audio")
-        if audio is not None:
-            arr = np.asarray(audio.detach().cpu() if hasattr(audio, "detach") else audio, dtype=np.float32).reshape(-1)
-            if arr.size:
-                delta = {"id": f"audio-{rid}", "data": b64(pcm16(arr)), "format": "pcm16"}
-                if not rate_sent:  # the sample rate once, with the first audio delta
-                    delta["sample_rate"] = out.sample_rate or out.delta.get("sample_rate")
-                    rate_sent = True
-                pieces.append(chunk({"audio": delta}, "audio"))
+        arr = audio_delta(out)
+        if arr is not None:
+            delta = {"id": f"audio-{rid}", "data": b64(pcm16(arr)), "format": "pcm16"}
+            if not rate_sent:  # the sample rate once, with the first audio delta
+                delta["sample_rate"] = out.sample_rate or out.delta.get("sample_rate")
+                rate_sent = True
+            pieces.append(chunk({"audio": delta}, "audio"))
         if out.finished:
             result.add(out, text_stages)
             for image in out.images:

@@ -7,7 +7,7 @@ import json
 import time
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
@@ -28,6 +28,7 @@ from omnistage.server.media import (
 )
 from omnistage.server.middleware import request_id
 from omnistage.server.openapi import request_body
+from omnistage.server.prompt_warnings import prompt_warnings, warning_headers
 from omnistage.server.protocol import ImageRequest
 from omnistage.server.state import ServerState
 
@@ -36,15 +37,16 @@ MAX_INPUT_IMAGES = 16
 
 
 @router.post("/images/generations")
-async def generations(body: ImageRequest, request: Request, state: ServerState = Depends(get_state)) -> dict:
+async def generations(body: ImageRequest, request: Request, response: Response,
+                      state: ServerState = Depends(get_state)) -> dict:
     if body.image_url is not None:
         raise bad_request("image_url: only accepted by /v1/images/edits", "image_url")
-    return await generate_images(state, request, body, [])
+    return await generate_images(state, request, body, [], response)
 
 
 @router.post("/images/edits", responses=error_responses(413, 415),
              openapi_extra=request_body(ImageRequest, {"image": True}))
-async def edits(request: Request, state: ServerState = Depends(get_state)) -> dict:
+async def edits(request: Request, response: Response, state: ServerState = Depends(get_state)) -> dict:
     ctype = request.headers.get("content-type", "")
     if ctype.startswith("multipart/form-data"):
         body, images = await _from_multipart(request, state)
@@ -63,7 +65,7 @@ async def edits(request: Request, state: ServerState = Depends(get_state)) -> di
         images.append(await load_image(url, f"image_url[{i}]" if len(urls) > 1 else "image_url", state.media))
     if not images:
         raise bad_request("image: at least one input image is required (upload 'image' files or send 'image_url')", "image")
-    return await generate_images(state, request, body, images)
+    return await generate_images(state, request, body, images, response)
 
 
 def _validate(raw: Any) -> ImageRequest:
@@ -99,7 +101,8 @@ async def _from_multipart(request: Request, state: ServerState) -> tuple[ImageRe
     return _validate(fields), images
 
 
-async def generate_images(state: ServerState, request: Request, body: ImageRequest, images: list[Any]) -> dict:
+async def generate_images(state: ServerState, request: Request, body: ImageRequest, images: list[Any],
+                          response: Response) -> dict:
     lora = state.check_model(body.model)
     state.require(OutputModality.IMAGE, "images")
     if body.response_format != "b64_json":
@@ -123,4 +126,9 @@ async def generate_images(state: ServerState, request: Request, body: ImageReque
         out["size"] = "{}x{}".format(*result.images[0].size)
     if body.return_stage_metrics:
         out["stage_metrics"] = {str(k): v for k, v in result.metrics.items()}
+    warnings = prompt_warnings(state.engine.pipeline.info, state.model_name, body.prompt)
+    if warnings:  # words the model cannot draw (docs/server.md): said, not silently ignored
+        out["warnings"] = warnings
+        for name, value in warning_headers(warnings):
+            response.headers.append(name, value)
     return out

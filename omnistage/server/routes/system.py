@@ -13,6 +13,7 @@ from omnistage.modality import OutputModality
 from omnistage.params import RequestKnobs, denoising_stages
 from omnistage.server.deps import get_state
 from omnistage.server.errors import APIError
+from omnistage.server.image_sizes import image_sizes
 from omnistage.server.state import ServerState
 
 router = APIRouter()
@@ -100,7 +101,7 @@ def _stage_output(state: ServerState, stage: Any) -> str:
 
 def _model_card(state: ServerState) -> dict:
     """What a client (the playground) needs to offer the right forms: outputs, stages, routes, defaults,
-    and for speech models the voices."""
+    for image models the sizes they draw, for speech models the voices."""
     engine = state.engine
     info = engine.pipeline.info
     card = {
@@ -118,6 +119,14 @@ def _model_card(state: ServerState) -> dict:
         "routes": _routes(state),
         "defaults": _defaults(state),
     }
+    if OutputModality.IMAGE in engine.output_modalities:
+        sizes = image_sizes(info, engine.model, card["defaults"], state.limits.max_image_pixels)
+        if sizes:
+            card["image_sizes"] = sizes
+    # a model that draws only what its training captions named (the demo): its words, and prompts that work
+    for key in ("vocabulary", "example_prompts"):
+        if info.get(key):
+            card[key] = info[key]
     if OutputModality.AUDIO in engine.output_modalities:
         card["voices"] = list(info.get("voices") or [])
         if info.get("default_voice"):

@@ -37,12 +37,22 @@ async function apiError(resp) {
 
 const seconds = (ms) => `${(ms / 1000).toFixed(2)} s`;
 
+// Token counts only mean something for a model with an llm stage.
+const countsTokens = () => (card && card.stages || []).some((s) => s.kind === "llm");
+
+// The last request's numbers go as soon as another starts, so an error never shows stale ones.
+function clearMetrics() {
+  $("metrics").classList.add("hidden");
+  $("metrics-rows").replaceChildren();
+  $("metrics-summary").textContent = "";
+}
+
 // stage_metrics: {"<stage id>": {queue_time_s, run_time_s, num_steps, num_tokens, peak_memory_mb}}
 function showMetrics(stageMetrics, summary) {
   const rows = Object.entries(stageMetrics || {}).sort((a, b) => Number(a[0]) - Number(b[0])).map(([sid, m]) => {
     const stage = (card && card.stages || []).find((s) => String(s.stage_id) === sid) || {};
     const cells = [`${sid} ${stage.name || ""}`, stage.kind || "", fmt(m.queue_time_s, 3), fmt(m.run_time_s, 3),
-                   m.num_steps || "", m.num_tokens || "", fmt(m.peak_memory_mb, 0)];
+                   m.num_steps || "", ...(countsTokens() ? [m.num_tokens || ""] : []), fmt(m.peak_memory_mb, 0)];
     const tr = document.createElement("tr");
     for (const c of cells) tr.appendChild(Object.assign(document.createElement("td"), {textContent: c}));
     return tr;
@@ -137,6 +147,7 @@ function base64Bytes(b64) {
 // Disable a form's button and report errors while `work` runs.
 async function running(button, label, work) {
   showError("");
+  clearMetrics();
   button.disabled = true;
   setStatus(label);
   try {
@@ -219,6 +230,7 @@ async function loadModel() {
     return;
   }
   const outputs = card.output_modalities || [];
+  document.title = `${card.id} · omnistage playground`;
   $("model-name").textContent = `${card.id} (outputs: ${outputs.join(", ")})`;
   const stages = (card.stages || []).map((s) => `${s.kind}→${s.output}`).join(" · ");
   $("model-detail").textContent = `— pipeline ${card.pipeline}: ${stages}`;
@@ -231,10 +243,37 @@ async function loadModel() {
   if (first) showTab(first);
   else showError("This model supports none of the routes the playground knows.");
   setupDefaults(card.defaults || {});
+  setupVocabulary();
+  if (!countsTokens()) $("metrics-tokens").remove();
+  // a model that answers chat with pictures, not text: the chat box starts with something it can draw
+  if (!outputs.includes("text")) {
+    $("chat-input").value = (card.example_prompts || [])[0] || "";
+    $("chat-input").placeholder = "Describe the picture (paste or attach an image to start from)";
+  }
+}
+
+// The model's own words (the demo knows only its training captions'): clickable example prompts and the list.
+function setupVocabulary() {
+  const examples = card.example_prompts || [];
+  $("example-prompts").replaceChildren(...examples.map((text) => {
+    const button = Object.assign(document.createElement("button"), {type: "button", textContent: text,
+                                                                    className: "example"});
+    button.addEventListener("click", () => { $("prompt").value = text; $("prompt").focus(); });
+    return button;
+  }));
+  $("examples").classList.toggle("hidden", !examples.length);
+  if (examples.length) $("prompt").value = examples[0];
+  const vocabulary = card.vocabulary || {};
+  const kinds = Object.entries(vocabulary).map(([kind, words]) => `${kind}: ${words.join(", ")}`);
+  $("vocabulary").textContent = kinds.length ? `This model knows only these words — ${kinds.join("; ")}.` : "";
+  $("vocabulary").classList.toggle("hidden", !kinds.length);
 }
 
 function setupDefaults(defaults) {
-  fillSelect($("size"), SIZES, defaults.size, defaults.size ? null : "model default");
+  // the sizes this model draws (its card: native size up to its limit), its native size chosen
+  const sizes = card.image_sizes;
+  if (sizes && sizes.choices && sizes.choices.length) fillSelect($("size"), sizes.choices, sizes.native);
+  else fillSelect($("size"), SIZES, defaults.size, defaults.size ? null : "model default");
   fillSelect($("video-size"), VIDEO_SIZES, defaults.size, defaults.size ? null : "model default");
   if (defaults.num_inference_steps) {
     $("steps").value = defaults.num_inference_steps;
@@ -373,7 +412,8 @@ async function sendChat() {
   if (reply) conversation.push({role: "assistant", content: reply});
   answer.dataset.done = "true";
   const total = performance.now() - t0;
-  const tokens = usage ? ` · tokens: ${usage.prompt_tokens} prompt, ${usage.completion_tokens} completion` : "";
+  const tokens = usage && countsTokens()
+    ? ` · tokens: ${usage.prompt_tokens} prompt, ${usage.completion_tokens} completion` : "";
   showMetrics(metrics, `total ${seconds(total)}` + (first !== null ? ` · first output ${seconds(first)}` : "") + tokens);
   setStatus(`answered in ${seconds(total)}`);
 }
@@ -400,6 +440,7 @@ async function setEditImage(file) {
 async function generateImages() {
   const prompt = $("prompt").value.trim();
   if (!prompt) throw new Error("Type a prompt first.");
+  $("warnings").classList.add("hidden");
   const fields = compact({
     model: card.id, prompt, n: 1, size: $("size").value, response_format: "b64_json",
     num_inference_steps: numberOrNull("steps"), seed: numberOrNull("seed"), guidance_scale: numberOrNull("guidance"),
@@ -419,6 +460,9 @@ async function generateImages() {
     resp = await postJSON("/v1/images/generations", fields);
   }
   const out = await resp.json();
+  // the server's words about the prompt (e.g. ones the demo was not trained on): shown beside the picture
+  $("warnings").textContent = (out.warnings || []).join("\n");
+  $("warnings").classList.toggle("hidden", !(out.warnings || []).length);
   $("images").replaceChildren(...(out.data || []).map((d, i) => {
     const img = document.createElement("img");
     img.id = i === 0 ? "result-image" : `result-image-${i}`;

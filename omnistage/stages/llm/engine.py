@@ -36,7 +36,7 @@ from omnistage.stages.base import (
     StageStats,
     peak_memory_mb,
 )
-from omnistage.stages.llm.inputs import StagePrompt, check_media, parse, render
+from omnistage.stages.llm.inputs import StagePrompt, check_media, decoder_token_ids, parse, render
 from omnistage.stages.llm.params import to_sampling_params
 from omnistage.stages.llm.threads import engine_closed, engine_env
 from omnistage.stages.restart import RESTART_ATTEMPTS, restart_with_backoff
@@ -311,7 +311,8 @@ class LLMStageEngine:
         prep = self.prepare(req)
         sp = prep.params
         engine_input = await prep.engine_input(engine)
-        ids = list(engine_input["prompt_token_ids"])  # as vLLM counts them: multimodal placeholders included
+        # as vLLM counts them: multimodal placeholders included (an encoder-decoder model: the decoder's)
+        ids = decoder_token_ids(engine_input)
         self.check_length(ids, sp, prep.source.field if prep.source else "prompt")
         self.rendered(req, engine_input)
         want_text = OutputModality.TEXT in self.output_type and sp.detokenize

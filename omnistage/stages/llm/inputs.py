@@ -11,7 +11,9 @@ A stage input (a source stage's prompt or an edge processor's output) is one of
   ``add_generation_prompt`` and ``continue_final_message``. Message content
   parts are vLLM's: ``text``, ``image_url`` / ``audio_url`` / ``video_url``
   (``data:``, ``http(s)://``, ``file://`` under vLLM's ``allowed_local_media_path``),
-  ``input_audio``, ``image_pil`` (a PIL image), and the ``*_embeds`` parts.
+  ``input_audio``, ``image_pil`` (a PIL image), and the ``*_embeds`` parts;
+- ``{"encoder_prompt": {"prompt": str, "multi_modal_data": {...}}, "decoder_prompt": str}``: an
+  encoder-decoder model's explicit prompt (Whisper), as ``LLM.generate`` takes it.
 
 ``multi_modal_data`` holds ``image``: PIL | [PIL], ``audio``: (array, rate) | [...],
 ``video``: frames | [frames]. With ``messages`` the media live in the message
@@ -36,7 +38,7 @@ from omnistage.errors import InvalidRequestError
 
 # Keys an llm stage understands; anything else in an edge's output is a wiring bug.
 INPUT_KEYS = {"prompt", "prompt_token_ids", "messages", "multi_modal_data", "mm_processor_kwargs",
-              "negative_prompt", "additional_information", "modalities"}
+              "negative_prompt", "additional_information", "modalities", "encoder_prompt", "decoder_prompt"}
 MODALITIES = ("image", "audio", "video")
 
 # vLLM's chat content part types (renderers/chat_utils.py MM_PARSER_MAP) by what they carry.
@@ -58,10 +60,12 @@ class StagePrompt:
     mm_processor_kwargs: dict[str, Any] | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     media: list[tuple[str, str]] = field(default_factory=list)  # (field, modality) of each item, in order
+    # Encoder-decoder models: ``text`` is the decoder prompt, ``multi_modal_data`` the encoder's media.
+    encoder_text: str | None = None
 
     @property
     def needs_renderer(self) -> bool:
-        return self.token_ids is None or self.multi_modal_data is not None
+        return self.token_ids is None or self.multi_modal_data is not None or self.encoder_text is not None
 
 
 # --------------------------------------------------------------------------- parsing (no vLLM)
@@ -76,6 +80,10 @@ def parse(inputs: Mapping[str, Any]) -> StagePrompt:
     if mm_kwargs is not None and not isinstance(mm_kwargs, Mapping):
         raise InvalidRequestError("mm_processor_kwargs", f"expected an object, got {type(mm_kwargs).__name__}")
     mm_kwargs = dict(mm_kwargs) if mm_kwargs else None
+    if inputs.get("encoder_prompt") is not None:
+        return _parse_enc_dec(inputs, mm_kwargs)
+    if inputs.get("decoder_prompt") is not None:
+        raise InvalidRequestError("encoder_prompt", "a decoder_prompt needs its encoder_prompt")
     if inputs.get("prompt_token_ids") is not None:
         ids = inputs["prompt_token_ids"]
         if not isinstance(ids, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
@@ -98,6 +106,28 @@ def parse(inputs: Mapping[str, Any]) -> StagePrompt:
         raise InvalidRequestError("prompt", "needs 'prompt' (string), 'prompt_token_ids' or 'messages'")
     mm, media = _multi_modal_data(inputs.get("multi_modal_data"))
     return StagePrompt("prompt", text=prompt, multi_modal_data=mm, mm_processor_kwargs=mm_kwargs, media=media)
+
+
+def _parse_enc_dec(inputs: Mapping[str, Any], mm_kwargs: dict[str, Any] | None) -> StagePrompt:
+    enc, dec = inputs["encoder_prompt"], inputs.get("decoder_prompt")
+    if not isinstance(enc, Mapping) or not isinstance(enc.get("prompt", ""), str):
+        raise InvalidRequestError("encoder_prompt", "expected an object with 'prompt' (string) and 'multi_modal_data'")
+    if not isinstance(dec, str):
+        raise InvalidRequestError("decoder_prompt", "expected a string")
+    stray = sorted(set(inputs) & {"prompt", "prompt_token_ids", "messages", "multi_modal_data"})
+    if stray:
+        raise InvalidRequestError(stray[0], "not allowed next to 'encoder_prompt' (media go in the encoder prompt)")
+    mm, media = _multi_modal_data(enc.get("multi_modal_data"))
+    media = [(f"encoder_prompt.{where}", modality) for where, modality in media]
+    return StagePrompt("decoder_prompt", text=dec, multi_modal_data=mm, mm_processor_kwargs=mm_kwargs,
+                       media=media, encoder_text=enc.get("prompt", ""))
+
+
+def decoder_token_ids(engine_input: Mapping[str, Any]) -> list[int]:
+    """The prompt ids the engine generates after: the decoder's for an encoder-decoder input."""
+    if engine_input.get("type") == "enc_dec":
+        return list(engine_input["decoder_prompt"]["prompt_token_ids"])
+    return list(engine_input["prompt_token_ids"])
 
 
 def _chat_template_kwargs(info: Any) -> dict[str, Any]:
@@ -242,6 +272,13 @@ async def render(engine: Any, prompt: StagePrompt) -> Any:
             _, (engine_input,) = await renderer.render_chat_async([prompt.messages], chat, tok,
                                                                    prompt_extras=extras)
             return engine_input
+        if prompt.encoder_text is not None:
+            enc = TextPrompt(prompt=prompt.encoder_text)
+            if prompt.multi_modal_data is not None:
+                enc["multi_modal_data"] = prompt.multi_modal_data
+            enc_dec: Any = {"encoder_prompt": enc, "decoder_prompt": TextPrompt(prompt=prompt.text or "")}
+            return (await renderer.render_cmpl_async([enc_dec], _unbounded(renderer.default_cmpl_tok_params),
+                                                     prompt_extras=extras))[0]
         if prompt.token_ids is not None:
             dict_prompt: Any = TokensPrompt(prompt_token_ids=prompt.token_ids)
             if prompt.text is not None:
@@ -268,7 +305,7 @@ def _unbounded(params: Any) -> Any:
 
 def _field(prompt: StagePrompt, parameter: str | None) -> str:
     if parameter in MODALITIES and prompt.multi_modal_data is not None:
-        return f"multi_modal_data.{parameter}"
+        return f"{'encoder_prompt.' if prompt.encoder_text is not None else ''}multi_modal_data.{parameter}"
     if parameter in ("mm_processor_kwargs", "chat_template_kwargs"):
         return parameter
     return prompt.field

@@ -15,6 +15,7 @@ import torch
 
 from omnistage import AsyncOmni, StageUnavailableError
 from omnistage.testing.staggered import generate_final, solo_then_staggered
+from omnistage.transport.worker import STATS_INTERVAL_S
 
 pytestmark = pytest.mark.slow
 
@@ -162,6 +163,10 @@ async def test_abort_and_a_dying_rank(tiny_model):
         assert max(o.progress[0] for o in outs if o.progress) < long["num_inference_steps"]
         assert omni.running_requests() == []
         assert max_diff(latents(await generate_final(omni, *check)), expected) <= TOL
+        # the parent's stats are the snapshot the replica sends every STATS_INTERVAL_S: the next ones say idle
+        deadline = asyncio.get_running_loop().time() + 10 * STATS_INTERVAL_S
+        while engine.stats().running and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(STATS_INTERVAL_S / 2)
         assert engine.stats().running == 0
 
         # rank 1 killed mid-request: the request fails as unavailable, naming the rank; the group restarts

@@ -1,0 +1,41 @@
+"""``whisper``: speech in, text out — Whisper as one encoder-decoder ``llm`` stage on vLLM.
+
+The stage is vLLM's own ``WhisperForConditionalGeneration`` (runs on vLLM's CPU build too), fed the
+explicit encoder-decoder prompt vLLM documents (prompt.py builds it from a recogniser request), so its
+text is token for token vLLM's ``LLM.generate`` on the same prompt, and transformers'
+``WhisperForConditionalGeneration.generate`` greedy (tests/models/whisper). Step-level continuous batching
+across requests is vLLM's, as for any llm stage.
+
+``info["transcription"]`` tells the transcription routes how to feed it: the rate to resample to, the
+window long audio is cut into (Whisper hears 30 s at a time), the languages and tasks it knows.
+
+Tiny fixture: ``whisper`` (``python -m omnistage.testing.tiny whisper DIR``).
+"""
+
+from __future__ import annotations
+
+from omnistage.models.whisper import tiny
+from omnistage.models.whisper.prompt import LANGUAGES, SAMPLE_RATE, TASKS, WINDOW_S, to_encoder_decoder
+from omnistage.pipeline import ModelFolder, Pipeline, StageSpec
+
+ARCHITECTURES = {"WhisperForConditionalGeneration"}
+
+
+def matches(folder: ModelFolder) -> bool:
+    if folder.diffusers_class is not None or folder.omnistage_pipeline is not None:
+        return False
+    return bool(ARCHITECTURES & set(folder.architectures))
+
+
+WHISPER = Pipeline(
+    name="whisper",
+    description="Whisper speech recognition / translation to English (encoder-decoder llm stage on vLLM)",
+    matches=matches,
+    stages=[StageSpec(0, kind="llm", name="recognizer", output="text+token_ids", final=True,
+                      default_params={"temperature": 0.0})],
+    shape_request=to_encoder_decoder,  # (token ids out too: verbose_json lists each segment's tokens)
+    info={"transcription": {"sample_rate": SAMPLE_RATE, "window_s": WINDOW_S, "languages": list(LANGUAGES),
+                            "tasks": list(TASKS), "default_language": "en"}},
+)
+PIPELINES = [WHISPER]
+TINY = {"whisper": tiny.build}

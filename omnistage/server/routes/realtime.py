@@ -1,0 +1,101 @@
+"""GET /v1/realtime?model=... (WebSocket): a conversation in OpenAI's Realtime event vocabulary (GA), as the
+official client's ``client.realtime.connect(model=...)`` speaks it.
+
+Turns are manual (the client commits) or found by server VAD. The conversation is kept as chat turns
+(realtime/session.py) and each response is one /v1/chat/completions (or, for a speech model,
+/v1/audio/speech) request, streamed as text / transcript and PCM16 audio deltas (realtime/connection.py).
+``response.cancel``, a barge-in and a disconnect abort the request in every stage, as the HTTP routes do when
+their client leaves. This module: the handshake (API key, model, session limit) and the session's start.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+
+from fastapi import APIRouter, WebSocket
+from starlette.websockets import WebSocketDisconnect
+
+from omnistage.modality import OutputModality
+from omnistage.server.errors import APIError
+from omnistage.server.realtime.audio import model_input_rate
+from omnistage.server.realtime.connection import (
+    GOING_AWAY,
+    POLICY_VIOLATION,
+    TRY_AGAIN_LATER,
+    UNSUPPORTED,
+    Connection,
+)
+from omnistage.server.realtime.protocol import ProtocolError
+from omnistage.server.realtime.session import ModelInfo, Session, new_id
+from omnistage.server.state import ServerState
+
+router = APIRouter(prefix="/v1")
+
+
+def _authorized(ws: WebSocket, key: str | None) -> bool:
+    if not key:
+        return True
+    scheme, _, token = ws.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
+
+
+def model_info(state: ServerState) -> ModelInfo:
+    info = state.engine.pipeline.info
+    speaks = OutputModality.AUDIO in state.engine.output_modalities
+    return ModelInfo(name=state.model_name, speaks=speaks, input_rate=model_input_rate(state.engine.model),
+                     output_rate=info.get("sample_rate") if speaks else None,
+                     voices=tuple(info.get("voices") or ()), supports_speed=bool(info.get("supports_speed")),
+                     chat=bool(info.get("chat", True)),
+                     writes_text=OutputModality.TEXT in state.engine.output_modalities)
+
+
+@router.websocket("/realtime")
+async def realtime(ws: WebSocket, model: str | None = None) -> None:
+    state: ServerState = ws.app.state.omni
+    await ws.accept()
+    refusal = _refusal(state, ws, model)
+    if refusal is not None:  # nothing was set up: say why, then close
+        state.realtime.refused.labels(refusal[0].code).inc()
+        await _refuse(ws, *refusal)
+        return
+    if not state.realtime.try_open():
+        await _refuse(ws, ProtocolError(f"this server holds at most {state.realtime.limit} realtime sessions at once "
+                                        "(--max-realtime-sessions); try again later", None, "session_limit_reached",
+                                        type="server_error"), TRY_AGAIN_LATER)
+        return
+    conn = Connection(ws, state, Session(model_info(state), state.options.realtime_max_buffer_s),
+                      None if model is None or state.is_base_model(model) else model)
+    try:
+        await conn.run()
+    finally:
+        await conn.close()
+        state.realtime.close()
+
+
+async def _refuse(ws: WebSocket, error: ProtocolError, code: int) -> None:
+    try:
+        await ws.send_text(json.dumps({"type": "error", "event_id": new_id("event"), "error": error.error()}))
+        await ws.close(code)
+    except (WebSocketDisconnect, OSError, RuntimeError):  # the client did not wait for the answer
+        pass
+
+
+def _refusal(state: ServerState, ws: WebSocket, model: str | None) -> tuple[ProtocolError, int] | None:
+    if not _authorized(ws, state.options.api_key):
+        return ProtocolError("missing or wrong API key (send 'Authorization: Bearer <key>')", None,
+                             "invalid_api_key", type="authentication_error"), POLICY_VIOLATION
+    if state.admission.closing:
+        return ProtocolError("server is shutting down", None, "shutting_down", type="server_error"), GOING_AWAY
+    try:
+        state.check_model(model)
+    except APIError as e:
+        return ProtocolError(e.message, "model", e.code or "model_not_found"), POLICY_VIOLATION
+    produced = state.engine.output_modalities
+    if not (OutputModality.TEXT in produced or OutputModality.AUDIO in produced):
+        return ProtocolError(f"model {state.model_name!r} produces {produced}, neither text nor audio", "model",
+                             "unsupported_model"), UNSUPPORTED
+    if not state.engine.pipeline.info.get("chat", True) and OutputModality.AUDIO not in produced:
+        return ProtocolError(f"model {state.model_name!r} neither takes chat turns nor speaks", "model",
+                             "unsupported_model"), UNSUPPORTED
+    return None

@@ -1,0 +1,318 @@
+"""POST /v1/audio/transcriptions and /v1/audio/translations (OpenAI-compatible, multipart as the official
+client sends them).
+
+Fields: ``file`` (any audio PyAV decodes), ``model``, ``language`` (ISO 639-1; the source language for a
+translation), ``prompt`` (previous text, to steer spelling and style), ``response_format`` = json | text |
+srt | vtt | verbose_json, ``temperature``, ``timestamp_granularities[]`` (``segment``), ``stream`` (SSE
+``transcript.text.delta`` / ``transcript.text.done`` events, for json and text), and the llm knobs
+(``max_tokens``, ``seed``, ``top_p``, ...) as further fields (the client's ``extra_body``).
+
+Generic over pipelines: any pipeline whose ``info["transcription"]`` says how to feed it (``sample_rate``,
+``window_s``, ``languages``, ``tasks``) serves these routes. The audio is decoded and resampled here, cut
+into the model's windows (Whisper: 30 s, cut in the quietest 0.1 s of each window's last second, as
+``vllm serve`` cuts), and each window becomes one engine request of the recogniser
+shape (``prompt`` + ``multi_modal_data.audio`` + ``additional_information.language/task``, see
+omnistage/models/whisper/prompt.py); the windows run concurrently (the llm stage batches them) and their
+texts are joined in order, each window one segment from its offset. Every check happens before model work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+import numpy as np
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel, Field, ValidationError
+from starlette.datastructures import UploadFile
+
+from omnistage.engine.request import OmniRequest
+from omnistage.params import RequestKnobs, validation_error
+from omnistage.server.audio_input import decode_audio
+from omnistage.server.deps import get_state
+from omnistage.server.errors import APIError, bad_request, error_responses, from_engine_error
+from omnistage.server.middleware import request_id
+from omnistage.server.openapi import SSE, request_body, success
+from omnistage.server.state import ServerState
+from omnistage.server.streaming import AbortOnDisconnect, primed, sse, with_error_event
+from omnistage.server.transcripts import FORMATS, MEDIA_TYPES, Segment, Transcript
+
+router = APIRouter(prefix="/v1")
+logger = logging.getLogger("omnistage.server")
+
+DEFAULT_MAX_AUDIO_S = 3600.0  # one upload; longer files are refused while decoding
+STREAMABLE = ("json", "text")
+GRANULARITIES = ("segment", "word")
+NO_SPACE_LANGUAGES = {"zh", "ja", "th", "lo", "my", "yue"}  # texts of windows join without a space
+_ROUTE_FIELDS = {"file", "model", "language", "prompt", "response_format", "temperature", "stream",
+                 "timestamp_granularities[]", "timestamp_granularities"}
+_KNOB_FIELDS = set(RequestKnobs.LLM) | {"max_completion_tokens"}
+
+
+@dataclass
+class TranscriptionForm:
+    upload: UploadFile
+    task: str
+    language: str
+    prompt: str = ""
+    response_format: str = "json"
+    stream: bool = False
+    lora: str | None = None
+    knobs: RequestKnobs = field(default_factory=RequestKnobs)
+
+
+def _text_field(form: Any, name: str) -> str | None:
+    values = form.getlist(name)
+    if not values:
+        return None
+    if len(values) > 1 or not isinstance(values[0], str):
+        raise bad_request(f"{name}: expected one text value", name)
+    return values[0]
+
+
+def parse_form(form: Any, state: ServerState, task: str) -> TranscriptionForm:
+    """Every field checked, each problem a 400 naming it (the file itself is read afterwards)."""
+    info: Mapping[str, Any] = state.engine.pipeline.info["transcription"]
+    for name in form.keys():
+        if name not in _ROUTE_FIELDS and name not in _KNOB_FIELDS:
+            raise bad_request(f"{name}: unknown field for /v1/audio/{task}s", name)
+    upload = form.get("file")
+    if not isinstance(upload, UploadFile) or len(form.getlist("file")) != 1:
+        raise bad_request("file: expected one uploaded audio file", "file")
+    lora = state.check_model(_text_field(form, "model"))
+    fmt = _text_field(form, "response_format") or "json"
+    if fmt not in FORMATS:
+        raise bad_request(f"response_format: {fmt!r} is not one of {', '.join(FORMATS)}", "response_format")
+    language = _text_field(form, "language")
+    known = list(info.get("languages") or [])
+    if language is None or language == "":
+        language = info.get("default_language") or (known[0] if known else "en")
+    elif language.lower() not in known:
+        raise bad_request(f"language: {language!r} is not a language this model knows (ISO 639-1 codes such as "
+                          f"{', '.join(known[:5])})", "language")
+    if task not in (info.get("tasks") or ("transcribe",)):
+        raise bad_request(f"model: {state.model_name!r} does not {task}", "model")
+    stream_text = (_text_field(form, "stream") or "false").lower()
+    if stream_text not in ("true", "false"):
+        raise bad_request(f"stream: expected true or false, got {stream_text!r}", "stream")
+    stream = stream_text == "true"
+    if stream and fmt not in STREAMABLE:
+        raise bad_request(f"stream: response_format {fmt!r} cannot be streamed (only {', '.join(STREAMABLE)})",
+                          "stream")
+    granularities = form.getlist("timestamp_granularities[]") + form.getlist("timestamp_granularities")
+    for g in granularities:
+        if g not in GRANULARITIES:
+            raise bad_request(f"timestamp_granularities: {g!r} is not one of {', '.join(GRANULARITIES)}",
+                              "timestamp_granularities")
+        if g == "word":
+            raise bad_request("timestamp_granularities: word timestamps are not supported yet (segment only)",
+                              "timestamp_granularities")
+    if granularities and fmt != "verbose_json":
+        raise bad_request("timestamp_granularities: needs response_format verbose_json", "timestamp_granularities")
+    knob_values: dict[str, Any] = {}
+    for name in sorted(_KNOB_FIELDS | {"temperature"}):
+        values = form.getlist(name)
+        if not values:
+            continue
+        if not all(isinstance(v, str) for v in values):
+            raise bad_request(f"{name}: expected text values", name)
+        # list-valued knobs may repeat the field (the client's way of sending a list in a form)
+        knob_values[name] = values if name == "stop_token_ids" or (name == "stop" and len(values) > 1) else values[0]
+    try:
+        knobs = RequestKnobs.model_validate(knob_values)
+    except ValidationError as e:
+        raise validation_error(e) from None
+    return TranscriptionForm(upload=upload, task=task, language=language.lower(),
+                             prompt=_text_field(form, "prompt") or "", response_format=fmt, stream=stream, lora=lora,
+                             knobs=knobs)
+
+
+def windows(samples: np.ndarray, rate: int, window_s: float, overlap_s: float = 1.0,
+            energy_window: int = 1600) -> list[tuple[float, np.ndarray]]:
+    """(offset in seconds, samples) per model window, in order, cut as ``vllm serve`` cuts long audio
+    (vllm.multimodal.audio.split_audio): each window ends at the quietest ``energy_window`` samples of its
+    last ``overlap_s``, so a cut falls in a pause rather than through a word."""
+    size, overlap = int(rate * window_s), int(rate * overlap_s)
+    out, i = [], 0
+    while i < samples.size:
+        if i + size >= samples.size:
+            out.append((i / rate, samples[i:]))
+            break
+        start, end = i + size - overlap, min(i + size, samples.size)
+        split, quietest = start, np.inf
+        for k in range(0, end - start - energy_window, energy_window):
+            energy = float(np.sqrt(np.mean(samples[start + k:start + k + energy_window] ** 2)))
+            if energy < quietest:
+                split, quietest = start + k, energy
+        split = split if split > i else min(i + size, samples.size)
+        out.append((i / rate, samples[i:split]))
+        i = split
+    return out
+
+
+def window_prompt(piece: np.ndarray, rate: int, form: TranscriptionForm) -> dict[str, Any]:
+    """The recogniser request for one window (the family turns it into its model's prompt)."""
+    return {"prompt": form.prompt, "multi_modal_data": {"audio": (piece, rate)},
+            "additional_information": {"language": form.language, "task": form.task}}
+
+
+async def _read_form(request: Request, task: str, state: ServerState) -> TranscriptionForm:
+    if not state.engine.pipeline.info.get("transcription"):
+        raise bad_request(f"model: {state.model_name!r} (pipeline {state.engine.pipeline.name!r}) does not "
+                          "recognise speech", "model")
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise APIError(415, "Content-Type must be multipart/form-data (fields file, model, ...)",
+                       code="unsupported_media_type")
+    return parse_form(await request.form(max_files=1, max_fields=64), state, task)
+
+
+Window = tuple[float, float, OmniRequest]  # (start s, end s, the window's engine request)
+
+
+async def _requests(state: ServerState, form: TranscriptionForm, rid: str) -> tuple[list[Window], float]:
+    """The engine requests of an upload, one per window, each checked; and the audio's duration."""
+    info = state.engine.pipeline.info["transcription"]
+    rate = int(info.get("sample_rate") or 16000)
+    data = await form.upload.read(state.media.max_bytes + 1)
+    if len(data) > state.media.max_bytes:
+        raise APIError(413, f"file: larger than {state.media.max_bytes} bytes", param="file", code="file_too_large")
+    max_s = float(info.get("max_audio_s") or DEFAULT_MAX_AUDIO_S)
+    samples = await asyncio.to_thread(decode_audio, data, "file", rate, max_s)
+    out = []
+    pieces = windows(samples, rate, float(info.get("window_s") or 30))
+    for k, (offset, piece) in enumerate(pieces):
+        req = state.make_request(window_prompt(piece, rate, form), rid if len(pieces) == 1 else f"{rid}-w{k}",
+                                 knobs=form.knobs, lora=form.lora)
+        out.append((offset, offset + piece.size / rate, req))
+    return out, samples.size / rate
+
+
+async def _handle(request: Request, state: ServerState, task: str) -> Response:
+    form = await _read_form(request, task, state)
+    reqs, duration = await _requests(state, form, request_id(request.scope))
+    separator = "" if form.language in NO_SPACE_LANGUAGES else " "
+    if form.stream:
+        return await _stream(state, reqs, separator, duration)
+    tokens: dict[str, list[int]] = {}
+
+    def keep_ids(out: Any) -> None:
+        if out.finished and out.token_ids:
+            tokens[out.request_id] = list(out.token_ids)
+
+    tasks = [asyncio.create_task(state.run(request, req, on_output=keep_ids)) for _, _, req in reqs]
+    try:
+        results = await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:  # one window failed (or the client left): the others stop too
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    temperature = form.knobs.temperature or 0.0
+    segments = [Segment(start, end, r.text or "", tokens.get(req.request_id, []))
+                for (start, end, req), r in zip(reqs, results)]
+    transcript = Transcript(task=task, language=form.language, duration=duration, segments=segments,
+                            temperature=temperature, separator=separator)
+    body = transcript.render(form.response_format)
+    if isinstance(body, dict):
+        return JSONResponse(body)
+    return PlainTextResponse(body, media_type=MEDIA_TYPES[form.response_format])
+
+
+async def _stream(state: ServerState, reqs: list[Window], separator: str,
+                  duration: float) -> Response:
+    """Every window starts at once; their text deltas go out in window order."""
+    queues: list[asyncio.Queue] = [asyncio.Queue() for _ in reqs]
+    _END = object()
+    slots = []
+    try:
+        for _ in reqs:
+            slots.append(state.admission.acquire())
+    except BaseException:
+        for s in slots:
+            s.release()
+        raise
+
+    async def pump(k: int) -> None:
+        try:
+            async for out in state.stream(reqs[k][2], slot=slots[k]):
+                text = out.delta.get("text")
+                if text:
+                    await queues[k].put(text)
+            await queues[k].put(_END)
+        except BaseException as e:  # handed to the reader, which raises it in order
+            await queues[k].put(e)
+            if isinstance(e, asyncio.CancelledError):
+                raise
+
+    pumps = [asyncio.create_task(pump(k)) for k in range(len(reqs))]
+
+    async def events() -> AsyncIterator[str]:
+        parts: list[str] = []
+        try:
+            for k, queue in enumerate(queues):
+                pending = separator if k else ""  # goes out with the window's first text (or alone, if none)
+                while (item := await queue.get()) is not _END:
+                    if isinstance(item, BaseException):
+                        raise item
+                    item, pending = pending + item, ""
+                    parts.append(item)
+                    yield sse({"type": "transcript.text.delta", "delta": item, "logprobs": None})
+                if pending:  # the joined text is the non-streamed one, empty windows included
+                    parts.append(pending)
+                    yield sse({"type": "transcript.text.delta", "delta": pending, "logprobs": None})
+            yield sse({"type": "transcript.text.done", "text": "".join(parts), "logprobs": None,
+                       "usage": {"type": "duration", "seconds": round(duration, 3)}})
+        finally:
+            for p in pumps:
+                p.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)
+            for s in slots:
+                s.release()
+
+    try:
+        chunks = await primed(events())  # what the stage refuses at once is still a proper 400
+    except BaseException:
+        for p in pumps:
+            p.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
+        for s in slots:
+            s.release()
+        raise
+    return AbortOnDisconnect(with_error_event(chunks, from_engine_error), headers={"Cache-Control": "no-cache"},
+                             media_type="text/event-stream")
+
+
+class TranscriptionFields(BaseModel):
+    """The text fields of the multipart form (documentation: the route reads the form itself, parse_form)."""
+
+    model: str | None = None
+    language: str | None = Field(None, description="ISO 639-1 code of the spoken language (default: the model's)")
+    prompt: str | None = Field(None, description="text of the previous audio, to steer spelling and style")
+    response_format: str = Field("json", description="json | text | srt | vtt | verbose_json")
+    temperature: float | None = Field(None, ge=0)
+    stream: bool = Field(False, description="SSE transcript.text.delta / transcript.text.done (json, text)")
+    max_tokens: int | None = Field(None, ge=1, description="per 30 s window")
+    seed: int | None = Field(None, ge=0)
+
+
+_FORM = request_body(TranscriptionFields, {"file": False}, json_body=False)
+_FORM["requestBody"]["content"]["multipart/form-data"]["schema"].setdefault("required", []).append("file")
+
+# JSON (json, verbose_json) as FastAPI documents it; the text formats and the stream beside it
+_RESPONSES = success("The transcript", *dict.fromkeys(m for m in MEDIA_TYPES.values() if m != "application/json"),
+                     SSE, json=True)
+
+
+@router.post("/audio/transcriptions", responses={**_RESPONSES, **error_responses(413, 415)}, openapi_extra=_FORM)
+async def transcriptions(request: Request, state: ServerState = Depends(get_state)) -> Response:
+    """Speech to text in the spoken language (multipart: file, model, language, prompt, response_format, ...)."""
+    return await _handle(request, state, "transcribe")
+
+
+@router.post("/audio/translations", responses={**_RESPONSES, **error_responses(413, 415)}, openapi_extra=_FORM)
+async def translations(request: Request, state: ServerState = Depends(get_state)) -> Response:
+    """Speech to English text (multipart: file, model, prompt, response_format, ...)."""
+    return await _handle(request, state, "translate")

@@ -1,0 +1,212 @@
+"""``/v1/audio/transcriptions`` and ``/v1/audio/translations`` on the tiny ``whisper`` fixture, through the
+official ``openai`` client: every response format and the SSE stream equal the family's offline output
+(AsyncOmni on the same folder, computed here first, on the windows vLLM's own ``split_audio`` cuts, as
+``vllm serve`` does); a 65 s clip becomes three windows whose segments carry their offsets; concurrent
+requests equal solo ones; bad input is a 400 (413 for an oversized file) naming the field, and the
+server keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import soundfile as sf
+
+from omnistage.testing.server import serve_engine
+from tests.models.whisper.cases import ENGINE, RATE, clip
+
+pytestmark = pytest.mark.vllm
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+MAX_TOKENS = 12
+MAX_MEDIA = 3 << 20
+WINDOW_S = 30
+
+
+def wav(samples: np.ndarray, rate: int = RATE) -> bytes:
+    buf = io.BytesIO()
+    sf.write(buf, samples, rate, format="WAV", subtype="PCM_16")
+    return buf.getvalue()
+
+
+def as_heard(data: bytes) -> np.ndarray:
+    """The samples of a 16 kHz PCM16 WAV as the server decodes them (no resampling at the model's rate)."""
+    samples, rate = sf.read(io.BytesIO(data), dtype="float32")
+    assert rate == RATE
+    return samples
+
+
+SHORT = wav(clip(3.0, 2))  # (a seed whose outputs are text, not only special tokens, in every case)
+LONG = wav(clip(65.0, 12))  # three windows of about 30 s
+OTHERS = [wav(clip(1.5 + k, 20 + k)) for k in range(4)]
+# (file, language, task, prompt) -> expected window texts, filled offline before the server starts
+CASES = [(SHORT, "en", "transcribe", ""), (LONG, "en", "transcribe", ""), (SHORT, "de", "transcribe", ""),
+         (SHORT, "en", "transcribe", "hello world"), (SHORT, "fr", "translate", "")] + [
+    (o, "en", "transcribe", "") for o in OTHERS]
+
+
+def key(data: bytes, language: str = "en", task: str = "transcribe", prompt: str = "") -> tuple:
+    return (CASES.index((data, language, task, prompt)),)
+
+
+@pytest.fixture(scope="module")
+def offline(tiny_model):
+    """The family's own output per case: (start s, end s, text) per window, AsyncOmni on the same folder
+    (before the server: one engine at a time)."""
+    from vllm.multimodal.audio import split_audio
+
+    from omnistage import AsyncOmni
+
+    async def run() -> dict:
+        engine = AsyncOmni(tiny_model("whisper"), **ENGINE)
+        await engine.start()
+        try:
+            async def one(samples, language, task, prompt):
+                req = {"prompt": prompt, "multi_modal_data": {"audio": (samples, RATE)},
+                       "additional_information": {"language": language, "task": task}}
+                last = None
+                async for out in engine.generate(req, sampling_params_list=[{"max_tokens": MAX_TOKENS}]):
+                    last = out
+                return last.text or ""
+
+            out = {}
+            for i, (data, language, task, prompt) in enumerate(CASES):
+                samples = as_heard(data)
+                pieces = split_audio(samples, RATE, WINDOW_S, 1, 1600) if samples.size > WINDOW_S * RATE else [samples]
+                texts = await asyncio.gather(*(one(p, language, task, prompt) for p in pieces))
+                ends = np.cumsum([p.size / RATE for p in pieces])
+                out[(i,)] = [(end - p.size / RATE, end, text) for p, end, text in zip(pieces, ends, texts)]
+            return out
+        finally:
+            await engine.shutdown()
+
+    return asyncio.run(run())
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model, offline):
+    from omnistage import AsyncOmni
+
+    with serve_engine(AsyncOmni(tiny_model("whisper"), **ENGINE), ready_timeout=300,
+                      served_model_name="tiny-whisper", max_media_bytes=MAX_MEDIA) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=120)
+
+
+def transcribe(client, data, fmt="json", language="en", prompt="", **kw):
+    extra = {"language": language} if language else {}
+    if prompt:
+        extra["prompt"] = prompt
+    return client.audio.transcriptions.create(model="tiny-whisper", file=("clip.wav", data, "audio/wav"),
+                                              response_format=fmt, extra_body={"max_tokens": MAX_TOKENS}, **extra, **kw)
+
+
+def joined(data: bytes, offline, *case) -> str:
+    return " ".join(text for _, _, text in offline[key(data, *case)])
+
+
+def test_json_equals_offline(client, offline):
+    for data in (SHORT, LONG):
+        assert transcribe(client, data).text == joined(data, offline)
+    long = offline[key(LONG)]
+    assert len(long) == 3 and len({t for _, _, t in long}) == 3
+
+
+def clock(seconds: float, sep: str) -> str:
+    ms = round(seconds * 1000)
+    return f"{ms // 3_600_000:02d}:{ms // 60_000 % 60:02d}:{ms // 1000 % 60:02d}{sep}{ms % 1000:03d}"
+
+
+def test_text_srt_vtt(client, offline):
+    w = offline[key(LONG)]
+    assert transcribe(client, LONG, "text") == joined(LONG, offline)
+    assert clock(65.0, ",") == "00:01:05,000"
+    assert transcribe(client, LONG, "srt") == "".join(
+        f"{i + 1}\n{clock(a, ',')} --> {clock(b, ',')}\n{t.strip()}\n\n" for i, (a, b, t) in enumerate(w))
+    assert transcribe(client, LONG, "vtt") == "WEBVTT\n\n" + "".join(
+        f"{clock(a, '.')} --> {clock(b, '.')}\n{t.strip()}\n\n" for a, b, t in w)
+
+
+def test_verbose_json_segments_cover_the_clip(client, offline):
+    w = offline[key(LONG)]
+    out = transcribe(client, LONG, "verbose_json", timestamp_granularities=["segment"])
+    assert out.text == joined(LONG, offline) and out.language == "en" and out.duration == pytest.approx(65.0)
+    assert [(s.start, s.end, s.text) for s in out.segments] == [(pytest.approx(a), pytest.approx(b), t)
+                                                                for a, b, t in w]
+    assert out.segments[0].start == 0 and out.segments[-1].end == pytest.approx(65.0)
+    assert all(x.end == y.start for x, y in zip(out.segments, out.segments[1:]))  # contiguous, monotonic
+    assert all(len(s.tokens) == MAX_TOKENS for s in out.segments)
+
+
+def test_stream_events(client, offline):
+    for data in (SHORT, LONG):
+        events = list(transcribe(client, data, stream=True))
+        deltas = [e.delta for e in events if e.type == "transcript.text.delta"]
+        assert [e.type for e in events][-1] == "transcript.text.done"
+        assert "".join(deltas) == events[-1].text == joined(data, offline)
+        assert len(deltas) > 1  # streamed as generated, not in one piece
+
+
+def test_language_prompt_and_translation(client, offline):
+    assert transcribe(client, SHORT, language="de").text == joined(SHORT, offline, "de")
+    assert transcribe(client, SHORT, prompt="hello world").text == joined(SHORT, offline, "en", "transcribe",
+                                                                          "hello world")
+    out = client.audio.translations.create(model="tiny-whisper", file=("clip.wav", SHORT, "audio/wav"),
+                                           extra_body={"language": "fr", "max_tokens": MAX_TOKENS})
+    assert out.text == joined(SHORT, offline, "fr", "translate")
+    assert len({joined(SHORT, offline), joined(SHORT, offline, "de"), out.text}) == 3
+
+
+def test_other_formats_and_rates_decode(client):
+    """A 44.1 kHz stereo FLAC and an MP3 of the same clip: decoded, resampled to 16 kHz, transcribed."""
+    stereo = np.stack([clip(4.0, 5, 44100), clip(4.0, 6, 44100)], axis=1)
+    for fmt in ("FLAC", "MP3"):
+        buf = io.BytesIO()
+        sf.write(buf, stereo, 44100, format=fmt)
+        out = transcribe(client, buf.getvalue())
+        assert out.text and out.usage.seconds == pytest.approx(4.0, abs=0.1)
+
+
+def test_concurrent_requests_equal_solo(client, offline):
+    with ThreadPoolExecutor(8) as pool:
+        texts = list(pool.map(lambda d: transcribe(client, d).text, OTHERS + [LONG, SHORT]))
+    assert texts == [joined(d, offline) for d in OTHERS + [LONG, SHORT]]
+
+
+@pytest.mark.parametrize("fields, files, param, status", [
+    ({"response_format": "xml"}, None, "response_format", 400),
+    ({"language": "xx"}, None, "language", 400),
+    ({}, {"file": ("a.wav", b"this is not audio", "audio/wav")}, "file", 400),
+    ({}, {"file": ("a.wav", b"\0" * (MAX_MEDIA + 10), "audio/wav")}, "file", 413),
+    ({"stream": "true", "response_format": "srt"}, None, "stream", 400),
+    ({"timestamp_granularities[]": "word", "response_format": "verbose_json"}, None, "timestamp_granularities", 400),
+    ({"temperature": "-1"}, None, "temperature", 400),
+    ({"max_tokens": "many"}, None, "max_tokens", 400),
+    ({"colour": "red"}, None, "colour", 400),
+    ({"model": "whisper-1"}, None, "model", 404),
+])
+def test_bad_input_names_the_field(server, client, offline, fields, files, param, status):
+    data = {"model": "tiny-whisper", **fields}
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        r = http.post("/v1/audio/transcriptions", data=data, files=files or {"file": ("a.wav", SHORT, "audio/wav")})
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["param"] == param
+    assert transcribe(client, SHORT).text == joined(SHORT, offline)  # the server keeps serving
+
+
+def test_not_multipart_is_415(server):
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        r = http.post("/v1/audio/transcriptions", json={"model": "tiny-whisper"})
+    assert r.status_code == 415
