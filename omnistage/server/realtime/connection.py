@@ -5,6 +5,7 @@ client leaving, which aborts the request in every stage."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -106,15 +107,17 @@ class Connection:
         limit = options.realtime_max_event_bytes
         ends = None if options.realtime_max_session_s is None else time.monotonic() + options.realtime_max_session_s
         while True:
-            wait = options.realtime_idle_timeout_s
-            if ends is not None:
-                wait = min(wait or math.inf, max(0.0, ends - time.monotonic()))
+            idle = options.realtime_idle_timeout_s
+            left = math.inf if ends is None else max(0.0, ends - time.monotonic())
+            # which limit this wait runs into, decided now: asyncio may fire a timer a clock tick early, so
+            # reading the clock after the timeout could blame the idle limit for the session's
+            over = left <= (idle if idle is not None else math.inf)
+            wait = min(left, idle if idle is not None else math.inf)
             try:
-                message = await asyncio.wait_for(self.ws.receive(), wait)
+                message = await asyncio.wait_for(self.ws.receive(), None if wait == math.inf else wait)
             except (WebSocketDisconnect, RuntimeError):
                 return
             except asyncio.TimeoutError:
-                over = ends is not None and time.monotonic() >= ends
                 if not over and self.response is not None:  # answering is not idle
                     continue
                 await self._expire(over)
@@ -274,19 +277,22 @@ class Connection:
         result = Result()
         delta_kind = "response.output_audio_transcript.delta" if resp.audio else "response.output_text.delta"
         try:
-            async for out in state.stream(req):
-                text = out.delta.get("text")
-                if isinstance(text, str) and text:
-                    if out.num_tokens is not None:
-                        resp.output_tokens = max(resp.output_tokens, out.num_tokens)
-                    await self.send(delta_kind, delta=text, **resp.where())
-                    resp.text += text  # once sent: a cancel keeps what the client has
-                resp.prompt_tokens = max(resp.prompt_tokens, out.num_prompt_tokens or 0)
-                arr = audio_delta(out)
-                if arr is not None and resp.audio:
-                    await self.send("response.output_audio.delta", delta=b64(pcm16(arr)), **resp.where())
-                if out.finished:
-                    result.add(out, text_stages)
+            # closed on every way out (a cancel may land while a delta is being sent, outside the stream): that
+            # aborts the request in every stage now, not when the generator is collected
+            async with contextlib.aclosing(state.stream(req)) as outs:
+                async for out in outs:
+                    text = out.delta.get("text")
+                    if isinstance(text, str) and text:
+                        if out.num_tokens is not None:
+                            resp.output_tokens = max(resp.output_tokens, out.num_tokens)
+                        await self.send(delta_kind, delta=text, **resp.where())
+                        resp.text += text  # once sent: a cancel keeps what the client has
+                    resp.prompt_tokens = max(resp.prompt_tokens, out.num_prompt_tokens or 0)
+                    arr = audio_delta(out)
+                    if arr is not None and resp.audio:
+                        await self.send("response.output_audio.delta", delta=b64(pcm16(arr)), **resp.where())
+                    if out.finished:
+                        result.add(out, text_stages)
         except asyncio.CancelledError:
             raise  # cancel(): the stream's cleanup aborted the request; cancel() ends the response
         except Exception as e:  # noqa: BLE001 - a failed request fails this response, not the session
