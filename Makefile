@@ -27,8 +27,10 @@ $(STAMP): pyproject.toml
 	$(PY) scripts/check_env.py
 	touch $(STAMP)
 
+# Two workers, a test file each at a time (module-scoped servers and engines stay in one worker): the suite
+# mostly waits on engine starts and single-threaded tiny models, so two cores run it in ~18 min, not ~32.
 test: install browser
-	$(PY) -m pytest -q -rs --durations=40 tests
+	$(PY) -m pytest -q -rs -n 2 --dist loadfile --durations=40 tests
 
 # Headless Chromium for the playground's browser test (needs root/sudo; the test skips, saying why, without it).
 browser:

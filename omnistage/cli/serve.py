@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -236,6 +237,20 @@ def _server_class() -> type:
     return Server
 
 
+def bound_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before the engine starts: a port in use fails at once, not after the models
+    loaded, and nothing can take the port meanwhile. It listens only once the engine is up (uvicorn), so until
+    then a client is refused rather than left waiting."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def run(args: argparse.Namespace) -> int:
     quiet_progress_bars()  # first: before the imports below bring tqdm in
     import uvicorn
@@ -263,11 +278,16 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    try:
+        sock = bound_socket(args.host, args.port)
+    except OSError as e:
+        print(f"error: --host {args.host} --port {args.port}: {e.strerror or e}", file=sys.stderr)
+        return 2
     server = _server_class()(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                                             timeout_graceful_shutdown=int(args.shutdown_timeout)))
     server.model_name = app.state.omni.model_name
     try:
-        server.run()
+        server.run(sockets=[sock])
     except KeyboardInterrupt:  # a second Ctrl-C: uvicorn's forced exit
         pass
     return 0 if server.started else 3  # uvicorn.run's STARTUP_FAILURE

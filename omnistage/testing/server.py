@@ -65,10 +65,15 @@ def serve_app(app: Any, *, engine: Any = None, ready_timeout: float = 60) -> Ser
     app: the engine has started) and listens. Raises ``RuntimeError`` if it dies or is not up in time."""
     import uvicorn
 
-    port = free_port()
+    # the socket is bound here, before the app's startup (an engine: seconds), and handed to uvicorn: a port only
+    # picked here could be taken meanwhile (tests run in parallel workers that start servers and engines too)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((HOST, 0))
+    port = sock.getsockname()[1]
     config = uvicorn.Config(app, host=HOST, port=port, log_level="warning", timeout_graceful_shutdown=10)
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True, name=f"uvicorn-{port}")
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=f"uvicorn-{port}")
     thread.start()
     deadline = time.monotonic() + ready_timeout
     while not server.started:
@@ -88,6 +93,10 @@ def serve_engine(engine: Any, settings: Any = None, *, ready_timeout: float = 60
     return serve_app(app, engine=engine, ready_timeout=ready_timeout)
 
 
+class PortTaken(RuntimeError):
+    """The server's port was taken by another process before the server bound it."""
+
+
 @dataclass
 class ServeProcess:
     """``omnistage serve`` in a child process, as a user starts it."""
@@ -97,8 +106,20 @@ class ServeProcess:
     log: Path
 
     @classmethod
-    def launch(cls, args: list[str], log: Path, ready_timeout: float = 240) -> Self:
-        """``omnistage serve *args`` on a free port, output to ``log``; returns once ``/health`` answers 200."""
+    def launch(cls, args: list[str], log: Path, ready_timeout: float = 240, attempts: int = 3) -> Self:
+        """``omnistage serve *args`` on a free port, output to ``log``; returns once ``/health`` answers 200. The
+        child binds its port only once its engine is up, so another process may take it first: then it starts
+        again on another port."""
+        for attempt in range(attempts):
+            try:
+                return cls._launch(args, log, ready_timeout)
+            except PortTaken:
+                if attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _launch(cls, args: list[str], log: Path, ready_timeout: float) -> Self:
         port = free_port()
         env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
         proc = subprocess.Popen([sys.executable, "-m", "omnistage.cli.main", "serve", *args, "--host", HOST,
@@ -107,7 +128,10 @@ class ServeProcess:
         deadline = time.monotonic() + ready_timeout
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+                text = log.read_text()
+                if "address already in use" in text:
+                    raise PortTaken(text[-3000:])
+                raise RuntimeError(f"server exited with {proc.returncode}:\n{text[-3000:]}")
             try:
                 if httpx.get(f"{url}/health", timeout=1).status_code == 200:
                     return cls(proc, url, log)

@@ -89,3 +89,17 @@ def test_serve_logs_the_layout_of_each_multi_device_replica(caplog):
     with caplog.at_level(logging.INFO, logger="omnistage.serve"):
         serve.log_parallel_layouts(one_device)
     assert [r for r in caplog.records if r.name == "omnistage.serve"] == []
+
+
+def test_a_port_in_use_fails_before_any_model_loads(capsys):
+    """The socket is bound before the engine starts: a taken port is a one-line error at once (exit 2), not a
+    traceback after the models loaded."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--host", "127.0.0.1", "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert f"--port {port}" in err and "in use" in err
