@@ -9,7 +9,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+import filelock
 
 import numpy as np
 import pytest
@@ -34,11 +37,15 @@ def ray_cluster(tmp_path_factory):
     # no token auth: a head started here would otherwise pick up a stale ~/.ray/auth_token that this
     # driver does not send
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-    subprocess.run([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
-                    "--disable-usage-stats", f"--temp-dir={tmp_path_factory.mktemp('ray')}"],
-                   check=True, env=env, capture_output=True)
-    os.environ["RAY_ADDRESS"] = f"127.0.0.1:{port}"
+    # one cluster on the machine at a time: `ray stop --force` below ends every Ray process here, so a module in
+    # another test worker (make test runs two) must not have its cluster running then
+    lock = filelock.FileLock(Path(tempfile.gettempdir()) / "omnistage-tests-ray-cluster.lock")
+    lock.acquire()
     try:
+        subprocess.run([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+                        "--disable-usage-stats", f"--temp-dir={tmp_path_factory.mktemp('ray')}"],
+                       check=True, env=env, capture_output=True)
+        os.environ["RAY_ADDRESS"] = f"127.0.0.1:{port}"
         yield os.environ["RAY_ADDRESS"]
     finally:
         import ray
@@ -46,6 +53,7 @@ def ray_cluster(tmp_path_factory):
         ray.shutdown()
         os.environ.pop("RAY_ADDRESS", None)
         subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True)
+        lock.release()
 
 
 async def test_ray_stages_give_identical_results_to_inline(ray_cluster):
