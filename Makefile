@@ -27,10 +27,10 @@ $(STAMP): pyproject.toml
 	$(PY) scripts/check_env.py
 	touch $(STAMP)
 
-# Two workers, a test file each at a time (module-scoped servers and engines stay in one worker): the suite
-# mostly waits on engine starts and single-threaded tiny models, so two cores run it in ~18 min, not ~32.
+# Serial for now (31:39 here): `-n 2 --dist loadfile` (pytest-xdist, installed) runs it in 18-23 min, but
+# tests/engine/test_ray_llm_restart.py then fails (the actor's EngineCore child is not found; passes alone).
 test: install browser
-	$(PY) -m pytest -q -rs -n 2 --dist loadfile --durations=40 tests
+	$(PY) -m pytest -q -rs --durations=40 tests
 
 # Headless Chromium for the playground's browser test (needs root/sudo; the test skips, saying why, without it).
 browser:
