@@ -1,4 +1,5 @@
-"""``omnistage bench serve``: load an OpenAI-compatible server and report SPEC §8 metrics."""
+"""``omnistage bench serve``: load an OpenAI-compatible server and report SPEC §8 metrics (``bench realtime``:
+cli/bench_realtime.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ def _rate(value: str) -> float:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)
+    from omnistage.cli.bench_realtime import add_realtime_parser
+
+    add_realtime_parser(bench_sub)
     p = bench_sub.add_parser("serve", help="serving benchmark against a running server (SPEC §8)")
     p.add_argument("--base-url", default="http://127.0.0.1:8000")
     p.add_argument("--endpoint", default=None, help="request path (default per task, e.g. /v1/images/generations)")
@@ -75,6 +79,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.bench_command == "realtime":
+        from omnistage.cli.bench_realtime import run_realtime
+
+        return run_realtime(args)
     from omnistage.bench.datasets import DatasetDefaults, load_dataset
     from omnistage.bench.metrics import aggregate
     from omnistage.bench.report import (

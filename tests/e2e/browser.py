@@ -6,6 +6,7 @@ test modules with ``requires_browser``. Install the browser with ``scripts/insta
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +27,13 @@ requires_browser = pytest.mark.skipif(
 @pytest.fixture
 def browser() -> Iterator[Any]:
     """A fresh headless Chromium per test; its JavaScript console is readable with ``console_errors``."""
+    with chromium() as driver:
+        yield driver
+
+
+@contextlib.contextmanager
+def chromium(*flags: str) -> Iterator[Any]:
+    """Headless Chromium with the ``browser`` fixture's flags plus ``flags`` (e.g. a fake microphone's file)."""
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install '.[dev]')")
     from selenium.webdriver.chrome.service import Service
 
@@ -35,13 +43,15 @@ def browser() -> Iterator[Any]:
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--no-first-run", "--window-size=900,900",
                  # no sound card here: audio goes to a fake output device, and may start without a gesture
-                 "--use-fake-device-for-media-stream", "--autoplay-policy=no-user-gesture-required"):
+                 "--use-fake-device-for-media-stream", "--autoplay-policy=no-user-gesture-required", *flags):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(executable_path=DRIVER), options=options)
     driver.set_page_load_timeout(60)
-    yield driver
-    driver.quit()
+    try:
+        yield driver
+    finally:
+        driver.quit()
 
 
 def console_errors(driver: Any) -> list[str]:

@@ -120,7 +120,7 @@ def test_chat_answers_in_every_modality_the_model_has(server_factory, browser):
 
     srv = server_factory(AsyncOmni(pipeline=omni_pipeline()))
     open_page(browser, srv.url, "test_omni", "tab-video")
-    assert visible_tabs(browser) == ["tab-chat", "tab-image", "tab-speech", "tab-video"]
+    assert visible_tabs(browser) == ["tab-chat", "tab-image", "tab-speech", "tab-video", "tab-talk"]  # it speaks: talk
     browser.find_element("id", "tab-chat").click()
     boxes = browser.find_elements("css selector", "#chat-modalities input")
     assert [b.get_attribute("value") for b in boxes] == ["text", "image", "audio", "video"]

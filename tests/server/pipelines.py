@@ -14,6 +14,7 @@ tests); ``crash:`` makes the adapter raise (a genuine stage fault).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import zlib
 from typing import Any
@@ -181,6 +182,13 @@ def omni_pipeline() -> Pipeline:
         extra_body_params={"style": str},
         info={"voices": ["alto", "bass"]},
     )
+
+
+def talking_pipeline() -> Pipeline:
+    """``omni_pipeline`` declaring the rate it speaks at, as a speech model's card does: a realtime session
+    announces it (``session.audio.output.format.rate``) and a client plays the deltas at it."""
+    pipeline = omni_pipeline()
+    return dataclasses.replace(pipeline, info={**pipeline.info, "sample_rate": SAMPLE_RATE})
 
 
 def image_pipeline() -> Pipeline:

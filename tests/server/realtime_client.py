@@ -11,6 +11,8 @@ from typing import Any
 import httpx
 import numpy as np
 
+from omnistage.bench.utterance import quiet, voiced  # noqa: F401 (the tests' speech-like audio)
+
 
 def openai_client(url: str, key: str) -> Any:
     import openai
@@ -96,38 +98,3 @@ def chat_stream(url: str, key: str, messages: list[dict], **body: Any) -> tuple[
 
 def ws_url(url: str, model: str | None = None) -> str:
     return url.replace("http://", "ws://") + "/v1/realtime" + (f"?model={model}" if model else "")
-
-
-# ------------------------------------------------------------------------------------------- test audio
-
-
-def _resonator(x: np.ndarray, freq: float, bandwidth: float, rate: int) -> np.ndarray:
-    """A two-pole resonance (a formant) at ``freq``."""
-    r = np.exp(-np.pi * bandwidth / rate)
-    a1, a2, gain = -2 * r * np.cos(2 * np.pi * freq / rate), r * r, 1 - r
-    y = np.zeros_like(x)
-    y1 = y2 = 0.0
-    for i, v in enumerate(x):
-        y1, y2 = gain * v - a1 * y1 - a2 * y2, y1
-        y[i] = y1
-    return y
-
-
-def voiced(seconds: float, rate: int, seed: int = 0) -> np.ndarray:
-    """Speech-like sound: a glottal pulse train (~120 Hz, gliding) through three vowel formants, in 4 Hz
-    syllables over a faint noise floor. Values are multiples of 1/32768 (PCM16-exact)."""
-    n = int(seconds * rate)
-    t = np.arange(n) / rate
-    f0 = 120 * (1 + 0.1 * np.sin(2 * np.pi * 3 * t))
-    x = (np.diff(np.floor(np.cumsum(f0 / rate)), prepend=0) > 0).astype(np.float64)
-    for freq, bw in ((700, 130), (1220, 70), (2600, 160)):
-        x = _resonator(x, freq, bw, rate)
-    x = x * 0.5 * (1 - np.cos(2 * np.pi * 4 * t))
-    x = 0.3 * x / np.abs(x).max() + quiet(seconds, rate, seed)
-    return (np.round(np.clip(x, -1, 1 - 1 / 32768) * 32768) / 32768).astype(np.float32)
-
-
-def quiet(seconds: float, rate: int, seed: int = 1) -> np.ndarray:
-    """A faint noise floor (a room, not digital silence)."""
-    x = 0.002 * np.random.default_rng(seed).standard_normal(int(seconds * rate))
-    return (np.round(x * 32768) / 32768).astype(np.float32)

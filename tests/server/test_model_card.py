@@ -73,10 +73,13 @@ def test_the_page_and_its_static_files(image_only):
     with image_only.client() as c:
         page = c.get("/")
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-        for name, ctype in (("playground.js", "text/javascript"), ("playground.css", "text/css")):
+        for name, ctype in (("playground.js", "text/javascript"), ("playground.css", "text/css"),
+                            ("playground-talk.js", "text/javascript")):
             assert f"/static/{name}" in page.text
             r = c.get(f"/static/{name}")
             assert r.status_code == 200 and r.headers["content-type"].startswith(ctype) and len(r.text) > 500
+        r = c.get("/static/talk-worklet.js")  # loaded by playground-talk.js (audioWorklet.addModule)
+        assert r.status_code == 200 and "registerProcessor" in r.text
         for bad in ("nope.js", "..%2Fapp.py", "playground.html"):
             r = c.get(f"/static/{bad}")
             assert r.status_code == 404, (bad, r.status_code)

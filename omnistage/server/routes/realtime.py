@@ -33,11 +33,24 @@ from omnistage.server.state import ServerState
 router = APIRouter(prefix="/v1")
 
 
+# A browser cannot set headers on a WebSocket: OpenAI's browser clients offer the key as a subprotocol
+# ("realtime", "openai-insecure-api-key.<key>"); the server then has to pick "realtime" or the browser drops it.
+KEY_PROTOCOL = "openai-insecure-api-key."
+
+
+def _subprotocols(ws: WebSocket) -> list[str]:
+    return [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+
+
 def _authorized(ws: WebSocket, key: str | None) -> bool:
     if not key:
         return True
     scheme, _, token = ws.headers.get("authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
+    if scheme.lower() != "bearer":  # no header: a browser's subprotocol, if any
+        token = next((p[len(KEY_PROTOCOL):] for p in _subprotocols(ws) if p.startswith(KEY_PROTOCOL)), None)
+        if token is None:
+            return False
+    return hmac.compare_digest(token.strip().encode(), key.encode())
 
 
 def model_info(state: ServerState) -> ModelInfo:
@@ -53,7 +66,7 @@ def model_info(state: ServerState) -> ModelInfo:
 @router.websocket("/realtime")
 async def realtime(ws: WebSocket, model: str | None = None) -> None:
     state: ServerState = ws.app.state.omni
-    await ws.accept()
+    await ws.accept(subprotocol="realtime" if "realtime" in _subprotocols(ws) else None)
     refusal = _refusal(state, ws, model)
     if refusal is not None:  # nothing was set up: say why, then close
         state.realtime.refused.labels(refusal[0].code).inc()

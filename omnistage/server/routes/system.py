@@ -22,7 +22,8 @@ v1 = APIRouter(prefix="/v1")
 STATIC = Path(__file__).resolve().parent.parent / "static"
 PLAYGROUND = STATIC / "playground.html"
 # The playground's own files, by name: a fixed table, so no request path ever reaches the file system.
-ASSETS = {"playground.js": "text/javascript", "playground.css": "text/css"}
+ASSETS = {"playground.js": "text/javascript", "playground.css": "text/css", "playground-talk.js": "text/javascript",
+          "talk-worklet.js": "text/javascript"}
 
 
 @router.get("/", include_in_schema=False)

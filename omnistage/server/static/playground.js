@@ -169,6 +169,8 @@ class PcmPlayer {
     this.chunks = [];
     this.rate = null;
     this.next = 0;
+    this.playing = new Set();  // sources scheduled and not yet over (stop() silences them: a barge-in)
+    this.played = 0;           // samples played to the end
     try { this.ctx = new AudioContext(); } catch (e) { this.ctx = null; }  // made inside a click: allowed to play
     if (PcmPlayer.current && PcmPlayer.current.ctx) PcmPlayer.current.ctx.close();  // one live context at a time
     PcmPlayer.current = this;
@@ -185,9 +187,18 @@ class PcmPlayer {
     const source = this.ctx.createBufferSource();
     source.buffer = buffer;
     source.connect(this.ctx.destination);
+    source.onended = () => { if (this.playing.delete(source)) this.played += samples.length; };
+    this.playing.add(source);
     this.next = Math.max(this.next, this.ctx.currentTime + 0.05);
     source.start(this.next);
     this.next += buffer.duration;
+  }
+
+  // Silence what is still scheduled (what has played stays counted in `played`).
+  stop() {
+    const sources = [...this.playing];
+    this.playing.clear();
+    for (const s of sources) s.stop();
   }
 
   get sampleCount() { return this.chunks.reduce((n, c) => n + (c.byteLength >> 1), 0); }
@@ -236,6 +247,8 @@ async function loadModel() {
   $("model-detail").textContent = `— pipeline ${card.pipeline}: ${stages}`;
   const routes = card.routes || [];
   const shown = Object.entries(TABS).filter(([route]) => routes.includes(route)).map(([, tab]) => tab);
+  // a chat model that speaks can hold a spoken conversation (/v1/realtime: playground-talk.js)
+  if (routes.includes("chat") && outputs.includes("audio")) shown.push("tab-talk");
   for (const tab of shown) $(tab).classList.remove("hidden");
   $("mode-edit").parentElement.classList.toggle("hidden", !routes.includes("images.edits"));
   // Open on what the model is for: video, speech, images, else chat.

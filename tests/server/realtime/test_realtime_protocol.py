@@ -1,8 +1,8 @@
-"""/v1/realtime over a real server (uvicorn in this process) serving the test omni pipeline (a word-by-word
-``llm`` stage and a streamed tone stage): the official openai client's realtime connection against the chat
-route for the same conversation, every malformed frame answered by an ``error`` naming the event and field
-(the session goes on), the API key, the session and buffer limits, and cancel / disconnect aborting the
-request in every stage."""
+"""/v1/realtime, the protocol (servers: conftest.py): the official openai client's realtime connection against the
+chat route for the same conversation, every malformed frame answered by an ``error`` naming the event and field
+(the session goes on), the bounded input buffer, refusals before any work (API key, model, session limit) and
+sessions closed at their time limits. Responses over time (cancel, barge-in, VAD, concurrency, memory):
+test_realtime_turns.py."""
 
 from __future__ import annotations
 
@@ -15,44 +15,16 @@ import numpy as np
 import pytest
 import websockets
 
-from tests.server.conftest import new_engine
-from tests.server.pipelines import GATE, omni_pipeline
+from tests.server.realtime.helpers import EVENT_LIMIT, KEY, user_text, wait_open_zero
 from tests.server.realtime_client import (
     b64,
     chat_stream,
     next_event,
     openai_client,
     pcm16_bytes,
-    quiet,
     read_reply,
-    voiced,
     ws_url,
 )
-
-KEY = "sk-realtime-test"
-EVENT_LIMIT = 64 << 10
-BUFFER_S = 4.0  # seconds: a VAD turn below fits, five appends of 0.9 s do not
-
-
-@pytest.fixture(scope="module")
-def srv(server_factory):
-    GATE.clear()
-    return server_factory(new_engine(omni_pipeline()), api_key=KEY, max_realtime_sessions=2,
-                          realtime_max_event_bytes=EVENT_LIMIT, realtime_max_buffer_s=BUFFER_S)
-
-
-def user_text(text: str) -> dict:
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-
-
-async def wait_idle(srv, timeout: float = 10.0) -> dict:
-    """Stage stats once nothing runs or waits in any stage (or as they are when ``timeout`` passes)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        stats = srv.engine.stage_stats()
-        if all(s.running == 0 and s.queue_depth == 0 for s in stats.values()) or time.monotonic() > deadline:
-            return {sid: (s.running, s.queue_depth) for sid, s in stats.items()}
-        await asyncio.sleep(0.02)
 
 
 async def test_a_text_turn_speaks_what_the_chat_route_says(srv):
@@ -106,6 +78,8 @@ async def test_conversation_items_can_be_deleted_and_inserted(srv):
         await conn.response.create()  # the last user item is now "middle"
         reply = await read_reply(conn)
     assert reply.text == "echo middle"
+
+
 
 
 # ------------------------------------------------------------------------------------------- malformed
@@ -194,6 +168,8 @@ async def test_the_input_audio_buffer_is_bounded(srv):
         assert (await next_event(conn, "error")).error.code == "input_audio_buffer_commit_empty"
 
 
+
+
 # ------------------------------------------------------------------------------------------- refusals
 
 
@@ -243,120 +219,21 @@ async def test_sessions_beyond_max_realtime_sessions_are_refused(srv):
         assert 'omnistage_realtime_events_total{direction="out",type="session.created"}' in metrics
 
 
-# ------------------------------------------------------------------------------------------- cancel
-
-
-async def test_cancel_mid_response_aborts_every_stage_and_keeps_what_was_sent(srv):
-    aborted = srv.state.metrics.aborted._value.get()
-    async with openai_client(srv.url, KEY).realtime.connect() as conn:
-        await conn.conversation.item.create(item=user_text("block: never finishes"))
-        await conn.response.create()
-
-        async def cancel_on_first_delta(ev, reply):
-            if ev.type == "response.output_audio_transcript.delta" and reply.text == "":
-                await conn.response.create(event_id="second")  # one response at a time
-                await conn.response.cancel()
-
-        reply = await read_reply(conn, cancel_on_first_delta)
-        assert reply.status == "cancelled" and reply.done.response.status_details.reason == "client_cancelled"
-        assert [e.code for e in reply.errors] == ["conversation_already_has_active_response"]
-        assert reply.text == "echo" and reply.done.response.output[0].content[0].transcript == "echo"
-        assert reply.done.response.output[0].status == "incomplete"
-        assert await wait_idle(srv) == {0: (0, 0), 1: (0, 0), 2: (0, 0), 3: (0, 0)}
-        assert srv.state.metrics.aborted._value.get() == aborted + 1
-        await conn.conversation.item.create(item=user_text("next turn"))  # the session goes on
-        await conn.response.create()
-        assert (await read_reply(conn)).text == "echo next turn"
-
-
-async def test_a_disconnect_mid_response_aborts_every_stage(srv):
-    aborted = srv.state.metrics.aborted._value.get()
-    async with openai_client(srv.url, KEY).realtime.connect() as conn:
-        await conn.conversation.item.create(item=user_text("block: left behind"))
-        await conn.response.create()
-        await next_event(conn, "response.output_audio_transcript.delta")
-    assert await wait_idle(srv) == {0: (0, 0), 1: (0, 0), 2: (0, 0), 3: (0, 0)}
-    deadline = time.monotonic() + 5
-    while srv.state.realtime.open and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
-    assert srv.state.realtime.open == 0 and srv.state.metrics.aborted._value.get() == aborted + 1
-
-
-# ------------------------------------------------------------------------------------------- server VAD
-
-
-def vad_session(rate: int, **vad) -> dict:
-    return {"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcm", "rate": rate},
-                                                    "turn_detection": {"type": "server_vad", **vad}}}}
-
-
-async def stream_audio(conn, x: np.ndarray, rate: int, chunk_s: float = 0.1) -> None:
-    pcm = pcm16_bytes(x)
-    step = int(chunk_s * rate) * 2
-    for i in range(0, len(pcm), step):
-        await conn.input_audio_buffer.append(audio=b64(pcm[i:i + step]))
-
-
-@pytest.mark.parametrize("rate", [16000, 24000])  # 24 kHz: resampled for the detector
-async def test_server_vad_finds_the_turn_between_silences_and_answers_it(srv, rate):
-    clip = np.concatenate([quiet(1.0, rate), voiced(1.5, rate), quiet(1.5, rate)])
-    async with openai_client(srv.url, KEY).realtime.connect() as conn:
-        await conn.session.update(session=vad_session(rate, prefix_padding_ms=300, silence_duration_ms=500))
-        td = (await next_event(conn, "session.updated")).session.audio.input.turn_detection
-        assert (td.type, td.threshold, td.create_response) == ("server_vad", 0.5, True)
-        await stream_audio(conn, clip, rate)
-        started = await next_event(conn, "input_audio_buffer.speech_started")
-        stopped = await next_event(conn, "input_audio_buffer.speech_stopped")
-        committed = await next_event(conn, "input_audio_buffer.committed")
-        added = await next_event(conn, "conversation.item.added")
-        reply = await read_reply(conn)  # create_response: the server answers the turn by itself
-    assert abs(started.audio_start_ms - (1000 - 300)) <= 90  # speech onset less prefix_padding_ms
-    assert abs(stopped.audio_end_ms - 2500) <= 120
-    assert started.item_id == stopped.item_id == committed.item_id == added.item.id
-    assert reply.status == "completed" and reply.text == "echo"  # (the word stage hears no audio)
-
-
-async def test_quiet_alone_is_no_turn(srv):
-    async with openai_client(srv.url, KEY).realtime.connect() as conn:
-        await conn.session.update(session=vad_session(16000))
-        await next_event(conn, "session.updated")
-        await stream_audio(conn, quiet(3.0, 16000), 16000)
-        await conn.input_audio_buffer.clear()  # a marker: everything before it has been handled
-        ev = await conn.recv()
-        assert ev.type == "input_audio_buffer.cleared", ev.type
-
-
-async def test_speech_during_a_response_barges_in(srv):
-    rate = 16000
-    async with openai_client(srv.url, KEY).realtime.connect() as conn:
-        await conn.session.update(session=vad_session(rate))
-        await next_event(conn, "session.updated")
-        await conn.conversation.item.create(item=user_text("block: talk forever"))
-        await conn.response.create()
-        await next_event(conn, "response.output_audio_transcript.delta")
-        await stream_audio(conn, np.concatenate([voiced(1.0, rate), quiet(1.0, rate)]), rate)
-        kinds = []
-        while "response.done" not in kinds:
-            ev = await conn.recv()
-            kinds.append(ev.type)
-        assert kinds.index("input_audio_buffer.speech_started") < kinds.index("response.done")
-        assert ev.response.status == "cancelled" and ev.response.status_details.reason == "turn_detected"
-        assert ev.response.output[0].content[0].transcript == "echo"  # what was sent before the barge-in
-        assert await wait_idle(srv) == {0: (0, 0), 1: (0, 0), 2: (0, 0), 3: (0, 0)}
-        await next_event(conn, "input_audio_buffer.speech_stopped")
-        reply = await read_reply(conn)  # the new turn is answered
-        assert reply.status == "completed" and reply.text == "echo"
+async def test_a_browser_sends_the_key_as_a_subprotocol(srv):
+    """A browser cannot set headers on a WebSocket: the key comes as OpenAI's browser clients send it, and the
+    server answers with the "realtime" subprotocol (a browser drops a connection that names none)."""
+    async with websockets.connect(ws_url(srv.url), subprotocols=["realtime", f"openai-insecure-api-key.{KEY}"]) as ws:
+        assert ws.subprotocol == "realtime"
+        assert json.loads(await ws.recv())["type"] == "session.created"
+    async with websockets.connect(ws_url(srv.url), subprotocols=["realtime", "openai-insecure-api-key.wrong"]) as ws:
+        ev = json.loads(await ws.recv())
+        assert ev["type"] == "error" and ev["error"]["code"] == "invalid_api_key"
+        with pytest.raises(websockets.ConnectionClosed):
+            await ws.recv()
+        assert ws.close_code == 1008
 
 
 # ------------------------------------------------------------------------------------------- session time
-
-
-@pytest.fixture(scope="module")
-def short(server_factory):
-    """Servers whose sessions end soon: one closes them idle after 0.5 s, one when 1 s old."""
-    idle = server_factory(new_engine(omni_pipeline()), api_key=KEY, realtime_idle_timeout_s=0.5)
-    brief = server_factory(new_engine(omni_pipeline()), api_key=KEY, realtime_max_session_s=1.0)
-    return idle, brief
 
 
 async def close_code_after_error(url: str) -> tuple[str, int]:
@@ -393,64 +270,3 @@ async def test_a_session_past_its_length_is_closed_even_while_talking(short):
                 break
         assert codes == ["session_expired"]
     assert await wait_open_zero(brief)
-
-
-async def wait_open_zero(srv) -> bool:
-    deadline = time.monotonic() + 5
-    while srv.state.realtime.open and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
-    return srv.state.realtime.open == 0
-
-
-# ------------------------------------------------------------------------------------------- concurrency
-
-
-async def test_eight_concurrent_sessions_each_get_their_own_answer(server_factory):
-    wide = server_factory(new_engine(omni_pipeline()), api_key=KEY)
-
-    async def talk(i: int):
-        async with openai_client(wide.url, KEY).realtime.connect() as conn:
-            await conn.conversation.item.create(item=user_text(f"session {i} says " + " ".join(["la"] * i)))
-            await conn.response.create()
-            return await read_reply(conn)
-
-    replies = await asyncio.gather(*(talk(i) for i in range(8)))
-    for i, reply in enumerate(replies):
-        text, pcm = chat_stream(wide.url, KEY, [{"role": "user", "content": f"session {i} says " + " ".join(["la"] * i)}],
-                                modalities=["text", "audio"])
-        assert reply.status == "completed" and reply.text == text and reply.pcm == pcm
-
-
-async def test_memory_stays_flat_over_many_short_sessions(server_factory):
-    """200 sessions with a turn each leave nothing behind: the process's RSS (server and client: one client
-    for all sessions) grows by less than 16 MiB after a warm-up (measured ~1 MiB; a session kept alive by
-    mistake would hold its audio, conversation and response task)."""
-    import gc
-
-    import psutil
-
-    srv = server_factory(new_engine(omni_pipeline()), api_key=KEY)
-    audio = b64(pcm16_bytes(quiet(0.5, 24000)))
-
-    client = openai_client(srv.url, KEY)
-
-    async def session(i: int) -> None:
-        async with client.realtime.connect() as conn:
-            await conn.input_audio_buffer.append(audio=audio)
-            await conn.input_audio_buffer.commit()
-            await conn.conversation.item.create(item=user_text(f"turn {i}"))
-            await conn.response.create()
-            assert (await read_reply(conn)).status == "completed"
-
-    async def many(n: int) -> None:
-        for start in range(0, n, 10):
-            await asyncio.gather(*(session(start + i) for i in range(10)))
-
-    await many(100)  # warm-up: thread pools, allocator arenas, caches
-    gc.collect()
-    before = psutil.Process().memory_info().rss
-    await many(200)
-    assert await wait_open_zero(srv)
-    gc.collect()
-    grown = psutil.Process().memory_info().rss - before
-    assert grown < 16 << 20, f"RSS grew {grown / 2**20:.1f} MiB over 200 sessions"
