@@ -1,4 +1,4 @@
-"""Step-level continuous batching vs diffusers on SD3 / FLUX / Z-Image / Qwen-Image (random weights), CPU or GPU.
+"""Step-level continuous batching vs diffusers on SD3 / FLUX / Z-Image / Qwen-Image / LTX-2 (random weights), CPU/GPU.
 
 N requests at each concurrency through omnistage (``AsyncOmni``, one diffusion stage), against
 (a) the diffusers pipeline called once per request, sequentially, and
@@ -8,6 +8,7 @@ N requests at each concurrency through omnistage (``AsyncOmni``, one diffusion s
     .venv/bin/python benchmarks/diffusion_batching.py                     # tiny SD3, CPU, 1 thread
     python benchmarks/diffusion_batching.py --device cuda --preset sd3-medium --sizes 512,1024
     .venv/bin/python benchmarks/diffusion_batching.py --family flux       # or z_image, qwen_image (family_shapes.py)
+    .venv/bin/python benchmarks/diffusion_batching.py --family ltx2 --sizes 32 --steps 4 --concurrency 1,4 --requests 8
 
 Runs go in rounds (sequential, then engine and ideal per concurrency; every other round in reverse
 order, so drift hits all modes alike); the fastest run of each kind is kept and all durations are
@@ -147,7 +148,7 @@ def run_sequential(pipe: Any, reqs: list[dict], device: torch.device) -> dict[st
     with Clock(device) as clock:
         for r in reqs:
             s = time.perf_counter()
-            pipe(r["prompt"], generator=torch.Generator().manual_seed(r["seed"]), **_call_kw(r))  # PIL: synchronises
+            pipe(prompt=r["prompt"], generator=torch.Generator().manual_seed(r["seed"]), **_call_kw(r))  # PIL: synchronises
             lat.append(time.perf_counter() - s)
     return summary("diffusers_sequential", 1, clock, lat)
 
@@ -158,7 +159,7 @@ def run_batched(pipe: Any, reqs: list[dict], c: int, device: torch.device) -> di
         for i in range(0, len(reqs), c):
             chunk = reqs[i:i + c]
             s = time.perf_counter()
-            pipe([r["prompt"] for r in chunk], generator=[torch.Generator().manual_seed(r["seed"]) for r in chunk],
+            pipe(prompt=[r["prompt"] for r in chunk], generator=[torch.Generator().manual_seed(r["seed"]) for r in chunk],
                  **_call_kw(chunk[0]))
             lat.extend([time.perf_counter() - s] * len(chunk))  # a static batch finishes together
     return summary("diffusers_batched_ideal", c, clock, lat)
@@ -322,7 +323,7 @@ async def _bench_sizes(args: argparse.Namespace, pipe: Any, omni: Any, model: di
     order += [("engine", c) for c in args.concurrency if ("engine", c) not in order]
     for size, steps in zip(args.sizes, args.steps):
         t = time.perf_counter()
-        latent_hw = size // pipe.vae_scale_factor
+        latent_hw = size // pipe.vae_scale_factor if sd3 else None  # (the SD3 forward timing's shape)
         image_tokens = ((latent_hw // pipe.transformer.config.patch_size) ** 2 if sd3
                         else family_shapes.image_tokens(pipe, size))
         reqs = make_requests(args.requests, steps, size, knobs)

@@ -41,6 +41,17 @@ FAMILIES: dict[str, FamilyBench] = {
         "qwen_image", "QwenImagePipeline", dict(num_layers=8, num_attention_heads=4, attention_head_dim=32,
                                                 axes_dims_rope=[8, 12, 12]),
         dict(true_cfg_scale=1.0, max_sequence_length=64), "no true CFG"),
+    "flux2_klein": FamilyBench(
+        "flux2_klein", "Flux2KleinPipeline", dict(num_layers=4, num_single_layers=4, num_attention_heads=4,
+                                                  attention_head_dim=32, axes_dims_rope=[8, 8, 8, 8]),
+        dict(guidance_scale=1.0, max_sequence_length=64), "FLUX.2 [klein], distilled usage: no CFG rows"),
+    "ltx2": FamilyBench(
+        "ltx2", "LTX2Pipeline", dict(num_layers=4, num_attention_heads=4, attention_head_dim=32,
+                                     cross_attention_dim=128, audio_num_attention_heads=4,
+                                     audio_attention_head_dim=16, audio_cross_attention_dim=64),
+        dict(guidance_scale=3.0, num_frames=9, max_sequence_length=64),
+        "LTX2Pipeline's defaults: CFG (video 3, audio 7), STG and modality-isolation forwards, rescale; 9 frames "
+        "+ their audio (run with --sizes 32: this VAE compresses space by 2 only)"),
 }
 
 
@@ -76,7 +87,11 @@ def build(family: str, outdir: Path) -> dict[str, Any]:
 
 
 def image_tokens(pipe: Any, size: int) -> int:
-    """Image tokens per row at a square ``size``: every family here packs 2x2 latent patches."""
+    """Image tokens per row at a square ``size``: the image families pack 2x2 latent patches; LTX-2's video
+    tokens are its latent pixels of every latent frame (9 frames here)."""
+    if hasattr(pipe, "vae_spatial_compression_ratio"):
+        frames = (FAMILIES["ltx2"].knobs["num_frames"] - 1) // pipe.vae_temporal_compression_ratio + 1
+        return frames * (size // pipe.vae_spatial_compression_ratio) ** 2
     return (size // (pipe.vae_scale_factor * 2)) ** 2
 
 
@@ -99,10 +114,10 @@ def forward_ms(pipe: Any, call: dict[str, Any], rows: int, device: torch.device,
     kw = {**call, "num_inference_steps": 2}
     hooks = [pipe.transformer.register_forward_pre_hook(pre), pipe.transformer.register_forward_hook(post)]
     try:
-        pipe(["a red cat"] * rows, output_type="latent", **kw)
+        pipe(prompt=["a red cat"] * rows, output_type="latent", **kw)
         times.clear()
         for _ in range(repeats):
-            pipe(["a red cat"] * rows, output_type="latent", **kw)
+            pipe(prompt=["a red cat"] * rows, output_type="latent", **kw)
     finally:
         for h in hooks:
             h.remove()

@@ -12,7 +12,12 @@ or was replaced). Runs twice: without an admission limit (everything must comple
 Targets (issue #17): every request completes or gets a clean 503 with Retry-After; no process dies;
 RSS after the load within 10% of RSS before it. Results: ``benchmarks/results/tts_load_llasa.{json,md}``.
 
-    python benchmarks/tts_load.py [--concurrency 64] [--bursts 3] [--max-pending 24] [--frames 24]
+``--family qwen3_tts`` serves the tiny Qwen3-TTS Base checkpoint instead (every request clones: in
+context from the clip + its transcript, or from its x-vector alone, alternately); results
+``tts_load_qwen3_tts.{json,md}``.
+
+    python benchmarks/tts_load.py [--family llasa|qwen3_tts] [--concurrency 64] [--bursts 3] [--max-pending 24]
+        [--frames 24]
 """
 
 from __future__ import annotations
@@ -58,12 +63,18 @@ def rss_mb(pid: int) -> float:
     return sum(p.memory_info().rss for p in tree(pid)) / 2**20
 
 
-async def burst(url: str, n: int, frames: int, ref: str) -> list[dict]:
+async def burst(url: str, n: int, frames: int, ref: str, family: str = "llasa") -> list[dict]:
+    tokens = frames + 1 if family == "qwen3_tts" else frames  # Qwen3-TTS's talker: N tokens make N - 1 frames
     body = {"input": "good morning, how are you today?", "response_format": "pcm", "stream": True,
-            "temperature": 0, "max_tokens": frames, "min_tokens": frames}
+            "temperature": 0, "max_tokens": tokens, "min_tokens": tokens}
+
+    def clone(i: int) -> dict:
+        if family == "qwen3_tts":  # a Base checkpoint always clones
+            return {"ref_audio": ref, **({"ref_text": REF_TEXT} if i % 2 else {"x_vector_only_mode": True})}
+        return {"ref_audio": ref, "ref_text": REF_TEXT} if i % 2 else {}
 
     async def one(c: httpx.AsyncClient, i: int) -> dict:
-        b = {**body, **({"ref_audio": ref, "ref_text": REF_TEXT} if i % 2 else {})}
+        b = {**body, **clone(i)}
         t0 = time.perf_counter()
         first = None
         size = 0
@@ -86,18 +97,20 @@ def run_config(model: Path, storage: Path, args: argparse.Namespace, max_pending
     os.environ["OMNISTAGE_SERVER_STORAGE__PATH"] = str(storage)
     storage.mkdir(parents=True, exist_ok=True)
     log = storage / f"server-{max_pending or 'unlimited'}.log"
-    srv = ServeProcess.launch([str(model), "--served-model-name", "tiny-llasa", *extra,
-                               "--stage-overrides", '{"0": {"max_model_len": 512, "dtype": "float32"}}'], log)
+    overrides = [] if args.family == "qwen3_tts" else [
+        "--stage-overrides", '{"0": {"max_model_len": 512, "dtype": "float32"}}']
+    srv = ServeProcess.launch([str(model), "--served-model-name", f"tiny-{args.family}", *extra, *overrides], log)
     ref = clip_url()
-    whole = args.frames * 320 * 2  # PCM16 bytes of a complete reply (320 samples per XCodec2 frame)
+    # PCM16 bytes of a complete reply (320 samples per XCodec2 frame, 1920 per Qwen3-TTS frame)
+    whole = args.frames * (1920 if args.family == "qwen3_tts" else 320) * 2
     try:
-        asyncio.run(burst(srv.url, args.concurrency, args.frames, ref))  # warm-up: first-request costs
+        asyncio.run(burst(srv.url, args.concurrency, args.frames, ref, args.family))  # warm-up: first-request costs
         time.sleep(args.settle_s)
         pids = {p.pid for p in tree(srv.proc.pid)}
         before = rss_mb(srv.proc.pid)
         rows, samples = [], []
         for _ in range(args.bursts):
-            rows += asyncio.run(burst(srv.url, args.concurrency, args.frames, ref))
+            rows += asyncio.run(burst(srv.url, args.concurrency, args.frames, ref, args.family))
             samples.append(rss_mb(srv.proc.pid))
         time.sleep(args.settle_s)
         after = rss_mb(srv.proc.pid)
@@ -129,13 +142,17 @@ def met(r: dict) -> bool:
 
 def write(report: dict) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "tts_load_llasa.json").write_text(json.dumps(report, indent=2) + "\n")
+    family = report.get("family", "llasa")
+    (RESULTS / f"tts_load_{family}.json").write_text(json.dumps(report, indent=2) + "\n")
     lines = [
-        "# TTS under load: bursts of concurrent streaming /v1/audio/speech (tiny llasa, one server)",
+        f"# TTS under load: bursts of concurrent streaming /v1/audio/speech (tiny {family}, one server)",
         "",
-        f"{report['bursts']} bursts of {report['concurrency']} streaming requests (half cloning a voice from an "
-        f"inline WAV), {report['frames']} codec frames each, after one warm-up burst; RSS of the server process "
-        f"tree (server + vLLM engine core) after the warm-up vs after the last burst + {report['settle_s']} s.",
+        f"{report['bursts']} bursts of {report['concurrency']} streaming requests ("
+        + ("all cloning a voice from an inline WAV: half in context, half from its x-vector" if family == "qwen3_tts"
+           else "half cloning a voice from an inline WAV")
+        + f"), {report['frames']} codec frames each, after one warm-up burst; RSS of the server process "
+        f"tree ({'server' if family == 'qwen3_tts' else 'server + vLLM engine core'}) after the warm-up vs after the "
+        f"last burst + {report['settle_s']} s.",
         "",
         "| --max-pending | requests | 200 (complete) | 503 (with Retry-After) | other | TTFB p50 / p95 ms | "
         "e2e p50 ms | RSS before / after / peak MB | after / before | processes intact | targets |",
@@ -149,7 +166,7 @@ def write(report: dict) -> None:
             f"{r['refused_503']} ({r['refused_with_retry_after']}) | {r['other_status'] or 0} | {ttfb} | {e2e} | "
             f"{r['rss_mb_before']:.0f} / {r['rss_mb_after']:.0f} / {r['rss_mb_peak_sampled']:.0f} | "
             f"{r['rss_ratio']:.3f} | {r['processes_alive_and_same']} | {'met' if met(r) else 'MISSED'} |")
-    (RESULTS / "tts_load_llasa.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / f"tts_load_{family}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
@@ -157,14 +174,18 @@ def main(args: argparse.Namespace) -> dict:
     from omnistage.testing.tiny import build
 
     root = Path(tempfile.mkdtemp(prefix="omnistage-bench-tts-load-"))
-    model = build("llasa", root / "llasa")
+    if args.family == "qwen3_tts":  # its tiny checkpoints come from the reference package
+        model = Path(__file__).resolve().parents[1] / "tests/models/qwen3_tts/tiny/base"
+    else:
+        model = build("llasa", root / "llasa")
     runs = [run_config(model, root / f"storage-{mp or 0}", args, mp) for mp in (None, args.max_pending)]
-    return {"concurrency": args.concurrency, "bursts": args.bursts, "frames": args.frames,
+    return {"family": args.family, "concurrency": args.concurrency, "bursts": args.bursts, "frames": args.frames,
             "settle_s": args.settle_s, "runs": runs}
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", default="llasa", choices=["llasa", "qwen3_tts"])
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--bursts", type=int, default=3)
     parser.add_argument("--max-pending", type=int, default=24)

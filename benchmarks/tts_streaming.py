@@ -12,7 +12,7 @@ streamed TTFP at the highest concurrency / at 1 <= 2) and how far the streamed
 audio is from the whole decode (float rounding for a causal codec such as
 Mimi; an approximation for a non-causal one such as XCodec2).
 
-    python benchmarks/tts_streaming.py [--family codec_tts|llasa|csm | --model DIR] [--rounds 5]
+    python benchmarks/tts_streaming.py [--family codec_tts|llasa|csm|qwen3_tts | --model DIR] [--rounds 5]
         [--chunk-frames 8] [--initial-chunk-frames N] [--frames 200] [--concurrency 1 8]
 
 Without --model the tiny fixture of --family is built (tiny LM and codec:
@@ -72,7 +72,9 @@ async def main(args: argparse.Namespace) -> dict:
 
     torch.set_num_threads(1)
     model = args.model
-    if model is None:
+    if model is None and args.family == "qwen3_tts":  # its tiny checkpoints come from the reference package
+        model = str(Path(__file__).resolve().parents[1] / "tests/models/qwen3_tts/tiny/custom_voice")
+    elif model is None:
         from omnistage.testing.tiny import build
 
         model = str(build(args.family, tempfile.mkdtemp(prefix=f"omnistage-bench-{args.family}-")))
@@ -86,9 +88,15 @@ async def main(args: argparse.Namespace) -> dict:
     from omnistage.models.codec_tts.config import load_tts_config
     from omnistage.models.csm.config import is_csm
 
+    from omnistage.models.qwen3_tts.config import INITIAL_CHUNK_FRAMES as QWEN3_TTS_FIRST
+    from omnistage.models.qwen3_tts.config import is_qwen3_tts
+
     csm = is_csm(Path(model))
+    qwen3_tts = is_qwen3_tts(Path(model))
     if csm:  # CSM's backbone stage counts frames (K codes each) and takes no repetition penalty / min_tokens
         lm = {"temperature": 0, "max_tokens": args.frames}
+    elif qwen3_tts:  # the talker counts tokens: N make N - 1 frames
+        lm = {"temperature": 0, "repetition_penalty": 1.0, "max_tokens": args.frames + 1, "min_tokens": args.frames + 1}
     else:
         tokens = args.frames * load_tts_config(model).num_quantizers  # K tokens per frame
         lm = {"temperature": 0, "repetition_penalty": 1.0, "max_tokens": tokens, "min_tokens": tokens}
@@ -134,8 +142,10 @@ async def main(args: argparse.Namespace) -> dict:
     ttfp_speedup = by_c[low]["whole_ttfp_ms"] / by_c[low]["streamed_ttfp_ms"]
     ttfp_growth = by_c[high]["streamed_ttfp_ms"] / by_c[low]["streamed_ttfp_ms"]
     return {"family": args.family if args.model is None else None, "model": model,
-            "codec": "mimi" if csm else codec_type(Path(model) / "codec"), "rounds": args.rounds, "chunk_frames": args.chunk_frames,
-            "initial_chunk_frames": args.initial_chunk_frames or load_tts_config(model).initial_chunk_frames
+            "codec": "mimi" if csm else "qwen3_tts_12hz" if qwen3_tts else codec_type(Path(model) / "codec"),
+            "rounds": args.rounds, "chunk_frames": args.chunk_frames,
+            "initial_chunk_frames": args.initial_chunk_frames or (QWEN3_TTS_FIRST if qwen3_tts else
+                                                                 load_tts_config(model).initial_chunk_frames)
             or args.chunk_frames, "frames": args.frames, "engine_args": engine_args,
             "max_abs_audio_diff_streamed_vs_whole": max_diff,
             "rms_audio_diff_over_rms_signal": (diff_sq / signal_sq) ** 0.5 if signal_sq else None,
@@ -182,7 +192,7 @@ def write(report: dict) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", default="codec_tts", choices=["codec_tts", "llasa", "csm"],
+    parser.add_argument("--family", default="codec_tts", choices=["codec_tts", "llasa", "csm", "qwen3_tts"],
                         help="tiny fixture to build when --model is not given")
     parser.add_argument("--model", default=None,
                         help="a codec_tts or CSM folder (default: build the tiny --family fixture)")

@@ -31,7 +31,7 @@ class OmniRequestOutput:
     text: str | None = None
     token_ids: list[int] | None = None
     images: list[Any] = field(default_factory=list)  # PIL.Image.Image
-    audio: np.ndarray | None = None  # float32 [samples]
+    audio: np.ndarray | None = None  # float32 [samples], or [2, samples] for stereo (LTX-2's soundtrack)
     sample_rate: int | None = None
     video: np.ndarray | None = None  # uint8 [T, H, W, 3]
     fps: float | None = None
@@ -70,6 +70,12 @@ def _numpy(x: Any, dtype: Any) -> np.ndarray:
     return arr.astype(dtype, copy=False)
 
 
+def audio_array(x: Any) -> np.ndarray:
+    """A stage's audio payload as float32 [samples] (mono), or [2, samples] when it is stereo."""
+    arr = _numpy(x, np.float32)
+    return arr if arr.ndim == 2 and arr.shape[0] == 2 else arr.reshape(-1)
+
+
 def _ids(x: Any) -> list[int]:
     return x.tolist() if isinstance(x, (torch.Tensor, np.ndarray)) else [int(i) for i in x]
 
@@ -105,7 +111,7 @@ def final_output(*, request_id: str, stage_id: int, output_type: OutputModality,
     if OutputModality.IMAGE in keep and "image" in whole:
         out.images = [to_pil(im) for im in whole["image"]]
     if OutputModality.AUDIO in keep and "audio" in whole:
-        out.audio = _numpy(whole["audio"], np.float32).reshape(-1)
+        out.audio = audio_array(whole["audio"])
         out.sample_rate = whole.get("sample_rate")
     if OutputModality.VIDEO in keep and "video" in whole:
         out.video = _numpy(whole["video"], np.uint8)

@@ -12,8 +12,9 @@ A model family declares its topology once, in Python, with real objects:
 
 A built-in family is one folder under ``omnistage/models/`` exporting
 ``PIPELINES`` (its declarations) and ``TINY`` (its tiny-fixture builders), and
-one import line in ``omnistage/models/__init__.py``. Code outside omnistage
-adds pipelines with ``register_pipeline``. Deploy YAML only says where and how
+one import line in ``omnistage/models/__init__.py``, which registers them here
+(this module imports no family). Code outside omnistage adds pipelines with
+``register_pipeline``. Deploy YAML only says where and how
 big each stage runs.
 """
 
@@ -222,7 +223,25 @@ class Pipeline:
         return "\n".join(lines)
 
 
-_REGISTRY: dict[str, Pipeline] = {}
+# The registry imports no family: families import this module, and omnistage/models/__init__.py registers the
+# built-in ones (``register_family``) when it is imported, so the dependency runs one way. Importing any family
+# module imports that package first, so whoever holds one family's classes has every built-in one registered.
+_BUILTIN: dict[str, Pipeline] = {}  # in registration order: the first match of a folder wins
+_TINY: dict[str, Callable[[Path], None]] = {}
+_REGISTRY: dict[str, Pipeline] = {}  # added from outside omnistage (register_pipeline)
+
+
+def register_family(family: Any) -> None:
+    """Add a built-in family: a module exporting ``PIPELINES`` (declarations) and ``TINY`` (tiny-fixture builders
+    by name). omnistage/models/__init__.py calls this once per family, in matching order."""
+    for p in family.PIPELINES:
+        if _BUILTIN.get(p.name, p) is not p:
+            raise ValueError(f"pipeline {p.name!r} is declared by two families")
+        _BUILTIN[p.name] = p
+    for name, build in family.TINY.items():
+        if _TINY.get(name, build) is not build:
+            raise ValueError(f"tiny model {name!r} is declared by two families")
+        _TINY[name] = build
 
 
 def register_pipeline(pipeline: Pipeline, *, replace: bool = False) -> Pipeline:
@@ -235,18 +254,24 @@ def register_pipeline(pipeline: Pipeline, *, replace: bool = False) -> Pipeline:
 
 
 def registered_pipelines() -> dict[str, Pipeline]:
-    from omnistage.models import (
-        FAMILIES,  # families import this module: resolved at call time
-    )
+    """Every registered pipeline by name (the built-in ones once omnistage.models is imported)."""
+    return {**_BUILTIN, **_REGISTRY}
 
-    builtin = {p.name: p for family in FAMILIES for p in family.PIPELINES}
-    return {**builtin, **_REGISTRY}
+
+def tiny_builders() -> dict[str, Callable[[Path], None]]:
+    """The registered families' tiny-fixture builders by name."""
+    return dict(_TINY)
+
+
+def _not_loaded_hint() -> str:
+    return "" if _BUILTIN else " (the built-in families are not loaded: import omnistage.models first)"
 
 
 def get_pipeline(name: str) -> Pipeline:
     pipelines = registered_pipelines()
     if name not in pipelines:
-        raise ValueError(f"unknown pipeline {name!r}; registered: {', '.join(sorted(pipelines)) or 'none'}")
+        raise ValueError(f"unknown pipeline {name!r}; registered: {', '.join(sorted(pipelines)) or 'none'}"
+                         f"{_not_loaded_hint()}")
     return pipelines[name]
 
 
@@ -266,5 +291,5 @@ def resolve_pipeline(model: str | Path | None, name: str | None = None) -> Pipel
             return pipeline
     raise ValueError(
         f"no registered pipeline matches {str(model)!r} (model_index _class_name={folder.diffusers_class!r}, "
-        f"architectures={folder.architectures}); pass a pipeline name"
+        f"architectures={folder.architectures}); pass a pipeline name{_not_loaded_hint()}"
     )

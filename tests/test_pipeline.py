@@ -60,8 +60,10 @@ def test_pipelines_command_lists_stages():
                          check=True)
     text = out.stdout
     # Every built-in family appears with its stages, kinds and output types.
+    import omnistage.models  # noqa: F401 - registers the built-in families (the registry imports none)
     from omnistage.pipeline import registered_pipelines
 
+    assert {"sd3", "flux", "sana", "pixart_sigma", "flux2_klein"} <= set(registered_pipelines())
     for p in registered_pipelines().values():
         if p.name.startswith("test_"):
             continue

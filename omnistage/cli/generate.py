@@ -110,18 +110,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_media(out: Any, path: Path) -> int:
-    """A speech pipeline's WAV or a video pipeline's MP4; an image suffix on --output is swapped."""
+    """A speech pipeline's WAV or a video pipeline's MP4 (with its soundtrack, for a video+audio pipeline such as
+    LTX-2); an image suffix on --output is swapped."""
     image_suffix = path.suffix.lower() in (".png", ".jpg", ".jpeg", ".webp")
     path.parent.mkdir(parents=True, exist_ok=True)
     if out.video is not None:
         from omnistage.server.media import encode_mp4
 
         path = path.with_suffix(".mp4") if image_suffix else path
-        path.write_bytes(encode_mp4(out.video, out.fps or 16))
+        path.write_bytes(encode_mp4(out.video, out.fps or 16, out.audio, out.sample_rate))
     else:
         import soundfile
 
         path = path.with_suffix(".wav") if image_suffix else path
-        soundfile.write(str(path), out.audio, out.sample_rate)
+        soundfile.write(str(path), out.audio.T if out.audio.ndim == 2 else out.audio, out.sample_rate)
     print(path)
     return 0

@@ -12,6 +12,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import omnistage.models  # noqa: F401 - registers the built-in families
+
     pipelines = registered_pipelines()
     if not pipelines:
         print("no pipelines registered")

@@ -54,6 +54,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-download-mb", type=float, default=20.0, help="largest media input fetched from a URL (default: %(default)s)")
     p.add_argument("--media-fetch-timeout", type=float, default=10.0,
                    help="seconds one media download may take, start to end (default: %(default)s)")
+    p.add_argument("--max-audio-seconds", type=positive_float, default=3600.0,
+                   help="duration of one input audio, from its header and while decoding; a model may accept less "
+                        "(default: %(default)s)")
     # Per-request caps, checked before any model work (400 naming the field)
     p.add_argument("--max-image-pixels", type=positive_int, default=DEFAULT_MAX_IMAGE_PIXELS,
                    help="height x width of one generated image or video frame, and of an input image (default: %(default)s)")
@@ -148,7 +151,7 @@ def serve_options(args: argparse.Namespace) -> Any:
                         max_pending=args.max_pending, allowed_local_media_path=args.allowed_local_media_path,
                         max_media_bytes=int(args.max_upload_mb * (1 << 20)), shutdown_grace_s=args.shutdown_timeout,
                         max_download_bytes=int(args.max_download_mb * (1 << 20)),
-                        media_fetch_timeout_s=args.media_fetch_timeout,
+                        media_fetch_timeout_s=args.media_fetch_timeout, max_audio_s=args.max_audio_seconds,
                         allowed_media_domains=args.allowed_media_domains, request_timeout_s=args.request_timeout,
                         max_image_pixels=args.max_image_pixels, max_num_frames=args.max_num_frames,
                         max_inference_steps=args.max_inference_steps, max_tokens=args.max_tokens,

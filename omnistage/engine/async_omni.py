@@ -36,6 +36,8 @@ class AsyncOmni:
                  deploy_config: str | Path | Mapping[str, Any] | None = None,
                  stage_overrides: str | Mapping[Any, Any] | None = None, platform: str | None = None,
                  **engine_kwargs: Any):
+        import omnistage.models  # noqa: F401 - registers the built-in families (once; they import cheaply)
+
         self.model = str(model) if model is not None else None
         if isinstance(pipeline, Pipeline):
             self.pipeline = pipeline

@@ -61,6 +61,11 @@ def check_deploy(pipeline: Pipeline, deploy: DeployConfig) -> None:
         if sd.acceleration is not None and spec.kind != "diffusion":
             raise ConfigError(f"stages[{sd.stage_id}].acceleration: only diffusion stages take it "
                               f"(stage {sd.stage_id} is {spec.kind})")
+        if spec.kind == "diffusion" and sd.lora_enabled and isinstance(spec.adapter, type):
+            reason = spec.adapter.unsupported("lora")
+            if reason:
+                raise ConfigError(f"stages[{sd.stage_id}].lora_modules: pipeline {pipeline.name!r} does not support "
+                                  f"LoRA ({reason})")
         if spec.kind == "diffusion":  # typed now, so a bad default fails at start-up, not on every request
             try:
                 DiffusionSamplingParams.from_any(sd.default_sampling_params)

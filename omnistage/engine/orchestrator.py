@@ -217,8 +217,11 @@ class Orchestrator:
         except (ValueError, TypeError, KeyError) as e:
             raise StageFailedError(f"stage {sid} ({spec.name}): preparing its input failed: {e}") from e
         consumers = tuple(c for c, other in run.stages.items() if any(e.source == sid for e in other.spec.inputs))
+        wanted = None
+        if run.request.modalities is not None and not consumers:
+            wanted = str(st.output_type & run.request.modalities)
         req = StageRequest(rid, inputs, run.request.sampling_params[sid], stream_inputs=bool(streaming),
-                           consumers=consumers)
+                           consumers=consumers, wanted=wanted)
         started = time.monotonic()
         st.submitted = True
         st.started.set()

@@ -2,8 +2,12 @@
 
 A family is one folder exporting ``PIPELINES`` (its pipeline declarations) and
 ``TINY`` (tiny-fixture builders by name, for ``python -m omnistage.testing.tiny``).
-Adding one is its folder plus one import line here. Importing a family is
-cheap: models load only when a stage starts.
+Adding one is its folder plus one import line here (and its place in
+``FAMILIES``). Importing this package registers every family in the registry
+of omnistage.pipeline, which imports none of them; the entry points that need
+every family (``AsyncOmni`` / ``Omni``, the CLI, ``omnistage pipelines``, the
+tiny-fixture builder) import it. Importing a family is cheap: models load only
+when a stage starts.
 """
 
 from omnistage.models import (
@@ -12,18 +16,28 @@ from omnistage.models import (
     csm,
     demo,
     flux,
+    flux2,
     glm_image,
+    hunyuan_video15,
+    ltx2,
+    pixart_sigma,
     prompt_expand,
     qwen2_5_omni,
     qwen_image,
+    qwen3_tts,
     qwen_omni,
+    sana,
     sd,
     sd3,
     wan,
     whisper,
     z_image,
 )
+from omnistage.pipeline import register_family
 
 # whisper before chat: chat claims any vLLM generative architecture, Whisper's too
 FAMILIES = (sd3, sd, qwen_omni, qwen2_5_omni, whisper, chat, prompt_expand, glm_image, demo, wan, codec_tts, flux,
-            z_image, qwen_image, csm)
+            z_image, qwen_image, csm, ltx2, qwen3_tts, pixart_sigma, sana, flux2, hunyuan_video15)
+
+for _family in FAMILIES:
+    register_family(_family)

@@ -18,7 +18,7 @@ from fastapi.openapi.utils import get_openapi
 from omnistage.config.settings import ServerSettings
 from omnistage.server.deps import require_api_key
 from omnistage.server.errors import error_responses, install_error_handlers
-from omnistage.server.middleware import BodySizeLimit, RequestContext
+from omnistage.server.middleware import BodySizeLimit, JsonDepthLimit, RequestContext
 from omnistage.server.routes import audio, chat, images, lora, realtime, system, transcriptions, videos
 from omnistage.server.state import ServeOptions, ServerState
 
@@ -58,7 +58,8 @@ def create_app(engine: Any, settings: ServerSettings | None = None, options: Ser
     if options.allow_runtime_lora_updating:  # as vLLM: without the flag these paths do not exist (404)
         app.include_router(lora.router, dependencies=secured, responses=common)
     app.openapi = lambda: _openapi(app)
-    # Outermost first: ids wrap everything (413s get ids too).
+    # Outermost first: ids wrap everything (413s get ids too); the size cap counts what the depth check reads.
+    app.add_middleware(JsonDepthLimit)
     app.add_middleware(BodySizeLimit, max_bytes=options.max_body_bytes)
     app.add_middleware(RequestContext, metrics=state.metrics)
     return app

@@ -1,6 +1,7 @@
 """Pure ASGI middleware (no BaseHTTPMiddleware: it breaks disconnect detection
-and streaming): request ids + access log + latency metrics, and a request body
-size cap that answers 413 without reading an oversized body."""
+and streaming): request ids + access log + latency metrics, a request body
+size cap that answers 413 without reading an oversized body, and a nesting-depth
+cap on JSON bodies checked before anything parses them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from omnistage.server.decode_limits import MAX_JSON_DEPTH, check_json_depth
 from omnistage.server.errors import APIError
 
 logger = logging.getLogger("omnistage.server")
@@ -102,6 +104,39 @@ class BodySizeLimit:
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                                 (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body})
+
+
+class JsonDepthLimit:
+    """A JSON body (or one without a content type, which FastAPI parses as JSON) nested deeper than
+    ``max_depth`` is a 400 naming its top-level field, before the stdlib parser recurses into it (it raises
+    ``RecursionError`` near 1000 levels, and shallower nesting still overflows the stack later, in copies)."""
+
+    def __init__(self, app: Any, max_depth: int = MAX_JSON_DEPTH):
+        self.app = app
+        self.max_depth = max_depth
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") not in ("POST", "PUT", "PATCH"):
+            return await self.app(scope, receive, send)
+        ctype = dict(scope.get("headers") or []).get(b"content-type", b"").split(b";")[0].strip().lower()
+        if ctype and b"json" not in ctype:  # multipart and forms: their JSON fields are checked where parsed
+            return await self.app(scope, receive, send)
+        chunks, message = [], {"type": "http.request", "body": b"", "more_body": True}
+        while message["type"] == "http.request" and message.get("more_body"):
+            message = await receive()  # (BodySizeLimit, outside, still counts these)
+            chunks.append(message.get("body", b""))
+        body = b"".join(chunks)
+        try:
+            check_json_depth(body, self.max_depth)
+        except APIError as err:
+            return await err.response()(scope, receive, send)
+        replay = [{"type": "http.request", "body": body, "more_body": False}] if message["type"] == "http.request" \
+            else [message]  # a disconnect while the body came: passed on as it was
+
+        async def replayed() -> dict:
+            return replay.pop() if replay else await receive()
+
+        await self.app(scope, replayed, send)
 
 
 class _TooLarge(StarletteHTTPException):

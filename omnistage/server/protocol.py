@@ -15,6 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from omnistage.params import RequestKnobs
+from omnistage.server.decode_limits import loads
 
 # --------------------------------------------------------------------------- chat
 
@@ -205,6 +206,7 @@ class SpeechRequest(RequestKnobs):
     # voice cloning: a reference clip (http(s)/data:/file:// URL or bare base64 of an audio file) + its transcript
     ref_audio: str | None = Field(None, min_length=1)
     ref_text: str | None = Field(None, max_length=8192)
+    x_vector_only_mode: bool | None = None  # clone from the clip's speaker embedding alone (no ref_text)
     language: str | None = Field(None, max_length=64)
     max_new_tokens: int | None = Field(None, ge=1)  # the speech LM's max_tokens
     # per-stage params, as on /v1/chat/completions (e.g. Qwen3-Omni's talker budget in entry 1)
@@ -234,7 +236,7 @@ class VideoRequest(RequestKnobs):
     def _json(cls, v: Any) -> Any:
         if isinstance(v, str):
             try:
-                v = json.loads(v) if v.strip() else None
+                v = loads(v) if v.strip() else None  # depth-checked: a form field is a JSON body too
             except json.JSONDecodeError as e:
                 raise ValueError(f"not valid JSON: {e.msg}") from None
         return v

@@ -28,6 +28,7 @@ from omnistage.params import RequestKnobs
 from omnistage.server.errors import APIError, from_engine_error
 from omnistage.server.jobs import JobStore
 from omnistage.server.media import MediaLimits
+from omnistage.server.media_fetch import DEFAULT_MAX_AUDIO_S
 from omnistage.server.metrics import ServerMetrics
 from omnistage.server.realtime.sessions import RealtimeSessions
 from omnistage.server.storage import FileStorage
@@ -49,6 +50,7 @@ class ServeOptions:
     max_media_bytes: int = 20 << 20  # one uploaded / inline media input
     max_download_bytes: int = 20 << 20  # one media input fetched from an http(s) URL
     media_fetch_timeout_s: float = 10.0  # one http(s) media download, start to end
+    max_audio_s: float = DEFAULT_MAX_AUDIO_S  # one audio input, declared or decoded (decode_limits.py)
     allowed_media_domains: list[str] | None = None  # hosts http(s) media may come from (None: any)
     shutdown_grace_s: float = 30.0  # in-flight requests get this long to finish on shutdown
     request_timeout_s: float | None = None  # a request (or video job) still running after this is aborted
@@ -71,6 +73,7 @@ class ServeOptions:
             d.strip().lower() for d in self.allowed_media_domains if d.strip())
         limits = MediaLimits(max_bytes=self.max_media_bytes, max_download_bytes=self.max_download_bytes,
                              fetch_timeout_s=self.media_fetch_timeout_s, allowed_media_domains=domains,
+                             max_audio_s=self.max_audio_s,
                              allowed_local_media_path=root)
         if self.max_image_pixels is not None:  # an input image may be as large as an output one, no larger
             limits.max_image_pixels = self.max_image_pixels
@@ -309,7 +312,7 @@ class ServerState:
         m = self.metrics
         m.images.inc(len(result.images))
         if result.audio is not None and result.sample_rate:
-            m.audio_seconds.inc(len(result.audio) / float(result.sample_rate))
+            m.audio_seconds.inc(result.audio.shape[-1] / float(result.sample_rate))
         if result.video is not None:
             m.videos.inc()
         m.prompt_tokens.inc(result.prompt_tokens)

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from omnistage.server.errors import APIError, bad_request
 from omnistage.server.jobs import JobStore
-from omnistage.server.media import audio_from_bytes
+from omnistage.server.media import MediaLimits, audio_from_bytes
 
 KIND = "voice"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -68,10 +68,12 @@ class Voice:
         return self._samples, self.sample_rate
 
 
-def clip_from_bytes(data: bytes, field_name: str, max_seconds: float) -> tuple[np.ndarray, int]:
+def clip_from_bytes(data: bytes, field_name: str, max_seconds: float, limits: MediaLimits | None = None,
+                    mime: str | None = None) -> tuple[np.ndarray, int]:
     """Mono float32 samples and rate of an uploaded / inline reference clip; 400 naming the field if it does
-    not decode, is empty or silent-length, or is longer than ``max_seconds``."""
-    audio, rate = audio_from_bytes(data, field_name)
+    not decode, is empty or silent-length, or is longer than ``max_seconds`` (the server's decode limits,
+    checked from the header and while decoding, come first)."""
+    audio, rate = audio_from_bytes(data, field_name, limits, mime=mime)
     if audio.size == 0:
         raise bad_request(f"{field_name}: the clip has no samples", field_name)
     seconds = audio.size / rate

@@ -75,6 +75,9 @@ class StageRequest:
     # the stages of this request that read this stage's output (empty: the caller alone does), so a stage
     # can skip work only a consumer needs (Qwen3-Omni's thinker: the media hidden states for the talker)
     consumers: tuple[int, ...] = ()
+    # the part of this stage's output the caller asked for (e.g. "video" of a "video+audio" stage) when no other
+    # stage reads it, so the stage can skip the rest (LTX-2's audio decode); None: all of it
+    wanted: str | None = None
 
 
 @dataclass

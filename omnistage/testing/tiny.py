@@ -19,9 +19,10 @@ from typing import Callable
 
 
 def builders() -> dict[str, Callable[[Path], None]]:
-    from omnistage.models import FAMILIES
+    import omnistage.models  # noqa: F401 - registers the built-in families and their builders
+    from omnistage.pipeline import tiny_builders
 
-    return {name: fn for family in FAMILIES for name, fn in family.TINY.items()}
+    return tiny_builders()
 
 
 def build(name: str, outdir: str | Path) -> Path:

@@ -2,6 +2,7 @@
 
 import pytest
 
+import omnistage.models  # noqa: F401 - registers the built-in families
 from omnistage.config import ConfigError
 from omnistage.engine.builder import resolve_deploy
 from omnistage.pipeline import registered_pipelines

@@ -18,3 +18,28 @@ def demo_server() -> Iterator[str]:
 
     with serve_engine(AsyncOmni(model=None), ready_timeout=180) as srv:
         yield srv.url
+
+
+@pytest.fixture(scope="session")
+def family_server(tiny_model):
+    """One in-process server per tiny image family for the whole session, shared by the family harness
+    (test_image_families_http.py) and the family's own HTTP module: ``family_server(name)`` returns
+    (folder, openai client); the served model name is ``tiny-<name>``."""
+    import openai
+
+    from omnistage import AsyncOmni
+    from omnistage.testing.server import serve_engine
+
+    servers: dict[str, tuple] = {}
+
+    def get(name: str):
+        if name not in servers:
+            folder = tiny_model(name)
+            srv = serve_engine(AsyncOmni(str(folder)), served_model_name=f"tiny-{name}")
+            client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0)
+            servers[name] = (srv, folder, client)
+        return servers[name][1:]
+
+    yield get
+    for srv, _, _ in servers.values():
+        srv.stop()

@@ -50,7 +50,7 @@ def wav_bytes(audio: np.ndarray) -> bytes:
 
 def pcm(resp: httpx.Response) -> np.ndarray:
     assert resp.status_code == 200, resp.text
-    return np.frombuffer(resp.content, dtype="<i2").astype(np.float32) / 32767
+    return np.frombuffer(resp.content, dtype="<i2").astype(np.float32) / 32768
 
 
 def speak(url: str, **body) -> httpx.Response:
@@ -80,7 +80,7 @@ def test_streamed_pcm_arrives_in_pieces_and_equals_the_whole(server):
     with httpx.Client(base_url=server, timeout=120) as client, client.stream("POST", "/v1/audio/speech", json=stream) as r:
         assert r.status_code == 200 and r.headers["x-sample-rate"] == "24000"
         reads = list(r.iter_raw())
-    streamed = np.frombuffer(b"".join(reads), dtype="<i2").astype(np.float32) / 32767
+    streamed = np.frombuffer(b"".join(reads), dtype="<i2").astype(np.float32) / 32768
     assert len(reads) >= 3  # 1 + 4 + 4 + 1 frames were sent as they were decoded
     assert streamed.shape == whole.shape == (FRAMES * 1920,)
     assert np.abs(streamed - whole).max() <= 1 / 32767  # Mimi is causal: at most one 16-bit step of rounding

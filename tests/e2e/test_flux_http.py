@@ -1,6 +1,6 @@
-"""FLUX.1 over HTTP with the official openai client (``images.generate``, ``images.edit`` for Kontext): the
-PNGs equal diffusers' own ``FluxPipeline`` / ``FluxKontextPipeline`` ``__call__`` within one uint8 level; bad
-input is a 400 naming the field. Servers run in this process (uvicorn in a thread) on the tiny folders."""
+"""FLUX.1 over HTTP with the official openai client: ``images.edit`` for Kontext equals diffusers' own
+``FluxKontextPipeline.__call__`` within one uint8 level; bad input is a 400 naming the field
+(``images.generate`` against ``FluxPipeline`` is the family's row in tests/e2e/test_image_families_http.py). Servers run in this process (uvicorn in a thread) on the tiny folders."""
 
 from __future__ import annotations
 
@@ -43,10 +43,8 @@ def reference(cls_name: str, folder: str):
 
 
 @pytest.fixture(scope="module")
-def dev(tiny_model):
-    folder = str(tiny_model("flux"))
-    with serve_engine(AsyncOmni(folder), served_model_name="tiny-flux") as srv:
-        yield folder, openai.OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0)
+def dev(family_server):
+    return family_server("flux")  # the harness's server (served as tiny-flux)
 
 
 @pytest.fixture(scope="module")
@@ -54,19 +52,6 @@ def kontext(tiny_model):
     folder = str(tiny_model("flux_kontext"))
     with serve_engine(AsyncOmni(folder), served_model_name="tiny-kontext") as srv:
         yield folder, openai.OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0)
-
-
-def test_generate_equals_diffusers_call(dev):
-    folder, client = dev
-    resp = client.images.generate(model="tiny-flux", prompt="a red cat", size="48x32", n=2,
-                                  extra_body={"seed": 3, "num_inference_steps": 3, "max_sequence_length": 32,
-                                              "negative_prompt": "blurry", "true_cfg_scale": 2.5})
-    torch.set_num_threads(1)
-    ref = reference("FluxPipeline", folder)(
-        "a red cat", negative_prompt="blurry", true_cfg_scale=2.5, height=32, width=48, num_inference_steps=3,
-        max_sequence_length=32, num_images_per_prompt=2, generator=torch.Generator().manual_seed(3))
-    got = [decode(d.b64_json) for d in resp.data]
-    assert len(got) == 2 and all(within_one_level(g, r) for g, r in zip(got, ref.images))
 
 
 def test_kontext_edit_equals_diffusers_call(kontext):

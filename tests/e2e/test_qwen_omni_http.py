@@ -41,7 +41,7 @@ def ref(tiny_model):
     return reference, run
 
 
-STEP = 1 / 32767  # one 16-bit step (libsndfile writes a WAV sample as floor(x * 32768), PCM is round(x * 32767))
+STEP = 1 / 32767  # one 16-bit step (every format is round(x * 32768), media.to_int16; decoders divide by 32768)
 FLOAT = 1e-5  # omnistage's float waveform vs transformers' (measured ~1e-6)
 
 
@@ -76,7 +76,7 @@ def test_streamed_chat_interleaves_text_and_audio_deltas(omni_server, ref):
     assert audio[0]["sample_rate"] == 24000 and all("sample_rate" not in a for a in audio[1:])  # given once
     pcm = np.frombuffer(b"".join(base64.b64decode(a["data"]) for a in audio), dtype="<i2")
     assert pcm.shape == run.audio.shape
-    assert np.abs(pcm / 32767.0 - np.clip(run.audio.numpy(), -1, 1)).max() <= STEP + FLOAT
+    assert np.abs(pcm / 32768.0 - np.clip(run.audio.numpy(), -1, 1)).max() <= STEP + FLOAT
     assert chunks[-1]["usage"]["completion_tokens"] == len(run.reply)
 
 

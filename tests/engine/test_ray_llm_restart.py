@@ -15,7 +15,7 @@ from omnistage import AsyncOmni, StageUnavailableError
 from omnistage.testing.streams import final_output
 from tests.engine.test_ray_mode import RAY, ray_cluster  # noqa: F401 (the module's local cluster fixture)
 
-pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.ray, pytest.mark.asyncio(loop_scope="module")]
 
 GREEDY = [{"max_tokens": 12, "temperature": 0.0}]
 
@@ -37,9 +37,13 @@ async def test_engine_core_killed_inside_an_actor(ray_cluster, tiny_model):  # n
         cores: list[psutil.Process] = []
 
         def found_core() -> bool:
-            cores[:] = [p for p in actor.children(recursive=True) if "EngineCore" in p.name()]
+            cores[:] = [p for p in actor.children(recursive=True) if "EngineCore" in p.name() + " ".join(p.cmdline())]
             return len(cores) == 1
-        await wait(found_core, 30)
+        try:
+            await wait(found_core, 30)
+        except AssertionError:  # say what the actor's tree holds instead
+            tree = [(p.pid, p.name(), p.cmdline()[:3]) for p in actor.children(recursive=True)]
+            raise AssertionError(f"no single EngineCore under actor {actor.pid} ({actor.name()}): {tree}") from None
         # kill the engine core while a long request is in flight: once its first tokens have streamed
         long = [{"max_tokens": 480, "temperature": 0.0, "ignore_eos": True}]
         with pytest.raises(StageUnavailableError, match="vLLM engine died"):

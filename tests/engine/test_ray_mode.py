@@ -25,7 +25,7 @@ from omnistage.testing.server import free_port
 from omnistage.testing.streams import final_output
 from tests.stages.diffusion.helpers import reference_pipeline
 
-pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.asyncio(loop_scope="module")]
 RAY = {"distributed_executor_backend": "ray"}
 
 

@@ -34,7 +34,7 @@ def streamed(fmt: str, audio: np.ndarray) -> list[bytes]:
 
 
 def int16(audio: np.ndarray) -> np.ndarray:
-    return (np.clip(audio, -1, 1) * 32767).round().astype(np.int16)
+    return np.clip(np.round(audio.astype(np.float64) * 32768), -32768, 32767).astype(np.int16)  # media.to_int16's rule
 
 
 def decode(data: bytes) -> np.ndarray:

@@ -89,7 +89,7 @@ def test_image_and_audio_round_trips():
     back, sr = sf.read(io.BytesIO(encode_audio(wave, 16000, "mp3")))
     assert sr == 16000 and abs(len(back) - len(wave)) < 2000  # lossy codec adds padding
     raw = np.frombuffer(pcm16(wave), dtype="<i2")
-    assert len(raw) == len(wave) and np.max(np.abs(raw / 32767.0 - wave)) < 1e-4
+    assert len(raw) == len(wave) and np.max(np.abs(raw / 32768.0 - wave)) < 1e-4
 
 
 def test_mp4_encode_odd_sizes():

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from omnistage.server.decode_limits import MAX_JSON_DEPTH, json_too_deep
 from omnistage.server.errors import describe_validation
 
 MAX_ID = 64  # OpenAI's limit on client-chosen ids
@@ -184,6 +185,10 @@ def parse(frame: str | bytes, max_bytes: int) -> ClientEvent:
     if len(frame) > max_bytes:
         raise ProtocolError(f"event is {len(frame)} bytes, larger than this server's limit of {max_bytes}",
                             code="event_too_large")
+    key = json_too_deep(frame)
+    if key is not None:
+        raise ProtocolError(f"{key or 'event'}: JSON nested more than {MAX_JSON_DEPTH} levels deep", key or None,
+                            "json_too_deep")
     try:
         raw = json.loads(frame)
     except (ValueError, RecursionError) as e:

@@ -25,7 +25,16 @@ from omnistage.modality import OutputModality
 from omnistage.outputs import OmniRequestOutput
 from omnistage.server.deps import get_state
 from omnistage.server.errors import APIError, bad_request, error_responses, from_engine_error
-from omnistage.server.media import AUDIO_MIME, AudioStreamEncoder, b64, decode_base64, encode_audio, fetch_bytes, pcm16
+from omnistage.server.media import (
+    AUDIO_MIME,
+    AudioStreamEncoder,
+    b64,
+    data_url_mime,
+    decode_base64,
+    encode_audio,
+    fetch_bytes,
+    pcm16,
+)
 from omnistage.server.middleware import request_id
 from omnistage.server.openapi import SSE, request_body, success
 from omnistage.server.protocol import SpeechRequest
@@ -101,7 +110,8 @@ async def add_voice(request: Request, state: ServerState = Depends(get_state)) -
     data = await audio.read(state.media.max_bytes + 1)
     if len(data) > state.media.max_bytes:
         raise APIError(413, f"audio: larger than {state.media.max_bytes} bytes", param="audio", code="file_too_large")
-    samples, rate = await asyncio.to_thread(clip_from_bytes, data, "audio", _max_ref_s(state))
+    samples, rate = await asyncio.to_thread(clip_from_bytes, data, "audio", _max_ref_s(state), state.media,
+                                            audio.content_type)
     voice = Voice(name=name, text=text, data=data, sample_rate=rate, duration_s=samples.size / rate)
     await registry(state).add(voice)
     return voice.public()
@@ -127,7 +137,8 @@ async def _reference_clip(state: ServerState, ref: str) -> tuple[np.ndarray, int
         data = await fetch_bytes(ref, "ref_audio", state.media)
     else:
         data = decode_base64(ref, "ref_audio", state.media)
-    return await asyncio.to_thread(clip_from_bytes, data, "ref_audio", _max_ref_s(state))
+    return await asyncio.to_thread(clip_from_bytes, data, "ref_audio", _max_ref_s(state), state.media,
+                                   data_url_mime(ref))
 
 
 async def _speaker(state: ServerState, body: SpeechRequest) -> dict[str, Any]:
@@ -140,8 +151,12 @@ async def _speaker(state: ServerState, body: SpeechRequest) -> dict[str, Any]:
     if body.voice is None:
         return {"ref_text": body.ref_text} if body.ref_text is not None else {}
     presets = _presets(state)
-    if body.voice in presets:
-        return {"voice": body.voice, "ref_text": body.ref_text}
+    if state.engine.pipeline.info.get("voices_case_insensitive"):  # e.g. Qwen3-TTS's speakers, as its package
+        preset = next((p for p in presets if p.lower() == body.voice.lower()), None)
+    else:
+        preset = body.voice if body.voice in presets else None
+    if preset is not None:
+        return {"voice": preset, "ref_text": body.ref_text}
     voice = await registry(state).get(body.voice)
     if voice is not None:
         if body.ref_text is not None:
@@ -169,7 +184,8 @@ async def build_speech_request(state: ServerState, body: SpeechRequest, rid: str
     knobs = body.knobs(nested)
     extra_info = {**await _speaker(state, body),
                   "speed": body.speed if body.speed != 1.0 else None, "instructions": body.instructions,
-                  "language": body.language, "initial_codec_chunk_frames": body.initial_codec_chunk_frames}
+                  "language": body.language, "initial_codec_chunk_frames": body.initial_codec_chunk_frames,
+                  "x_vector_only_mode": body.x_vector_only_mode}
     prompt: dict[str, Any] = {"prompt": body.input}
     extra_info = {k: v for k, v in extra_info.items() if v is not None}
     if extra_info:
@@ -179,8 +195,9 @@ async def build_speech_request(state: ServerState, body: SpeechRequest, rid: str
 
 
 @router.post("/audio/speech", response_class=Response,
-             responses=success("The speech (streamed: the same format, sent as it is decoded; SSE events of base64 "
-                               "PCM16 with stream_format=sse)", *dict.fromkeys(AUDIO_MIME.values()), SSE))
+             responses={**success("The speech (streamed: the same format, sent as it is decoded; SSE events of "
+                                  "base64 PCM16 with stream_format=sse)", *dict.fromkeys(AUDIO_MIME.values()), SSE),
+                        **error_responses(413, 415)})  # ref_audio over the upload limit / of another type
 async def speech(body: SpeechRequest, request: Request, state: ServerState = Depends(get_state)) -> Response:
     info = state.engine.pipeline.info
     req = await build_speech_request(state, body, request_id(request.scope))

@@ -14,7 +14,7 @@ from omnistage.engine.request import OmniRequest
 from omnistage.modality import OutputModality
 from omnistage.outputs import OmniRequestOutput
 from omnistage.server.deps import get_state
-from omnistage.server.errors import bad_request, from_engine_error
+from omnistage.server.errors import bad_request, error_responses, from_engine_error
 from omnistage.server.media import (
     as_data_url,
     audio_from_bytes,
@@ -23,6 +23,7 @@ from omnistage.server.media import (
     check_image,
     check_video,
     data_url,
+    data_url_mime,
     decode_base64,
     encode_audio,
     encode_image,
@@ -49,7 +50,8 @@ from omnistage.server.streaming import (
 router = APIRouter(prefix="/v1")
 
 
-@router.post("/chat/completions", responses=success("", SSE, json=True))  # JSON, or SSE with stream
+# JSON, or SSE with stream; a media part over the decode limits is a 413, one of the wrong declared type a 415
+@router.post("/chat/completions", responses={**success("", SSE, json=True), **error_responses(413, 415)})
 async def chat_completions(body: ChatCompletionRequest, request: Request, response: Response,
                            state: ServerState = Depends(get_state)) -> Any:
     req = await build_request(state, body, request_id(request.scope))
@@ -183,18 +185,14 @@ async def _media_part(state: ServerState, part: Any, where: str, out: dict[str, 
     if part.type == "input_audio":
         field = f"{where}.input_audio"
         data = decode_base64(part.input_audio.data, f"{field}.data", limits)
-        await asyncio.to_thread(check_audio, data, field)
+        await asyncio.to_thread(check_audio, data, field, limits)
         out["input_audio"] = {"data": b64(data), "format": part.input_audio.format}
         return
     field = f"{where}.{part.type}"
     url = part.url()
     data = await fetch_bytes(url, field, limits)
-    if part.type == "image_url":
-        await asyncio.to_thread(check_image, data, field, limits)
-    elif part.type == "audio_url":
-        await asyncio.to_thread(check_audio, data, field)
-    else:
-        await asyncio.to_thread(check_video, data, field)
+    check = {"image_url": check_image, "audio_url": check_audio}.get(part.type, check_video)
+    await asyncio.to_thread(check, data, field, limits, data_url_mime(url))
     out[part.type] = {"url": as_data_url(url, data)}
 
 
@@ -219,7 +217,7 @@ async def _decoded_prompt(state: ServerState, body: ChatCompletionRequest) -> di
                     mm["audio"].append(await load_audio(part.url(), f"{where}.audio_url", limits))
                 elif part.type == "input_audio":
                     data = decode_base64(part.input_audio.data, f"{where}.input_audio.data", limits)
-                    mm["audio"].append(await asyncio.to_thread(audio_from_bytes, data, f"{where}.input_audio"))
+                    mm["audio"].append(await asyncio.to_thread(audio_from_bytes, data, f"{where}.input_audio", limits))
                 elif part.type == "video_url":
                     mm["video"].append(await load_video(part.url(), f"{where}.video_url", limits))
         if msg.role == "user" and texts:
@@ -242,8 +240,11 @@ def _image_part(image: Any) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": data_url(encode_image(image, "png"), "image/png")}}
 
 
-def _video_part(video: np.ndarray, fps: float | None) -> dict[str, Any]:
-    return {"type": "video_url", "video_url": {"url": data_url(encode_mp4(video, fps or 8), "video/mp4")}}
+def _video_part(video: np.ndarray, fps: float | None, audio: np.ndarray | None = None,
+                sample_rate: int | None = None) -> dict[str, Any]:
+    """The video as an MP4 ``video_url`` part; with the request's audio (a video+audio stage) as its soundtrack."""
+    mp4 = encode_mp4(video, fps or 8, audio, sample_rate)
+    return {"type": "video_url", "video_url": {"url": data_url(mp4, "video/mp4")}}
 
 
 def _usage(result: Result) -> dict[str, int]:
@@ -259,7 +260,7 @@ def _completion(state: ServerState, body: ChatCompletionRequest, rid: str, resul
     message: dict[str, Any] = {"role": "assistant"}
     parts = [_image_part(im) for im in result.images]
     if result.video is not None:
-        parts.append(_video_part(result.video, result.fps))
+        parts.append(_video_part(result.video, result.fps, result.audio, result.sample_rate))
     if parts:
         message["content"] = ([{"type": "text", "text": result.text}] if result.text else []) + parts
     else:
@@ -317,10 +318,16 @@ async def _stream(state: ServerState, body: ChatCompletionRequest, req: OmniRequ
             pieces.append(chunk({"audio": delta}, "audio"))
         if out.finished:
             result.add(out, text_stages)
+            if out.audio is not None and not rate_sent:  # a stage that streams no audio (LTX-2's soundtrack)
+                pieces.append(chunk({"audio": {"id": f"audio-{rid}", "data": b64(pcm16(out.audio)), "format": "pcm16",
+                                               "sample_rate": out.sample_rate,
+                                               "channels": 2 if out.audio.ndim == 2 else 1}}, "audio"))
+                rate_sent = True
             for image in out.images:
                 pieces.append(chunk({"content": [await asyncio.to_thread(_image_part, image)]}, "image"))
             if out.video is not None:
-                pieces.append(chunk({"content": [await asyncio.to_thread(_video_part, out.video, out.fps)]}, "video"))
+                part = await asyncio.to_thread(_video_part, out.video, out.fps, out.audio, out.sample_rate)
+                pieces.append(chunk({"content": [part]}, "video"))
         if pieces and first:
             state.metrics.ttft.labels("/v1/chat/completions").observe(time.monotonic() - start)
             first = False

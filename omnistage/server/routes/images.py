@@ -89,7 +89,7 @@ async def _from_multipart(request: Request, state: ServerState) -> tuple[ImageRe
             data = await value.read(state.media.max_bytes + 1)
             if len(data) > state.media.max_bytes:
                 raise too_large("image", len(data), state.media.max_bytes)
-            images.append(await asyncio.to_thread(image_from_bytes, data, "image", state.media))
+            images.append(await asyncio.to_thread(image_from_bytes, data, "image", state.media, value.content_type))
         elif key == "mask":
             raise bad_request("mask: masked edits are not supported; send the image only", "mask")
         elif isinstance(value, UploadFile):

@@ -181,7 +181,7 @@ async def _requests(state: ServerState, form: TranscriptionForm, rid: str) -> tu
     if len(data) > state.media.max_bytes:
         raise APIError(413, f"file: larger than {state.media.max_bytes} bytes", param="file", code="file_too_large")
     max_s = float(info.get("max_audio_s") or DEFAULT_MAX_AUDIO_S)
-    samples = await asyncio.to_thread(decode_audio, data, "file", rate, max_s)
+    samples = await asyncio.to_thread(decode_audio, data, "file", rate, max_s, state.media, form.upload.content_type)
     out = []
     pieces = windows(samples, rate, float(info.get("window_s") or 30))
     for k, (offset, piece) in enumerate(pieces):

@@ -90,7 +90,7 @@ async def _parse(request: Request, state: ServerState) -> tuple[VideoRequest, An
         data = await upload.read(state.media.max_bytes + 1)
         if len(data) > state.media.max_bytes:
             raise too_large("input_reference", len(data), state.media.max_bytes)
-        image = await asyncio.to_thread(image_from_bytes, data, "input_reference", state.media)
+        image = await asyncio.to_thread(image_from_bytes, data, "input_reference", state.media, upload.content_type)
     elif body.image_reference is not None:
         image = await load_image(body.reference_url(), "image_reference", state.media)
     return body, image
@@ -110,7 +110,9 @@ def _plan(state: ServerState, body: VideoRequest, image: Any, request_id: str) -
         prompt["negative_prompt"] = body.negative_prompt
     if image is not None:
         prompt["multi_modal_data"] = {"image": [image]}
-    return state.make_request(prompt, request_id, output_modalities=["video"], knobs=knobs, lora=lora)
+    # a pipeline that also makes sound (LTX-2's video+audio stage) gets both into the MP4
+    wanted = ["video", "audio"] if OutputModality.AUDIO in state.engine.output_modalities else ["video"]
+    return state.make_request(prompt, request_id, output_modalities=wanted, knobs=knobs, lora=lora)
 
 
 def _job_or_404(state: ServerState, video_id: str) -> VideoJob:
@@ -177,7 +179,7 @@ async def create_video(request: Request, state: ServerState = Depends(get_state)
 
 async def _run_job(state: ServerState, job: VideoJob, req: OmniRequest, slot: Slot, with_metrics: bool) -> None:
     start = time.monotonic()
-    video = fps = None
+    video = fps = audio = sample_rate = None
     metrics: dict[int, dict[str, float]] = {}
     try:
         async for out in state.stream(req, slot=slot):
@@ -190,9 +192,11 @@ async def _run_job(state: ServerState, job: VideoJob, req: OmniRequest, slot: Sl
                 metrics.update(out.metrics or {})
                 if out.video is not None:
                     video, fps = out.video, out.fps
+                if out.audio is not None:
+                    audio, sample_rate = out.audio, out.sample_rate
         if video is None:
             raise APIError(500, "the pipeline finished without a video", code="no_output")
-        data = await asyncio.to_thread(encode_mp4, video, fps or 8)
+        data = await asyncio.to_thread(encode_mp4, video, fps or 8, audio, sample_rate)
         await state.storage.save(f"{job.id}.mp4", data)
         state.metrics.videos.inc()
         if with_metrics:
@@ -270,7 +274,7 @@ async def create_video_sync(request: Request, state: ServerState = Depends(get_s
     result = await state.run(request, req)
     if result.video is None:
         raise APIError(500, "the pipeline finished without a video", code="no_output")
-    data = await asyncio.to_thread(encode_mp4, result.video, result.fps or 8)
+    data = await asyncio.to_thread(encode_mp4, result.video, result.fps or 8, result.audio, result.sample_rate)
     headers = {"X-Model": state.model_name, "X-Inference-Time-S": f"{time.monotonic() - start:.3f}"}
     if body.return_stage_metrics:  # the body is the MP4 itself: metrics travel as compact JSON in a header
         headers["X-Stage-Metrics"] = json.dumps({str(k): v for k, v in result.metrics.items()}, separators=(",", ":"))

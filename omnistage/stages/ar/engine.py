@@ -147,7 +147,8 @@ class StepEngine:
             self._fail(r, StageError("stage shut down"))
 
     def stats(self) -> StageStats:
-        waiting = sum(1 for r in self._reqs.values() if not r.closed and not r.prefilled)
+        # not yet scheduled: a request in a running prefill is counted as running, not also as waiting
+        waiting = sum(1 for r in self._reqs.values() if not r.closed and not r.prefilled and r.first_scheduled is None)
         return StageStats(queue_depth=waiting, running=self._running, healthy=self.model is not None)
 
     async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:

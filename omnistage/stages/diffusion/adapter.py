@@ -84,6 +84,8 @@ class DiffusionJob:
     aborted: bool = False
     step_cache: Any = None  # per-request step-cache state (step_cache.JobCache), None when not caching
     lora: Any = None  # the request's LoRA adapter and scale (lora.LoraUse), None for the base model
+    # the output modalities the caller wants of this stage (e.g. "video" of a "video+audio" stage), None: all
+    wanted: str | None = None
 
     @property
     def guidance(self) -> float:
@@ -124,6 +126,9 @@ class DiffusionAdapter(ABC):
 
     # cond and uncond rows need separate forwards (see the module docstring)
     separate_cfg_passes: ClassVar[bool] = False
+    # combine_guidance is called for every job, with u=None for those without CFG (a family whose guidance has
+    # other terms too, e.g. LTX-2's spatio-temporal guidance; its predict may return more than the velocity)
+    guides_every_job: ClassVar[bool] = False
     sampler: Sampler
 
     @classmethod
@@ -151,13 +156,19 @@ class DiffusionAdapter(ABC):
     @abstractmethod
     def decode(self, jobs: list[DiffusionJob]) -> list[list[Any]]: ...
 
+    @classmethod
+    def unsupported(cls, feature: str) -> str | None:
+        """Why the family cannot run a deploy-time ``feature`` (``"lora"``), or None: checked when the deploy
+        config is resolved, so such a config fails at start-up naming the family and the feature."""
+        return None
+
     def collate(self, conds: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         """Several jobs' conditioning dicts (in row order) as one forward's: concatenated per key, the keys of
         the last dict (a cond dict in every call). Families whose per-request tensors differ in length (Qwen-
         Image's unpadded text, masked in the forward) pad here."""
         return {k: torch.cat([c[k] for c in conds]) for k in conds[-1]}
 
-    def combine_guidance(self, u: torch.Tensor, c: torch.Tensor, job: DiffusionJob) -> torch.Tensor:
+    def combine_guidance(self, u: torch.Tensor | None, c: torch.Tensor, job: DiffusionJob) -> torch.Tensor:
         """One CFG job's guided prediction from its uncond and cond rows: ``u + g * (c - u)``, rounded like
         diffusers in bf16/fp16. Families that combine otherwise (Z-Image's ``c + g * (c - u)``) override it."""
         return u + ((c - u).float() * job.guidance).to(c.dtype)

@@ -56,6 +56,16 @@ class DiffusersAdapter(DiffusionAdapter):
         return cls(pipe, dtype, device)
 
     @classmethod
+    def unsupported(cls, feature: str) -> str | None:
+        if feature == "lora":  # per-request adapters are read with the pipeline class's own lora_state_dict
+            import diffusers
+
+            pipeline_class = getattr(diffusers, cls.pipeline_class_name, None) if cls.pipeline_class_name else None
+            if pipeline_class is not None and not hasattr(pipeline_class, "lora_state_dict"):
+                return f"diffusers has no LoRA loader for {cls.pipeline_class_name}"
+        return None
+
+    @classmethod
     def pipeline_kwargs(cls, folder: str) -> dict[str, Any]:
         """Extra ``from_pretrained`` arguments: by default the components this stage never uses, as None."""
         return {c: None for c in cls.skip_components}

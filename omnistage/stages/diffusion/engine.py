@@ -37,6 +37,7 @@ from omnistage.stages.base import (
 from omnistage.stages.diffusion.acceleration import Acceleration, apply_acceleration
 from omnistage.stages.diffusion.adapter import DiffusionAdapter, DiffusionJob
 from omnistage.stages.diffusion.batching import KeyScheduler
+from omnistage.stages.diffusion.devices import resolve_device
 from omnistage.stages.diffusion.lora import DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS, LoraSet
 from omnistage.stages.diffusion.runner import run_step
 from omnistage.stages.diffusion.step_cache import steps_reused
@@ -46,12 +47,6 @@ logger = logging.getLogger(__name__)
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
            "half": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 _OUTPUT_TYPES = ("pil", "np", "latent")
-
-
-def resolve_device(devices: list[str] | None) -> torch.device:
-    if devices and torch.cuda.is_available():
-        return torch.device(f"cuda:{devices[0]}")
-    return torch.device("cpu")
 
 
 def resolve_dtype(name: str | None, device: torch.device) -> torch.dtype:
@@ -234,7 +229,7 @@ class DiffusionStageEngine:
             seed = params.seed if params.seed is not None else random.randrange(2**63)
             generator = torch.Generator("cpu").manual_seed(seed)
         job = DiffusionJob(req.request_id, prompt, negative, params, images=images or None, inputs=dict(inputs),
-                           generator=generator, arrival=req.arrival_time)
+                           generator=generator, arrival=req.arrival_time, wanted=req.wanted)
         self.adapter.validate(job)
         job.key = self.adapter.batch_key(job)  # the adapter is no part of it: any mix shares a forward
         if params.lora is not None:

@@ -61,6 +61,8 @@ def guide(adapter: DiffusionAdapter, u: torch.Tensor, c: torch.Tensor, jobs: lis
         if j.do_cfg:
             rows = adapter.combine_guidance(u[upos:upos + j.rows], rows, j)
             upos += j.rows
+        elif adapter.guides_every_job:  # guidance terms besides CFG (LTX-2's STG): no uncond rows
+            rows = adapter.combine_guidance(None, rows, j)
         parts.append(rows)
         pos += j.rows
     return parts[0] if len(parts) == 1 else torch.cat(parts)
@@ -133,7 +135,7 @@ def advance(adapter: DiffusionAdapter, jobs: list[DiffusionJob], result: StepRes
     t = torch.stack([adapter.sampler.timestep(j) for j in row_jobs for _ in range(j.rows)])
     n_uncond = sum(j.rows for j in cfg)
     out = predict(adapter, hooks, cfg, jobs, model_in, t)
-    pred = guide(adapter, out[:n_uncond], out[n_uncond:], jobs) if cfg else out
+    pred = guide(adapter, out[:n_uncond], out[n_uncond:], jobs) if cfg or adapter.guides_every_job else out
     x = adapter.sampler.step(pred, x, jobs)
     for j, rows in zip(jobs, torch.split(x, [j.rows for j in jobs])):
         j.latents = rows

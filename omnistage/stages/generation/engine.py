@@ -69,6 +69,7 @@ class GenerationStageEngine:
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task | None = None
         self._running = 0
+        self._batch: set[str] = set()  # request ids in the batch running now
         self._healthy = True
 
     async def start(self) -> None:
@@ -124,8 +125,9 @@ class GenerationStageEngine:
             r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, {}, True, error=StageError("stage shut down")))
 
     def stats(self) -> StageStats:
-        waiting = sum(1 for r in self._reqs.values() if r.chunks) - self._running
-        return StageStats(queue_depth=max(waiting, 0), running=self._running, healthy=self._healthy)
+        # a request in the running batch has had its chunk taken already: only the others wait
+        waiting = sum(1 for rid, r in self._reqs.items() if r.chunks and not r.aborted and rid not in self._batch)
+        return StageStats(queue_depth=waiting, running=self._running, healthy=self._healthy)
 
     # ------------------------------------------------------------------ loop
 
@@ -164,7 +166,7 @@ class GenerationStageEngine:
                     if r.first_scheduled is None:
                         r.first_scheduled = time.monotonic()
                     items.append(GenerationItem(r.req.request_id, chunk, r.req.params, r.state, r.inputs_done and not r.chunks))
-                self._running = len(items)
+                self._running, self._batch = len(items), {r.req.request_id for r in ready}
                 try:
                     results = await run_on(self.device, self.adapter.run, items, urgent=urgent)
                     if len(results) != len(items):
@@ -176,7 +178,7 @@ class GenerationStageEngine:
                                                      error=StageError.failure(e)))
                     continue
                 finally:
-                    self._running = 0
+                    self._running, self._batch = 0, set()
                 for r, data in zip(ready, results):
                     if isinstance(data, Exception):
                         r.aborted = True

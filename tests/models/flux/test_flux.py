@@ -1,19 +1,19 @@
 """FLUX.1-dev / -schnell on the step-batched diffusion engine, through ``AsyncOmni``, checked against diffusers'
-own ``FluxPipeline.__call__`` (fp32, CPU, same seed)."""
+own ``FluxPipeline.__call__`` (fp32, CPU, same seed): the family's special cases. Solo-equals-diffusers,
+concurrent batching and HTTP for FLUX.1-dev are its row in the shared harness (tests/models/image_families.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
 
-import numpy as np
 import pytest
 import torch
 
 from omnistage import AsyncOmni, InvalidRequestError
 from omnistage.models import flux
 from omnistage.pipeline import resolve_pipeline
-from omnistage.testing.staggered import generate_final, solo_then_staggered
+from omnistage.testing.staggered import generate_final
 
 # 32x48 pixels -> a 4x6 latent -> 2x3 packed tokens; a short T5 length keeps the forwards cheap
 SMALL = dict(height=32, width=48, max_sequence_length=32)
@@ -67,30 +67,6 @@ def test_dev_defaults_are_the_pipelines():
     assert flux.adapter.MAX_SEQUENCE_LENGTH == sig["max_sequence_length"].default
 
 
-@pytest.mark.parametrize("case", [
-    dict(guidance_scale=3.5),
-    dict(guidance_scale=5.0, true_cfg_scale=4.0, negative_prompt="blurry"),
-    dict(guidance_scale=2.0, num_outputs_per_prompt=2),
-], ids=["guidance-embedding", "true-cfg", "two-outputs"])
-async def test_solo_equals_diffusers_call(dev, ref, case):
-    case = dict(case)
-    n = case.pop("num_outputs_per_prompt", 1)
-    neg = case.pop("negative_prompt", None)
-    prompt = {"prompt": "a red cat on a chair", **({"negative_prompt": neg} if neg else {})}
-    kw = dict(num_inference_steps=4, **SMALL, **case)
-    call = dict(kw, negative_prompt=neg, num_images_per_prompt=n)
-    async with AsyncOmni(dev, deploy_config=DEPLOY) as omni:
-        out = await generate_final(omni, prompt, {**kw, "seed": 11, "num_outputs_per_prompt": n, "output_type": "latent"})
-        expected = ref(prompt["prompt"], generator=gen(11), output_type="latent", **call).images
-        assert out.latents.shape == expected.shape == (n, 6, 16)
-        assert max_diff(out.latents, expected) == 0.0
-        out = await generate_final(omni, prompt, {**kw, "seed": 11, "num_outputs_per_prompt": n})
-        expected = ref(prompt["prompt"], generator=gen(11), **call).images
-        assert len(out.images) == n
-        for got, want in zip(out.images, expected):
-            assert np.array_equal(np.asarray(got), np.asarray(want))
-
-
 async def test_default_t5_length_equals_diffusers_call(dev, ref):
     """The pipeline's own defaults (T5 length 512, guidance 3.5): no parameter but the size and steps."""
     async with AsyncOmni(dev, deploy_config=DEPLOY) as omni:
@@ -110,29 +86,6 @@ async def test_schnell_equals_diffusers_call(schnell):
                    guidance_scale=0.0, generator=gen(2), output_type="latent").images
     assert max_diff(out.latents, expected) == 0.0
     assert ref.transformer.config.guidance_embeds is False
-
-
-async def test_concurrent_requests_match_their_solo_results(dev):
-    """Different prompts, seeds, step counts, guidance embeddings and true-CFG scales (with and without),
-    each joining the running batch at a different step."""
-    common = dict(**SMALL, output_type="latent")
-    specs = [
-        ("a red cat", dict(num_inference_steps=9, seed=1, guidance_scale=3.5)),
-        ({"prompt": "green square", "negative_prompt": "blurry"},
-         dict(num_inference_steps=7, seed=2, guidance_scale=2.0, true_cfg_scale=4.0)),
-        ("a watercolor painting of mountains at sunset", dict(num_inference_steps=5, seed=3, guidance_scale=6.0,
-                                                              num_outputs_per_prompt=2)),
-        ({"prompt": "city skyline", "negative_prompt": "dark"},
-         dict(num_inference_steps=6, seed=4, guidance_scale=1.0, true_cfg_scale=2.5)),
-    ]
-    async with AsyncOmni(dev, deploy_config=DEPLOY) as omni:
-        solo, together, forwards = await solo_then_staggered(omni, [(p, {**common, **kw}) for p, kw in specs])
-    for i, (s, t) in enumerate(zip(solo, together)):
-        assert s.latents.shape == t.latents.shape
-        assert max_diff(t.latents, s.latents) <= 1e-5, i
-    assert len(forwards[0]) == 1  # the first request ran alone...
-    assert max(len(ids) for ids in forwards) == 4  # ...then all four shared forwards
-    assert not torch.equal(together[0].latents, together[2].latents[:1])
 
 
 async def test_batch_keys_separate_sizes_and_text_lengths(dev):

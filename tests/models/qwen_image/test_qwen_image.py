@@ -1,19 +1,20 @@
 """Qwen-Image text-to-image on the step-batched diffusion engine, through ``AsyncOmni``, checked against
-diffusers' own ``QwenImagePipeline.__call__`` (fp32, CPU, same seed)."""
+diffusers' own ``QwenImagePipeline.__call__`` (fp32, CPU, same seed): the family's special cases.
+Solo-equals-diffusers, concurrent batching and HTTP are its row in the shared harness
+(tests/models/image_families.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
 
-import numpy as np
 import pytest
 import torch
 
 from omnistage import AsyncOmni, InvalidRequestError
 from omnistage.models import qwen_image
 from omnistage.pipeline import resolve_pipeline
-from omnistage.testing.staggered import generate_final, solo_then_staggered
+from omnistage.testing.staggered import generate_final
 
 from .common import DEPLOY, gen, image, max_diff, reference
 
@@ -56,31 +57,6 @@ def test_defaults_are_the_pipelines():
         assert qwen_image.adapter.MAX_SEQUENCE_LENGTH == sig["max_sequence_length"].default
 
 
-@pytest.mark.parametrize("case", [
-    dict(true_cfg_scale=3.0, negative_prompt="blurry, low quality"),  # true CFG, other text lengths
-    dict(),  # the default scale (4.0) without a negative prompt: no CFG, as diffusers
-    dict(negative_prompt=" ", num_outputs_per_prompt=2),  # the default scale with a negative: CFG
-], ids=["true-cfg", "no-negative", "two-outputs"])
-async def test_solo_equals_diffusers_call(t2i, ref, case):
-    case = dict(case)
-    n = case.pop("num_outputs_per_prompt", 1)
-    neg = case.pop("negative_prompt", None)
-    prompt = {"prompt": "a red cat sitting on a blue chair", **({"negative_prompt": neg} if neg is not None else {})}
-    kw = dict(num_inference_steps=3, **SMALL, **case)
-    call = dict(kw, negative_prompt=neg, num_images_per_prompt=n)
-    async with AsyncOmni(t2i, deploy_config=DEPLOY) as omni:
-        out = await generate_final(omni, prompt, {**kw, "seed": 11, "num_outputs_per_prompt": n, "output_type": "latent"})
-        expected = ref(prompt["prompt"], generator=gen(11), output_type="latent", **call).images
-        assert out.latents.shape == expected.shape == (n, 6, 64)
-        assert max_diff(out.latents, expected) == 0.0
-        out = await generate_final(omni, prompt, {**kw, "seed": 11, "num_outputs_per_prompt": n})
-        expected = ref(prompt["prompt"], generator=gen(11), **call).images
-        assert len(out.images) == n
-        for got, want in zip(out.images, expected):
-            assert got.size == (48, 32)
-            assert np.array_equal(np.asarray(got), np.asarray(want))
-
-
 async def test_text_length_cut_equals_diffusers_call(t2i, ref):
     """max_sequence_length (a standard knob) cuts the prompt's embeddings as encode_prompt does."""
     prompt = "a watercolor painting of mountains at sunset, city skyline at night with neon lights"
@@ -94,28 +70,6 @@ async def test_text_length_cut_equals_diffusers_call(t2i, ref):
                    output_type="latent", **kw).images
     assert max_diff(out.latents, expected) == 0.0
     assert not torch.equal(out.latents, full.latents)
-
-
-async def test_concurrent_requests_match_their_solo_results(t2i):
-    """Different prompts (so different text lengths, padded and masked in one forward), seeds, step counts and
-    true-CFG scales (with and without CFG), each joining the running batch at a different step."""
-    common = dict(**SMALL, output_type="latent")
-    specs = [
-        ("a red cat", dict(num_inference_steps=9, seed=1)),
-        ({"prompt": "green square and yellow circle", "negative_prompt": "blurry"},
-         dict(num_inference_steps=7, seed=2, true_cfg_scale=4.0)),
-        ("a watercolor painting of mountains at sunset", dict(num_inference_steps=5, seed=3, num_outputs_per_prompt=2)),
-        ({"prompt": "city skyline", "negative_prompt": "dark, low quality, jpeg artifacts"},
-         dict(num_inference_steps=6, seed=4, true_cfg_scale=2.5)),
-    ]
-    async with AsyncOmni(t2i, deploy_config=DEPLOY) as omni:
-        solo, together, forwards = await solo_then_staggered(omni, [(p, {**common, **kw}) for p, kw in specs])
-    for i, (s, t) in enumerate(zip(solo, together)):
-        assert s.latents.shape == t.latents.shape
-        assert max_diff(t.latents, s.latents) <= 1e-5, i
-    assert len(forwards[0]) == 1  # the first request ran alone...
-    assert max(len(ids) for ids in forwards) == 4  # ...then all four shared forwards
-    assert not torch.equal(together[0].latents, together[2].latents[:1])
 
 
 async def test_sizes_are_separate_batch_keys(t2i):

@@ -108,6 +108,14 @@ def qwen(tiny_model, edit_plus: bool) -> Family:
                   inputs=inputs, extra=extra)
 
 
+def sana(tiny_model) -> Family:
+    from omnistage.models.sana import PIPELINE, SanaAdapter
+
+    folder = str(tiny_model("sana"))
+    return Family(PIPELINE, SanaAdapter.load(folder, torch.float32, torch.device("cpu")), folder,
+                  dict(height=64, width=96, extra_args={"use_resolution_binning": False}))
+
+
 CASES = {  # family -> (method: teacache where the tiny model has a single block, its builder)
     "wan": ("first_block", lambda tm, tp: wan(tm, tp, "wan")),
     "wan22": ("teacache", lambda tm, tp: wan(tm, tp, "wan22")),
@@ -117,6 +125,7 @@ CASES = {  # family -> (method: teacache where the tiny model has a single block
     "z_image": ("teacache", lambda tm, tp: z_image(tm)),
     "qwen_image": ("first_block", lambda tm, tp: qwen(tm, edit_plus=False)),
     "qwen_image_edit_plus": ("teacache", lambda tm, tp: qwen(tm, edit_plus=True)),
+    "sana": ("teacache", lambda tm, tp: sana(tm)),  # PixArt-Σ's block layout (masked text, per-row timestep)
 }
 
 # (id, prompt, params): CFG and not, an uncached request, different step counts

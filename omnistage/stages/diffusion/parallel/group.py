@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from omnistage.stages.diffusion.engine import resolve_device
+from omnistage.stages.diffusion.devices import backend_for, rank_device  # noqa: F401 - re-exported
 from omnistage.stages.diffusion.parallel.layout import GroupInfo, Layout
 
 # How long a rank waits in a collective (and for the others at the rendezvous, while they load the model).
@@ -29,19 +29,6 @@ class RankGroup:
     @property
     def cfg_index(self) -> int:
         return self.layout.coords(self.rank)[0]
-
-
-def rank_device(devices: list[str] | None, rank: int) -> torch.device:
-    """The device of ``rank``: the replica's ``rank``-th device (a single-device replica's rule: CPU
-    unless devices are given and CUDA is there)."""
-    return resolve_device([devices[rank]] if devices else None)
-
-
-def backend_for(device: torch.device) -> str:
-    # on GPUs, small CPU tensors (sizes, the plans' agreement) still go over gloo. On the CPU the name says
-    # "cpu:" too: diffusers' Ulysses size exchange gathers on the CPU only when the backend names it, else on
-    # torch.accelerator.current_accelerator(), which a CUDA-enabled torch reports as cuda even with no GPU
-    return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "cpu:gloo"
 
 
 def join(info: GroupInfo, rank: int, device: torch.device) -> RankGroup:

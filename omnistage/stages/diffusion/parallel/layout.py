@@ -51,7 +51,7 @@ def replica_lines(pipeline: Pipeline, deploy: DeployConfig) -> list[str]:
     """One line per multi-device diffusion replica: its ranks, degrees, devices and backend, as its
     launch will choose them (``omnistage serve`` logs them at start-up; nothing is started here)."""
     from omnistage.config.schema import StageDeployConfig
-    from omnistage.stages.diffusion.parallel.group import backend_for, rank_device
+    from omnistage.stages.diffusion.devices import backend_for, rank_device
 
     lines = []
     for spec in pipeline.stages:

@@ -1,0 +1,30 @@
+"""FLUX.2 family: one diffusion stage (text encoder -> Flux2Transformer2DModel, flow matching -> VAE).
+
+- ``flux2_klein``: FLUX.2 [klein] (``Flux2KleinPipeline``, a Qwen3 text encoder): text-to-image, and edits
+  with one or more reference images (``/v1/images/edits``; the output size defaults to the first one's).
+  CFG when ``guidance_scale`` > 1 on the base checkpoints; the distilled ones (``is_distilled``) never run it.
+
+Defaults are ``__call__``'s: 50 steps, guidance 4.0, text length 512 (the distilled checkpoints' model cards
+use 4 steps and guidance 1: send them).
+"""
+
+from pathlib import Path
+
+from omnistage.models.flux2.adapter import Flux2KleinAdapter
+from omnistage.models.flux2.tiny import build_klein
+from omnistage.pipeline import Pipeline, StageSpec
+
+DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment
+
+KLEIN = Pipeline(
+    name="flux2_klein",
+    description="FLUX.2 [klein]: Qwen3 -> Flux2Transformer2DModel (CFG unless distilled; reference-image edits) -> VAE",
+    matches=lambda f: f.diffusers_class == "Flux2KleinPipeline",
+    stages=[StageSpec(0, kind="diffusion", adapter=Flux2KleinAdapter, output="image", can_output="image,latent",
+                      final=True, default_params={"num_inference_steps": 50, "guidance_scale": 4.0})],
+    deploy_file=DEPLOY,
+)
+PIPELINES = [KLEIN]
+TINY = {"flux2_klein": build_klein}
+
+__all__ = ["KLEIN", "PIPELINES", "TINY", "Flux2KleinAdapter"]

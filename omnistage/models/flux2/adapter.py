@@ -1,0 +1,189 @@
+"""FLUX.2 [klein] (Qwen3 text encoder) for the diffusion engine, text-to-image and reference-image edits.
+
+Mirrors ``Flux2KleinPipeline.__call__`` step by step so that one request alone
+reproduces it exactly:
+
+- the prompt (as a one-turn chat, thinking off) padded to ``max_sequence_length``
+  tokens; the text encoder's hidden states of three layers stacked per token;
+- latents are 2x2 patches folded into channels (``[rows, (h/2)*(w/2), 4C]``),
+  drawn from the request's generator; RoPE reads 4-axis position ids (T, H, W, L)
+  that are one table per forward, so the batch key fixes the output size, the text
+  length and every reference image's size;
+- CFG when ``guidance_scale`` > 1 on a non-distilled checkpoint (diffusers' rule),
+  as a second forward on the negative prompt ("" when none, as diffusers encodes);
+  a distilled checkpoint (``is_distilled``) never runs it;
+- reference images (``/v1/images/edits``, one or more): each resized to at most
+  1024x1024 px, floored to the size multiple and centre-cropped, VAE-encoded (mode)
+  and batch-norm-normalised; their tokens join the sequence with T = 10, 20, ...
+  and only the output tokens of the prediction are kept;
+- decoding undoes the VAE's batch norm and the 2x2 folding before the VAE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+import torch
+
+from omnistage.errors import InvalidRequestError
+from omnistage.stages.diffusion.adapter import DiffusionJob
+from omnistage.stages.diffusion.blocks import BlockLayout
+from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
+
+TEXT = "encoder_hidden_states"
+MAX_SEQUENCE_LENGTH = 512  # Flux2KleinPipeline.__call__'s default and its tokenizer limit
+REFERENCE_AREA = 1024 * 1024  # larger reference images are resized down to this many pixels
+MAX_REFERENCE_IMAGES = 10  # BFL's documented limit for FLUX.2
+
+
+class Flux2KleinAdapter(DiffusersAdapter):
+    pipeline_class_name = "Flux2KleinPipeline"
+    separate_cfg_passes = True  # diffusers runs the negative prompt as its own forward
+
+    def __init__(self, pipe: Any, dtype: torch.dtype, device: torch.device):
+        super().__init__(pipe, dtype, device)
+        self.latent_channels = pipe.transformer.config.in_channels // 4
+        self.distilled = bool(pipe.config.get("is_distilled", False))
+        self._txt_ids: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+    # ------------------------------------------------------------- request checks
+
+    def size_multiple(self) -> int:
+        return self.pipe.vae_scale_factor * 2  # VAE factor x the 2x2 folding
+
+    def validate(self, job: DiffusionJob) -> None:
+        p = job.params
+        if p.strength is not None:
+            raise InvalidRequestError("strength", "not used by FLUX.2 (reference images condition, they are not noised)")
+        if p.true_cfg_scale is not None:
+            raise InvalidRequestError("true_cfg_scale", "FLUX.2 [klein] has no true CFG; guidance_scale > 1 is CFG")
+        msl = int(p.max_sequence_length or MAX_SEQUENCE_LENGTH)
+        if not 1 <= msl <= MAX_SEQUENCE_LENGTH:
+            raise InvalidRequestError("max_sequence_length", f"{msl} is outside 1..{MAX_SEQUENCE_LENGTH}")
+        job.extra["max_sequence_length"] = msl
+        job.extra["reference_sizes"] = self.reference_sizes(job)
+        # diffusers' default size is the first reference image's (else default_sample_size x VAE factor)
+        first = job.extra["reference_sizes"][0] if job.images else (self.default_size(),) * 2
+        m = self.size_multiple()
+        for name, default in (("height", first[0]), ("width", first[1])):
+            value = getattr(p, name) or default
+            if value % m:
+                raise InvalidRequestError(name, f"{value} is not divisible by {m} (VAE factor "
+                                          f"{self.pipe.vae_scale_factor} x 2x2 folding)")
+            setattr(job, name, int(value))
+        job.cfg = float(p.guidance_scale) > 1 and not self.distilled  # diffusers' do_classifier_free_guidance
+        job.rows = p.num_outputs_per_prompt  # reference images condition; they are not a batch of inputs
+
+    def reference_sizes(self, job: DiffusionJob) -> list[tuple[int, int]]:
+        """(height, width) each reference image is cropped to, as __call__ prepares them."""
+        if not job.images:
+            return []
+        if len(job.images) > MAX_REFERENCE_IMAGES:
+            raise InvalidRequestError("multi_modal_data.image", f"{len(job.images)} reference images; FLUX.2 takes "
+                                      f"at most {MAX_REFERENCE_IMAGES}")
+        processor, m = self.pipe.image_processor, self.size_multiple()
+        sizes = []
+        for i, image in enumerate(job.images):
+            try:
+                processor.check_image_input(image)
+            except ValueError as e:
+                raise InvalidRequestError("multi_modal_data.image", f"image {i}: {e}") from None
+            w, h = image.size
+            if w * h > REFERENCE_AREA:
+                scale = (REFERENCE_AREA / (w * h)) ** 0.5  # _resize_to_target_area's sizes
+                w, h = int(w * scale), int(h * scale)
+            sizes.append((h // m * m, w // m * m))
+        return sizes
+
+    def batch_key(self, job: DiffusionJob) -> Hashable:
+        # one position-id table per forward: output size, text length and reference sizes must all match
+        return (type(self).__name__, job.height, job.width, job.extra["max_sequence_length"],
+                tuple(job.extra["reference_sizes"]))
+
+    def latent_grid(self, job: DiffusionJob) -> tuple[int, int]:
+        """The folded latent grid (tokens per column and row)."""
+        f = self.size_multiple()
+        return job.height // f, job.width // f
+
+    # ------------------------------------------------------------- preparation
+
+    def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
+        embeds, _ = self.pipe.encode_prompt(prompt=prompts, device=self.device, num_images_per_prompt=1,
+                                            max_sequence_length=jobs[0].extra["max_sequence_length"])
+        return {TEXT: embeds}
+
+    def add_conditioning(self, jobs: list[DiffusionJob]) -> None:
+        for j in jobs:
+            h, w = self.latent_grid(j)
+            ids = self.pipe._prepare_latent_ids(torch.empty(1, 1, h, w)).to(self.device)[0]
+            for cond in (j.cond, j.uncond):
+                if cond is not None:
+                    cond["img_ids"] = ids.expand(j.rows, *ids.shape)
+
+    def timesteps(self, job: DiffusionJob) -> None:
+        from diffusers.pipelines.flux2.pipeline_flux2 import compute_empirical_mu
+
+        n = job.params.num_inference_steps
+        kwargs: dict[str, Any] = {"sigmas": np.linspace(1.0, 1 / n, n)}
+        if self.pipe.scheduler.config.get("use_flow_sigmas", False):
+            kwargs = {}
+        h, w = self.latent_grid(job)
+        state = self.sampler.make_state(n, device=self.device, mu=compute_empirical_mu(h * w, n), **kwargs)
+        if hasattr(state.scheduler, "set_begin_index"):
+            state.scheduler.set_begin_index(0)  # as the pipeline does before its loop
+        job.sampler_state = state
+
+    def init_latents(self, job: DiffusionJob) -> None:
+        h, w = self.latent_grid(job)
+        noise = self.noise(job, (job.rows, self.latent_channels * 4, h, w), job.cond[TEXT].dtype)
+        job.latents = self.pipe._pack_latents(noise)
+        if job.images:  # here, not in encode: an image the VAE cannot take fails only its own request
+            self.add_references(job)
+
+    def add_references(self, job: DiffusionJob) -> None:
+        """The reference images' packed latents and their ids (T = 10, 20, ...) join both passes."""
+        processor = self.pipe.image_processor
+        images = [processor.preprocess(im, height=h, width=w, resize_mode="crop")
+                  for im, (h, w) in zip(job.images, job.extra["reference_sizes"])]
+        tokens, ids = self.pipe.prepare_image_latents(images=images, batch_size=job.rows, generator=job.generator,
+                                                      device=self.device, dtype=self.pipe.vae.dtype)
+        for cond in (job.cond, job.uncond):
+            if cond is not None:
+                cond["image_latents"] = tokens
+                cond["img_ids"] = torch.cat([cond["img_ids"], ids.to(cond["img_ids"].dtype)], dim=1)
+
+    # ------------------------------------------------------------- the batched part
+
+    def txt_ids(self, length: int) -> torch.Tensor:
+        key = (length, self.device)
+        if key not in self._txt_ids:  # (0, 0, 0, l) per text token, as _prepare_text_ids
+            self._txt_ids[key] = self.pipe._prepare_text_ids(torch.empty(1, length, 1))[0].to(self.device)
+        return self._txt_ids[key]
+
+    def predict(self, x: torch.Tensor, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
+        n = x.shape[1]
+        tr = self.pipe.transformer
+        hidden = torch.cat([x, cond["image_latents"]], dim=1) if "image_latents" in cond else x
+        out = tr(hidden_states=hidden.to(tr.dtype), timestep=t.to(x.dtype) / 1000, guidance=cond.get("guidance"),
+                 encoder_hidden_states=cond[TEXT], txt_ids=self.txt_ids(cond[TEXT].shape[1]),
+                 img_ids=cond["img_ids"][0], return_dict=False)[0]
+        return out[:, :n]
+
+    def block_layouts(self) -> list[BlockLayout]:
+        return []  # the blocks take their modulation as shared tuples: no per-row layout declared (yet)
+
+    def decode(self, jobs: list[DiffusionJob]) -> list[list[np.ndarray]]:
+        vae = self.pipe.vae
+        latents = self.unfold(torch.cat([j.latents for j in jobs]), jobs[0])
+        return self.to_uint8(vae.decode(latents.to(vae.dtype), return_dict=False)[0], jobs)
+
+    def unfold(self, tokens: torch.Tensor, job: DiffusionJob) -> torch.Tensor:
+        """Packed tokens -> VAE latents: the grid, the batch norm undone, the 2x2 folding undone."""
+        h, w = self.latent_grid(job)
+        x = tokens.view(tokens.shape[0], h, w, tokens.shape[2]).permute(0, 3, 1, 2)  # row-major ids
+        vae = self.pipe.vae
+        mean = vae.bn.running_mean.view(1, -1, 1, 1).to(x.device, x.dtype)
+        std = torch.sqrt(vae.bn.running_var.view(1, -1, 1, 1) + vae.config.batch_norm_eps).to(x.device, x.dtype)
+        return self.pipe._unpatchify_latents(x * std + mean)

@@ -1,0 +1,59 @@
+"""Tiny FLUX.2 [klein] folder: real classes (Flux2Transformer2DModel, Qwen3 causal LM, AutoencoderKLFlux2),
+random weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# FLUX.2 [klein]'s scheduler config (the shift exponent mu comes from the pipeline's empirical rule)
+SCHEDULER = dict(shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15, base_image_seq_len=256,
+                 max_image_seq_len=4096)
+TEXT_LAYERS = 27  # the pipeline stacks hidden states 9, 18 and 27
+
+
+def text_encoder(vocab_size: int, hidden: int = 16):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+                      num_hidden_layers=TEXT_LAYERS, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                      max_position_embeddings=1024)
+    return Qwen3ForCausalLM(cfg).eval()
+
+
+def transformer(*, text_dim: int, latent_channels: int = 4, guidance_embeds: bool = False):
+    from diffusers import Flux2Transformer2DModel
+
+    # RoPE over four axes (T, H, W, L) splitting the head dim equally, as FLUX.2's (32, 32, 32, 32)
+    return Flux2Transformer2DModel(
+        patch_size=1, in_channels=latent_channels * 4, num_layers=1, num_single_layers=1, attention_head_dim=16,
+        num_attention_heads=2, joint_attention_dim=3 * text_dim, timestep_guidance_channels=32,
+        axes_dims_rope=(4, 4, 4, 4), guidance_embeds=guidance_embeds).eval()
+
+
+def vae(latent_channels: int = 4):
+    import torch
+    from diffusers import AutoencoderKLFlux2
+
+    model = AutoencoderKLFlux2(block_out_channels=(4, 4, 4, 4), latent_channels=latent_channels, layers_per_block=1,
+                               norm_num_groups=1, sample_size=32).eval()
+    # non-trivial batch-norm statistics (fresh ones are 0 and 1), so (de)normalisation is exercised
+    g = torch.Generator().manual_seed(1)
+    model.bn.running_mean.copy_(torch.randn(model.bn.running_mean.shape, generator=g) * 0.1)
+    model.bn.running_var.copy_(torch.rand(model.bn.running_var.shape, generator=g) + 0.5)
+    return model
+
+
+def build_klein(outdir: Path) -> None:
+    """A Flux2KleinPipeline folder, not distilled (CFG when guidance_scale > 1); sizes are multiples of 16."""
+    import torch
+    from diffusers import FlowMatchEulerDiscreteScheduler, Flux2KleinPipeline
+
+    from omnistage.models.z_image.tiny import tokenizer
+
+    torch.manual_seed(0)
+    tok = tokenizer()
+    encoder = text_encoder(len(tok))
+    pipe = Flux2KleinPipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=vae(), text_encoder=encoder,
+                              tokenizer=tok, transformer=transformer(text_dim=encoder.config.hidden_size),
+                              is_distilled=False)
+    pipe.save_pretrained(outdir, safe_serialization=True)

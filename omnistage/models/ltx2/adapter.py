@@ -1,0 +1,387 @@
+"""LTX-2 text/image-to-video with sound (one DiT denoising video and audio latents together) for the diffusion engine.
+
+Mirrors ``LTX2Pipeline.__call__`` (and ``LTX2ImageToVideoPipeline.__call__``) so that one request alone reproduces
+it exactly. A request's latents are one fp32 row holding its packed video tokens then its packed audio tokens
+(flattened): the engine's flow-matching Euler step is elementwise, and both modalities use the same sigma table
+(diffusers steps a copy of the scheduler for the audio), so one row steps both.
+
+LTX-2's guidance is more than CFG, and it is applied in x0 space per modality: CFG against the negative prompt
+(``guidance_scale`` for video, ``audio_guidance_scale`` for audio), spatio-temporal guidance (STG: a forward with
+the self-attention of some blocks skipped) and modality-isolation guidance (a forward without the audio<->video
+cross-attention), then a guidance rescale. ``predict`` therefore returns three predictions per row (the plain
+forward, the STG forward, the isolated forward; the latter two only for the cond rows of requests that use them,
+zeros elsewhere), each of the three forwards batched across requests as diffusers batches them for one request
+(uncond and cond together, STG and isolation alone), and ``combine_guidance`` does the rest per request, in
+diffusers' operation order.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Hashable
+
+import numpy as np
+import torch
+
+from omnistage.errors import InvalidRequestError
+from omnistage.stages.diffusion.adapter import DiffusionJob
+from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
+
+# LTX2Pipeline.__call__'s own defaults (tests check they still agree)
+DEFAULT_HEIGHT = 512
+DEFAULT_WIDTH = 768
+DEFAULT_NUM_FRAMES = 121
+DEFAULT_FPS = 24
+MAX_SEQUENCE_LENGTH = 1024
+GUIDANCE = {"audio_guidance_scale": 7.0, "stg_scale": 1.0, "audio_stg_scale": 1.0, "modality_scale": 3.0,
+            "audio_modality_scale": 3.0, "guidance_rescale": 0.7, "audio_guidance_rescale": 0.7}
+STG_BLOCKS = (28,)
+# the model-specific request keys (extra_body), with their types
+EXTRA_PARAMS: dict[str, type] = {**{k: float for k in GUIDANCE}, "spatio_temporal_guidance_blocks": list[int],
+                                 "use_cross_timestep": bool, "motion_speed": float, "image_crf": int}
+
+PLAIN, STG, ISOLATED = 0, 1, 2  # the three predictions predict() returns per row
+
+
+class LTX2Adapter(DiffusersAdapter):
+    pipeline_class_name = "LTX2Pipeline"
+    # combine_guidance runs for every request, CFG or not: STG and modality isolation apply without CFG too
+    guides_every_job: ClassVar[bool] = True
+
+    def __init__(self, pipe: Any, dtype: torch.dtype, device: torch.device):
+        super().__init__(pipe, dtype, device)
+        self.model = pipe.transformer
+        self.model_dtype = pipe.text_encoder.dtype  # diffusers feeds the DiT in the prompt embeddings' dtype
+        self.sr = pipe.vocoder.config.output_sampling_rate
+        self.mel_bins = pipe.audio_vae.config.mel_bins // pipe.audio_vae_mel_compression_ratio
+        self.audio_channels = pipe.audio_vae.config.latent_channels
+
+    # ------------------------------------------------------------- request checks
+
+    def validate(self, job: DiffusionJob) -> None:
+        if job.images:
+            raise InvalidRequestError("multi_modal_data.image", "this is a text-to-video model; it takes no input "
+                                                                 "image (serve an LTX2ImageToVideoPipeline folder)")
+        self.validate_video(job)
+
+    def validate_video(self, job: DiffusionJob) -> None:
+        p, pipe = job.params, self.pipe
+        m = pipe.vae_spatial_compression_ratio * pipe.transformer_spatial_patch_size
+        m = max(m, 32)  # LTX2Pipeline.check_inputs: multiples of 32 whatever the VAE
+        for name, default in (("height", DEFAULT_HEIGHT), ("width", DEFAULT_WIDTH)):
+            value = getattr(p, name) or default
+            if value % m:
+                raise InvalidRequestError(name, f"{value} is not divisible by {m}")
+            setattr(job, name, int(value))
+        ft = pipe.vae_temporal_compression_ratio * pipe.transformer_temporal_patch_size
+        frames = p.num_frames or DEFAULT_NUM_FRAMES
+        if (frames - 1) % ft:
+            lower = (frames - 1) // ft * ft + 1
+            raise InvalidRequestError("num_frames", f"{frames} is not of the form {ft}k+1 (VAE temporal factor {ft}); "
+                                                    f"try {lower} or {lower + ft}")
+        if p.num_outputs_per_prompt != 1:
+            raise InvalidRequestError("num_outputs_per_prompt", f"{p.num_outputs_per_prompt}; a video request makes "
+                                      "one video (send several requests: they share the forwards)")
+        if p.guidance_scale_2 is not None or p.true_cfg_scale is not None:
+            name = "guidance_scale_2" if p.guidance_scale_2 is not None else "true_cfg_scale"
+            raise InvalidRequestError(name, "not used by LTX-2 (audio_guidance_scale sets the audio's CFG scale)")
+        extra = dict(p.extra_args)
+        g = float(p.guidance_scale)
+        # LTX2Pipeline.__call__: an unset (or zero) audio value falls back to the video one
+        scales = {k: float(extra.get(k, v)) for k, v in GUIDANCE.items()}
+        for k in GUIDANCE:
+            video_key = k.replace("audio_", "")
+            if k.startswith("audio_") and not scales[k]:
+                scales[k] = g if video_key == "guidance_scale" else scales[video_key]
+        scales["guidance_scale"] = g
+        blocks = extra.get("spatio_temporal_guidance_blocks", list(STG_BLOCKS))
+        if not isinstance(blocks, list) or not all(isinstance(b, int) and 0 <= b for b in blocks):
+            raise InvalidRequestError("spatio_temporal_guidance_blocks", "expected a list of block indices")
+        if (scales["stg_scale"] > 0 or scales["audio_stg_scale"] > 0) and not blocks:
+            raise InvalidRequestError("spatio_temporal_guidance_blocks", "STG is on (stg_scale > 0) but no blocks "
+                                                                         "are given")
+        speed = float(extra.get("motion_speed", 1.0))
+        if speed <= 0:
+            raise InvalidRequestError("motion_speed", f"{speed} must be positive")
+        fps = p.fps or DEFAULT_FPS
+        job.extra.update(num_frames=frames, fps=fps, scales=scales, stg_blocks=tuple(blocks),
+                         cross=bool(extra.get("use_cross_timestep", True)), rope_fps=fps / speed,
+                         max_sequence_length=p.max_sequence_length or MAX_SEQUENCE_LENGTH,
+                         audio_frames=round(frames / fps * pipe.audio_sampling_rate / pipe.audio_hop_length
+                                            / float(pipe.audio_vae_temporal_compression_ratio)))
+        job.cfg = g > 1.0 or scales["audio_guidance_scale"] > 1.0  # diffusers' do_classifier_free_guidance
+        job.rows = 1
+
+    def batch_key(self, job: DiffusionJob) -> Hashable:
+        e = job.extra
+        # dense latents (video and audio lengths), one RoPE frame rate and cross-timestep mode per forward; the
+        # Gemma prompt is padded to max_sequence_length (masked), which must match. (STG blocks may differ: the
+        # STG forward runs once per set of blocks.)
+        return ("ltx2", job.height, job.width, self.latent_frames(job), e["audio_frames"], e["rope_fps"], e["cross"],
+                e["max_sequence_length"])
+
+    def latent_frames(self, job: DiffusionJob) -> int:
+        return (job.extra["num_frames"] - 1) // self.pipe.vae_temporal_compression_ratio + 1
+
+    def video_tokens(self, job: DiffusionJob) -> int:
+        f = self.pipe.vae_spatial_compression_ratio
+        return self.latent_frames(job) * (job.height // f) * (job.width // f)
+
+    # ------------------------------------------------------------- preparation
+
+    def encode(self, jobs: list[DiffusionJob]) -> None:
+        """Gemma over the prompts (one call) and the negatives (another, "" for a missing one), then the text
+        connectors over [negatives of the CFG requests, prompts], as diffusers runs them for one request."""
+        pipe, n = self.pipe, jobs[0].extra["max_sequence_length"]
+
+        def gemma(prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+            embeds, mask, _, _ = pipe.encode_prompt(prompts, do_classifier_free_guidance=False, max_sequence_length=n,
+                                                    device=self.device)
+            return embeds, mask
+
+        embeds, mask = gemma([j.prompt for j in jobs])
+        cfg = [j for j in jobs if j.do_cfg]
+        if cfg:
+            neg, neg_mask = gemma([j.negative_prompt or "" for j in cfg])
+            embeds, mask = torch.cat([neg, embeds]), torch.cat([neg_mask, mask])
+        video, audio, conn_mask = pipe.connectors(embeds, mask, padding_side=getattr(pipe.tokenizer, "padding_side",
+                                                                                      "left"))
+        rows = [(j, "uncond") for j in cfg] + [(j, "cond") for j in jobs]
+        for i, (j, kind) in enumerate(rows):
+            flags = torch.zeros(1, 3, dtype=torch.bool)  # which predictions this row asks for
+            if kind == "cond":
+                s = j.extra["scales"]
+                flags[0, STG] = s["stg_scale"] > 0 or s["audio_stg_scale"] > 0
+                flags[0, ISOLATED] = s["modality_scale"] > 1 or s["audio_modality_scale"] > 1
+            cond = {"video_embeds": video[i:i + 1], "audio_embeds": audio[i:i + 1], "mask": conn_mask[i:i + 1],
+                    "passes": flags, "geometry": self.geometry(j), "stg_blocks": self.stg_mask(j)}
+            setattr(j, kind, cond)
+
+    def timesteps(self, job: DiffusionJob) -> None:
+        from diffusers.pipelines.ltx2.pipeline_ltx2 import calculate_shift
+
+        n, cfg = job.params.num_inference_steps, self.pipe.scheduler.config
+        mu = calculate_shift(self.video_tokens(job), cfg.get("base_image_seq_len", 1024),
+                             cfg.get("max_image_seq_len", 4096), cfg.get("base_shift", 0.95),
+                             cfg.get("max_shift", 2.05))
+        state = self.sampler.make_state(n, device=self.device, sigmas=np.linspace(1.0, 1 / n, n), mu=mu)
+        state.scheduler.set_begin_index(0)
+        job.sampler_state = state
+
+    def init_latents(self, job: DiffusionJob) -> None:
+        video = self.pipe.prepare_latents(1, self.model.config.in_channels, job.height, job.width,
+                                          job.extra["num_frames"], 0.0, torch.float32, self.device, job.generator)
+        self.set_latents(job, video)
+
+    def set_latents(self, job: DiffusionJob, video: torch.Tensor) -> None:
+        """The packed video latents, then the audio noise (drawn after the video's, as diffusers draws it)."""
+        audio = self.pipe.prepare_audio_latents(1, self.audio_channels, job.extra["audio_frames"],
+                                                self.pipe.audio_vae.config.mel_bins, 0.0, torch.float32, self.device,
+                                                job.generator)
+        job.extra["shapes"] = self.shapes(self.geometry(job)[0].tolist())
+        job.latents = torch.cat([video.flatten(1), audio.flatten(1)], dim=1)
+
+    # ------------------------------------------------------------- the batched parts
+
+    def geometry(self, job: DiffusionJob) -> torch.Tensor:
+        """What a forward needs besides tensors, as one CPU row (the batch key makes it equal for every row):
+        latent frames, height, width, audio length, RoPE frame rate, cross-timestep flag."""
+        f = self.pipe.vae_spatial_compression_ratio
+        e = job.extra
+        return torch.tensor([[self.latent_frames(job), job.height // f, job.width // f, e["audio_frames"],
+                              e["rope_fps"], float(e["cross"])]], dtype=torch.float64)
+
+    def stg_mask(self, job: DiffusionJob) -> torch.Tensor:
+        mask = torch.zeros(1, self.model.config.num_layers, dtype=torch.bool)
+        for b in job.extra["stg_blocks"]:
+            if b < mask.shape[1]:  # a block index past the model's depth perturbs nothing (as in diffusers)
+                mask[0, b] = True
+        return mask
+
+    def shapes(self, geometry: list[float]) -> tuple[tuple[int, int], tuple[int, int]]:
+        """(video tokens, video token width), (audio tokens, audio token width) of the packed latents."""
+        frames, h, w, length = (int(v) for v in geometry[:4])
+        p, pt = self.pipe.transformer_spatial_patch_size, self.pipe.transformer_temporal_patch_size
+        video = ((frames // pt) * (h // p) * (w // p), self.model.config.in_channels * pt * p * p)
+        return video, (length, self.audio_channels * self.mel_bins)
+
+    @staticmethod
+    def split(x: torch.Tensor, shapes: tuple[tuple[int, int], tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Flat rows -> packed video [rows, tokens, width] and audio [rows, length, width] (views)."""
+        (s, d), (length, da) = shapes
+        return x[:, :s * d].reshape(-1, s, d), x[:, s * d:].reshape(-1, length, da)
+
+    def _forward(self, x: torch.Tensor, t: torch.Tensor, cond: dict[str, torch.Tensor], **flags: Any) -> torch.Tensor:
+        g = cond["geometry"][0].tolist()
+        frames, h, w, length = (int(v) for v in g[:4])
+        rope_fps, cross = g[4], bool(g[5])
+        video, audio = self.split(x, self.shapes(g))
+        n = x.shape[0]
+        v, a = self.model(
+            hidden_states=video.to(self.model_dtype), audio_hidden_states=audio.to(self.model_dtype),
+            encoder_hidden_states=cond["video_embeds"], audio_encoder_hidden_states=cond["audio_embeds"],
+            timestep=self.video_timestep(t, cond), audio_timestep=t, sigma=t,
+            encoder_attention_mask=cond["mask"], audio_encoder_attention_mask=cond["mask"],
+            num_frames=frames, height=h, width=w, fps=rope_fps, audio_num_frames=length,
+            video_coords=self.model.rope.prepare_video_coords(n, frames, h, w, x.device, fps=rope_fps),
+            audio_coords=self.model.audio_rope.prepare_audio_coords(n, length, x.device),
+            use_cross_timestep=cross, return_dict=False, **flags)
+        return torch.cat([v.float().flatten(1), a.float().flatten(1)], dim=1)
+
+    def video_timestep(self, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
+        return t  # image-to-video: per token, zero on the first (given) frame
+
+    def predict(self, x: torch.Tensor, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
+        plain = self._forward(x, t, cond)
+        out = plain.new_zeros((x.shape[0], 3, plain.shape[1]))
+        out[:, PLAIN] = plain
+        for kind, rows, flags in self.extra_passes(cond):
+            sub = {k: v.index_select(0, rows.to(v.device)) for k, v in cond.items()}
+            rows = rows.to(x.device)
+            out[rows, kind] = self._forward(x.index_select(0, rows), t.index_select(0, rows), sub, **flags)
+        return out
+
+    @staticmethod
+    def extra_passes(cond: dict[str, torch.Tensor]) -> list[tuple[int, torch.Tensor, dict[str, Any]]]:
+        """(prediction, rows, forward flags) of the step's other forwards: STG once per set of perturbed blocks
+        among the rows that use it, modality isolation once. (The flags live on the CPU: no device sync.)"""
+        passes, masks = cond["passes"], cond["stg_blocks"]
+        out = []
+        stg_rows = passes[:, STG].nonzero().squeeze(1)
+        for mask in torch.unique(masks.index_select(0, stg_rows), dim=0) if stg_rows.numel() else []:
+            rows = stg_rows[(masks.index_select(0, stg_rows) == mask).all(dim=1)]
+            # diffusers' STG forward perturbs nothing when no listed block exists; it is still its own forward
+            out.append((STG, rows, {"spatio_temporal_guidance_blocks": mask.nonzero().squeeze(1).tolist() or None}))
+        iso_rows = passes[:, ISOLATED].nonzero().squeeze(1)
+        if iso_rows.numel():
+            out.append((ISOLATED, iso_rows, {"isolate_modalities": True}))
+        return out
+
+    # ------------------------------------------------------------- guidance (per request, diffusers' order)
+
+    def combine_guidance(self, u: torch.Tensor | None, c: torch.Tensor, job: DiffusionJob) -> torch.Tensor:
+        from diffusers.pipelines.ltx2.pipeline_ltx2 import rescale_noise_cfg
+
+        s, shapes = job.extra["scales"], job.extra["shapes"]
+        state = job.sampler_state
+        sigma = state.sigmas[state.begin + job.step]
+        x_video, x_audio = self.split(job.latents, shapes)
+        preds = [self.split(c[:, k].contiguous(), shapes) for k in (PLAIN, STG, ISOLATED)]
+        uncond = self.split(u[:, PLAIN].contiguous(), shapes) if u is not None else None
+        passes = job.cond["passes"][0]
+        out = []
+        for m, (x, prefix) in enumerate(((x_video, ""), (x_audio, "audio_"))):
+            x0 = x - preds[PLAIN][m] * sigma
+            cfg_delta = stg_delta = mod_delta = 0
+            if uncond is not None:
+                cfg_delta = (s[prefix + "guidance_scale"] - 1) * (x0 - (x - uncond[m] * sigma))
+            if passes[STG]:
+                stg_delta = s[prefix + "stg_scale"] * (x0 - (x - preds[STG][m] * sigma))
+            if passes[ISOLATED]:
+                mod_delta = (s[prefix + "modality_scale"] - 1) * (x0 - (x - preds[ISOLATED][m] * sigma))
+            guided = x0 + cfg_delta + stg_delta + mod_delta
+            rescale = s[prefix + "guidance_rescale"]
+            if rescale > 0:
+                guided = rescale_noise_cfg(guided, x0, guidance_rescale=rescale)
+            out.append(((x - guided) / sigma).flatten(1))
+        self.keep_given_frames(out[0], job)
+        return torch.cat(out, dim=1)
+
+    def keep_given_frames(self, velocity: torch.Tensor, job: DiffusionJob) -> None:
+        """Image-to-video: the first latent frame is the input image's and is never stepped."""
+
+    # ------------------------------------------------------------- output
+
+    def decode(self, jobs: list[DiffusionJob]) -> list[list[Any]]:
+        pipe, f = self.pipe, self.pipe.vae_spatial_compression_ratio
+        videos, audios = [], []
+        for j in jobs:
+            v, a = self.split(j.latents, j.extra["shapes"])
+            v = pipe._unpack_latents(v, self.latent_frames(j), j.height // f, j.width // f,
+                                     pipe.transformer_spatial_patch_size, pipe.transformer_temporal_patch_size)
+            v = v.to(self.model_dtype)
+            timestep = None
+            if pipe.vae.config.timestep_conditioning:  # decode_timestep 0.0, diffusers' default: noise x 0
+                noise = self.noise(j, tuple(v.shape), v.dtype)
+                timestep = torch.tensor([0.0], device=self.device, dtype=v.dtype)
+                scale = torch.tensor([0.0], device=self.device, dtype=v.dtype)[:, None, None, None, None]
+                v = (1 - scale) * v + scale * noise
+            videos.append((pipe._denormalize_latents(v, pipe.vae.latents_mean, pipe.vae.latents_std,
+                                                     pipe.vae.config.scaling_factor), timestep))
+            a = pipe._denormalize_audio_latents(a, pipe.audio_vae.latents_mean, pipe.audio_vae.latents_std)
+            audios.append(pipe._unpack_audio_latents(a, j.extra["audio_frames"], num_mel_bins=self.mel_bins))
+        latents = torch.cat([v for v, _ in videos]).to(pipe.vae.dtype)
+        timestep = None if videos[0][1] is None else torch.cat([t for _, t in videos])
+        video = pipe.vae.decode(latents, timestep, return_dict=False)[0]
+        frames = pipe.video_processor.postprocess_video(video, output_type="np")  # [B, T, H, W, 3] in [0, 1]
+        frames = (frames * 255).round().astype(np.uint8)  # the rounding diffusers uses for PIL output
+        out: list[list[Any]] = [[np.ascontiguousarray(frames[i])] for i in range(len(jobs))]
+        idx = [i for i, j in enumerate(jobs) if self.wants_audio(j)]
+        if idx:
+            mel = pipe.audio_vae.decode(torch.cat([audios[i] for i in idx]).to(pipe.audio_vae.dtype),
+                                        return_dict=False)[0]
+            wave = pipe.vocoder(mel).float().cpu().numpy()  # [B, channels, samples]
+            for k, i in enumerate(idx):
+                out[i].append(np.ascontiguousarray(wave[k]))
+        return out
+
+    @staticmethod
+    def wants_audio(job: DiffusionJob) -> bool:
+        """A caller that asked for the video alone (``modalities: ["video"]``) gets no audio decode. (The audio
+        latents are still denoised: the video attends to them at every step, so skipping the audio stream
+        would change the video.)"""
+        return job.wanted is None or "audio" in job.wanted
+
+    def pack_output(self, job: DiffusionJob, decoded: list[Any]) -> dict[str, Any]:
+        out = {"video": decoded[0], "fps": job.extra["fps"]}
+        if len(decoded) > 1:
+            out["audio"], out["sample_rate"] = decoded[1], self.sr
+        return out
+
+
+# Image-to-video (LTX2ImageToVideoPipeline): the same loop; the input image, VAE-encoded (its mode), is the first
+# latent frame, never noised and never stepped, and the DiT sees timestep 0 on its tokens.
+class LTX2I2VAdapter(LTX2Adapter):
+    pipeline_class_name = "LTX2ImageToVideoPipeline"
+
+    def validate(self, job: DiffusionJob) -> None:
+        where = "multi_modal_data.image"
+        if not job.images:
+            raise InvalidRequestError(where, "image-to-video needs the first frame as an input image")
+        if len(job.images) != 1:
+            raise InvalidRequestError(where, f"expected one first-frame image, got {len(job.images)}")
+        if job.params.strength is not None:
+            raise InvalidRequestError("strength", "not used by image-to-video (the image is the first frame)")
+        self.validate_video(job)
+        crf = job.params.extra_args.get("image_crf")
+        if crf is not None and not 0 <= int(crf) <= 51:
+            raise InvalidRequestError("image_crf", f"{crf} is not an H.264 CRF (0-51; 0 skips the re-compression)")
+
+    def init_latents(self, job: DiffusionJob) -> None:
+        from diffusers.pipelines.ltx2.utils import apply_image_conditioning_crf, resolve_default_image_crf
+
+        pipe = self.pipe
+        crf = job.params.extra_args.get("image_crf")
+        crf = int(crf) if crf is not None else resolve_default_image_crf(pipe.text_encoder)
+        image = job.images[0]
+        if crf != 0:  # re-compressed as the model saw its training frames
+            from PIL import Image
+
+            image = Image.fromarray(apply_image_conditioning_crf(np.array(image.convert("RGB")), crf))
+        image = pipe.video_processor.preprocess(image, height=job.height, width=job.width)
+        image = image.to(device=self.device, dtype=self.model_dtype)
+        video, mask = pipe.prepare_latents(image, 1, self.model.config.in_channels, job.height, job.width,
+                                           job.extra["num_frames"], 0.0, torch.float32, self.device, job.generator)
+        for cond in (job.cond, job.uncond):
+            if cond is not None:
+                cond["frame_mask"] = mask
+        self.set_latents(job, video)
+
+    def video_timestep(self, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
+        return t.unsqueeze(-1) * (1 - cond["frame_mask"])
+
+    def keep_given_frames(self, velocity: torch.Tensor, job: DiffusionJob) -> None:
+        f = self.pipe.vae_spatial_compression_ratio
+        velocity[:, :(job.height // f) * (job.width // f) * self.model.config.in_channels] = 0.0  # x + dt * 0 == x
+
+
+LTX2Adapter.variants = {"LTX2ImageToVideoPipeline": LTX2I2VAdapter}  # one entry point for T2V and I2V folders

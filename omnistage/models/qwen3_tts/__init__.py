@@ -1,0 +1,64 @@
+"""``qwen3_tts``: Qwen3-TTS (12 Hz; CustomVoice, VoiceDesign and Base checkpoints, 1.7B and 0.6B) — talker +
+code predictor -> the speech tokenizer's decoder.
+
+Resolved from ``config.json`` (``architectures: ["Qwen3TTSForConditionalGeneration"]``; ``tts_model_type``
+picks the mode). Stage 0 ``talker`` (llm-kind, omnistage's step-batched AR engine, ``engine.py`` /
+``talker.py``; why not vLLM: ``omnistage.stages.ar.engine``): one frame of G codes per step — codebook 0
+from the talker, 1..G-1 from the code predictor run inside the step. Stage 1 ``decoder`` (generation):
+the 12 Hz speech tokenizer's causal decoder (``speech_decoder.py``), streamed statefully (its attention
+window per request; the convolutions' few frames of left context re-decoded; equal to the whole decode):
+the first ``initial_codec_chunk_frames`` frames as soon as they exist, then every ``chunk_frames``.
+Base checkpoints clone: ``speech_encoder.py`` turns ``ref_audio`` into reference codes (transformers'
+``MimiModel``) and an x-vector. What is re-implemented and why: docs/architecture.md, "Qwen3-TTS".
+
+- Voices: the checkpoint's preset speakers (CustomVoice), matched case-insensitively as ``qwen-tts`` does;
+  ``instructions`` (VoiceDesign, CustomVoice 1.7B); ``language`` (``Auto`` by default); Base:
+  ``ref_audio`` + ``ref_text``, or ``x_vector_only_mode``; registered voices (/v1/audio/voices).
+- Params of stage 0: ``temperature``, ``top_k``, ``top_p``, ``repetition_penalty``, ``max_tokens`` (talker
+  tokens, as the package's ``max_new_tokens``: N tokens make at most N - 1 frames), ``seed``, and
+  ``subtalker_temperature`` / ``_top_k`` / ``_top_p`` (the code predictor); defaults from the checkpoint's
+  ``generation_config.json``. ``temperature: 0`` is greedy in both unless ``subtalker_temperature`` is given.
+
+Tiny fixtures: ``tests/models/qwen3_tts/tiny/`` (built by ``scripts/reference/qwen3_tts/``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omnistage.models.codec_tts import chunk_sizes_to_codec_stage
+from omnistage.models.qwen3_tts.config import ARCHITECTURE, SAMPLE_RATE, folder_info
+from omnistage.models.qwen3_tts.edges import codes_in_chunks, whole_codes
+from omnistage.pipeline import Edge, Pipeline, StageContext, StageSpec
+
+
+def talker_engine(ctx: StageContext) -> Any:
+    from omnistage.models.qwen3_tts.engine import build_talker_engine  # torch + transformers: at start
+
+    return build_talker_engine(ctx)
+
+
+def decoder_adapter(ctx: StageContext) -> Any:
+    from omnistage.models.qwen3_tts.speech_decoder import decoder_adapter as build
+
+    return build(ctx)
+
+
+PIPELINE = Pipeline(
+    name="qwen3_tts",
+    description="Qwen3-TTS: talker + code predictor stream 12 Hz codes to the speech tokenizer's decoder "
+                "(text -> 24 kHz speech; preset voices, voice design, voice cloning)",
+    matches=lambda folder: folder.omnistage_pipeline is None and ARCHITECTURE in folder.architectures,
+    stages=[
+        StageSpec(0, kind="llm", name="talker", output="token_ids", engine=talker_engine),
+        StageSpec(1, kind="generation", name="decoder", output="audio", final=True, adapter=decoder_adapter,
+                  inputs=[Edge(0, process=whole_codes, process_chunk=codes_in_chunks)]),
+    ],
+    default_deploy={"async_chunk": True},
+    info={"sample_rate": SAMPLE_RATE, "chat": False, "supports_speed": False, "supports_voice_cloning": False,
+          "voices_case_insensitive": True},
+    folder_info=folder_info,
+    shape_request=chunk_sizes_to_codec_stage,
+)
+PIPELINES = [PIPELINE]
+TINY: dict[str, Any] = {}  # the tiny checkpoints come from the reference package: tests/models/qwen3_tts/tiny/

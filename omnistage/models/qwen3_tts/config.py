@@ -1,0 +1,134 @@
+"""What the family reads from a Qwen3-TTS folder's ``config.json`` / ``generation_config.json`` without
+importing torch, and the checks of the talker stage's parameters (the ``qwen-tts`` package's rules)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omnistage.errors import InvalidRequestError
+from omnistage.pipeline import read_json
+
+ARCHITECTURE = "Qwen3TTSForConditionalGeneration"
+MODEL_TYPES = ("custom_voice", "voice_design", "base")
+SAMPLE_RATE = 24000
+CHUNK_FRAMES = 4  # streamed pieces to the decoder: 320 ms of speech at 12.5 Hz
+INITIAL_CHUNK_FRAMES = 1  # the first piece: one frame (80 ms), so the first audio leaves early
+MIN_NEW_TOKENS = 2  # the package's talker rule: the end of speech cannot be among the first two tokens
+SUB = "subtalker_"
+# the package's hard defaults for what generation_config.json leaves out
+_DEFAULTS = {"do_sample": True, "top_k": 50, "top_p": 1.0, "temperature": 0.9, "repetition_penalty": 1.05,
+             "subtalker_dosample": True, "subtalker_top_k": 50, "subtalker_top_p": 1.0,
+             "subtalker_temperature": 0.9, "max_new_tokens": 2048}
+PARAM_KEYS = {"temperature", "top_k", "top_p", "repetition_penalty", "max_tokens", "min_tokens", "seed",
+              SUB + "temperature", SUB + "top_k", SUB + "top_p"}
+
+
+def is_qwen3_tts(folder: Path) -> bool:
+    return ARCHITECTURE in (read_json(folder / "config.json").get("architectures") or [])
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The request-facing facts of one checkpoint."""
+
+    model_type: str  # custom_voice | voice_design | base
+    model_size: str  # "1b7" | "0b6"
+    speakers: dict[str, int]  # lower-case name -> codec id
+    dialects: dict[str, str | bool]  # lower-case speaker -> dialect language key (or False)
+    languages: dict[str, int]  # lower-case language -> codec id (dialects included)
+
+    @property
+    def public_languages(self) -> list[str]:
+        """What ``language`` may be: ``auto`` and every language that is not a dialect (the package's list)."""
+        return ["auto"] + [k for k in self.languages if "dialect" not in k]
+
+    @property
+    def takes_instructions(self) -> bool:
+        return self.model_type != "base" and self.model_size != "0b6"  # the 0.6B CustomVoice has no instruct
+
+
+def read_checkpoint(folder: Path) -> Checkpoint:
+    cfg = read_json(folder / "config.json")
+    tc = cfg.get("talker_config") or {}
+    kind = cfg.get("tts_model_type")
+    if kind not in MODEL_TYPES:
+        raise ValueError(f"{folder / 'config.json'}: tts_model_type {kind!r} is not one of {', '.join(MODEL_TYPES)}")
+    if cfg.get("tokenizer_type", "qwen3_tts_tokenizer_12hz") != "qwen3_tts_tokenizer_12hz":
+        raise ValueError(f"{folder}: tokenizer_type {cfg.get('tokenizer_type')!r} is not supported "
+                         "(the 12 Hz speech tokenizer is)")
+    return Checkpoint(kind, str(cfg.get("tts_model_size", "1b7")),
+                      {k.lower(): int(v) for k, v in (tc.get("spk_id") or {}).items()},
+                      {k.lower(): v for k, v in (tc.get("spk_is_dialect") or {}).items()},
+                      {k.lower(): int(v) for k, v in (tc.get("codec_language_id") or {}).items()})
+
+
+def folder_info(folder: Path) -> dict[str, Any]:
+    """Per-checkpoint additions to the pipeline's info: its preset voices, whether it clones."""
+    ck = read_checkpoint(folder)
+    voices = sorted(ck.speakers)
+    return {"voices": voices, "default_voice": voices[0] if voices else None,
+            "supports_voice_cloning": ck.model_type == "base", "tts_model_type": ck.model_type,
+            "languages": ck.public_languages}
+
+
+@dataclass(frozen=True)
+class Sampler:
+    temperature: float  # 0: greedy
+    top_k: int
+    top_p: float
+
+
+@dataclass(frozen=True)
+class TalkerParams:
+    talker: Sampler
+    sub: Sampler  # the code predictor's
+    repetition_penalty: float
+    max_tokens: int  # talker tokens, as the package's max_new_tokens (frames: one fewer)
+    min_tokens: int  # no end of speech before this many talker tokens (at least the package's MIN_NEW_TOKENS)
+    seed: int | None
+
+
+def checkpoint_defaults(folder: Path) -> dict[str, Any]:
+    gen = {**_DEFAULTS, **read_json(folder / "generation_config.json")}
+    return {"temperature": float(gen["temperature"]) if gen["do_sample"] else 0.0, "top_k": int(gen["top_k"] or 0),
+            "top_p": float(gen["top_p"]), "repetition_penalty": float(gen["repetition_penalty"]),
+            SUB + "temperature": float(gen[SUB + "temperature"]) if gen[SUB + "dosample"] else 0.0,
+            SUB + "top_k": int(gen[SUB + "top_k"] or 0), SUB + "top_p": float(gen[SUB + "top_p"]),
+            "max_tokens": int(gen["max_new_tokens"])}
+
+
+def parse_params(params: Any, defaults: Mapping[str, Any]) -> TalkerParams:
+    """The stage's params over the checkpoint's. ``temperature: 0`` without a ``subtalker_temperature`` is
+    greedy in the code predictor too."""
+    params = {k: v for k, v in dict(params or {}).items() if v is not None}
+    unknown = sorted(set(params) - PARAM_KEYS - {"detokenize"})
+    if unknown:
+        raise InvalidRequestError(unknown[0], f"not a parameter of Qwen3-TTS's talker stage "
+                                              f"(it takes {', '.join(sorted(PARAM_KEYS))})")
+    merged = {**defaults, **params}
+    if params.get("temperature") == 0 and SUB + "temperature" not in params:
+        merged[SUB + "temperature"] = 0.0
+
+    def number(name: str, lo: float, strict: bool = False, integer: bool = False) -> Any:
+        v = merged[name]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
+            raise InvalidRequestError(name, f"expected {'an integer' if integer else 'a number'}, got {v!r}")
+        if v < lo or (strict and v == lo):
+            raise InvalidRequestError(name, f"must be {'>' if strict else '>='} {lo}, got {v}")
+        return v
+
+    def sampler(prefix: str) -> Sampler:
+        top_p = float(number(prefix + "top_p", 0, strict=True))
+        if top_p > 1:
+            raise InvalidRequestError(prefix + "top_p", f"must be <= 1, got {top_p}")
+        return Sampler(float(number(prefix + "temperature", 0)), int(number(prefix + "top_k", 0, integer=True)), top_p)
+
+    seed = merged.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise InvalidRequestError("seed", f"expected a non-negative integer, got {seed!r}")
+    min_tokens = int(number("min_tokens", 0, integer=True)) if "min_tokens" in merged else 0
+    return TalkerParams(sampler(""), sampler(SUB), float(number("repetition_penalty", 0, strict=True)),
+                        int(number("max_tokens", 1, integer=True)), max(MIN_NEW_TOKENS, min_tokens), seed)

@@ -1,0 +1,33 @@
+"""Sana family: one diffusion stage (Gemma-2 -> SanaTransformer2DModel, flow DPM-Solver++ -> DC-AE).
+
+Defaults are ``SanaPipeline.__call__``'s: 20 steps, guidance 4.5 (CFG when
+> 1, "" as the negative prompt), 1024x1024, text length 300 after the
+pipeline's complex-human instruction, and resolution binning on
+(``use_resolution_binning: false`` in ``extra_body`` generates at the requested
+size, a multiple of 32).
+"""
+
+from pathlib import Path
+
+from omnistage.models.sana.adapter import SanaAdapter
+from omnistage.models.sana.tiny import build, build_lora
+from omnistage.pipeline import Pipeline, StageSpec
+
+DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment
+
+DEFAULT_PARAMS = {"num_inference_steps": 20, "guidance_scale": 4.5}  # SanaPipeline.__call__'s
+
+PIPELINE = Pipeline(
+    name="sana",
+    description="Sana: Gemma-2 -> SanaTransformer2DModel (linear attention, CFG, flow DPM-Solver++) -> DC-AE",
+    matches=lambda f: f.diffusers_class == "SanaPipeline",
+    stages=[StageSpec(0, kind="diffusion", adapter=SanaAdapter, output="image", can_output="image,latent",
+                      final=True, default_params=dict(DEFAULT_PARAMS))],
+    # use_resolution_binning: serve from the nearest trained aspect-ratio bin, resized back (default true)
+    extra_body_params={"use_resolution_binning": bool},
+    deploy_file=DEPLOY,
+)
+PIPELINES = [PIPELINE]
+TINY = {"sana": build, "sana_lora": build_lora}
+
+__all__ = ["PIPELINE", "PIPELINES", "TINY", "SanaAdapter"]
