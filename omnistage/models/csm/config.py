@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omnistage.errors import InvalidRequestError
 from omnistage.pipeline import read_json
+from omnistage.stages.ar.params import Sampler, StageParams
 
 ARCHITECTURE = "CsmForConditionalGeneration"
 SAMPLE_RATE = 24000  # Mimi's rate in the release
@@ -30,13 +30,6 @@ def _sampler(gen: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     get = {k: gen.get(prefix + k, v) for k, v in _GENERATE_DEFAULTS.items()}
     return {"temperature": float(get["temperature"]) if get["do_sample"] else 0.0,
             "top_k": int(get["top_k"] or 0), "top_p": float(get["top_p"] if get["top_p"] is not None else 1.0)}
-
-
-@dataclass(frozen=True)
-class Sampler:
-    temperature: float
-    top_k: int
-    top_p: float
 
 
 @dataclass(frozen=True)
@@ -64,30 +57,5 @@ def checkpoint_defaults(folder: Path) -> dict[str, Any]:
 def parse_params(params: Any, defaults: Mapping[str, Any]) -> CsmParams:
     """The stage's params over the checkpoint's. A request that sets ``temperature: 0`` (greedy) and no
     ``depth_decoder_temperature`` is greedy in the depth decoder too."""
-    params = {k: v for k, v in dict(params or {}).items() if v is not None}
-    unknown = sorted(set(params) - PARAM_KEYS - {"detokenize"})
-    if unknown:
-        raise InvalidRequestError(unknown[0], f"not a parameter of CSM's backbone stage "
-                                              f"(it takes {', '.join(sorted(PARAM_KEYS))})")
-    merged = {**defaults, **params}
-    if params.get("temperature") == 0 and DEPTH + "temperature" not in params:
-        merged[DEPTH + "temperature"] = 0.0
-
-    def number(name: str, lo: float, strict: bool = False, integer: bool = False) -> Any:
-        v = merged[name]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
-            raise InvalidRequestError(name, f"expected {'an integer' if integer else 'a number'}, got {v!r}")
-        if v < lo or (strict and v == lo):
-            raise InvalidRequestError(name, f"must be {'>' if strict else '>='} {lo}, got {v}")
-        return v
-
-    def sampler(prefix: str) -> Sampler:
-        top_p = float(number(prefix + "top_p", 0, strict=True))
-        if top_p > 1:
-            raise InvalidRequestError(prefix + "top_p", f"must be <= 1, got {top_p}")
-        return Sampler(float(number(prefix + "temperature", 0)), int(number(prefix + "top_k", 0, integer=True)), top_p)
-
-    seed = merged.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-        raise InvalidRequestError("seed", f"expected a non-negative integer, got {seed!r}")
-    return CsmParams(sampler(""), sampler(DEPTH), int(number("max_tokens", 1, integer=True)), seed)
+    p = StageParams(params, defaults, PARAM_KEYS, "CSM's backbone stage", DEPTH)
+    return CsmParams(p.sampler(), p.sampler(DEPTH), int(p.number("max_tokens", 1, integer=True)), p.seed())

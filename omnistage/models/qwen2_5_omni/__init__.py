@@ -29,6 +29,7 @@ from typing import Any
 from omnistage.models.qwen2_5_omni import tiny
 from omnistage.models.qwen2_5_omni.config import ARCHITECTURE, SAMPLE_RATE, load_omni25_config
 from omnistage.models.qwen2_5_omni.edges import talker_to_token2wav, thinker_to_talker
+from omnistage.models.qwen_omni.transcription import TRANSCRIPTION_INFO, to_transcription_chat
 from omnistage.pipeline import Edge, ModelFolder, Pipeline, StageContext, StageSpec
 
 
@@ -87,7 +88,9 @@ QWEN2_5_OMNI = Pipeline(
                   inputs=[Edge(1, process=talker_to_token2wav)]),
     ],
     extra_body_params={"speaker": str},
-    info={"sample_rate": SAMPLE_RATE, "chat": True, "supports_speed": False},
+    info={"sample_rate": SAMPLE_RATE, "chat": True, "supports_speed": False,
+          "transcription": TRANSCRIPTION_INFO},
+    shape_request=to_transcription_chat,  # a recogniser request becomes a chat turn (transcription.py)
     folder_info=folder_info,
 )
 QWEN2_5_OMNI_THINKER = Pipeline(
@@ -95,6 +98,8 @@ QWEN2_5_OMNI_THINKER = Pipeline(
     description="Qwen2.5-Omni without audio output (enable_audio_output: false, or no talker / spk_dict.pt)",
     matches=lambda folder: _omni_folder(folder) and not _speaks(folder),
     stages=[_thinker("text", thinker_engine)],
+    info={"transcription": TRANSCRIPTION_INFO},
+    shape_request=to_transcription_chat,
 )
 PIPELINES = [QWEN2_5_OMNI, QWEN2_5_OMNI_THINKER]
 TINY = {"qwen2_5_omni": tiny.build}

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omnistage.errors import InvalidRequestError
 from omnistage.pipeline import read_json
+from omnistage.stages.ar.params import Sampler, StageParams
 
 ARCHITECTURE = "Qwen3TTSForConditionalGeneration"
 MODEL_TYPES = ("custom_voice", "voice_design", "base")
@@ -75,13 +75,6 @@ def folder_info(folder: Path) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Sampler:
-    temperature: float  # 0: greedy
-    top_k: int
-    top_p: float
-
-
-@dataclass(frozen=True)
 class TalkerParams:
     talker: Sampler
     sub: Sampler  # the code predictor's
@@ -103,32 +96,7 @@ def checkpoint_defaults(folder: Path) -> dict[str, Any]:
 def parse_params(params: Any, defaults: Mapping[str, Any]) -> TalkerParams:
     """The stage's params over the checkpoint's. ``temperature: 0`` without a ``subtalker_temperature`` is
     greedy in the code predictor too."""
-    params = {k: v for k, v in dict(params or {}).items() if v is not None}
-    unknown = sorted(set(params) - PARAM_KEYS - {"detokenize"})
-    if unknown:
-        raise InvalidRequestError(unknown[0], f"not a parameter of Qwen3-TTS's talker stage "
-                                              f"(it takes {', '.join(sorted(PARAM_KEYS))})")
-    merged = {**defaults, **params}
-    if params.get("temperature") == 0 and SUB + "temperature" not in params:
-        merged[SUB + "temperature"] = 0.0
-
-    def number(name: str, lo: float, strict: bool = False, integer: bool = False) -> Any:
-        v = merged[name]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
-            raise InvalidRequestError(name, f"expected {'an integer' if integer else 'a number'}, got {v!r}")
-        if v < lo or (strict and v == lo):
-            raise InvalidRequestError(name, f"must be {'>' if strict else '>='} {lo}, got {v}")
-        return v
-
-    def sampler(prefix: str) -> Sampler:
-        top_p = float(number(prefix + "top_p", 0, strict=True))
-        if top_p > 1:
-            raise InvalidRequestError(prefix + "top_p", f"must be <= 1, got {top_p}")
-        return Sampler(float(number(prefix + "temperature", 0)), int(number(prefix + "top_k", 0, integer=True)), top_p)
-
-    seed = merged.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-        raise InvalidRequestError("seed", f"expected a non-negative integer, got {seed!r}")
-    min_tokens = int(number("min_tokens", 0, integer=True)) if "min_tokens" in merged else 0
-    return TalkerParams(sampler(""), sampler(SUB), float(number("repetition_penalty", 0, strict=True)),
-                        int(number("max_tokens", 1, integer=True)), max(MIN_NEW_TOKENS, min_tokens), seed)
+    p = StageParams(params, defaults, PARAM_KEYS, "Qwen3-TTS's talker stage", SUB)
+    min_tokens = int(p.number("min_tokens", 0, integer=True)) if "min_tokens" in p.merged else 0
+    return TalkerParams(p.sampler(), p.sampler(SUB), float(p.number("repetition_penalty", 0, strict=True)),
+                        int(p.number("max_tokens", 1, integer=True)), max(MIN_NEW_TOKENS, min_tokens), p.seed())

@@ -16,7 +16,7 @@ import torch
 
 from omnistage.errors import InvalidRequestError
 from omnistage.models.qwen3_tts.config import CHUNK_FRAMES, INITIAL_CHUNK_FRAMES
-from omnistage.pipeline import chunk_size
+from omnistage.stages.ar.params import frames_in_chunks
 
 NO_FRAMES = "Qwen3-TTS produced no audio frame for this input (its first frame was the end of speech)"  # a 400
 
@@ -41,27 +41,9 @@ def whole_codes(source: dict[str, Any], request: Any) -> dict[str, Any]:
 def codes_in_chunks(delta: dict[str, Any], request: Any, state: dict[str, Any]) -> dict[str, Any] | None:
     if delta.get("ref_codes") is not None:
         state["context"] = _context(delta["ref_codes"])
-    pending: list[torch.Tensor] = state.setdefault("pending", [])
-    if delta.get("token_ids") is not None:
-        pending.append(torch.as_tensor(delta["token_ids"]))
-    frames = sum(p.shape[0] for p in pending)
-    sent = state.get("sent", 0)
-    if state.get("finished"):
-        take = frames
-    elif sent == 0:
-        first = chunk_size(request, 1, "initial_codec_chunk_frames", INITIAL_CHUNK_FRAMES)
-        take = frames if frames >= first else 0
-    else:
-        n = chunk_size(request, 1, "chunk_frames", CHUNK_FRAMES)
-        take = frames - frames % n
-    if take == 0:
-        if state.get("finished") and not sent:
-            raise InvalidRequestError("input", NO_FRAMES)
-        return None
-    codes = torch.cat(pending, dim=0)
-    pending[:] = [codes[take:]] if take < frames else []
-    state["sent"] = sent + take
-    out = {"codes": codes[:take].T.contiguous(), "streamed": True}
-    if sent == 0 and state.get("context") is not None:
+    first = state.get("sent", 0) == 0
+    out = frames_in_chunks(delta, request, state, first_default=INITIAL_CHUNK_FRAMES, every_default=CHUNK_FRAMES,
+                           no_frames=NO_FRAMES)
+    if out is not None and first and state.get("context") is not None:
         out["context"] = state["context"]
     return out

@@ -39,6 +39,7 @@ from omnistage.models.qwen_omni.edges import (
     thinker_to_talker,
     thinker_to_talker_chunks,
 )
+from omnistage.models.qwen_omni.transcription import TRANSCRIPTION_INFO, to_transcription_chat
 from omnistage.pipeline import Edge, ModelFolder, Pipeline, StageContext, StageSpec
 
 
@@ -97,7 +98,9 @@ QWEN_OMNI = Pipeline(
     ],
     extra_body_params={"speaker": str},
     default_deploy={"async_chunk": True},
-    info={"sample_rate": SAMPLE_RATE, "chat": True, "supports_speed": False},
+    info={"sample_rate": SAMPLE_RATE, "chat": True, "supports_speed": False,
+          "transcription": TRANSCRIPTION_INFO},
+    shape_request=to_transcription_chat,  # a recogniser request becomes a chat turn (transcription.py)
     folder_info=folder_info,
 )
 QWEN_OMNI_THINKER = Pipeline(
@@ -105,6 +108,8 @@ QWEN_OMNI_THINKER = Pipeline(
     description="Qwen3-Omni without audio output (Thinking / Captioner, or enable_audio_output: false): the thinker",
     matches=lambda folder: _omni_folder(folder) and not _speaks(folder),
     stages=[_thinker("text", thinker_engine)],
+    info={"transcription": TRANSCRIPTION_INFO},
+    shape_request=to_transcription_chat,
 )
 PIPELINES = [QWEN_OMNI, QWEN_OMNI_THINKER]
 TINY = {"qwen3_omni": tiny.build}

@@ -1,0 +1,99 @@
+"""Real-size random-weight folders of Qwen-Image, FLUX.1-dev and Wan2.1-T2V-14B for the second GPU check
+(``gpu_evidence.py``, issue #33).
+
+Each folder starts from the family's tiny fixture (``omnistage.testing.tiny``: tokenizers, text encoders, VAE,
+scheduler) and swaps in a transformer of the published shape, initialised on the device in bf16 (random init of
+20B parameters is seconds on a GPU, minutes on a CPU). The numbers below are copied from each checkpoint's
+``transformer/config.json`` on the Hugging Face Hub (source named per entry). One deliberate difference: the
+text-projection input width (``joint_attention_dim`` / ``text_dim`` / ``pooled_projection_dim``) stays the tiny
+text encoder's, because the encoders are tiny; that is one linear layer over the text tokens per forward, so the
+blocks' compute, which is what batching and caching change, is the real one.
+
+``tiny=True`` keeps the fixture's own transformer (the CPU smoke path of every preset).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class RealShape:
+    builder: str  # the tiny builder (python -m omnistage.testing.tiny NAME)
+    pipeline_class: str
+    source: str  # where the transformer numbers come from
+    transformer: dict[str, Any]
+    request: dict[str, Any]  # the usual request at this size (height, width, frames, guidance)
+    tiny_request: dict[str, Any]
+    steps: int
+    output: str  # "image" or "video"
+    vae_latent_channels: int | None = None  # FLUX: the tiny VAE has 4 latent channels, the real one 16
+    notes: list[str] = field(default_factory=list)
+
+
+SHAPES: dict[str, RealShape] = {
+    "qwen_image": RealShape(
+        "qwen_image", "QwenImagePipeline", "Qwen/Qwen-Image transformer/config.json (QwenImageTransformer2DModel, "
+        "~20.4B parameters)",
+        dict(patch_size=2, in_channels=64, out_channels=16, num_layers=60, attention_head_dim=128,
+             num_attention_heads=24, axes_dims_rope=[16, 56, 56], guidance_embeds=False),
+        dict(height=1024, width=1024, true_cfg_scale=1.0, max_sequence_length=64),
+        dict(height=64, width=64, true_cfg_scale=1.0, max_sequence_length=16),
+        steps=8, output="image", notes=["no true CFG (one row per request)"]),
+    "flux": RealShape(
+        "flux", "FluxPipeline", "black-forest-labs/FLUX.1-dev transformer/config.json (FluxTransformer2DModel, "
+        "~11.9B parameters)",
+        dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=38, attention_head_dim=128,
+             num_attention_heads=24, axes_dims_rope=[16, 56, 56], guidance_embeds=True),
+        dict(height=1024, width=1024, guidance_scale=3.5, max_sequence_length=64),
+        dict(height=64, width=64, guidance_scale=3.5, max_sequence_length=16),
+        steps=8, output="image", vae_latent_channels=16, notes=["guidance embedding, no CFG rows"]),
+    "wan": RealShape(
+        "wan", "WanPipeline", "Wan-AI/Wan2.1-T2V-14B-Diffusers transformer/config.json (WanTransformer3DModel, "
+        "~14.3B parameters)",
+        dict(patch_size=[1, 2, 2], num_attention_heads=40, attention_head_dim=128, in_channels=16, out_channels=16,
+             freq_dim=256, ffn_dim=13824, num_layers=40, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
+             eps=1e-6, rope_max_seq_len=1024),
+        dict(height=480, width=832, num_frames=33, guidance_scale=5.0, max_sequence_length=64),
+        dict(height=32, width=32, num_frames=5, guidance_scale=5.0, max_sequence_length=16),
+        steps=8, output="video", notes=["480p x 33 frames, CFG (2 rows per request)"]),
+}
+
+
+def build(family: str, outdir: Path, device: torch.device, tiny: bool) -> dict[str, Any]:
+    """Write the family's folder; returns a description of the model."""
+    import diffusers
+
+    from omnistage.testing.tiny import build as build_tiny
+
+    shape = SHAPES[family]
+    build_tiny(shape.builder, outdir)
+    config = json.loads((outdir / "transformer" / "config.json").read_text())
+    cls = getattr(diffusers, config["_class_name"])
+    desc: dict[str, Any] = {"family": family, "pipeline_class": shape.pipeline_class,
+                            "transformer_class": cls.__name__, "tiny": tiny, "notes": list(shape.notes)}
+    if tiny:
+        transformer = cls.from_pretrained(outdir / "transformer")
+    else:
+        desc["source"] = shape.source
+        cfg = {k: v for k, v in config.items() if not k.startswith("_")} | shape.transformer
+        torch.manual_seed(0)
+        with torch.device(device):
+            transformer = cls(**cfg).to(torch.bfloat16).eval()
+        transformer.save_pretrained(outdir / "transformer", safe_serialization=True, max_shard_size="10GB")
+        if shape.vae_latent_channels:
+            from omnistage.models.flux.tiny import vae
+
+            vae(latent_channels=shape.vae_latent_channels).save_pretrained(outdir / "vae", safe_serialization=True)
+        desc["text_projection_width"] = "the tiny text encoder's (see real_shapes.py)"
+    desc["transformer_params"] = sum(p.numel() for p in transformer.parameters())
+    desc["transformer_config"] = {k: v for k, v in dict(transformer.config).items() if not k.startswith("_")}
+    del transformer
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return desc
