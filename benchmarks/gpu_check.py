@@ -34,6 +34,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 import batching_report  # noqa: E402
 import diffusion_batching as db  # noqa: E402
+import gpu_evidence  # noqa: E402
 import gpu_exactness  # noqa: E402
 
 BENCH_NAME = "gpu_diffusion_batching"
@@ -128,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--families", default="sd3,wan")
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--skip-bench", action="store_true")
+    ap.add_argument("--suite", choices=["sd3", "evidence2"], default="sd3",
+                    help="sd3: issue #21's check (this file); evidence2: issue #33's real-size Qwen-Image / FLUX / "
+                         "Wan presets, LoRA, step cache and offload (gpu_evidence.py, flags below)")
+    gpu_evidence.add_args(ap)
     # benchmark settings, as benchmarks/diffusion_batching.py takes them (device-dependent defaults)
     for flag in ("--preset", "--sizes", "--steps", "--concurrency", "--dtype"):
         ap.add_argument(flag)
@@ -146,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cpu":
         torch.set_num_threads(args.threads or 1)
     db.quiet()
+    if args.suite == "evidence2":
+        return gpu_evidence.run(args, out, environment(device), start)
     doc: dict[str, Any] = {"environment": environment(device), "seconds": {}, "errors": {}}
     write(out, doc)
 

@@ -41,7 +41,7 @@ SHAPES: dict[str, RealShape] = {
         "qwen_image", "QwenImagePipeline", "Qwen/Qwen-Image transformer/config.json (QwenImageTransformer2DModel, "
         "~20.4B parameters)",
         dict(patch_size=2, in_channels=64, out_channels=16, num_layers=60, attention_head_dim=128,
-             num_attention_heads=24, axes_dims_rope=[16, 56, 56], guidance_embeds=False),
+             num_attention_heads=24, axes_dims_rope=[16, 56, 56]),
         dict(height=1024, width=1024, true_cfg_scale=1.0, max_sequence_length=64),
         dict(height=64, width=64, true_cfg_scale=1.0, max_sequence_length=16),
         steps=8, output="image", notes=["no true CFG (one row per request)"]),
@@ -65,7 +65,29 @@ SHAPES: dict[str, RealShape] = {
 }
 
 
-def build(family: str, outdir: Path, device: torch.device, tiny: bool) -> dict[str, Any]:
+def real_transformer(family: str, tiny_config: dict[str, Any], device: torch.device | str,
+                     num_layers: int | None = None) -> torch.nn.Module:
+    """The published-shape transformer, random bf16 weights made on ``device`` (``meta``: shapes only).
+    ``tiny_config``: the fixture's transformer config (the keys not listed in ``SHAPES``, e.g. the text widths).
+    ``num_layers`` shrinks the depth, for a cheap CPU check of this path."""
+    import diffusers
+
+    shape = SHAPES[family]
+    cls = getattr(diffusers, tiny_config["_class_name"])
+    cfg = {k: v for k, v in tiny_config.items() if not k.startswith("_")} | shape.transformer
+    if num_layers is not None:
+        cfg.update({k: num_layers for k in ("num_layers", "num_single_layers") if k in cfg})
+    torch.manual_seed(0)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)  # made in bf16: an fp32 20B model would not fit beside its copy
+    try:
+        with torch.device(device):
+            return cls(**cfg).eval()
+    finally:
+        torch.set_default_dtype(default)
+
+
+def build(family: str, outdir: Path, device: torch.device, tiny: bool, num_layers: int | None = None) -> dict[str, Any]:
     """Write the family's folder; returns a description of the model."""
     import diffusers
 
@@ -74,23 +96,19 @@ def build(family: str, outdir: Path, device: torch.device, tiny: bool) -> dict[s
     shape = SHAPES[family]
     build_tiny(shape.builder, outdir)
     config = json.loads((outdir / "transformer" / "config.json").read_text())
-    cls = getattr(diffusers, config["_class_name"])
     desc: dict[str, Any] = {"family": family, "pipeline_class": shape.pipeline_class,
-                            "transformer_class": cls.__name__, "tiny": tiny, "notes": list(shape.notes)}
+                            "transformer_class": config["_class_name"], "tiny": tiny, "notes": list(shape.notes)}
     if tiny:
-        transformer = cls.from_pretrained(outdir / "transformer")
+        transformer = getattr(diffusers, config["_class_name"]).from_pretrained(outdir / "transformer")
     else:
-        desc["source"] = shape.source
-        cfg = {k: v for k, v in config.items() if not k.startswith("_")} | shape.transformer
-        torch.manual_seed(0)
-        with torch.device(device):
-            transformer = cls(**cfg).to(torch.bfloat16).eval()
+        desc.update(source=shape.source, num_layers_override=num_layers,
+                    text_projection_width="the tiny text encoder's (see real_shapes.py)")
+        transformer = real_transformer(family, config, device, num_layers)
         transformer.save_pretrained(outdir / "transformer", safe_serialization=True, max_shard_size="10GB")
         if shape.vae_latent_channels:
             from omnistage.models.flux.tiny import vae
 
             vae(latent_channels=shape.vae_latent_channels).save_pretrained(outdir / "vae", safe_serialization=True)
-        desc["text_projection_width"] = "the tiny text encoder's (see real_shapes.py)"
     desc["transformer_params"] = sum(p.numel() for p in transformer.parameters())
     desc["transformer_config"] = {k: v for k, v in dict(transformer.config).items() if not k.startswith("_")}
     del transformer

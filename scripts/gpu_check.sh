@@ -8,6 +8,10 @@
 # gpu_diffusion_batching.{json,md}, gpu_check.log, nvidia-smi.txt and pip.log under $OUT.
 # The driver keeps to --budget-s (default 420 s); `timeout` below is only the backstop.
 #
+# `--suite evidence2` runs issue #33's check instead (benchmarks/gpu_evidence.py: real-size random-weight
+# Qwen-Image / FLUX.1-dev / Wan2.1-14B, mixed LoRA, step cache, offload; writes gpu_evidence.{json,md});
+# `--parts` picks and orders its parts, `--tiny` is its CPU smoke path. Not yet run on a GPU.
+#
 # The GPU image (KINDS.md) has torch 2.11, transformers 5.17, huggingface-hub 1.33, accelerate, numpy,
 # pillow, safetensors, pyyaml, tqdm; not diffusers, pydantic(-settings) or msgspec. The wheels, fetched
 # here (their Requires-Dist checked by hand against that list; importlib_metadata, which diffusers names,

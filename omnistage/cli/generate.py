@@ -2,6 +2,10 @@
 
 Runs the model's pipeline through ``omnistage.Omni`` (whose progress bar shows
 denoising steps). With no MODEL the built-in demo pipeline is used.
+
+``--audio FILE`` on a speech recogniser (Whisper, or an omni model: any pipeline with ``info["transcription"]``)
+prints the transcript instead: the file decoded and cut into the model's windows as
+``/v1/audio/transcriptions`` does, ``--prompt`` the previous text, ``--language`` / ``--task`` as there.
 """
 
 from __future__ import annotations
@@ -19,7 +23,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate images, speech or video offline (one request, no server)",
                        description=__doc__.splitlines()[0].replace("``", ""))
     p.add_argument("model", nargs="?", default=None, help="local model folder (default: the demo pipeline)")
-    p.add_argument("--prompt", required=True)
+    p.add_argument("--prompt", default=None, help="the prompt (with --audio: the previous text, optional)")
+    p.add_argument("--audio", default=None, help="an audio file to transcribe (speech recognisers)")
+    p.add_argument("--language", default=None, help="with --audio: the spoken language (ISO 639-1)")
+    p.add_argument("--task", default="transcribe", choices=("transcribe", "translate"), help="with --audio")
+    p.add_argument("--max-tokens", type=int, default=None, help="with --audio: per window")
     p.add_argument("--negative-prompt", default=None)
     p.add_argument("--image", action="append", default=None,
                    help="input image for img2img / edit (repeat for several, e.g. Qwen-Image-Edit-2509)")
@@ -73,6 +81,11 @@ def run(args: argparse.Namespace) -> int:
 
     from omnistage import Omni
 
+    if args.audio is not None:
+        return transcribe(args)
+    if args.prompt is None:
+        print("error: --prompt is required (or --audio FILE for a speech recogniser)", file=sys.stderr)
+        return 2
     try:
         params = build_params(args)
         prompt: dict[str, Any] = {"prompt": args.prompt}
@@ -125,4 +138,44 @@ def _write_media(out: Any, path: Path) -> int:
         path = path.with_suffix(".wav") if image_suffix else path
         soundfile.write(str(path), out.audio.T if out.audio.ndim == 2 else out.audio, out.sample_rate)
     print(path)
+    return 0
+
+
+def transcribe(args: argparse.Namespace) -> int:
+    """``--audio``: the transcript of the file, its windows joined as the transcription route joins them."""
+    from omnistage import Omni
+    from omnistage.server.audio_input import decode_audio
+    from omnistage.server.errors import APIError
+    from omnistage.server.routes.transcriptions import DEFAULT_MAX_AUDIO_S, NO_SPACE_LANGUAGES, windows
+
+    with Omni(model=args.model, deploy_config=args.deploy_config) as omni:
+        info = omni.pipeline.info.get("transcription")
+        if not info:
+            print(f"error: --audio: pipeline {omni.pipeline.name!r} does not recognise speech", file=sys.stderr)
+            return 2
+        rate = int(info["sample_rate"])
+        language = (args.language or info.get("default_language") or "en").lower()
+        try:
+            samples = decode_audio(Path(args.audio).read_bytes(), "--audio", rate, DEFAULT_MAX_AUDIO_S)
+        except OSError as e:
+            print(f"error: --audio: {e}", file=sys.stderr)
+            return 2
+        except APIError as e:
+            print(f"error: {e.message}", file=sys.stderr)
+            return 2
+        prompts = [{"prompt": args.prompt or "", "multi_modal_data": {"audio": (piece, rate)},
+                    "additional_information": {"language": language, "task": args.task}}
+                   for _, piece in windows(samples, rate, float(info["window_s"]))]
+        llm = {"max_tokens": args.max_tokens} if args.max_tokens else {}
+        params = [llm if s.kind == "llm" else None for s in omni.pipeline.stages]
+        try:
+            outs = omni.generate(prompts, params, output_modalities=["text"], use_tqdm=False)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    failed = next((o.error for o in outs if o.error), None)
+    if failed:
+        print(f"error: {failed}", file=sys.stderr)
+        return 1
+    print(("" if language in NO_SPACE_LANGUAGES else " ").join(o.text or "" for o in outs))
     return 0

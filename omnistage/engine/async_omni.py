@@ -87,14 +87,17 @@ class AsyncOmni:
 
     @property
     def output_modalities(self) -> OutputModality:
-        if self._orch is not None:
-            return self._orch.pipeline_output_modalities
         out = OutputModality(0)
-        for s in self.pipeline.stages:
-            if s.final:
-                sd = self.deploy.stage(s.stage_id)
-                out |= OutputModality.parse((sd.engine_output_type if sd else None) or s.output)
+        for t in self.final_output_types():
+            out |= t
         return out
+
+    def final_output_types(self) -> list[OutputModality]:
+        """What each final stage produces (e.g. ``video|audio`` for one stage that makes both)."""
+        if self._orch is not None:
+            return [self._orch.output_types[s.stage_id] for s in self.pipeline.stages if s.final]
+        return [OutputModality.parse((sd.engine_output_type if sd else None) or s.output)
+                for s in self.pipeline.stages if s.final for sd in [self.deploy.stage(s.stage_id)]]
 
     def stage_stats(self) -> dict[int, StageStats]:
         if self._orch is None:

@@ -46,9 +46,11 @@ def as_heard(data: bytes) -> np.ndarray:
 
 SHORT = wav(clip(3.0, 2))  # (a seed whose outputs are text, not only special tokens, in every case)
 LONG = wav(clip(65.0, 12))  # three windows of about 30 s
+LONGEST = wav(clip(95.0, 13))  # four windows
 OTHERS = [wav(clip(1.5 + k, 20 + k)) for k in range(4)]
 # (file, language, task, prompt) -> expected window texts, filled offline before the server starts
-CASES = [(SHORT, "en", "transcribe", ""), (LONG, "en", "transcribe", ""), (SHORT, "de", "transcribe", ""),
+CASES = [(SHORT, "en", "transcribe", ""), (LONG, "en", "transcribe", ""), (LONGEST, "en", "transcribe", ""),
+         (SHORT, "de", "transcribe", ""),
          (SHORT, "en", "transcribe", "hello world"), (SHORT, "fr", "translate", "")] + [
     (o, "en", "transcribe", "") for o in OTHERS]
 
@@ -139,13 +141,16 @@ def test_text_srt_vtt(client, offline):
         f"{clock(a, '.')} --> {clock(b, '.')}\n{t.strip()}\n\n" for a, b, t in w)
 
 
-def test_verbose_json_segments_cover_the_clip(client, offline):
-    w = offline[key(LONG)]
-    out = transcribe(client, LONG, "verbose_json", timestamp_granularities=["segment"])
-    assert out.text == joined(LONG, offline) and out.language == "en" and out.duration == pytest.approx(65.0)
+@pytest.mark.parametrize("data, seconds, n", [(LONG, 65.0, 3), (LONGEST, 95.0, 4)])
+def test_verbose_json_segments_cover_the_clip(client, offline, data, seconds, n):
+    w = offline[key(data)]
+    out = transcribe(client, data, "verbose_json", timestamp_granularities=["segment"])
+    assert out.text == joined(data, offline) and out.language == "en" and out.duration == pytest.approx(seconds)
+    assert len(out.segments) == n
     assert [(s.start, s.end, s.text) for s in out.segments] == [(pytest.approx(a), pytest.approx(b), t)
                                                                 for a, b, t in w]
-    assert out.segments[0].start == 0 and out.segments[-1].end == pytest.approx(65.0)
+    assert out.segments[0].start == 0 and out.segments[-1].end == pytest.approx(seconds)
+    assert all(s.start < s.end for s in out.segments)
     assert all(x.end == y.start for x, y in zip(out.segments, out.segments[1:]))  # contiguous, monotonic
     assert all(len(s.tokens) == MAX_TOKENS for s in out.segments)
 
@@ -180,9 +185,13 @@ def test_other_formats_and_rates_decode(client):
 
 
 def test_concurrent_requests_equal_solo(client, offline):
+    files = OTHERS + [LONG, SHORT, LONGEST, wav(clip(2.0, 30))]
+    assert len(files) == 8
+    solo = [transcribe(client, d).text for d in files]
+    assert solo[:7] == [joined(d, offline) for d in files[:7]]
     with ThreadPoolExecutor(8) as pool:
-        texts = list(pool.map(lambda d: transcribe(client, d).text, OTHERS + [LONG, SHORT]))
-    assert texts == [joined(d, offline) for d in OTHERS + [LONG, SHORT]]
+        texts = list(pool.map(lambda d: transcribe(client, d).text, files))
+    assert texts == solo
 
 
 @pytest.mark.parametrize("fields, files, param, status", [

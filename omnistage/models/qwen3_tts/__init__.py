@@ -19,6 +19,9 @@ Base checkpoints clone: ``speech_encoder.py`` turns ``ref_audio`` into reference
   ``subtalker_temperature`` / ``_top_k`` / ``_top_p`` (the code predictor); defaults from the checkpoint's
   ``generation_config.json``. ``temperature: 0`` is greedy in both unless ``subtalker_temperature`` is given.
 
+Chat: ``/v1/chat/completions`` with ``modalities: ["audio"]`` (``audio.voice``) and offline ``{"messages": ...}``
+speak the last user message's text (``chat.py``), the same audio as /v1/audio/speech for that text and voice.
+
 Tiny fixtures: ``tests/models/qwen3_tts/tiny/`` (built by ``scripts/reference/qwen3_tts/``).
 """
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from omnistage.models.codec_tts import chunk_sizes_to_codec_stage
+from omnistage.models.qwen3_tts.chat import speak_last_user_message
 from omnistage.models.qwen3_tts.config import ARCHITECTURE, SAMPLE_RATE, folder_info
 from omnistage.models.qwen3_tts.edges import codes_in_chunks, whole_codes
 from omnistage.pipeline import Edge, Pipeline, StageContext, StageSpec
@@ -36,6 +40,11 @@ def talker_engine(ctx: StageContext) -> Any:
     from omnistage.models.qwen3_tts.engine import build_talker_engine  # torch + transformers: at start
 
     return build_talker_engine(ctx)
+
+
+def shape_request(prompt: dict[str, Any], params: list[Any]) -> None:
+    speak_last_user_message(prompt)  # chat turns (/v1/chat/completions, offline messages): chat.py
+    chunk_sizes_to_codec_stage(prompt, params)
 
 
 def decoder_adapter(ctx: StageContext) -> Any:
@@ -55,10 +64,10 @@ PIPELINE = Pipeline(
                   inputs=[Edge(0, process=whole_codes, process_chunk=codes_in_chunks)]),
     ],
     default_deploy={"async_chunk": True},
-    info={"sample_rate": SAMPLE_RATE, "chat": False, "supports_speed": False, "supports_voice_cloning": False,
+    info={"sample_rate": SAMPLE_RATE, "chat": True, "supports_speed": False, "supports_voice_cloning": False,
           "voices_case_insensitive": True},
     folder_info=folder_info,
-    shape_request=chunk_sizes_to_codec_stage,
+    shape_request=shape_request,
 )
 PIPELINES = [PIPELINE]
 TINY: dict[str, Any] = {}  # the tiny checkpoints come from the reference package: tests/models/qwen3_tts/tiny/

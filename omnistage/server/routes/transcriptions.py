@@ -185,9 +185,9 @@ async def _requests(state: ServerState, form: TranscriptionForm, rid: str) -> tu
     out = []
     pieces = windows(samples, rate, float(info.get("window_s") or 30))
     for k, (offset, piece) in enumerate(pieces):
-        # text out only: an omni recogniser's talker never runs for a transcript
+        # text (and its ids, for verbose_json) only: an omni recogniser's talker never runs for a transcript
         req = state.make_request(window_prompt(piece, rate, form), rid if len(pieces) == 1 else f"{rid}-w{k}",
-                                 output_modalities=["text"], knobs=form.knobs, lora=form.lora)
+                                 output_modalities=["text", "token_ids"], knobs=form.knobs, lora=form.lora)
         out.append((offset, offset + piece.size / rate, req))
     return out, samples.size / rate
 

@@ -110,8 +110,10 @@ def _plan(state: ServerState, body: VideoRequest, image: Any, request_id: str) -
         prompt["negative_prompt"] = body.negative_prompt
     if image is not None:
         prompt["multi_modal_data"] = {"image": [image]}
-    # a pipeline that also makes sound (LTX-2's video+audio stage) gets both into the MP4
-    wanted = ["video", "audio"] if OutputModality.AUDIO in state.engine.output_modalities else ["video"]
+    # a stage that makes its video's sound too (LTX-2's video+audio) gets both into the MP4; a pipeline whose
+    # audio comes from other stages (speech) does not run them for a video
+    both = OutputModality.VIDEO | OutputModality.AUDIO
+    wanted = ["video", "audio"] if any(t & both == both for t in state.engine.final_output_types()) else ["video"]
     return state.make_request(prompt, request_id, output_modalities=wanted, knobs=knobs, lora=lora)
 
 

@@ -1,0 +1,57 @@
+"""A tiny random-weight VibeVoice folder (transformers' classes, seeded, float32), built in a second offline:
+
+    python -m omnistage.testing.tiny vibevoice DIR
+
+The tokenizer is trained locally and its chat template is this fixture's own (the releases ship theirs with
+the checkpoint): one ``Speaker N:`` line per turn, then ``<|vision_start|>`` (VibeVoice's start of speech).
+Random weights rarely choose VibeVoice's speech tokens, so the LM head is set to put the end of text against
+the speech token along one random direction: every step is a speech frame or the end, as in a trained model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+AUDIO_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|vision_pad|>"]  # audio bos / eos / diffusion token
+CHAT_TEMPLATE = (
+    "Text input:\n{% for m in messages %} Speaker {{ m['role'] }}:{{ m['content'] }}\n{% endfor %}"
+    "Speech output:\n<|vision_start|>"
+)
+
+
+def build(outdir: Path, *, seed: int = 0) -> None:
+    import diffusers  # noqa: F401 - the default noise scheduler is diffusers' (transformers builds it from the config)
+    import torch
+    from transformers import GenerationConfig, VibeVoiceConfig, VibeVoiceForConditionalGeneration
+
+    from omnistage.models.chat.tiny import train_tokenizer
+
+    outdir = Path(outdir)
+    tok = train_tokenizer(extra_special_tokens=AUDIO_TOKENS)
+    tok.chat_template = CHAT_TEMPLATE
+    ids = {t: tok.convert_tokens_to_ids(t) for t in ["<|endoftext|>", *AUDIO_TOKENS]}
+    hidden = 64
+    codec = dict(hidden_size=8, num_filters=4, downsampling_ratios=[2, 4], depths=[1, 1, 1], kernel_size=3)
+    config = VibeVoiceConfig(
+        text_config=dict(model_type="qwen2", vocab_size=len(tok), hidden_size=hidden, intermediate_size=96,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+                         max_position_embeddings=1024, tie_word_embeddings=False),
+        audio_config=codec, semantic_model_config=dict(codec),
+        diffusion_head_config=dict(hidden_size=hidden, latent_size=8, num_hidden_layers=1, intermediate_size=96,
+                                   frequency_embedding_size=32),
+        pad_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|endoftext|>"],
+        audio_bos_token_id=ids["<|vision_start|>"], audio_eos_token_id=ids["<|vision_end|>"],
+        audio_token_id=ids["<|vision_pad|>"], architectures=["VibeVoiceForConditionalGeneration"])
+    torch.manual_seed(seed)
+    model = VibeVoiceForConditionalGeneration(config).to(torch.float32).eval()
+    with torch.no_grad():
+        direction = torch.randn(hidden)
+        model.lm_head.weight.zero_()
+        model.lm_head.weight[config.audio_token_id] = direction
+        model.lm_head.weight[config.eos_token_id] = -0.25 * direction  # speech unless the state turns against it
+    model.save_pretrained(outdir)
+    GenerationConfig(eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id, max_new_tokens=64,
+                     guidance_scale=1.3, num_diffusion_steps=4, noise_scheduler_class="DPMSolverMultistepScheduler",
+                     noise_scheduler_config={"beta_schedule": "squaredcos_cap_v2",
+                                             "prediction_type": "v_prediction"}).save_pretrained(outdir)
+    tok.save_pretrained(outdir)
