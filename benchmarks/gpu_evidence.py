@@ -1,5 +1,5 @@
 """The second one-shot GPU check (issue #33): real-size random-weight Qwen-Image (~20B), FLUX.1-dev (~12B) and
-Wan2.1-T2V-14B (``real_shapes.py``, bf16) on one GPU, inside one time budget:
+Wan2.1-T2V (1.3B by default, 14B opt-in as ``wan_14b``) (``real_shapes.py``, bf16) on one GPU, in one time budget:
 
 - ``flux`` / ``qwen_image`` / ``wan``: bf16 engine output vs the diffusers call (max abs diff of the latents,
   same seed), then the engine vs diffusers sequential and vs the ideal batched diffusers call at c=1/4/8, solo
@@ -16,11 +16,16 @@ Wan2.1-T2V-14B (``real_shapes.py``, bf16) on one GPU, inside one time budget:
     GPU_CHECK_SKIP_WHEELS=1 PYTHON=.venv/bin/python OUT=/tmp/e2 bash scripts/gpu_check.sh --suite evidence2 \
         --tiny --device cpu                                        # CPU smoke: tiny shapes, 2 steps
 
-Not yet run on a GPU (as of writing): no results exist. The remaining time is shared among the parts left
-(``SHARES``); within a part a run whose estimate would pass the part's deadline is skipped and listed, and
-a part that cannot start is listed as skipped. Everything measured is written after each part
+    bash scripts/gpu_check.sh --suite evidence2 --parts flux,lora,step_cache       # the two halves that each
+    bash scripts/gpu_check.sh --suite evidence2 --parts qwen_image,offload,wan     # fit 8 minutes (estimated)
+    bash scripts/gpu_check.sh --suite evidence2 --parts wan_14b --requests 4 --concurrency 1,4
+
+Not yet run on a GPU (as of writing): no results exist, and the time estimates in ``SHARES`` are arithmetic
+(FLOPs at ~650 TFLOP/s, weights loaded twice), not measurements. The remaining time is shared among the parts
+left in proportion to ``SHARES``; within a part a run whose estimate would pass the part's deadline is skipped and
+listed, and a part that cannot start is listed as skipped. Everything measured is written after each part
 (gpu_evidence.{json,md} in --out). Exit status 0 when no part failed and every exactness case is within
-``TOLERANCE``.
+``TOLERANCE``. On the CPU (``--tiny``) offloading moves nothing: its rows there only prove the path runs.
 """
 
 from __future__ import annotations
@@ -45,8 +50,13 @@ import lora_mixed
 import real_shapes
 import sd3_shapes
 
+# In this order a model folder is deleted before the next one is written (Qwen-Image's is 41 GB: disk and
+# /dev/shm hold one at a time).
 PARTS = ("flux", "lora", "step_cache", "qwen_image", "offload", "wan")
-SHARES = {"flux": 1.0, "lora": 0.8, "step_cache": 1.0, "qwen_image": 1.2, "offload": 0.8, "wan": 1.2}
+# The remaining time is split in these proportions: each part's estimated H200 seconds with every run in
+# (loading the weights twice dominates the small ones). They add up to ~2 runs of 8 minutes: one run with
+# every part skips runs in each; two (--parts flux,lora,step_cache / qwen_image,offload,wan) skip none.
+SHARES = {"flux": 150, "lora": 100, "step_cache": 150, "qwen_image": 250, "offload": 150, "wan": 80, "wan_14b": 300}
 NEEDS = {"lora": "flux", "step_cache": "flux", "offload": "qwen_image"}  # the folder a part reuses
 # bf16 on a GPU: relative L2 of the latents (gpu_exactness's solo tolerance); fp32 on the CPU: 0 expected
 TOLERANCE = {"bfloat16": {"rel_l2": 1e-3}, "float32": {"max_abs": 1e-5}}
@@ -91,7 +101,8 @@ class Ctx:
 
     def folder(self, family: str) -> tuple[Path, dict[str, Any]]:
         if family not in self.folders:
-            path = Path(sd3_shapes.work_dir(2**26 if self.args.tiny else 45 * 2**30))
+            need = 2**26 if self.args.tiny else int(2.2 * real_shapes.NOMINAL_PARAMS[family])  # bf16 + margin
+            path = Path(sd3_shapes.work_dir(need))
             # --tiny with --num-layers: the real widths at that depth (a CPU check of the real-size build)
             tiny = self.args.tiny and self.args.num_layers is None
             self.folders[family] = (path, real_shapes.build(family, path, self.device, tiny, self.args.num_layers))
@@ -124,7 +135,14 @@ async def family_part(ctx: Ctx, family: str, deadline: float) -> dict[str, Any]:
     folder, model = ctx.folder(family)
     timings = {"build_folder_s": time.perf_counter() - t}
     t = time.perf_counter()
-    pipe = getattr(diffusers, shape.pipeline_class).from_pretrained(folder, dtype=ctx.dtype).to(device)
+    cls = getattr(diffusers, shape.pipeline_class)
+    try:  # straight onto the GPU (no 41 GB host copy first)
+        pipe = cls.from_pretrained(folder, dtype=ctx.dtype, device_map=device.type) if device.type == "cuda" else None
+    except Exception as e:  # an older diffusers may refuse it: the usual way, then
+        print(f"[{family}] device_map={device.type} refused ({type(e).__name__}: {e}); loading on the host", flush=True)
+        pipe = None
+        _free(device)
+    pipe = pipe if pipe is not None else cls.from_pretrained(folder, dtype=ctx.dtype).to(device)
     pipe.set_progress_bar_config(disable=True)
     timings["load_diffusers_s"] = time.perf_counter() - t
     t = time.perf_counter()
@@ -166,7 +184,8 @@ async def family_part(ctx: Ctx, family: str, deadline: float) -> dict[str, Any]:
             else:
                 r = await db.run_engine(omni, reqs, c, device)
             done[(mode, c)] = r
-            print(f"[{family}] {mode} c={c}: {r['throughput_rps']:.3f} req/s, p50 {r['latency_p50_s']:.3f}s", flush=True)
+            print(f"[{family}] {mode} c={c}: {r['throughput_rps']:.3f} req/s, p50 {r['latency_p50_s']:.3f}s",
+                  flush=True)
         runs = [done[k] for k in sorted(done, key=lambda k: (k[1], k[0]))]
         for r in runs:  # one round: db.ratios's paired medians read these
             r.update(round=1, all_rounds=[1], all_durations_s=[r["duration_s"]])
@@ -175,8 +194,9 @@ async def family_part(ctx: Ctx, family: str, deadline: float) -> dict[str, Any]:
         await omni.shutdown()
         del pipe
         _free(device)
-    r8, r1 = res["ratios"].get(str(max(args.concurrency)), {}), res["ratios"].get("1", {})
-    res["targets"] = {"concurrency": max(args.concurrency), "vs_ideal_c8": r8.get("vs_ideal"), "vs_sequential_c8": r8.get("vs_sequential"),
+    top, r1 = res["ratios"].get(str(max(args.concurrency)), {}), res["ratios"].get("1", {})
+    res["targets"] = {"concurrency": max(args.concurrency), "vs_ideal_at_top_c": top.get("vs_ideal"),
+                      "vs_sequential_at_top_c": top.get("vs_sequential"),
                       "solo_latency_vs_diffusers": r1.get("latency_vs_solo")}
     return res
 
@@ -242,8 +262,9 @@ async def step_cache_part(ctx: Ctx, deadline: float) -> dict[str, Any]:
     req = ctx.request("flux")
     params = dict(req)
     n = 8
-    configs = [("off", None, None)] + [(m, t, {"cache": {"method": m, "threshold": t}})
-                                       for m, ts in CACHE.items() for t in ts]
+    thresholds = {"first_block": ctx.args.first_block_thresholds, "teacache": ctx.args.teacache_thresholds}
+    configs = [("off", None, None)] + [(m, float(t), {"cache": {"method": m, "threshold": float(t)}})
+                                       for m, ts in thresholds.items() for t in ts.split(",") if t]
     rows, skipped, off = [], [], {}
     for name, thr, acc in configs:
         est = off.get("total_s", 0.0)
@@ -293,7 +314,8 @@ async def offload_part(ctx: Ctx, deadline: float) -> dict[str, Any]:
         try:
             await da.run_workload(omni, dict(req, num_inference_steps=2), 1, 1)
             wall, _, _, _ = await da.run_workload(omni, req, 1, 1)
-            rows.append({"offload": mode, "time_s": wall, "gpu_peak_above_start_mib": _mem_peak_above(ctx.device, start)})
+            rows.append({"offload": mode, "time_s": wall,
+                         "gpu_peak_above_start_mib": _mem_peak_above(ctx.device, start)})
         finally:
             await omni.shutdown()
             _free(ctx.device)
@@ -319,7 +341,7 @@ def render_md(doc: dict[str, Any]) -> str:
         lines += [f"Skipped for the time budget: {', '.join(doc['skipped_parts'])}.", ""]
     for part, err in doc["errors"].items():
         lines += [f"**{part} failed:** `{err.strip().splitlines()[-1]}` (traceback in gpu_evidence.json)", ""]
-    fams = [f for f in ("flux", "qwen_image", "wan") if f in doc["parts"]]
+    fams = [f for f in real_shapes.SHAPES if f in doc["parts"]]
     if fams:
         lines += ["## Batching per family", "",
                   "| family | params | request | engine vs diffusers (max abs / rel L2) | top c | engine / ideal at "
@@ -332,11 +354,13 @@ def render_md(doc: dict[str, Any]) -> str:
             peak = max((r.get("gpu_peak_alloc_mib") or r.get("peak_rss_mib") or 0 for r in p.get("runs", [])),
                        default=None)
             rq = p["request"]
-            lines.append(f"| {f} | {p['model']['transformer_params'] / 1e6:,.0f}M | {rq.get('width')}x"
+            n = p["model"]["transformer_params"]
+            lines.append(f"| {f} | {f'{n / 1e9:.2f}B' if n >= 1e9 else f'{n / 1e6:.2f}M'} | {rq.get('width')}x"
                          f"{rq.get('height')}{' x ' + str(rq['num_frames']) if 'num_frames' in rq else ''}, "
                          f"{rq['num_inference_steps']} steps | {_f(e.get('max_abs'), '.3g')} / "
-                         f"{_f(e.get('rel_l2'), '.3g')} | {t.get('concurrency')} | {_f(t.get('vs_ideal_c8'))} | {_f(t.get('vs_sequential_c8'))} | "
-                         f"{_f(t.get('solo_latency_vs_diffusers'))} | {_f(peak, '.0f')} | {len(p.get('skipped', []))} |")
+                         f"{_f(e.get('rel_l2'), '.3g')} | {t.get('concurrency')} | {_f(t.get('vs_ideal_at_top_c'))} | "
+                         f"{_f(t.get('vs_sequential_at_top_c'))} | {_f(t.get('solo_latency_vs_diffusers'))} | "
+                         f"{_f(peak, '.0f')} | {len(p.get('skipped', []))} |")
         lines += ["", f"Targets: engine / ideal >= {TARGETS['vs_ideal_c8_min']} at c=8, solo latency <= "
                   f"{TARGETS['solo_latency_max']} x one diffusers call. Peak memory: GPU max allocated (diffusers' "
                   "pipeline and the engine both loaded), or peak RSS on a CPU.", ""]
@@ -354,7 +378,8 @@ def render_md(doc: dict[str, Any]) -> str:
     if "step_cache" in doc["parts"]:
         p = doc["parts"]["step_cache"]
         lines += ["## Step cache (FLUX shape)", "", p["note"] + ".", "",
-                  "| method | threshold | reused solo | speed-up solo | reused c=8 | speed-up c=8 |", "|---|---|---|---|---|---|"]
+                  "| method | threshold | reused solo | speed-up solo | reused c=8 | speed-up c=8 |",
+                  "|---|---|---|---|---|---|"]
         for r in p["rows"]:
             lines.append(f"| {r['method']} | {r['threshold']} | {_f(r.get('c1_reused_fraction'), '.2f')} | "
                          f"{_f(r.get('speedup_solo'))} | {_f(r.get('c8_reused_fraction'), '.2f')} | "
@@ -383,8 +408,8 @@ def write(out: Path, doc: dict[str, Any]) -> None:
 def run(args: argparse.Namespace, out: Path, env: dict[str, Any], start: float) -> int:
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype or ("float32" if device.type == "cpu" else "bfloat16"))
-    args.concurrency = [int(c) for c in str(args.concurrency or ("1,2" if args.tiny else "1,4,8")).split(",")]
-    args.requests = args.requests or (2 if args.tiny else 8)
+    args.concurrency = [int(c) for c in str(args.concurrency or ("1,4" if args.tiny else "1,4,8")).split(",")]
+    args.requests = args.requests or (4 if args.tiny else 8)
     ctx = Ctx(args, device, dtype)
     parts = [p for p in args.parts.split(",") if p]
     doc: dict[str, Any] = {"environment": env, "dtype": ctx.dname, "tiny": args.tiny, "parts": {}, "seconds": {},
@@ -429,4 +454,7 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, in order (default {','.join(PARTS)})")
     ap.add_argument("--lora-rank", type=int, default=32)
     ap.add_argument("--lora-rounds", type=int, default=2)
+    for method, ts in CACHE.items():
+        ap.add_argument(f"--{method.replace('_', '-')}-thresholds", default=",".join(map(str, ts)),
+                        help=f"step cache {method} thresholds (default {ts}; comma-separated)")
     ap.add_argument("--min-part-s", type=float, default=20, help="a part with less time left is skipped")

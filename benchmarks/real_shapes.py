@@ -53,7 +53,19 @@ SHAPES: dict[str, RealShape] = {
         dict(height=1024, width=1024, guidance_scale=3.5, max_sequence_length=64),
         dict(height=64, width=64, guidance_scale=3.5, max_sequence_length=16),
         steps=8, output="image", vae_latent_channels=16, notes=["guidance embedding, no CFG rows"]),
+    # the default Wan part: at 480p x 33 frames one 14B request is ~13 s of H200 time (8 steps, CFG), so the
+    # 14B's full c=1/4/8 sweep does not fit one run; the 1.3B (same blocks, narrower) does
     "wan": RealShape(
+        "wan", "WanPipeline", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers transformer/config.json (WanTransformer3DModel, "
+        "~1.4B parameters)",
+        dict(patch_size=[1, 2, 2], num_attention_heads=12, attention_head_dim=128, in_channels=16, out_channels=16,
+             freq_dim=256, ffn_dim=8960, num_layers=30, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
+             eps=1e-6, rope_max_seq_len=1024),
+        dict(height=480, width=832, num_frames=33, guidance_scale=5.0, max_sequence_length=64),
+        dict(height=32, width=32, num_frames=5, guidance_scale=5.0, max_sequence_length=16),
+        steps=8, output="video", notes=["480p x 33 frames, CFG (2 rows per request)"]),
+    # opt-in (--parts wan_14b --requests 4 --concurrency 1,4: about 5 minutes on an H200, estimated)
+    "wan_14b": RealShape(
         "wan", "WanPipeline", "Wan-AI/Wan2.1-T2V-14B-Diffusers transformer/config.json (WanTransformer3DModel, "
         "~14.3B parameters)",
         dict(patch_size=[1, 2, 2], num_attention_heads=40, attention_head_dim=128, in_channels=16, out_channels=16,
@@ -63,6 +75,10 @@ SHAPES: dict[str, RealShape] = {
         dict(height=32, width=32, num_frames=5, guidance_scale=5.0, max_sequence_length=16),
         steps=8, output="video", notes=["480p x 33 frames, CFG (2 rows per request)"]),
 }
+
+
+# The model cards' sizes of the transformers (for sizing the scratch folder).
+NOMINAL_PARAMS = {"qwen_image": 20e9, "flux": 12e9, "wan": 1.3e9, "wan_14b": 14e9}
 
 
 def real_transformer(family: str, tiny_config: dict[str, Any], device: torch.device | str,

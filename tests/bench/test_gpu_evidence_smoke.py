@@ -35,10 +35,11 @@ def test_cpu_path_of_every_evidence2_part(tmp_path):
         # fp32 on the CPU: the engine runs diffusers' operations in diffusers' order, so not one bit differs
         assert p["exactness"]["exact"] and p["exactness"]["max_abs"] == 0.0, (family, p["exactness"])
         assert {(r["mode"], r["concurrency"]) for r in p["runs"]} == {
-            ("diffusers_sequential", 1), ("engine", 1), ("diffusers_batched_ideal", 2), ("engine", 2)}, family
+            ("diffusers_sequential", 1), ("engine", 1), ("diffusers_batched_ideal", 4), ("engine", 4)}, family
         for r in p["runs"]:
             assert r["throughput_rps"] > 0 and 0 < r["latency_p50_s"] <= r["latency_p99_s"] and r["peak_rss_mib"] > 0
-        assert next(r for r in p["runs"] if r["mode"] == "engine" and r["concurrency"] == 2)["mean_running_requests"] > 1
+        engine4 = next(r for r in p["runs"] if r["mode"] == "engine" and r["concurrency"] == 4)
+        assert engine4["mean_running_requests"] > 1  # the 4 concurrent requests shared forwards
         assert all(v is not None for v in p["targets"].values()) and p["skipped"] == []
         assert p["request"]["num_inference_steps"] == 2 and p["model"]["tiny"]
     assert doc["parts"]["wan"]["request"]["num_frames"] == 5
@@ -63,10 +64,11 @@ def test_cpu_path_of_every_evidence2_part(tmp_path):
         assert heading in md
 
 
-# The model cards' nominal sizes (Qwen-Image "20B MMDiT", FLUX.1-dev "12 billion parameter", Wan2.1 "14B"):
-# a wrong width, head count or FFN size in real_shapes.py moves the count by far more than 3%.
-@pytest.mark.parametrize("family, nominal", [("qwen_image", 20e9), ("flux", 12e9), ("wan", 14e9)])
-def test_real_shapes_have_the_published_sizes(tmp_path, family, nominal):
+# The model cards' nominal sizes (Qwen-Image "20B MMDiT", FLUX.1-dev "12 billion parameter", Wan2.1 "14B" and
+# "1.3B"): a wrong width, head count or FFN size in real_shapes.py moves the count by more than the tolerance.
+@pytest.mark.parametrize("family, nominal, tol", [("qwen_image", 20e9, 0.03), ("flux", 12e9, 0.03),
+                                                  ("wan_14b", 14e9, 0.03), ("wan", 1.3e9, 0.1)])
+def test_real_shapes_have_the_published_sizes(tmp_path, family, nominal, tol):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import real_shapes
@@ -78,5 +80,5 @@ def test_real_shapes_have_the_published_sizes(tmp_path, family, nominal):
     config = json.loads((tmp_path / "transformer" / "config.json").read_text())
     model = real_shapes.real_transformer(family, config, "meta")
     params = sum(p.numel() for p in model.parameters())
-    assert abs(params / nominal - 1) < 0.03, params
+    assert abs(params / nominal - 1) < tol, params
     assert all(p.dtype.is_floating_point and p.dtype.itemsize == 2 for p in model.parameters())

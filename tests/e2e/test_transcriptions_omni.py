@@ -65,7 +65,6 @@ def family(request, tiny_model):
     expected = {case: reference(instruction(*case)) for case in
                 [("en", "transcribe", ""), ("de", "transcribe", ""), ("en", "transcribe", "hello"),
                  ("fr", "translate", "")]}
-    del model
     with serve_engine(AsyncOmni(str(folder), max_model_len=1024), ready_timeout=300,
                       served_model_name="tiny") as srv:
         yield name, srv.url, expected

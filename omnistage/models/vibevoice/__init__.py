@@ -1,0 +1,53 @@
+"""``vibevoice``: Microsoft's VibeVoice (transformers ``VibeVoiceForConditionalGeneration`` + its acoustic
+tokenizer) — multi-speaker scripts to 24 kHz speech, streamed frame by frame.
+
+Resolved from ``config.json`` (``architectures: ["VibeVoiceForConditionalGeneration"]``). One llm-kind stage
+``speech`` (omnistage's step-batched AR engine over the transformers modules, ``engine.py``; why not vLLM: the
+next input of each step is a latent drawn by a diffusion head and re-encoded from the decoded audio, which
+vLLM's public API has no place for): each step picks a token greedily (transformers' VibeVoice has no
+sampling); a speech token's latent comes from the diffusion head (classifier-free guidance against an
+unconditional branch) and is decoded by the acoustic tokenizer's causal decoder with its streaming cache at
+once, so every frame's audio is emitted as soon as it exists and the stream equals the whole answer.
+
+- Input: a script, ``Speaker N: ...`` lines (text without one is speaker 1), spoken through the checkpoint's
+  chat template (one turn per line, the speaker id as the role). Voice prompts (a reference clip per speaker)
+  are not served yet: ``voice`` / ``ref_audio`` are a 400.
+- Params: ``max_tokens`` (LM steps, as transformers' ``max_new_tokens``), ``seed`` (the diffusion head's noise:
+  equal to ``torch.manual_seed(seed)`` before transformers' ``generate``), ``guidance_scale``,
+  ``num_diffusion_steps``; defaults from ``generation_config.json``. ``temperature`` other than 0 is a 400.
+- Chat: ``/v1/chat/completions`` with ``modalities: ["audio"]`` speaks the last user message (as qwen3_tts).
+
+Tiny fixture: ``python -m omnistage.testing.tiny vibevoice DIR``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omnistage.models.qwen3_tts.chat import speak_last_user_message
+from omnistage.models.vibevoice import tiny
+from omnistage.models.vibevoice.config import ARCHITECTURE, SAMPLE_RATE
+from omnistage.pipeline import Pipeline, StageContext, StageSpec
+
+
+def speech_engine(ctx: StageContext) -> Any:
+    from omnistage.models.vibevoice.engine import build_engine  # torch + transformers: at start
+
+    return build_engine(ctx)
+
+
+def shape_request(prompt: dict[str, Any], params: list[Any]) -> None:
+    speak_last_user_message(prompt)
+
+
+PIPELINE = Pipeline(
+    name="vibevoice",
+    description="VibeVoice: LM + diffusion head stream latent frames through the acoustic decoder "
+                "(multi-speaker scripts -> 24 kHz speech)",
+    matches=lambda folder: folder.omnistage_pipeline is None and ARCHITECTURE in folder.architectures,
+    stages=[StageSpec(0, kind="llm", name="speech", output="audio", final=True, engine=speech_engine)],
+    info={"sample_rate": SAMPLE_RATE, "chat": True, "supports_speed": False, "supports_voice_cloning": False},
+    shape_request=shape_request,
+)
+PIPELINES = [PIPELINE]
+TINY = {"vibevoice": tiny.build}
