@@ -143,26 +143,28 @@ def _write_media(out: Any, path: Path) -> int:
 
 def transcribe(args: argparse.Namespace) -> int:
     """``--audio``: the transcript of the file, its windows joined as the transcription route joins them."""
-    from omnistage import Omni
+    from omnistage import AsyncOmni, Omni
     from omnistage.server.audio_input import decode_audio
     from omnistage.server.errors import APIError
     from omnistage.server.routes.transcriptions import DEFAULT_MAX_AUDIO_S, NO_SPACE_LANGUAGES, windows
 
+    # the pipeline and the file are checked before any engine starts (AsyncOmni resolves without starting)
+    pipeline = AsyncOmni(model=args.model, deploy_config=args.deploy_config).pipeline
+    info = pipeline.info.get("transcription")
+    if not info:
+        print(f"error: --audio: pipeline {pipeline.name!r} does not recognise speech", file=sys.stderr)
+        return 2
+    rate = int(info["sample_rate"])
+    language = (args.language or info.get("default_language") or "en").lower()
+    try:
+        samples = decode_audio(Path(args.audio).read_bytes(), "--audio", rate, DEFAULT_MAX_AUDIO_S)
+    except OSError as e:
+        print(f"error: --audio: {e}", file=sys.stderr)
+        return 2
+    except APIError as e:
+        print(f"error: {e.message}", file=sys.stderr)
+        return 2
     with Omni(model=args.model, deploy_config=args.deploy_config) as omni:
-        info = omni.pipeline.info.get("transcription")
-        if not info:
-            print(f"error: --audio: pipeline {omni.pipeline.name!r} does not recognise speech", file=sys.stderr)
-            return 2
-        rate = int(info["sample_rate"])
-        language = (args.language or info.get("default_language") or "en").lower()
-        try:
-            samples = decode_audio(Path(args.audio).read_bytes(), "--audio", rate, DEFAULT_MAX_AUDIO_S)
-        except OSError as e:
-            print(f"error: --audio: {e}", file=sys.stderr)
-            return 2
-        except APIError as e:
-            print(f"error: {e.message}", file=sys.stderr)
-            return 2
         prompts = [{"prompt": args.prompt or "", "multi_modal_data": {"audio": (piece, rate)},
                     "additional_information": {"language": language, "task": args.task}}
                    for _, piece in windows(samples, rate, float(info["window_s"]))]

@@ -37,8 +37,8 @@ from omnistage.models import (
 from omnistage.pipeline import register_family
 
 # whisper and vibevoice before chat: chat claims any vLLM generative architecture, Whisper's too
-FAMILIES = (sd3, sd, qwen_omni, qwen2_5_omni, whisper, vibevoice, chat, prompt_expand, glm_image, demo, wan, codec_tts, flux,
-            z_image, qwen_image, csm, ltx2, qwen3_tts, pixart_sigma, sana, flux2, hunyuan_video15)
+FAMILIES = (sd3, sd, qwen_omni, qwen2_5_omni, whisper, vibevoice, chat, prompt_expand, glm_image, demo, wan, codec_tts,
+            flux, z_image, qwen_image, csm, ltx2, qwen3_tts, pixart_sigma, sana, flux2, hunyuan_video15)
 
 for _family in FAMILIES:
     register_family(_family)

@@ -23,7 +23,13 @@ from typing import Any
 import torch
 
 from omnistage.errors import InvalidRequestError
-from omnistage.models.vibevoice.config import SAMPLE_RATE, VibeVoiceParams, checkpoint_defaults, parse_params, script_turns
+from omnistage.models.vibevoice.config import (
+    SAMPLE_RATE,
+    VibeVoiceParams,
+    checkpoint_defaults,
+    parse_params,
+    script_turns,
+)
 from omnistage.pipeline import StageContext, read_json
 from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
 from omnistage.stages.base import StageRequest
@@ -46,7 +52,6 @@ class VoiceRequest(ARRequest):
     neg: Branch | None = None
     text_uncond: Branch | None = None  # generate's token-level CFG (guidance_scale != 1): the last token alone
     last_id: int = 0  # the newest token (the prompt's last at first): the token-level CFG branch's next input
-    neg_started: bool = False  # the unconditional branch has run (its first input is audio_bos)
     step_embeds: torch.Tensor | None = None  # the positive branch's next input [1, 1, H]; None: the prompt's ids
     hidden: torch.Tensor | None = None  # the positive branch's last hidden state [1, H]
     logits: torch.Tensor | None = None
@@ -65,7 +70,8 @@ class VibeVoiceModel:
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.device = device
         c = self.net.config
-        self.bos, self.eos_audio, self.audio, self.eos = c.audio_bos_token_id, c.audio_eos_token_id, c.audio_token_id, c.eos_token_id
+        self.bos, self.eos_audio = c.audio_bos_token_id, c.audio_eos_token_id
+        self.audio, self.eos = c.audio_token_id, c.eos_token_id
         self.allowed = torch.tensor(sorted({self.bos, self.eos_audio, self.audio, self.eos}))
         self.latent_size = c.audio_config.hidden_size
         self.text_config = c.get_text_config(decoder=True)
@@ -77,7 +83,8 @@ class VibeVoiceModel:
         import diffusers  # transformers' default scheduler is diffusers', named by the generation config
 
         name = gen.get("noise_scheduler_class") or "DPMSolverMultistepScheduler"
-        cfg = gen.get("noise_scheduler_config") or {"beta_schedule": "squaredcos_cap_v2", "prediction_type": "v_prediction"}
+        cfg = gen.get("noise_scheduler_config") or {"beta_schedule": "squaredcos_cap_v2",
+                                                    "prediction_type": "v_prediction"}
         return getattr(diffusers, name)(**cfg)
 
     def prompt_ids(self, turns: list[tuple[str, str]]) -> list[int]:
@@ -139,9 +146,9 @@ class VibeVoiceModel:
                 layer.values[:, :, -1:, :] = layer.values[:, :, 0:1, :]
 
     @torch.inference_mode()
-    def advance(self, r: VoiceRequest, token: int) -> dict[str, Any] | None:
+    def advance(self, r: VoiceRequest, token: int, last: bool = False) -> torch.Tensor | None:
         """Everything after choosing ``token``: the next step's input, the audio of a speech token (else None),
-        and the positive branch's forward for the next token."""
+        and (unless it is the ``last``) the positive branch's forward for the next token."""
         net = self.net
         next_embeds = net.get_input_embeddings()(torch.tensor([token], device=self.device)).unsqueeze(1)
         if token == self.bos:
@@ -158,11 +165,14 @@ class VibeVoiceModel:
             scaled = latent / net.model.latent_scaling_factor - net.model.latent_bias_factor
             decoded = net.model.audio_tower.decode(scaled, padding_cache=r.acoustic_cache, use_cache=True)
             r.acoustic_cache = decoded.padding_cache
-            semantic = net.model.semantic_tokenizer_encoder(decoded.audio, padding_cache=r.semantic_cache, use_cache=True)
+            semantic = net.model.semantic_tokenizer_encoder(decoded.audio, padding_cache=r.semantic_cache,
+                                                            use_cache=True)
             r.semantic_cache = semantic.padding_cache
             next_embeds = net.model.multi_modal_projector(latent) + net.model.semantic_connector(semantic.latents)
             audio = decoded.audio.reshape(-1).float().cpu()
         r.step_embeds = next_embeds
+        if last:
+            return audio
         past = r.pos.cache.get_seq_length()
         self._head(r, self._lm(r.pos, next_embeds, torch.tensor([[past]], device=self.device)))
         return audio
@@ -229,13 +239,10 @@ class VibeVoiceEngine(StepEngine):
                 emits.append(Emit(finish="stop"))
                 continue
             done = r.tokens + 1 >= r.params.max_tokens
-            audio = self.model.advance(r, token) if not done else self._last(r, token)
+            audio = self.model.advance(r, token, last=done)  # the last token's frame still sounds, as in generate
             data = {"audio": audio, "sample_rate": SAMPLE_RATE} if audio is not None else None
             emits.append(Emit(data, tokens=1, finish="length" if done else None))
         return emits
-
-    def _last(self, r: VoiceRequest, token: int) -> torch.Tensor | None:
-        return self.model.advance(r, token)  # the last token's frame still sounds (transformers decodes it too)
 
 
 def build_engine(ctx: StageContext) -> VibeVoiceEngine:

@@ -22,7 +22,6 @@ CHAT_TEMPLATE = (
 
 
 def build(outdir: Path, *, seed: int = 0) -> None:
-    import diffusers  # noqa: F401 - the default noise scheduler is diffusers' (transformers builds it from the config)
     import torch
     from transformers import GenerationConfig, VibeVoiceConfig, VibeVoiceForConditionalGeneration
 

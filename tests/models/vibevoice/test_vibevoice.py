@@ -21,8 +21,8 @@ import torch
 from omnistage import AsyncOmni
 from omnistage.models.vibevoice.config import script_turns
 from omnistage.testing.server import serve_engine
-from omnistage.testing.tiny import build
 from omnistage.testing.streams import all_outputs
+from omnistage.testing.tiny import build
 
 torch.set_num_threads(1)
 
@@ -45,15 +45,15 @@ def reference(folder):
     model = VibeVoiceForConditionalGeneration.from_pretrained(folder).eval()
     cache = {}
 
-    def run(script: str, seed: int):
-        if (script, seed) not in cache:
+    def run(script: str, seed: int, max_new_tokens: int | None = None):
+        key = script, seed, max_new_tokens
+        if key not in cache:
             conv = [{"role": s, "content": t} for s, t in script_turns(script)]
             ids = tok.apply_chat_template(conv, tokenize=True, return_dict=True, return_tensors="pt")
             torch.manual_seed(seed)
-            out = model.generate(**ids, return_dict_in_generate=True)
-            cache[script, seed] = (out.sequences[0, ids["input_ids"].shape[1]:].tolist(),
-                                   out.audio[0].reshape(-1).numpy())
-        return cache[script, seed]
+            out = model.generate(**ids, return_dict_in_generate=True, max_new_tokens=max_new_tokens)
+            cache[key] = (out.sequences[0, ids["input_ids"].shape[1]:].tolist(), out.audio[0].reshape(-1).numpy())
+        return cache[key]
 
     run.audio_bos = model.config.audio_bos_token_id
     run.audio_token = model.config.audio_token_id
@@ -68,8 +68,8 @@ async def omni(folder):
     await engine.shutdown()
 
 
-async def speak(omni, script, seed):
-    outs = await all_outputs(omni.generate(script, sampling_params_list=[{"seed": seed}]))
+async def speak(omni, script, seed, **params):
+    outs = await all_outputs(omni.generate(script, sampling_params_list=[{"seed": seed, **params}]))
     final = outs[-1]
     assert final.finished and final.error is None and final.sample_rate == 24000, final.error
     deltas = [np.asarray(o.delta["audio"]) for o in outs if not o.finished and o.delta.get("audio") is not None]
@@ -89,6 +89,14 @@ async def test_offline_equals_transformers_and_streams_frame_by_frame(omni, refe
     assert np.abs(audio - ref).max() <= 1e-6  # measured 0.0
     assert len(deltas) == frames  # each frame's audio as soon as it is decoded
     assert np.array_equal(np.concatenate(deltas), audio)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_max_tokens_is_generates_max_new_tokens(omni, reference):
+    tokens, ref = reference(DIALOGUE, 3, 4)
+    assert len(tokens) == 4 and tokens[-1] == reference.audio_token  # cut inside the speech: the last frame sounds
+    _, audio = await speak(omni, DIALOGUE, 3, max_tokens=4)
+    assert audio.shape == ref.shape and np.abs(audio - ref).max() <= 1e-6
 
 
 @pytest.mark.asyncio(loop_scope="module")
