@@ -1,7 +1,8 @@
 """/v1/realtime against a real server (``omnistage serve`` subprocess): tiny Qwen3-Omni hears PCM16 appended in
 chunks and answers in text + speech exactly as /v1/chat/completions answers the same conversation (itself
 tested against transformers in test_qwen_omni_http.py); a second turn carries the first; server VAD commits
-the spoken turn and answers it; a cancel aborts every stage. (Text and speech models: test_realtime_models.py.)"""
+the spoken turn and answers it; a cancel aborts every stage; eight concurrent sessions each equal their solo
+run. (Text and speech models: test_realtime_models.py.)"""
 
 from __future__ import annotations
 
@@ -169,3 +170,24 @@ async def test_server_vad_commits_the_spoken_turn_and_the_answer_equals_chat_com
     text, theirs = chat_stream(omni, KEY, [{"role": "user", "content": [audio_part(media.wav_base64(turn))]}], **CHAT)
     assert reply.status == "completed" and reply.text == text
     assert_same_speech(reply.pcm, theirs)
+
+
+async def test_eight_concurrent_audio_sessions_each_equal_their_solo_run(omni):
+    """Eight sessions, each its own clip, spoken at once: every answer (text and speech) is the one the same
+    session gets alone — concurrent sessions share the engines' batches without mixing their turns."""
+    async def talk(seed: int):
+        async with openai_client(omni, KEY).realtime.connect(model="tiny-omni") as conn:
+            await next_event(conn, "session.created")
+            await conn.session.update(session=SESSION)
+            await next_event(conn, "session.updated")
+            await speak(conn, pcm16_bytes(media.clip(0.5, seed)))
+            await conn.response.create()
+            return await read_reply(conn)
+
+    solo = [await talk(seed) for seed in range(8)]
+    together = await asyncio.gather(*(talk(seed) for seed in range(8)))
+    assert len({r.text for r in solo}) > 1  # the clips get different answers: a mix-up would show
+    for reply, alone in zip(together, solo):
+        assert reply.status == "completed" and not reply.errors
+        assert reply.text == alone.text
+        assert_same_speech(reply.pcm, alone.pcm)
