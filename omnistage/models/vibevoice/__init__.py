@@ -14,7 +14,8 @@ once, so every frame's audio is emitted as soon as it exists and the stream equa
   are not served yet: ``voice`` / ``ref_audio`` are a 400.
 - Params: ``max_tokens`` (LM steps, as transformers' ``max_new_tokens``), ``seed`` (the diffusion head's noise:
   equal to ``torch.manual_seed(seed)`` before transformers' ``generate``), ``guidance_scale``,
-  ``num_diffusion_steps``; defaults from ``generation_config.json``. ``temperature`` other than 0 is a 400.
+  ``num_diffusion_steps`` (over HTTP in ``sampling_params_list``; ``seed`` and ``max_tokens`` also top-level);
+  defaults from ``generation_config.json``. ``temperature`` other than 0 is a 400.
 - Chat: ``/v1/chat/completions`` with ``modalities: ["audio"]`` speaks the last user message (as qwen3_tts).
 
 Tiny fixture: ``python -m omnistage.testing.tiny vibevoice DIR``.

@@ -43,8 +43,9 @@ def parse_params(params: Any, defaults: Mapping[str, Any]) -> VibeVoiceParams:
     if temperature not in (None, 0, 0.0):  # say so rather than ignore it, as transformers does with a warning
         raise InvalidRequestError("temperature", "VibeVoice picks its tokens greedily; only temperature 0 is taken "
                                   "(the seed sets the diffusion head's noise)")
-    return VibeVoiceParams(int(p.number("max_tokens", 1, integer=True)), p.seed(),
-                           float(p.number("guidance_scale", 0.0)), int(p.number("num_diffusion_steps", 1, integer=True)))
+    max_tokens = int(p.number("max_tokens", 1, integer=True))
+    steps = int(p.number("num_diffusion_steps", 1, integer=True))
+    return VibeVoiceParams(max_tokens, p.seed(), float(p.number("guidance_scale", 0.0)), steps)
 
 
 def script_turns(text: Any) -> list[tuple[str, str]]:

@@ -72,7 +72,7 @@ class VibeVoiceModel:
         c = self.net.config
         self.bos, self.eos_audio = c.audio_bos_token_id, c.audio_eos_token_id
         self.audio, self.eos = c.audio_token_id, c.eos_token_id
-        self.allowed = torch.tensor(sorted({self.bos, self.eos_audio, self.audio, self.eos}))
+        self.allowed = torch.tensor(sorted({self.bos, self.eos_audio, self.audio, self.eos}), device=device)
         self.latent_size = c.audio_config.hidden_size
         self.text_config = c.get_text_config(decoder=True)
         self.max_positions = int(self.text_config.max_position_embeddings)
@@ -102,10 +102,11 @@ class VibeVoiceModel:
 
         ids = torch.tensor([r.ids], device=self.device)
         r.pos = Branch(DynamicCache(config=self.text_config))
-        r.neg = Branch(DynamicCache(config=self.text_config), torch.ones(1, 1, dtype=torch.long))
+        r.neg = Branch(DynamicCache(config=self.text_config), torch.ones(1, 1, dtype=torch.long, device=self.device))
         r.text_uncond = Branch(DynamicCache(config=self.text_config))
         r.last_id = r.ids[-1]
-        hidden = self._lm(r.pos, self.net.get_input_embeddings()(ids), torch.arange(ids.shape[1]).unsqueeze(0))
+        positions = torch.arange(ids.shape[1], device=self.device).unsqueeze(0)
+        hidden = self._lm(r.pos, self.net.get_input_embeddings()(ids), positions)
         self._head(r, hidden)
         r.scheduler = copy.deepcopy(self.scheduler)
 
@@ -123,7 +124,7 @@ class VibeVoiceModel:
         g = r.params.guidance_scale
         if g != 1:
             u = r.text_uncond
-            u.mask = torch.ones(1, 1, dtype=torch.long) if u.mask is None else torch.cat(
+            u.mask = torch.ones(1, 1, dtype=torch.long, device=self.device) if u.mask is None else torch.cat(
                 [u.mask, u.mask.new_ones((1, 1))], dim=1)
             embeds = self.net.get_input_embeddings()(torch.tensor([[r.last_id]], device=self.device))
             logits = self.net.lm_head(self._lm(u, embeds, None))[:, -1].float()
@@ -216,6 +217,9 @@ class VibeVoiceEngine(StepEngine):
             if info.get(name) is not None:  # voice prompts (a clip per speaker) are not served yet: say so
                 raise InvalidRequestError(name, "VibeVoice here speaks scripts without voice prompts; speakers are "
                                           "'Speaker N:' lines in the input")
+        steps = int(self.model.scheduler.config.num_train_timesteps)  # more cannot be scheduled (diffusers raises)
+        if params.num_diffusion_steps > steps:
+            raise InvalidRequestError("num_diffusion_steps", f"must be <= {steps}, got {params.num_diffusion_steps}")
         ids = self.model.prompt_ids(script_turns(inputs.get("prompt")))
         if len(ids) + params.max_tokens > self.model.max_positions:
             raise InvalidRequestError("max_tokens", f"the prompt ({len(ids)} tokens) plus max_tokens "

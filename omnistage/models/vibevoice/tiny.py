@@ -1,4 +1,4 @@
-"""A tiny random-weight VibeVoice folder (transformers' classes, seeded, float32), built in a second offline:
+"""A tiny random-weight VibeVoice folder (transformers' classes, seeded, float32), built in a few seconds offline:
 
     python -m omnistage.testing.tiny vibevoice DIR
 
