@@ -29,6 +29,7 @@ from omnistage.models import (
     sana,
     sd,
     sd3,
+    speech_chat,
     vibevoice,
     wan,
     whisper,
@@ -38,7 +39,8 @@ from omnistage.pipeline import register_family
 
 # whisper and vibevoice before chat: chat claims any vLLM generative architecture, Whisper's too
 FAMILIES = (sd3, sd, qwen_omni, qwen2_5_omni, whisper, vibevoice, chat, prompt_expand, glm_image, demo, wan, codec_tts,
-            flux, z_image, qwen_image, csm, ltx2, qwen3_tts, pixart_sigma, sana, flux2, hunyuan_video15)
+            flux, z_image, qwen_image, csm, ltx2, qwen3_tts, pixart_sigma, sana, flux2, hunyuan_video15,
+            speech_chat)
 
 for _family in FAMILIES:
     register_family(_family)

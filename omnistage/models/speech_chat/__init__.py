@@ -1,0 +1,58 @@
+"""``speech_chat``: speech in, speech out for models that are not omni — recogniser -> chat LLM -> TTS.
+
+Four stages of three families, each reused unchanged; the wiring is this file's edges and request hook
+(conversation.py), no orchestrator code:
+
+- stage 0 ``recognizer`` (llm, vLLM's Whisper): the audio part of the last user message, transcribed;
+- stage 1 ``chat`` (llm, final, ``text``): the conversation with the transcript in place of the audio
+  part, answered by any chat model vLLM serves (its chat template, as the ``chat`` family);
+- stage 2 ``speech_lm`` + stage 3 ``codec`` (final, ``audio``): the ``codec_tts`` family's stages
+  speaking the reply (streamed: the codec decodes while the speech LM generates, with async chunk on).
+
+Three models, so it is only ever selected by name (``--pipeline speech_chat`` or the deploy file's
+``pipeline:``), with each stage's folder in the deploy file::
+
+    pipeline: speech_chat
+    stages:
+      - {stage_id: 0, model: /models/whisper}
+      - {stage_id: 1, model: /models/chat-lm}
+      - {stage_id: 2, model: /models/codec-tts}   # a codec_tts folder (omnistage.json + lm/ + codec/)
+      - {stage_id: 3, model: /models/codec-tts}
+
+``modalities: ["text"]`` stops after the chat stage; the default gives text and audio. Per-stage knobs go in
+``sampling_params_list`` (top-level llm knobs such as ``temperature`` reach every llm stage).
+``additional_information.language`` is the spoken language (Whisper code, default ``en``), ``.voice`` one
+of the TTS folder's voices. Limits: one audio part of at most 30 s (Whisper's window); the codec stage's
+per-request ``chunk_frames`` knobs are not routed (the codec_tts edge reads them as stage 1's params), so
+its folder's defaults apply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from omnistage.models.codec_tts import PIPELINE as CODEC_TTS
+from omnistage.models.speech_chat.conversation import reply_to_speech, to_recognizer, transcript_into_messages
+from omnistage.models.whisper import WHISPER
+from omnistage.pipeline import Edge, Pipeline, StageSpec
+
+_tts_lm, _tts_codec = CODEC_TTS.stages
+_recognizer = WHISPER.stages[0]
+
+PIPELINE = Pipeline(
+    name="speech_chat",
+    description="speech in, speech out: Whisper transcribes, a chat LLM answers, codec_tts speaks the answer",
+    matches=None,  # three models: chosen by name, never guessed from a folder
+    stages=[
+        replace(_recognizer, stage_id=0, output="text", can_output="text+token_ids", final=False),
+        StageSpec(1, kind="llm", name="chat", output="text", can_output="text+token_ids", final=True,
+                  inputs=[Edge(0, process=transcript_into_messages)]),
+        replace(_tts_lm, stage_id=2, inputs=[Edge(1, process=reply_to_speech)]),
+        replace(_tts_codec, stage_id=3, inputs=[Edge(2, process=_tts_codec.inputs[0].process,
+                                                     process_chunk=_tts_codec.inputs[0].process_chunk)]),
+    ],
+    info={"chat": True, "supports_speed": False, "supports_voice_cloning": False},
+    shape_request=to_recognizer,
+)
+PIPELINES = [PIPELINE]
+TINY: dict = {}  # three other families' tiny models (whisper, chat, codec_tts)

@@ -1,0 +1,162 @@
+"""speech_chat end to end over HTTP: a clip in an ``input_audio`` part -> Whisper -> chat LM -> codec_tts.
+
+Every stage's output is checked against that stage's own family run alone on the same input, after the
+speech_chat server has stopped (one engine set at a time): the transcript equals the whisper pipeline's
+transcription of the clip, the reply the chat pipeline's greedy answer to the transcript, the audio the
+codec_tts pipeline's answer to the reply (within one 16-bit step: the HTTP answer is PCM16). Bad input is
+checked on the server (which keeps serving); offline (``Omni``) runs last, from messages or a raw array.
+~170 s on 2 shared cores: seven vLLM engine starts, one set at a time.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import wave
+
+import numpy as np
+import pytest
+
+from omnistage import Omni
+from omnistage.engine.async_omni import AsyncOmni
+
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+
+RATE = 16000
+STEP = 1 / 32768  # one 16-bit step
+ASR = {"temperature": 0.0, "max_tokens": 12}
+CHAT = {"temperature": 0.0, "max_tokens": 8, "ignore_eos": True}
+TTS = {"temperature": 0, "repetition_penalty": 1.0, "max_tokens": 24, "min_tokens": 24}
+PARAMS = [ASR, CHAT, TTS, None]
+KV = {"kv_cache_memory_bytes": 32 << 20, "enforce_eager": True}
+
+
+def clip_pcm16(seconds: float = 2.0, seed: int = 1) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * RATE)) / RATE
+    x = 0.3 * np.sin(2 * np.pi * 440.0 * t) + 0.05 * rng.standard_normal(t.size)
+    return np.round(x * 32767).astype(np.int16)
+
+
+def wav_bytes(pcm: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(RATE)
+        w.writeframes(pcm.tobytes())
+    return buf.getvalue()
+
+
+def wav_samples(data: bytes) -> np.ndarray:
+    with wave.open(io.BytesIO(data)) as w:
+        return np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16).astype(np.float32) / 32768
+
+
+PCM = clip_pcm16()
+SAMPLES = PCM.astype(np.float32) / 32768  # what any decoder makes of the 16-bit clip
+MESSAGES = [{"role": "user", "content": [
+    {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav_bytes(PCM)).decode(), "format": "wav"}}]}]
+
+
+@pytest.fixture(scope="module")
+def folders(tiny_model):
+    return {"whisper": tiny_model("whisper"), "chat": tiny_model("chat"), "tts": tiny_model("codec_tts")}
+
+
+def deploy(folders):
+    models = [folders["whisper"], folders["chat"], folders["tts"], folders["tts"]]
+    stages = [{"stage_id": i, "model": str(m), **(KV if i < 3 else {}), **({"max_model_len": 448} if i == 0 else {}),
+               **({"max_model_len": 512} if i in (1, 2) else {})} for i, m in enumerate(models)]
+    return {"pipeline": "speech_chat", "stages": stages}
+
+
+def sse_events(text: str) -> list[dict]:
+    return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ") and line != "data: [DONE]"]
+
+
+@pytest.fixture(scope="module")
+def served(folders, server_factory):
+    """Everything the speech_chat server answered, then the server stops (the references need the cores)."""
+    engine = AsyncOmni(pipeline="speech_chat", deploy_config=deploy(folders), dtype="float32")
+    srv = server_factory(engine, ready_timeout=300)
+    body = {"model": "speech_chat", "messages": MESSAGES, "modalities": ["text", "audio"],
+            "sampling_params_list": PARAMS}
+    got = {}
+    with srv.client(timeout=120) as c:
+        r = c.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        got["whole"] = r.json()["choices"][0]["message"]
+        r = c.post("/v1/chat/completions", json={**body, "stream": True})
+        assert r.status_code == 200, r.text
+        got["stream"] = sse_events(r.text)
+        r = c.post("/v1/chat/completions", json={**body, "modalities": ["text"]})
+        got["text_only"] = r.json()["choices"][0]["message"]
+        got["bad"] = {
+            "no_audio": c.post("/v1/chat/completions", json={**body, "messages": [{"role": "user", "content": "hi"}]}),
+            "not_audio": c.post("/v1/chat/completions", json={**body, "messages": [{"role": "user", "content": [
+                {"type": "input_audio", "input_audio": {"data": base64.b64encode(b"not audio").decode(),
+                                                        "format": "wav"}}]}]}),
+            "too_long": c.post("/v1/chat/completions", json={**body, "messages": [{"role": "user", "content": [
+                {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav_bytes(clip_pcm16(31.0))).decode(),
+                                                        "format": "wav"}}]}]}),
+        }
+        r = c.post("/v1/chat/completions", json=body)  # still serving after the bad requests
+        got["after"] = r.json()["choices"][0]["message"]
+    srv.stop()
+    return got
+
+
+def test_bad_input_is_a_400_naming_the_part(served):
+    bad = served["bad"]
+    assert bad["no_audio"].status_code == 400 and "messages" in bad["no_audio"].json()["error"]["message"]
+    assert bad["not_audio"].status_code == 400
+    assert "messages[0].content[0]" in bad["not_audio"].json()["error"]["message"]
+    assert bad["too_long"].status_code == 400 and "messages[0].content[0]" in bad["too_long"].json()["error"]["message"]
+    assert served["after"]["content"] == served["whole"]["content"]
+
+
+def test_each_stage_equals_its_family_alone(served, folders):
+    reply = served["whole"]["content"]
+    audio = wav_samples(base64.b64decode(served["whole"]["audio"]["data"]))
+    assert reply and audio.size
+    # 1. the recogniser alone on the clip
+    with Omni(str(folders["whisper"]), max_model_len=448, dtype="float32", **KV) as whisper:
+        out = whisper.generate({"prompt": "", "multi_modal_data": {"audio": (SAMPLES, RATE)},
+                                "additional_information": {"language": "en"}}, sampling_params_list=[ASR])[0]
+    transcript = out.text.strip()
+    assert transcript
+    # 2. the chat model alone, greedy, on the transcript
+    with Omni(str(folders["chat"]), max_model_len=512, dtype="float32", **KV) as chat:
+        alone = chat.generate({"messages": [{"role": "user", "content": [{"type": "text", "text": transcript}]}]},
+                              sampling_params_list=[CHAT])[0]
+    assert reply == alone.text
+    assert served["text_only"]["content"] == reply and served["text_only"].get("audio") is None
+    # 3. the TTS family alone on the reply
+    with Omni(str(folders["tts"]), max_model_len=512, dtype="float32", **KV) as tts:
+        spoken = tts.generate({"prompt": reply.strip()}, sampling_params_list=[TTS, None])[0]
+    expected = np.asarray(spoken.audio, dtype=np.float32).reshape(-1)
+    assert audio.shape == expected.shape
+    # PCM16 holds [-1, 1 - 1/32768]: the random tiny codec overshoots, and the answer clips as any PCM16 does
+    assert np.abs(audio - np.clip(expected, -1.0, 1 - STEP)).max() <= STEP
+    # 4. offline, the same pipeline (after the others: one engine set at a time), from messages or a raw array
+    with Omni(pipeline="speech_chat", deploy_config=deploy(folders), dtype="float32") as omni:
+        outs = omni.generate([{"messages": MESSAGES}, {"prompt": "", "multi_modal_data": {"audio": (SAMPLES, RATE)}}],
+                             sampling_params_list=PARAMS)
+    for out in outs:
+        assert out.text == reply
+        assert np.abs(np.asarray(out.audio, dtype=np.float32).reshape(-1) - expected).max() <= 1e-5
+
+
+def test_streamed_equals_whole(served):
+    events = served["stream"]
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e.get("choices")
+                   and isinstance(e["choices"][0]["delta"].get("content"), str))
+    pcm = b"".join(base64.b64decode(e["choices"][0]["delta"]["audio"]["data"]) for e in events
+                   if e.get("choices") and "audio" in e["choices"][0]["delta"])
+    assert text == served["whole"]["content"]
+    streamed = np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768
+    whole = wav_samples(base64.b64decode(served["whole"]["audio"]["data"]))
+    assert streamed.shape == whole.shape
+    assert np.abs(streamed - whole).max() <= STEP + 1e-7
