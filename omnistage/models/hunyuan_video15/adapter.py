@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
-from omnistage.stages.diffusion.adapter import DiffusionJob
+from omnistage.stages.diffusion.adapter import DiffusionJob, check_first_frame
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 
 # HunyuanVideo15Pipeline.__call__'s own defaults (tests check they still agree)
@@ -174,11 +174,7 @@ class HunyuanVideo15I2VAdapter(HunyuanVideo15Adapter):
     pipeline_class_name = "HunyuanVideo15ImageToVideoPipeline"
 
     def validate(self, job: DiffusionJob) -> None:
-        where = "multi_modal_data.image"
-        if not job.images:
-            raise InvalidRequestError(where, "image-to-video needs the first frame as an input image")
-        if len(job.images) != 1:
-            raise InvalidRequestError(where, f"expected one first-frame image, got {len(job.images)}")
+        check_first_frame(job)
         for name in ("height", "width", "strength"):
             if getattr(job.params, name) is not None:
                 raise InvalidRequestError(name, "not used by image-to-video (the input image sets the size)")

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
-from omnistage.stages.diffusion.adapter import DiffusionJob
+from omnistage.stages.diffusion.adapter import DiffusionJob, check_first_frame
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 
 # LTX2Pipeline.__call__'s own defaults (tests check they still agree)
@@ -344,11 +344,7 @@ class LTX2I2VAdapter(LTX2Adapter):
     pipeline_class_name = "LTX2ImageToVideoPipeline"
 
     def validate(self, job: DiffusionJob) -> None:
-        where = "multi_modal_data.image"
-        if not job.images:
-            raise InvalidRequestError(where, "image-to-video needs the first frame as an input image")
-        if len(job.images) != 1:
-            raise InvalidRequestError(where, f"expected one first-frame image, got {len(job.images)}")
+        check_first_frame(job)
         if job.params.strength is not None:
             raise InvalidRequestError("strength", "not used by image-to-video (the image is the first frame)")
         self.validate_video(job)

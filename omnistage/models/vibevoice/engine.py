@@ -142,7 +142,7 @@ class VibeVoiceModel:
         mask[:, -1] = 1
         r.neg.mask = mask
         for layer in r.neg.cache.layers:
-            if getattr(layer, "keys", None) is not None and layer.keys.numel():
+            if layer.is_initialized and layer.keys.numel():  # a layer fills lazily, on its first update
                 layer.keys[:, :, -1:, :] = layer.keys[:, :, 0:1, :]
                 layer.values[:, :, -1:, :] = layer.values[:, :, 0:1, :]
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
-from omnistage.stages.diffusion.adapter import DiffusionJob
+from omnistage.stages.diffusion.adapter import DiffusionJob, check_first_frame
 from omnistage.stages.diffusion.blocks import BlockIO, BlockLayout
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 from omnistage.stages.diffusion.step_cache import row_subset
@@ -188,10 +188,7 @@ class WanI2VAdapter(WanAdapter):
         self.uses_clip = model.config.image_dim is not None
 
     def validate(self, job: DiffusionJob) -> None:
-        if not job.images:
-            raise InvalidRequestError("multi_modal_data.image", "image-to-video needs the first frame as an input image")
-        if len(job.images) != 1:
-            raise InvalidRequestError("multi_modal_data.image", f"expected one first-frame image, got {len(job.images)}")
+        check_first_frame(job)
         if job.params.strength is not None:
             raise InvalidRequestError("strength", "not used by image-to-video (the image is the first frame)")
         self.validate_video(job)

@@ -107,6 +107,16 @@ class DiffusionJob:
         return self.sampler_state.num_steps if self.sampler_state is not None else self.params.num_inference_steps
 
 
+def check_first_frame(job: DiffusionJob) -> None:
+    """An image-to-video request carries exactly one input image: the first frame."""
+    from omnistage.errors import InvalidRequestError
+
+    images = job.images or []
+    if len(images) != 1:
+        raise InvalidRequestError("multi_modal_data.image", "image-to-video needs the first frame as an input image"
+                                  if not images else f"expected one first-frame image, got {len(images)}")
+
+
 class Sampler(Protocol):
     """Per-request timestep tables, batched over rows of requests at different steps.
 
