@@ -168,6 +168,16 @@ async def _speaker(state: ServerState, body: SpeechRequest) -> dict[str, Any]:
     return {"voice": body.voice}  # no voices listed at all: the pipeline decides
 
 
+async def speech_information(state: ServerState, body: SpeechRequest) -> dict[str, Any]:
+    """The request's ``additional_information`` for a speech family: voice or clone, instructions, language,
+    ... (the speech route's fields; chat turns to a speech family take the same ones from ``extra_body``)."""
+    info = {**await _speaker(state, body),
+            "speed": body.speed if body.speed != 1.0 else None, "instructions": body.instructions,
+            "language": body.language, "initial_codec_chunk_frames": body.initial_codec_chunk_frames,
+            "x_vector_only_mode": body.x_vector_only_mode}
+    return {k: v for k, v in info.items() if v is not None}
+
+
 async def build_speech_request(state: ServerState, body: SpeechRequest, rid: str) -> OmniRequest:
     """A speech body as the engine's request, every check before model work (also /v1/realtime's path)."""
     lora = state.check_model(body.model)
@@ -182,12 +192,8 @@ async def build_speech_request(state: ServerState, body: SpeechRequest, rid: str
     if body.max_new_tokens is not None:
         nested["max_tokens"] = body.max_new_tokens
     knobs = body.knobs(nested)
-    extra_info = {**await _speaker(state, body),
-                  "speed": body.speed if body.speed != 1.0 else None, "instructions": body.instructions,
-                  "language": body.language, "initial_codec_chunk_frames": body.initial_codec_chunk_frames,
-                  "x_vector_only_mode": body.x_vector_only_mode}
     prompt: dict[str, Any] = {"prompt": body.input}
-    extra_info = {k: v for k, v in extra_info.items() if v is not None}
+    extra_info = await speech_information(state, body)
     if extra_info:
         prompt["additional_information"] = extra_info
     return state.make_request(prompt, rid, body.sampling_params_list, output_modalities=["audio"], knobs=knobs,

@@ -9,10 +9,12 @@ from typing import Any, AsyncIterator
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request, Response
+from pydantic import ValidationError
 
 from omnistage.engine.request import OmniRequest
 from omnistage.modality import OutputModality
 from omnistage.outputs import OmniRequestOutput
+from omnistage.params import validation_error
 from omnistage.server.deps import get_state
 from omnistage.server.errors import bad_request, error_responses, from_engine_error
 from omnistage.server.media import (
@@ -37,7 +39,8 @@ from omnistage.server.media import (
 from omnistage.server.middleware import request_id
 from omnistage.server.openapi import SSE, success
 from omnistage.server.prompt_warnings import prompt_warnings, warning_headers
-from omnistage.server.protocol import ChatCompletionRequest
+from omnistage.server.protocol import ChatCompletionRequest, SpeechRequest
+from omnistage.server.routes.audio import speech_information
 from omnistage.server.state import Result, ServerState
 from omnistage.server.streaming import (
     SSE_DONE,
@@ -92,7 +95,10 @@ async def build_request(state: ServerState, body: ChatCompletionRequest, rid: st
     if (knobs.n or 1) > 1 and OutputModality.TEXT in wants and state.text_stages():
         raise bad_request("n: only n=1 is supported for text output", "n")
     prompt = await build_prompt(state, body)
-    _choose_voice(state, body, knobs, prompt)
+    if OutputModality.TEXT in engine.output_modalities:
+        _choose_voice(state, body, knobs, prompt)
+    else:  # a speech family (Qwen3-TTS, VibeVoice, ...): the speech route's voice / clone / language fields
+        await _speech_fields(state, body, knobs, prompt)
     return state.make_request(prompt, rid, body.sampling_params_list, modalities, knobs, lora)
 
 
@@ -117,6 +123,28 @@ def _choose_voice(state: ServerState, body: ChatCompletionRequest, knobs: Any, p
         raise bad_request(f"{field}: {voice!r} is not one of this model's voices ({', '.join(names) or 'none'})",
                           field)
     prompt.setdefault("additional_information", {})["voice"] = voice
+
+
+# the speech route's fields a chat turn to a speech family may carry in extra_body
+SPEECH_CHAT_FIELDS = ("instructions", "language", "ref_audio", "ref_text", "x_vector_only_mode",
+                      "initial_codec_chunk_frames")
+
+
+async def _speech_fields(state: ServerState, body: ChatCompletionRequest, knobs: Any,
+                         prompt: dict[str, Any]) -> None:
+    """``audio.voice`` plus the speech route's own fields given in ``extra_body`` (``language``,
+    ``instructions``, ``ref_audio`` + ``ref_text``, ...), checked and resolved as ``/v1/audio/speech`` does
+    them: a preset or registered voice, a clone's clip fetched and decoded through the decode limits."""
+    extras = knobs.extras()
+    fields = {k: extras[k] for k in SPEECH_CHAT_FIELDS if k in extras}
+    voice = body.audio.voice if body.audio is not None and body.audio.voice is not None else extras.get("speaker")
+    try:
+        speech = SpeechRequest.model_validate({"input": ".", "voice": voice, **fields})
+    except ValidationError as e:
+        raise validation_error(e, "extra_body.") from None
+    info = await speech_information(state, speech)
+    if info:
+        prompt["additional_information"] = {**(prompt.get("additional_information") or {}), **info}
 
 
 def _modalities(state: ServerState, asked: list[str] | None) -> list[str] | None:

@@ -97,3 +97,31 @@ def test_offline_messages_equal_the_reference():
         (out,) = omni.generate([prompt], [GREEDY, None], use_tqdm=False)
     assert out.error is None
     assert np.abs(np.asarray(out.audio) - golden("cv_vivian")["wav"]).max() <= TOL
+
+
+def test_chat_takes_the_speech_routes_fields_in_extra_body(url):
+    """``language`` and ``instructions`` in extra_body reach the talker as on /v1/audio/speech: the reference's
+    instruct case, and the speech route's samples for the same fields."""
+    fields = {"language": "English", "instructions": "Speak slowly."}
+    resp = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0).chat.completions.create(
+        model="custom_voice", messages=[{"role": "user", "content": "Hello world."}], modalities=["audio"],
+        audio={"voice": "Ryan", "format": "wav"}, extra_body={**GREEDY, **fields})
+    audio, _ = soundfile.read(io.BytesIO(base64.b64decode(resp.choices[0].message.audio.data)), dtype="int16")
+    ref = golden("cv_ryan_instruct")["wav"]
+    assert audio.shape == ref.shape
+    assert np.abs(audio.astype(np.float64) * STEP - ref).max() <= STEP * 1.01
+    spoken = httpx.post(f"{url}/v1/audio/speech", json={"input": "Hello world.", "voice": "ryan", **fields,
+                                                         **GREEDY}, timeout=120)
+    assert np.array_equal(audio, soundfile.read(io.BytesIO(spoken.content), dtype="int16")[0])
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"ref_audio": "data:audio/wav;base64,AAAA", "ref_text": "hi"}, "ref_audio"),  # CustomVoice cannot clone
+    ({"language": "Klingon"}, "language"),
+    ({"x_vector_only_mode": "maybe"}, "x_vector_only_mode"),
+])
+def test_chat_speech_fields_are_checked_as_on_the_speech_route(url, extra, param):
+    resp = httpx.post(f"{url}/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "Hello."}], "modalities": ["audio"], **GREEDY, **extra}, timeout=60)
+    assert resp.status_code == 400, resp.text
+    assert param in resp.json()["error"]["message"]
