@@ -9,9 +9,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-TASKS = ("t2i", "i2i", "t2v", "i2v", "tts", "chat", "omni")  # omni: chat answered in text + speech
+TASKS = ("t2i", "i2i", "t2v", "i2v", "tts", "chat", "omni", "asr")  # omni: chat answered in text + speech; asr: a
+# clip to /v1/audio/transcriptions
 IMAGE_INPUT_TASKS = ("i2i", "i2v")
-AUDIO_INPUT_TASKS = ("chat", "omni")  # an input_audio part in the user message (--chat-audio, custom "audio")
+AUDIO_INPUT_TASKS = ("chat", "omni", "asr")  # chat / omni: an input_audio part (--chat-audio, custom "audio")
+ASR_DEFAULT_AUDIO_S = 5.0  # asr without --chat-audio
 
 # A small fixed vocabulary: prompts are reproducible and readable in logs.
 _WORDS = (
@@ -115,8 +117,9 @@ def random_dataset(task: str, num_prompts: int, defaults: DatasetDefaults) -> li
         req = _from_defaults(f"bench-{i}", prompt, defaults, seed=base_seed + i)
         if task in IMAGE_INPUT_TASKS or (task == "chat" and defaults.chat_image):
             req.image = random_image_png(req.width or 64, req.height or 64, base_seed + i)
-        if task in AUDIO_INPUT_TASKS and defaults.chat_audio_s:
-            req.audio = wav_bytes(random_audio(defaults.chat_audio_s, base_seed + i))
+        seconds = defaults.chat_audio_s or (ASR_DEFAULT_AUDIO_S if task == "asr" else None)
+        if task in AUDIO_INPUT_TASKS and seconds:
+            req.audio = wav_bytes(random_audio(seconds, base_seed + i))
         out.append(req)
     return out
 
@@ -172,8 +175,8 @@ def custom_dataset(path: str | Path, task: str, num_prompts: int, defaults: Data
             if not audio_path.is_file():
                 raise ValueError(f"{where}: 'audio' file not found: {audio_path}")
             req.audio = audio_path.read_bytes()
-        elif task in AUDIO_INPUT_TASKS and defaults.chat_audio_s:
-            req.audio = wav_bytes(random_audio(defaults.chat_audio_s, seed))
+        elif task in AUDIO_INPUT_TASKS and (defaults.chat_audio_s or task == "asr"):
+            req.audio = wav_bytes(random_audio(defaults.chat_audio_s or ASR_DEFAULT_AUDIO_S, seed))
         out.append(req)
         if len(out) >= num_prompts:
             break

@@ -53,8 +53,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chat-image", action="store_true",
                    help="chat: each request carries a seeded random PNG (--width x --height, default 64x64)")
     p.add_argument("--chat-audio", type=positive_float, default=None, metavar="SECONDS",
-                   help="chat / omni: each request carries a seeded WAV clip this long (an input_audio part, "
-                        "e.g. Qwen3-Omni hearing its question)")
+                   help="chat / omni / asr: each request carries a seeded WAV clip this long (chat / omni: an "
+                        "input_audio part, e.g. Qwen3-Omni hearing its question; asr: the uploaded file, 5 s "
+                        "by default)")
     p.add_argument("--output-len", "--max-tokens", dest="max_tokens", type=positive_int, default=None,
                    help="chat: max_tokens per request")
     p.add_argument("--no-ignore-eos", action="store_true", help="chat: let requests stop at EOS")

@@ -4,7 +4,7 @@ import pytest
 from PIL import Image
 import io
 
-from omnistage.bench.datasets import DatasetDefaults, load_dataset
+from omnistage.bench.datasets import DatasetDefaults, load_dataset, random_dataset
 
 
 def test_random_dataset_is_seeded_and_complete():
@@ -82,3 +82,13 @@ def test_chat_audio_clips_are_seeded_wavs_that_decode_to_the_same_samples(tmp_pa
     assert load_dataset("custom", "omni", 1, DatasetDefaults(), str(path))[0].audio == a[1].audio
     with pytest.raises(ValueError, match="'audio' is for tasks"):
         load_dataset("custom", "t2i", 1, DatasetDefaults(), str(path))
+
+
+def test_asr_requests_always_carry_a_clip():
+    import soundfile
+
+    from omnistage.bench.datasets import ASR_DEFAULT_AUDIO_S
+
+    (req,) = random_dataset("asr", 1, DatasetDefaults(seed=3))
+    samples, rate = soundfile.read(io.BytesIO(req.audio))
+    assert rate == 16000 and samples.size == int(ASR_DEFAULT_AUDIO_S * 16000)

@@ -219,3 +219,22 @@ def test_not_multipart_is_415(server):
     with httpx.Client(base_url=server.url, timeout=60) as http:
         r = http.post("/v1/audio/transcriptions", json={"model": "tiny-whisper"})
     assert r.status_code == 415
+
+
+def test_bench_asr_task_sends_what_the_official_client_sends(server, client):
+    """``omnistage bench serve --task asr``'s request function: every clip's text equals the openai client's
+    transcription of the same WAV, and the RTF is latency over the clip's seconds."""
+    from omnistage.bench.datasets import DatasetDefaults, random_dataset
+    from omnistage.bench.request_funcs import ClientSpec
+    from omnistage.bench.runner import RunConfig, run_benchmark
+
+    reqs = random_dataset("asr", 3, DatasetDefaults(seed=5, chat_audio_s=2.0))
+    for r in reqs:
+        r.extra = {"language": "en", "max_tokens": MAX_TOKENS}
+    run = asyncio.run(run_benchmark(ClientSpec(base_url=server.url, task="asr", model="tiny-whisper"), reqs,
+                                    RunConfig(max_concurrency=3, warmup_requests=0, slo_scale=0, progress=False)))
+    for req, out in zip(reqs, run.outcomes):
+        assert out.result.success, out.result.error
+        assert out.outputs[0][1].decode() == transcribe(client, req.audio).text
+        assert out.result.audio_duration == pytest.approx(2.0)
+        assert out.result.audio_rtf == pytest.approx(out.result.latency / 2.0)
