@@ -1,4 +1,5 @@
-"""An uploaded audio file -> float32 mono samples at the model's rate (PyAV decodes, soxr resamples).
+"""An uploaded audio file -> float32 mono samples at the model's rate (libsndfile for WAV / FLAC, PyAV for the rest;
+soxr resamples).
 
 Any container and codec PyAV (FFmpeg) opens: wav, mp3, flac, ogg/opus, m4a, webm. Channels are averaged
 (as librosa and vLLM's own loader downmix); a rate other than the model's is resampled once with soxr's
@@ -11,14 +12,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from omnistage.server.decode_limits import decode_audio_av
+from omnistage.server.decode_limits import decode_audio_av, read_audio
 from omnistage.server.errors import bad_request
 from omnistage.server.media_fetch import MediaLimits
 
 
 def decode_audio(data: bytes, field: str, rate: int, max_seconds: float, limits: MediaLimits | None = None,
                  mime: str | None = None) -> np.ndarray:
-    samples, native = decode_audio_av(data, field, limits or MediaLimits(), max_seconds, mime)
+    # WAV and FLAC through libsndfile in large blocks: the same samples as PyAV's, without its Python loop over
+    # ~1000-sample frames (that loop was ~30% of the transcription route's CPU; benchmarks/asr_serve.py)
+    decode = read_audio if _sndfile_format(data) else decode_audio_av
+    samples, native = decode(data, field, limits or MediaLimits(), max_seconds, mime)
     if not np.isfinite(samples).all():
         raise bad_request(f"{field}: the audio has non-finite samples", field)
     if native != rate:
@@ -26,3 +30,7 @@ def decode_audio(data: bytes, field: str, rate: int, max_seconds: float, limits:
 
         samples = soxr.resample(samples, native, rate, quality="HQ").astype(np.float32)
     return samples
+
+
+def _sndfile_format(data: bytes) -> bool:
+    return (data[:4] == b"RIFF" and data[8:12] == b"WAVE") or data[:4] == b"fLaC"
