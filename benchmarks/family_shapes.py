@@ -52,6 +52,20 @@ FAMILIES: dict[str, FamilyBench] = {
         dict(guidance_scale=3.0, num_frames=9, max_sequence_length=64),
         "LTX2Pipeline's defaults: CFG (video 3, audio 7), STG and modality-isolation forwards, rescale; 9 frames "
         "+ their audio (run with --sizes 32: this VAE compresses space by 2 only)"),
+    "hunyuan_video15": FamilyBench(
+        "hunyuan_video15", "HunyuanVideo15Pipeline", dict(num_layers=4, num_attention_heads=4, attention_head_dim=32,
+                                                          rope_axes_dim=(8, 12, 12)),
+        dict(num_frames=5, output_type="latent"),
+        "the folder's CFG guider (scale 6: cond and uncond forwards each step); 5 frames (run with --sizes 32: "
+        "this VAE compresses space by 4); latents out in every mode: diffusers' AutoencoderKLHunyuanVideo15 "
+        "cannot decode a batch of two or more (its causal attention mask does not broadcast), so the ideal "
+        "batched call could not decode"),
+    "helios": FamilyBench(
+        "helios", "HeliosPipeline", dict(num_layers=4, num_attention_heads=4, attention_head_dim=32,
+                                         rope_dim=(8, 12, 12), ffn_dim=128),
+        dict(guidance_scale=5.0, num_frames=65, max_sequence_length=64),
+        "HeliosPipeline's default CFG (5: cond and uncond forwards each step); 65 frames = two chunks of 9 latent "
+        "frames, the second on the first's history (run with --sizes 32)"),
 }
 
 
@@ -88,7 +102,14 @@ def build(family: str, outdir: Path) -> dict[str, Any]:
 
 def image_tokens(pipe: Any, size: int) -> int:
     """Image tokens per row at a square ``size``: the image families pack 2x2 latent patches; LTX-2's video
-    tokens are its latent pixels of every latent frame (9 frames here)."""
+    tokens are its latent pixels of every latent frame (9 frames here), HunyuanVideo-1.5's too (1x1 patches in
+    the tiny fixture); Helios' are one chunk's 9 latent frames in 2x2 patches (its history tokens come on top)."""
+    name = type(pipe).__name__
+    if name == "HeliosPipeline":
+        return 9 * (size // (pipe.vae_scale_factor_spatial * 2)) ** 2
+    if name == "HunyuanVideo15Pipeline":
+        frames = (FAMILIES["hunyuan_video15"].knobs["num_frames"] - 1) // pipe.vae_scale_factor_temporal + 1
+        return frames * (size // pipe.vae_scale_factor_spatial) ** 2
     if hasattr(pipe, "vae_spatial_compression_ratio"):
         frames = (FAMILIES["ltx2"].knobs["num_frames"] - 1) // pipe.vae_temporal_compression_ratio + 1
         return frames * (size // pipe.vae_spatial_compression_ratio) ** 2
@@ -111,13 +132,13 @@ def forward_ms(pipe: Any, call: dict[str, Any], rows: int, device: torch.device,
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - start[-1])
 
-    kw = {**call, "num_inference_steps": 2}
+    kw = {**call, "num_inference_steps": 2, "output_type": "latent"}
     hooks = [pipe.transformer.register_forward_pre_hook(pre), pipe.transformer.register_forward_hook(post)]
     try:
-        pipe(prompt=["a red cat"] * rows, output_type="latent", **kw)
+        pipe(prompt=["a red cat"] * rows, **kw)
         times.clear()
         for _ in range(repeats):
-            pipe(prompt=["a red cat"] * rows, output_type="latent", **kw)
+            pipe(prompt=["a red cat"] * rows, **kw)
     finally:
         for h in hooks:
             h.remove()

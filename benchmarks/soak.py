@@ -1,22 +1,23 @@
-"""Soak: a long, mixed, bounded stream of requests against one `omnistage serve` process, watching its memory
-and file descriptors.
+"""Soak: a long, mixed, bounded stream of requests against `omnistage serve` processes, watching the memory
+and file descriptors of every process of each server's tree.
 
-The server is the ``prompt_expand`` family on the tiny fixtures: a vLLM LLM stage (its own engine-core
-process) in front of a diffusion stage, so both engine kinds carry load. The request mix, from several
-client threads at once:
+Servers (``--servers``, all three by default), each on the tiny fixtures (benchmarks/soak_mix.py):
 
-- image: POST /v1/images/generations (the LLM expands the prompt, the diffusion stage draws it) -> 200
-- chat stream: streamed chat with ``modalities: ["text"]`` (the LLM stage only), read to ``[DONE]`` -> 200
-- aborted stream: a streamed chat the client closes after two chunks (the server must abort it everywhere)
-- bad input: a rotating set of invalid requests, each with the 4xx it must get (oversize, undivisible size,
-  bad JSON, unknown model, bad media URL, ...)
+- ``image_chat``: the ``prompt_expand`` family: a vLLM LLM stage in front of an SD3 diffusion stage. Images
+  (the LLM expands the prompt, the diffusion stage draws it), streamed chats read to ``[DONE]``, streams the
+  client drops after two chunks, and a rotating set of invalid requests, each with the 4xx it must get;
+- ``speech``: codec_tts (a vLLM LM of codec tokens + the codec decoder): whole WAV answers and streamed PCM,
+  each of the exact length asked for, and invalid requests;
+- ``video``: Wan: ``/v1/videos/sync`` MP4s and async jobs (create, poll, download, delete), each of the
+  frames and size asked for, and invalid requests.
 
-Every ``--sample-every`` requests the server process tree's RSS (server + engine-core process) and open
-file descriptors are sampled. Targets: growth under 10% between the first and the last quarter of the
-samples, and no unexpected answer (anything but the status each request must get). Results:
-``benchmarks/results/soak.{json,md}``.
+The requests are shuffled and sent from ``--concurrency`` client threads. Every ``--sample-every`` requests
+the RSS of each process of each server tree and the tree's open file descriptors are sampled. Targets: every
+process's RSS and every tree's fds grow less than 5% between the first and the last quarter of the samples,
+and no unexpected answer (anything but what each request must get). Results:
+``benchmarks/results/{--out}.{json,md}``.
 
-    python benchmarks/soak.py [--requests 1000] [--concurrency 4]
+    python benchmarks/soak.py [--requests 1000] [--concurrency 4] [--servers image_chat,speech,video]
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ import argparse
 import itertools
 import json
 import os
+import random
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -36,100 +39,50 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import httpx
-import psutil
+import httpx  # noqa: E402
+import psutil  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from soak_mix import MIX, SERVERS, SHARE  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
-TARGET_GROWTH = 0.10
-PROMPTS = ["a red cat on a blue chair", "a lighthouse at dusk", "two green apples", "a paper boat", "snowy hills"]
+TARGET_GROWTH = 0.05
 
 
-def build_server_folder(work: Path) -> Path:
-    """A prompt_expand folder over the tiny chat LM and the tiny SD3 image model."""
-    from omnistage.testing.tiny import build
-
-    folder = work / "expander"
-    folder.mkdir()
-    build("chat", work / "chat")
-    build("sd3", work / "sd3")
-    (folder / "llm").symlink_to(work / "chat")
-    (folder / "image").symlink_to(work / "sd3")
-    (folder / "omnistage.json").write_text(json.dumps({"pipeline": "prompt_expand"}))
-    return folder
-
-
-# ----------------------------------------------------------------------------------------------- the mix
-
-
-def image(c: httpx.Client, i: int) -> tuple[str, bool]:
-    r = c.post("/v1/images/generations", json={"prompt": PROMPTS[i % len(PROMPTS)], "size": "32x32", "seed": i,
-                                                "num_inference_steps": 2, "max_tokens": 12, "ignore_eos": True})
-    return "image", r.status_code == 200 and len(r.json()["data"]) == 1
-
-
-def chat_stream(c: httpx.Client, i: int) -> tuple[str, bool]:
-    body = {"messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], "modalities": ["text"],
-            "max_tokens": 24, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
-    with c.stream("POST", "/v1/chat/completions", json=body) as r:
-        lines = [line for line in r.iter_lines() if line.startswith("data: ")]
-    usage = json.loads(lines[-2][6:]).get("usage") if len(lines) >= 2 else None
-    return "chat_stream", r.status_code == 200 and lines[-1] == "data: [DONE]" and usage["completion_tokens"] == 24
-
-
-def aborted_stream(c: httpx.Client, i: int) -> tuple[str, bool]:
-    body = {"messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], "modalities": ["text"],
-            "max_tokens": 400, "ignore_eos": True, "stream": True}
-    with c.stream("POST", "/v1/chat/completions", json=body) as r:
-        ok = r.status_code == 200
-        for n, _ in enumerate(r.iter_lines()):
-            if n >= 2:
-                break  # leaving the block closes the connection mid-stream
-    return "aborted_stream", ok
-
-
-BAD: list[tuple[str, dict, int]] = [
-    ("/v1/images/generations", {"json": {"prompt": "x", "size": "8192x8192"}}, 400),  # --max-image-pixels
-    ("/v1/images/generations", {"json": {"prompt": "x", "size": "30x30"}}, 400),  # not a multiple of the patch
-    ("/v1/images/generations", {"json": {"prompt": "x", "num_inference_steps": 500}}, 400),  # --max-inference-steps
-    ("/v1/images/generations", {"json": {"prompt": ""}}, 400),
-    ("/v1/images/generations", {"content": b"{not json", "headers": {"content-type": "application/json"}}, 400),
-    ("/v1/images/edits", {"json": {"prompt": "x", "image_url": "data:image/png;base64,@@@"}}, 400),
-    ("/v1/images/edits", {"json": {"prompt": "x", "image_url": "file:///etc/passwd"}}, 400),
-    ("/v1/chat/completions", {"json": {"messages": []}}, 400),
-    ("/v1/chat/completions", {"json": {"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}}, 400),
-    ("/v1/chat/completions", {"json": {"messages": [{"role": "user", "content": "x"}], "model": "gpt-4"}}, 404),
-    ("/v1/chat/completions", {"json": {"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}}, 400),
-    ("/v1/audio/speech", {"json": {"input": "x"}}, 400),  # this model makes no audio
-    ("/v1/videos/video_0000/content", {"method": "GET"}, 404),
-]
-
-
-def bad_input(c: httpx.Client, i: int) -> tuple[str, bool]:
-    path, kw, status = BAD[i % len(BAD)]
-    kw = dict(kw)
-    r = c.request(kw.pop("method", "POST"), path, **kw)
-    body = r.json()
-    return "bad_input", r.status_code == status and set(body) == {"error"}
-
-
-MIX = [image] * 6 + [chat_stream] * 6 + [aborted_stream] * 3 + [bad_input] * 5  # 20 slots, shuffled below
+def plan(servers: list[str], requests: int) -> list[tuple[str, object]]:
+    """``requests`` (server, request function) pairs: servers in their SHARE, each server's own MIX cycled."""
+    slots = [s for s in servers for _ in range(SHARE[s] if len(servers) > 1 else 1)]
+    mixes = {s: itertools.cycle(MIX[s]) for s in servers}
+    order = [(s, next(mixes[s])) for s in itertools.islice(itertools.cycle(slots), requests)]
+    random.Random(0).shuffle(order)
+    return order
 
 
 # ----------------------------------------------------------------------------------------------- sampling
 
 
-def tree_usage(pid: int) -> tuple[float, float, int]:
-    """RSS in MiB of the server process and of its children (vLLM's engine core), and open file descriptors
-    of all of them."""
+def label(p: psutil.Process, root: int) -> str:
+    """A stable name for a process of a tree: ``server``, or the child's title (vLLM sets one) or what it runs,
+    with its pid."""
+    if p.pid == root:
+        return "server"
+    cmd = " ".join(p.cmdline())
+    known = [k for k in ("resource_tracker", "spawn_main", "forkserver") if k in cmd]
+    title = known[0] if known else p.name() if not p.name().startswith("python") else cmd[-40:]
+    return f"{title} [{p.pid}]"
+
+
+def tree_usage(pid: int) -> dict:
+    """RSS (MiB) of each process of the tree rooted at ``pid``, and open fds of all of them."""
     root = psutil.Process(pid)
-    server, children, fds = root.memory_info().rss, 0, root.num_fds()
-    for p in root.children(recursive=True):
+    procs, fds = {}, 0
+    for p in [root, *root.children(recursive=True)]:
         try:
-            children += p.memory_info().rss
+            procs[label(p, pid)] = round(p.memory_info().rss / 2**20, 1)
             fds += p.num_fds()
         except psutil.NoSuchProcess:
             pass
-    return server / 2**20, children / 2**20, fds
+    return {"rss_mib": round(sum(procs.values()), 1), "fds": fds, "procs": procs}
 
 
 def quarter_growth(values: list[float]) -> float:
@@ -138,75 +91,121 @@ def quarter_growth(values: list[float]) -> float:
     return (last - first) / first
 
 
-def run(url: str, pid: int, requests: int, concurrency: int, sample_every: int) -> dict:
-    import random
+def quarter_slopes(done: list[int], values: list[float]) -> tuple[float, float]:
+    """MiB per 1000 requests (least squares) over the first and over the last quarter of the samples: a
+    process whose memory is bounded has a last-quarter slope near 0, whatever its warm-up."""
+    q = max(2, len(values) // 4)
+    fit = [statistics.linear_regression(done[part], values[part]).slope * 1000
+           for part in (slice(0, q), slice(-q, None))]
+    return round(fit[0], 2), round(fit[1], 2)
 
-    order = list(itertools.islice(itertools.cycle(MIX), requests))
-    random.Random(0).shuffle(order)
+
+def growth(samples: list[dict], name: str) -> dict:
+    trees = [s["servers"][name] for s in samples]
+    done = [s["requests"] for s in samples]
+    labels = [k for k in trees[0]["procs"] if all(k in t["procs"] for t in trees)]
+    return {"rss": round(quarter_growth([t["rss_mib"] for t in trees]), 4),
+            "fds": round(quarter_growth([t["fds"] for t in trees]), 4),
+            "procs": {k: {"first_mib": trees[0]["procs"][k], "last_mib": trees[-1]["procs"][k],
+                          "growth": round(quarter_growth([t["procs"][k] for t in trees]), 4),
+                          "slope_mib_per_1000": quarter_slopes(done, [t["procs"][k] for t in trees])}
+                      for k in labels},
+            "procs_not_in_every_sample": sorted({k for t in trees for k in t["procs"]} - set(labels))}
+
+
+def run(urls: dict[str, str], pids: dict[str, int], requests: int, concurrency: int, sample_every: int) -> dict:
+    order = plan(list(urls), requests)
     counts: Counter = Counter()
     unexpected: list[str] = []
     samples: list[dict] = []
+    latency: dict[str, float] = {}
     done = 0
     lock = threading.Lock()
     start = time.monotonic()
 
     def one(i: int) -> None:
         nonlocal done
-        kind = order[i].__name__
+        server, fn = order[i]
+        kind, t0 = fn.__name__, time.monotonic()
         try:
-            with httpx.Client(base_url=url, timeout=120) as c:
-                kind, ok = order[i](c, i)
+            with httpx.Client(base_url=urls[server], timeout=180) as c:
+                kind, ok = fn(c, i)
         except Exception as e:  # noqa: BLE001 - a client-side failure is an unexpected result too
             ok = False
             kind = f"{kind} ({type(e).__name__}: {e})"
         with lock:
             counts[(kind, ok)] += 1
+            latency[kind] = max(latency.get(kind, 0.0), time.monotonic() - t0)
             if not ok:
                 unexpected.append(f"#{i} {kind}")
             done += 1
             if done % sample_every == 0:
-                server, children, fds = tree_usage(pid)
                 samples.append({"requests": done, "t_s": round(time.monotonic() - start, 2),
-                                "rss_mib": round(server + children, 1), "server_rss_mib": round(server, 1),
-                                "children_rss_mib": round(children, 1), "fds": fds})
-                print(f"{done:5d} requests  {samples[-1]['t_s']:7.1f} s  RSS {server:7.1f} + {children:7.1f} MiB  "
-                      f"fds {fds}", flush=True)
+                                "servers": {name: tree_usage(pid) for name, pid in pids.items()}})
+                print(f"{done:6d} requests  {samples[-1]['t_s']:8.1f} s  " + "  ".join(
+                    f"{n} {t['rss_mib']:7.1f} MiB {t['fds']} fds" for n, t in samples[-1]["servers"].items()),
+                    f" unexpected {len(unexpected)}", flush=True)
 
     with ThreadPoolExecutor(concurrency) as pool:
         list(pool.map(one, range(requests)))
-    health = httpx.get(f"{url}/health", timeout=30).json()
-    rss = [s["rss_mib"] for s in samples]
-    fds = [s["fds"] for s in samples]
+    health = {name: httpx.get(f"{url}/health", timeout=30).json() for name, url in urls.items()}
     return {
-        "requests": requests, "concurrency": concurrency, "duration_s": round(time.monotonic() - start, 1),
+        "requests": requests, "concurrency": concurrency, "servers": list(urls), "sample_every": sample_every,
+        "duration_s": round(time.monotonic() - start, 1),
         "by_kind": {f"{k} {'ok' if ok else 'UNEXPECTED'}": n for (k, ok), n in sorted(counts.items())},
-        "unexpected": unexpected, "rss_growth": round(quarter_growth(rss), 4), "fd_growth": round(quarter_growth(fds), 4),
-        "health_after": health["status"], "in_flight_after": health["in_flight"], "samples": samples,
+        "max_latency_s": {k: round(v, 2) for k, v in sorted(latency.items())},
+        "unexpected": unexpected, "growth": {name: growth(samples, name) for name in urls},
+        "health_after": {n: h["status"] for n, h in health.items()},
+        "in_flight_after": {n: h["in_flight"] for n, h in health.items()}, "samples": samples,
     }
 
 
-def report(result: dict) -> str:
-    ok = (not result["unexpected"] and result["rss_growth"] < TARGET_GROWTH and result["fd_growth"] < TARGET_GROWTH
-          and result["health_after"] == "ok")
-    lines = [f"# Soak: {result['requests']} mixed requests, {result['concurrency']} client threads, one server",
-             "",
-             ("`python benchmarks/soak.py` — `omnistage serve` of the prompt_expand family on the tiny fixtures "
-              "(vLLM LLM stage + SD3 diffusion stage), RSS and open fds of the server process tree sampled every "
-              f"{result['samples'][1]['requests'] - result['samples'][0]['requests']} requests."),
-             "",
+# ----------------------------------------------------------------------------------------------- report
+
+
+def verdict(result: dict) -> bool:
+    grown = [g for tree in result["growth"].values() for g in
+             [tree["fds"], *(p["growth"] for p in tree["procs"].values())]]
+    return (not result["unexpected"] and max(grown) < TARGET_GROWTH
+            and set(result["health_after"].values()) == {"ok"} and not any(result["in_flight_after"].values()))
+
+
+def report(result: dict, notes: str = "") -> str:
+    names = ", ".join(result["servers"])
+    lines = [f"# Soak: {result['requests']} mixed requests, {result['concurrency']} client threads, "
+             f"{len(result['servers'])} server(s): {names}", "",
+             (f"`python benchmarks/soak.py --requests {result['requests']} --concurrency {result['concurrency']} "
+              f"--servers {','.join(result['servers'])}` — one `omnistage serve` process per server on the tiny "
+              "fixtures (benchmarks/soak_mix.py: image_chat = prompt_expand, vLLM LLM stage + SD3 diffusion stage; "
+              "speech = codec_tts; video = Wan); RSS of every process of each server tree and the tree's open fds "
+              f"sampled every {result['sample_every']} requests. The machine (2 cores) was shared with other "
+              "jobs while this ran: durations and latencies are loaded ones."), "",
              f"- duration: {result['duration_s']} s",
-             (f"- RSS growth, last quarter vs first quarter of samples: **{result['rss_growth']:+.1%}** "
-              f"(target < {TARGET_GROWTH:.0%})"),
-             f"- open fd growth: **{result['fd_growth']:+.1%}** (target < {TARGET_GROWTH:.0%})",
-             f"- unexpected answers: **{len(result['unexpected'])}**",
-             f"- /health afterwards: {result['health_after']}, {result['in_flight_after']} in flight",
-             f"- verdict: **{'PASS' if ok else 'FAIL'}**",
-             "", "| requests by kind | count |", "|---|---|"]
-    lines += [f"| {k} | {n} |" for k, n in result["by_kind"].items()]
-    lines += ["", "| requests done | time (s) | RSS (MiB) | of it: server process | of it: engine core | open fds |",
-              "|---|---|---|---|---|---|"]
-    lines += [f"| {s['requests']} | {s['t_s']} | {s['rss_mib']} | {s['server_rss_mib']} | {s['children_rss_mib']} "
-              f"| {s['fds']} |" for s in result["samples"]]
+             f"- unexpected answers: **{len(result['unexpected'])}**"
+             + (f" ({', '.join(result['unexpected'][:10])})" if result["unexpected"] else ""),
+             f"- /health afterwards: {result['health_after']}, in flight {result['in_flight_after']}",
+             f"- verdict (every process's RSS and every tree's fds < {TARGET_GROWTH:.0%} growth, last quarter vs "
+             f"first quarter of the samples; 0 unexpected): **{'PASS' if verdict(result) else 'FAIL'}**", ""]
+    if notes:
+        lines += [notes, ""]
+    lines += ["| server | process | RSS first sample (MiB) | RSS last sample (MiB) | growth, last vs first quarter "
+              "| MiB per 1000 requests: first quarter → last quarter |", "|---|---|---|---|---|---|"]
+    for name, tree in result["growth"].items():
+        for proc, g in tree["procs"].items():
+            first, last = g["slope_mib_per_1000"]
+            lines.append(f"| {name} | {proc} | {g['first_mib']} | {g['last_mib']} | **{g['growth']:+.1%}** "
+                         f"| {first:+.1f} → {last:+.1f} |")
+        lines.append(f"| {name} | whole tree: RSS / open fds | | | **{tree['rss']:+.1%}** / **{tree['fds']:+.1%}** | |")
+    lines += ["", "| requests by kind | count | max latency (s) |", "|---|---|---|"]
+    lines += [f"| {k} | {n} | {result['max_latency_s'].get(k.rsplit(' ', 1)[0], '')} |"
+              for k, n in result["by_kind"].items()]
+    lines += ["", "| requests done | time (s) | " + " | ".join(f"{n} RSS (MiB) | {n} fds" for n in result["servers"])
+              + " |", "|---|---|" + "---|---|" * len(result["servers"])]
+    step = max(1, len(result["samples"]) // 40)  # the table keeps about 40 rows; the json has them all
+    rows = result["samples"][::step]
+    for s in rows + ([result["samples"][-1]] if rows[-1] is not result["samples"][-1] else []):
+        lines.append(f"| {s['requests']} | {s['t_s']} | " + " | ".join(
+            f"{s['servers'][n]['rss_mib']} | {s['servers'][n]['fds']}" for n in result["servers"]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -215,26 +214,37 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--sample-every", type=int, default=25)
+    ap.add_argument("--servers", default=",".join(SERVERS), help="comma-separated, of " + ", ".join(SERVERS))
     ap.add_argument("--out", default="soak")
     args = ap.parse_args()
+    names = [n for n in args.servers.split(",") if n]
+    if unknown := set(names) - set(SERVERS):
+        ap.error(f"unknown servers {sorted(unknown)}; known: {', '.join(SERVERS)}")
     from omnistage.testing.server import ServeProcess
 
     with tempfile.TemporaryDirectory(prefix="omnistage-soak-") as tmp:
         work = Path(tmp)
-        folder = build_server_folder(work)
-        os.environ["OMNISTAGE_SERVER_STORAGE__PATH"] = str(work / "storage")
-        server = ServeProcess.launch([str(folder), "--enforce-eager", "--served-model-name", "soak"],
-                                     work / "server.log", ready_timeout=600)
+        started: dict[str, ServeProcess] = {}
         try:
-            result = run(server.url, server.proc.pid, args.requests, args.concurrency, args.sample_every)
+            for name in names:
+                server = SERVERS[name]
+                (work / name).mkdir()
+                folder = server.build(work / name)
+                os.environ["OMNISTAGE_SERVER_STORAGE__PATH"] = str(work / name / "storage")
+                started[name] = ServeProcess.launch([str(folder), *server.args], work / f"{name}.log",
+                                                    ready_timeout=600)
+                print(f"{name} up at {started[name].url}", flush=True)
+            result = run({n: s.url for n, s in started.items()}, {n: s.proc.pid for n, s in started.items()},
+                         args.requests, args.concurrency, args.sample_every)
         finally:
-            server.stop()
+            for server in started.values():
+                server.stop()
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{args.out}.json").write_text(json.dumps(result, indent=1))
     text = report(result)
     (RESULTS / f"{args.out}.md").write_text(text)
     print(text)
-    return 0 if "**PASS**" in text else 1
+    return 0 if verdict(result) else 1
 
 
 if __name__ == "__main__":

@@ -18,12 +18,16 @@ from omnistage.models import (
     flux,
     flux2,
     glm_image,
+    helios,
     hunyuan_video15,
+    longcat_image,
     ltx2,
+    ovis_image,
     pixart_sigma,
     prompt_expand,
     qwen2_5_omni,
     qwen_image,
+    qwen_image_21,
     qwen3_tts,
     qwen_omni,
     sana,
@@ -39,8 +43,8 @@ from omnistage.pipeline import register_family
 
 # whisper and vibevoice before chat: chat claims any vLLM generative architecture, Whisper's too
 FAMILIES = (sd3, sd, qwen_omni, qwen2_5_omni, whisper, vibevoice, chat, prompt_expand, glm_image, demo, wan, codec_tts,
-            flux, z_image, qwen_image, csm, ltx2, qwen3_tts, pixart_sigma, sana, flux2, hunyuan_video15,
-            speech_chat)
+            flux, z_image, qwen_image, qwen_image_21, csm, ltx2, qwen3_tts, pixart_sigma, sana, flux2, hunyuan_video15,
+            helios, speech_chat, ovis_image, longcat_image)
 
 for _family in FAMILIES:
     register_family(_family)

@@ -15,7 +15,10 @@ Each input is checked from its header before anything is decoded, then bounded a
 - video: the declared frame size, frame count and duration from the container, then decoded frames
   counted;
 - every decoded input: at most ``max_decoded_bytes`` in memory (pixels, float32 samples, frames);
-- a declared MIME type (a ``data:`` URL's, an upload's ``Content-Type``) of another kind of media;
+- base64 PCM16 (realtime ``input_audio_buffer.append`` and input_audio items): the decoded size, known from
+  the base64 text's length, against a byte limit before anything is decoded;
+- a declared MIME type (a ``data:`` URL's, an upload's ``Content-Type``, a fetched URL's ``Content-Type``) of
+  another kind of media;
 - JSON nested deeper than ``MAX_JSON_DEPTH`` (the stdlib parser would raise ``RecursionError`` on a
   100 000-deep body; anything a little shallower would still blow the stack later, in ``deepcopy``).
 
@@ -26,6 +29,8 @@ media, 400 for what does not decode or is truncated.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import io
 import re
 import struct
@@ -59,13 +64,6 @@ def check_mime(mime: str | None, kind: str, field: str) -> None:
         return
     raise APIError(415, f"{field}: declared as {declared!r}, which is not {kind}", param=field,
                    code="unsupported_media_type")
-
-
-def data_url_mime(url: Any) -> str | None:
-    """The MIME type a ``data:`` URL declares (None for other URLs)."""
-    if isinstance(url, str) and url[:5].lower() == "data:":
-        return url[5:].split(",", 1)[0].split(";", 1)[0]
-    return None
 
 
 # --------------------------------------------------------------------------- images
@@ -225,6 +223,30 @@ def decode_audio_av(data: bytes, field: str, limits: MediaLimits, max_s: float |
     if not pieces:
         raise bad_request(f"{field}: the audio has no samples", field)
     return np.concatenate(pieces).astype(np.float32), native
+
+
+# --------------------------------------------------------------------------- base64 PCM16
+
+
+def base64_size(data: str) -> int:
+    """The bytes base64 ``data`` decodes to, from its length alone (exact when it is valid base64)."""
+    return len(data) // 4 * 3 - data[-2:].count("=") + max(0, len(data) % 4 - 1)
+
+
+def decode_pcm16(data: str, field: str, max_bytes: int) -> bytes:
+    """Raw 16-bit PCM from strict base64 (no stray characters), a whole number of samples; more than
+    ``max_bytes`` is refused from the text's length, before a byte is decoded."""
+    size = base64_size(data)
+    if size > max_bytes:
+        raise too_big(field, f"{size} bytes of audio exceeds the limit of {max_bytes} bytes", "payload_too_large")
+    try:
+        pcm = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise bad_request(f"{field}: not valid base64", field, code="invalid_value") from None
+    if len(pcm) % 2:
+        raise bad_request(f"{field}: {len(pcm)} bytes is not a whole number of 16-bit samples", field,
+                          code="invalid_value")
+    return pcm
 
 
 # --------------------------------------------------------------------------- video

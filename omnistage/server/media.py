@@ -21,13 +21,15 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from omnistage.server.decode_limits import data_url_mime, decode_audio_av, open_image, open_video, read_audio
+from omnistage.server.decode_limits import decode_audio_av, open_image, open_video, read_audio
 from omnistage.server.errors import APIError, bad_request
 from omnistage.server.media_fetch import (  # noqa: F401 - the fetching half (and the limits), re-exported
+    Fetched,
     MediaLimits,
     decode_base64,
     decode_data_url,
     fetch_bytes,
+    fetch_media,
     local_path,
     too_large,
 )
@@ -51,8 +53,8 @@ def image_from_bytes(data: bytes, field: str, limits: MediaLimits, mime: str | N
 
 
 async def load_image(url: Any, field: str, limits: MediaLimits) -> Image.Image:
-    data = await fetch_bytes(url, field, limits)
-    return await asyncio.to_thread(open_image, data, field, limits, data_url_mime(url))
+    got = await fetch_media(url, field, limits)
+    return await asyncio.to_thread(open_image, got.data, field, limits, got.mime)
 
 
 def audio_from_bytes(data: bytes, field: str, limits: MediaLimits | None = None, max_s: float | None = None,
@@ -62,8 +64,8 @@ def audio_from_bytes(data: bytes, field: str, limits: MediaLimits | None = None,
 
 
 async def load_audio(url: Any, field: str, limits: MediaLimits) -> tuple[np.ndarray, int]:
-    data = await fetch_bytes(url, field, limits)
-    return await asyncio.to_thread(read_audio, data, field, limits, None, data_url_mime(url))
+    got = await fetch_media(url, field, limits)
+    return await asyncio.to_thread(read_audio, got.data, field, limits, None, got.mime)
 
 
 def video_from_bytes(data: bytes, field: str, limits: MediaLimits, mime: str | None = None) -> np.ndarray:
@@ -71,8 +73,8 @@ def video_from_bytes(data: bytes, field: str, limits: MediaLimits, mime: str | N
 
 
 async def load_video(url: Any, field: str, limits: MediaLimits) -> np.ndarray:
-    data = await fetch_bytes(url, field, limits)
-    return await asyncio.to_thread(video_from_bytes, data, field, limits, data_url_mime(url))
+    got = await fetch_media(url, field, limits)
+    return await asyncio.to_thread(video_from_bytes, got.data, field, limits, got.mime)
 
 
 # --------------------------------------------------------------------------- checks for llm stages

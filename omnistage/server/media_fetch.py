@@ -11,6 +11,9 @@ cost the server much.
   (symlinks, ``..``) and must stay inside that folder; regular files only;
 - everything: the decoded size is capped.
 
+``fetch_media`` also returns the MIME type the source declares (a ``data:`` URL's, an http(s) response's
+``Content-Type``), which the decoders in decode_limits.py check against the kind of media the field takes.
+
 Problems with the URL are 400s naming the field; oversized inputs 413s.
 """
 
@@ -48,6 +51,19 @@ class MediaLimits:
 
 MAX_REDIRECTS = 3
 _REDIRECTS = {301, 302, 303, 307, 308}
+
+
+@dataclass(frozen=True)
+class Fetched:
+    data: bytes
+    mime: str | None  # as declared by a data: URL or an http(s) response; None: nothing was declared
+
+
+def data_url_mime(url: Any) -> str | None:
+    """The MIME type a ``data:`` URL declares (None for other URLs)."""
+    if isinstance(url, str) and url[:5].lower() == "data:":
+        return url[5:].split(",", 1)[0].split(";", 1)[0]
+    return None
 
 
 def too_large(field: str, size: int, limit: int) -> APIError:
@@ -108,18 +124,22 @@ def _read_capped(path: Path, field: str, limit: int) -> bytes:
     return data
 
 
-async def fetch_bytes(url: Any, field: str, limits: MediaLimits) -> bytes:
+async def fetch_media(url: Any, field: str, limits: MediaLimits) -> Fetched:
     if not isinstance(url, str) or not url:
         raise bad_request(f"{field}: expected a URL string", field)
     scheme = urlparse(url).scheme.lower()
     if scheme == "data":
-        return decode_data_url(url, field, limits)
+        return Fetched(decode_data_url(url, field, limits), data_url_mime(url))
     if scheme == "file":
         path = local_path(url, field, limits)
-        return await asyncio.to_thread(_read_capped, path, field, limits.max_bytes)
+        return Fetched(await asyncio.to_thread(_read_capped, path, field, limits.max_bytes), None)
     if scheme in ("http", "https"):
         return await download(url, field, limits)
     raise bad_request(f"{field}: unsupported URL scheme {scheme or '(none)'!r}; use data:, http(s):// or file://", field)
+
+
+async def fetch_bytes(url: Any, field: str, limits: MediaLimits) -> bytes:
+    return (await fetch_media(url, field, limits)).data
 
 
 def check_remote_url(url: str, field: str, limits: MediaLimits) -> None:
@@ -137,7 +157,7 @@ def check_remote_url(url: str, field: str, limits: MediaLimits) -> None:
                           code="media_url_not_allowed")
 
 
-async def download(url: str, field: str, limits: MediaLimits) -> bytes:
+async def download(url: str, field: str, limits: MediaLimits) -> Fetched:
     """GET ``url`` within ``limits.fetch_timeout_s`` in all, at most ``limits.max_download_bytes``."""
     try:
         async with asyncio.timeout(limits.fetch_timeout_s):
@@ -147,7 +167,7 @@ async def download(url: str, field: str, limits: MediaLimits) -> bytes:
                           code="media_fetch_timeout") from None
 
 
-async def _download(url: str, field: str, limits: MediaLimits) -> bytes:
+async def _download(url: str, field: str, limits: MediaLimits) -> Fetched:
     import httpx
 
     cap = limits.max_download_bytes
@@ -169,7 +189,7 @@ async def _download(url: str, field: str, limits: MediaLimits) -> bytes:
                         buf += chunk
                         if len(buf) > cap:
                             raise too_large(field, len(buf), cap)
-                    return bytes(buf)
+                    return Fetched(bytes(buf), resp.headers.get("content-type"))
             except httpx.HTTPError as e:
                 raise bad_request(f"{field}: fetching the URL failed: {type(e).__name__}", field) from None
     raise bad_request(f"{field}: more than {MAX_REDIRECTS} redirects", field)

@@ -221,6 +221,77 @@ FAMILIES: list[ImageFamily] = [
                     Req("city skyline", dict(num_inference_steps=4, guidance_scale=6.0, seed=4))),
         http=Req("a red cat", dict(num_inference_steps=3, guidance_scale=3.0, seed=3, num_outputs_per_prompt=2)),
     ),
+    ImageFamily(
+        # FLUX.2 [dev]: the [klein] grid; the pipeline's system turn (~40 tiny tokens) precedes every prompt, so
+        # 64 text tokens; guidance is the distilled embedding (per row, no CFG pass)
+        name="flux2", diffusers_class="Flux2Pipeline", size=dict(height=32, width=48, max_sequence_length=64),
+        solo=(Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=4.0, seed=11), id="guidance"),
+              Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=1.5, seed=11,
+                                               num_outputs_per_prompt=2), id="two-outputs")),
+        # different prompts, seeds, steps and guidance embeddings in one forward
+        concurrent=(Req("a red cat", dict(num_inference_steps=7, guidance_scale=4.0, seed=1)),
+                    Req("green square and yellow circle", dict(num_inference_steps=5, guidance_scale=1.0, seed=2)),
+                    Req("mountains at sunset", dict(num_inference_steps=6, guidance_scale=2.5, seed=3,
+                                                    num_outputs_per_prompt=2)),
+                    Req("city skyline", dict(num_inference_steps=4, guidance_scale=6.0, seed=4))),
+        http=Req("a red cat", dict(num_inference_steps=3, guidance_scale=3.0, seed=3, num_outputs_per_prompt=2)),
+    ),
+    ImageFamily(
+        # 32x48 pixels -> 2x3 packed tokens; a short text length keeps the Qwen3 encoder cheap
+        name="ovis_image", diffusers_class="OvisImagePipeline", size=dict(height=32, width=48, max_sequence_length=32),
+        solo=(Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=5.0, seed=11), id="cfg"),
+              Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=1.0, seed=11), id="no-cfg"),
+              Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=3.0, seed=5,
+                                               num_outputs_per_prompt=2), negative_prompt="blurry",
+                  id="negative-two-outputs")),
+        concurrent=(Req("a red cat", dict(num_inference_steps=8, guidance_scale=5.0, seed=1)),
+                    Req("green square and yellow circle", dict(num_inference_steps=6, guidance_scale=1.0, seed=2)),
+                    Req("mountains at sunset", dict(num_inference_steps=5, guidance_scale=2.0, seed=3,
+                                                    num_outputs_per_prompt=2), negative_prompt="dark"),
+                    Req("city skyline", dict(num_inference_steps=7, guidance_scale=7.0, seed=4))),
+        http=Req("a red cat", dict(num_inference_steps=3, guidance_scale=4.0, seed=3, num_outputs_per_prompt=2),
+                 negative_prompt="blurry"),
+    ),
+    ImageFamily(
+        # 32x48 pixels -> 2x3 packed tokens; every prompt is 512 text tokens (the pipeline's fixed padding)
+        name="longcat_image", diffusers_class="LongCatImagePipeline", size=dict(height=32, width=48),
+        # diffusers' default rewrites the prompt with the text encoder (off here unless asked: adapter.py)
+        extra=dict(enable_prompt_rewrite=False),
+        solo=(Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=4.5, seed=11), id="cfg-renorm"),
+              Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=1.0, seed=11), id="no-cfg"),
+              Req("a sign that says 'hi'", dict(num_inference_steps=3, guidance_scale=3.0, seed=5,
+                                                num_outputs_per_prompt=2,
+                                                extra_args=dict(enable_cfg_renorm=False)),
+                  negative_prompt="blurry", id="negative-two-outputs-no-renorm"),
+              Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=6.0, seed=5,
+                                               extra_args=dict(cfg_renorm_min=0.5)), id="renorm-min")),
+        concurrent=(Req("a red cat", dict(num_inference_steps=8, guidance_scale=4.5, seed=1)),
+                    Req("green square and yellow circle", dict(num_inference_steps=6, guidance_scale=1.0, seed=2)),
+                    Req("mountains at sunset", dict(num_inference_steps=5, guidance_scale=2.0, seed=3,
+                                                    num_outputs_per_prompt=2), negative_prompt="dark"),
+                    Req("city skyline", dict(num_inference_steps=7, guidance_scale=7.0, seed=4,
+                                             extra_args=dict(enable_cfg_renorm=False)))),
+        http=Req("a red cat", dict(num_inference_steps=3, guidance_scale=4.0, seed=3, num_outputs_per_prompt=2),
+                 negative_prompt="blurry"),
+    ),
+    ImageFamily(
+        # VAE factor 16 and 2x2 slots: 64x96 pixels are a 4x6 latent grid (2x3 slots)
+        name="qwen_image_21", diffusers_class="QwenImage21Pipeline", size=dict(height=64, width=96),
+        solo=(Req("a red cat sitting on a blue chair", dict(num_inference_steps=3, true_cfg_scale=3.0, seed=11),
+                  negative_prompt="blurry, low quality", id="true-cfg"),  # other text lengths
+              # the default scale (1.0): no CFG, as diffusers
+              Req("a red cat sitting on a blue chair", dict(num_inference_steps=3, seed=11, num_outputs_per_prompt=2),
+                  id="no-cfg-two-outputs")),
+        # different prompts, seeds, steps, true-CFG scales; RoPE puts the image after the text, so only prompts of
+        # one token length share a forward (the batch key): 28 tiny tokens each, the negatives 23
+        # (a CFG request's key holds its negative's length too: the two of each kind arrive one after the other)
+        concurrent=(Req("blue circle", dict(num_inference_steps=8, seed=1)),
+                    Req("green square", dict(num_inference_steps=5, seed=3, num_outputs_per_prompt=2)),
+                    Req("city skyline", dict(num_inference_steps=6, seed=2, true_cfg_scale=4.0), negative_prompt="dark"),
+                    Req("low quality", dict(num_inference_steps=7, seed=4, true_cfg_scale=2.5), negative_prompt="ugly")),
+        http=Req("a red cat on a blue chair", dict(num_inference_steps=3, true_cfg_scale=3.0, seed=3,
+                                                   num_outputs_per_prompt=2), negative_prompt="blurry"),
+    ),
 ]
 
 

@@ -29,6 +29,7 @@ from PIL import Image
 from omnistage.server.decode_limits import json_too_deep
 from omnistage.server.media import encode_image, encode_mp4
 from omnistage.server.realtime.protocol import ProtocolError, parse
+from omnistage.testing.server import serve_app
 from tests.server.conftest import error_of, new_engine
 from tests.server.pipelines import image_pipeline, omni_pipeline
 
@@ -297,6 +298,55 @@ def test_valid_audio_uploads_pass(llm_srv, files):
     r = c.post("/v1/audio/voices", data={"name": "ok1", "text": "hello"},
                files={"audio": ("clip.wav", files["wav"], "audio/wav")})
     assert r.status_code == 200, r.text
+
+
+# --------------------------------------------------------------------------- media fetched by URL
+
+
+@pytest.fixture(scope="module")
+def origin(files):
+    """A loopback HTTP server answering /NAME?type=T with the hostile-file fixture NAME as Content-Type T."""
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    def media(request):
+        return Response(files[request.path_params["name"]], media_type=request.query_params["type"])
+
+    with serve_app(Starlette(routes=[Route("/{name}", media)])) as srv:
+        yield srv.url
+
+
+def url_entries(srv, origin: str, name: str, declared: str):
+    """(field, response) of each entry point taking a URL of file ``name`` served as ``declared``."""
+    from urllib.parse import quote
+
+    c = srv.client()
+    url = f"{origin}/{name}?type={quote(declared)}"
+    kind = {"png": "image_url", "wav": "audio_url", "mp4": "video_url"}[name]
+    yield f"messages[0].content[1].{kind}", chat(srv, {"type": kind, kind: {"url": url}})
+    if kind == "image_url":
+        yield "image_url", c.post("/v1/images/edits", json={"prompt": "x", "size": "32x32", "image_url": url})
+        yield "image_reference", c.post("/v1/videos", json={"prompt": "x", "size": "32x32", "num_frames": 2,
+                                                            "image_reference": url})
+    if kind == "audio_url":
+        yield "ref_audio", c.post("/v1/audio/speech", json={"input": "hi", "ref_audio": url, "ref_text": "hello",
+                                                           "response_format": "pcm"})
+
+
+@pytest.mark.parametrize("name, declared", [("png", "text/html"), ("png", "audio/wav"), ("wav", "image/png"),
+                                            ("wav", "text/plain; charset=utf-8"), ("mp4", "image/gif")])
+def test_a_fetched_url_of_the_wrong_content_type_is_415(llm_srv, decoding_srv, origin, name, declared):
+    for srv in (llm_srv, decoding_srv) if name == "png" else (llm_srv,):  # chat parts decoded by the server too
+        for field, r in url_entries(srv, origin, name, declared):  # the bytes are the valid file: the declared type is refused
+            expect(r, *WRONG_MIME[:1], field, f"declared as {declared.split(';')[0]!r}, which is not")
+
+
+@pytest.mark.parametrize("name, declared", [("png", "image/png"), ("png", "application/octet-stream"),
+                                            ("wav", "audio/wav"), ("mp4", "video/mp4")])
+def test_a_fetched_url_of_its_kind_or_a_generic_type_passes(llm_srv, origin, name, declared):
+    for field, r in url_entries(llm_srv, origin, name, declared):
+        assert r.status_code == 200, (field, r.text)
 
 
 # --------------------------------------------------------------------------- JSON nesting

@@ -17,7 +17,7 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from omnistage.server.errors import APIError
-from omnistage.server.media import MediaLimits, fetch_bytes, load_image
+from omnistage.server.media import MediaLimits, fetch_bytes, fetch_media, load_image
 from omnistage.testing.server import serve_app
 from tests.server.conftest import error_of, new_engine
 from tests.server.pipelines import image_pipeline
@@ -57,6 +57,10 @@ async def _redirect(request: Request) -> Response:
     return RedirectResponse(request.query_params["to"], status_code=302)
 
 
+async def _png_as_text(request: Request) -> Response:
+    return Response(png(), media_type="text/plain")
+
+
 async def _missing(request: Request) -> Response:
     return Response(b"gone", status_code=404)
 
@@ -64,7 +68,8 @@ async def _missing(request: Request) -> Response:
 @pytest.fixture(scope="module")
 def origin():
     app = Starlette(routes=[Route("/img.png", _img), Route("/drip", _drip), Route("/flood", _flood),
-                            Route("/declared", _declared), Route("/redirect", _redirect), Route("/missing", _missing)])
+                            Route("/declared", _declared), Route("/redirect", _redirect), Route("/missing", _missing),
+                            Route("/png-as-text", _png_as_text)])
     with serve_app(app) as srv:
         yield srv.url  # http://127.0.0.1:PORT
 
@@ -89,6 +94,17 @@ async def test_allowlist_admits_listed_hosts_only(origin):
     assert await fetch_bytes(f"{origin}/img.png", "image_url", limits) == png()
     err = await fetch_error(f"{other_host(origin)}/img.png", allowed_media_domains=frozenset({"127.0.0.1"}))
     assert err.status == 400 and err.code == "media_url_not_allowed" and "localhost" in err.message
+
+
+async def test_the_declared_type_comes_with_the_bytes_and_is_checked_when_decoding(origin):
+    limits = MediaLimits(**LIMITS)
+    got = await fetch_media(f"{origin}/img.png", "image_url", limits)  # the response's Content-Type
+    assert (got.data, got.mime) == (png(), "image/png")
+    got = await fetch_media(f"{origin}/redirect?to=/png-as-text", "image_url", limits)  # the last hop's
+    assert got.mime.startswith("text/plain")
+    with pytest.raises(APIError) as e:  # a PNG served as text is refused by the decode-limits module's MIME check
+        await load_image(f"{origin}/redirect?to=/png-as-text", "image_url", limits)
+    assert (e.value.status, e.value.param, e.value.code) == (415, "image_url", "unsupported_media_type")
 
 
 async def test_every_redirect_hop_is_checked_again(origin):

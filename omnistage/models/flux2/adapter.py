@@ -1,4 +1,5 @@
-"""FLUX.2 [klein] (Qwen3 text encoder) for the diffusion engine, text-to-image and reference-image edits.
+"""FLUX.2 [klein] (Qwen3 text encoder) and [dev] (Mistral3, ``Flux2Adapter`` below) for the diffusion engine,
+text-to-image and reference-image edits.
 
 Mirrors ``Flux2KleinPipeline.__call__`` step by step so that one request alone
 reproduces it exactly:
@@ -187,3 +188,28 @@ class Flux2KleinAdapter(DiffusersAdapter):
         mean = vae.bn.running_mean.view(1, -1, 1, 1).to(x.device, x.dtype)
         std = torch.sqrt(vae.bn.running_var.view(1, -1, 1, 1) + vae.config.batch_norm_eps).to(x.device, x.dtype)
         return self.pipe._unpatchify_latents(x * std + mean)
+
+
+class Flux2Adapter(Flux2KleinAdapter):
+    """FLUX.2 [dev] (``Flux2Pipeline``): the [klein] loop with a Mistral3 text encoder (the pipeline's system
+    turn before every prompt, hidden states 10, 20 and 30) and no CFG: ``guidance_scale`` is the distilled
+    guidance embedding, one value per row, so requests of any guidance share a forward."""
+
+    pipeline_class_name = "Flux2Pipeline"
+    separate_cfg_passes = False  # there is no uncond pass
+
+    def validate(self, job: DiffusionJob) -> None:
+        if job.negative_prompt is not None:
+            raise InvalidRequestError("negative_prompt", "FLUX.2 [dev] runs no CFG (guidance_scale is its "
+                                      "distilled guidance embedding), so it has no negative prompt")
+        if job.params.true_cfg_scale is not None:
+            raise InvalidRequestError("true_cfg_scale", "FLUX.2 [dev] has no true CFG; guidance_scale is its "
+                                      "distilled guidance embedding")
+        super().validate(job)
+        job.cfg = False
+
+    def add_conditioning(self, jobs: list[DiffusionJob]) -> None:
+        super().add_conditioning(jobs)
+        for j in jobs:  # float32 whatever the model dtype, as __call__ builds it
+            j.cond["guidance"] = torch.full([j.rows], float(j.params.guidance_scale), device=self.device,
+                                            dtype=torch.float32)

@@ -57,3 +57,61 @@ def build_klein(outdir: Path) -> None:
                               tokenizer=tok, transformer=transformer(text_dim=encoder.config.hidden_size),
                               is_distilled=False)
     pipe.save_pretrained(outdir, safe_serialization=True)
+
+
+# FLUX.2 [dev]'s text encoder is Mistral Small 3.1 behind a Pixtral processor: the tokens its chat template and
+# the pipeline's ``format_input`` use (system turn, user turn, image placeholders)
+MISTRAL_SPECIAL = ["[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[IMG]", "[IMG_BREAK]", "[IMG_END]"]
+# the shape of Mistral Small 3.1's template for the turns Flux2Pipeline sends (content as lists of parts)
+MISTRAL_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}"
+    "{% set text = m['content'] if m['content'] is string else "
+    "m['content'] | selectattr('type', 'equalto', 'text') | map(attribute='text') | join('') %}"
+    "{% if m['role'] == 'system' %}[SYSTEM_PROMPT]{{ text }}[/SYSTEM_PROMPT]"
+    "{% elif m['role'] == 'user' %}[INST]{% if m['content'] is not string %}"
+    "{% for c in m['content'] if c['type'] == 'image' %}[IMG]{% endfor %}{% endif %}{{ text }}[/INST]"
+    "{% else %}{{ text }}{{ eos_token }}{% endif %}{% endfor %}")
+MISTRAL_LAYERS = 30  # the pipeline stacks hidden states 10, 20 and 30
+
+
+def mistral_processor(vocab_size: int = 400):
+    """A PixtralProcessor around a locally trained tokenizer; the corpus includes the pipeline's system message
+    so that it stays a few dozen tokens (it precedes every prompt)."""
+    from diffusers.pipelines.flux2.system_messages import SYSTEM_MESSAGE
+    from transformers import LlamaTokenizer, PixtralImageProcessor, PixtralProcessor
+
+    from omnistage.stages.diffusion.tiny_parts import _CORPUS
+
+    tok = LlamaTokenizer().train_new_from_iterator((_CORPUS + [SYSTEM_MESSAGE]) * 4, vocab_size=vocab_size,
+                                                   new_special_tokens=MISTRAL_SPECIAL)
+    tok.pad_token = tok.unk_token
+    return PixtralProcessor(image_processor=PixtralImageProcessor(patch_size=8), tokenizer=tok, patch_size=8,
+                            chat_template=MISTRAL_TEMPLATE)
+
+
+def mistral_encoder(vocab_size: int, hidden: int = 16):
+    from transformers import Mistral3Config, Mistral3ForConditionalGeneration
+
+    text = dict(model_type="mistral", vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+                num_hidden_layers=MISTRAL_LAYERS, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                max_position_embeddings=1024, sliding_window=None)
+    vision = dict(model_type="pixtral", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                  num_attention_heads=2, head_dim=8, patch_size=8, image_size=64)
+    return Mistral3ForConditionalGeneration(Mistral3Config(text_config=text, vision_config=vision,
+                                                           spatial_merge_size=1)).eval()
+
+
+def build_dev(outdir: Path) -> None:
+    """A Flux2Pipeline folder (FLUX.2 [dev]: Mistral3 text encoder, guidance-distilled: the guidance embedding);
+    sizes are multiples of 16."""
+    import torch
+    from diffusers import FlowMatchEulerDiscreteScheduler, Flux2Pipeline
+
+    torch.manual_seed(0)
+    processor = mistral_processor()
+    encoder = mistral_encoder(len(processor.tokenizer))
+    pipe = Flux2Pipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=vae(), text_encoder=encoder,
+                         tokenizer=processor,
+                         transformer=transformer(text_dim=encoder.config.text_config.hidden_size,
+                                                 guidance_embeds=True))
+    pipe.save_pretrained(outdir, safe_serialization=True)

@@ -156,12 +156,14 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
     # ------------------------------------------------------------- output
 
     def decode(self, jobs: list[DiffusionJob]) -> list[list[np.ndarray]]:
-        vae = self.pipe.vae
-        latents = torch.cat([j.latents for j in jobs]).to(vae.dtype) / vae.config.scaling_factor
-        video = vae.decode(latents, return_dict=False)[0]
-        frames = self.pipe.video_processor.postprocess_video(video, output_type="np")  # [B, T, H, W, 3] in [0, 1]
-        frames = (frames * 255).round().astype(np.uint8)  # the rounding diffusers uses for PIL output
-        return [[np.ascontiguousarray(frames[i])] for i in range(len(jobs))]
+        # one VAE call per video: AutoencoderKLHunyuanVideo15's mid-block attention builds its causal mask as
+        # [B, L, L], which SDPA broadcasts against [B, 1, L, D] heads, so a decode of B > 1 latents fails
+        vae, out = self.pipe.vae, []
+        for j in jobs:
+            video = vae.decode(j.latents.to(vae.dtype) / vae.config.scaling_factor, return_dict=False)[0]
+            frames = self.pipe.video_processor.postprocess_video(video, output_type="np")  # [1, T, H, W, 3] in [0, 1]
+            out.append([np.ascontiguousarray((frames[0] * 255).round().astype(np.uint8))])  # diffusers' PIL rounding
+        return out
 
     def pack_output(self, job: DiffusionJob, decoded: list[np.ndarray]) -> dict[str, Any]:
         return {"video": decoded[0], "fps": job.params.fps or DEFAULT_FPS}

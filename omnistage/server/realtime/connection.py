@@ -30,7 +30,6 @@ from omnistage.server.realtime.protocol import (
     ResponseCancel,
     ResponseCreate,
     SessionUpdate,
-    decode_pcm16,
     parse,
 )
 from omnistage.server.realtime.session import ConversationItem, Session, new_id
@@ -173,8 +172,7 @@ class Connection:
             s.update(event.session, eid)
             await self.send("session.updated", session=s.public())
         elif isinstance(event, AudioAppend):
-            pcm = decode_pcm16(event.audio, "audio", eid)
-            s.append_audio(pcm, eid)
+            pcm = s.append_audio(event.audio, eid)
             if s.vad is not None:
                 for kind, ms in await asyncio.to_thread(s.detect, pcm):
                     await (self._speech_started(ms) if kind == "start" else self._speech_stopped(ms))

@@ -10,15 +10,14 @@ applies them (session.py).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from omnistage.server import decode_limits
 from omnistage.server.decode_limits import MAX_JSON_DEPTH, json_too_deep
-from omnistage.server.errors import describe_validation
+from omnistage.server.errors import APIError, describe_validation
 
 MAX_ID = 64  # OpenAI's limit on client-chosen ids
 
@@ -213,13 +212,9 @@ def parse(frame: str | bytes, max_bytes: int) -> ClientEvent:
         raise ProtocolError(message, param, "invalid_value", event_id) from None
 
 
-def decode_pcm16(data: str, field: str, event_id: str | None) -> bytes:
-    """Base64 PCM16 (strict: no stray characters), a whole number of 16-bit samples."""
+def decode_pcm16(data: str, field: str, event_id: str | None, max_bytes: int) -> bytes:
+    """Base64 PCM16, decoded by the shared decode-limits module (bounded by ``max_bytes`` before decoding)."""
     try:
-        pcm = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
-        raise ProtocolError(f"{field}: not valid base64", field, "invalid_value", event_id) from None
-    if len(pcm) % 2:
-        raise ProtocolError(f"{field}: {len(pcm)} bytes is not a whole number of 16-bit samples", field,
-                            "invalid_value", event_id)
-    return pcm
+        return decode_limits.decode_pcm16(data, field, max_bytes)
+    except APIError as e:
+        raise ProtocolError(e.message, e.param, e.code or "invalid_value", event_id) from None

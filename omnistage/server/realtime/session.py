@@ -10,6 +10,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from omnistage.server.decode_limits import base64_size
+from omnistage.server.media_fetch import MediaLimits
 from omnistage.server.protocol import ChatCompletionRequest, SpeechRequest
 from omnistage.server.realtime.audio import pcm16_to_wav
 from omnistage.server.realtime.bodies import check_extra_body
@@ -88,6 +90,7 @@ class Session:
     buffer_start: int = 0  # the sample of that timeline buffer[0] holds
     turn: tuple[str, int] | None = None  # server VAD: (item id, first sample) of the turn being spoken
     vad_origin: int = 0  # the sample the detector started counting from
+    limits: MediaLimits = field(default_factory=MediaLimits)  # the server's; bounds each decoded audio payload
 
     def __post_init__(self) -> None:
         self.output_modalities = self.output_modalities or (["audio"] if self.info.speaks else ["text"])
@@ -237,14 +240,18 @@ class Session:
 
     # ------------------------------------------------------------------ input audio
 
-    def append_audio(self, pcm: bytes, event_id: str | None) -> None:
+    def append_audio(self, data: str, event_id: str | None) -> bytes:
+        """Decode base64 PCM16 into the input buffer; returns the PCM appended. Both limits (the buffer's room,
+        the server's media bytes) are checked from the base64 length, before decoding."""
         limit = int(self.max_buffer_s * self.input_rate) * 2
-        if len(self.buffer) + len(pcm) > limit:
+        if len(self.buffer) + base64_size(data) > limit:
             raise ProtocolError(f"audio: the input audio buffer would exceed {self.max_buffer_s:g} s "
                                 f"({limit} bytes at {self.input_rate} Hz); commit or clear it first", "audio",
                                 "input_audio_buffer_full", event_id)
+        pcm = decode_pcm16(data, "audio", event_id, self.limits.max_bytes)
         self.buffer += pcm
         self.samples_seen += len(pcm) // 2
+        return pcm
 
     def clear_audio(self) -> None:
         self.buffer_start += len(self.buffer) // 2
@@ -288,7 +295,7 @@ class Session:
             if part.type == "input_audio":
                 if part.audio is None:
                     raise ProtocolError(f"{where}.audio: field required", f"{where}.audio", "invalid_value", event_id)
-                pcm = decode_pcm16(part.audio, f"{where}.audio", event_id)
+                pcm = decode_pcm16(part.audio, f"{where}.audio", event_id, self.limits.max_bytes)
                 if not pcm:
                     raise ProtocolError(f"{where}.audio: empty", f"{where}.audio", "invalid_value", event_id)
                 parts.append(self._audio_part(pcm))

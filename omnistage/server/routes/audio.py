@@ -28,11 +28,11 @@ from omnistage.server.errors import APIError, bad_request, error_responses, from
 from omnistage.server.media import (
     AUDIO_MIME,
     AudioStreamEncoder,
+    Fetched,
     b64,
-    data_url_mime,
     decode_base64,
     encode_audio,
-    fetch_bytes,
+    fetch_media,
     pcm16,
 )
 from omnistage.server.middleware import request_id
@@ -134,11 +134,10 @@ async def _reference_clip(state: ServerState, ref: str) -> tuple[np.ndarray, int
     """``ref_audio`` as a URL (data:, http(s)://, file://) or a bare base64 string -> (samples, rate)."""
     scheme = ref.split(":", 1)[0].lower() if ":" in ref[:16] else ""
     if scheme in ("data", "http", "https", "file"):
-        data = await fetch_bytes(ref, "ref_audio", state.media)
+        got = await fetch_media(ref, "ref_audio", state.media)  # with the type the URL or response declares
     else:
-        data = decode_base64(ref, "ref_audio", state.media)
-    return await asyncio.to_thread(clip_from_bytes, data, "ref_audio", _max_ref_s(state), state.media,
-                                   data_url_mime(ref))
+        got = Fetched(decode_base64(ref, "ref_audio", state.media), None)
+    return await asyncio.to_thread(clip_from_bytes, got.data, "ref_audio", _max_ref_s(state), state.media, got.mime)
 
 
 async def _speaker(state: ServerState, body: SpeechRequest) -> dict[str, Any]:

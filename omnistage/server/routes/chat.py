@@ -25,12 +25,11 @@ from omnistage.server.media import (
     check_image,
     check_video,
     data_url,
-    data_url_mime,
     decode_base64,
     encode_audio,
     encode_image,
     encode_mp4,
-    fetch_bytes,
+    fetch_media,
     load_audio,
     load_image,
     load_video,
@@ -218,10 +217,10 @@ async def _media_part(state: ServerState, part: Any, where: str, out: dict[str, 
         return
     field = f"{where}.{part.type}"
     url = part.url()
-    data = await fetch_bytes(url, field, limits)
+    got = await fetch_media(url, field, limits)
     check = {"image_url": check_image, "audio_url": check_audio}.get(part.type, check_video)
-    await asyncio.to_thread(check, data, field, limits, data_url_mime(url))
-    out[part.type] = {"url": as_data_url(url, data)}
+    await asyncio.to_thread(check, got.data, field, limits, got.mime)  # the declared type too: a 415 if not its kind
+    out[part.type] = {"url": as_data_url(url, got.data)}
 
 
 async def _decoded_prompt(state: ServerState, body: ChatCompletionRequest) -> dict[str, Any]:

@@ -77,7 +77,8 @@ async def realtime(ws: WebSocket, model: str | None = None) -> None:
                                         "(--max-realtime-sessions); try again later", None, "session_limit_reached",
                                         type="server_error"), TRY_AGAIN_LATER)
         return
-    conn = Connection(ws, state, Session(model_info(state), state.options.realtime_max_buffer_s),
+    session = Session(model_info(state), state.options.realtime_max_buffer_s, limits=state.media)
+    conn = Connection(ws, state, session,
                       None if model is None or state.is_base_model(model) else model)
     try:
         await conn.run()

@@ -17,6 +17,7 @@ Lifecycle of one request (engine calls, in order):
            t   = adapter.sampler.timestep(job) for each row
            out = adapter.predict(x, t, cond)                      # one batched forward, t per row
            rows = adapter.sampler.step(guided_out, rows, jobs)    # each job's rows by its own table
+           adapter.after_step(jobs)                               # phased families start a job's next phase
     adapter.decode([jobs])         # batched VAE decode -> per job a list of uint8 arrays
     adapter.pack_output(job, decoded)  # the job's output dict ({"image": decoded} unless overridden)
 
@@ -171,6 +172,13 @@ class DiffusionAdapter(ABC):
         """Why the family cannot run a deploy-time ``feature`` (``"lora"``), or None: checked when the deploy
         config is resolved, so such a config fails at start-up naming the family and the feature."""
         return None
+
+    def after_step(self, jobs: list[DiffusionJob]) -> None:
+        """Called after every step with the jobs it advanced (``job.step`` counts that step). A family whose
+        request runs in phases (Helios: chunks of frames denoised one after another, each conditioned on the
+        ones before and restarting the schedule; its pyramid: resolution stages inside a chunk) starts a job's
+        next phase here: new latents, sampler state and conditioning, and a new ``job.key`` when the phase's
+        latent shape differs (the scheduler then batches the job with the jobs of that key). Nothing by default."""
 
     def collate(self, conds: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         """Several jobs' conditioning dicts (in row order) as one forward's: concatenated per key, the keys of

@@ -140,6 +140,7 @@ def advance(adapter: DiffusionAdapter, jobs: list[DiffusionJob], result: StepRes
     for j, rows in zip(jobs, torch.split(x, [j.rows for j in jobs])):
         j.latents = rows
         j.step += 1
+    adapter.after_step(jobs)
     result.advanced = jobs
     done = [j for j in jobs if j.step >= j.total_steps]
     if not decode:

@@ -100,6 +100,24 @@ async def test_concurrent_requests_share_forwards_and_match_solo(folder, adapter
         await engine.shutdown()
 
 
+async def test_videos_finishing_together_decode(folder, adapter):
+    """Two requests finishing on the same step get their videos (diffusers' VAE fails on a batch of two)."""
+    import asyncio
+
+    engine = await start_engine(PIPELINE, adapter, folder)
+    try:
+        kw = dict(num_inference_steps=2, guidance_scale=1.0, **SMALL)
+        solo = finished_data(await run(engine, "solo", "a red cat", seed=1, **kw))["video"]
+        engine.forward_log.clear()
+        outs = await asyncio.gather(run(engine, "a", "a red cat", seed=1, **kw),
+                                    run(engine, "b", "green square", seed=2, **kw))
+        assert [len(ids) for _, ids in engine.forward_log] == [2, 2]  # admitted together, finished together
+        assert np.array_equal(finished_data(outs[0])["video"], solo)
+        assert finished_data(outs[1])["video"].shape == solo.shape
+    finally:
+        await engine.shutdown()
+
+
 @pytest.mark.parametrize("params,inputs,field", [
     (dict(num_frames=4), {}, "num_frames"),  # 2k+1 here (4k+1 in the release)
     (dict(width=None), {}, "width"),  # one side alone

@@ -116,6 +116,16 @@ def sana(tiny_model) -> Family:
                   dict(height=64, width=96, extra_args={"use_resolution_binning": False}))
 
 
+def flux_like(tiny_model, name: str) -> Family:
+    """Ovis-Image / LongCat-Image: FLUX's block layout (double- then single-stream blocks), separate CFG passes."""
+    from omnistage.models import longcat_image, ovis_image
+
+    pipeline = {"ovis_image": ovis_image.PIPELINE, "longcat_image": longcat_image.PIPELINE}[name]
+    folder = str(tiny_model(name))
+    adapter = pipeline.stages[0].adapter.load(folder, torch.float32, torch.device("cpu"))
+    return Family(pipeline, adapter, folder, dict(height=32, width=48))
+
+
 CASES = {  # family -> (method: teacache where the tiny model has a single block, its builder)
     "wan": ("first_block", lambda tm, tp: wan(tm, tp, "wan")),
     "wan22": ("teacache", lambda tm, tp: wan(tm, tp, "wan22")),
@@ -126,6 +136,8 @@ CASES = {  # family -> (method: teacache where the tiny model has a single block
     "qwen_image": ("first_block", lambda tm, tp: qwen(tm, edit_plus=False)),
     "qwen_image_edit_plus": ("teacache", lambda tm, tp: qwen(tm, edit_plus=True)),
     "sana": ("teacache", lambda tm, tp: sana(tm)),  # PixArt-Σ's block layout (masked text, per-row timestep)
+    "ovis_image": ("teacache", lambda tm, tp: flux_like(tm, "ovis_image")),
+    "longcat_image": ("first_block", lambda tm, tp: flux_like(tm, "longcat_image")),
 }
 
 # (id, prompt, params): CFG and not, an uncached request, different step counts

@@ -91,7 +91,8 @@ class Leader:
         result = StepResult()
         for copy in done.advanced:
             j = front[id(copy)]
-            j.step, j.sampler_state = copy.step, copy.sampler_state
+            # the key too: a phased family (Helios' pyramid) re-keys a job between its phases
+            j.step, j.sampler_state, j.key = copy.step, copy.sampler_state, copy.key
             result.advanced.append(j)
         result.finished = [(front[id(c)], data) for c, data in done.finished]
         result.failed = [(front[id(c)], err) for c, err in done.failed]

@@ -1,0 +1,44 @@
+"""Helios text-to-video: one diffusion stage (UMT5 -> HeliosTransformer3DModel, chunk after chunk on its own
+history -> Wan VAE), and its pyramid variant (resolution stages inside every chunk)."""
+
+from pathlib import Path
+
+from omnistage.models.helios.adapter import CALL_NUM_FRAMES, DEFAULT_FPS, DEFAULT_STEPS, HeliosAdapter, frames_made
+from omnistage.models.helios.pyramid import DEFAULT_STAGE_STEPS, HeliosPyramidAdapter
+from omnistage.models.helios.tiny import build, build_pyramid
+from omnistage.pipeline import Pipeline, StageSpec
+
+DEPLOY = Path(__file__).with_name("deploy.yaml")  # the families' default deployment
+# the frames diffusers' default request (132) makes: whole chunks of 33, trimmed to 4k+1
+DEFAULT_NUM_FRAMES = frames_made(CALL_NUM_FRAMES, 4)
+
+
+def _stage(adapter: type, steps: int) -> StageSpec:
+    # HeliosPipeline.__call__'s defaults (and the pyramid's: 10 steps per stage)
+    return StageSpec(0, kind="diffusion", adapter=adapter, output="video", can_output="video,latent", final=True,
+                     default_params={"num_inference_steps": steps, "num_frames": DEFAULT_NUM_FRAMES,
+                                     "guidance_scale": 5.0, "fps": DEFAULT_FPS})
+
+
+PIPELINE = Pipeline(
+    name="helios",
+    description="Helios text-to-video: UMT5 -> HeliosTransformer3DModel (chunks of 33 frames on multi-term "
+                "history, UniPC) -> AutoencoderKLWan",
+    matches=lambda f: f.diffusers_class == "HeliosPipeline",
+    stages=[_stage(HeliosAdapter, DEFAULT_STEPS)],
+    deploy_file=DEPLOY,
+)
+
+PYRAMID = Pipeline(
+    name="helios_pyramid",
+    description="Helios pyramid text-to-video: as helios, each chunk denoised in resolution stages "
+                "(num_inference_steps per stage)",
+    matches=lambda f: f.diffusers_class == "HeliosPyramidPipeline",
+    stages=[_stage(HeliosPyramidAdapter, DEFAULT_STAGE_STEPS)],
+    deploy_file=DEPLOY,
+)
+
+PIPELINES = [PIPELINE, PYRAMID]
+TINY = {"helios": build, "helios_pyramid": build_pyramid}
+
+__all__ = ["HeliosAdapter", "HeliosPyramidAdapter", "PIPELINE", "PIPELINES", "PYRAMID", "TINY"]

@@ -1,0 +1,27 @@
+"""Qwen-Image-2.1 family: one diffusion stage (Qwen3-VL -> QwenImage21Transformer2DModel, flow matching ->
+AutoencoderKLQwenImage21), text-to-image.
+
+Defaults are ``QwenImage21Pipeline.__call__``'s: 40 steps, 1024x1024, ``true_cfg_scale`` 1 (true CFG only when
+a request sends a scale > 1 and a negative prompt); ``guidance_scale`` is not used by this transformer.
+"""
+
+from pathlib import Path
+
+from omnistage.models.qwen_image_21.adapter import QwenImage21Adapter
+from omnistage.models.qwen_image_21.tiny import build
+from omnistage.pipeline import Pipeline, StageSpec
+
+DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment
+
+PIPELINE = Pipeline(
+    name="qwen_image_21",
+    description="Qwen-Image-2.1: Qwen3-VL -> QwenImage21Transformer2DModel (block-causal, true CFG) -> VAE",
+    matches=lambda f: f.diffusers_class == "QwenImage21Pipeline",
+    stages=[StageSpec(0, kind="diffusion", adapter=QwenImage21Adapter, output="image", can_output="image,latent",
+                      final=True, default_params={"num_inference_steps": 40})],
+    deploy_file=DEPLOY,
+)
+PIPELINES = [PIPELINE]
+TINY = {"qwen_image_21": build}
+
+__all__ = ["PIPELINE", "PIPELINES", "TINY", "QwenImage21Adapter"]

@@ -1,0 +1,104 @@
+"""FLUX.2 [dev] special cases beyond its row in the shared harness (tests/models/image_families.py):
+reference-image edits against diffusers' own ``Flux2Pipeline.__call__`` with the same images (fp32, CPU, same
+seed), the declared defaults, and bad input naming the field. One engine for the module."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+import pytest_asyncio
+import torch
+
+from omnistage import AsyncOmni, InvalidRequestError
+from omnistage.models import flux2
+from omnistage.pipeline import resolve_pipeline
+from omnistage.testing.staggered import generate_final
+from tests.models.flux2.test_flux2_klein import image
+
+ONE_LOOP = pytest.mark.asyncio(loop_scope="module")
+DEPLOY = {"stages": [{"stage_id": 0, "engine_output_type": "image,latent"}]}
+TEXT = dict(max_sequence_length=64)  # the system turn takes ~40 tiny tokens
+
+
+@pytest.fixture(scope="module")
+def folder(tiny_model):
+    return str(tiny_model("flux2"))
+
+
+@pytest.fixture(scope="module")
+def ref(folder):
+    from diffusers import Flux2Pipeline
+
+    pipe = Flux2Pipeline.from_pretrained(folder)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def omni(folder):
+    engine = await AsyncOmni(folder, deploy_config=DEPLOY).start()
+    yield engine
+    await engine.shutdown()
+
+
+def test_resolves_and_defaults_are_the_pipelines(folder):
+    from diffusers import Flux2Pipeline
+
+    assert resolve_pipeline(folder).name == "flux2"
+    sig = inspect.signature(Flux2Pipeline.__call__).parameters
+    assert flux2.DEV.stages[0].default_params == {"num_inference_steps": sig["num_inference_steps"].default,
+                                                  "guidance_scale": sig["guidance_scale"].default}
+    assert flux2.adapter.MAX_SEQUENCE_LENGTH == sig["max_sequence_length"].default
+
+
+@ONE_LOOP
+async def test_two_reference_edit_equals_diffusers_call(omni, ref):
+    """Two references (floored to 16 and cropped) and the output size defaulting to the first one's."""
+    images = [image(80, 64, 1), image(100, 70, 2)]
+    kw = dict(num_inference_steps=2, guidance_scale=3.0, **TEXT)
+    prompt = {"prompt": "make it red", "multi_modal_data": {"image": images}}
+    out = await generate_final(omni, prompt, {**kw, "seed": 5, "output_type": "latent"})
+    pics = await generate_final(omni, prompt, {**kw, "seed": 5})
+    want = ref(image=images, prompt="make it red", generator=torch.Generator().manual_seed(5), output_type="latent",
+               **kw).images
+    assert (out.latents - want).abs().max().item() == 0.0
+    want = ref(image=images, prompt="make it red", generator=torch.Generator().manual_seed(5), **kw).images[0]
+    got = np.asarray(pics.images[0])
+    assert got.shape == (80, 64, 3) and np.array_equal(got, np.asarray(want))
+    # the references condition the result: without them the same request gives another image
+    plain = await generate_final(omni, "make it red", {**kw, "height": 80, "width": 64, "seed": 5,
+                                                       "output_type": "latent"})
+    assert not torch.allclose(plain.latents, out.latents)
+
+
+@ONE_LOOP
+@pytest.mark.parametrize("prompt,params,field", [
+    ({"prompt": "a cat", "negative_prompt": "blurry"}, {}, "negative_prompt"),  # no CFG pass to run it in
+    ("a cat", dict(true_cfg_scale=3.0), "true_cfg_scale"),
+    ("a cat", dict(height=40), "height"),  # not a multiple of 16 (VAE 8 x 2x2 folding)
+    ("a cat", dict(max_sequence_length=600), "max_sequence_length"),
+])
+async def test_bad_input_names_the_field(omni, prompt, params, field):
+    with pytest.raises(InvalidRequestError) as err:
+        await generate_final(omni, prompt, {"height": 32, "width": 32, "num_inference_steps": 1, **params})
+    assert err.value.field == field
+
+
+async def test_deploy_refuses_what_the_family_cannot_run(folder):
+    """At start-up, naming the family and the feature: no step cache (the blocks take shared modulation tuples,
+    no per-row layout declared) and no Ulysses plan; LoRA is accepted (``Flux2Pipeline.lora_state_dict``)."""
+    from omnistage.engine.builder import resolve_deploy
+    from omnistage.pipeline import StageContext
+    from omnistage.stages.diffusion.parallel.launcher import check_supported
+
+    assert resolve_deploy(flux2.DEV, {"stages": [{"stage_id": 0, "enable_lora": True}]}).stage(0).lora_enabled
+    deploy = resolve_deploy(flux2.DEV, {"stages": [{"stage_id": 0, "devices": "0,1",
+                                                    "parallel_config": {"ulysses_degree": 2}}]})
+    ctx = StageContext(flux2.DEV.stages[0], deploy.stage(0), folder, pipeline_name="flux2")
+    with pytest.raises(ValueError, match=r"ulysses_degree: pipeline 'flux2' runs \w+, which has no sequence"):
+        check_supported(ctx)
+    cache = {"cache": {"method": "first_block", "threshold": 0.1}}
+    with pytest.raises(ValueError, match=r"acceleration\.cache: Flux2Adapter exposes no transformer block"):
+        await AsyncOmni(folder, deploy_config={"stages": [{"stage_id": 0, "acceleration": cache}]}).start()
