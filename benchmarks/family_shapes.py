@@ -45,6 +45,17 @@ FAMILIES: dict[str, FamilyBench] = {
         "flux2_klein", "Flux2KleinPipeline", dict(num_layers=4, num_single_layers=4, num_attention_heads=4,
                                                   attention_head_dim=32, axes_dims_rope=[8, 8, 8, 8]),
         dict(guidance_scale=1.0, max_sequence_length=64), "FLUX.2 [klein], distilled usage: no CFG rows"),
+    "flux2": FamilyBench(
+        "flux2", "Flux2Pipeline", dict(num_layers=4, num_single_layers=4, num_attention_heads=4,
+                                      attention_head_dim=32, axes_dims_rope=[8, 8, 8, 8]),
+        dict(guidance_scale=4.0, max_sequence_length=64),
+        "FLUX.2 [dev]: guidance embedding (no CFG rows); the system turn takes ~40 of the 64 text tokens"),
+    "qwen_image_21": FamilyBench(
+        "qwen_image_21", "QwenImage21Pipeline", dict(num_layers=8, num_attention_heads=4, attention_head_dim=32,
+                                                     axes_dims_rope=[8, 12, 12]),
+        dict(true_cfg_scale=1.0), "no true CFG; only prompts of one token length share a forward (RoPE puts the "
+        "image after the text), so the benchmark's 8 prompts of 6 lengths batch in groups; the ideal call pads "
+        "them (diffusers' own batch, which moves the image's positions)"),
     "ltx2": FamilyBench(
         "ltx2", "LTX2Pipeline", dict(num_layers=4, num_attention_heads=4, attention_head_dim=32,
                                      cross_attention_dim=128, audio_num_attention_heads=4,

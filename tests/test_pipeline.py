@@ -63,7 +63,8 @@ def test_pipelines_command_lists_stages():
     import omnistage.models  # noqa: F401 - registers the built-in families (the registry imports none)
     from omnistage.pipeline import registered_pipelines
 
-    assert {"sd3", "flux", "sana", "pixart_sigma", "flux2_klein", "flux2", "qwen_image_21"} <= set(registered_pipelines())
+    names = set(registered_pipelines())
+    assert {"sd3", "flux", "sana", "pixart_sigma", "flux2_klein", "flux2", "qwen_image_21"} <= names
     for p in registered_pipelines().values():
         if p.name.startswith("test_"):
             continue

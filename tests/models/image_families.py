@@ -287,8 +287,10 @@ FAMILIES: list[ImageFamily] = [
         # (a CFG request's key holds its negative's length too: the two of each kind arrive one after the other)
         concurrent=(Req("blue circle", dict(num_inference_steps=8, seed=1)),
                     Req("green square", dict(num_inference_steps=5, seed=3, num_outputs_per_prompt=2)),
-                    Req("city skyline", dict(num_inference_steps=6, seed=2, true_cfg_scale=4.0), negative_prompt="dark"),
-                    Req("low quality", dict(num_inference_steps=7, seed=4, true_cfg_scale=2.5), negative_prompt="ugly")),
+                    Req("city skyline", dict(num_inference_steps=6, seed=2, true_cfg_scale=4.0),
+                        negative_prompt="dark"),
+                    Req("low quality", dict(num_inference_steps=7, seed=4, true_cfg_scale=2.5),
+                        negative_prompt="ugly")),
         http=Req("a red cat on a blue chair", dict(num_inference_steps=3, true_cfg_scale=3.0, seed=3,
                                                    num_outputs_per_prompt=2), negative_prompt="blurry"),
     ),

@@ -1,5 +1,5 @@
 """Qwen-Image-2.1 (Qwen3-VL -> QwenImage21Transformer2DModel -> AutoencoderKLQwenImage21) for the diffusion
-engine, text-to-image.
+engine, text-to-image and edits with condition images (``/v1/images/edits``).
 
 Mirrors ``QwenImage21Pipeline.__call__`` step by step so that one request alone reproduces it:
 
@@ -13,6 +13,10 @@ Mirrors ``QwenImage21Pipeline.__call__`` step by step so that one request alone 
   positions, then the target image's slots);
 - true CFG: ``true_cfg_scale`` > 1 with a negative prompt (diffusers' ``do_true_cfg``), as a second forward
   (its text differs in length), combined ``u + s * (c - u)``;
+- condition images (one or more): each resized to ``output_resolution``\ :sup:`2` px at its aspect ratio (sides
+  multiples of 32) and seen twice, by the text encoder with the prompt (its vision tokens take image slots in the
+  sequence) and by the VAE (mode, normalised), whose tokens fill those slots; the output size defaults to the last
+  image's aspect ratio. The slots' positions depend on the prompt, so they are part of the batch key;
 - the schedule is the pipeline's ``sample_sigmas`` when the folder declares them, else linspace(1, 1/n),
   dynamically shifted for the target's token count;
 - the transformer's prefix KV cache (``use_kv_cache``) is not used: a shared forward holds rows at different
@@ -22,6 +26,7 @@ Mirrors ``QwenImage21Pipeline.__call__`` step by step so that one request alone 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 from typing import Any
 
@@ -33,9 +38,18 @@ from omnistage.stages.diffusion.adapter import DiffusionJob
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 
 TEXT = "encoder_hidden_states"
-GRID = "latent_grid"  # (h, w) of the target's latent tokens per row: the transformer's img_shapes
+GRID = "latent_grid"  # (h, w) per latent grid of a row: the condition images', then the target's (img_shapes)
+SLOTS = "img_mask"  # per row: which text-encoder positions are image slots (condition images' and the target's)
+IMAGES = "image_latents"  # per row: the condition images' packed VAE latents, in order
 DEFAULT_TRUE_CFG = 1.0  # QwenImage21Pipeline.__call__'s default: no CFG unless asked for
 DEFAULT_SIZE = 1024  # __call__'s output_resolution
+MAX_IMAGES = 4  # condition images per request (each costs its area again in the sequence)
+
+
+def fit(area: int, ratio: float) -> tuple[int, int]:
+    """(width, height) of ``area`` pixels at ``ratio``, sides rounded to 32 (the pipeline's calculate_dimensions)."""
+    width = math.sqrt(area * ratio)
+    return round(width / 32) * 32, round(width / ratio / 32) * 32
 
 
 class QwenImage21Adapter(DiffusersAdapter):
@@ -51,14 +65,12 @@ class QwenImage21Adapter(DiffusersAdapter):
     def size_multiple(self) -> int:
         return self.pipe.vae_scale_factor * 2  # VAE factor x the transformer's 2x2 slots
 
-    def default_size(self) -> int:
-        return DEFAULT_SIZE
-
     def validate(self, job: DiffusionJob) -> None:
         p = job.params
-        if job.images:
-            raise InvalidRequestError("multi_modal_data.image", "Qwen-Image-2.1 condition images are not served yet "
-                                      "(text-to-image only)")
+        resolution = job.params.extra_args.get("output_resolution", DEFAULT_SIZE)
+        if isinstance(resolution, bool) or not isinstance(resolution, int) or not 32 <= resolution <= 4096:
+            raise InvalidRequestError("output_resolution", f"expected an integer in 32..4096, got {resolution!r}")
+        job.extra["resolution"] = resolution
         if p.strength is not None:
             raise InvalidRequestError("strength", "not used by Qwen-Image-2.1 (no image-to-image)")
         if p.max_sequence_length is not None:
@@ -69,22 +81,68 @@ class QwenImage21Adapter(DiffusersAdapter):
             # diffusers would quietly skip the negative pass; an explicit scale without one is refused instead
             raise InvalidRequestError("negative_prompt", f"true_cfg_scale={scale} > 1 needs a negative prompt "
                                       "(true CFG runs a second pass on it; \" \" will do)")
+        job.extra["inputs"] = self.condition_images(job) if job.images else []
         self.validate_size(job, f"VAE factor {self.pipe.vae_scale_factor} x 2x2 slots")
         job.cfg = scale > 1 and job.negative_prompt is not None
         job.cfg_scale = scale
         job.rows = p.num_outputs_per_prompt
-        job.extra["text_lengths"] = (self.text_length(job.prompt),
-                                     self.text_length(job.negative_prompt) if job.cfg else None)
+        job.extra["layouts"] = (self.layout(job.prompt, job), self.layout(job.negative_prompt, job) if job.cfg else None)
 
-    def text_length(self, prompt: str) -> int:
-        """The prompt's embedding length: its templated tokens less the system turn (``_get_qwen_prompt_embeds``)."""
+    def default_size(self) -> int:
+        return DEFAULT_SIZE  # (validate_size's fallback; validate sets the request's own first)
+
+    def condition_images(self, job: DiffusionJob) -> list[tuple[Any, int, int]]:
+        """Each condition image as the pipeline prepares it (RGBA, then its fitted size), with that size; the output
+        size defaults to the last image's aspect ratio at ``output_resolution``."""
+        if len(job.images) > MAX_IMAGES:
+            raise InvalidRequestError("multi_modal_data.image", f"{len(job.images)} condition images; at most "
+                                      f"{MAX_IMAGES}")
+        area = job.extra["resolution"] ** 2
+        out = []
+        for image in job.images:
+            image = image if image.mode == "RGBA" else image.convert("RGBA")
+            w, h = fit(area, image.size[0] / image.size[1])
+            if not (w and h):
+                raise InvalidRequestError("multi_modal_data.image", f"a {image.size[0]}x{image.size[1]} image "
+                                          "fits no size at this output_resolution")
+            out.append((image, w, h))
+        w, h = fit(area, job.images[-1].size[0] / job.images[-1].size[1])
+        job.params.height, job.params.width = job.params.height or h, job.params.width or w
+        return out
+
+    def layout(self, prompt: str, job: DiffusionJob) -> tuple[bool, ...]:
+        """Which embedding positions are image slots, as ``_get_qwen_prompt_embeds`` lays the prompt out (the
+        system turn dropped); its length is the text's. RoPE puts the target after it, so it is the batch key."""
         pipe = self.pipe
-        text = pipe.prompt_template_t2i.format(prompt or " ")  # diffusers encodes an empty prompt as " "
-        return len(pipe.processor.tokenizer(text)["input_ids"]) - pipe._drop_idx
+        images = [self.encoder_image(im, w, h) for im, w, h in job.extra["inputs"]]
+        ids = pipe.processor(text=[self.template(prompt, len(images))], images=images or None)["input_ids"][0]
+        return tuple(int(i) == pipe._img_token_id for i in ids[pipe._drop_idx:])
+
+    def template(self, prompt: str, n_images: int) -> str:
+        """The pipeline's chat template with ``n_images`` image placeholders; "" is encoded as " ", as diffusers."""
+        pipe = self.pipe
+        if not n_images:
+            return pipe.prompt_template_t2i.format(prompt or " ")
+        slot = "<image1><|vision_start|><|image_pad|><|vision_end|>"
+        slots = slot + "".join(f" <image{i}><|vision_start|><|image_pad|><|vision_end|>" for i in range(2, n_images + 1))
+        return pipe.prompt_template_ti2i.replace(slot, slots).format(prompt or " ")
+
+    def encoder_image(self, image: Any, width: int, height: int) -> Any:
+        """The text encoder's copy: resized, RGBA composited on white (``_get_qwen_prompt_embeds``)."""
+        from PIL import Image
+
+        image = self.pipe.image_processor.resize(image, width=width, height=height)
+        if image.mode == "RGBA":
+            white = Image.new("RGB", image.size, (255, 255, 255))
+            white.paste(image, mask=image.getchannel("A"))
+            image = white
+        return image
 
     def batch_key(self, job: DiffusionJob) -> Hashable:
-        # one RoPE layout per forward (img_shapes and img_mask of the first row): size and text lengths fixed
-        return ("qwen_image_21", job.height, job.width, job.extra["text_lengths"])
+        # one RoPE layout per forward (img_shapes and img_mask of the first row): the output size, the condition
+        # images' sizes and the prompt's (and the negative's) slot layout fixed
+        sizes = tuple((w, h) for _, w, h in job.extra["inputs"])
+        return ("qwen_image_21", job.height, job.width, sizes, job.extra["layouts"])
 
     def latent_grid(self, job: DiffusionJob) -> tuple[int, int]:
         f = self.pipe.vae_scale_factor
@@ -92,17 +150,22 @@ class QwenImage21Adapter(DiffusersAdapter):
 
     # ------------------------------------------------------------- prompt encoding
 
-    def embed_one(self, prompt: str) -> torch.Tensor:
-        embeds, _, _ = self.pipe._get_qwen_prompt_embeds(prompt, None, self.device)
-        return embeds  # [1, length, dim]: one prompt has no padding (diffusers passes no mask then)
+    def embed_one(self, prompt: str, job: DiffusionJob) -> dict[str, torch.Tensor]:
+        """One prompt (with the request's condition images) alone: no padding, so no mask (as diffusers)."""
+        pipe, f = self.pipe, self.pipe.vae_scale_factor
+        images = [self.encoder_image(im, w, h) for im, w, h in job.extra["inputs"]] or None
+        embeds, _, slots = pipe._get_qwen_prompt_embeds(prompt, images, self.device)
+        grids = [(h // f, w // f) for _, w, h in job.extra["inputs"]] + [(job.height // f, job.width // f)]
+        target = grids[-1][0] * grids[-1][1] // 4  # the target image's slots (append_target_slots)
+        slots = torch.cat([slots, slots.new_ones(1, target)], dim=1)
+        grid = torch.tensor([grids], dtype=torch.long, device=self.device)  # [1, images + 1, 2]
+        return {k: self.repeat_rows(v, job.rows) for k, v in ((TEXT, embeds), (SLOTS, slots), (GRID, grid))}
 
     def encode(self, jobs: list[DiffusionJob]) -> None:
         for j in jobs:
-            grid = torch.tensor([self.latent_grid(j)], dtype=torch.long, device=self.device)
-            j.cond = {TEXT: self.repeat_rows(self.embed_one(j.prompt), j.rows), GRID: grid.expand(j.rows, 2)}
+            j.cond = self.embed_one(j.prompt, j)
             if j.do_cfg:
-                j.uncond = {TEXT: self.repeat_rows(self.embed_one(j.negative_prompt), j.rows),
-                            GRID: grid.expand(j.rows, 2)}
+                j.uncond = self.embed_one(j.negative_prompt, j)
 
     # ------------------------------------------------------------- schedule and latents
 
@@ -122,19 +185,32 @@ class QwenImage21Adapter(DiffusersAdapter):
         h, w = self.latent_grid(job)
         noise = self.noise(job, (job.rows, 1, self.latent_channels, h, w), job.cond[TEXT].dtype)
         job.latents = noise.view(job.rows, self.latent_channels, h * w).transpose(1, 2)  # _pack_latents
+        if job.extra["inputs"]:  # here, not in encode: an image the VAE cannot take fails only its own request
+            tokens = self.image_tokens(job)
+            for cond in (job.cond, job.uncond):
+                if cond is not None:
+                    cond[IMAGES] = tokens
+
+    def image_tokens(self, job: DiffusionJob) -> torch.Tensor:
+        """The condition images' packed VAE latents (mode, normalised), repeated to the job's rows."""
+        vae, processor = self.pipe.vae, self.pipe.image_processor
+        packed = []
+        for image, w, h in job.extra["inputs"]:
+            pixels = processor.preprocess(image, width=w, height=h).unsqueeze(2).to(self.device, vae.dtype)
+            z = vae.encode(pixels).latent_dist.mode()
+            mean, std = self.channel_stats(z)
+            z = (z - mean) / std
+            packed.append(z.view(1, self.latent_channels, -1).transpose(1, 2))
+        return self.repeat_rows(torch.cat(packed, dim=1), job.rows)
 
     # ------------------------------------------------------------- the batched part
 
     def predict(self, x: torch.Tensor, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
         tr = self.pipe.transformer
-        text = cond[TEXT]
-        h, w = (int(v) for v in cond[GRID][0])
-        # the text positions, then one slot per 2x2 target tokens (the pipeline's append_target_slots)
-        img_mask = torch.cat([torch.zeros(x.shape[0], text.shape[1], dtype=torch.bool, device=x.device),
-                              torch.ones(x.shape[0], h * w // 4, dtype=torch.bool, device=x.device)], dim=1)
-        out = tr(hidden_states=x, timestep=t.to(x.dtype) / 1000, encoder_hidden_states=text,
-                 img_shapes=[[(1, h, w)]] * x.shape[0],
-                 img_mask=img_mask, return_dict=False)[0]
+        shapes = [(1, int(h), int(w)) for h, w in cond[GRID][0]]
+        hidden = torch.cat([cond[IMAGES], x], dim=1) if IMAGES in cond else x  # condition images first
+        out = tr(hidden_states=hidden, timestep=t.to(x.dtype) / 1000, encoder_hidden_states=cond[TEXT],
+                 img_shapes=[shapes] * x.shape[0], img_mask=cond[SLOTS], return_dict=False)[0]
         return out[:, -x.shape[1]:]
 
     def decode(self, jobs: list[DiffusionJob]) -> list[list[np.ndarray]]:

@@ -37,7 +37,8 @@ def test_defaults_are_the_pipelines():
     from diffusers import QwenImage21Pipeline
 
     sig = inspect.signature(QwenImage21Pipeline.__call__).parameters
-    assert qwen_image_21.PIPELINE.stages[0].default_params == {"num_inference_steps": sig["num_inference_steps"].default}
+    defaults = qwen_image_21.PIPELINE.stages[0].default_params
+    assert defaults == {"num_inference_steps": sig["num_inference_steps"].default}
     assert qwen_image_21.adapter.DEFAULT_TRUE_CFG == sig["true_cfg_scale"].default
     assert qwen_image_21.adapter.DEFAULT_SIZE == sig["output_resolution"].default
 
