@@ -1,8 +1,10 @@
 """Qwen-Image-2.1 family: one diffusion stage (Qwen3-VL -> QwenImage21Transformer2DModel, flow matching ->
-AutoencoderKLQwenImage21), text-to-image.
+AutoencoderKLQwenImage21): text-to-image, and edits with condition images (``/v1/images/edits``; the output size
+defaults to the last image's aspect ratio).
 
-Defaults are ``QwenImage21Pipeline.__call__``'s: 40 steps, 1024x1024, ``true_cfg_scale`` 1 (true CFG only when
-a request sends a scale > 1 and a negative prompt); ``guidance_scale`` is not used by this transformer.
+Defaults are ``QwenImage21Pipeline.__call__``'s: 40 steps, ``output_resolution`` 1024 (the square default size and
+the area every condition image is resized to; ``extra_body``), ``true_cfg_scale`` 1 (true CFG only when a request
+sends a scale > 1 and a negative prompt); ``guidance_scale`` is not used by this transformer.
 """
 
 from pathlib import Path
@@ -15,10 +17,13 @@ DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deploym
 
 PIPELINE = Pipeline(
     name="qwen_image_21",
-    description="Qwen-Image-2.1: Qwen3-VL -> QwenImage21Transformer2DModel (block-causal, true CFG) -> VAE",
+    description="Qwen-Image-2.1: Qwen3-VL -> QwenImage21Transformer2DModel (block-causal, true CFG; "
+                "condition-image edits) -> VAE",
     matches=lambda f: f.diffusers_class == "QwenImage21Pipeline",
     stages=[StageSpec(0, kind="diffusion", adapter=QwenImage21Adapter, output="image", can_output="image,latent",
                       final=True, default_params={"num_inference_steps": 40})],
+    # output_resolution: the default side length and the area condition images are resized to (default 1024)
+    extra_body_params={"output_resolution": int},
     deploy_file=DEPLOY,
 )
 PIPELINES = [PIPELINE]

@@ -6,22 +6,24 @@ Mirrors ``QwenImage21Pipeline.__call__`` step by step so that one request alone 
 - the Qwen3-VL encoder's last hidden states before its final norm, the system turn dropped, each prompt at its
   own unpadded length (encoded alone, as diffusers encodes one prompt);
 - RoPE places the target image after the text (its frame index is the text length) and the transformer reads
-  one layout for the whole batch, so padding would move it: the batch key fixes the output size and the text
-  lengths (the prompt's, and the negative's when the request runs CFG), counted by the tokenizer in validate;
+  one layout for the whole batch, so padding would move it: the batch key fixes the output size and the
+  layout of the prompt (and of the negative when the request runs CFG): its length and where its image slots
+  are, laid out by the pipeline's processor in validate;
 - latents are 64-channel tokens at the VAE's 16x grid (``[rows, h*w, C]``), drawn as ``[rows, 1, C, h, w]``
   from the request's generator; the transformer folds 2x2 of them per slot itself (``img_mask``: the text
   positions, then the target image's slots);
 - true CFG: ``true_cfg_scale`` > 1 with a negative prompt (diffusers' ``do_true_cfg``), as a second forward
   (its text differs in length), combined ``u + s * (c - u)``;
-- condition images (one or more): each resized to ``output_resolution``\ :sup:`2` px at its aspect ratio (sides
-  multiples of 32) and seen twice, by the text encoder with the prompt (its vision tokens take image slots in the
-  sequence) and by the VAE (mode, normalised), whose tokens fill those slots; the output size defaults to the last
-  image's aspect ratio. The slots' positions depend on the prompt, so they are part of the batch key;
+- condition images (one or more): each resized to ``output_resolution`` squared pixels at its aspect ratio
+  (sides multiples of 32) and seen twice, by the text encoder with the prompt (its vision tokens take image
+  slots in the sequence) and by the VAE (mode, normalised), whose tokens fill those slots; the output size
+  defaults to the last image's aspect ratio;
 - the schedule is the pipeline's ``sample_sigmas`` when the folder declares them, else linspace(1, 1/n),
   dynamically shifted for the target's token count;
 - the transformer's prefix KV cache (``use_kv_cache``) is not used: a shared forward holds rows at different
   steps, so every step recomputes the text keys and values. The text tokens are block-causal and modulated at
-  t = 0, so this is the same function (in fp32 the tiny fixture's outputs are equal either way, see the tests).
+  t = 0, so this is the same function: in fp32 the engine equals diffusers' default (cached) call exactly on
+  the tiny fixture (the harness row and tests/models/qwen_image_21).
 """
 
 from __future__ import annotations
@@ -82,18 +84,31 @@ class QwenImage21Adapter(DiffusersAdapter):
             raise InvalidRequestError("negative_prompt", f"true_cfg_scale={scale} > 1 needs a negative prompt "
                                       "(true CFG runs a second pass on it; \" \" will do)")
         job.extra["inputs"] = self.condition_images(job) if job.images else []
-        self.validate_size(job, f"VAE factor {self.pipe.vae_scale_factor} x 2x2 slots")
+        self.check_size(job)
         job.cfg = scale > 1 and job.negative_prompt is not None
         job.cfg_scale = scale
         job.rows = p.num_outputs_per_prompt
-        job.extra["layouts"] = (self.layout(job.prompt, job), self.layout(job.negative_prompt, job) if job.cfg else None)
+        negative = self.layout(job.negative_prompt, job) if job.cfg else None
+        job.extra["layouts"] = (self.layout(job.prompt, job), negative)
 
-    def default_size(self) -> int:
-        return DEFAULT_SIZE  # (validate_size's fallback; validate sets the request's own first)
+    def check_size(self, job: DiffusionJob) -> None:
+        """The output size: the request's (a multiple of 32), else the last condition image's aspect ratio at
+        ``output_resolution``, else ``output_resolution`` square (floored to 32, as __call__ floors)."""
+        m, res = self.size_multiple(), job.extra["resolution"]
+        if job.images:
+            image = job.images[-1]
+            width, height = fit(res * res, image.size[0] / image.size[1])
+        else:
+            width = height = res // m * m
+        for name, default in (("height", height), ("width", width)):
+            value = getattr(job.params, name) or default
+            if value % m or value <= 0:
+                raise InvalidRequestError(name, f"{value} is not a positive multiple of {m} (VAE factor "
+                                          f"{self.pipe.vae_scale_factor} x 2x2 slots)")
+            setattr(job, name, int(value))
 
     def condition_images(self, job: DiffusionJob) -> list[tuple[Any, int, int]]:
-        """Each condition image as the pipeline prepares it (RGBA, then its fitted size), with that size; the output
-        size defaults to the last image's aspect ratio at ``output_resolution``."""
+        """Each condition image as the pipeline prepares it (RGBA), with its fitted size (width, height)."""
         if len(job.images) > MAX_IMAGES:
             raise InvalidRequestError("multi_modal_data.image", f"{len(job.images)} condition images; at most "
                                       f"{MAX_IMAGES}")
@@ -106,8 +121,6 @@ class QwenImage21Adapter(DiffusersAdapter):
                 raise InvalidRequestError("multi_modal_data.image", f"a {image.size[0]}x{image.size[1]} image "
                                           "fits no size at this output_resolution")
             out.append((image, w, h))
-        w, h = fit(area, job.images[-1].size[0] / job.images[-1].size[1])
-        job.params.height, job.params.width = job.params.height or h, job.params.width or w
         return out
 
     def layout(self, prompt: str, job: DiffusionJob) -> tuple[bool, ...]:
@@ -124,7 +137,8 @@ class QwenImage21Adapter(DiffusersAdapter):
         if not n_images:
             return pipe.prompt_template_t2i.format(prompt or " ")
         slot = "<image1><|vision_start|><|image_pad|><|vision_end|>"
-        slots = slot + "".join(f" <image{i}><|vision_start|><|image_pad|><|vision_end|>" for i in range(2, n_images + 1))
+        slots = slot + "".join(f" <image{i}><|vision_start|><|image_pad|><|vision_end|>"
+                               for i in range(2, n_images + 1))
         return pipe.prompt_template_ti2i.replace(slot, slots).format(prompt or " ")
 
     def encoder_image(self, image: Any, width: int, height: int) -> Any:

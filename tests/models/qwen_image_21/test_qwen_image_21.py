@@ -1,12 +1,14 @@
 """Qwen-Image-2.1 special cases beyond its row in the shared harness (tests/models/image_families.py): the
 declared defaults, prompts of different token lengths in flight together (each its own batch key: RoPE puts
-the image after the text) still equal diffusers' ``QwenImage21Pipeline.__call__``, what the deploy refuses,
+the image after the text) still equal diffusers' ``QwenImage21Pipeline.__call__``, edits with condition images
+against the same call with the same images, what the deploy refuses,
 and bad input naming the field. One engine for the module."""
 
 from __future__ import annotations
 
 import inspect
 
+import numpy as np
 import pytest
 import pytest_asyncio
 import torch
@@ -64,6 +66,41 @@ async def test_different_text_lengths_in_flight_equal_diffusers(omni, folder):
         assert (out.latents - want).abs().max().item() == 0.0
 
 
+@ONE_LOOP
+@pytest.mark.parametrize("sizes,size,cfg", [
+    ([(80, 64)], None, None),  # one image; the output size follows its aspect ratio at output_resolution
+    ([(64, 96), (100, 70)], (64, 96), ("blurry", 3.0)),  # two images, an explicit size, true CFG (its own layout)
+], ids=["one-image", "two-images-cfg"])
+async def test_edit_equals_diffusers_call(omni, folder, sizes, size, cfg):
+    from diffusers import QwenImage21Pipeline
+
+    ref = QwenImage21Pipeline.from_pretrained(folder)
+    ref.set_progress_bar_config(disable=True)
+    images = [image(h, w, i) for i, (h, w) in enumerate(sizes)]
+    kw: dict = dict(num_inference_steps=2)
+    if size:
+        kw.update(height=size[0], width=size[1])
+    if cfg:
+        kw.update(true_cfg_scale=cfg[1])
+    prompt = {"prompt": "make it red", "multi_modal_data": {"image": images}}
+    if cfg:
+        prompt["negative_prompt"] = cfg[0]
+    params = {**kw, "seed": 5, "extra_args": {"output_resolution": 128}}
+    out = await generate_final(omni, prompt, {**params, "output_type": "latent"})
+    pics = await generate_final(omni, prompt, params)
+    call = dict(image=images, prompt="make it red", negative_prompt=cfg[0] if cfg else None, output_resolution=128,
+                **kw)
+    want = ref(generator=torch.Generator().manual_seed(5), output_type="latent", **call).images
+    assert out.latents.shape == want.shape and (out.latents - want).abs().max().item() == 0.0
+    want = np.asarray(ref(generator=torch.Generator().manual_seed(5), **call).images[0])
+    assert np.array_equal(np.asarray(pics.images[0]), want)
+    # the images condition the result: without them the same request gives another image
+    h, w = want.shape[:2]
+    plain = await generate_final(omni, {k: v for k, v in prompt.items() if k != "multi_modal_data"},
+                                 {**params, "height": h, "width": w, "output_type": "latent"})
+    assert not torch.allclose(plain.latents, out.latents)
+
+
 async def test_deploy_refuses_what_the_family_cannot_run(folder):
     """At start-up, naming the family and the feature: no step cache (no per-row block layout declared) and no
     Ulysses plan; LoRA is accepted (``QwenImage21Pipeline.lora_state_dict``)."""
@@ -88,7 +125,9 @@ async def test_deploy_refuses_what_the_family_cannot_run(folder):
     ("a cat", dict(true_cfg_scale=3.0), "negative_prompt"),  # diffusers would skip CFG quietly
     ("a cat", dict(height=48), "height"),  # not a multiple of 32 (VAE 16 x 2x2 slots)
     ("a cat", dict(max_sequence_length=64), "max_sequence_length"),  # the whole prompt is encoded
-    ({"prompt": "a cat", "multi_modal_data": {"image": [image(64, 64, 0)]}}, {}, "multi_modal_data.image"),
+    ({"prompt": "a cat", "multi_modal_data": {"image": [image(64, 64, i) for i in range(5)]}}, {},
+     "multi_modal_data.image"),  # more condition images than served
+    ("a cat", dict(extra_args=dict(output_resolution=0)), "output_resolution"),
 ])
 async def test_bad_input_names_the_field(omni, prompt, params, field):
     with pytest.raises(InvalidRequestError) as err:
