@@ -16,6 +16,10 @@ from starlette.responses import StreamingResponse
 _END = object()
 
 
+class BrokenOff(Exception):
+    """A raw byte stream failed after its response started."""
+
+
 class AbortOnDisconnect(StreamingResponse):
     """The body generator runs in its own asyncio task, fed to the client
     through a one-slot queue. When the client leaves, that task is cancelled
@@ -64,6 +68,8 @@ class AbortOnDisconnect(StreamingResponse):
     async def _send_all(self, queue: asyncio.Queue, send: Any) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         while (item := await queue.get()) is not _END:
+            if isinstance(item, BrokenOff):
+                return  # no end of body: the server closes the connection, the client sees the body incomplete
             if isinstance(item, BaseException):
                 raise item
             chunk = item if isinstance(item, (bytes, memoryview)) else item.encode(self.charset)
@@ -112,11 +118,14 @@ async def with_error_event(gen: AsyncIterator[str], to_error: Any) -> AsyncItera
 
 
 async def end_on_error(gen: AsyncIterator[Any], log: Any) -> AsyncIterator[Any]:
-    """For raw byte streams (no event framing): log a failure and end the stream cleanly."""
+    """For raw byte streams (no event framing): log a failure and break the response off. Ending it the normal
+    way would pass a truncated body (audio cut by a dying stage) off as a complete one; a response with no end
+    of body is one every HTTP client reports as incomplete."""
     try:
         async for item in gen:
             yield item
     except Exception as e:  # noqa: BLE001
         log.error("stream failed: %s: %s", type(e).__name__, e)
+        raise BrokenOff(str(e)) from None
     finally:
         await gen.aclose()

@@ -8,7 +8,8 @@
   torch conv over noise at the requested size / frame count.
 
 Prompts starting with ``block:`` wait for ``GATE`` (admission / disconnect
-tests); ``crash:`` makes the adapter raise (a genuine stage fault).
+tests); ``crash:`` makes the adapter raise (a genuine stage fault); so does the word ``tone-crash``
+reaching ``ToneAdapter`` (a fault after a stream has started).
 """
 
 from __future__ import annotations
@@ -105,6 +106,8 @@ class ToneAdapter:
         out = []
         for item in items:
             words = (item.inputs.get("text") or "").split()
+            if "tone-crash" in words:  # a stage fault mid-stream: the words before it were already spoken
+                raise RuntimeError("simulated stage fault mid-stream")
             t = torch.arange(int(0.05 * SAMPLE_RATE)) / SAMPLE_RATE
             parts = [0.3 * torch.sin(2 * torch.pi * (200 + zlib.crc32(w.encode()) % 600) * t) for w in words]
             out.append({"audio": torch.cat(parts).float(), "sample_rate": SAMPLE_RATE} if parts else {})

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import pytest
 from PIL import Image
 
@@ -179,6 +181,28 @@ def test_stage_fault_is_500_for_that_request_only(srv):
     assert r.status_code == 500 and error_of(r)["code"] == "stage_failed"
     assert c.post("/v1/images/generations", json=IMG).status_code == 200
     assert c.get("/health").status_code == 200
+
+
+@pytest.mark.parametrize("fmt", ["pcm", "wav"])
+def test_raw_audio_stream_cut_by_a_stage_fault_breaks_off(srv, fmt):
+    """A raw audio stream has no event framing: a fault after it started must not end it like a complete one
+    (the client would keep truncated audio as the answer); the response is broken off instead. The same
+    request as SSE ends with an error event; the server stays healthy."""
+    body = {"input": "hello there my good friend tone-crash", "stream": True, "response_format": fmt}
+    got = []
+    with srv.client() as c:
+        with c.stream("POST", "/v1/audio/speech", json=body) as r:
+            assert r.status_code == 200
+            with pytest.raises(httpx.RemoteProtocolError):
+                for chunk in r.iter_bytes():
+                    got.append(chunk)
+        assert got  # audio had been sent before the fault
+        with c.stream("POST", "/v1/audio/speech", json={**body, "stream_format": "sse"}) as r:
+            events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+        assert events[0]["type"] == "speech.audio.delta" and events[-1]["error"]["code"] == "stage_failed"
+        whole = c.post("/v1/audio/speech", json={**body, "input": "hello there", "stream": True})
+        assert whole.status_code == 200 and whole.content  # a good stream still ends normally
+        assert c.get("/health").status_code == 200
 
 
 def test_server_healthy_and_good_requests_complete_among_bad_ones(srv):
