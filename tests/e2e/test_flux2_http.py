@@ -10,7 +10,7 @@ import openai
 import pytest
 import torch
 
-from tests.models.flux2.test_flux2_klein import image
+from tests.stages.diffusion.helpers import noise_image
 
 from .test_flux_http import decode, png, within_one_level
 
@@ -21,7 +21,7 @@ def test_edit_with_two_references_equals_diffusers_call(family_server):
     from diffusers import Flux2KleinPipeline
 
     folder, client = family_server("flux2_klein")
-    refs = [image(80, 64, 1), image(64, 96, 2)]
+    refs = [noise_image(80, 64, 1), noise_image(64, 96, 2)]
     resp = client.images.edit(model="tiny-flux2_klein", image=[(f"{i}.png", png(im), "image/png")
                                                                for i, im in enumerate(refs)],
                               prompt="put them together", size="64x48",
@@ -39,7 +39,7 @@ def test_edit_with_two_references_equals_diffusers_call(family_server):
 def test_small_reference_is_a_400_naming_the_field(family_server):
     _, client = family_server("flux2_klein")
     with pytest.raises(openai.BadRequestError) as err:
-        client.images.edit(model="tiny-flux2_klein", image=("a.png", png(image(32, 32, 0)), "image/png"),
+        client.images.edit(model="tiny-flux2_klein", image=("a.png", png(noise_image(32, 32, 0)), "image/png"),
                            prompt="a cat", size="32x32", extra_body={"num_inference_steps": 1})
     assert err.value.body["param"] == "multi_modal_data.image"
 
@@ -53,7 +53,7 @@ def test_dev_edit_by_image_url_equals_diffusers_call(family_server):
     from diffusers import Flux2Pipeline
 
     folder, client = family_server("flux2")
-    refs = [image(80, 64, 3), image(64, 96, 4)]
+    refs = [noise_image(80, 64, 3), noise_image(64, 96, 4)]
     urls = [f"data:image/png;base64,{base64.b64encode(png(im)).decode()}" for im in refs]
     r = httpx.post(f"{client.base_url}images/edits", timeout=120,
                    json={"model": "tiny-flux2", "prompt": "put them together", "image_url": urls, "size": "48x64",

@@ -12,7 +12,7 @@ import openai
 import pytest
 import torch
 
-from tests.models.longcat_image.test_longcat_image import image
+from tests.stages.diffusion.helpers import noise_image
 
 from .test_flux_http import decode, png, within_one_level
 
@@ -25,7 +25,7 @@ def test_edit_multipart_and_image_url_equal_diffusers_call(family_server):
     from diffusers import LongCatImageEditPipeline
 
     folder, client = family_server("longcat_image_edit")
-    im = image(60, 80, 1)  # 4:3 -> 1184x896 out
+    im = noise_image(60, 80, 1)  # 4:3 -> 1184x896 out
     resp = client.images.edit(model="tiny-longcat_image_edit", image=("a.png", png(im), "image/png"),
                               prompt="make it red", extra_body=BODY)
     url = "data:image/png;base64," + base64.b64encode(png(im)).decode()
@@ -47,6 +47,6 @@ def test_edit_multipart_and_image_url_equal_diffusers_call(family_server):
 def test_size_the_image_does_not_give_is_a_400_naming_the_field(family_server):
     _, client = family_server("longcat_image_edit")
     with pytest.raises(openai.BadRequestError) as err:
-        client.images.edit(model="tiny-longcat_image_edit", image=("a.png", png(image(64, 64, 0)), "image/png"),
+        client.images.edit(model="tiny-longcat_image_edit", image=("a.png", png(noise_image(64, 64, 0)), "image/png"),
                            prompt="a cat", size="512x512", extra_body={"num_inference_steps": 1})
     assert err.value.body["param"] in ("height", "width") and "1024x1024" in err.value.body["message"]

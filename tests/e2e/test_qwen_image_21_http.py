@@ -10,7 +10,7 @@ import openai
 import pytest
 import torch
 
-from tests.models.flux2.test_flux2_klein import image
+from tests.stages.diffusion.helpers import noise_image
 
 from .test_flux_http import decode, png, within_one_level
 
@@ -21,7 +21,7 @@ def test_edit_with_two_images_equals_diffusers_call(family_server):
     from diffusers import QwenImage21Pipeline
 
     folder, client = family_server("qwen_image_21")
-    refs = [image(80, 64, 1), image(64, 96, 2)]
+    refs = [noise_image(80, 64, 1), noise_image(64, 96, 2)]
     resp = client.images.edit(model="tiny-qwen_image_21", image=[(f"{i}.png", png(im), "image/png")
                                                                  for i, im in enumerate(refs)],
                               prompt="put them together", size="96x64",

@@ -15,7 +15,7 @@ from omnistage import AsyncOmni, InvalidRequestError
 from omnistage.models import flux2
 from omnistage.pipeline import resolve_pipeline
 from omnistage.testing.staggered import generate_final
-from tests.models.flux2.test_flux2_klein import image
+from tests.stages.diffusion.helpers import noise_image, reference_pipeline
 
 ONE_LOOP = pytest.mark.asyncio(loop_scope="module")
 DEPLOY = {"stages": [{"stage_id": 0, "engine_output_type": "image,latent"}]}
@@ -29,11 +29,7 @@ def folder(tiny_model):
 
 @pytest.fixture(scope="module")
 def ref(folder):
-    from diffusers import Flux2Pipeline
-
-    pipe = Flux2Pipeline.from_pretrained(folder)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
+    return reference_pipeline("Flux2Pipeline", folder)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -56,7 +52,7 @@ def test_resolves_and_defaults_are_the_pipelines(folder):
 @ONE_LOOP
 async def test_two_reference_edit_equals_diffusers_call(omni, ref):
     """Two references (floored to 16 and cropped) and the output size defaulting to the first one's."""
-    images = [image(80, 64, 1), image(100, 70, 2)]
+    images = [noise_image(80, 64, 1), noise_image(100, 70, 2)]
     kw = dict(num_inference_steps=2, guidance_scale=3.0, **TEXT)
     prompt = {"prompt": "make it red", "multi_modal_data": {"image": images}}
     out = await generate_final(omni, prompt, {**kw, "seed": 5, "output_type": "latent"})

@@ -9,19 +9,15 @@ import inspect
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from omnistage import AsyncOmni, InvalidRequestError
 from omnistage.models import flux2
 from omnistage.pipeline import resolve_pipeline
 from omnistage.testing.staggered import generate_final
 from tests.models.image_families import flux2_unpacked
+from tests.stages.diffusion.helpers import noise_image, reference_pipeline
 
 DEPLOY = {"stages": [{"stage_id": 0, "engine_output_type": "image,latent"}]}
-
-
-def image(h: int, w: int, seed: int) -> Image.Image:
-    return Image.fromarray(np.random.default_rng(seed).integers(0, 255, (h, w, 3), dtype=np.uint8))
 
 
 @pytest.fixture(scope="module")
@@ -31,11 +27,7 @@ def folder(tiny_model):
 
 @pytest.fixture(scope="module")
 def ref(folder):
-    from diffusers import Flux2KleinPipeline
-
-    pipe = Flux2KleinPipeline.from_pretrained(folder)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
+    return reference_pipeline("Flux2KleinPipeline", folder)
 
 
 def test_resolves_and_defaults_are_the_pipelines(folder):
@@ -54,7 +46,7 @@ def test_resolves_and_defaults_are_the_pipelines(folder):
     ([(64, 96), (100, 70)], (48, 64), 1.0),  # two references (floored to 16 and cropped), an explicit size, no CFG
 ], ids=["one-reference", "two-references"])
 async def test_reference_edit_equals_diffusers_call(folder, ref, sizes, size, guidance):
-    images = [image(h, w, i) for i, (h, w) in enumerate(sizes)]
+    images = [noise_image(h, w, i) for i, (h, w) in enumerate(sizes)]
     kw = dict(num_inference_steps=2, guidance_scale=guidance, max_sequence_length=32)
     if size:
         kw.update(height=size[0], width=size[1])
@@ -99,7 +91,7 @@ async def test_negative_prompt_equals_diffusers_negative_embeddings(folder, ref)
 async def test_bad_input_names_the_field(folder, params, images, field):
     prompt: dict = {"prompt": "a cat"}
     if images:
-        prompt["multi_modal_data"] = {"image": [image(64, 64, 0) if images == 1 else image(32, 32, 0)]}
+        prompt["multi_modal_data"] = {"image": [noise_image(64, 64, 0) if images == 1 else noise_image(32, 32, 0)]}
     async with AsyncOmni(folder, deploy_config=DEPLOY) as omni:
         with pytest.raises(InvalidRequestError) as err:
             await generate_final(omni, prompt, {"height": 32, "width": 32, "num_inference_steps": 1, **params})

@@ -17,13 +17,10 @@ from omnistage import AsyncOmni, InvalidRequestError
 from omnistage.models import longcat_image
 from omnistage.pipeline import resolve_pipeline
 from omnistage.testing.staggered import generate_final, solo_then_staggered
+from tests.stages.diffusion.helpers import noise_image, reference_pipeline
 
 ONE_LOOP = pytest.mark.asyncio(loop_scope="module")
 DEPLOY = {"stages": [{"stage_id": 0, "engine_output_type": "image,latent"}]}
-
-
-def image(h: int, w: int, seed: int) -> Image.Image:
-    return Image.fromarray(np.random.default_rng(seed).integers(0, 255, (h, w, 3), dtype=np.uint8))
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +30,7 @@ def folder(tiny_model):
 
 @pytest.fixture(scope="module")
 def ref(folder):
-    from diffusers import LongCatImageEditPipeline
-
-    pipe = LongCatImageEditPipeline.from_pretrained(folder)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
+    return reference_pipeline("LongCatImageEditPipeline", folder)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -71,7 +64,7 @@ def test_resolves_and_defaults_are_the_pipelines(folder, tiny_model):
     ((60, 80), dict(num_inference_steps=2, guidance_scale=1.0, num_outputs_per_prompt=2), None),  # 4:3, no CFG
 ], ids=["square-cfg-negative", "landscape-two-outputs"])
 async def test_edit_equals_diffusers_call(omni, ref, size, kw, negative):
-    im = image(*size, seed=1)
+    im = noise_image(*size, seed=1)
     n = kw.pop("num_outputs_per_prompt", 1)
     params = {**kw, "num_outputs_per_prompt": n, "seed": 5}
     out = await generate_final(omni, edit("make it red", im, negative), {**params, "output_type": "latent"})
@@ -89,9 +82,9 @@ async def test_edit_equals_diffusers_call(omni, ref, size, kw, negative):
 
 @ONE_LOOP
 async def test_concurrent_edits_match_their_solo_results(omni):
-    specs = [(edit("make it red", image(64, 64, 1)), dict(num_inference_steps=5, guidance_scale=4.5, seed=1)),
-             (edit("add a hat", image(64, 64, 2), "blurry"), dict(num_inference_steps=4, guidance_scale=2.0, seed=2)),
-             (edit("make the cat green", image(48, 48, 3)), dict(num_inference_steps=3, guidance_scale=1.0, seed=3,
+    specs = [(edit("make it red", noise_image(64, 64, 1)), dict(num_inference_steps=5, guidance_scale=4.5, seed=1)),
+             (edit("add a hat", noise_image(64, 64, 2), "blurry"), dict(num_inference_steps=4, guidance_scale=2.0, seed=2)),
+             (edit("make the cat green", noise_image(48, 48, 3)), dict(num_inference_steps=3, guidance_scale=1.0, seed=3,
                                                                  num_outputs_per_prompt=2))]
     specs = [(p, {**kw, "output_type": "latent"}) for p, kw in specs]
     solo, together, forwards = await solo_then_staggered(omni, specs)
@@ -132,7 +125,7 @@ async def test_prompt_rewrite_equals_diffusers(tiny_model):
 async def test_bad_edit_input_names_the_field(omni, params, images, field):
     prompt: dict = {"prompt": "a cat"}
     if images:
-        prompt["multi_modal_data"] = {"image": [image(32, 32, i) for i in range(images)]}
+        prompt["multi_modal_data"] = {"image": [noise_image(32, 32, i) for i in range(images)]}
     with pytest.raises(InvalidRequestError) as err:
         await generate_final(omni, prompt, {"num_inference_steps": 1, **params})
     assert err.value.field == field

@@ -17,7 +17,7 @@ from omnistage import AsyncOmni, InvalidRequestError
 from omnistage.models import qwen_image_21
 from omnistage.testing.staggered import generate_final
 
-from ..flux2.test_flux2_klein import image
+from tests.stages.diffusion.helpers import noise_image
 
 ONE_LOOP = pytest.mark.asyncio(loop_scope="module")
 DEPLOY = {"stages": [{"stage_id": 0, "engine_output_type": "image,latent"}]}
@@ -76,7 +76,7 @@ async def test_edit_equals_diffusers_call(omni, folder, sizes, size, cfg):
 
     ref = QwenImage21Pipeline.from_pretrained(folder)
     ref.set_progress_bar_config(disable=True)
-    images = [image(h, w, i) for i, (h, w) in enumerate(sizes)]
+    images = [noise_image(h, w, i) for i, (h, w) in enumerate(sizes)]
     kw: dict = dict(num_inference_steps=2)
     if size:
         kw.update(height=size[0], width=size[1])
@@ -125,7 +125,7 @@ async def test_deploy_refuses_what_the_family_cannot_run(folder):
     ("a cat", dict(true_cfg_scale=3.0), "negative_prompt"),  # diffusers would skip CFG quietly
     ("a cat", dict(height=48), "height"),  # not a multiple of 32 (VAE 16 x 2x2 slots)
     ("a cat", dict(max_sequence_length=64), "max_sequence_length"),  # the whole prompt is encoded
-    ({"prompt": "a cat", "multi_modal_data": {"image": [image(64, 64, i) for i in range(5)]}}, {},
+    ({"prompt": "a cat", "multi_modal_data": {"image": [noise_image(64, 64, i) for i in range(5)]}}, {},
      "multi_modal_data.image"),  # more condition images than served
     ("a cat", dict(extra_args=dict(output_resolution=0)), "output_resolution"),
 ])
