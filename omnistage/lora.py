@@ -103,9 +103,9 @@ class LoraAdapters:
             return ("no stage takes LoRA adapters; enable them on the pipeline's LoRA stage(s) "
                     f"{lora_stages(self.engine.pipeline)} (enable_lora / --enable-lora)")
         for sid in self.stage_ids:
-            sd = self.engine.deploy.stage(sid)
-            if sd.process_mode not in (None, "inline"):
-                return f"stage {sid} runs in process mode {sd.process_mode!r}; runtime LoRA updates need 'inline'"
+            mode = self.engine.deploy.stage_process(sid)
+            if mode not in (None, "inline"):
+                return f"stage {sid} runs in process mode {mode!r}; runtime LoRA updates need 'inline'"
         return None
 
     def get(self, name: str | None) -> LoraModule | None:

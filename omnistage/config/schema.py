@@ -293,3 +293,11 @@ class DeployConfig(_Strict):
 
     def stage(self, stage_id: int) -> StageDeployConfig | None:
         return next((s for s in self.stages if s.stage_id == stage_id), None)
+
+    def stage_process(self, stage_id: int) -> str | None:
+        """Where the stage runs: its own ``process`` if set, else a Ray actor under the ``ray`` backend, else
+        None (the engine kind's default, inline). Family deploy files leave ``process`` unset so the backend
+        flag reaches their stages."""
+        sd = self.stage(stage_id)
+        own = sd.process_mode if sd else None
+        return own or ("ray" if self.distributed_executor_backend == "ray" else None)

@@ -114,8 +114,9 @@ async def start_orchestrator(pipeline: Pipeline, deploy: DeployConfig, model: st
     try:
         for spec in pipeline.stages:
             sd = deploy.stage(spec.stage_id) or StageDeployConfig(stage_id=spec.stage_id)
-            if deploy.distributed_executor_backend == "ray" and sd.process_mode is None:
-                sd = sd.model_copy(update={"process": "ray"})  # every stage a Ray actor unless it says otherwise
+            mode = deploy.stage_process(spec.stage_id)
+            if mode != sd.process_mode:  # the ray backend reaches every stage that does not say where it runs
+                sd = sd.model_copy(update={"process": mode})
             replicas = []
             for idx, devices in enumerate(sd.replica_devices()):
                 ctx = StageContext(spec=spec, deploy=sd, model=sd.model or model, replica=idx, devices=devices,

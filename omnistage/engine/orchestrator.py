@@ -20,7 +20,7 @@ from typing import Any, AsyncIterator
 from omnistage.config.schema import DeployConfig
 from omnistage.engine.request import OmniRequest
 from omnistage.engine.stage_client import StageClient
-from omnistage.errors import InvalidRequestError, StageFailedError
+from omnistage.errors import InvalidRequestError, StageFailedError, StageUnavailableError
 from omnistage.modality import OutputAccumulator, OutputModality, normalize_keys
 from omnistage.outputs import OmniRequestOutput, delta_output, final_output
 from omnistage.pipeline import Edge, Pipeline, StageSpec
@@ -300,6 +300,8 @@ class Orchestrator:
             raise
         except InvalidRequestError as e:  # the edge found the request itself at fault (a 400, not a fault)
             run.events.put_nowait((sid, e.within(f"edge {edge.source}->{sid}: ")))
+        except StageUnavailableError as e:  # the downstream stage died under the feed: retryable (503)
+            run.events.put_nowait((sid, e))
         except Exception as e:
             logger.exception("edge %s->%s failed for %s", edge.source, sid, rid)
             run.events.put_nowait((sid, StageFailedError(f"edge {edge.source}->{sid} failed: {type(e).__name__}: {e}")))

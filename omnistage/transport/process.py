@@ -15,6 +15,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
+from omnistage.errors import StageUnavailableError
 from omnistage.pipeline import StageContext
 from omnistage.stages.base import StageRequest
 from omnistage.transport.codec import Codec
@@ -34,6 +35,7 @@ from omnistage.transport.worker import run_worker
 
 START_TIMEOUT_S = 600.0
 WATCH_INTERVAL_S = 0.2
+SEND_CHECK_S = 0.2  # how often a blocked send looks whether its child is still alive
 
 
 class ProcessStageEngine(RemoteStageEngine):
@@ -94,7 +96,22 @@ class ProcessStageEngine(RemoteStageEngine):
         return f"exit code {self._proc.exitcode}"
 
     async def _send(self, msg: Any) -> None:
-        await self._cmd.send(self._codec.encode(msg))
+        """Send a command to the child. A PUSH whose peer has just died blocks until a new peer connects
+        (never, on this socket), and the watcher may not have seen the death yet: so the send waits only while
+        the child lives, and a dead child is this request's StageUnavailableError (503), not a hang."""
+        sock, proc = self._cmd, self._proc
+        if sock is None or proc is None:
+            raise StageUnavailableError(f"stage {self.stage_id} process is not running")
+        send = asyncio.ensure_future(sock.send(self._codec.encode(msg)))
+        try:
+            while not send.done():
+                await asyncio.wait({send}, timeout=SEND_CHECK_S)
+                if not send.done() and not proc.is_alive():
+                    raise StageUnavailableError(f"stage {self.stage_id} process died (exit code {proc.exitcode})")
+            if send.cancelled() or send.exception() is not None:  # the socket was closed under it (restart)
+                raise StageUnavailableError(f"stage {self.stage_id} process is restarting")
+        finally:
+            send.cancel()  # no-op once sent; otherwise the message must not reach a later peer
 
     async def _submit(self, req: StageRequest) -> None:
         await self._send(Generate(req))
@@ -110,7 +127,7 @@ class ProcessStageEngine(RemoteStageEngine):
         if proc is not None and proc.is_alive():
             try:
                 await asyncio.wait_for(self._send(Shutdown()), 1.0)
-            except (asyncio.TimeoutError, zmq.ZMQError):
+            except (asyncio.TimeoutError, zmq.ZMQError, StageUnavailableError):
                 pass
             for stop in (None, proc.terminate, proc.kill):  # ask, then insist
                 if stop is not None:

@@ -144,7 +144,10 @@ class RemoteStageEngine(ABC):
         finally:
             self._queues.pop(req.request_id, None)
             if not finished and not self._dead and not self._closing:
-                await self._send_abort(req.request_id)  # closed early by the consumer: free the remote's slot
+                try:
+                    await self._send_abort(req.request_id)  # closed early by the consumer: free the remote's slot
+                except StageUnavailableError:
+                    pass  # the remote died meanwhile: there is no slot left to free
 
     async def feed(self, request_id: str, chunk: dict[str, Any], last: bool) -> None:
         if not self._dead:

@@ -62,6 +62,22 @@ async def test_dying_child_fails_in_flight_requests_and_is_restarted():
         assert out.finished and len(out.token_ids) == 3
 
 
+async def test_a_request_sent_to_a_child_that_just_died_ends_before_the_watcher_sees_it(monkeypatch):
+    """The chaos run's one hang: a request submitted in the moment between the child's death and the watcher
+    noticing it blocked forever in the send (a PUSH with no peer waits for one). The watcher is made slow here
+    so that moment lasts; the request must still end at once as a retryable 503."""
+    from omnistage.errors import StageUnavailableError
+    from omnistage.transport import process
+
+    monkeypatch.setattr(process, "WATCH_INTERVAL_S", 30.0)
+    async with AsyncOmni(pipeline=tp.chain(process="mp")) as engine:
+        await final_output(engine.generate("warm"))
+        os.kill(_children()[0].pid, signal.SIGKILL)
+        await asyncio.sleep(0.5)  # dead, and its socket gone; the watcher sleeps on
+        with pytest.raises(StageUnavailableError, match="process died"):
+            await asyncio.wait_for(final_output(engine.generate("after")), 10)
+
+
 async def test_start_failure_shuts_down_started_stages():
     p = Pipeline("test_bad_start", [
         StageSpec(0, kind="generation", adapter=tp.TextEmbedAdapter, output="latent", deploy_defaults={"process": "mp"}),
