@@ -3,7 +3,7 @@ venv that ``setup.sh`` builds, not in omnistage's).
 
     HF_HUB_OFFLINE=1 /work/refvenv/qwen3_tts/bin/python make_tiny.py OUT [SEED=4]
 
-Writes OUT/{custom_voice,voice_design,base}/ in the released repos' layout (config.json,
+Writes OUT/{custom_voice,voice_design,base,custom_voice_0b6}/ in the released repos' layout (config.json,
 generation_config.json, model.safetensors, preprocessor_config.json, tokenizer_config.json, vocab.json,
 merges.txt, speech_tokenizer/{config.json, configuration.json, model.safetensors,
 preprocessor_config.json}). The three share the talker, code predictor and speech tokenizer weights;
@@ -14,7 +14,7 @@ the classes that define the weight layout exist only in qwen-tts (transformers 4
 way to know the weights the reference ran with is to keep the very files it loaded (under 1 MB each).
 
 Shapes: real layouts in miniature (1.7B-style: code-predictor hidden != talker hidden, so
-``small_to_mtp_projection`` is a real Linear); 4 code groups of 64 codes (real: 16 of 2048), codec
+``small_to_mtp_projection`` is a real Linear; ``custom_voice_0b6`` is the 0.6B style, equal widths, Identity); 4 code groups of 64 codes (real: 16 of 2048), codec
 control ids placed where the release puts them relative to the codebook. Weights are O(1)-scale
 seeded normals (not the package's tiny init) so logits are far from ties: with seed 4 every greedy
 step's top-1/top-2 margin is >= 1e-3.
@@ -41,6 +41,9 @@ CODES = 64  # codebook size
 GROUPS = 4  # code groups per frame
 VOCAB = CODES + 1024  # the talker's vocabulary: codes, then 1024 control ids (all but EOS suppressed)
 HIDDEN, CP_HIDDEN, TEXT_HIDDEN = 32, 24, 24
+# folder -> (tts_model_type, tts_model_size); the 0.6B layout last, so the others' seeded weights are unchanged
+KINDS = {"custom_voice": ("custom_voice", "1b7"), "voice_design": ("voice_design", "1b7"), "base": ("base", "1b7"),
+         "custom_voice_0b6": ("custom_voice", "0b6")}
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|tts_pad|>", "<|tts_text_bos|>", "<|tts_text_eod|>"]
 SPEAKERS = {"vivian": 1017, "ryan": 1013, "dylan": 830}  # offsets from CODES
 DIALECTS = {"vivian": False, "ryan": False, "dylan": "beijing_dialect"}
@@ -121,7 +124,7 @@ def randomize(module, seed):
     return module
 
 
-def talker_config(text_vocab):
+def talker_config(text_vocab, cp_hidden):
     ids = {k: CODES + v for k, v in {"codec_pad_id": 100, "codec_bos_id": 101, "codec_eos_token_id": 102,
                                      "codec_think_id": 106, "codec_nothink_id": 107, "codec_think_bos_id": 108,
                                      "codec_think_eos_id": 109}.items()}
@@ -133,7 +136,7 @@ def talker_config(text_vocab):
         num_code_groups=GROUPS, text_hidden_size=TEXT_HIDDEN, text_vocab_size=text_vocab,
         codec_language_id={k: CODES + v for k, v in LANGUAGES.items()}, **ids,
         code_predictor_config=dict(
-            vocab_size=CODES, hidden_size=CP_HIDDEN, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+            vocab_size=CODES, hidden_size=cp_hidden, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, head_dim=8, hidden_act="silu", max_position_embeddings=65536, rms_norm_eps=1e-6,
             rope_theta=10000, num_code_groups=GROUPS))
 
@@ -181,10 +184,11 @@ def main(out, seed):
     st = speech_tokenizer(seed + 1)
     fe = EncodecFeatureExtractor(feature_size=1, sampling_rate=24000, padding_value=0.0, chunk_length_s=None,
                                  overlap=None, padding_side="right", return_attention_mask=True)
-    for kind in ("custom_voice", "voice_design", "base"):
-        d = os.path.join(out, kind)
+    for folder, (kind, size) in KINDS.items():
+        d = os.path.join(out, folder)
         shutil.rmtree(d, ignore_errors=True)
-        tc = talker_config(text_vocab)
+        # the 1.7B code predictor is narrower than its talker (a real projection), the 0.6B one is not (Identity)
+        tc = talker_config(text_vocab, CP_HIDDEN if size == "1b7" else HIDDEN)
         presets = kind == "custom_voice"
         tc.update(spk_id={k: CODES + v for k, v in SPEAKERS.items()} if presets else {},
                   spk_is_dialect=DIALECTS if presets else {})
@@ -194,7 +198,7 @@ def main(out, seed):
                                         enc_kernel_sizes=[5, 3, 3, 3, 1], enc_dilations=[1, 2, 3, 4, 1],
                                         enc_attention_channels=8, enc_res2net_scale=4, enc_se_channels=8,
                                         sample_rate=24000),
-            tokenizer_type="qwen3_tts_tokenizer_12hz", tts_model_size="1b7", tts_model_type=kind,
+            tokenizer_type="qwen3_tts_tokenizer_12hz", tts_model_size=size, tts_model_type=kind,
             im_start_token_id=special["<|im_start|>"], im_end_token_id=special["<|im_end|>"],
             tts_pad_token_id=special["<|tts_pad|>"], tts_bos_token_id=special["<|tts_text_bos|>"],
             tts_eos_token_id=special["<|tts_text_eod|>"], architectures=["Qwen3TTSForConditionalGeneration"])

@@ -36,6 +36,8 @@ CASES = [  # (name, kind, method, arguments)
      dict(text="Hello world.", instruct="A calm, deep male voice.", language="English")),
     ("vc_icl", "base", "generate_voice_clone", dict(text="Hello world.", language="English", ref_text=REF_TEXT)),
     ("vc_xvec", "base", "generate_voice_clone", dict(text="Hello world.", language="English", x_vector_only_mode=True)),
+    ("cv06_vivian", "custom_voice_0b6", "generate_custom_voice",
+     dict(text="Hello world.", speaker="Vivian", language="English")),
 ]
 
 

@@ -4,7 +4,7 @@
 #
 #   scripts/reference/qwen3_tts/setup.sh [VENV=/work/refvenv/qwen3_tts] [WORK=/work/refvenv/qwen3_tts_work]
 #
-# Writes WORK/tiny/{custom_voice,voice_design,base}/ and tests/models/qwen3_tts/golden/*.npz (+ the tiny
+# Writes WORK/tiny/{custom_voice,voice_design,base,custom_voice_0b6}/ and tests/models/qwen3_tts/golden/*.npz (+ the tiny
 # checkpoints the tests load, see make_tiny.py).  About 5 min on 2 cores; the venv is several GB.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

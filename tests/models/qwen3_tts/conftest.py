@@ -1,9 +1,12 @@
 """Shared by the qwen3_tts tests: the tiny checkpoints and the goldens of the reference package.
 
 Both come from ``qwen-tts`` 0.1.1 in its own environment: ``scripts/reference/qwen3_tts/setup.sh`` builds
-the venv, the tiny CustomVoice / VoiceDesign / Base checkpoints (``tiny/``, committed: see make_tiny.py
-for why) and the goldens (``golden/``: per case the greedy codes [frames, G], the waveform, the text ids).
-Regenerate with ``scripts/reference/qwen3_tts/setup.sh`` (about 5 min; the venv lives outside the repo).
+the venv, the tiny CustomVoice / VoiceDesign / Base checkpoints (1.7B layout) and a 0.6B-layout CustomVoice
+(``tiny/``, committed: see make_tiny.py for why) and the goldens (``golden/``: per case the greedy codes
+[frames, G], the waveform, the text ids). Regenerate with ``scripts/reference/qwen3_tts/setup.sh`` (about
+5 min; the venv lives outside the repo). A rerun on another machine (2026-12-02, when the 0.6B case was
+added) rebuilt the 1.7B checkpoints byte for byte and their goldens with identical codes and waveforms within
+3.6e-6 (CPU kernel rounding); the committed ones were kept.
 """
 
 from __future__ import annotations
@@ -53,4 +56,4 @@ def names(kind: str) -> list[str]:
 
 @pytest.fixture(scope="session")
 def tiny():
-    return {kind: TINY / kind for kind in ("custom_voice", "voice_design", "base")}
+    return {kind: TINY / kind for kind in ("custom_voice", "voice_design", "base", "custom_voice_0b6")}

@@ -59,7 +59,7 @@ def test_tiny_folders_resolve_with_their_voices(tiny):
     assert checkpoint_defaults(tiny["base"])["temperature"] == 0.9  # the released generation_config.json
 
 
-@pytest.mark.parametrize("kind", ["custom_voice", "voice_design", "base"])
+@pytest.mark.parametrize("kind", ["custom_voice", "voice_design", "base", "custom_voice_0b6"])
 def test_greedy_codes_equal_the_reference_solo_and_batched(tiny, kind):
     cases = names(kind)
     solo, _ = run_talker(tiny[kind], [(n, prompt_of(n), GREEDY) for n in cases])  # one engine, all at once
@@ -133,6 +133,7 @@ def context_for(tiny) -> StageContext:
     ("custom_voice", {"ref_audio": (REF_CLIP, 24000), "ref_text": "x"}, "ref_audio"),
     ("custom_voice", {"ref_text": "no clip"}, "ref_text"),
     ("voice_design", {"voice": "vivian"}, "voice"),
+    ("custom_voice_0b6", {"voice": "vivian", "instructions": "loud"}, "instructions"),  # qwen-tts drops it silently
     ("base", {}, "ref_audio"),
     ("base", {"ref_audio": (REF_CLIP, 24000)}, "ref_text"),
     ("base", {"ref_audio": ([], 24000), "ref_text": "x"}, "ref_audio"),

@@ -23,7 +23,7 @@ SAME = 1e-5  # streamed vs whole, both ours
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def engines():
-    out = {kind: AsyncOmni(str(TINY / kind)) for kind in ("custom_voice", "voice_design", "base")}
+    out = {kind: AsyncOmni(str(TINY / kind)) for kind in ("custom_voice", "voice_design", "base", "custom_voice_0b6")}
     for e in out.values():
         await e.start()
     yield out
