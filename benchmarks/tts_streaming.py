@@ -12,8 +12,14 @@ streamed TTFP at the highest concurrency / at 1 <= 2) and how far the streamed
 audio is from the whole decode (float rounding for a causal codec such as
 Mimi; an approximation for a non-causal one such as XCodec2).
 
-    python benchmarks/tts_streaming.py [--family codec_tts|llasa|csm|qwen3_tts | --model DIR] [--rounds 5]
-        [--chunk-frames 8] [--initial-chunk-frames N] [--frames 200] [--concurrency 1 8]
+VibeVoice is one stage (its LM step decodes its own frame: there is no codec stage to stream to, and
+async chunk is refused for a one-stage pipeline), so it is served once: "streamed" is the first audio
+delta (one per frame), "whole" is the complete answer of the same request (what a non-streamed request
+waits for), and streamed vs whole compares the concatenated deltas with the final audio. ``--frames``
+caps its LM steps (``max_tokens``; the tiny model also ends itself), 7 by default.
+
+    python benchmarks/tts_streaming.py [--family codec_tts|llasa|csm|qwen3_tts|vibevoice | --model DIR]
+        [--rounds 5] [--chunk-frames 8] [--initial-chunk-frames N] [--frames 200] [--concurrency 1 8]
 
 Without --model the tiny fixture of --family is built (tiny LM and codec:
 the ratios show the pipeline's scheduling, not a real model's compute).
@@ -42,22 +48,30 @@ TEXTS = ["hello world", "good morning, how are you today?", "the quick brown fox
          "i am fine, thank you."]
 
 
-async def one(engine, text: str, lm: dict, codec: dict) -> dict:
+async def one(engine, text: str, params: list[dict]) -> dict:
     t0 = time.perf_counter()
     first = None
     audio = None
-    async for out in engine.generate(text, sampling_params_list=[lm, codec]):
-        if first is None and out.delta.get("audio") is not None:
-            first = time.perf_counter()
+    deltas = []
+    async for out in engine.generate(text, sampling_params_list=params):
+        if not out.finished and out.delta.get("audio") is not None:
+            first = first or time.perf_counter()
+            deltas.append(out.delta["audio"])
         if out.finished:
             audio = out
     end = time.perf_counter()
     seconds = len(audio.audio) / audio.sample_rate
-    return {"ttfp": first - t0, "e2e": end - t0, "audio_s": seconds, "rtf": (end - t0) / seconds, "audio": audio.audio}
+    return {"ttfp": first - t0, "e2e": end - t0, "audio_s": seconds, "rtf": (end - t0) / seconds, "audio": audio.audio,
+            "deltas": deltas}
 
 
-async def batch(engine, n: int, lm: dict, codec: dict) -> list[dict]:
-    return await asyncio.gather(*(one(engine, TEXTS[i % len(TEXTS)], lm, codec) for i in range(n)))
+async def batch(engine, n: int, params: list[dict]) -> list[dict]:
+    return await asyncio.gather(*(one(engine, TEXTS[i % len(TEXTS)], params) for i in range(n)))
+
+
+def as_whole(rows: list[dict]) -> list[dict]:
+    """A one-stage pipeline's requests as a non-streamed client sees them: the first audio is the whole answer."""
+    return [{**r, "ttfp": r["e2e"], "audio": r["audio"]} for r in rows]
 
 
 def median(rows: list[dict], key: str) -> float:
@@ -78,11 +92,19 @@ async def main(args: argparse.Namespace) -> dict:
         from omnistage.testing.tiny import build
 
         model = str(build(args.family, tempfile.mkdtemp(prefix=f"omnistage-bench-{args.family}-")))
+    from omnistage.models.vibevoice.config import is_vibevoice
+
+    one_stage = is_vibevoice(Path(model))
+    if args.frames is None:
+        args.frames = 7 if one_stage else 200
     engine_args = {"max_model_len": 8 * args.frames + 128, "dtype": "float32", "max_num_seqs": 8}
-    modes = {
-        "streamed": AsyncOmni(model, deploy_config={"async_chunk": True}, **engine_args),
-        "whole": AsyncOmni(model, deploy_config={"async_chunk": False}, **engine_args),
-    }
+    if one_stage:  # one engine: streamed and whole are the same requests (see the docstring)
+        modes = {"streamed": AsyncOmni(model, **engine_args)}
+    else:
+        modes = {
+            "streamed": AsyncOmni(model, deploy_config={"async_chunk": True}, **engine_args),
+            "whole": AsyncOmni(model, deploy_config={"async_chunk": False}, **engine_args),
+        }
     for engine in modes.values():
         await engine.start()
     from omnistage.models.codec_tts.config import load_tts_config
@@ -93,7 +115,9 @@ async def main(args: argparse.Namespace) -> dict:
 
     csm = is_csm(Path(model))
     qwen3_tts = is_qwen3_tts(Path(model))
-    if csm:  # CSM's backbone stage counts frames (K codes each) and takes no repetition penalty / min_tokens
+    if one_stage:  # VibeVoice: LM steps (the speech token's make frames); tokens are argmax, the seed sets the noise
+        lm = {"max_tokens": args.frames, "seed": 0}
+    elif csm:  # CSM's backbone stage counts frames (K codes each) and takes no repetition penalty / min_tokens
         lm = {"temperature": 0, "max_tokens": args.frames}
     elif qwen3_tts:  # the talker counts tokens: N make N - 1 frames
         lm = {"temperature": 0, "repetition_penalty": 1.0, "max_tokens": args.frames + 1, "min_tokens": args.frames + 1}
@@ -103,20 +127,27 @@ async def main(args: argparse.Namespace) -> dict:
     codec = {"chunk_frames": args.chunk_frames}
     if args.initial_chunk_frames is not None:
         codec["initial_codec_chunk_frames"] = args.initial_chunk_frames
-    rows: dict[str, dict[int, list[dict]]] = {m: {c: [] for c in args.concurrency} for m in modes}
+    params = [lm] if one_stage else [lm, codec]
+    rows: dict[str, dict[int, list[dict]]] = {m: {c: [] for c in args.concurrency} for m in ("streamed", "whole")}
     max_diff, diff_sq, signal_sq = 0.0, 0.0, 0.0
+    frames_seen: list[int] = []
     try:
         for name, engine in modes.items():  # warm-up (first-request costs) outside the measurement
-            await batch(engine, 1, lm, codec)
+            await batch(engine, 1, params)
         for r in range(args.rounds):
             order = list(modes) if r % 2 == 0 else list(reversed(modes))
             for c in args.concurrency:
                 got = {}
                 for name in order:
-                    got[name] = await batch(modes[name], c, lm, codec)
+                    got[name] = await batch(modes[name], c, params)
                     rows[name][c].extend(got[name])
+                if one_stage:
+                    got["whole"] = as_whole(got["streamed"])
+                    rows["whole"][c].extend(got["whole"])
+                    frames_seen.extend(len(x["deltas"]) for x in got["streamed"])
                 for a, b in zip(got["streamed"], got["whole"]):  # same text, greedy: the same codes
-                    diff = np.asarray(a["audio"], np.float64) - np.asarray(b["audio"], np.float64)
+                    streamed = np.concatenate(a["deltas"]) if one_stage else a["audio"]
+                    diff = np.asarray(streamed, np.float64) - np.asarray(b["audio"], np.float64)
                     max_diff = max(max_diff, float(np.abs(diff).max()))
                     diff_sq += float((diff ** 2).sum())
                     signal_sq += float((np.asarray(b["audio"], np.float64) ** 2).sum())
@@ -141,12 +172,17 @@ async def main(args: argparse.Namespace) -> dict:
     by_c = {r["concurrency"]: r for r in table}
     ttfp_speedup = by_c[low]["whole_ttfp_ms"] / by_c[low]["streamed_ttfp_ms"]
     ttfp_growth = by_c[high]["streamed_ttfp_ms"] / by_c[low]["streamed_ttfp_ms"]
-    return {"family": args.family if args.model is None else None, "model": model,
-            "codec": "mimi" if csm else "qwen3_tts_12hz" if qwen3_tts else codec_type(Path(model) / "codec"),
-            "rounds": args.rounds, "chunk_frames": args.chunk_frames,
-            "initial_chunk_frames": args.initial_chunk_frames or (QWEN3_TTS_FIRST if qwen3_tts else
-                                                                 load_tts_config(model).initial_chunk_frames)
-            or args.chunk_frames, "frames": args.frames, "engine_args": engine_args,
+    if one_stage:
+        codec_name, first, chunk = "vibevoice_acoustic", 1, 1  # every frame is a delta
+    else:
+        codec_name = "mimi" if csm else "qwen3_tts_12hz" if qwen3_tts else codec_type(Path(model) / "codec")
+        first = args.initial_chunk_frames or (QWEN3_TTS_FIRST if qwen3_tts else
+                                              load_tts_config(model).initial_chunk_frames) or args.chunk_frames
+        chunk = args.chunk_frames
+    return {"family": args.family if args.model is None else None, "model": model, "codec": codec_name,
+            "one_stage": one_stage, "frames_per_request": statistics.median(frames_seen) if frames_seen else None,
+            "rounds": args.rounds, "chunk_frames": chunk, "initial_chunk_frames": first,
+            "frames": args.frames, "engine_args": engine_args,
             "max_abs_audio_diff_streamed_vs_whole": max_diff,
             "rms_audio_diff_over_rms_signal": (diff_sq / signal_sq) ** 0.5 if signal_sq else None,
             "targets": {"whole_over_streamed_ttfp_at_c%d" % low: ttfp_speedup, "target_speedup": 5.0,
@@ -164,13 +200,20 @@ def write(report: dict) -> None:
     t = report["targets"]
     speedup_key = next(k for k in t if k.startswith("whole_over"))
     growth_key = next(k for k in t if k.startswith("streamed_ttfp"))
+    codec = f"{report['codec']} codec"
+    if report.get("one_stage"):
+        title, codec = "first audio delta vs the complete answer", f"{codec} run inside the LM stage"
+        frames = (f"at most {report['frames']} LM steps per request ({report['frames_per_request']:g} frames spoken, "
+                  "median), every frame its own delta; streamed and whole are the same requests (one stage: no "
+                  "async chunk)")
+    else:
+        title = "async chunk vs whole-sequence decode"
+        frames = (f"{report['frames']} codec frames per request, streamed in a first block of "
+                  f"{report['initial_chunk_frames']} frames, then {report['chunk_frames']}")
     lines = [
-        f"# Streamed TTS: async chunk vs whole-sequence decode ({report['family'] or 'codec_tts'}, "
-        f"{report['codec']} codec)",
+        f"# Streamed TTS: {title} ({report['family'] or 'codec_tts'}, {codec})",
         "",
-        f"model: `{report['model']}`; {report['frames']} codec frames per request, streamed in a first block of "
-        f"{report['initial_chunk_frames']} frames, "
-        f"then {report['chunk_frames']}; engine args {report['engine_args']}; medians over {report['rounds']} "
+        f"model: `{report['model']}`; {frames}; engine args {report['engine_args']}; medians over {report['rounds']} "
         "alternating rounds. audio_ttfp = submit -> first audio packet; audio_rtf = end-to-end time / audio duration.",
         f"Streamed vs whole audio: max |diff| {report['max_abs_audio_diff_streamed_vs_whole']:.2e}, "
         f"RMS(diff) / RMS(audio) {report['rms_audio_diff_over_rms_signal']:.2e}.",
@@ -185,14 +228,15 @@ def write(report: dict) -> None:
     for r in report["results"]:
         lines.append(f"| {r['concurrency']} | {r['streamed_ttfp_ms']:.1f} | {r['whole_ttfp_ms']:.1f} | "
                      f"{r['ttfp_ratio']:.3f} | {r['streamed_rtf']:.3f} | {r['whole_rtf']:.3f} | {r['rtf_ratio']:.3f} | "
-                     f"{r['streamed_e2e_ms']:.1f} | {r['whole_e2e_ms']:.1f} | {r['audio_duration_s']:.2f} |")
+                     f"{r['streamed_e2e_ms']:.1f} | {r['whole_e2e_ms']:.1f} | {r['audio_duration_s']:.3g} |")
     (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", default="codec_tts", choices=["codec_tts", "llasa", "csm", "qwen3_tts"],
+    parser.add_argument("--family", default="codec_tts",
+                        choices=["codec_tts", "llasa", "csm", "qwen3_tts", "vibevoice"],
                         help="tiny fixture to build when --model is not given")
     parser.add_argument("--model", default=None,
                         help="a codec_tts or CSM folder (default: build the tiny --family fixture)")
@@ -200,6 +244,7 @@ if __name__ == "__main__":
     parser.add_argument("--chunk-frames", type=int, default=8)
     parser.add_argument("--initial-chunk-frames", type=int, default=None,
                         help="frames of the first streamed block (default: the folder's)")
-    parser.add_argument("--frames", type=int, default=200, help="codec frames generated per request")
+    parser.add_argument("--frames", type=int, default=None,
+                        help="codec frames generated per request (default 200; VibeVoice: LM steps, default 7)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     write(asyncio.run(main(parser.parse_args())))

@@ -24,9 +24,12 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+
+from omnistage.errors import InvalidRequestError
 
 SUPPORTED = ("mimi", "xcodec2")
 
@@ -122,6 +125,21 @@ def mimi_receptive_frames(cfg) -> int:
             frames += (cfg.residual_kernel_size - 1) * cfg.dilation_growth_rate ** j / rate
     frames += (cfg.last_kernel_size - 1) / rate
     return math.ceil(frames) + 1
+
+
+def mono_clip(value: Any, field_name: str, rate: int) -> np.ndarray:
+    """A request's reference clip ``(samples, sample_rate)`` -> mono float32 at ``rate`` (400 naming the field)."""
+    if not (isinstance(value, (tuple, list)) and len(value) == 2):
+        raise InvalidRequestError(field_name, "expected (samples, sample_rate)")
+    samples, sr = value
+    audio = np.asarray(samples, dtype=np.float32)
+    if audio.ndim == 2:  # (samples, channels) -> mono
+        audio = audio.mean(axis=1)
+    if audio.ndim != 1 or audio.size == 0 or isinstance(sr, bool) or not isinstance(sr, int) or sr <= 0:
+        raise InvalidRequestError(field_name, "expected non-empty mono samples and a positive integer sample rate")
+    if not np.isfinite(audio).all():
+        raise InvalidRequestError(field_name, "samples must be finite")
+    return resample(audio, sr, rate)
 
 
 def resample(audio: np.ndarray, rate: int, target: int) -> np.ndarray:

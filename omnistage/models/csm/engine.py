@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from omnistage.errors import InvalidRequestError
+from omnistage.models.codec_tts.codec import mono_clip
 from omnistage.models.csm.config import CsmParams, checkpoint_defaults, parse_params
 from omnistage.models.csm.model import CsmModel, Row, Turn, check_turn
 from omnistage.pipeline import StageContext
@@ -34,23 +33,6 @@ class CsmRequest(ARRequest):
     turns: list[Turn] = field(default_factory=list)
     params: CsmParams | None = None
     row: Row | None = None
-
-
-def _clip(value: Any, field_name: str, rate: int) -> np.ndarray:
-    """``(samples, sample_rate)`` -> mono float32 at ``rate``."""
-    from omnistage.models.codec_tts.codec import resample
-
-    if not (isinstance(value, (tuple, list)) and len(value) == 2):
-        raise InvalidRequestError(field_name, "expected (samples, sample_rate)")
-    samples, sr = value
-    audio = np.asarray(samples, dtype=np.float32)
-    if audio.ndim == 2:  # (samples, channels) -> mono
-        audio = audio.mean(axis=1)
-    if audio.ndim != 1 or audio.size == 0 or isinstance(sr, bool) or not isinstance(sr, int) or sr <= 0:
-        raise InvalidRequestError(field_name, "expected non-empty mono samples and a positive integer sample rate")
-    if not np.isfinite(audio).all():
-        raise InvalidRequestError(field_name, "samples must be finite")
-    return resample(audio, sr, rate)
 
 
 def request_turns(inputs: Mapping[str, Any], rate: int) -> list[Turn]:
@@ -77,12 +59,12 @@ def request_turns(inputs: Mapping[str, Any], rate: int) -> list[Turn]:
             raise InvalidRequestError(f"context[{i}]", "expected an object {speaker, text, audio}")
         s = str(t.get("speaker")) if isinstance(t.get("speaker"), int) else t.get("speaker")
         check_turn(s, t.get("text"), where)
-        turns.append(Turn(s, t["text"], _clip(t.get("audio"), where + "audio", rate)))
+        turns.append(Turn(s, t["text"], mono_clip(t.get("audio"), where + "audio", rate)))
     ref_audio, ref_text = info.get("ref_audio"), info.get("ref_text")
     if ref_audio is not None:
         if not isinstance(ref_text, str) or not ref_text.strip():
             raise InvalidRequestError("ref_text", "CSM needs the transcript of ref_audio (it becomes an earlier turn)")
-        turns.append(Turn(speaker, ref_text, _clip(ref_audio, "ref_audio", rate)))
+        turns.append(Turn(speaker, ref_text, mono_clip(ref_audio, "ref_audio", rate)))
     elif ref_text is not None:
         raise InvalidRequestError("ref_text", "given without ref_audio")
     turns.append(Turn(speaker, text))

@@ -10,8 +10,10 @@ unconditional branch) and is decoded by the acoustic tokenizer's causal decoder 
 once, so every frame's audio is emitted as soon as it exists and the stream equals the whole answer.
 
 - Input: a script, ``Speaker N: ...`` lines (text without one is speaker 1), spoken through the checkpoint's
-  chat template (one turn per line, the speaker id as the role). Voice prompts (a reference clip per speaker)
-  are not served yet: ``voice`` / ``ref_audio`` are a 400.
+  chat template (one turn per line, the speaker id as the role). Voice prompt: ``ref_audio`` (or a registered
+  voice, /v1/audio/voices) is the script's first speaker's voice clip, through the checkpoint's processor as
+  transformers' ``VibeVoiceProcessor`` takes a voice sample (its transcript is not needed); the other speakers
+  speak without one. No preset voices: ``voice`` naming none registered is a 400.
 - Params: ``max_tokens`` (LM steps, as transformers' ``max_new_tokens``), ``seed`` (the diffusion head's noise:
   equal to ``torch.manual_seed(seed)`` before transformers' ``generate``), ``guidance_scale``,
   ``num_diffusion_steps`` (over HTTP in ``sampling_params_list``; ``seed`` and ``max_tokens`` also top-level);
@@ -47,7 +49,7 @@ PIPELINE = Pipeline(
                 "(multi-speaker scripts -> 24 kHz speech)",
     matches=lambda folder: folder.omnistage_pipeline is None and ARCHITECTURE in folder.architectures,
     stages=[StageSpec(0, kind="llm", name="speech", output="audio", final=True, engine=speech_engine)],
-    info={"sample_rate": SAMPLE_RATE, "chat": True, "supports_speed": False, "supports_voice_cloning": False},
+    info={"sample_rate": SAMPLE_RATE, "chat": True, "supports_speed": False, "supports_voice_cloning": True},
     shape_request=shape_request,
 )
 PIPELINES = [PIPELINE]
