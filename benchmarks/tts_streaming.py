@@ -96,7 +96,7 @@ async def main(args: argparse.Namespace) -> dict:
 
     one_stage = is_vibevoice(Path(model))
     if args.frames is None:
-        args.frames = 7 if one_stage else 200
+        args.frames = 40 if one_stage else 200
     engine_args = {"max_model_len": 8 * args.frames + 128, "dtype": "float32", "max_num_seqs": 8}
     if one_stage:  # one engine: streamed and whole are the same requests (see the docstring)
         modes = {"streamed": AsyncOmni(model, **engine_args)}
@@ -245,6 +245,7 @@ if __name__ == "__main__":
     parser.add_argument("--initial-chunk-frames", type=int, default=None,
                         help="frames of the first streamed block (default: the folder's)")
     parser.add_argument("--frames", type=int, default=None,
-                        help="codec frames generated per request (default 200; VibeVoice: LM steps, default 7)")
+                        help="codec frames generated per request (default 200; VibeVoice: LM steps, default 40, "
+                             "of which the tiny model speaks ~18 frames)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     write(asyncio.run(main(parser.parse_args())))
