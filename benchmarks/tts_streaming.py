@@ -16,7 +16,7 @@ VibeVoice is one stage (its LM step decodes its own frame: there is no codec sta
 async chunk is refused for a one-stage pipeline), so it is served once: "streamed" is the first audio
 delta (one per frame), "whole" is the complete answer of the same request (what a non-streamed request
 waits for), and streamed vs whole compares the concatenated deltas with the final audio. ``--frames``
-caps its LM steps (``max_tokens``; the tiny model also ends itself), 7 by default.
+caps its LM steps (``max_tokens``; the tiny model also ends itself), 40 by default.
 
     python benchmarks/tts_streaming.py [--family codec_tts|llasa|csm|qwen3_tts|vibevoice | --model DIR]
         [--rounds 5] [--chunk-frames 8] [--initial-chunk-frames N] [--frames 200] [--concurrency 1 8]
