@@ -19,7 +19,14 @@ in the same mode; ``psnr_db`` is null where they are identical.
 Families: ``demo`` (its default 20 steps, every method), ``demo-50`` (the same model at 50 steps, the
 step cache only: caching pays with more, closer steps) and ``sd3-tiny`` (28 steps, SD3's default, every
 method); on a GPU also ``sd3-medium`` (SD3-Medium-shaped, random weights, 512 px), where offloading's memory
-effect shows:
+effect shows. Issue 30's image families with a block layout (``ovis_image``, ``longcat_image``, ``sana``,
+``pixart_sigma``: family_shapes.py's grown random-weight folders, 20 steps, the step cache only) also compare
+"off" with diffusers' own ``__call__``:
+
+    .venv/bin/python benchmarks/diffusion_acceleration.py --quick --families sana pixart_sigma ovis_image \
+        --output benchmarks/results/diffusion_acceleration_image_families.json
+    .venv/bin/python benchmarks/diffusion_acceleration.py --quick --families longcat_image --requests 4 \
+        --concurrency 4 --output benchmarks/results/diffusion_acceleration_longcat_image.json  # 512 text tokens
 
     python benchmarks/diffusion_acceleration.py --device cuda --families demo sd3-medium --rounds 1 \
         --output benchmarks/results/diffusion_acceleration_gpu.json
@@ -56,7 +63,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+import family_shapes
 import sd3_shapes
+from batching_runs import call_kw
 
 RESULTS = Path(__file__).parent / "results"
 # captions in the demo's training vocabulary (demo/shapes.py); the tiny SD3 takes any text
@@ -77,6 +86,11 @@ FAMILIES = {  # name -> (steps, thresholds, every method or the step cache only)
     # where offloading's memory effect shows
     "sd3-medium": (28, {"first_block": ([0.1, 0.3], [0.1, 0.3]), "teacache": ([0.1, 0.3], [0.1, 0.3])}, True),
 }
+# issue 30's image families with a block layout: family_shapes.py's grown folders (random weights, 4+ blocks), the
+# step cache only; their "off" images are also compared with diffusers' own __call__ (solo, same prompt and seed)
+IMAGE_FAMILIES = {"ovis_image": 64, "longcat_image": 64, "sana": 128, "pixart_sigma": 64}  # name -> size (px)
+FAMILIES |= {name: (20, {"first_block": ([0.1, 0.2, 0.3, 0.45], [0.2, 0.4]),
+                         "teacache": ([0.1, 0.2, 0.4], [0.2, 0.4])}, False) for name in IMAGE_FAMILIES}
 DEFAULT_FAMILIES = ["demo", "demo-50", "sd3-tiny"]
 
 
@@ -119,8 +133,12 @@ def family_setup(name: str, workdir: Path) -> tuple[str, dict[str, Any], dict[st
         info = json.loads(info_file.read_text()) if info_file.exists() else {}
         return str(WEIGHTS), {**DEFAULT_PARAMS, "num_inference_steps": steps}, {"weights": str(WEIGHTS),
                                                                                 "training": info}
-    preset = name.removeprefix("sd3-")
     folder = workdir / name
+    if name in IMAGE_FAMILIES:
+        desc = family_shapes.build(name, folder)
+        size = IMAGE_FAMILIES[name]
+        return str(folder), {"height": size, "width": size, "num_inference_steps": steps, **desc["knobs"]}, desc
+    preset = name.removeprefix("sd3-")
     device = torch.device("cuda" if preset != "tiny" else "cpu")  # random init of 2B parameters: on the GPU
     desc = sd3_shapes.build(preset, folder, device)
     size = 64 if preset == "tiny" else 512
@@ -152,6 +170,16 @@ async def run_workload(omni: Any, params: dict[str, Any], n: int, concurrency: i
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     return time.perf_counter() - t0, time.process_time() - c0, images, reused
+
+
+def diffusers_images(folder: str, pipeline_class: str, params: dict[str, Any], n: int) -> list[np.ndarray]:
+    """Requests 0..n-1 (prompt i, seed i) through diffusers' own pipeline, one call each."""
+    import diffusers
+
+    pipe = getattr(diffusers, pipeline_class).from_pretrained(folder)
+    pipe.set_progress_bar_config(disable=True)
+    return [np.asarray(pipe(PROMPTS[i % len(PROMPTS)], generator=torch.Generator().manual_seed(i),
+                            **call_kw(params)).images[0]) for i in range(n)]
 
 
 def quality(images: list[np.ndarray], reference: list[np.ndarray]) -> tuple[float | None, float]:
@@ -204,6 +232,9 @@ async def bench_family(family: str, args: argparse.Namespace, workdir: Path) -> 
         for c in cfgs:
             await c.omni.shutdown()
     off = cfgs[0]
+    if family in IMAGE_FAMILIES:
+        desc["off_vs_diffusers"] = dict(zip(("psnr_db", "max_abs_diff"), quality(
+            off.images[1], diffusers_images(folder, desc["pipeline_class"], params, args.requests))))
     rows = []
     for c in cfgs[1:]:
         for mode in modes:
@@ -266,6 +297,12 @@ def markdown(rows: list[dict], ret: list[dict], meta: dict) -> str:
              "the tiny SD3's is 32 px), and there equals diffusers' own tiled decode (tests/stages/diffusion/"
              "test_acceleration.py).")
     lines += ["", notes]
+    refs = [(f["family"], f["model"]["off_vs_diffusers"]) for f in meta["families"]
+            if "off_vs_diffusers" in f["model"]]
+    if refs:
+        lines += ["", "Off vs diffusers' own `__call__` (solo, the same prompts and seeds):", "",
+                  "| family | PSNR dB | max abs diff |", "|---|---|---|"]
+        lines += [f"| {name} | {fmt(r['psnr_db'], '.1f')} | {r['max_abs_diff']:.4f} |" for name, r in refs]
     lines += ["", f"Batched (concurrency {meta['concurrency']}) speed-up as a share of the solo speed-up:", "",
               "| family | method | threshold | solo | batched | retention | solo PSNR dB |", "|---|---|---|---|---|---|---|"]
     for r in ret:
@@ -311,19 +348,26 @@ async def main_async(args: argparse.Namespace) -> None:
             r, desc = await bench_family(fam, args, Path(tmp))
             rows += r
             families.append(desc)
-    meta = {"device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu", "threads": args.threads, "requests": args.requests, "rounds": args.rounds,
-            "clock": args.clock,
+            write(rows, families, args)  # after every family: a long run cut short keeps what it measured
+    print(markdown(rows, retention(rows, args.concurrency), meta_of(families, args)))
+
+
+def meta_of(families: list[dict], args: argparse.Namespace) -> dict[str, Any]:
+    return {"device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu", "threads": args.threads,
+            "requests": args.requests, "rounds": args.rounds, "clock": args.clock,
             "concurrency": args.concurrency, "quick": args.quick, "compile": args.compile, "torch": torch.__version__,
             "python": platform.python_version(), "cpu_count": os.cpu_count(), "load_avg": os.getloadavg(),
             "families": families}
-    ret = retention(rows, args.concurrency)
+
+
+def write(rows: list[dict], families: list[dict], args: argparse.Namespace) -> None:
+    meta, ret = meta_of(families, args), retention(rows, args.concurrency)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rows, indent=1) + "\n")
     out.with_suffix(".meta.json").write_text(json.dumps({**meta, "retention": ret}, indent=1, default=str) + "\n")
     out.with_suffix(".md").write_text(markdown(rows, ret, meta))
     plot(rows, out.with_suffix(".png"))
-    print(markdown(rows, ret, meta))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -14,18 +14,17 @@ Runs go in rounds (sequential, then engine and ideal per concurrency; every othe
 order, so drift hits all modes alike); the fastest run of each kind is kept and all durations are
 recorded. With ``--budget-s`` a run whose estimated duration would overrun the budget is skipped
 and listed as such. Writes ``<out>/<name>.{json,md}`` (default benchmarks/results/diffusion_batching).
+The runs themselves and their measurements are in ``batching_runs.py``, the markdown in ``batching_report.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import os
 import shutil
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -40,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import family_shapes  # noqa: E402
 import sd3_shapes  # noqa: E402
 from batching_report import render_md, write  # noqa: E402
+from batching_runs import Budget, call_kw, run_batched, run_engine, run_sequential  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 PROMPTS = ["a red cat on a chair", "mountains at sunset", "an astronaut riding a horse", "a bowl of fruit",
@@ -72,61 +72,6 @@ def engine_deploy(device: torch.device, dtype: torch.dtype, max_num_seqs: int, o
     return {"stages": [stage]}
 
 
-class Clock:
-    """Wall time, process CPU time and peak memory of one run: GPU max-allocated on CUDA (reset per run),
-    else peak RSS (sampled)."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-
-    def __enter__(self) -> "Clock":
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            self.start_mem = torch.cuda.memory_allocated(self.device) / 2**20
-        else:
-            self.start_mem, self._stop = 0.0, threading.Event()
-            self._peak = 0.0
-            self._t = threading.Thread(target=self._sample_rss, daemon=True)
-            self._t.start()
-        self.t0, self.c0 = time.perf_counter(), time.process_time()
-        return self
-
-    def _sample_rss(self) -> None:
-        page = os.sysconf("SC_PAGE_SIZE")
-        while not self._stop.is_set():
-            with open("/proc/self/statm") as f:
-                self._peak = max(self._peak, int(f.read().split()[1]) * page / 2**20)
-            self._stop.wait(0.005)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        self.duration, self.cpu = time.perf_counter() - self.t0, time.process_time() - self.c0
-        if self.device.type == "cuda":
-            self.peak = torch.cuda.max_memory_allocated(self.device) / 2**20
-        else:
-            self._stop.set()
-            self._t.join()
-            self.peak = self._peak
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, max(0, round(q / 100 * (len(values) - 1))))]
-
-
-def summary(mode: str, c: int, clock: Clock, latencies: list[float]) -> dict[str, Any]:
-    mem = "gpu_peak_alloc_mib" if clock.device.type == "cuda" else "peak_rss_mib"
-    out = {"mode": mode, "concurrency": c, "duration_s": clock.duration,
-           "throughput_rps": len(latencies) / clock.duration,
-           "cpu_s": clock.cpu, "requests_per_cpu_s": len(latencies) / max(clock.cpu, 1e-9),
-           "latency_p50_s": statistics.median(latencies), "latency_p99_s": pct(latencies, 99), mem: clock.peak}
-    if clock.device.type == "cuda":
-        out["gpu_peak_above_start_mib"] = clock.peak - clock.start_mem
-    return out
-
-
 def make_requests(n: int, steps: int, size: int, knobs: dict[str, Any]) -> list[dict[str, Any]]:
     """``knobs``: the family's other per-request parameters (guidance, text length), the same for every request
     (the ideal baseline is one diffusers call per batch)."""
@@ -136,80 +81,6 @@ def make_requests(n: int, steps: int, size: int, knobs: dict[str, Any]) -> list[
 
 def sd3_knobs(max_sequence_length: int) -> dict[str, Any]:
     return {"guidance_scale": GUIDANCE, "max_sequence_length": max_sequence_length}
-
-
-def _call_kw(r: dict[str, Any]) -> dict[str, Any]:
-    """A request's diffusers ``__call__`` keywords: everything but the prompt and the seed (a generator there)."""
-    return {k: v for k, v in r.items() if k not in ("prompt", "seed")}
-
-
-def run_sequential(pipe: Any, reqs: list[dict], device: torch.device) -> dict[str, Any]:
-    lat = []
-    with Clock(device) as clock:
-        for r in reqs:
-            s = time.perf_counter()
-            pipe(prompt=r["prompt"], generator=torch.Generator().manual_seed(r["seed"]), **_call_kw(r))  # PIL: synchronises
-            lat.append(time.perf_counter() - s)
-    return summary("diffusers_sequential", 1, clock, lat)
-
-
-def run_batched(pipe: Any, reqs: list[dict], c: int, device: torch.device) -> dict[str, Any]:
-    lat = []
-    with Clock(device) as clock:
-        for i in range(0, len(reqs), c):
-            chunk = reqs[i:i + c]
-            s = time.perf_counter()
-            pipe(prompt=[r["prompt"] for r in chunk], generator=[torch.Generator().manual_seed(r["seed"]) for r in chunk],
-                 **_call_kw(chunk[0]))
-            lat.extend([time.perf_counter() - s] * len(chunk))  # a static batch finishes together
-    return summary("diffusers_batched_ideal", c, clock, lat)
-
-
-_ids = itertools.count()
-
-
-async def run_engine(omni: Any, reqs: list[dict], c: int, device: torch.device) -> dict[str, Any]:
-    sem = asyncio.Semaphore(c)
-    lat: list[float] = []
-    running: list[int] = []  # requests in the stage's batch, sampled at every step output of every request
-
-    async def one(r: dict) -> None:
-        async with sem:
-            s = time.perf_counter()
-            params = {k: v for k, v in r.items() if k != "prompt"}
-            rid = f"bench-{next(_ids)}"
-            async for out in omni.generate(r["prompt"], request_id=rid, sampling_params_list=[params]):
-                if out.error is not None:
-                    raise RuntimeError(f"engine request failed: {out.error}")
-                if not out.finished:
-                    running.append(omni.stage_stats()[0].running)
-            lat.append(time.perf_counter() - s)
-
-    with Clock(device) as clock:
-        await asyncio.gather(*(one(r) for r in reqs))
-    res = summary("engine", c, clock, lat)
-    res["mean_running_requests"] = sum(running) / len(running) if running else None
-    return res
-
-
-def forward_ms(transformer: torch.nn.Module, latent_hw: int, text_tokens: int, rows: int, device: torch.device,
-               dtype: torch.dtype, repeats: int = 5) -> float:
-    """One transformer forward at the benchmark shape (ms, after one warm-up call)."""
-    cfg = transformer.config
-    x = torch.randn(rows, cfg.in_channels, latent_hw, latent_hw, device=device, dtype=dtype)
-    txt = torch.randn(rows, text_tokens, cfg.joint_attention_dim, device=device, dtype=dtype)
-    pooled = torch.randn(rows, cfg.pooled_projection_dim, device=device, dtype=dtype)
-    t = torch.full((rows,), 500.0, device=device, dtype=dtype)
-    with torch.no_grad():
-        transformer(hidden_states=x, timestep=t, encoder_hidden_states=txt, pooled_projections=pooled)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        s = time.perf_counter()
-        for _ in range(repeats):
-            transformer(hidden_states=x, timestep=t, encoder_hidden_states=txt, pooled_projections=pooled)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-    return (time.perf_counter() - s) / repeats * 1000
 
 
 def best(results: list[dict]) -> dict:
@@ -248,22 +119,6 @@ def ratios(runs: list[dict], concurrency: list[int]) -> dict[str, dict[str, floa
                      vs_ideal_paired_median=paired_median(eng, ideal))
         out[str(c)] = r
     return out
-
-
-class Budget:
-    """Skip a run when its estimated duration would pass the deadline (time.monotonic())."""
-
-    def __init__(self, deadline: float | None):
-        self.deadline = deadline
-        self.skipped: list[dict[str, Any]] = []
-
-    def allows(self, estimate_s: float, what: dict[str, Any]) -> bool:
-        if self.deadline is None or time.monotonic() + estimate_s <= self.deadline:
-            return True
-        self.skipped.append({**what, "estimate_s": round(estimate_s, 2),
-                             "left_s": round(self.deadline - time.monotonic(), 2)})
-        print(f"skipped (budget): {what} needs ~{estimate_s:.1f}s", flush=True)
-        return False
 
 
 async def bench(args: argparse.Namespace, deadline: float | None = None,
@@ -335,10 +190,10 @@ async def _bench_sizes(args: argparse.Namespace, pipe: Any, omni: Any, model: di
         info = {"size": size, "steps": steps, "requests": args.requests, "image_tokens": image_tokens,
                 "text_tokens": text_tokens, "warmup_s": time.perf_counter() - t,
                 "warmup_solo_2step_s": w["duration_s"],
-                "forward_ms_b2": (forward_ms(pipe.transformer, latent_hw, text_tokens, 2, device, dtype) if sd3 else
-                                  family_shapes.forward_ms(pipe, _call_kw(reqs[0]), 2, device)),
-                "forward_ms_b32": (forward_ms(pipe.transformer, latent_hw, text_tokens, 32, device, dtype, repeats=2)
-                                   if device.type == "cuda" and sd3 else None),
+                "forward_ms_b2": (sd3_shapes.forward_ms(pipe.transformer, latent_hw, text_tokens, 2, device, dtype)
+                                  if sd3 else family_shapes.forward_ms(pipe, call_kw(reqs[0]), 2, device)),
+                "forward_ms_b32": (sd3_shapes.forward_ms(pipe.transformer, latent_hw, text_tokens, 32, device, dtype,
+                                                         repeats=2) if device.type == "cuda" and sd3 else None),
                 "approx_tflop_per_row": (sd3_shapes.forward_tflop(pipe.transformer, image_tokens, text_tokens)
                                          if sd3 else None)}
         sizes[size] = {"info": info, "results": {}}

@@ -43,7 +43,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import sd3_shapes
-from diffusion_batching import PROMPTS, pct, quiet
+from batching_runs import pct
+from diffusion_batching import PROMPTS, quiet
 
 RESULTS = Path(__file__).parent / "results"
 GUIDANCE = 5.0

@@ -24,6 +24,7 @@ class FamilyBench:
     transformer: dict[str, Any] = field(default_factory=dict)  # transformer config keys that grow it
     knobs: dict[str, Any] = field(default_factory=dict)  # per-request parameters besides size / steps / prompt
     note: str = ""
+    text_tokens: int | None = None  # a fixed text length where the family has no max_sequence_length knob
 
 
 FAMILIES: dict[str, FamilyBench] = {
@@ -56,6 +57,28 @@ FAMILIES: dict[str, FamilyBench] = {
         dict(true_cfg_scale=1.0), "no true CFG; only prompts of one token length share a forward (RoPE puts the "
         "image after the text), so the benchmark's 8 prompts of 6 lengths batch in groups; the ideal call pads "
         "them (diffusers' own batch, which moves the image's positions)"),
+    "ovis_image": FamilyBench(
+        "ovis_image", "OvisImagePipeline", dict(num_layers=4, num_single_layers=4, num_attention_heads=4,
+                                                attention_head_dim=32, axes_dims_rope=[8, 12, 12]),
+        dict(guidance_scale=5.0, max_sequence_length=64),
+        "OvisImagePipeline's default CFG (5: a cond and an uncond forward each step), Qwen3 text length 64"),
+    "longcat_image": FamilyBench(
+        "longcat_image", "LongCatImagePipeline", dict(num_layers=4, num_single_layers=4, num_attention_heads=4,
+                                                      attention_head_dim=32, axes_dims_rope=[8, 12, 12]),
+        dict(guidance_scale=4.5, extra_args=dict(enable_prompt_rewrite=False)),
+        "LongCatImagePipeline's default CFG (4.5, with its CFG renorm); every prompt padded to 512 text tokens; "
+        "prompt rewriting off (the engine's default; diffusers' is on)", text_tokens=512),
+    "sana": FamilyBench(
+        "sana", "SanaPipeline", dict(num_layers=4, num_attention_heads=4, attention_head_dim=32,
+                                     num_cross_attention_heads=4, cross_attention_head_dim=32, cross_attention_dim=128),
+        dict(guidance_scale=4.5, extra_args=dict(use_resolution_binning=False)),
+        "SanaPipeline's default CFG (4.5); the requested size (no resolution binning); DC-AE x32: 128 px are 4x4 "
+        "latent tokens"),
+    "pixart_sigma": FamilyBench(
+        "pixart_sigma", "PixArtSigmaPipeline", dict(num_layers=4, num_attention_heads=4, attention_head_dim=32,
+                                                    cross_attention_dim=128),
+        dict(guidance_scale=4.5, extra_args=dict(use_resolution_binning=False)),
+        "PixArtSigmaPipeline's default CFG (4.5); the requested size (no resolution binning)"),
     "ltx2": FamilyBench(
         "ltx2", "LTX2Pipeline", dict(num_layers=4, num_attention_heads=4, attention_head_dim=32,
                                      cross_attention_dim=128, audio_num_attention_heads=4,
@@ -108,14 +131,17 @@ def build(family: str, outdir: Path) -> dict[str, Any]:
     return {"family": family, "pipeline_class": fam.pipeline_class, "transformer_class": cls.__name__,
             "transformer_overrides": dict(fam.transformer),
             "transformer_params": sum(p.numel() for p in transformer.parameters()),
-            "knobs": dict(fam.knobs), "note": fam.note, "max_sequence_length": fam.knobs.get("max_sequence_length")}
+            "knobs": dict(fam.knobs), "note": fam.note,
+            "max_sequence_length": fam.knobs.get("max_sequence_length", fam.text_tokens)}
 
 
 def image_tokens(pipe: Any, size: int) -> int:
-    """Image tokens per row at a square ``size``: the image families pack 2x2 latent patches; LTX-2's video
+    """Image tokens per row at a square ``size``: the image families pack 2x2 latent patches (Sana: 1x1); LTX-2's video
     tokens are its latent pixels of every latent frame (9 frames here), HunyuanVideo-1.5's too (1x1 patches in
     the tiny fixture); Helios' are one chunk's 9 latent frames in 2x2 patches (its history tokens come on top)."""
     name = type(pipe).__name__
+    if name == "SanaPipeline":  # DC-AE latents in 1x1 patches
+        return (size // pipe.vae_scale_factor) ** 2
     if name == "HeliosPipeline":
         return 9 * (size // (pipe.vae_scale_factor_spatial * 2)) ** 2
     if name == "HunyuanVideo15Pipeline":

@@ -152,7 +152,7 @@ async def family_part(ctx: Ctx, family: str, deadline: float) -> dict[str, Any]:
     res: dict[str, Any] = {"model": model, "request": req, "timings": timings}
     try:
         out, _ = await gpu_exactness._generate(omni, PROMPT, {**req, "seed": SEED, "output_type": "latent"})
-        want = pipe(PROMPT, generator=torch.Generator().manual_seed(SEED), output_type="latent", **db._call_kw(req))
+        want = pipe(PROMPT, generator=torch.Generator().manual_seed(SEED), output_type="latent", **db.call_kw(req))
         want = want.frames if shape.output == "video" else want.images
         cmp = gpu_exactness.compare(out.latents, want)
         tol = TOLERANCE[ctx.dname]

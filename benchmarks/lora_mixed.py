@@ -42,7 +42,8 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 import sd3_shapes  # noqa: E402
-from diffusion_batching import PROMPTS, Clock, engine_deploy, quiet  # noqa: E402
+from batching_runs import Clock  # noqa: E402
+from diffusion_batching import PROMPTS, engine_deploy, quiet  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 MODES = ("mixed", "single", "grouped", "base")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,26 @@ def forward_tflop(transformer: torch.nn.Module, image_tokens: int, text_tokens: 
     n = image_tokens + text_tokens
     attn = 4 * n * n * cfg.num_attention_heads * cfg.attention_head_dim * cfg.num_layers
     return (2 * (img * image_tokens + txt * text_tokens) + attn) / 1e12
+
+
+def forward_ms(transformer: torch.nn.Module, latent_hw: int, text_tokens: int, rows: int, device: torch.device,
+               dtype: torch.dtype, repeats: int = 5) -> float:
+    """One transformer forward at the benchmark shape (ms, after one warm-up call)."""
+    cfg = transformer.config
+    x = torch.randn(rows, cfg.in_channels, latent_hw, latent_hw, device=device, dtype=dtype)
+    txt = torch.randn(rows, text_tokens, cfg.joint_attention_dim, device=device, dtype=dtype)
+    pooled = torch.randn(rows, cfg.pooled_projection_dim, device=device, dtype=dtype)
+    t = torch.full((rows,), 500.0, device=device, dtype=dtype)
+    with torch.no_grad():
+        transformer(hidden_states=x, timestep=t, encoder_hidden_states=txt, pooled_projections=pooled)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        s = time.perf_counter()
+        for _ in range(repeats):
+            transformer(hidden_states=x, timestep=t, encoder_hidden_states=txt, pooled_projections=pooled)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    return (time.perf_counter() - s) / repeats * 1000
 
 
 def _jsonable(cfg: dict[str, Any]) -> dict[str, Any]:

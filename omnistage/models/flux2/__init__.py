@@ -13,7 +13,7 @@ use 4 steps and guidance 1: send them).
 from pathlib import Path
 
 from omnistage.models.flux2.adapter import Flux2Adapter, Flux2KleinAdapter
-from omnistage.models.flux2.tiny import build_dev, build_klein
+from omnistage.models.flux2.tiny import build_dev, build_klein, build_lora
 from omnistage.pipeline import Pipeline, StageSpec
 
 DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment
@@ -36,6 +36,6 @@ DEV = Pipeline(
     deploy_file=DEPLOY,
 )
 PIPELINES = [DEV, KLEIN]
-TINY = {"flux2": build_dev, "flux2_klein": build_klein}
+TINY = {"flux2": build_dev, "flux2_klein": build_klein, "flux2_lora": build_lora}
 
 __all__ = ["DEV", "KLEIN", "PIPELINES", "TINY", "Flux2Adapter", "Flux2KleinAdapter"]

@@ -115,3 +115,19 @@ def build_dev(outdir: Path) -> None:
                          transformer=transformer(text_dim=encoder.config.text_config.hidden_size,
                                                  guidance_embeds=True))
     pipe.save_pretrained(outdir, safe_serialization=True)
+
+
+# every attention projection of both block kinds (the joint blocks' image and text streams, the single blocks'
+# fused QKV + MLP input and output)
+LORA_TARGETS = (r"(single_)?transformer_blocks\.\d+\.attn\."
+                r"(to_q|to_k|to_v|to_out(\.0)?|add_[qkv]_proj|to_add_out|to_qkv_mlp_proj)")
+
+
+def build_lora(outdir: Path, *, seed: int = 0, rank: int = 4) -> None:
+    """A LoRA for the [klein] and [dev] folders alike (their transformers differ only in the guidance embedding,
+    which it does not touch): random non-zero A and B in PEFT keys (no alphas: scaling 1)."""
+    from diffusers import Flux2Pipeline
+
+    from omnistage.stages.diffusion.tiny_lora import random_lora, save
+
+    save(Flux2Pipeline, Path(outdir), random_lora(transformer(text_dim=16), LORA_TARGETS, rank, seed))

@@ -10,7 +10,7 @@ sends a scale > 1 and a negative prompt); ``guidance_scale`` is not used by this
 from pathlib import Path
 
 from omnistage.models.qwen_image_21.adapter import QwenImage21Adapter
-from omnistage.models.qwen_image_21.tiny import build
+from omnistage.models.qwen_image_21.tiny import build, build_lora
 from omnistage.pipeline import Pipeline, StageSpec
 
 DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment
@@ -27,6 +27,6 @@ PIPELINE = Pipeline(
     deploy_file=DEPLOY,
 )
 PIPELINES = [PIPELINE]
-TINY = {"qwen_image_21": build}
+TINY = {"qwen_image_21": build, "qwen_image_21_lora": build_lora}
 
 __all__ = ["PIPELINE", "PIPELINES", "TINY", "QwenImage21Adapter"]

@@ -75,3 +75,16 @@ def build(outdir: Path) -> None:
                                vae=vae(), text_encoder=encoder, processor=proc,
                                transformer=transformer(text_dim=encoder.config.text_config.hidden_size))
     pipe.save_pretrained(outdir, safe_serialization=True)
+
+
+# the attention projections and the image MLP of every block
+LORA_TARGETS = r"transformer_blocks\.\d+\.(attn\.(to_q|to_k|to_v|to_out\.0)|img_mlp\.(proj|out|gate_layer))"
+
+
+def build_lora(outdir: Path, *, seed: int = 0, rank: int = 4) -> None:
+    """A LoRA for the model ``build`` writes: random non-zero A and B in PEFT keys (no alphas: scaling 1)."""
+    from diffusers import QwenImage21Pipeline
+
+    from omnistage.stages.diffusion.tiny_lora import random_lora, save
+
+    save(QwenImage21Pipeline, Path(outdir), random_lora(transformer(), LORA_TARGETS, rank, seed))

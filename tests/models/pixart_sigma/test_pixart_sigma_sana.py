@@ -79,7 +79,7 @@ async def test_bad_input_names_the_field(family, params, images, field):
 
 def test_deploy_refuses_what_the_family_cannot_run(tiny_model):
     """At start-up, naming the family and the feature: PixArt-Σ has no diffusers LoRA loader (Sana has one:
-    tests/models/sana/test_sana_lora.py); neither transformer has a sequence-parallel (Ulysses) plan."""
+    tests/models/test_image_families_lora.py); neither transformer has a sequence-parallel (Ulysses) plan."""
     from omnistage.config import ConfigError
     from omnistage.engine.builder import resolve_deploy
     from omnistage.pipeline import StageContext

@@ -1,7 +1,7 @@
 """A diffusion replica over two ranks (gloo on CPU, fp32): CFG-parallel and Ulysses sequence-parallel
 outputs equal the single-device engine's for the DiT families (sd3, flux, wan, qwen_image, z_image), alone
-and with four concurrent requests; CFG-parallel on a UNet (SDXL); aborts work; a rank dying fails the
-replica's requests clearly and the replica restarts."""
+and with four concurrent requests; CFG-parallel alone on a UNet (SDXL) and FLUX.2 [klein]; aborts work; a
+rank dying fails the replica's requests clearly and the replica restarts."""
 
 from __future__ import annotations
 
@@ -105,16 +105,28 @@ async def test_two_ranks_equal_one_device(family, tiny_model):
             assert max_diff(b, ref) <= TOL, (parallel, "vs single-device together", i)
 
 
-async def test_cfg_parallel_needs_no_sequence_plan(tiny_model):
-    """CFG parallelism splits rows, not tokens: a UNet (SDXL, with its per-row time ids) runs it exactly too."""
-    folder = str(tiny_model("sdxl"))
-    common = dict(height=32, width=32, output_type="latent")
-    specs = [("a red cat", dict(common, num_inference_steps=4, seed=1, guidance_scale=6.0)),
-             ("green square", dict(common, num_inference_steps=3, seed=2, guidance_scale=1.0, num_outputs_per_prompt=3))]
+# CFG parallel alone, for models without a sequence-parallel plan (Ulysses is refused for them at start-up): a
+# UNet (SDXL, with its per-row time ids) and FLUX.2 [klein] (CFG as separate passes of its own rows)
+CFG_ONLY: dict[str, tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]] = {
+    "sdxl": (dict(height=32, width=32), [
+        ("a red cat", dict(num_inference_steps=4, seed=1, guidance_scale=6.0)),
+        ("green square", dict(num_inference_steps=3, seed=2, guidance_scale=1.0, num_outputs_per_prompt=3))]),
+    "flux2_klein": (dict(height=32, width=48, max_sequence_length=32), [
+        ("a red cat", dict(num_inference_steps=2, seed=1, guidance_scale=4.0)),
+        ("green square", dict(num_inference_steps=2, seed=2, guidance_scale=1.0, num_outputs_per_prompt=3))]),
+}
+
+
+@pytest.mark.parametrize("family", list(CFG_ONLY))
+async def test_cfg_parallel_needs_no_sequence_plan(family, tiny_model):
+    """CFG parallelism splits rows, not tokens: families without a Ulysses plan run it exactly too."""
+    folder = str(tiny_model(family))
+    common, specs = CFG_ONLY[family]
     results = []
     for parallel in (None, {"cfg_parallel_size": 2}):
         async with AsyncOmni(folder, deploy_config=deploy(parallel)) as omni:
-            results.append([latents(await generate_final(omni, p, kw)) for p, kw in specs])
+            results.append([latents(await generate_final(omni, p, {**common, **kw, "output_type": "latent"}))
+                            for p, kw in specs])
     for i, (ref, got) in enumerate(zip(*results)):
         # 1e-5 on unit-scale values: the random tiny SDXL UNet leaves Euler latents at |x| ~ 12
         assert got.shape == ref.shape and max_diff(got, ref) <= TOL * max(1.0, ref.abs().max().item()), i
