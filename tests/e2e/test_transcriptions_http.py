@@ -2,7 +2,8 @@
 official ``openai`` client: every response format and the SSE stream equal the family's offline output
 (AsyncOmni on the same folder, computed here first, on the windows vLLM's own ``split_audio`` cuts, as
 ``vllm serve`` does); a 65 s clip becomes three windows whose segments carry their offsets; concurrent
-requests equal solo ones; bad input is a 400 (413 for an oversized file) naming the field, and the
+requests equal solo ones; with no language, Whisper's detected one (transformers' ``detect_language``); bad
+input is a 400 (413 for an oversized file) naming the field, and the
 server keeps serving.
 """
 
@@ -172,6 +173,41 @@ def test_language_prompt_and_translation(client, offline):
                                            extra_body={"language": "fr", "max_tokens": MAX_TOKENS})
     assert out.text == joined(SHORT, offline, "fr", "translate")
     assert len({joined(SHORT, offline), joined(SHORT, offline, "de"), out.text}) == 3
+
+
+DETECT = [SHORT, OTHERS[0], OTHERS[1]]  # clips of one window each
+
+
+@pytest.fixture(scope="module")
+def hf_detected(tiny_model):
+    """transformers' Whisper with no language: ``detect_language`` and the greedy ``generate`` that detects
+    first, per clip of DETECT: (language code, generated ids). ``task`` given: without it transformers leaves
+    ``<|transcribe|>`` out of the prompt, which openai-whisper (and ``vllm serve``) put in."""
+    import torch
+    from transformers import WhisperForConditionalGeneration, WhisperProcessor
+
+    torch.set_num_threads(1)
+    proc = WhisperProcessor.from_pretrained(tiny_model("whisper"))
+    model = WhisperForConditionalGeneration.from_pretrained(tiny_model("whisper")).eval()
+    out = []
+    for data in DETECT:
+        feats = proc(as_heard(data), sampling_rate=RATE, return_tensors="pt").input_features
+        with torch.no_grad():
+            token = proc.tokenizer.convert_ids_to_tokens(int(model.detect_language(feats)[0]))
+            ids = model.generate(feats, task="transcribe", do_sample=False, max_new_tokens=MAX_TOKENS)
+        out.append((token[2:-2], [int(t) for t in ids[0]]))
+    return out
+
+
+def test_language_detected_as_whisper_does(client, hf_detected):
+    """No ``language``: the one Whisper detects (transformers' ``detect_language``), reported in
+    verbose_json, and the transcript in it (transformers' ``generate`` without a language)."""
+    for data, (language, ids) in zip(DETECT, hf_detected):
+        out = transcribe(client, data, "verbose_json", language=None)
+        assert out.language == language
+        assert out.segments[0].tokens == ids
+        assert out.text == transcribe(client, data, language=language).text
+    assert {language for language, _ in hf_detected} - {"en"}  # detected, not the default
 
 
 def test_other_formats_and_rates_decode(client):

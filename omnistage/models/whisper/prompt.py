@@ -1,7 +1,8 @@
 """Whisper's decoder prompt and the request shape the family takes (no torch, no vLLM).
 
 A recogniser request is ``{"prompt": previous text (may be ""), "multi_modal_data": {"audio": (samples,
-rate)}, "additional_information": {"language": "en", "task": "transcribe" | "translate"}}`` — the same
+rate)}, "additional_information": {"language": "en", "task": "transcribe" | "translate"}}`` (or
+``{"detect_language": true}``: the prompt that makes the next token the spoken language) — the same
 shape any recogniser family takes (the transcription routes build it). The family's request hook turns it
 into the explicit encoder-decoder prompt vLLM's Whisper takes::
 
@@ -27,6 +28,7 @@ SAMPLE_RATE = 16000
 WINDOW_S = 30  # the encoder hears 30 s at a time (3000 mel frames); longer audio is cut into windows
 # openai-whisper's sample_len (n_text_ctx // 2): a window's text never needs more
 DEFAULT_MAX_TOKENS = 224
+START = "<|startoftranscript|>"
 
 # Whisper's language codes (transformers' LANGUAGES, in token order), without importing transformers.
 LANGUAGES = (
@@ -39,7 +41,7 @@ LANGUAGES = (
 def decoder_prompt(language: str, task: str = "transcribe", previous: str = "", timestamps: bool = False) -> str:
     # " " + text: how openai-whisper and transformers' get_prompt_ids write the previous text
     head = f"<|startofprev|> {previous.strip()}" if previous.strip() else ""
-    return head + f"<|startoftranscript|><|{language}|><|{task}|>" + ("" if timestamps else "<|notimestamps|>")
+    return head + f"{START}<|{language}|><|{task}|>" + ("" if timestamps else "<|notimestamps|>")
 
 
 def check_language(language: Any, field: str = "language") -> str:
@@ -61,6 +63,14 @@ def to_encoder_decoder(prompt: dict[str, Any], params: list[Any]) -> None:
     info = prompt.pop("additional_information", None) or {}
     if not isinstance(info, Mapping):
         raise InvalidRequestError("additional_information", f"expected an object, got {type(info).__name__}")
+    encoder_prompt = {"prompt": "", "multi_modal_data": {"audio": mm["audio"]}}
+    if info.get("detect_language"):
+        # Whisper's own language detection: the decoder sees the start token alone and its next token is the
+        # language (the caller restricts it to the language tokens, as openai-whisper and transformers do)
+        prompt.pop("prompt", None)
+        prompt.pop("multi_modal_data")
+        prompt.update(encoder_prompt=encoder_prompt, decoder_prompt=START)
+        return
     language = check_language(info.get("language") or "en")
     task = info.get("task") or "transcribe"
     if task not in TASKS:
@@ -69,5 +79,5 @@ def to_encoder_decoder(prompt: dict[str, Any], params: list[Any]) -> None:
     if not isinstance(previous, str):
         raise InvalidRequestError("prompt", f"expected a string, got {type(previous).__name__}")
     prompt.pop("multi_modal_data")
-    prompt["encoder_prompt"] = {"prompt": "", "multi_modal_data": {"audio": mm["audio"]}}
+    prompt["encoder_prompt"] = encoder_prompt
     prompt["decoder_prompt"] = decoder_prompt(language, task, previous, bool(info.get("timestamps")))

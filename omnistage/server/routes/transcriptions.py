@@ -2,8 +2,9 @@
 client sends them).
 
 Fields: ``file`` (any audio PyAV decodes), ``model``, ``language`` (ISO 639-1; the source language for a
-translation), ``prompt`` (previous text, to steer spelling and style), ``response_format`` = json | text |
-srt | vtt | verbose_json, ``temperature``, ``timestamp_granularities[]`` (``segment``), ``stream`` (SSE
+translation; omitted, it is detected on the first window where the pipeline's info lists
+``language_token_ids``), ``prompt`` (previous text, to steer spelling and style), ``response_format`` = json |
+text | srt | vtt | verbose_json, ``temperature``, ``timestamp_granularities[]`` (``segment``), ``stream`` (SSE
 ``transcript.text.delta`` / ``transcript.text.done`` events, for json and text), and the llm knobs
 (``max_tokens``, ``seed``, ``top_p``, ...) as further fields (the client's ``extra_body``).
 
@@ -63,6 +64,7 @@ class TranscriptionForm:
     stream: bool = False
     lora: str | None = None
     knobs: RequestKnobs = field(default_factory=RequestKnobs)
+    detect_language: bool = False  # no language given and the model can tell it (language is set once detected)
 
 
 def _text_field(form: Any, name: str) -> str | None:
@@ -89,7 +91,8 @@ def parse_form(form: Any, state: ServerState, task: str) -> TranscriptionForm:
         raise bad_request(f"response_format: {fmt!r} is not one of {', '.join(FORMATS)}", "response_format")
     language = _text_field(form, "language")
     known = list(info.get("languages") or [])
-    if language is None or language == "":
+    detect = not language and bool(info.get("language_token_ids"))
+    if not language:
         language = info.get("default_language") or (known[0] if known else "en")
     elif language.lower() not in known:
         raise bad_request(f"language: {language!r} is not a language this model knows (ISO 639-1 codes such as "
@@ -128,7 +131,7 @@ def parse_form(form: Any, state: ServerState, task: str) -> TranscriptionForm:
         raise validation_error(e) from None
     return TranscriptionForm(upload=upload, task=task, language=language.lower(),
                              prompt=_text_field(form, "prompt") or "", response_format=fmt, stream=stream, lora=lora,
-                             knobs=knobs)
+                             knobs=knobs, detect_language=detect)
 
 
 def windows(samples: np.ndarray, rate: int, window_s: float, overlap_s: float = 1.0,
@@ -173,8 +176,33 @@ async def _read_form(request: Request, task: str, state: ServerState) -> Transcr
 Window = tuple[float, float, OmniRequest]  # (start s, end s, the window's engine request)
 
 
-async def _requests(state: ServerState, form: TranscriptionForm, rid: str) -> tuple[list[Window], float]:
-    """The engine requests of an upload, one per window, each checked; and the audio's duration."""
+async def _detect_language(state: ServerState, request: Request, piece: np.ndarray, rate: int, form: TranscriptionForm,
+                           rid: str) -> str:
+    """The spoken language, as Whisper tells it (openai-whisper, transformers and ``vllm serve`` alike): one
+    greedy token after the start token, over the language tokens only, on the first window."""
+    ids: Mapping[str, int] = state.engine.pipeline.info["transcription"]["language_token_ids"]
+    prompt = {"prompt": "", "multi_modal_data": {"audio": (piece, rate)},
+              "additional_information": {"detect_language": True}}
+    req = state.make_request(prompt, f"{rid}-language", [{"max_tokens": 1, "temperature": 0.0,
+                                                          "allowed_token_ids": list(ids.values())}],
+                             output_modalities=["text", "token_ids"], lora=form.lora)
+    chosen: list[int] = []
+
+    def keep(out: Any) -> None:
+        if out.finished and out.token_ids:
+            chosen[:] = out.token_ids
+
+    await state.run(request, req, on_output=keep)
+    by_id = {v: k for k, v in ids.items()}
+    if not chosen or chosen[0] not in by_id:
+        raise APIError(500, f"language detection gave no language token ({chosen})", code="language_detection")
+    return by_id[chosen[0]]
+
+
+async def _requests(state: ServerState, request: Request, form: TranscriptionForm,
+                    rid: str) -> tuple[list[Window], float]:
+    """The engine requests of an upload, one per window, each checked; and the audio's duration. A form
+    without a language gets the detected one first (``form.language``)."""
     info = state.engine.pipeline.info["transcription"]
     rate = int(info.get("sample_rate") or 16000)
     data = await form.upload.read(state.media.max_bytes + 1)
@@ -184,6 +212,8 @@ async def _requests(state: ServerState, form: TranscriptionForm, rid: str) -> tu
     samples = await asyncio.to_thread(decode_audio, data, "file", rate, max_s, state.media, form.upload.content_type)
     out = []
     pieces = windows(samples, rate, float(info.get("window_s") or 30))
+    if form.detect_language:
+        form.language = await _detect_language(state, request, pieces[0][1], rate, form, rid)
     for k, (offset, piece) in enumerate(pieces):
         # text (and its ids, for verbose_json) only: an omni recogniser's talker never runs for a transcript
         req = state.make_request(window_prompt(piece, rate, form), rid if len(pieces) == 1 else f"{rid}-w{k}",
@@ -194,7 +224,7 @@ async def _requests(state: ServerState, form: TranscriptionForm, rid: str) -> tu
 
 async def _handle(request: Request, state: ServerState, task: str) -> Response:
     form = await _read_form(request, task, state)
-    reqs, duration = await _requests(state, form, request_id(request.scope))
+    reqs, duration = await _requests(state, request, form, request_id(request.scope))
     separator = "" if form.language in NO_SPACE_LANGUAGES else " "
     if form.stream:
         return await _stream(state, reqs, separator, duration)
@@ -290,7 +320,8 @@ class TranscriptionFields(BaseModel):
     """The text fields of the multipart form (documentation: the route reads the form itself, parse_form)."""
 
     model: str | None = None
-    language: str | None = Field(None, description="ISO 639-1 code of the spoken language (default: the model's)")
+    language: str | None = Field(None, description="ISO 639-1 code of the spoken language (omitted: detected where "
+                                                   "the model can tell it, Whisper; else the model's default)")
     prompt: str | None = Field(None, description="text of the previous audio, to steer spelling and style")
     response_format: str = Field("json", description="json | text | srt | vtt | verbose_json")
     temperature: float | None = Field(None, ge=0)

@@ -9,8 +9,6 @@ One AsyncOmni engine for the module; the references are computed here, from the 
 from __future__ import annotations
 
 import asyncio
-import gc
-import os
 
 import pytest
 import pytest_asyncio
@@ -20,6 +18,7 @@ from omnistage.errors import InvalidRequestError
 from omnistage.models.whisper.prompt import decoder_prompt
 from omnistage.pipeline import resolve_pipeline
 from omnistage.testing.streams import all_outputs
+from tests.models.offline_llm import offline_llm
 
 from .cases import CASES, CLIPS, ENGINE, MAX_TOKENS, RATE
 
@@ -60,18 +59,9 @@ def hf_reference(whisper_dir):
 @pytest.fixture(scope="module")
 def vllm_reference(whisper_dir):
     """vLLM's own offline LLM.generate on the explicit prompt: (clip, case) -> (ids, text)."""
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
-    saved = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"  # in-process engine: leave this process's threads alone
-    try:
-        llm = LLM(str(whisper_dir), kv_cache_memory_bytes=64 << 20, **ENGINE)
-    finally:
-        if saved is None:
-            os.environ.pop("VLLM_CPU_OMP_THREADS_BIND")
-        else:
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = saved
-    try:
+    with offline_llm(whisper_dir, **ENGINE) as llm:
         keys, prompts = [], []
         for i, audio in enumerate(CLIPS):
             for j, (language, task, previous) in enumerate(CASES):
@@ -80,10 +70,6 @@ def vllm_reference(whisper_dir):
                                 "decoder_prompt": decoder_prompt(language, task, previous)})
         outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS), use_tqdm=False)
         return {k: (list(o.outputs[0].token_ids), o.outputs[0].text) for k, o in zip(keys, outs)}
-    finally:
-        llm.llm_engine.engine_core.shutdown()
-        del llm
-        gc.collect()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -171,3 +157,17 @@ async def test_bad_requests_name_the_field(omni, prompt, field):
     assert e.value.field == field
     out, _ = await run(omni, request(CLIPS[0]), max_tokens=2)  # the engine keeps serving
     assert out.finished
+
+
+async def test_language_tokens_are_the_checkpoints(whisper_dir, tmp_path):
+    """Detection chooses among the folder's own language tokens (``lang_to_id``); a folder without them
+    (an English-only checkpoint) detects nothing."""
+    from transformers import WhisperTokenizer
+
+    from omnistage.models.whisper import folder_info
+
+    ids = folder_info(whisper_dir)["transcription"]["language_token_ids"]
+    tok = WhisperTokenizer.from_pretrained(whisper_dir)
+    assert len(ids) == 100 and ids == {code: tok.convert_tokens_to_ids(f"<|{code}|>") for code in ids}
+    (tmp_path / "generation_config.json").write_text('{"decoder_start_token_id": 1}')
+    assert folder_info(tmp_path) == {}

@@ -1,0 +1,42 @@
+"""``qwen3_asr``: speech in, text out — Qwen3-ASR as one decoder-only ``llm`` stage on vLLM.
+
+The stage is vLLM's own ``Qwen3ASRForConditionalGeneration`` (its CPU build runs it; it loads
+transformers' checkpoint layout as well as the original release's), fed the prompt prompt.py builds —
+the one vLLM's server and transformers' ``apply_transcription_request`` write — so its text is token for
+token transformers' ``Qwen3ASRForConditionalGeneration.generate`` greedy and vLLM's ``LLM.generate``
+(tests/models/qwen3_asr). The language is always forced (default ``en``): unforced, the model writes
+``language X<asr_text>`` before the transcript, which no stage here strips.
+
+``info["transcription"]`` tells the transcription routes how to feed it (16 kHz, 30 s windows, its 30
+languages, transcription only).
+
+Tiny fixture: ``qwen3_asr`` (``python -m omnistage.testing.tiny qwen3_asr DIR``).
+"""
+
+from __future__ import annotations
+
+from omnistage.models.qwen3_asr import tiny
+from omnistage.models.qwen3_asr.prompt import LANGUAGES, SAMPLE_RATE, WINDOW_S, to_chat_prompt
+from omnistage.pipeline import ModelFolder, Pipeline, StageSpec
+
+ARCHITECTURES = {"Qwen3ASRForConditionalGeneration"}
+
+
+def matches(folder: ModelFolder) -> bool:
+    if folder.diffusers_class is not None or folder.omnistage_pipeline is not None:
+        return False
+    return bool(ARCHITECTURES & set(folder.architectures))
+
+
+QWEN3_ASR = Pipeline(
+    name="qwen3_asr",
+    description="Qwen3-ASR speech recognition (audio encoder + Qwen3 LM, one llm stage on vLLM)",
+    matches=matches,
+    stages=[StageSpec(0, kind="llm", name="recognizer", output="text+token_ids", final=True,
+                      default_params={"temperature": 0.0})],
+    shape_request=to_chat_prompt,
+    info={"transcription": {"sample_rate": SAMPLE_RATE, "window_s": WINDOW_S, "languages": list(LANGUAGES),
+                            "tasks": ["transcribe"], "default_language": "en"}},
+)
+PIPELINES = [QWEN3_ASR]
+TINY = {"qwen3_asr": tiny.build}

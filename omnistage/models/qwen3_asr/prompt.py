@@ -1,0 +1,66 @@
+"""Qwen3-ASR's prompt and the request shape the family takes (no torch, no vLLM).
+
+A recogniser request (``{"prompt": previous text, "multi_modal_data": {"audio": ...},
+"additional_information": {"language", "task"}}``, the shape the transcription routes build, see
+omnistage/models/whisper/prompt.py) becomes the ChatML prompt vLLM's own Qwen3-ASR transcription prompt
+writes (``get_generation_prompt``) and transformers' ``Qwen3ASRProcessor.apply_transcription_request``
+renders: the previous text as the system turn (only when given), the audio as the user turn, and the
+assistant turn begun with ``language English<asr_text>``, which forces the language — the model then
+writes the transcript alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from omnistage.errors import InvalidRequestError
+
+SAMPLE_RATE = 16000
+WINDOW_S = 30  # the feature extractor's chunk_length: what vLLM's server cuts long audio into
+DEFAULT_MAX_TOKENS = 256
+AUDIO = "<|audio_start|><|audio_pad|><|audio_end|>"
+# The languages Qwen3-ASR was trained on, by the names its forced-language prefix uses
+# (tests/models/qwen3_asr compares the table with transformers' LANGUAGE_CODE_TO_NAME).
+LANGUAGES = {
+    "zh": "Chinese", "en": "English", "yue": "Cantonese", "ar": "Arabic", "de": "German", "fr": "French",
+    "es": "Spanish", "pt": "Portuguese", "id": "Indonesian", "it": "Italian", "ko": "Korean", "ru": "Russian",
+    "th": "Thai", "vi": "Vietnamese", "ja": "Japanese", "tr": "Turkish", "hi": "Hindi", "ms": "Malay",
+    "nl": "Dutch", "sv": "Swedish", "da": "Danish", "fi": "Finnish", "pl": "Polish", "cs": "Czech",
+    "fil": "Filipino", "fa": "Persian", "el": "Greek", "hu": "Hungarian", "mk": "Macedonian", "ro": "Romanian",
+}
+# the previous text must not open turns of its own (as vLLM sanitises it)
+_CONTROL = re.compile(r"<\|[^|]+\|>|<asr_text>")
+
+
+def chat_prompt(language: str, previous: str = "") -> str:
+    context = _CONTROL.sub("", previous).strip()
+    system = f"<|im_start|>system\n{context}<|im_end|>\n" if context else ""
+    return (f"{system}<|im_start|>user\n{AUDIO}<|im_end|>\n<|im_start|>assistant\n"
+            f"language {LANGUAGES[language]}<asr_text>")
+
+
+def to_chat_prompt(prompt: dict[str, Any], params: list[Any]) -> None:
+    """The family's request hook: a recogniser request becomes Qwen3-ASR's prompt (in place); a request
+    without ``additional_information`` (an explicit prompt) passes as it is."""
+    if isinstance(params[0], dict):
+        params[0].setdefault("max_tokens", DEFAULT_MAX_TOKENS)
+    if "additional_information" not in prompt:
+        return
+    mm = prompt.get("multi_modal_data")
+    if not isinstance(mm, Mapping) or mm.get("audio") is None:
+        raise InvalidRequestError("multi_modal_data.audio", "a Qwen3-ASR request needs the audio to transcribe")
+    info = prompt.pop("additional_information") or {}
+    if not isinstance(info, Mapping):
+        raise InvalidRequestError("additional_information", f"expected an object, got {type(info).__name__}")
+    language = info.get("language") or "en"
+    if not isinstance(language, str) or language.lower() not in LANGUAGES:
+        raise InvalidRequestError("language", f"{language!r} is not a language Qwen3-ASR knows "
+                                              f"({', '.join(LANGUAGES)})")
+    if (info.get("task") or "transcribe") != "transcribe":
+        raise InvalidRequestError("task", "Qwen3-ASR only transcribes")
+    previous = prompt.get("prompt") or ""
+    if not isinstance(previous, str):
+        raise InvalidRequestError("prompt", f"expected a string, got {type(previous).__name__}")
+    prompt["prompt"] = chat_prompt(language.lower(), previous)
