@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import gc
-import os
 from pathlib import Path
 
 from omnistage.models.chat.tiny_lora import build as build_lora
+from tests.models.offline_llm import offline_llm
 
 from .chat_cases import ENGINE, GREEDY, MESSAGES, PROMPTS
 
@@ -26,19 +25,10 @@ def adapters(chat_lora: Path, root: Path) -> dict[str, str]:
 def vllm_reference(chat_dir: Path, paths: dict[str, str]) -> dict:
     """vLLM's ``LLM.generate`` per prompt and ``LLM.chat`` on MESSAGES, greedy: base (None), adapter a, b;
     chat outputs under ``("chat", name)``."""
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
     from vllm.lora.request import LoRARequest
 
-    saved = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"  # keep it from binding this test process's threads
-    try:
-        llm = LLM(str(chat_dir), kv_cache_memory_bytes=64 << 20, enable_lora=True, **LORA, **ENGINE)
-    finally:
-        if saved is None:
-            os.environ.pop("VLLM_CPU_OMP_THREADS_BIND")
-        else:
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = saved
-    try:
+    with offline_llm(chat_dir, enable_lora=True, **LORA, **ENGINE) as llm:
         out: dict = {}
         for i, name in enumerate((None, "a", "b")):
             lora = LoRARequest(name, i, paths[name]) if name else None
@@ -46,8 +36,4 @@ def vllm_reference(chat_dir: Path, paths: dict[str, str]) -> dict:
             out[name] = [o.outputs[0].text for o in res]
             chat = llm.chat([MESSAGES], SamplingParams(**GREEDY), lora_request=lora, use_tqdm=False)[0]
             out[("chat", name)] = chat.outputs[0].text
-        return out
-    finally:
-        llm.llm_engine.engine_core.shutdown()
-        del llm
-        gc.collect()
+    return out

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import base64
 import functools
-import gc
 import io
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from tests.models.offline_llm import offline_llm
 
 ENGINE = {"max_model_len": 1024, "max_num_seqs": 4, "dtype": "float32", "enforce_eager": True}
 GREEDY = {"temperature": 0.0, "max_tokens": 12}
@@ -204,19 +204,10 @@ class Answer:
 def vllm_answers(folder: str, family: str) -> dict[str, Answer]:
     """vLLM's own greedy answers for every case of ``family`` (a key of ``FAMILIES``) and for its
     raw prompts, by name; the engine is shut down before this returns."""
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
     cases, raw, limits = FAMILIES[family]
-    saved = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"  # an in-process engine: leave the test's threads alone
-    try:
-        llm = LLM(folder, kv_cache_memory_bytes=64 << 20, limit_mm_per_prompt=limits, **ENGINE)
-    finally:
-        if saved is None:
-            os.environ.pop("VLLM_CPU_OMP_THREADS_BIND")
-        else:
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = saved
-    try:
+    with offline_llm(folder, limit_mm_per_prompt=limits, **ENGINE) as llm:
         sp = SamplingParams(**GREEDY)
         out = {}
         for name, case in cases.items():
@@ -225,8 +216,4 @@ def vllm_answers(folder: str, family: str) -> dict[str, Answer]:
         for name, prompt in raw.items():
             ro = llm.generate(prompt, sp, use_tqdm=False)[0]
             out[name] = Answer(list(ro.prompt_token_ids), list(ro.outputs[0].token_ids), ro.outputs[0].text)
-        return out
-    finally:
-        llm.llm_engine.engine_core.shutdown()
-        del llm
-        gc.collect()
+    return out
