@@ -12,18 +12,23 @@ Servers (phase 1, side by side):
 - ``csm``: Sesame CSM — the AR step engine (``mp``) streaming Mimi frames to the codec. Load as ``tts``.
   Killed: the AR step engine's process.
 - ``video``: Wan — video jobs (POST, poll, content) on a diffusion stage in ``mp``. Killed: the diffusion child.
+- ``whisper``: tiny Whisper on vLLM — transcriptions of an uploaded WAV, whole and SSE-streamed, plus bad
+  uploads. Killed: the vLLM engine core.
 
 Phase 2, alone (it starts its own local Ray cluster, and `ray stop` ends every Ray process on the machine, so
 it does not share the machine with the suite's Ray tests, nor with phase 1's load): ``ray`` — SD3 with its
-stage in a Ray actor (``--distributed-executor-backend ray``). Killed: the actor.
+stage in a Ray actor (``--distributed-executor-backend ray``), sent images of many steps so that kills land
+mid-request. Killed: the actor.
 
 Checked and reported: every request ends within ``DEADLINE_S``; valid ones end 200 or 503 ``stage_unavailable``
 with ``Retry-After`` (streams: an SSE error event; raw streams: complete or visibly broken off), bad ones their
 4xx, never 500 or a hang; ``/health`` is 200 again within ``RECOVERY_BOUND_S`` after each kill, with a new
 process of that kind; seeded requests give the same bytes after the chaos as before; after SIGTERM no process
-of any server's tree (nor a Ray actor) is left. Results: ``benchmarks/results/chaos.{json,md}``.
+of any server's tree (nor a Ray actor) is left; and how the requests running at each kill ended. Results:
+``benchmarks/results/chaos.{json,md}``; ``--update`` folds a partial run (``--servers whisper --no-ray``,
+``--servers none``) into the recorded one, each phase keeping the run it came from.
 
-    python benchmarks/chaos.py [--rounds 3] [--ray-rounds 3] [--no-ray]
+    python benchmarks/chaos.py [--rounds 3] [--ray-rounds 3] [--no-ray] [--servers a,b|none] [--update]
 """
 
 from __future__ import annotations
@@ -48,8 +53,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import httpx  # noqa: E402
 
+from omnistage.bench.datasets import random_audio, wav_bytes  # noqa: E402
 from omnistage.testing import chaos as ch  # noqa: E402
 from omnistage.testing.server import ServeProcess, free_port  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from chaos_report import merge, report, verdict  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 MP = {"process": "mp"}
@@ -181,15 +190,63 @@ VIDEO_SERVER = Spec(
                                  ("/v1/videos/video_nope/content", {"method": "GET"}, 404)]))],
     [("diffusion_child", ch.stage_children)], {"video_seed3": video_probe})
 
-SD3_IMAGE = {"prompt": "a red cat", "size": "32x32", "num_inference_steps": 4}
+# many steps: a request lasts long enough (about a second) that an actor kill lands while some are running
+SD3_IMAGE = {"prompt": "a red cat", "size": "32x32", "num_inference_steps": 60}
 RAY_SERVER = Spec(
-    # the stage says process: ray itself: sd3's deploy.yaml says `process: inline`, which wins over
-    # --distributed-executor-backend ray (the flag only reaches stages that name no process)
+    # the stage says process: ray itself: --distributed-executor-backend ray only reaches stages that name no
+    # process, and a family's deploy.yaml may name one (sd3's said `process: inline` in the first run)
     "ray", lambda fx: [str(fx / "sd3"), "--served-model-name", "ray", "--distributed-executor-backend", "ray",
                        "--stage-overrides", json.dumps({"0": {"process": "ray"}})],
     lambda url: [("image", ch.post_json("/v1/images/generations", SD3_IMAGE, ch.b64_images)),
                  ("bad", ch.bad(BAD_IMAGE[:3]))],
     [("ray_actor", ch.ray_stage_actors)], {"ray_image_seed7": image_probe(SD3_IMAGE)})
+
+
+# ------------------------------------------------------------------------------------------ transcriptions
+
+WAV = wav_bytes(random_audio(3.0, 5))
+# greedy and ignore_eos: every transcription is 64 decoder steps, long enough for a kill to land in some
+TRANSCRIBE = {"model": "whisper", "language": "en", "temperature": "0", "max_tokens": "64", "ignore_eos": "true"}
+
+
+def transcribe(stream: bool) -> Callable[[httpx.Client, int], str]:
+    def call(c: httpx.Client, i: int) -> str:
+        kw = {"files": {"file": ("clip.wav", WAV, "audio/wav")}, "data": {**TRANSCRIBE, "stream": str(stream).lower()}}
+        if not stream:
+            return ch.valid_json(c.post("/v1/audio/transcriptions", **kw),
+                                 lambda r: isinstance(r.json().get("text"), str))
+        with c.stream("POST", "/v1/audio/transcriptions", **kw) as r:
+            return ch.valid_stream(r, lambda ev: bool(ev) and isinstance(ev[-1], dict)
+                                   and ev[-1].get("type") == "transcript.text.done")
+    return call
+
+
+def transcript_probe(c: httpx.Client) -> bytes:
+    r = c.post("/v1/audio/transcriptions", files={"file": ("clip.wav", WAV, "audio/wav")}, data=TRANSCRIBE)
+    assert r.status_code == 200, r.text
+    return r.json()["text"].encode()
+
+
+def upload(data: dict[str, str], file: tuple[str, bytes, str] = ("clip.wav", WAV, "audio/wav")) -> dict[str, Any]:
+    return {"files": {"file": file}, "data": {"model": "whisper", **data}}
+
+
+WHISPER_SERVER = Spec(
+    "whisper", lambda fx: [str(fx / "whisper"), "--enforce-eager", "--served-model-name", "whisper",
+                           "--stage-overrides", json.dumps({"0": {"max_model_len": 448, "dtype": "float32"}})],
+    lambda url: [("transcribe", transcribe(False)), ("transcribe_stream", transcribe(True)),
+                 ("bad", ch.bad([("/v1/audio/transcriptions", upload({"language": "xx"}), 400),
+                                 ("/v1/audio/transcriptions", upload({"response_format": "mp3"}), 400),
+                                 ("/v1/audio/transcriptions", upload({}, ("clip.wav", b"RIFF....WAVEjunk",
+                                                                         "audio/wav")), 400),
+                                 ("/v1/audio/transcriptions", {"data": {"model": "whisper"}}, 415)]))],  # not multipart
+    [("vllm_engine_core", ch.engine_cores)], {"whisper_greedy": transcript_probe})
+
+
+SERVERS = {s.name: s for s in (IMAGE_SERVER, TTS_SERVER, CSM_SERVER, VIDEO_SERVER, WHISPER_SERVER)}
+# the tiny fixtures each server is started on
+FIXTURES = {"image": ("chat", "sd3"), "tts": ("codec_tts",), "csm": ("csm",), "video": ("wan",), "whisper": ("whisper",),
+            "ray": ("sd3",)}
 
 
 # ------------------------------------------------------------------------------------------ running
@@ -242,18 +299,27 @@ def phase(specs: list[Spec], fx: Path, work: Path, rounds: int) -> dict[str, Any
             if r.load is not None:
                 r.load.stop()
     outcomes = [o for r in running for o in r.load.outcomes]
+    loads = {r.spec.name: r.load for r in running}
+    kill_rows = [{**asdict(k), "spanning": ch.spanning(loads[k.server].outcomes, loads[k.server].started_at, k)}
+                 for k in kills]
     after, in_flight = {}, {}
     for r in running:
         ch.wait_healthy(r.server.url, ch.RECOVERY_BOUND_S)
         after.update({k: v == r.before[k] for k, v in probes(r).items()})
         in_flight[r.spec.name] = ch.health(r.server.url)[1].get("in_flight")
+    unclean: dict[str, str] = {}
     for r in running:
         procs = ch.tree(r.server.proc.pid) + (ch.ray_stage_actors() if r.spec.name == "ray" else [])
-        r.server.stop()
+        try:
+            r.server.stop()
+        except AssertionError as e:  # (no clean exit after SIGTERM: recorded as a break, the rest still counted)
+            code = r.server.proc.returncode
+            unclean[r.spec.name] = f"exit status {code}" + ("" if str(e) == str(code) else f": {e}")
         left[r.spec.name] = ch.left_after(procs)
     return {"servers": [r.spec.name for r in running], "startup_s": round(startup_s, 1),
-            "duration_s": round(time.monotonic() - t0, 1), "kills": [asdict(k) for k in kills],
+            "duration_s": round(time.monotonic() - t0, 1), "kills": kill_rows,
             "equal_after": after, "in_flight_after_load": in_flight, "left_after_sigterm": left,
+            "unclean_exit": unclean,
             **ch.summary(outcomes)}
 
 
@@ -276,90 +342,48 @@ def ray_phase(fx: Path, work: Path, rounds: int) -> dict[str, Any]:
             subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True)
 
 
-def verdict(p: dict[str, Any]) -> list[str]:
-    """What broke an invariant in one phase (empty: none)."""
-    bad = [f"{len(p['violations'])} request(s) broke an invariant"] if p["violations"] else []
-    bad += [f"kill {k['server']}/{k['kind']}: {k['error'] or 'not replaced'}" for k in p["kills"]
-            if k["error"] or not k["replaced"]]
-    bad += [f"{name} differs after the chaos" for name, same in p["equal_after"].items() if not same]
-    bad += [f"{s}: {n} still in flight" for s, n in p["in_flight_after_load"].items() if n]
-    bad += [f"{s}: left after SIGTERM: {procs}" for s, procs in p["left_after_sigterm"].items() if procs]
-    return bad
-
-
-def report(result: dict[str, Any]) -> str:
-    lines = ["# Chaos under load", "",
-             f"`python benchmarks/chaos.py --rounds {result['rounds']} --ray-rounds {result['ray_rounds']}` on "
-             f"{result['machine']}; the machine was shared with other work (load average at the start "
-             f"{result['load_avg']}), so latencies and recovery times are upper bounds of a quiet machine.",
-             "", f"Bounds: every request's deadline {ch.DEADLINE_S:.0f} s; recovery (`/health` 200 again) within "
-             f"{ch.RECOVERY_BOUND_S:.0f} s of a kill.", "",
-             f"**Verdict: {'PASS' if not result['broken'] else 'FAIL'}**"]
-    lines += [f"- {b}" for b in result["broken"]]
-    for name, p in result["phases"].items():
-        kinds: dict[str, list[float]] = {}
-        for k in p["kills"]:
-            kinds.setdefault(f"{k['server']} / {k['kind']}", []).append(k["recovery_s"])
-        lines += ["", f"## Phase {name}: servers {', '.join(p['servers'])}", "",
-                  f"- start-up {p['startup_s']} s, whole phase {p['duration_s']} s, {p['requests']} requests",
-                  "", "| killed (kill -9) | kills | in flight at the kill | /health went 503 | replaced | "
-                  "recovery s (each) | max |", "|---|---|---|---|---|---|---|"]
-        for kind, recs in kinds.items():
-            ks = [k for k in p["kills"] if f"{k['server']} / {k['kind']}" == kind]
-            lines.append(f"| {kind} | {len(ks)} | {', '.join(str(k['in_flight']) for k in ks)} | "
-                         f"{sum(k['saw_unhealthy'] for k in ks)}/{len(ks)} | {sum(k['replaced'] for k in ks)}/{len(ks)} "
-                         f"| {', '.join(f'{s:.1f}' for s in recs)} | {max(recs):.1f} |")
-        lines += ["", "| server call outcome | requests |", "|---|---|"]
-        lines += [f"| {k} | {n} |" for k, n in p["by_outcome"].items()]
-        lines += ["", "| server call | max latency s |", "|---|---|"]
-        lines += [f"| {k} | {v:.2f} |" for k, v in p["max_latency_s"].items()]
-        lines += ["", "| seeded request | same bytes after the chaos |", "|---|---|"]
-        lines += [f"| {k} | {'yes' if v else '**no**'} |" for k, v in p["equal_after"].items()]
-        lines += ["", "| server | processes left 15 s after SIGTERM |", "|---|---|"]
-        lines += [f"| {k} | {len(v)} {v if v else ''} |" for k, v in p["left_after_sigterm"].items()]
-        if p["violations"]:
-            lines += ["", "Violations (first 20):", ""]
-            lines += [f"- {v['server']} {v['call']} at {v['t_s']} s: {v['result']}" for v in p["violations"][:20]]
-    lines += ["", "Outcomes: `ok` 200 and complete; `unavailable` 503 `stage_unavailable` + `Retry-After` (a video "
-              "job: failed `stage_unavailable`); `error_event` a 200 stream that ended with one `stage_unavailable` "
-              "SSE error event; `broken_off` a raw PCM stream whose connection was cut before the end (the client "
-              "sees an incomplete body); `abandoned` the client left after two events; `rejected` a bad request "
-              "got its 4xx."]
-    return "\n".join(lines) + "\n"
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3, help="kills of each engine kind in phase 1")
     ap.add_argument("--ray-rounds", type=int, default=3)
     ap.add_argument("--no-ray", action="store_true")
-    ap.add_argument("--servers", default="image,tts,csm,video", help="phase 1's servers, or none")
+    ap.add_argument("--servers", default=",".join(SERVERS), help="phase 1's servers, or none")
+    ap.add_argument("--update", action="store_true", help="fold this run's phases into the recorded results")
     ap.add_argument("--out", default="chaos")
-    ap.add_argument("--fixtures", help="a folder of already built tiny fixtures (chat, sd3, codec_tts, csm, wan)")
+    ap.add_argument("--fixtures", help="a folder of already built tiny fixtures ("
+                    + ", ".join(sorted({f for fs in FIXTURES.values() for f in fs})) + ")")
     args = ap.parse_args()
     from omnistage.testing.tiny import build
 
-    specs = {s.name: s for s in (IMAGE_SERVER, TTS_SERVER, CSM_SERVER, VIDEO_SERVER)}
-    result: dict[str, Any] = {"rounds": args.rounds, "ray_rounds": 0 if args.no_ray else args.ray_rounds,
-                              "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, CPU only",
-                              "load_avg": [round(x, 2) for x in os.getloadavg()], "phases": {}}
+    names = [] if args.servers == "none" else args.servers.split(",")
+    run = {"command": " ".join(["python benchmarks/chaos.py", *sys.argv[1:]]),
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "load_avg": [round(x, 2) for x in os.getloadavg()]}
+    result: dict[str, Any] = {"machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, CPU only", "phases": {}}
     with tempfile.TemporaryDirectory(prefix="omnistage-chaos-") as tmp:
         work = Path(tmp)
         fx = Path(args.fixtures) if args.fixtures else work / "fixtures"
-        for name in () if args.fixtures else ("chat", "sd3", "codec_tts", "csm", "wan"):
+        wanted = {f for n in names + ([] if args.no_ray else ["ray"]) for f in FIXTURES[n]}
+        for name in () if args.fixtures else sorted(wanted):
             build(name, fx / name)
         os.environ["OMNISTAGE_SERVER_STORAGE__PATH"] = str(work / "storage")
         try:
-            if args.servers != "none":
-                result["phases"]["1"] = phase([specs[n] for n in args.servers.split(",")], fx, work, args.rounds)
+            if names:  # the full set is phase 1; a partial one is named after its servers
+                key = "1" if names == list(SERVERS) else f"1 ({','.join(names)})"
+                result["phases"][key] = {"run": {**run, "rounds": args.rounds},
+                                         **phase([SERVERS[n] for n in names], fx, work, args.rounds)}
             if not args.no_ray:
-                result["phases"]["2 (Ray, alone)"] = ray_phase(fx, work, args.ray_rounds)
+                result["phases"]["2 (Ray, alone)"] = {"run": {**run, "rounds": args.ray_rounds},
+                                                      **ray_phase(fx, work, args.ray_rounds)}
         finally:
             for log in work.glob("*.log"):  # the servers' side, kept for a failed run
                 shutil.copy(log, Path(tempfile.gettempdir()) / f"omnistage-chaos-{log.name}")
-    result["broken"] = [b for p in result["phases"].values() for b in verdict(p)]
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{args.out}.json").write_text(json.dumps(result, indent=1))
+    recorded = RESULTS / f"{args.out}.json"
+    if args.update and recorded.exists():
+        result = merge(json.loads(recorded.read_text()), result)
+    result["broken"] = [b for p in result["phases"].values() for b in verdict(p)]
+    recorded.write_text(json.dumps(result, indent=1))
     text = report(result)
     (RESULTS / f"{args.out}.md").write_text(text)
     print(text)

@@ -88,7 +88,9 @@ class StageOutput:
     finished: bool
     metrics: StageMetrics | None = None
     error: StageError | None = None
-    progress: tuple[int, int] | None = None  # (done, total) steps, for progress bars / job status
+    # (done, total) steps, for progress bars / job status; a diffusion stage's first, (0, 0), says it took the
+    # request (checked it and queued it) before the step count is known
+    progress: tuple[int, int] | None = None
     finish_reason: str | None = None  # with finished: stop | length | abort | ...
     num_tokens: int | None = None  # llm: tokens generated so far (a running count, not a delta)
 

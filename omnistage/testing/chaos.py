@@ -224,7 +224,7 @@ class Load:
     def __post_init__(self) -> None:
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._start = time.monotonic()
+        self.started_at = time.monotonic()  # what every Outcome's t_s counts from
         self._workers = [threading.Thread(target=self._run, args=(w,), daemon=True, name=f"load-{self.server}-{w}")
                          for w in range(self.threads)]
 
@@ -252,7 +252,7 @@ class Load:
                     result = f"VIOLATION: took {latency:.1f} s"
                 with self._lock:
                     self.outcomes.append(Outcome(self.server, name, result, round(latency, 3),
-                                                 round(t0 - self._start, 3)))
+                                                 round(t0 - self.started_at, 3)))
                 i += self.threads
                 self._stop.wait(self.pause_s)
 
@@ -320,6 +320,7 @@ class Kill:
     recovery_s: float  # kill -> /health 200 again
     replaced: bool  # a different process of that kind serves afterwards
     error: str | None = None
+    at: float = 0.0  # time.monotonic() of the kill
 
 
 def kill_and_recover(server: str, url: str, root_pid: int, kind: str,
@@ -339,20 +340,23 @@ def kill_and_recover(server: str, url: str, root_pid: int, kind: str,
     victim = victims[0]
     os.kill(victim.pid, signal.SIGKILL)
     t0 = time.monotonic()
+    kill = Kill(server, kind, victim.pid, in_flight, False, 0.0, False, at=t0)
     saw_unhealthy = False
     while True:
         code, _ = health(url)
         saw_unhealthy |= code == 503
-        if code == 200 and (saw_unhealthy or time.monotonic() - t0 > 5):
+        if code == 200 and saw_unhealthy:  # (a loaded machine may take seconds to notice the death: wait for it)
             break
         if time.monotonic() - t0 > RECOVERY_BOUND_S:
-            return Kill(server, kind, victim.pid, in_flight, saw_unhealthy, round(time.monotonic() - t0, 2), False,
-                        error=f"not healthy within {RECOVERY_BOUND_S:.0f} s")
+            kill.error = (f"not healthy within {RECOVERY_BOUND_S:.0f} s" if saw_unhealthy else
+                          f"/health never said 503 within {RECOVERY_BOUND_S:.0f} s")
+            break
         time.sleep(0.05)
-    recovery = round(time.monotonic() - t0, 2)
-    after = [p.pid for p in find(root)]
-    return Kill(server, kind, victim.pid, in_flight, saw_unhealthy, recovery,
-                replaced=bool(after) and victim.pid not in after)
+    kill.saw_unhealthy, kill.recovery_s = saw_unhealthy, round(time.monotonic() - t0, 2)
+    if kill.error is None:
+        after = [p.pid for p in find(root)]
+        kill.replaced = bool(after) and victim.pid not in after
+    return kill
 
 
 def tree(root_pid: int) -> list[psutil.Process]:
@@ -364,6 +368,18 @@ def left_after(procs: list[psutil.Process], timeout: float = 15) -> list[str]:
     """The processes of ``procs`` still alive ``timeout`` s later (after the server's SIGTERM)."""
     _, alive = psutil.wait_procs(procs, timeout=timeout)
     return [f"{p.pid} {_text(p)[:80]}" for p in alive]
+
+
+def spanning(outcomes: list[Outcome], started_at: float, kill: Kill) -> dict[str, int]:
+    """How the requests that were running at ``kill`` (started before it, ended after) ended: result -> count
+    (``started_at``: the load's, that the outcomes' times count from)."""
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        start = started_at + o.t_s
+        if o.server == kill.server and start <= kill.at <= start + o.latency_s:
+            res = "VIOLATION" if o.result.startswith("VIOLATION") else o.result
+            counts[f"{o.call} {res}"] = counts.get(f"{o.call} {res}", 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def summary(outcomes: list[Outcome]) -> dict[str, Any]:

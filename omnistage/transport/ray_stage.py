@@ -130,8 +130,10 @@ class RayStageEngine(RemoteStageEngine):
         import ray
 
         async def pump() -> None:
+            stream = None
             try:
-                async for ref in self.actor.generate.options(num_returns="streaming").remote(req):
+                stream = self.actor.generate.options(num_returns="streaming").remote(req)
+                async for ref in stream:
                     self._deliver(await ref)
             except ray.exceptions.RayActorError:
                 pass  # the watcher reports it (and restarts the actor)
@@ -139,6 +141,10 @@ class RayStageEngine(RemoteStageEngine):
                 self._deliver(StageOutput(req.request_id, self.stage_id, {}, True, error=StageError.failure(e)))
             finally:
                 self._pumps.pop(req.request_id, None)
+                # released now, while Ray is up: a caught error's traceback keeps this frame alive until a
+                # garbage collection, and a dead actor's stream freed only at interpreter exit (after Ray's core
+                # worker is gone) made the server abort after a clean shutdown (benchmarks/results/chaos.md)
+                del stream
 
         self._pumps[req.request_id] = asyncio.create_task(pump(), name=f"ray-{req.request_id}")
 

@@ -1,5 +1,6 @@
 """`omnistage serve` on the tiny Wan folder: /v1/videos/sync returns an MP4 of the requested frames and size,
-and an async /v1/videos job reports progress, completes, and serves the same kind of MP4."""
+and an async /v1/videos job reports progress, completes, and serves the same kind of MP4; a request the family
+refuses is the same 400 on both, before a job is made."""
 
 from __future__ import annotations
 
@@ -52,9 +53,14 @@ def test_sync_video_is_an_mp4_of_the_requested_shape(wan_server):
     want = (ref("a red cat", generator=gen(4), **kw).frames[0] * 255).round().astype(np.uint8)
     assert np.array_equal(frames, mp4_frames(encode_mp4(want, 8))[0])
 
-    r = httpx.post(f"{url}/v1/videos/sync", json={**body, "num_frames": 6}, timeout=60)
-    assert r.status_code == 400 and r.json()["error"]["param"] == "num_frames", r.text
-    assert "4k+1" in r.json()["error"]["message"]
+    # what the family refuses (its stage checks it) is the same 400 for a job as for /sync, and no job is made
+    jobs = httpx.get(f"{url}/v1/videos").json()["data"]
+    for bad, param, why in (({"num_frames": 6}, "num_frames", "4k+1"), ({"size": "40x32"}, "width", "not divisible by")):
+        for path in ("/v1/videos/sync", "/v1/videos"):
+            r = httpx.post(f"{url}{path}", json={**body, **bad}, timeout=60)
+            assert r.status_code == 400 and r.json()["error"]["param"] == param, (path, r.text)
+            assert why in r.json()["error"]["message"]
+    assert httpx.get(f"{url}/v1/videos").json()["data"] == jobs
 
 
 def test_async_job_reports_progress_and_completes(wan_server):

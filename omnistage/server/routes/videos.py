@@ -169,24 +169,56 @@ async def create_video(request: Request, state: ServerState = Depends(get_state)
     slot = state.admission.acquire()
     job = VideoJob(id=job_id, model=state.model_name, prompt=body.prompt, size=body.size,
                    seconds=None if body.seconds is None else f"{body.seconds:g}")
-    state.videos[job.id] = job
-    await _record(state, job)
-    task = asyncio.create_task(_run_job(state, job, req, slot, body.return_stage_metrics), name=job.id)
-    state.video_tasks[job.id] = task
+    # the family's own checks (size, frames, ...) run where its stage takes the request: wait for that verdict,
+    # so a request /sync would refuse is refused here too (its 400 or 503) and no job is made of it
+    taken = asyncio.get_running_loop().create_future() if _checked_when_taken(state) else None
+    if taken is None:
+        await _register(state, job)
+    task = asyncio.create_task(_run_job(state, job, req, slot, body.return_stage_metrics, taken), name=job.id)
     state.background.add(task)
     task.add_done_callback(state.background.discard)
+    if taken is not None:
+        try:
+            await taken
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        except Exception as e:  # noqa: BLE001 - the stage refused it (or is down): answered like /sync
+            raise from_engine_error(e) from None
+        await _register(state, job)
+    if not task.done():  # (a job may end before its POST does; its record is already final then)
+        state.video_tasks[job.id] = task
     logger.info("%s: video job %s queued", request_id(request.scope), job.id)
     return job.model_dump()
 
 
-async def _run_job(state: ServerState, job: VideoJob, req: OmniRequest, slot: Slot, with_metrics: bool) -> None:
+def _checked_when_taken(state: ServerState) -> bool:
+    """Whether the video comes from a (generic) diffusion stage: it checks a request when it takes it and says
+    so at once (its first update, stages/diffusion/engine.py). Other stage kinds check nothing up front, so
+    a job there is made without waiting."""
+    finals = [s for s in state.engine.pipeline.stages if s.final]
+    return any(s.kind == "diffusion" and s.engine is None and OutputModality.VIDEO in made
+               for s, made in zip(finals, state.engine.final_output_types()))
+
+
+async def _register(state: ServerState, job: VideoJob) -> None:
+    state.videos[job.id] = job
+    await _record(state, job)
+
+
+async def _run_job(state: ServerState, job: VideoJob, req: OmniRequest, slot: Slot, with_metrics: bool,
+                   taken: asyncio.Future | None) -> None:
+    """Run the job to its end; ``taken`` (when the POST waits for the stage's verdict) gets the first update,
+    or the error that ended the request before any."""
     start = time.monotonic()
     video = fps = audio = sample_rate = None
     metrics: dict[int, dict[str, float]] = {}
     try:
         async for out in state.stream(req, slot=slot):
-            if job.status == "queued":
-                job.status = "in_progress"
+            if taken is not None and not taken.done():
+                taken.set_result(None)
+            if job.status == "queued" and not (out.progress is not None and out.progress[0] == 0):
+                job.status = "in_progress"  # (a step done or data; (0, n) only says the stage took it)
                 await _record(state, job)
             if out.progress is not None and out.progress[1]:
                 job.progress = min(99, int(100 * out.progress[0] / out.progress[1]))
@@ -213,6 +245,9 @@ async def _run_job(state: ServerState, job: VideoJob, req: OmniRequest, slot: Sl
         job.error = {"code": "cancelled", "message": "the job was cancelled"}
         raise
     except Exception as e:  # noqa: BLE001 - a failed job reports its error; the server carries on
+        if taken is not None and not taken.done():
+            taken.set_exception(e)  # refused before the stage took it: the POST answers it, no job exists
+            return
         err = from_engine_error(e)
         job.status = "failed"
         job.error = {"code": err.code or err.type, "message": err.message}

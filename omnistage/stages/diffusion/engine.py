@@ -114,6 +114,9 @@ class DiffusionStageEngine:
             raise ValueError(f"request id {req.request_id!r} is already running on stage {self.stage_id}")
         job = self.make_job(req)  # raises ValueError naming the field, before anything is queued
         out: asyncio.Queue = asyncio.Queue()
+        # taken (checked and queued; the step count is known once it is prepared): a video job's POST waits
+        # for this verdict, so a request the family refuses is its 400, not a job that fails later
+        out.put_nowait(StageOutput(req.request_id, self.stage_id, {}, False, progress=(0, 0)))
         self._jobs[req.request_id] = (job, out)
         self._sched.add(job)
         self._wake.set()

@@ -76,7 +76,7 @@ async def test_solo_equals_diffusers_call(folder, adapter, guidance):
         data = finished_data(outs)
         assert data["video"].shape == want.shape == (65, 32, 32, 3) and data["fps"] == helios_adapter.DEFAULT_FPS
         assert np.array_equal(data["video"], want)
-        assert [o.progress for o in outs[:-1]] == [(i, 6) for i in range(1, 6)]  # per step, over both chunks
+        assert [o.progress for o in outs[:-1]] == [(0, 0)] + [(i, 6) for i in range(1, 6)]  # taken, per step over both chunks
     finally:
         await engine.shutdown()
 

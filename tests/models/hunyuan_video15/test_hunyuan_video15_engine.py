@@ -79,7 +79,7 @@ async def test_solo_equals_diffusers_call(folder, adapter, guidance):
         want = frames(ref(PROMPT, negative_prompt="blurry", generator=gen(11), output_type="np", **kw))
         assert data["video"].shape == (5, 16, 32, 3) and data["fps"] == hy_adapter.DEFAULT_FPS
         assert np.array_equal(data["video"], want)
-        assert [o.progress for o in outs[:-1]] == [(1, 3), (2, 3)]
+        assert [o.progress for o in outs[:-1]] == [(0, 0), (1, 3), (2, 3)]
     finally:
         await engine.shutdown()
 

@@ -95,7 +95,7 @@ async def test_solo_equals_diffusers_call(folder, adapter, ref, guidance):
         assert data["audio"].shape == want_audio.shape == (2, 5280)  # stereo, 9 latent audio frames x 4 x 160 - 3 x 160
         assert np.abs(data["audio"] - want_audio).max() == 0.0
         assert data["fps"] == 25 and data["sample_rate"] == 16000
-        assert [o.progress for o in outs[:-1]] == [(1, 3), (2, 3)]  # job progress per step
+        assert [o.progress for o in outs[:-1]] == [(0, 0), (1, 3), (2, 3)]  # taken, then per step
     finally:
         await engine.shutdown()
 

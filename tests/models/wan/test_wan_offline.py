@@ -46,7 +46,7 @@ async def test_async_omni_streams_progress_then_the_video(wan, ref):
                                                sampling_params_list=[{"num_frames": 6}]))
     # every denoising step is reported before the video arrives
     steps = [o.progress[0] for o in outs if o.progress is not None]
-    assert steps == sorted(steps) and sorted(set(steps)) == [1, 2, 3] and outs[-1].metrics[0]["num_steps"] == 3
+    assert steps == sorted(steps) and sorted(set(steps)) == [0, 1, 2, 3] and outs[-1].metrics[0]["num_steps"] == 3
     last = outs[-1]
     assert last.finished and last.error is None and last.fps == 8
     assert np.array_equal(last.video, _want(ref, "green square", 3))

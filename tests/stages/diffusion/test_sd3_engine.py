@@ -39,7 +39,7 @@ async def test_solo_equals_diffusers_call(sd3, adapter, ref, guidance):
         outs = await run(engine, "a", "a red cat on a chair", seed=11, output_type="latent", **kw)
         expected = ref("a red cat on a chair", generator=gen(11), output_type="latent", **kw).images
         assert max_diff(latent(outs), expected) == 0.0
-        assert [o.progress for o in outs[:-1]] == [(i, 5) for i in range(1, 5)]
+        assert [o.progress for o in outs[:-1]] == [(0, 0)] + [(i, 5) for i in range(1, 5)]  # taken, then per step
         assert outs[-1].metrics.num_steps == 5
 
         outs = await run(engine, "b", "a red cat on a chair", seed=11, negative_prompt="blurry", **kw)
