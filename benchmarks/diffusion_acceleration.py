@@ -20,8 +20,8 @@ Families: ``demo`` (its default 20 steps, every method), ``demo-50`` (the same m
 step cache only: caching pays with more, closer steps) and ``sd3-tiny`` (28 steps, SD3's default, every
 method); on a GPU also ``sd3-medium`` (SD3-Medium-shaped, random weights, 512 px), where offloading's memory
 effect shows. Issue 30's image families with a block layout (``ovis_image``, ``longcat_image``, ``sana``,
-``pixart_sigma``: family_shapes.py's grown random-weight folders, 20 steps, the step cache only) also compare
-"off" with diffusers' own ``__call__``:
+``pixart_sigma``, ``flux2_klein``: family_shapes.py's grown random-weight folders, 20 steps, the step cache
+only) also compare "off" with diffusers' own ``__call__``:
 
     .venv/bin/python benchmarks/diffusion_acceleration.py --quick --families sana pixart_sigma ovis_image \
         --output benchmarks/results/diffusion_acceleration_image_families.json
@@ -88,7 +88,7 @@ FAMILIES = {  # name -> (steps, thresholds, every method or the step cache only)
 }
 # issue 30's image families with a block layout: family_shapes.py's grown folders (random weights, 4+ blocks), the
 # step cache only; their "off" images are also compared with diffusers' own __call__ (solo, same prompt and seed)
-IMAGE_FAMILIES = {"ovis_image": 64, "longcat_image": 64, "sana": 128, "pixart_sigma": 64}  # name -> size (px)
+IMAGE_FAMILIES = {"ovis_image": 64, "longcat_image": 64, "sana": 128, "pixart_sigma": 64, "flux2_klein": 64}  # px
 FAMILIES |= {name: (20, {"first_block": ([0.1, 0.2, 0.3, 0.45], [0.2, 0.4]),
                          "teacache": ([0.1, 0.2, 0.4], [0.2, 0.4])}, False) for name in IMAGE_FAMILIES}
 DEFAULT_FAMILIES = ["demo", "demo-50", "sd3-tiny"]
@@ -178,7 +178,7 @@ def diffusers_images(folder: str, pipeline_class: str, params: dict[str, Any], n
 
     pipe = getattr(diffusers, pipeline_class).from_pretrained(folder)
     pipe.set_progress_bar_config(disable=True)
-    return [np.asarray(pipe(PROMPTS[i % len(PROMPTS)], generator=torch.Generator().manual_seed(i),
+    return [np.asarray(pipe(prompt=PROMPTS[i % len(PROMPTS)], generator=torch.Generator().manual_seed(i),
                             **call_kw(params)).images[0]) for i in range(n)]
 
 

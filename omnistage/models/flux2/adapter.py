@@ -30,11 +30,15 @@ import torch
 
 from omnistage.errors import InvalidRequestError
 from omnistage.stages.diffusion.adapter import DiffusionJob
-from omnistage.stages.diffusion.blocks import BlockLayout
+from omnistage.stages.diffusion.blocks import BlockIO, BlockLayout
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 
 TEXT = "encoder_hidden_states"
 MAX_SEQUENCE_LENGTH = 512  # Flux2KleinPipeline.__call__'s default and its tokenizer limit
+# The blocks take the modulation computed once per forward (one row per batch row) as tensors they split inside.
+DOUBLE_BLOCK = BlockIO(returns=("encoder_hidden_states", "hidden_states"), per_row=("temb_mod_img", "temb_mod_txt"))
+# the single-stream blocks take and return cat([text, image]) along the tokens (the forward joins them)
+SINGLE_BLOCK = BlockIO(returns="hidden_states", per_row=("temb_mod",), joins=("encoder_hidden_states", "hidden_states"))
 REFERENCE_AREA = 1024 * 1024  # larger reference images are resized down to this many pixels
 MAX_REFERENCE_IMAGES = 10  # BFL's documented limit for FLUX.2
 
@@ -173,7 +177,10 @@ class Flux2KleinAdapter(DiffusersAdapter):
         return out[:, :n]
 
     def block_layouts(self) -> list[BlockLayout]:
-        return []  # the blocks take their modulation as shared tuples: no per-row layout declared (yet)
+        tr = self.pipe.transformer
+        blocks = [*((b, DOUBLE_BLOCK) for b in tr.transformer_blocks),
+                  *((b, SINGLE_BLOCK) for b in tr.single_transformer_blocks)]
+        return [BlockLayout(tr, tuple(blocks), probe=modulated_input)] if tr.transformer_blocks else []
 
     def decode(self, jobs: list[DiffusionJob]) -> list[list[np.ndarray]]:
         vae = self.pipe.vae
@@ -188,6 +195,14 @@ class Flux2KleinAdapter(DiffusersAdapter):
         mean = vae.bn.running_mean.view(1, -1, 1, 1).to(x.device, x.dtype)
         std = torch.sqrt(vae.bn.running_var.view(1, -1, 1, 1) + vae.config.batch_norm_eps).to(x.device, x.dtype)
         return self.pipe._unpatchify_latents(x * std + mean)
+
+
+def modulated_input(block: Any, args: dict[str, Any]) -> torch.Tensor:
+    """TeaCache's probe: the first double-stream block's timestep-modulated image input, as that block makes it."""
+    from diffusers.models.transformers.transformer_flux2 import Flux2Modulation
+
+    (shift, scale, _), _ = Flux2Modulation.split(args["temb_mod_img"], 2)
+    return (1 + scale) * block.norm1(args["hidden_states"]) + shift
 
 
 class Flux2Adapter(Flux2KleinAdapter):

@@ -37,6 +37,7 @@ import torch
 
 from omnistage.errors import InvalidRequestError
 from omnistage.stages.diffusion.adapter import DiffusionJob
+from omnistage.stages.diffusion.blocks import BlockIO, BlockLayout
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 
 TEXT = "encoder_hidden_states"
@@ -227,6 +228,16 @@ class QwenImage21Adapter(DiffusersAdapter):
                  img_shapes=[shapes] * x.shape[0], img_mask=cond[SLOTS], return_dict=False)[0]
         return out[:, -x.shape[1]:]
 
+    def block_layouts(self) -> list[BlockLayout]:
+        """One stream of joint tokens (text, condition images, target) through every block; the shared
+        ``modulation`` has a row per batch row, plus (``causal_condition``) a trailing t = 0 row that the text
+        and condition tokens of every row read, kept when the rows are cut. The text tokens are block-causal at
+        t = 0, so their residual does not change between steps: caching the whole stream's is exact for them."""
+        tr = self.pipe.transformer
+        keep_t0 = {"modulation": keep_t0_row} if tr.config.causal_condition else {}
+        io = BlockIO(returns="hidden_states", per_row=("modulation", "key_valid", "attention_mask"), slicers=keep_t0)
+        return [BlockLayout.uniform(tr, tr.transformer_blocks, io, probe=lambda block, a: a["modulation"])]
+
     def decode(self, jobs: list[DiffusionJob]) -> list[list[np.ndarray]]:
         vae = self.pipe.vae
         h, w = self.latent_grid(jobs[0])
@@ -234,3 +245,8 @@ class QwenImage21Adapter(DiffusersAdapter):
         x = x.transpose(1, 2).reshape(x.shape[0], self.latent_channels, 1, h, w).to(vae.dtype)  # _unpack_latents
         mean, std = self.channel_stats(x)
         return self.to_uint8(vae.decode(x * std + mean, return_dict=False)[0][:, :, 0], jobs)
+
+
+def keep_t0_row(modulation: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """The rows ``idx`` of a ``causal_condition`` modulation and its trailing t = 0 row."""
+    return torch.cat([modulation.index_select(0, idx), modulation[-1:]])

@@ -10,6 +10,9 @@ the output head after them are never copied here. What they need to know per blo
   must be cut to the rows a block runs on. Arguments not named (rotary tables) are shared by all rows.
 - ``slicers``: how to take rows of a per-row argument that is not a tensor (GLM-Image's layer KV cache).
 - ``hidden``: which of ``returns`` is the image-token stream (``hidden_states`` unless named otherwise).
+- ``joins``: for a block whose ``hidden`` input is streams of the blocks before it joined along the token axis
+  (FLUX.2's single-stream blocks take ``cat([text, image])``): those streams' names, the image stream last, so
+  its image tokens are the trailing ones.
 
 A family adds step caching in a few lines, e.g. SD3::
 
@@ -35,6 +38,7 @@ class BlockIO:
     per_row: tuple[str, ...] = ()
     slicers: Mapping[str, RowSlicer] = field(default_factory=dict)
     hidden: str = "hidden_states"  # the image-token stream among ``returns`` (first-block cache's probe)
+    joins: tuple[str, ...] = ()  # ``hidden`` is these earlier streams joined along tokens (image stream last)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -49,6 +53,23 @@ class BlockIO:
         if isinstance(self.returns, str):
             return values[self.returns]
         return tuple(values[n] for n in self.returns)
+
+    def anchor(self, anchors: Mapping[str, torch.Tensor | None], name: str) -> torch.Tensor | None:
+        """Output ``name``'s value where the cached blocks began (``anchors`` holds the first block's streams)."""
+        if name != self.hidden or not self.joins:
+            return anchors.get(name)
+        return torch.cat([anchors[n] for n in self.joins], dim=1)
+
+    def image_tokens(self, x: torch.Tensor, anchors: Mapping[str, Any]) -> torch.Tensor:
+        """The image tokens of this block's ``hidden`` stream (all of it unless it ``joins`` streams)."""
+        return x[:, -anchors[self.joins[-1]].shape[1]:] if self.joins else x
+
+    def add_image_residual(self, anchor: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """``anchor`` with the image tokens' ``residual`` added (a joined stream's leading text tokens kept)."""
+        if not self.joins:
+            return anchor + residual
+        n = residual.shape[1]
+        return torch.cat([anchor[:, :-n], anchor[:, -n:] + residual], dim=1)
 
     def take_rows(self, name: str, value: Any, idx: torch.Tensor) -> Any:
         if value is None:

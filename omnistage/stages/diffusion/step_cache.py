@@ -242,9 +242,11 @@ class _Chain:
             if not rule.probe_before_first_block and len(layout.blocks) < 2:
                 raise ValueError(f"{type(layout.model).__name__} has {len(layout.blocks)} transformer block(s); "
                                  "first_block caching needs at least 2")
+            first = layout.blocks[0][1].names if layout.blocks else ()
             for _, io in layout.blocks:
-                if io.hidden not in io.names:
-                    raise ValueError(f"a block layout of {type(layout.model).__name__} returns no {io.hidden!r}")
+                if io.hidden not in io.names or any(n not in first for n in io.joins):
+                    raise ValueError(f"a block layout of {type(layout.model).__name__} returns no {io.hidden!r} "
+                                     f"or joins streams its first block does not return")
 
     # -------------------------------------------------------------- one block call
 
@@ -308,11 +310,12 @@ class _Chain:
         sc, self.scratch = self.scratch, None
         o = io.unpack(out)
         if sc.all:
-            self._store(sc.compute, o[io.hidden] - sc.anchor[io.hidden], compact=None)
+            residual = io.image_tokens(o[io.hidden] - io.anchor(sc.anchor, io.hidden), sc.anchor)
+            self._store(sc.compute, residual, compact=None)
             return out
         result = {}
         for name in io.names:
-            anchor = sc.anchor.get(name)
+            anchor = io.anchor(sc.anchor, name)
             computed = None if sc.none else o[name]
             if anchor is None or (not sc.none and computed is None):
                 result[name] = None  # e.g. SD3's last block drops the text stream
@@ -320,12 +323,13 @@ class _Chain:
             reused = anchor.index_select(0, sc.idx_s)
             if name == io.hidden:
                 cached = [self._state(g.job).residual[g.kind] for g in sc.skip]
-                reused = reused + (cached[0] if len(cached) == 1 else torch.cat(cached))
+                reused = io.add_image_residual(reused, cached[0] if len(cached) == 1 else torch.cat(cached))
             full = reused.new_empty((sc.fwd.n_rows, *reused.shape[1:]))
             full.index_copy_(0, sc.idx_s, reused)
             if not sc.none:
                 if name == io.hidden:
-                    self._store(sc.compute, computed - anchor.index_select(0, sc.idx_c), compact=sc.idx_c)
+                    residual = io.image_tokens(computed - anchor.index_select(0, sc.idx_c), sc.anchor)
+                    self._store(sc.compute, residual, compact=sc.idx_c)
                 full.index_copy_(0, sc.idx_c, computed)
             result[name] = full
         return io.pack(result)

@@ -83,8 +83,8 @@ async def test_bad_input_names_the_field(omni, prompt, params, field):
 
 
 async def test_deploy_refuses_what_the_family_cannot_run(folder):
-    """At start-up, naming the family and the feature: no step cache (the blocks take shared modulation tuples,
-    no per-row layout declared) and no Ulysses plan; LoRA is accepted (``Flux2Pipeline.lora_state_dict``)."""
+    """At start-up, naming the family and the feature: no Ulysses plan; LoRA is accepted
+    (``Flux2Pipeline.lora_state_dict``) and so is the step cache (test_step_cache_equals_a_plain_reference_loop)."""
     from omnistage.engine.builder import resolve_deploy
     from omnistage.pipeline import StageContext
     from omnistage.stages.diffusion.parallel.launcher import check_supported
@@ -95,6 +95,32 @@ async def test_deploy_refuses_what_the_family_cannot_run(folder):
     ctx = StageContext(flux2.DEV.stages[0], deploy.stage(0), folder, pipeline_name="flux2")
     with pytest.raises(ValueError, match=r"ulysses_degree: pipeline 'flux2' runs \w+, which has no sequence"):
         check_supported(ctx)
-    cache = {"cache": {"method": "first_block", "threshold": 0.1}}
-    with pytest.raises(ValueError, match=r"acceleration\.cache: Flux2Adapter exposes no transformer block"):
-        await AsyncOmni(folder, deploy_config={"stages": [{"stage_id": 0, "acceleration": cache}]}).start()
+
+
+@pytest.mark.parametrize("method", ["first_block", "teacache"])
+async def test_step_cache_equals_a_plain_reference_loop(folder, method):
+    """One cached request equals diffusers' ``Flux2Pipeline.__call__`` around a transformer whose forward is written
+    out with the rule in the middle (cache_reference.py: no hooks, no batching): the same latents, the same reused
+    steps. The rule decides by step count (warm-up 1, then reuse and compute in turn)."""
+    from diffusers import Flux2Transformer2DModel
+
+    from tests.stages.diffusion.cache_reference import Rule, State, flux2_transformer
+    from tests.stages.diffusion.helpers import gen, latent, max_diff, run, start_engine
+
+    rule = Rule(method, threshold=1e9, warmup_steps=1, max_consecutive_cached=1)
+    kw = dict(num_inference_steps=6, guidance_scale=3.0, height=32, width=48, **TEXT)
+    adapter = flux2.Flux2Adapter.load(folder, torch.float32, torch.device("cpu"))
+    engine = await start_engine(flux2.DEV, adapter, folder, acceleration={"cache": vars(rule)})
+    try:
+        outs = await run(engine, "r", "a red cat", seed=4, output_type="latent", **kw)
+    finally:
+        await engine.shutdown()
+    tr = flux2_transformer(rule).from_pretrained(folder, subfolder="transformer")
+    tr.state, tr.total = State(), kw["num_inference_steps"]
+    pipe = reference_pipeline("Flux2Pipeline", folder, transformer=tr)
+    want = pipe(prompt="a red cat", generator=gen(4), output_type="latent", **kw).images
+    plain = reference_pipeline("Flux2Pipeline", folder, transformer=Flux2Transformer2DModel.from_pretrained(
+        folder, subfolder="transformer"))(prompt="a red cat", generator=gen(4), output_type="latent", **kw).images
+    assert outs[-1].metrics.num_steps_reused == tr.state.reused > 0
+    assert max_diff(latent(outs), want) == 0.0
+    assert max_diff(want, plain) > 1e-3  # the reused steps change the result: the check above is not vacuous

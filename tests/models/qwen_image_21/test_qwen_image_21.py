@@ -102,8 +102,8 @@ async def test_edit_equals_diffusers_call(omni, folder, sizes, size, cfg):
 
 
 async def test_deploy_refuses_what_the_family_cannot_run(folder):
-    """At start-up, naming the family and the feature: no step cache (no per-row block layout declared) and no
-    Ulysses plan; LoRA is accepted (``QwenImage21Pipeline.lora_state_dict``)."""
+    """At start-up, naming the family and the feature: no Ulysses plan; LoRA is accepted
+    (``QwenImage21Pipeline.lora_state_dict``), and so is the step cache (test_step_cache_families.py's row)."""
     from omnistage.engine.builder import resolve_deploy
     from omnistage.pipeline import StageContext
     from omnistage.stages.diffusion.parallel.launcher import check_supported
@@ -115,9 +115,6 @@ async def test_deploy_refuses_what_the_family_cannot_run(folder):
     ctx = StageContext(pipe.stages[0], deploy.stage(0), folder, pipeline_name="qwen_image_21")
     with pytest.raises(ValueError, match=r"ulysses_degree: pipeline 'qwen_image_21' runs \w+, which has no sequence"):
         check_supported(ctx)
-    cache = {"cache": {"method": "first_block", "threshold": 0.1}}
-    with pytest.raises(ValueError, match=r"acceleration\.cache: QwenImage21Adapter exposes no transformer block"):
-        await AsyncOmni(folder, deploy_config={"stages": [{"stage_id": 0, "acceleration": cache}]}).start()
 
 
 @ONE_LOOP

@@ -113,3 +113,56 @@ def generate(pipe, prompt: str, rule: Rule, *, seed: int, steps: int, guidance: 
             out = u + guidance * (c - u)
         latents = scheduler.step(out, t, latents, return_dict=False)[0]
     return latents, st
+
+
+def flux2_transformer(rule: Rule) -> type:
+    """Flux2Transformer2DModel with its forward written out and the rule in the middle, for one request without
+    CFG (FLUX.2 [dev]: one call per step). After the double-stream blocks the text and image tokens run joined
+    through the single-stream blocks; a reused step adds the cached residual of the image tokens."""
+    from diffusers import Flux2Transformer2DModel
+
+    class CachedFlux2(Flux2Transformer2DModel):
+        state: State
+        step: int = 0
+        total: int = 0
+
+        def forward(self, hidden_states, encoder_hidden_states, timestep, img_ids, txt_ids, guidance=None,
+                    return_dict=False, **_):
+            st, step = self.state, self.step
+            self.step += 1
+            temb = self.time_guidance_embed(timestep.to(hidden_states.dtype) * 1000,
+                                            None if guidance is None else guidance.to(hidden_states.dtype) * 1000)
+            mod_img, mod_txt = self.double_stream_modulation_img(temb), self.double_stream_modulation_txt(temb)
+            mod_single = self.single_stream_modulation(temb)
+            h, e = self.x_embedder(hidden_states), self.context_embedder(encoder_hidden_states)
+            img_rot, txt_rot = self.pos_embed(img_ids[0]), self.pos_embed(txt_ids[0])
+            rot = tuple(torch.cat([t, i], dim=0) for t, i in zip(txt_rot, img_rot))
+            first, *rest = self.transformer_blocks
+            if rule.method == "first_block":
+                e, h1 = first(hidden_states=h, encoder_hidden_states=e, temb_mod_img=mod_img, temb_mod_txt=mod_txt,
+                              image_rotary_emb=rot)
+                p, anchor = h1 - h, h1
+            else:
+                shift, scale, _ = torch.chunk(mod_img.unsqueeze(1), 6, dim=-1)[:3]
+                p, anchor, rest = (1 + scale) * first.norm1(h) + shift, h, [first, *rest]
+            rel = _rel(p, st.prev)
+            compute = _compute(rule, st, rel, step, self.total)
+            if compute or rule.method == "teacache":
+                st.prev = p
+            if compute:
+                out = anchor
+                for block in rest:
+                    e, out = block(hidden_states=out, encoder_hidden_states=e, temb_mod_img=mod_img,
+                                   temb_mod_txt=mod_txt, image_rotary_emb=rot)
+                x = torch.cat([e, out], dim=1)
+                for block in self.single_transformer_blocks:
+                    x = block(hidden_states=x, encoder_hidden_states=None, temb_mod=mod_single, image_rotary_emb=rot)
+                out = x[:, e.shape[1]:]
+                st.residual, st.streak = out - anchor, 0
+            else:
+                out = anchor + st.residual
+                st.streak += 1
+                st.reused += 1
+            return (self.proj_out(self.norm_out(out, temb)),)
+
+    return CachedFlux2

@@ -1,6 +1,7 @@
 """Step caching in every DiT family: each request batched with others (cached, uncached, at other steps, in
-separate CFG passes, across Wan2.2's two experts, with GLM-Image's per-row source KV cache) matches its solo
-cached result within 1e-5 and reuses the same steps (fp32, CPU, tiny models).
+separate CFG passes, across Wan2.2's two experts, with GLM-Image's per-row source KV cache, through FLUX.2's
+joined single-stream blocks) matches its solo cached result within 1e-5 and reuses the same steps (fp32, CPU, tiny
+models); where a family names its tests/models/image_families.py row, the uncached request equals diffusers.
 
 The rule here decides by step count alone (a threshold nothing reaches, ``max_consecutive_cached``), so
 batch variance cannot flip a decision; test_step_cache.py checks the value-driven decisions against a
@@ -17,7 +18,7 @@ import pytest
 import torch
 from PIL import Image
 
-from .helpers import gen, latent, max_diff, run, start_engine
+from .helpers import gen, latent, max_diff, reference_pipeline, run, start_engine
 
 
 @dataclass
@@ -29,6 +30,7 @@ class Family:
     stage_id: int = 0
     inputs: Callable[[int], dict] = lambda i: {}  # the i-th request's extra stage inputs
     extra: dict = field(default_factory=dict)  # request id -> params of this family only
+    reference: Any = None  # its tests/models/image_families.py row: the uncached request equals diffusers' __call__
 
 
 def pattern(method: str) -> dict:
@@ -126,6 +128,31 @@ def flux_like(tiny_model, name: str) -> Family:
     return Family(pipeline, adapter, folder, dict(height=32, width=48))
 
 
+def flux2(tiny_model, name: str) -> Family:
+    """FLUX.2 [klein] (separate CFG passes) / [dev] (guidance embedding): double-stream blocks, then single-stream
+    blocks on the joined text + image tokens, all taking the modulation computed once per forward."""
+    from omnistage.models import flux2 as family
+    from tests.models.image_families import FAMILIES
+
+    pipeline = {"flux2": family.DEV, "flux2_klein": family.KLEIN}[name]
+    folder = str(tiny_model(name))
+    adapter = pipeline.stages[0].adapter.load(folder, torch.float32, torch.device("cpu"))
+    row = next(f for f in FAMILIES if f.name == name)
+    return Family(pipeline, adapter, folder, dict(row.size), reference=row)
+
+
+def qwen21(tiny_model) -> Family:
+    """Qwen-Image-2.1: one stream of joint tokens; the shared modulation's trailing t = 0 row stays when rows are cut.
+    True CFG as a second forward: r0 and r3 run it."""
+    from omnistage.models import qwen_image_21
+
+    folder = str(tiny_model("qwen_image_21"))
+    adapter = qwen_image_21.PIPELINE.stages[0].adapter.load(folder, torch.float32, torch.device("cpu"))
+    extra = {"r0": {"negative_prompt": "blurry", "true_cfg_scale": 3.0},
+             "r3": {"negative_prompt": "dark", "true_cfg_scale": 2.0}}
+    return Family(qwen_image_21.PIPELINE, adapter, folder, dict(height=32, width=64), extra=extra)
+
+
 CASES = {  # family -> (method: teacache where the tiny model has a single block, its builder)
     "wan": ("first_block", lambda tm, tp: wan(tm, tp, "wan")),
     "wan22": ("teacache", lambda tm, tp: wan(tm, tp, "wan22")),
@@ -138,6 +165,9 @@ CASES = {  # family -> (method: teacache where the tiny model has a single block
     "sana": ("teacache", lambda tm, tp: sana(tm)),  # PixArt-Σ's block layout (masked text, per-row timestep)
     "ovis_image": ("teacache", lambda tm, tp: flux_like(tm, "ovis_image")),
     "longcat_image": ("first_block", lambda tm, tp: flux_like(tm, "longcat_image")),
+    "flux2_klein": ("first_block", lambda tm, tp: flux2(tm, "flux2_klein")),
+    "flux2": ("teacache", lambda tm, tp: flux2(tm, "flux2")),
+    "qwen_image_21": ("first_block", lambda tm, tp: qwen21(tm)),
 }
 
 # (id, prompt, params): CFG and not, an uncached request, different step counts
@@ -176,8 +206,23 @@ async def test_batched_rows_match_solo(tiny_model, tmp_path_factory, name):
         log = list(engine.accel.hooks.log)
     finally:
         await engine.shutdown()
+    if fam.reference is not None:
+        assert_off_equals_diffusers(fam, solo["off"][0])
     for (rid, _, _), outs in zip(SPECS, together):
         assert max_diff(latent(outs), solo[rid][0]) <= 1e-5, rid
         assert outs[-1].metrics.num_steps_reused == solo[rid][1], rid
         assert (solo[rid][1] > 0) == (rid != "off"), rid
     assert any(computing and reusing for computing, reusing in log)
+
+
+def assert_off_equals_diffusers(fam: Family, got: torch.Tensor) -> None:
+    """The ``cache: false`` request of a caching engine is diffusers' ``__call__`` (within the family row's
+    ``solo_tol``: 0, or where diffusers' own order of operations differs)."""
+    row = fam.reference
+    rid, prompt, kw = next(s for s in SPECS if s[0] == "off")
+    ref = reference_pipeline(row.diffusers_class, fam.folder)
+    want = ref(prompt=prompt, num_inference_steps=kw["num_inference_steps"], guidance_scale=kw["guidance_scale"],
+               generator=gen(kw["seed"]), output_type="latent", **fam.params).images
+    if row.latent_view is not None:
+        got = row.latent_view(ref, got, fam.params["height"], fam.params["width"])
+    assert got.shape == want.shape and max_diff(got, want) <= row.solo_tol, rid
