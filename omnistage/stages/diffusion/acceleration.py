@@ -21,7 +21,8 @@ from typing import Any, Callable
 import torch
 
 from omnistage.stages.diffusion.adapter import DiffusionAdapter
-from omnistage.stages.diffusion.step_cache import StepHooks, make_rule
+from omnistage.stages.diffusion.cache_rules import make_rule
+from omnistage.stages.diffusion.step_cache import StepHooks
 
 
 class Acceleration:

@@ -83,7 +83,7 @@ class DiffusionJob:
     step: int = 0  # denoising steps done
     first_scheduled: float | None = None
     aborted: bool = False
-    step_cache: Any = None  # per-request step-cache state (step_cache.JobCache), None when not caching
+    step_cache: Any = None  # per-request step-cache state (cache_rules.JobCache), None when not caching
     lora: Any = None  # the request's LoRA adapter and scale (lora.LoraUse), None for the base model
     # the output modalities the caller wants of this stage (e.g. "video" of a "video+audio" stage), None: all
     wanted: str | None = None

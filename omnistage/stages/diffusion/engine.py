@@ -40,7 +40,7 @@ from omnistage.stages.diffusion.batching import KeyScheduler
 from omnistage.stages.diffusion.devices import resolve_device
 from omnistage.stages.diffusion.lora import DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS, LoraSet
 from omnistage.stages.diffusion.runner import run_step
-from omnistage.stages.diffusion.step_cache import steps_reused
+from omnistage.stages.diffusion.cache_rules import steps_reused
 
 logger = logging.getLogger(__name__)
 
