@@ -144,6 +144,12 @@ class ModelFolder:
         """A folder may name its pipeline explicitly in ``omnistage.json``."""
         return read_json(self.path / "omnistage.json").get("pipeline")
 
+    def is_checkpoint_of(self, architectures: set[str]) -> bool:
+        """A transformers checkpoint (not a diffusers or omnistage pipeline folder) of one of ``architectures``."""
+        if self.diffusers_class is not None or self.omnistage_pipeline is not None:
+            return False
+        return bool(architectures & set(self.architectures))
+
 
 def read_json(path: Path) -> dict[str, Any]:
     """A model folder's JSON file as a dict ({} when it is missing); invalid JSON is a ValueError naming it."""

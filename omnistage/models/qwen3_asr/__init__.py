@@ -23,9 +23,7 @@ ARCHITECTURES = {"Qwen3ASRForConditionalGeneration"}
 
 
 def matches(folder: ModelFolder) -> bool:
-    if folder.diffusers_class is not None or folder.omnistage_pipeline is not None:
-        return False
-    return bool(ARCHITECTURES & set(folder.architectures))
+    return folder.is_checkpoint_of(ARCHITECTURES)
 
 
 QWEN3_ASR = Pipeline(

@@ -27,9 +27,7 @@ ARCHITECTURES = {"WhisperForConditionalGeneration"}
 
 
 def matches(folder: ModelFolder) -> bool:
-    if folder.diffusers_class is not None or folder.omnistage_pipeline is not None:
-        return False
-    return bool(ARCHITECTURES & set(folder.architectures))
+    return folder.is_checkpoint_of(ARCHITECTURES)
 
 
 TRANSCRIPTION = {"sample_rate": SAMPLE_RATE, "window_s": WINDOW_S, "languages": list(LANGUAGES), "tasks": list(TASKS),
