@@ -146,7 +146,13 @@ def transcribe(args: argparse.Namespace) -> int:
     from omnistage import AsyncOmni, Omni
     from omnistage.server.audio_input import decode_audio
     from omnistage.server.errors import APIError
-    from omnistage.server.routes.transcriptions import DEFAULT_MAX_AUDIO_S, NO_SPACE_LANGUAGES, windows
+    from omnistage.server.routes.transcriptions import (
+        DEFAULT_MAX_AUDIO_S,
+        NO_SPACE_LANGUAGES,
+        language_of,
+        language_probe,
+        windows,
+    )
 
     # the pipeline and the file are checked before any engine starts (AsyncOmni resolves without starting)
     pipeline = AsyncOmni(model=args.model, deploy_config=args.deploy_config).pipeline
@@ -155,7 +161,13 @@ def transcribe(args: argparse.Namespace) -> int:
         print(f"error: --audio: pipeline {pipeline.name!r} does not recognise speech", file=sys.stderr)
         return 2
     rate = int(info["sample_rate"])
-    language = (args.language or info.get("default_language") or "en").lower()
+    known = list(info.get("languages") or [])
+    if args.language and args.language.lower() not in known:
+        print(f"error: --language: {args.language!r} is not a language this model knows", file=sys.stderr)
+        return 2
+    # no --language: a model that can tell it (Whisper) detects it, as the transcription route does
+    ids = None if args.language else info.get("language_token_ids")
+    language = (args.language or info.get("default_language") or (known[0] if known else "en")).lower()
     try:
         samples = decode_audio(Path(args.audio).read_bytes(), "--audio", rate, DEFAULT_MAX_AUDIO_S)
     except OSError as e:
@@ -164,10 +176,20 @@ def transcribe(args: argparse.Namespace) -> int:
     except APIError as e:
         print(f"error: {e.message}", file=sys.stderr)
         return 2
+    pieces = windows(samples, rate, float(info["window_s"]))
     with Omni(model=args.model, deploy_config=args.deploy_config) as omni:
+        if ids:
+            prompt, probe = language_probe(pieces[0][1], rate, ids)
+            out = omni.generate([prompt], [probe if s.kind == "llm" else None for s in omni.pipeline.stages],
+                                output_modalities=["text", "token_ids"], use_tqdm=False)[0]
+            try:
+                language = language_of(out.token_ids or [], ids)
+            except APIError as e:
+                print(f"error: {e.message}", file=sys.stderr)
+                return 1
         prompts = [{"prompt": args.prompt or "", "multi_modal_data": {"audio": (piece, rate)},
                     "additional_information": {"language": language, "task": args.task}}
-                   for _, piece in windows(samples, rate, float(info["window_s"]))]
+                   for _, piece in pieces]
         llm = {"max_tokens": args.max_tokens} if args.max_tokens else {}
         params = [llm if s.kind == "llm" else None for s in omni.pipeline.stages]
         try:

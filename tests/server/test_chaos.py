@@ -9,6 +9,7 @@ left in flight, and no process of the tree left after SIGTERM."""
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import numpy as np
@@ -23,6 +24,13 @@ BODY = {"input": "hello there friend", "response_format": "pcm", "temperature": 
 BAD = [("/v1/audio/speech", {"json": {"input": "hi", "voice": "7"}}, 400),
        ("/v1/audio/speech", {"json": {"input": ""}}, 400),
        ("/v1/audio/speech", {"content": b"{oops", "headers": {"content-type": "application/json"}}, 400)]
+
+
+def wait_for_ok(load: ch.Load, timeout: float = 120.0) -> None:
+    end = time.monotonic() + timeout
+    while not any(o.result == "ok" for o in load.outcomes):
+        assert time.monotonic() < end, f"no request of the load ended 200 within {timeout} s"
+        time.sleep(0.1)
 
 
 def test_ar_step_process_killed_twice_under_mixed_load(tiny_model, tmp_path, monkeypatch):
@@ -46,6 +54,7 @@ def test_ar_step_process_killed_twice_under_mixed_load(tiny_model, tmp_path, mon
             ("abandoned", ch.abandon("/v1/audio/speech", {**BODY, "stream_format": "sse"})), ("bad", ch.bad(BAD)),
         ], threads=3).start()
         try:
+            wait_for_ok(load)  # on a loaded machine the first kill could otherwise land before any request ended
             kills = [ch.kill_and_recover("csm", server.url, server.proc.pid, "ar_step_process", ch.stage_children)
                      for _ in range(2)]
         finally:

@@ -176,16 +176,28 @@ async def _read_form(request: Request, task: str, state: ServerState) -> Transcr
 Window = tuple[float, float, OmniRequest]  # (start s, end s, the window's engine request)
 
 
-async def _detect_language(state: ServerState, request: Request, piece: np.ndarray, rate: int, form: TranscriptionForm,
-                           rid: str) -> str:
-    """The spoken language, as Whisper tells it (openai-whisper, transformers and ``vllm serve`` alike): one
-    greedy token after the start token, over the language tokens only, on the first window."""
-    ids: Mapping[str, int] = state.engine.pipeline.info["transcription"]["language_token_ids"]
+def language_probe(piece: np.ndarray, rate: int, ids: Mapping[str, int]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The prompt and llm params that make the spoken language Whisper's next token, as openai-whisper,
+    transformers and ``vllm serve`` detect it: one greedy token after the start token, over the language tokens
+    only, on the first window. The route and ``omnistage generate --audio`` both ask this way."""
     prompt = {"prompt": "", "multi_modal_data": {"audio": (piece, rate)},
               "additional_information": {"detect_language": True}}
-    req = state.make_request(prompt, f"{rid}-language", [{"max_tokens": 1, "temperature": 0.0,
-                                                          "allowed_token_ids": list(ids.values())}],
-                             output_modalities=["text", "token_ids"], lora=form.lora)
+    return prompt, {"max_tokens": 1, "temperature": 0.0, "allowed_token_ids": list(ids.values())}
+
+
+def language_of(token_ids: list[int], ids: Mapping[str, int]) -> str:
+    by_id = {v: k for k, v in ids.items()}
+    if not token_ids or token_ids[0] not in by_id:
+        raise APIError(500, f"language detection gave no language token ({token_ids})", code="language_detection")
+    return by_id[token_ids[0]]
+
+
+async def _detect_language(state: ServerState, request: Request, piece: np.ndarray, rate: int, form: TranscriptionForm,
+                           rid: str) -> str:
+    ids: Mapping[str, int] = state.engine.pipeline.info["transcription"]["language_token_ids"]
+    prompt, params = language_probe(piece, rate, ids)
+    req = state.make_request(prompt, f"{rid}-language", [params], output_modalities=["text", "token_ids"],
+                             lora=form.lora)
     chosen: list[int] = []
 
     def keep(out: Any) -> None:
@@ -193,10 +205,7 @@ async def _detect_language(state: ServerState, request: Request, piece: np.ndarr
             chosen[:] = out.token_ids
 
     await state.run(request, req, on_output=keep)
-    by_id = {v: k for k, v in ids.items()}
-    if not chosen or chosen[0] not in by_id:
-        raise APIError(500, f"language detection gave no language token ({chosen})", code="language_detection")
-    return by_id[chosen[0]]
+    return language_of(chosen, ids)
 
 
 async def _requests(state: ServerState, request: Request, form: TranscriptionForm,
