@@ -14,6 +14,8 @@ Servers (phase 1, side by side):
 - ``video``: Wan — video jobs (POST, poll, content) on a diffusion stage in ``mp``. Killed: the diffusion child.
 - ``whisper``: tiny Whisper on vLLM — transcriptions of an uploaded WAV, whole and SSE-streamed, plus bad
   uploads. Killed: the vLLM engine core.
+- ``realtime``: tiny Qwen3-Omni answering /v1/realtime sessions (``chaos_realtime.py``). Killed: the thinker's vLLM
+  engine core, the talker's AR step engine process.
 
 Phase 2, alone (it starts its own local Ray cluster, and `ray stop` ends every Ray process on the machine, so
 it does not share the machine with the suite's Ray tests, nor with phase 1's load): ``ray`` — SD3 with its
@@ -26,7 +28,7 @@ with ``Retry-After`` (streams: an SSE error event; raw streams: complete or visi
 process of that kind; seeded requests give the same bytes after the chaos as before; after SIGTERM no process
 of any server's tree (nor a Ray actor) is left; and how the requests running at each kill ended. Results:
 ``benchmarks/results/chaos.{json,md}``; ``--update`` folds a partial run (``--servers whisper --no-ray``,
-``--servers none``) into the recorded one, each phase keeping the run it came from.
+``--servers none``, ``--servers realtime``) into the recorded one, each phase keeping the run it came from.
 
     python benchmarks/chaos.py [--rounds 3] [--ray-rounds 3] [--no-ray] [--servers a,b|none] [--update]
 """
@@ -58,6 +60,7 @@ from omnistage.testing import chaos as ch  # noqa: E402
 from omnistage.testing.server import ServeProcess, free_port  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
+from chaos_realtime import SPEC as REALTIME_SPEC  # noqa: E402
 from chaos_report import merge, report, verdict  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -243,10 +246,11 @@ WHISPER_SERVER = Spec(
     [("vllm_engine_core", ch.engine_cores)], {"whisper_greedy": transcript_probe})
 
 
-SERVERS = {s.name: s for s in (IMAGE_SERVER, TTS_SERVER, CSM_SERVER, VIDEO_SERVER, WHISPER_SERVER)}
+SERVERS = {s.name: s for s in (IMAGE_SERVER, TTS_SERVER, CSM_SERVER, VIDEO_SERVER, WHISPER_SERVER,
+                               Spec(**REALTIME_SPEC))}
 # the tiny fixtures each server is started on
 FIXTURES = {"image": ("chat", "sd3"), "tts": ("codec_tts",), "csm": ("csm",), "video": ("wan",), "whisper": ("whisper",),
-            "ray": ("sd3",)}
+            "realtime": ("qwen3_omni",), "ray": ("sd3",)}
 
 
 # ------------------------------------------------------------------------------------------ running
