@@ -60,7 +60,7 @@ class ThinkerEngine(OmniThinkerEngine):
         """The thinker's hidden states of the prompt and of the reply fed back (all but its last token)."""
         ids = list(engine_input["prompt_token_ids"])
         extended = {**engine_input, "prompt_token_ids": ids + reply[:-1]}
-        hidden = await self.hidden.encode(extended, rid)
+        hidden = await self.hidden_states(extended, rid)
         return {"hidden": hidden.float().contiguous(), **media_grids(engine_input)}
 
 

@@ -86,15 +86,36 @@ class OmniThinkerEngine(LLMStageEngine):
 
             self.hidden = HiddenStateEngine(ctx, engine_args_for(ctx), hidden_overrides)
 
-    async def start(self) -> None:
-        await super().start()
+    async def _build(self) -> None:  # (a restart rebuilds both engines)
+        await super()._build()
         if self.hidden is not None:
             await self.hidden.start()
 
-    async def shutdown(self) -> None:
-        await super().shutdown()
+    async def _close_engines(self) -> None:
+        await super()._close_engines()
         if self.hidden is not None:
             await self.hidden.shutdown()
+
+    def errored(self) -> str | None:
+        hidden = self.hidden.engine if self.hidden is not None else None
+        if hidden is not None and hidden.errored:
+            return "the hidden-state (pooling) engine core exited"
+        return super().errored()
+
+    async def hidden_states(self, engine_input: Any, request_id: str) -> Any:
+        """``self.hidden.encode``; its engine core's death fails the request with ``StageUnavailableError`` and
+        restarts the stage, as the generating engine's does."""
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        try:
+            return await self.hidden.encode(engine_input, request_id)
+        except Exception as e:
+            reason = self.errored()
+            if reason is None and isinstance(e, EngineDeadError):
+                reason = "EngineDeadError"
+            if reason is None:
+                raise
+            raise self._engine_died(reason) from None
 
     def prepare(self, req: StageRequest) -> Prepared:
         if isinstance(req.params, Mapping):  # the checkpoint's generation config under the request's values
@@ -129,7 +150,7 @@ class ThinkerEngine(OmniThinkerEngine):
     async def _talker_media(self, request_id: str, engine_input: Any) -> dict[str, Any]:
         import torch
 
-        hidden = await self.hidden.encode(engine_input, request_id)
+        hidden = await self.hidden_states(engine_input, request_id)
         ids = torch.as_tensor(list(engine_input["prompt_token_ids"]))
         mask = torch.isin(ids, torch.tensor(sorted(self.media_ids)))
         return {"hidden": hidden[mask].contiguous(), **media_grids(engine_input)}

@@ -13,7 +13,9 @@ vLLM's engine core runs in its own process. When it dies (killed, out of
 memory, a crash) the engine notices (``errored`` / ``EngineDeadError``), fails
 its in-flight requests with ``StageUnavailableError`` (HTTP 503), reports
 itself unhealthy and builds a new ``AsyncLLM`` under the shared restart policy
-(stages/restart.py); requests arriving meanwhile get the same 503.
+(stages/restart.py); requests arriving meanwhile get the same 503. A family that
+holds a companion engine (the Qwen-Omni thinkers' hidden-state engine) adds it to
+``errored`` / ``_build`` / ``_close_engines``: its death restarts the stage the same way.
 """
 
 from __future__ import annotations
@@ -167,14 +169,25 @@ class LLMStageEngine:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         self._watcher = self._restarter = None
-        engine, self.engine = self.engine, None
-        if engine is None:
-            return
-        if not engine.errored:
+        await self._abort_active()
+        await self._close_engines()
+
+    async def _abort_active(self) -> None:
+        """End the running requests on a live generating engine (before it is shut down)."""
+        if self.engine is not None and not self.engine.errored:
             for rid in list(self._active):
-                await self._abort_in_vllm(engine, rid)
-        await asyncio.to_thread(engine.shutdown)
-        engine_closed()
+                await self._abort_in_vllm(self.engine, rid)
+
+    async def _close_engines(self) -> None:
+        """Shut down every vLLM engine the stage holds (a family with a companion engine adds it)."""
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            await asyncio.to_thread(engine.shutdown)  # (a dead one: frees what its client still holds)
+            engine_closed()
+
+    def errored(self) -> str | None:
+        """Which engine of the stage has a dead engine core, or None (a family with a companion engine adds it)."""
+        return "the engine core process exited" if self.engine is not None and self.engine.errored else None
 
     def stats(self) -> StageStats:
         if self._dead is not None:
@@ -183,9 +196,9 @@ class LLMStageEngine:
             return StageStats(healthy=False, detail="not started")
         cap = self.engine.vllm_config.scheduler_config.max_num_seqs
         n = len(self._active)
-        errored = self.engine.errored  # (the watcher starts the restart within WATCH_INTERVAL_S)
-        return StageStats(queue_depth=max(0, n - cap), running=min(n, cap), healthy=not errored,
-                          detail=f"stage {self.stage_id} vLLM engine died" if errored else "")
+        errored = self.errored()  # (the watcher starts the restart within WATCH_INTERVAL_S)
+        return StageStats(queue_depth=max(0, n - cap), running=min(n, cap), healthy=errored is None,
+                          detail=f"stage {self.stage_id} vLLM engine died ({errored})" if errored else "")
 
     # ------------------------------------------------------------------ engine death and restart
 
@@ -193,8 +206,9 @@ class LLMStageEngine:
         """Notice a dead engine core even when no request is running (so /health says so at once)."""
         while True:
             await asyncio.sleep(WATCH_INTERVAL_S)
-            if self.engine is not None and self._dead is None and self.engine.errored:
-                self._engine_died("the engine core process exited")
+            reason = self.errored() if self._dead is None else None
+            if reason is not None:
+                self._engine_died(reason)
 
     def _engine_died(self, reason: str) -> StageUnavailableError:
         """Mark the stage down and start rebuilding it (once, however many requests saw the death)."""
@@ -209,10 +223,8 @@ class LLMStageEngine:
 
     async def _restart(self) -> None:
         async def rebuild() -> None:
-            old, self.engine = self.engine, None
-            if old is not None:
-                await asyncio.to_thread(old.shutdown)  # frees what the dead client still holds
-                engine_closed()
+            await self._abort_active()  # (a companion engine died: what runs on the live one fails below)
+            await self._close_engines()
             self.restarts += 1
             await self._build()
 
@@ -353,6 +365,8 @@ class LLMStageEngine:
                     # the running count lets the server report continuous usage without counting chunks
                     yield StageOutput(rid, self.stage_id, data, finished=False, num_tokens=num_tokens)
             done = True
+            if self._dead is not None and rid not in self._aborted and (final is None or final.finish_reason == "abort"):
+                raise StageUnavailableError(self._dead)  # aborted by the restart (_restart), not by its client
             # vLLM ends an aborted request's stream without a final output in some paths.
             yield final or StageOutput(rid, self.stage_id, {}, finished=True, finish_reason="abort",
                                        num_tokens=num_tokens,

@@ -154,3 +154,51 @@ async def test_a_bad_media_part_is_refused_and_the_stages_keep_serving(omni, par
     assert e.value.field == "messages" and says in e.value.message
     _, finals = await run(omni, {"messages": CHATS["image"][0]})
     assert finals[2].audio is not None and omni.running_requests() == []
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_killed_hidden_state_engine_core_restarts_the_thinker(omni):
+    """Last in this module (it restarts the thinker). The pooling engine that gives the talker its conditioning
+    has its own engine core; its death must be noticed with no request running, fail requests meanwhile with
+    StageUnavailableError (HTTP 503) and rebuild both engines, after which the same chat speaks the same."""
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    from omnistage.errors import StageUnavailableError
+    from omnistage.testing.chaos import engine_cores
+
+    messages = CHATS["audio"][0]
+    _, before = await run(omni, {"messages": messages})
+    thinker = omni.replicas(0)[0]
+    cores = engine_cores(psutil.Process(os.getpid()))
+    assert len(cores) == 2, cores  # the generating engine's, then the hidden-state engine's (built after it)
+    os.kill(max(cores, key=lambda p: p.create_time()).pid, signal.SIGKILL)
+
+    deadline = time.monotonic() + 15
+    while thinker.stats().healthy:
+        assert time.monotonic() < deadline, "the dead hidden-state engine core was never noticed"
+        await asyncio.sleep(0.1)
+    assert "hidden-state" in thinker.stats().detail
+    try:  # sent before the watcher may have marked the stage down: a 503, or (if it ran) the right answer
+        _, during = await run(omni, {"messages": messages})
+        assert during[0].token_ids == before[0].token_ids and np.abs(during[2].audio - before[2].audio).max() <= TOL
+    except StageUnavailableError:
+        pass
+    while "restarting" not in thinker.stats().detail and thinker.restarts == 0:
+        assert time.monotonic() < deadline, f"the stage was never marked down: {thinker.stats().detail}"
+        await asyncio.sleep(0.1)
+    if not thinker.stats().healthy:
+        with pytest.raises(StageUnavailableError):  # while it rebuilds (tens of seconds)
+            await run(omni, {"messages": messages})
+
+    deadline = time.monotonic() + 180
+    while not thinker.stats().healthy:
+        assert time.monotonic() < deadline, f"the thinker never came back: {thinker.stats().detail}"
+        await asyncio.sleep(0.5)
+    assert thinker.restarts == 1 and len(engine_cores(psutil.Process(os.getpid()))) == 2
+    _, after = await run(omni, {"messages": messages})
+    assert after[0].token_ids == before[0].token_ids
+    assert np.abs(after[2].audio - before[2].audio).max() <= TOL
