@@ -1,9 +1,9 @@
 """``benchmarks/chaos.py``'s ``realtime`` server: the tiny Qwen3-Omni (thinker on vLLM, the talker in its own
 ``mp`` AR step engine process, code2wav inline) answering /v1/realtime sessions (the calls:
 ``omnistage.testing.chaos_realtime``). Load: spoken turns, sessions the client leaves on the first delta, bad
-events followed by a turn in the same session. Killed: a vLLM engine core of the thinker (it runs two: the generating
-engine and the pooling copy whose hidden states the talker reads; the kills take the first the process tree lists,
-so successive rounds alternate between them) and the talker's process.
+events followed by a turn in the same session. Killed, each round: both vLLM engine cores of the thinker (the
+generating engine's, the oldest, and the pooling copy's whose hidden states the talker reads, started after it) and
+the talker's process.
 The probe: a greedy spoken turn's transcript and audio, before and after.
 
 ``SPEC`` is ``chaos.Spec``'s fields (chaos.py builds it: this module cannot import the script)."""
@@ -40,5 +40,6 @@ SPEC: dict[str, Any] = dict(
                      json.dumps({"0": {"max_model_len": 1024}, "1": {"process": "mp"}})],
     calls=lambda url: [("turn", rt.spoken_turn(LOAD)), ("abandoned", rt.abandoned_turn(LOAD)),
                        ("bad_events", rt.bad_events(LOAD)), ("turn", rt.spoken_turn(LOAD))],
-    targets=[("vllm_engine_core", ch.engine_cores), ("ar_step_process", ch.stage_children)],
+    targets=[("vllm_engine_core", ch.engine_cores), ("hidden_state_engine_core", ch.newest_engine_core),
+             ("ar_step_process", ch.stage_children)],
     probes={"realtime_greedy": rt.greedy_turn(GREEDY)}, threads=3)

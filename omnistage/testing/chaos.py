@@ -275,9 +275,22 @@ def _text(p: psutil.Process) -> str:
         return ""
 
 
+def _started(p: psutil.Process) -> float:
+    try:
+        return p.create_time()
+    except psutil.Error:
+        return float("inf")
+
+
 def engine_cores(root: psutil.Process) -> list[psutil.Process]:
-    """vLLM's engine-core processes (vLLM sets the title ``VLLM::EngineCore``)."""
-    return [p for p in root.children(recursive=True) if "EngineCore" in _text(p)]
+    """vLLM's engine-core processes (vLLM sets the title ``VLLM::EngineCore``), oldest first."""
+    return sorted((p for p in root.children(recursive=True) if "EngineCore" in _text(p)), key=_started)
+
+
+def newest_engine_core(root: psutil.Process) -> list[psutil.Process]:
+    """The engine core started last: a stage's companion engine (the Qwen-Omni thinkers' hidden-state engine is
+    built after the generating one, a restart included)."""
+    return engine_cores(root)[-1:]
 
 
 def stage_children(root: psutil.Process) -> list[psutil.Process]:

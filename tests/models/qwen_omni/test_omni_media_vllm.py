@@ -168,14 +168,14 @@ async def test_a_killed_hidden_state_engine_core_restarts_the_thinker(omni):
     import psutil
 
     from omnistage.errors import StageUnavailableError
-    from omnistage.testing.chaos import engine_cores
+    from omnistage.testing.chaos import engine_cores, newest_engine_core
 
     messages = CHATS["audio"][0]
     _, before = await run(omni, {"messages": messages})
     thinker = omni.replicas(0)[0]
     cores = engine_cores(psutil.Process(os.getpid()))
     assert len(cores) == 2, cores  # the generating engine's, then the hidden-state engine's (built after it)
-    os.kill(max(cores, key=lambda p: p.create_time()).pid, signal.SIGKILL)
+    os.kill(newest_engine_core(psutil.Process(os.getpid()))[0].pid, signal.SIGKILL)
 
     deadline = time.monotonic() + 15
     while thinker.stats().healthy:
