@@ -153,6 +153,7 @@ def transcribe(args: argparse.Namespace) -> int:
         language_probe,
         windows,
     )
+    from omnistage.server.transcripts import LanguagePrefix
 
     # the pipeline and the file are checked before any engine starts (AsyncOmni resolves without starting)
     pipeline = AsyncOmni(model=args.model, deploy_config=args.deploy_config).pipeline
@@ -165,8 +166,10 @@ def transcribe(args: argparse.Namespace) -> int:
     if args.language and args.language.lower() not in known:
         print(f"error: --language: {args.language!r} is not a language this model knows", file=sys.stderr)
         return 2
-    # no --language: a model that can tell it (Whisper) detects it, as the transcription route does
+    # no --language: a model that can tell it (Whisper) detects it, one that names it in its text (Qwen3-ASR)
+    # is left to, as the transcription route does
     ids = None if args.language else info.get("language_token_ids")
+    prefix = None if args.language else info.get("language_prefix")
     language = (args.language or info.get("default_language") or (known[0] if known else "en")).lower()
     try:
         samples = decode_audio(Path(args.audio).read_bytes(), "--audio", rate, DEFAULT_MAX_AUDIO_S)
@@ -188,7 +191,7 @@ def transcribe(args: argparse.Namespace) -> int:
                 print(f"error: {e.message}", file=sys.stderr)
                 return 1
         prompts = [{"prompt": args.prompt or "", "multi_modal_data": {"audio": (piece, rate)},
-                    "additional_information": {"language": language, "task": args.task}}
+                    "additional_information": {"language": None if prefix else language, "task": args.task}}
                    for _, piece in pieces]
         llm = {"max_tokens": args.max_tokens} if args.max_tokens else {}
         params = [llm if s.kind == "llm" else None for s in omni.pipeline.stages]
@@ -201,5 +204,6 @@ def transcribe(args: argparse.Namespace) -> int:
     if failed:
         print(f"error: {failed}", file=sys.stderr)
         return 1
-    print(("" if language in NO_SPACE_LANGUAGES else " ").join(o.text or "" for o in outs))
+    texts = [LanguagePrefix(**prefix).feed(o.text or "", finished=True) if prefix else o.text or "" for o in outs]
+    print(("" if language in NO_SPACE_LANGUAGES else " ").join(texts))
     return 0

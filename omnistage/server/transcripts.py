@@ -77,3 +77,45 @@ def _clock(seconds: float, sep: str) -> str:
     m, ms = divmod(ms, 60_000)
     s, ms = divmod(ms, 1000)
     return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
+
+
+@dataclass
+class LanguagePrefix:
+    """A recogniser that names the language it hears before the transcript when none is forced (Qwen3-ASR:
+    ``language German<asr_text>the text``, from ``info["transcription"]["language_prefix"]``): the text
+    without that prefix, fed whole or delta by delta, and the language it named. The rule is ``vllm serve``'s
+    (``Qwen3ASRStreamingPostProcessor``): text that may still become the prefix is held back; once the tag
+    arrives the transcript is what follows its last occurrence; text that cannot be the prefix passes as it is."""
+
+    tag: str  # "<asr_text>"
+    lead: str  # "language "
+    names: dict[str, str]  # the prefix's language names -> ISO 639-1 codes
+    max_prefix_chars: int = 50
+    raw: str = ""
+    sent: str = ""
+    prefixed: bool | None = None  # undecided until the tag arrives or the text cannot be the prefix
+
+    def feed(self, delta: str, finished: bool = False) -> str:
+        """The transcript text this delta adds (all of it, given the whole text with ``finished``)."""
+        self.raw += delta
+        if self.prefixed is None:
+            head = self.raw.lstrip()
+            may_be = (self.lead.startswith(head) or (head.startswith(self.lead) and "\n" not in head
+                                                     and len(head) < self.max_prefix_chars))
+            if self.tag in self.raw:
+                self.prefixed = True
+            elif may_be and not finished:
+                return ""
+            else:
+                self.prefixed = False
+        text = self.raw.rsplit(self.tag, 1)[1] if self.prefixed else self.raw
+        new, self.sent = text[len(self.sent):], text
+        return new
+
+    def language(self) -> str | None:
+        """The ISO code of the language the prefix named (None: no prefix, or a name this table lacks)."""
+        if not self.prefixed:
+            return None
+        head = self.raw.split(self.tag, 1)[0].strip()
+        name = head[len(self.lead):].strip() if head.startswith(self.lead) else head
+        return {k.lower(): v for k, v in self.names.items()}.get(name.lower())

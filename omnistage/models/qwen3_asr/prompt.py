@@ -6,7 +6,8 @@ omnistage/models/whisper/prompt.py) becomes the ChatML prompt vLLM's own Qwen3-A
 writes (``get_generation_prompt``) and transformers' ``Qwen3ASRProcessor.apply_transcription_request``
 renders: the previous text as the system turn (only when given), the audio as the user turn, and the
 assistant turn begun with ``language English<asr_text>``, which forces the language — the model then
-writes the transcript alone.
+writes the transcript alone. With no language (``None``) the assistant turn is left empty and the model
+writes that prefix itself, as vLLM's server and transformers prompt it.
 """
 
 from __future__ import annotations
@@ -34,11 +35,16 @@ LANGUAGES = {
 _CONTROL = re.compile(r"<\|[^|]+\|>|<asr_text>")
 
 
-def chat_prompt(language: str, previous: str = "") -> str:
+# with no language forced the model writes it first (``language German<asr_text>...``): what the transcription
+# routes strip (omnistage.server.transcripts.LanguagePrefix)
+LANGUAGE_PREFIX = {"tag": "<asr_text>", "lead": "language ", "names": {name: code for code, name in LANGUAGES.items()}}
+
+
+def chat_prompt(language: str | None, previous: str = "") -> str:
     context = _CONTROL.sub("", previous).strip()
     system = f"<|im_start|>system\n{context}<|im_end|>\n" if context else ""
-    return (f"{system}<|im_start|>user\n{AUDIO}<|im_end|>\n<|im_start|>assistant\n"
-            f"language {LANGUAGES[language]}<asr_text>")
+    forced = f"language {LANGUAGES[language]}<asr_text>" if language else ""
+    return f"{system}<|im_start|>user\n{AUDIO}<|im_end|>\n<|im_start|>assistant\n{forced}"
 
 
 def to_chat_prompt(prompt: dict[str, Any], params: list[Any]) -> None:
@@ -54,8 +60,8 @@ def to_chat_prompt(prompt: dict[str, Any], params: list[Any]) -> None:
     info = prompt.pop("additional_information") or {}
     if not isinstance(info, Mapping):
         raise InvalidRequestError("additional_information", f"expected an object, got {type(info).__name__}")
-    language = info.get("language") or "en"
-    if not isinstance(language, str) or language.lower() not in LANGUAGES:
+    language = info.get("language")  # None: the model names it before the transcript (LANGUAGE_PREFIX)
+    if language is not None and (not isinstance(language, str) or language.lower() not in LANGUAGES):
         raise InvalidRequestError("language", f"{language!r} is not a language Qwen3-ASR knows "
                                               f"({', '.join(LANGUAGES)})")
     if (info.get("task") or "transcribe") != "transcribe":
@@ -63,4 +69,4 @@ def to_chat_prompt(prompt: dict[str, Any], params: list[Any]) -> None:
     previous = prompt.get("prompt") or ""
     if not isinstance(previous, str):
         raise InvalidRequestError("prompt", f"expected a string, got {type(previous).__name__}")
-    prompt["prompt"] = chat_prompt(language.lower(), previous)
+    prompt["prompt"] = chat_prompt(language.lower() if language else None, previous)

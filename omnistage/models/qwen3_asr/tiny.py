@@ -20,7 +20,10 @@ MEL_BINS = 128
 SAMPLE_RATE = 16000
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|audio_start|>", "<|audio_end|>",
-                  "<|audio_pad|>", "<asr_text>", "<timestamp>"]
+                  "<|audio_pad|>", "<timestamp>"]
+# added but not special, as in the released tokenizer: decoded text keeps it (vLLM's server and transformers'
+# ``parse_output`` find the language prefix's end by it in text decoded without special tokens)
+TEXT_TOKENS = ["<asr_text>"]
 NAMED_TOKENS = {"audio_token": "<|audio_pad|>", "audio_bos_token": "<|audio_start|>",
                 "audio_eos_token": "<|audio_end|>"}  # attributes Qwen3ASRProcessor reads off the tokenizer
 # ChatML turns; an audio part is the placeholder the processor expands
@@ -46,6 +49,7 @@ def train_tokenizer(vocab_size: int = 400):
 
     tok = Qwen2Tokenizer().train_new_from_iterator(_CORPUS * 40, vocab_size=vocab_size,
                                                    new_special_tokens=SPECIAL_TOKENS)
+    tok.add_tokens(TEXT_TOKENS)
     tok.chat_template = CHAT_TEMPLATE
     tok.eos_token = "<|im_end|>"
     tok.pad_token = "<|endoftext|>"

@@ -3,10 +3,12 @@ client sends them).
 
 Fields: ``file`` (any audio PyAV decodes), ``model``, ``language`` (ISO 639-1; the source language for a
 translation; omitted, it is detected on the first window where the pipeline's info lists
-``language_token_ids``), ``prompt`` (previous text, to steer spelling and style), ``response_format`` = json |
-text | srt | vtt | verbose_json, ``temperature``, ``timestamp_granularities[]`` (``segment``), ``stream`` (SSE
-``transcript.text.delta`` / ``transcript.text.done`` events, for json and text), and the llm knobs
-(``max_tokens``, ``seed``, ``top_p``, ...) as further fields (the client's ``extra_body``).
+``language_token_ids`` (Whisper), or left to a model that names it before each window's transcript where the
+info has a ``language_prefix`` (Qwen3-ASR; the prefix is stripped, as ``vllm serve`` strips it)), ``prompt``
+(previous text, to steer spelling and style), ``response_format`` = json | text | srt | vtt | verbose_json,
+``temperature``, ``timestamp_granularities[]`` (``segment``), ``stream`` (SSE ``transcript.text.delta`` /
+``transcript.text.done`` events, for json and text), and the llm knobs (``max_tokens``, ``seed``, ``top_p``, ...)
+as further fields (the client's ``extra_body``).
 
 Generic over pipelines: any pipeline whose ``info["transcription"]`` says how to feed it (``sample_rate``,
 ``window_s``, ``languages``, ``tasks``) serves these routes. The audio is decoded and resampled here, cut
@@ -40,7 +42,7 @@ from omnistage.server.middleware import request_id
 from omnistage.server.openapi import SSE, request_body, success
 from omnistage.server.state import ServerState
 from omnistage.server.streaming import AbortOnDisconnect, primed, sse, with_error_event
-from omnistage.server.transcripts import FORMATS, MEDIA_TYPES, Segment, Transcript
+from omnistage.server.transcripts import FORMATS, MEDIA_TYPES, LanguagePrefix, Segment, Transcript
 
 router = APIRouter(prefix="/v1")
 logger = logging.getLogger("omnistage.server")
@@ -65,6 +67,11 @@ class TranscriptionForm:
     lora: str | None = None
     knobs: RequestKnobs = field(default_factory=RequestKnobs)
     detect_language: bool = False  # no language given and the model can tell it (language is set once detected)
+    language_prefix: Mapping[str, Any] | None = None  # no language given: the model names it in its text
+
+    def prefix(self) -> LanguagePrefix | None:
+        """A fresh stripper of the language prefix, per window (None: the language is forced)."""
+        return LanguagePrefix(**self.language_prefix) if self.language_prefix else None
 
 
 def _text_field(form: Any, name: str) -> str | None:
@@ -92,6 +99,7 @@ def parse_form(form: Any, state: ServerState, task: str) -> TranscriptionForm:
     language = _text_field(form, "language")
     known = list(info.get("languages") or [])
     detect = not language and bool(info.get("language_token_ids"))
+    prefix = info.get("language_prefix") if not language else None
     if not language:
         language = info.get("default_language") or (known[0] if known else "en")
     elif language.lower() not in known:
@@ -131,7 +139,7 @@ def parse_form(form: Any, state: ServerState, task: str) -> TranscriptionForm:
         raise validation_error(e) from None
     return TranscriptionForm(upload=upload, task=task, language=language.lower(),
                              prompt=_text_field(form, "prompt") or "", response_format=fmt, stream=stream, lora=lora,
-                             knobs=knobs, detect_language=detect)
+                             knobs=knobs, detect_language=detect, language_prefix=prefix)
 
 
 def windows(samples: np.ndarray, rate: int, window_s: float, overlap_s: float = 1.0,
@@ -159,8 +167,9 @@ def windows(samples: np.ndarray, rate: int, window_s: float, overlap_s: float = 
 
 def window_prompt(piece: np.ndarray, rate: int, form: TranscriptionForm) -> dict[str, Any]:
     """The recogniser request for one window (the family turns it into its model's prompt)."""
+    language = None if form.language_prefix else form.language  # (None: the model names it)
     return {"prompt": form.prompt, "multi_modal_data": {"audio": (piece, rate)},
-            "additional_information": {"language": form.language, "task": form.task}}
+            "additional_information": {"language": language, "task": form.task}}
 
 
 async def _read_form(request: Request, task: str, state: ServerState) -> TranscriptionForm:
@@ -236,7 +245,7 @@ async def _handle(request: Request, state: ServerState, task: str) -> Response:
     reqs, duration = await _requests(state, request, form, request_id(request.scope))
     separator = "" if form.language in NO_SPACE_LANGUAGES else " "
     if form.stream:
-        return await _stream(state, reqs, separator, duration)
+        return await _stream(state, reqs, separator, duration, form)
     tokens: dict[str, list[int]] = {}
 
     def keep_ids(out: Any) -> None:
@@ -251,9 +260,15 @@ async def _handle(request: Request, state: ServerState, task: str) -> Response:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     temperature = form.knobs.temperature or 0.0
-    segments = [Segment(start, end, r.text or "", tokens.get(req.request_id, []))
-                for (start, end, req), r in zip(reqs, results)]
-    transcript = Transcript(task=task, language=form.language, duration=duration, segments=segments,
+    segments, named = [], []
+    for (start, end, req), r in zip(reqs, results):
+        text, prefix = r.text or "", form.prefix()
+        if prefix is not None:
+            text = prefix.feed(text, finished=True)
+            named.append(prefix.language())
+        segments.append(Segment(start, end, text, tokens.get(req.request_id, [])))
+    language = next((n for n in named if n), form.language)  # the first window's named language, if any
+    transcript = Transcript(task=task, language=language, duration=duration, segments=segments,
                             temperature=temperature, separator=separator)
     body = transcript.render(form.response_format)
     if isinstance(body, dict):
@@ -262,7 +277,7 @@ async def _handle(request: Request, state: ServerState, task: str) -> Response:
 
 
 async def _stream(state: ServerState, reqs: list[Window], separator: str,
-                  duration: float) -> Response:
+                  duration: float, form: TranscriptionForm) -> Response:
     """Every window starts at once; their text deltas go out in window order."""
     queues: list[asyncio.Queue] = [asyncio.Queue() for _ in reqs]
     _END = object()
@@ -276,11 +291,16 @@ async def _stream(state: ServerState, reqs: list[Window], separator: str,
         raise
 
     async def pump(k: int) -> None:
+        prefix = form.prefix()
         try:
             async for out in state.stream(reqs[k][2], slot=slots[k]):
                 text = out.delta.get("text")
+                if text and prefix is not None:
+                    text = prefix.feed(text)
                 if text:
                     await queues[k].put(text)
+            if prefix is not None and (rest := prefix.feed("", finished=True)):  # held back as a possible prefix
+                await queues[k].put(rest)
             await queues[k].put(_END)
         except BaseException as e:  # handed to the reader, which raises it in order
             await queues[k].put(e)
@@ -330,7 +350,8 @@ class TranscriptionFields(BaseModel):
 
     model: str | None = None
     language: str | None = Field(None, description="ISO 639-1 code of the spoken language (omitted: detected where "
-                                                   "the model can tell it, Whisper; else the model's default)")
+                                                   "the model can tell it, Whisper, or named by the model, "
+                                                   "Qwen3-ASR; else the model's default)")
     prompt: str | None = Field(None, description="text of the previous audio, to steer spelling and style")
     response_format: str = Field("json", description="json | text | srt | vtt | verbose_json")
     temperature: float | None = Field(None, ge=0)
