@@ -57,6 +57,7 @@ import httpx  # noqa: E402
 
 from omnistage.bench.datasets import random_audio, wav_bytes  # noqa: E402
 from omnistage.testing import chaos as ch  # noqa: E402
+from omnistage.testing import processes as pr  # noqa: E402
 from omnistage.testing.server import ServeProcess, free_port  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -129,7 +130,7 @@ IMAGE_SERVER = Spec(
                  ("bad", ch.bad(BAD_IMAGE)),
                  ("image", ch.post_json("/v1/images/generations", IMAGE, ch.b64_images)),
                  ("chat_stream", ch.chat_stream(CHAT))],
-    [("vllm_engine_core", ch.engine_cores), ("diffusion_child", ch.stage_children)],
+    [("vllm_engine_core", pr.engine_cores), ("diffusion_child", pr.stage_children)],
     {"image_seed7": image_probe(IMAGE), "chat_greedy": chat_probe}, threads=3)
 
 
@@ -152,7 +153,7 @@ def speech_spec(name: str, fixture: str, overrides: dict, body: dict, kind: str,
 
     return Spec(name, lambda fx: [str(fx / fixture), "--served-model-name", name,
                                   "--stage-overrides", json.dumps(overrides)],
-                calls, [(kind, ch.stage_children)], {f"{name}_greedy": probe})
+                calls, [(kind, pr.stage_children)], {f"{name}_greedy": probe})
 
 
 TTS_BODY = {"input": "good morning to you", "voice": "alto", "response_format": "pcm", "temperature": 0,
@@ -191,7 +192,7 @@ VIDEO_SERVER = Spec(
                  ("bad", ch.bad([("/v1/videos", {"json": {"prompt": "x", "num_inference_steps": 500}}, 400),
                                  ("/v1/videos", {"json": {"prompt": "x", "num_frames": 100000}}, 400),
                                  ("/v1/videos/video_nope/content", {"method": "GET"}, 404)]))],
-    [("diffusion_child", ch.stage_children)], {"video_seed3": video_probe})
+    [("diffusion_child", pr.stage_children)], {"video_seed3": video_probe})
 
 # many steps: a request lasts long enough (about a second) that an actor kill lands while some are running
 SD3_IMAGE = {"prompt": "a red cat", "size": "32x32", "num_inference_steps": 60}
@@ -202,7 +203,7 @@ RAY_SERVER = Spec(
                        "--stage-overrides", json.dumps({"0": {"process": "ray"}})],
     lambda url: [("image", ch.post_json("/v1/images/generations", SD3_IMAGE, ch.b64_images)),
                  ("bad", ch.bad(BAD_IMAGE[:3]))],
-    [("ray_actor", ch.ray_stage_actors)], {"ray_image_seed7": image_probe(SD3_IMAGE)})
+    [("ray_actor", pr.ray_stage_actors)], {"ray_image_seed7": image_probe(SD3_IMAGE)})
 
 
 # ------------------------------------------------------------------------------------------ transcriptions
@@ -243,7 +244,7 @@ WHISPER_SERVER = Spec(
                                  ("/v1/audio/transcriptions", upload({}, ("clip.wav", b"RIFF....WAVEjunk",
                                                                          "audio/wav")), 400),
                                  ("/v1/audio/transcriptions", {"data": {"model": "whisper"}}, 415)]))],  # not multipart
-    [("vllm_engine_core", ch.engine_cores)], {"whisper_greedy": transcript_probe})
+    [("vllm_engine_core", pr.engine_cores)], {"whisper_greedy": transcript_probe})
 
 
 SERVERS = {s.name: s for s in (IMAGE_SERVER, TTS_SERVER, CSM_SERVER, VIDEO_SERVER, WHISPER_SERVER,
@@ -313,13 +314,13 @@ def phase(specs: list[Spec], fx: Path, work: Path, rounds: int) -> dict[str, Any
         in_flight[r.spec.name] = ch.health(r.server.url)[1].get("in_flight")
     unclean: dict[str, str] = {}
     for r in running:
-        procs = ch.tree(r.server.proc.pid) + (ch.ray_stage_actors() if r.spec.name == "ray" else [])
+        procs = pr.tree(r.server.proc.pid) + (pr.ray_stage_actors() if r.spec.name == "ray" else [])
         try:
             r.server.stop()
         except AssertionError as e:  # (no clean exit after SIGTERM: recorded as a break, the rest still counted)
             code = r.server.proc.returncode
             unclean[r.spec.name] = f"exit status {code}" + ("" if str(e) == str(code) else f": {e}")
-        left[r.spec.name] = ch.left_after(procs)
+        left[r.spec.name] = pr.left_after(procs)
     return {"servers": [r.spec.name for r in running], "startup_s": round(startup_s, 1),
             "duration_s": round(time.monotonic() - t0, 1), "kills": kill_rows,
             "equal_after": after, "in_flight_after_load": in_flight, "left_after_sigterm": left,

@@ -165,7 +165,7 @@ async def main(args: argparse.Namespace) -> dict:
              "whole": AsyncOmni(model, deploy_config={"async_chunk": False}, **engine_args)}
     for engine in modes.values():
         await engine.start()
-    # the engine arguments the thinker stage runs with (omnistage.stages.llm.engine_args_for + thinker.py)
+    # the engine arguments the thinker stage runs with (omnistage.stages.llm.args.engine_args_for + thinker.py)
     vllm_args = {"model": model, **engine_args, "enforce_eager": True, "kv_cache_memory_bytes": 64 << 20,
                  "disable_log_stats": True, "dtype": load_omni_config(model).dtype or "auto",
                  "mm_processor_cache_gb": 0}

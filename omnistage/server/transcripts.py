@@ -89,7 +89,7 @@ class LanguagePrefix:
 
     tag: str  # "<asr_text>"
     lead: str  # "language "
-    names: dict[str, str]  # the prefix's language names -> ISO 639-1 codes
+    names: dict[str, str]  # the prefix's language names, lowercase -> ISO 639-1 codes
     max_prefix_chars: int = 50
     raw: str = ""
     sent: str = ""
@@ -118,4 +118,4 @@ class LanguagePrefix:
             return None
         head = self.raw.split(self.tag, 1)[0].strip()
         name = head[len(self.lead):].strip() if head.startswith(self.lead) else head
-        return {k.lower(): v for k, v in self.names.items()}.get(name.lower())
+        return self.names.get(name.lower())

@@ -9,8 +9,8 @@ valid, bad and abandoned requests to real ``omnistage serve`` processes while en
 - an abandoned stream (the client leaves after two events) starts ``200`` or ``503``;
 - nothing takes longer than the deadline. Anything else is a ``VIOLATION: ...`` outcome.
 
-Process finders name each engine kind's process in a server's tree (``psutil``); ``kill_and_recover`` kills
-one under load and times how long ``/health`` takes to be 200 again.
+``kill_and_recover`` kills one process a finder (processes.py) names under load and times how long ``/health``
+takes to be 200 again.
 """
 
 from __future__ import annotations
@@ -265,44 +265,7 @@ class Load:
                                              timeout, 0.0))
 
 
-# ------------------------------------------------------------------------------------------ processes
-
-
-def _text(p: psutil.Process) -> str:
-    try:
-        return p.name() + " " + " ".join(p.cmdline())
-    except psutil.Error:
-        return ""
-
-
-def _started(p: psutil.Process) -> float:
-    try:
-        return p.create_time()
-    except psutil.Error:
-        return float("inf")
-
-
-def engine_cores(root: psutil.Process) -> list[psutil.Process]:
-    """vLLM's engine-core processes (vLLM sets the title ``VLLM::EngineCore``), oldest first."""
-    return sorted((p for p in root.children(recursive=True) if "EngineCore" in _text(p)), key=_started)
-
-
-def newest_engine_core(root: psutil.Process) -> list[psutil.Process]:
-    """The engine core started last: a stage's companion engine (the Qwen-Omni thinkers' hidden-state engine is
-    built after the generating one, a restart included)."""
-    return engine_cores(root)[-1:]
-
-
-def stage_children(root: psutil.Process) -> list[psutil.Process]:
-    """The ``mp`` stage processes (multiprocessing spawn children that are not vLLM's engine core, which is
-    spawned the same way before it renames itself)."""
-    return [p for p in root.children(recursive=True) if "spawn_main" in _text(p) and "EngineCore" not in _text(p)]
-
-
-def ray_stage_actors(root: psutil.Process | None = None) -> list[psutil.Process]:
-    """Ray actor processes running an omnistage stage (Ray titles them ``ray::StageActor...``); the actors
-    are the raylet's children, not the server's, so every process of the machine is looked at."""
-    return [p for p in psutil.process_iter() if _text(p).startswith("ray::StageActor")]
+# ------------------------------------------------------------------------------------------ kills
 
 
 def health(url: str) -> tuple[int, dict]:
@@ -370,17 +333,6 @@ def kill_and_recover(server: str, url: str, root_pid: int, kind: str,
         after = [p.pid for p in find(root)]
         kill.replaced = bool(after) and victim.pid not in after
     return kill
-
-
-def tree(root_pid: int) -> list[psutil.Process]:
-    root = psutil.Process(root_pid)
-    return [root, *root.children(recursive=True)]
-
-
-def left_after(procs: list[psutil.Process], timeout: float = 15) -> list[str]:
-    """The processes of ``procs`` still alive ``timeout`` s later (after the server's SIGTERM)."""
-    _, alive = psutil.wait_procs(procs, timeout=timeout)
-    return [f"{p.pid} {_text(p)[:80]}" for p in alive]
 
 
 def spanning(outcomes: list[Outcome], started_at: float, kill: Kill) -> dict[str, int]:

@@ -14,23 +14,12 @@ import httpx
 import psutil
 import pytest
 
+from omnistage.testing.processes import engine_cores
 from omnistage.testing.server import ServeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
 MESSAGES = [{"role": "user", "content": "hello there"}]
-
-
-def engine_cores(pid: int) -> list[psutil.Process]:
-    """vLLM names its engine-core process ``VLLM::EngineCore`` (the process title)."""
-    out = []
-    for p in psutil.Process(pid).children(recursive=True):
-        try:
-            if "EngineCore" in p.name() or "EngineCore" in " ".join(p.cmdline()):
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 def greedy(url: str) -> str:
@@ -56,7 +45,7 @@ def test_killed_engine_core_fails_cleanly_and_the_stage_comes_back(tiny_model, t
     url = server.url
     try:
         before = greedy(url)
-        [core] = engine_cores(server.proc.pid)
+        [core] = engine_cores(psutil.Process(server.proc.pid))
         body = {"messages": MESSAGES, "max_tokens": 900, "temperature": 0, "ignore_eos": True, "stream": True}
         events: list[dict] = []
         with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as resp:
@@ -86,7 +75,7 @@ def test_killed_engine_core_fails_cleanly_and_the_stage_comes_back(tiny_model, t
             assert r.json()["error"]["code"] == "stage_unavailable" and "stage 0" in r.json()["error"]["message"]
 
         wait_health(url, 200, 300)
-        [new_core] = engine_cores(server.proc.pid)
+        [new_core] = engine_cores(psutil.Process(server.proc.pid))
         assert new_core.pid != core.pid
         assert greedy(url) == before
         assert "restarted (attempt 1 of 5)" in log.read_text()

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from omnistage.testing import chaos as ch
+from omnistage.testing import processes as pr
 from omnistage.testing.server import ServeProcess
 
 pytestmark = pytest.mark.slow
@@ -55,7 +56,7 @@ def test_ar_step_process_killed_twice_under_mixed_load(tiny_model, tmp_path, mon
         ], threads=3).start()
         try:
             wait_for_ok(load)  # on a loaded machine the first kill could otherwise land before any request ended
-            kills = [ch.kill_and_recover("csm", server.url, server.proc.pid, "ar_step_process", ch.stage_children)
+            kills = [ch.kill_and_recover("csm", server.url, server.proc.pid, "ar_step_process", pr.stage_children)
                      for _ in range(2)]
         finally:
             load.stop()
@@ -70,10 +71,10 @@ def test_ar_step_process_killed_twice_under_mixed_load(tiny_model, tmp_path, mon
         with httpx.Client(base_url=server.url, timeout=60) as c:
             assert c.post("/v1/audio/speech", json=BODY).content == before.content  # same greedy speech after
         assert ch.health(server.url)[1]["in_flight"] == 0
-        procs = ch.tree(server.proc.pid)
+        procs = pr.tree(server.proc.pid)
     except BaseException:
         server.proc.kill()
         print(server.log.read_text()[-6000:])
         raise
     server.stop()
-    assert ch.left_after(procs) == []
+    assert pr.left_after(procs) == []

@@ -33,7 +33,7 @@ def test_flags_reach_the_deploy_config(tmp_path):
 def test_limit_mm_per_prompt_reaches_the_stage_and_vllm(tiny_model):
     """vLLM's flag, as JSON; it lands on the stage's deploy entry and in vLLM's engine args."""
     from omnistage.pipeline import StageContext
-    from omnistage.stages.llm.engine import engine_args_for
+    from omnistage.stages.llm.args import engine_args_for
 
     kwargs = serve.engine_kwargs(parse("--limit-mm-per-prompt", '{"image": 2, "video": {"count": 0}}'))
     engine = AsyncOmni(tiny_model("chat"), **kwargs)

@@ -36,8 +36,9 @@ _CONTROL = re.compile(r"<\|[^|]+\|>|<asr_text>")
 
 
 # with no language forced the model writes it first (``language German<asr_text>...``): what the transcription
-# routes strip (omnistage.server.transcripts.LanguagePrefix)
-LANGUAGE_PREFIX = {"tag": "<asr_text>", "lead": "language ", "names": {name: code for code, name in LANGUAGES.items()}}
+# routes strip (omnistage.server.transcripts.LanguagePrefix; names lowercase, matched case-blind)
+LANGUAGE_PREFIX = {"tag": "<asr_text>", "lead": "language ",
+                   "names": {name.lower(): code for code, name in LANGUAGES.items()}}
 
 
 def chat_prompt(language: str | None, previous: str = "") -> str:

@@ -36,7 +36,8 @@ from omnistage.models.qwen_omni.config import load_omni_config
 from omnistage.models.qwen_omni.vllm_plugin import HIDDEN_ARCHITECTURE
 from omnistage.pipeline import StageContext
 from omnistage.stages.base import StageOutput, StageRequest
-from omnistage.stages.llm.engine import LLMStageEngine, Prepared, engine_args_for
+from omnistage.stages.llm.args import engine_args_for
+from omnistage.stages.llm.engine import LLMStageEngine, Prepared
 
 logger = logging.getLogger(__name__)
 

@@ -21,12 +21,10 @@ holds a companion engine (the Qwen-Omni thinkers' hidden-state engine) adds it t
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator
 
 from omnistage.errors import InvalidRequestError, StageUnavailableError
 from omnistage.modality import OutputModality
@@ -38,54 +36,16 @@ from omnistage.stages.base import (
     StageStats,
     peak_memory_mb,
 )
+from omnistage.stages.llm.args import engine_args_for, stage_output_type
 from omnistage.stages.llm.inputs import StagePrompt, check_media, decoder_token_ids, parse, render
+from omnistage.stages.llm.loras import LoraAdapters
 from omnistage.stages.llm.params import to_sampling_params
 from omnistage.stages.llm.threads import engine_closed, engine_env
 from omnistage.stages.restart import RESTART_ATTEMPTS, restart_with_backoff
 
 logger = logging.getLogger(__name__)
 
-PRODUCIBLE = OutputModality.TEXT | OutputModality.TOKEN_IDS
-DEFAULT_CPU_KV_CACHE_BYTES = 64 << 20  # without it the CPU backend reserves a share of all RAM
 WATCH_INTERVAL_S = 0.5  # how often an idle engine is checked for a dead engine core
-
-
-def engine_args_for(ctx: StageContext) -> dict[str, Any]:
-    """AsyncEngineArgs keyword arguments from the stage's deploy config."""
-    from vllm.platforms import current_platform
-
-    d = ctx.deploy
-    model = Path(ctx.model) if ctx.model else None
-    if model is None:
-        raise ValueError(f"stage {ctx.spec.stage_id}: an llm stage needs a model folder")
-    if ctx.spec.model_subfolder:
-        model = model / ctx.spec.model_subfolder
-    args: dict[str, Any] = {"model": str(model), "disable_log_stats": True, "tensor_parallel_size": d.tp_size}
-    if current_platform.is_cpu():
-        args["enforce_eager"] = True  # compiling costs ~30 s at start-up on CPU and gains little
-    optional = {
-        "max_num_seqs": d.max_num_seqs, "max_model_len": d.max_model_len,
-        "max_num_batched_tokens": d.max_num_batched_tokens, "enforce_eager": d.enforce_eager,
-        "kv_cache_memory_bytes": d.kv_cache_memory_bytes, "gpu_memory_utilization": d.gpu_memory_utilization,
-        "enable_prefix_caching": d.enable_prefix_caching, "trust_remote_code": d.trust_remote_code,
-        "dtype": d.dtype, "seed": d.seed, "limit_mm_per_prompt": d.limit_mm_per_prompt,
-    }
-    args.update({k: v for k, v in optional.items() if v is not None})
-    if d.lora_enabled:  # vLLM's own LoRA support; adapters come per request as LoRARequest
-        args["enable_lora"] = True
-        args.update({k: v for k, v in (("max_loras", d.max_loras), ("max_lora_rank", d.max_lora_rank)) if v is not None})
-    if current_platform.is_cpu() and d.kv_cache_memory_bytes is None and d.gpu_memory_utilization is None:
-        args["kv_cache_memory_bytes"] = DEFAULT_CPU_KV_CACHE_BYTES
-    args.update(d.engine_args)  # explicit pass-through wins
-    return args
-
-
-def stage_output_type(ctx: StageContext) -> OutputModality:
-    out = OutputModality.parse(ctx.deploy.engine_output_type or ctx.spec.output)
-    if out & ~PRODUCIBLE:
-        raise ValueError(f"stage {ctx.spec.stage_id}: engine_output_type {out} is not something an llm stage "
-                         f"produces (it produces {PRODUCIBLE})")
-    return out
 
 
 @dataclass
@@ -125,8 +85,7 @@ class LLMStageEngine:
         self._watcher: asyncio.Task | None = None
         self._restarter: asyncio.Task | None = None
         self._closing = False
-        self._loras: dict[str, Any] = {}  # adapter name -> vllm LoRARequest (lora_modules, runtime loads)
-        self._lora_ids = itertools.count(1)
+        self.loras = LoraAdapters(self.stage_id, ctx.deploy.lora_enabled)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -136,7 +95,8 @@ class LLMStageEngine:
             try:
                 await self.load_lora(m.name, m.path)
             except InvalidRequestError as e:  # (the builder shuts a half-started engine down)
-                raise ValueError(f"stages[{self.stage_id}].lora_modules[{i}] ({m.name}={m.path}): {e.message}") from None
+                where = f"stages[{self.stage_id}].lora_modules[{i}] ({m.name}={m.path})"
+                raise ValueError(f"{where}: {e.message}") from None
         self._watcher = asyncio.create_task(self._watch(), name=f"stage{self.stage_id}-vllm-watch")
 
     async def _build(self) -> None:
@@ -236,47 +196,13 @@ class LLMStageEngine:
     # ------------------------------------------------------------------ LoRA adapters
 
     def lora_names(self) -> list[str]:
-        return list(self._loras)
+        return self.loras.names()
 
     async def load_lora(self, name: str, path: str) -> None:
-        """vLLM's ``add_lora`` (checks and preloads the adapter); errors name ``lora_path`` / ``lora_name``."""
-        from vllm.lora.request import LoRARequest
-
-        if not self.ctx.deploy.lora_enabled:
-            raise InvalidRequestError("lora_name", f"stage {self.stage_id} takes no LoRA adapters (enable_lora)")
-        if name in self._loras:
-            raise InvalidRequestError("lora_name", f"a LoRA adapter named {name!r} is already loaded")
-        if not Path(path).exists():
-            raise InvalidRequestError("lora_path", f"{path!r} does not exist")
-        lora = LoRARequest(lora_name=name, lora_int_id=next(self._lora_ids), lora_path=str(path))
-        try:
-            await self.engine.add_lora(lora)
-        except Exception as e:  # vLLM reports a bad adapter (rank, shapes, files) as a plain Exception
-            if self.engine.errored:
-                raise
-            raise InvalidRequestError("lora_path", str(e).removeprefix("Call to add_lora method failed: ")) from None
-        self._loras[name] = lora
+        await self.loras.load(self.engine, name, path)
 
     async def unload_lora(self, name: str) -> None:
-        """As ``vllm serve`` does: the name stops resolving; running requests finish with the adapter (vLLM
-        keeps it in its LRU adapter cache)."""
-        if self._loras.pop(name, None) is None:
-            raise InvalidRequestError("lora_name", f"no LoRA adapter named {name!r} is loaded")
-
-    def _lora_request(self, params: Any) -> tuple[Any, Any]:
-        """(params without the LoRA keys, the LoRARequest they name or None)."""
-        if not isinstance(params, Mapping) or ("lora" not in params and "lora_scale" not in params):
-            return params, None
-        params = dict(params)
-        name, scale = params.pop("lora", None), params.pop("lora_scale", None)
-        if scale is not None and scale != 1:
-            raise InvalidRequestError("lora_scale", f"vLLM applies an adapter at its trained scale; got {scale}")
-        if name is None:
-            return params, None
-        lora = self._loras.get(name)
-        if lora is None:
-            raise InvalidRequestError("model", f"the LoRA adapter {name!r} is not loaded on stage {self.stage_id}")
-        return params, lora
+        self.loras.unload(name)
 
     # ------------------------------------------------------------------ requests
 
@@ -290,9 +216,10 @@ class LLMStageEngine:
         if ids is not None:
             bad = [t for t in ids if not 0 <= t < self.vocab_size]
             if bad:
-                raise InvalidRequestError("prompt_token_ids", f"{bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})")
+                raise InvalidRequestError("prompt_token_ids",
+                                          f"{bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})")
         check_media(source, self.engine)
-        params, lora = self._lora_request(req.params)
+        params, lora = self.loras.request(req.params)
         sp = to_sampling_params(params, vocab_size=self.vocab_size)
         return Prepared(ids, source.text, sp, source=source, lora=lora)
 
@@ -305,8 +232,8 @@ class LLMStageEngine:
                                       "(at least one token must be generated)")
         if sp.max_tokens is not None and len(ids) + sp.max_tokens > self.max_model_len:
             # vLLM would stop at max_model_len silently; say so instead.
-            raise InvalidRequestError("max_tokens", f"prompt ({len(ids)} tokens) + max_tokens ({sp.max_tokens}) exceeds "
-                                      f"max_model_len={self.max_model_len}")
+            raise InvalidRequestError("max_tokens", f"prompt ({len(ids)} tokens) + max_tokens ({sp.max_tokens}) "
+                                      f"exceeds max_model_len={self.max_model_len}")
 
     async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
         from vllm.exceptions import VLLMClientError
@@ -365,7 +292,8 @@ class LLMStageEngine:
                     # the running count lets the server report continuous usage without counting chunks
                     yield StageOutput(rid, self.stage_id, data, finished=False, num_tokens=num_tokens)
             done = True
-            if self._dead is not None and rid not in self._aborted and (final is None or final.finish_reason == "abort"):
+            restarted = final is None or final.finish_reason == "abort"
+            if self._dead is not None and rid not in self._aborted and restarted:
                 raise StageUnavailableError(self._dead)  # aborted by the restart (_restart), not by its client
             # vLLM ends an aborted request's stream without a final output in some paths.
             yield final or StageOutput(rid, self.stage_id, {}, finished=True, finish_reason="abort",

@@ -168,7 +168,7 @@ async def test_a_killed_hidden_state_engine_core_restarts_the_thinker(omni):
     import psutil
 
     from omnistage.errors import StageUnavailableError
-    from omnistage.testing.chaos import engine_cores, newest_engine_core
+    from omnistage.testing.processes import engine_cores, newest_engine_core
 
     messages = CHATS["audio"][0]
     _, before = await run(omni, {"messages": messages})
