@@ -1,8 +1,9 @@
 """Transcription results in OpenAI's response formats: json, text, srt, vtt, verbose_json.
 
-A transcript is the model's text per audio window (Whisper hears 30 s at a time): each window is one
-segment from its offset to its end. Timestamp tokens inside a window (finer segments, word timings)
-are not produced yet.
+A transcript is the model's text per audio window (Whisper hears 30 s at a time), in segments: each window
+one segment from its offset to its end, or, for a recogniser that writes timestamp tokens (Whisper, in
+verbose_json / srt / vtt), the segments they mark inside each window (server/segments.py). Word timings are
+not produced.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ class Segment:
     end: float
     text: str
     tokens: list[int] = field(default_factory=list)
+    avg_logprob: float | None = None  # known when the window's log-probabilities were asked for
+    seek: int | None = None  # the window's start in 10 ms frames (openai-whisper's seek); None: from ``start``
 
 
 @dataclass
@@ -64,11 +67,11 @@ class Transcript:
 
 def _verbose(i: int, s: Segment, temperature: float) -> dict[str, Any]:
     raw = s.text.encode()
-    return {"id": i, "seek": int(round(s.start * 100)), "start": round(s.start, 3), "end": round(s.end, 3),
-            "text": s.text, "tokens": s.tokens, "temperature": temperature,
-            # no per-token log-probabilities or no-speech probability are computed (as vLLM's own server)
-            "avg_logprob": None, "compression_ratio": len(raw) / len(zlib.compress(raw)) if raw else 0.0,
-            "no_speech_prob": None}
+    seek = s.seek if s.seek is not None else int(round(s.start * 100))
+    return {"id": i, "seek": seek, "start": round(s.start, 3), "end": round(s.end, 3),
+            "text": s.text, "tokens": s.tokens, "temperature": temperature, "avg_logprob": s.avg_logprob,
+            "compression_ratio": len(raw) / len(zlib.compress(raw)) if raw else 0.0,
+            "no_speech_prob": None}  # (no no-speech probability is computed, as in vLLM's own server)
 
 
 def _clock(seconds: float, sep: str) -> str:

@@ -1,10 +1,12 @@
 """``/v1/audio/transcriptions`` and ``/v1/audio/translations`` on the tiny ``whisper`` fixture, through the
-official ``openai`` client: every response format and the SSE stream equal the family's offline output
-(AsyncOmni on the same folder, computed here first, on the windows vLLM's own ``split_audio`` cuts, as
-``vllm serve`` does); a 65 s clip becomes three windows whose segments carry their offsets; concurrent
-requests equal solo ones; with no language, Whisper's detected one (transformers' ``detect_language``); bad
-input is a 400 (413 for an oversized file) naming the field, and the
-server keeps serving.
+official ``openai`` client: json, text and the SSE stream equal the family's offline output (AsyncOmni on
+the same folder, computed here first, on the windows vLLM's own ``split_audio`` cuts, as ``vllm serve``
+does); verbose_json / srt / vtt give the segments Whisper's timestamp tokens mark inside each window — on the
+65 s and 95 s clips in order, never overlapping, inside the clip, each from the window's own timestamped
+tokens (the family's offline output asked for timestamps), srt and vtt the same segments; concurrent
+requests equal solo ones; with no language, Whisper's detected one (transformers' ``detect_language``) and
+transformers' timestamped segments; bad input is a 400 (413 for an oversized file) naming the field, and the
+server keeps serving. (The segments' cut itself equals ``vllm serve``'s: test_transcriptions_vllm_serve.py.)
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pytest
 import soundfile as sf
 
 from omnistage.testing.server import serve_engine
-from tests.models.whisper.cases import ENGINE, RATE, clip
+from tests.models.whisper.cases import ENGINE, RATE, between_timestamps, clip
 
 pytestmark = pytest.mark.vllm
 
@@ -56,6 +58,9 @@ CASES = [(SHORT, "en", "transcribe", ""), (LONG, "en", "transcribe", ""), (LONGE
     (o, "en", "transcribe", "") for o in OTHERS]
 
 
+STAMPED = (LONG, LONGEST)  # clips whose windows are also asked for timestamps offline
+
+
 def key(data: bytes, language: str = "en", task: str = "transcribe", prompt: str = "") -> tuple:
     return (CASES.index((data, language, task, prompt)),)
 
@@ -63,7 +68,8 @@ def key(data: bytes, language: str = "en", task: str = "transcribe", prompt: str
 @pytest.fixture(scope="module")
 def offline(tiny_model):
     """The family's own output per case: (start s, end s, text) per window, AsyncOmni on the same folder
-    (before the server: one engine at a time)."""
+    (before the server: one engine at a time); and per clip of STAMPED, ``("stamped", k)``: the token ids of
+    each window asked for timestamps as the route asks (``additional_information.timestamps``)."""
     from vllm.multimodal.audio import split_audio
 
     from omnistage import AsyncOmni
@@ -72,21 +78,28 @@ def offline(tiny_model):
         engine = AsyncOmni(tiny_model("whisper"), **ENGINE)
         await engine.start()
         try:
-            async def one(samples, language, task, prompt):
+            async def one(samples, language, task, prompt, timestamps=False):
                 req = {"prompt": prompt, "multi_modal_data": {"audio": (samples, RATE)},
-                       "additional_information": {"language": language, "task": task}}
+                       "additional_information": {"language": language, "task": task, "timestamps": timestamps}}
                 last = None
-                async for out in engine.generate(req, sampling_params_list=[{"max_tokens": MAX_TOKENS}]):
+                async for out in engine.generate(req, sampling_params_list=[{"max_tokens": MAX_TOKENS}],
+                                                 output_modalities=["text", "token_ids"]):
                     last = out
-                return last.text or ""
+                return last.token_ids if timestamps else last.text or ""
+
+            def pieces_of(data):
+                samples = as_heard(data)
+                return split_audio(samples, RATE, WINDOW_S, 1, 1600) if samples.size > WINDOW_S * RATE else [samples]
 
             out = {}
             for i, (data, language, task, prompt) in enumerate(CASES):
-                samples = as_heard(data)
-                pieces = split_audio(samples, RATE, WINDOW_S, 1, 1600) if samples.size > WINDOW_S * RATE else [samples]
+                pieces = pieces_of(data)
                 texts = await asyncio.gather(*(one(p, language, task, prompt) for p in pieces))
                 ends = np.cumsum([p.size / RATE for p in pieces])
                 out[(i,)] = [(end - p.size / RATE, end, text) for p, end, text in zip(pieces, ends, texts)]
+            for k, data in enumerate(STAMPED):
+                out["stamped", k] = await asyncio.gather(*(one(p, "en", "transcribe", "", True)
+                                                           for p in pieces_of(data)))
             return out
         finally:
             await engine.shutdown()
@@ -133,27 +146,47 @@ def clock(seconds: float, sep: str) -> str:
 
 
 def test_text_srt_vtt(client, offline):
-    w = offline[key(LONG)]
+    """text: the windows' texts; srt / vtt: the timestamped segments verbose_json gives for the same clip."""
     assert transcribe(client, LONG, "text") == joined(LONG, offline)
     assert clock(65.0, ",") == "00:01:05,000"
+    w = [(s.start, s.end, s.text) for s in transcribe(client, LONG, "verbose_json").segments]
+    bounds = [(a, b) for a, b, _ in offline[key(LONG)]]
+    assert any(all(abs(a - x) + abs(b - y) > 1e-3 for x, y in bounds) for a, b, _ in w)  # not the windows' bounds
     assert transcribe(client, LONG, "srt") == "".join(
         f"{i + 1}\n{clock(a, ',')} --> {clock(b, ',')}\n{t.strip()}\n\n" for i, (a, b, t) in enumerate(w))
     assert transcribe(client, LONG, "vtt") == "WEBVTT\n\n" + "".join(
         f"{clock(a, '.')} --> {clock(b, '.')}\n{t.strip()}\n\n" for a, b, t in w)
 
 
+def is_sublist(part: list[int], whole: list[int]) -> bool:
+    return any(whole[k:k + len(part)] == part for k in range(len(whole) - len(part) + 1))
+
+
 @pytest.mark.parametrize("data, seconds, n", [(LONG, 65.0, 3), (LONGEST, 95.0, 4)])
-def test_verbose_json_segments_cover_the_clip(client, offline, data, seconds, n):
+def test_verbose_json_segments_inside_each_window(client, offline, data, seconds, n):
+    """In order, never overlapping, inside the clip; each inside its window (``seek``: the window's start in
+    10 ms frames), its tokens a run of that window's timestamped tokens; some not the whole window."""
     w = offline[key(data)]
+    stamped = offline["stamped", STAMPED.index(data)]
+    assert len(w) == len(stamped) == n
     out = transcribe(client, data, "verbose_json", timestamp_granularities=["segment"])
-    assert out.text == joined(data, offline) and out.language == "en" and out.duration == pytest.approx(seconds)
-    assert len(out.segments) == n
-    assert [(s.start, s.end, s.text) for s in out.segments] == [(pytest.approx(a), pytest.approx(b), t)
-                                                                for a, b, t in w]
-    assert out.segments[0].start == 0 and out.segments[-1].end == pytest.approx(seconds)
-    assert all(s.start < s.end for s in out.segments)
-    assert all(x.end == y.start for x, y in zip(out.segments, out.segments[1:]))  # contiguous, monotonic
-    assert all(len(s.tokens) == MAX_TOKENS for s in out.segments)
+    assert out.language == "en" and out.duration == pytest.approx(seconds)
+    segments = out.segments
+    assert out.text == " ".join(s.text for s in segments)
+    assert 0 <= segments[0].start and segments[-1].end <= seconds + 1e-3
+    assert all(s.start <= s.end for s in segments)
+    assert all(x.end <= y.start for x, y in zip(segments, segments[1:]))  # monotonic, non-overlapping
+    starts = [round(a * 100) for a, _, _ in w]
+    assert [s.id for s in segments] == list(range(len(segments)))
+    assert sorted({s.seek for s in segments}) == starts  # every window has its segments, in window order
+    for s in segments:
+        k = starts.index(s.seek)
+        a, b, _ = w[k]
+        assert a - 1e-3 <= s.start <= s.end <= b + 1e-3
+        assert is_sublist(s.tokens, stamped[k]) and s.avg_logprob is not None and s.avg_logprob <= 0
+    inside = [s for s in segments if (s.start, s.end) != (pytest.approx(w[starts.index(s.seek)][0]),
+                                                          pytest.approx(w[starts.index(s.seek)][1]))]
+    assert inside  # times from the timestamp tokens, not the window's bounds
 
 
 def test_stream_events(client, offline):
@@ -180,34 +213,55 @@ DETECT = [SHORT, OTHERS[0], OTHERS[1]]  # clips of one window each
 
 @pytest.fixture(scope="module")
 def hf_detected(tiny_model):
-    """transformers' Whisper with no language: ``detect_language`` and the greedy ``generate`` that detects
-    first, per clip of DETECT: (language code, generated ids). ``task`` given: without it transformers leaves
+    """transformers' Whisper with no language, per clip of DETECT: ``detect_language``'s code, and the
+    segments of the greedy ``generate(return_timestamps=True)`` that detects first, as (start, end, token ids)
+    (``max_initial_timestamp_index=0``: it writes the ``<|0.00|>`` the route's prompt ends with, see
+    tests/models/whisper/test_whisper_timestamps.py). ``task`` given: without it transformers leaves
     ``<|transcribe|>`` out of the prompt, which openai-whisper (and ``vllm serve``) put in."""
+    import copy
+
     import torch
     from transformers import WhisperForConditionalGeneration, WhisperProcessor
 
     torch.set_num_threads(1)
     proc = WhisperProcessor.from_pretrained(tiny_model("whisper"))
     model = WhisperForConditionalGeneration.from_pretrained(tiny_model("whisper")).eval()
+    config = copy.deepcopy(model.generation_config)
+    config.max_initial_timestamp_index = 0
     out = []
     for data in DETECT:
         feats = proc(as_heard(data), sampling_rate=RATE, return_tensors="pt").input_features
         with torch.no_grad():
             token = proc.tokenizer.convert_ids_to_tokens(int(model.detect_language(feats)[0]))
-            ids = model.generate(feats, task="transcribe", do_sample=False, max_new_tokens=MAX_TOKENS)
-        out.append((token[2:-2], [int(t) for t in ids[0]]))
-    return out
+            cut = model.generate(feats, generation_config=config, task="transcribe", do_sample=False,
+                                 max_new_tokens=MAX_TOKENS + 1, return_timestamps=True,
+                                 force_unique_generate_call=True, return_segments=True)
+        segments = [(float(s["start"]), float(s["end"]), s["tokens"].tolist()) for s in cut["segments"][0]]
+        out.append((token[2:-2], segments))
+    return out, config.no_timestamps_token_id + 1, config.eos_token_id
 
 
 def test_language_detected_as_whisper_does(client, hf_detected):
     """No ``language``: the one Whisper detects (transformers' ``detect_language``), reported in
-    verbose_json, and the transcript in it (transformers' ``generate`` without a language)."""
-    for data, (language, ids) in zip(DETECT, hf_detected):
+    verbose_json, and the transcript in it: json as with that language given, verbose_json's segments
+    transformers' (timestamped ``generate`` without a language; times past the clip held at its end)."""
+    cases, begin, eos = hf_detected
+    for data, (language, theirs) in zip(DETECT, cases):
         out = transcribe(client, data, "verbose_json", language=None)
         assert out.language == language
-        assert out.segments[0].tokens == ids
-        assert out.text == transcribe(client, data, language=language).text
-    assert {language for language, _ in hf_detected} - {"en"}  # detected, not the default
+        seconds = as_heard(data).size / RATE
+        first = theirs[0][2]
+        assert first[0] == begin  # transformers' segments start at the <|0.00|> it was made to write
+        if len(theirs) > 1 or first[-2] >= begin <= first[-1]:  # cut at timestamp pairs
+            assert [(s.start, s.end, s.tokens) for s in out.segments] == [
+                (pytest.approx(min(a, seconds)), pytest.approx(min(b, seconds)), between_timestamps(t, begin))
+                for a, b, t in theirs]
+        else:  # no pair: the window is one segment, its ids (transformers' after the <|0.00|>; with the end token)
+            assert len(out.segments) == 1
+            ids = out.segments[0].tokens
+            assert (ids[:-1] if ids[-1] == eos else ids) == first[1:]
+        assert transcribe(client, data, language=None).text == transcribe(client, data, language=language).text
+    assert {language for language, _ in cases} - {"en"}  # detected, not the default
 
 
 def test_other_formats_and_rates_decode(client):

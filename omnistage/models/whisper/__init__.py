@@ -9,7 +9,10 @@ across requests is vLLM's, as for any llm stage.
 ``info["transcription"]`` tells the transcription routes how to feed it: the rate to resample to, the
 window long audio is cut into (Whisper hears 30 s at a time), the languages and tasks it knows, and — from
 the folder's ``generation_config.json`` (``lang_to_id``, as the released checkpoints carry it) — the language
-token ids, with which a request that names no language detects it (``language_token_ids``).
+token ids, with which a request that names no language detects it (``language_token_ids``), and the
+timestamp tokens (``timestamps``: from ``no_timestamps_token_id``), with which verbose_json / srt / vtt get
+Whisper's own segments inside each window: the stage loads Whisper's timestamp rules as a vLLM logits
+processor (timestamps.py, ``TIMESTAMP_RULES``), on only for the requests that ask for timestamps.
 
 Tiny fixture: ``whisper`` (``python -m omnistage.testing.tiny whisper DIR``).
 """
@@ -32,13 +35,22 @@ def matches(folder: ModelFolder) -> bool:
 
 TRANSCRIPTION = {"sample_rate": SAMPLE_RATE, "window_s": WINDOW_S, "languages": list(LANGUAGES), "tasks": list(TASKS),
                  "default_language": "en"}
+# vLLM's "<module>:<class>" name of the timestamp rules (a string: this module imports neither torch nor vLLM)
+TIMESTAMP_RULES = "omnistage.models.whisper.timestamps:WhisperTimestampRules"
+SECONDS_PER_TIMESTAMP = 0.02  # <|0.00|>, <|0.02|>, ... <|30.00|>
 
 
 def folder_info(folder: Path) -> dict[str, Any]:
-    """The checkpoint's language tokens (none in an English-only one: it is never asked to detect)."""
-    lang_to_id = read_json(folder / "generation_config.json").get("lang_to_id") or {}
+    """The checkpoint's language tokens (none in an English-only one: it is never asked to detect) and its
+    timestamp tokens (what the transcription routes need to cut a window's tokens into segments)."""
+    config = read_json(folder / "generation_config.json")
+    lang_to_id = config.get("lang_to_id") or {}
     ids = {code: lang_to_id[f"<|{code}|>"] for code in LANGUAGES if f"<|{code}|>" in lang_to_id}
-    return {"transcription": {**TRANSCRIPTION, "language_token_ids": ids}} if ids else {}
+    extra: dict[str, Any] = {"language_token_ids": ids} if ids else {}
+    if isinstance(config.get("no_timestamps_token_id"), int):
+        extra["timestamps"] = {"timestamp_begin": config["no_timestamps_token_id"] + 1,
+                               "seconds_per_timestamp": SECONDS_PER_TIMESTAMP, "tokenizer": str(folder)}
+    return {"transcription": {**TRANSCRIPTION, **extra}} if extra else {}
 
 
 WHISPER = Pipeline(
@@ -46,7 +58,9 @@ WHISPER = Pipeline(
     description="Whisper speech recognition / translation to English (encoder-decoder llm stage on vLLM)",
     matches=matches,
     stages=[StageSpec(0, kind="llm", name="recognizer", output="text+token_ids", final=True,
-                      default_params={"temperature": 0.0})],
+                      default_params={"temperature": 0.0},
+                      # inert unless a request asks (extra_args): other requests sample as before
+                      deploy_defaults={"engine_args": {"logits_processors": [TIMESTAMP_RULES]}})],
     shape_request=to_encoder_decoder,  # (token ids out too: verbose_json lists each segment's tokens)
     info={"transcription": TRANSCRIPTION},
     folder_info=folder_info,

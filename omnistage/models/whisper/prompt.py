@@ -29,6 +29,7 @@ WINDOW_S = 30  # the encoder hears 30 s at a time (3000 mel frames); longer audi
 # openai-whisper's sample_len (n_text_ctx // 2): a window's text never needs more
 DEFAULT_MAX_TOKENS = 224
 START = "<|startoftranscript|>"
+TIMESTAMPS_ARG = "whisper_timestamps"  # the SamplingParams.extra_args key that turns timestamps.py's rules on
 
 # Whisper's language codes (transformers' LANGUAGES, in token order), without importing transformers.
 LANGUAGES = (
@@ -41,7 +42,8 @@ LANGUAGES = (
 def decoder_prompt(language: str, task: str = "transcribe", previous: str = "", timestamps: bool = False) -> str:
     # " " + text: how openai-whisper and transformers' get_prompt_ids write the previous text
     head = f"<|startofprev|> {previous.strip()}" if previous.strip() else ""
-    return head + f"{START}<|{language}|><|{task}|>" + ("" if timestamps else "<|notimestamps|>")
+    # timestamps: vllm serve's verbose prompt, the first timestamp given (timestamps.py's rules take it from there)
+    return head + f"{START}<|{language}|><|{task}|>" + ("<|0.00|>" if timestamps else "<|notimestamps|>")
 
 
 def check_language(language: Any, field: str = "language") -> str:
@@ -52,7 +54,9 @@ def check_language(language: Any, field: str = "language") -> str:
 
 def to_encoder_decoder(prompt: dict[str, Any], params: list[Any]) -> None:
     """The family's request hook: a recogniser request becomes Whisper's explicit prompt (in place);
-    an explicit ``encoder_prompt`` passes as it is. Stage 0 gets the default ``max_tokens``."""
+    an explicit ``encoder_prompt`` passes as it is. Stage 0 gets the default ``max_tokens``; a request with
+    ``additional_information.timestamps`` gets the prompt ending ``<|0.00|>`` and turns the stage's timestamp
+    rules on (timestamps.py)."""
     if isinstance(params[0], dict):
         params[0].setdefault("max_tokens", DEFAULT_MAX_TOKENS)
     if "encoder_prompt" in prompt:
@@ -80,4 +84,10 @@ def to_encoder_decoder(prompt: dict[str, Any], params: list[Any]) -> None:
         raise InvalidRequestError("prompt", f"expected a string, got {type(previous).__name__}")
     prompt.pop("multi_modal_data")
     prompt["encoder_prompt"] = encoder_prompt
-    prompt["decoder_prompt"] = decoder_prompt(language, task, previous, bool(info.get("timestamps")))
+    timestamps = bool(info.get("timestamps"))
+    prompt["decoder_prompt"] = decoder_prompt(language, task, previous, timestamps)
+    if timestamps and isinstance(params[0], dict):
+        extra = params[0].get("extra_args") or {}
+        if not isinstance(extra, Mapping):
+            raise InvalidRequestError("extra_args", f"expected an object, got {type(extra).__name__}")
+        params[0]["extra_args"] = {**extra, TIMESTAMPS_ARG: True}

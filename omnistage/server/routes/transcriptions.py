@@ -16,7 +16,10 @@ into the model's windows (Whisper: 30 s, cut in the quietest 0.1 s of each windo
 ``vllm serve`` cuts), and each window becomes one engine request of the recogniser
 shape (``prompt`` + ``multi_modal_data.audio`` + ``additional_information.language/task``, see
 omnistage/models/whisper/prompt.py); the windows run concurrently (the llm stage batches them) and their
-texts are joined in order, each window one segment from its offset. Every check happens before model work.
+texts are joined in order, each window one segment from its offset. Where the info has ``timestamps``
+(Whisper), verbose_json / srt / vtt ask each window for timestamp tokens instead (``additional_information.
+timestamps``: the family's prompt and timestamp rules; ``logprobs``: 1) and give the segments they mark
+(server/segments.py, cut as ``vllm serve`` cuts them). Every check happens before model work.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from omnistage.server.deps import get_state
 from omnistage.server.errors import APIError, bad_request, error_responses, from_engine_error
 from omnistage.server.middleware import request_id
 from omnistage.server.openapi import SSE, request_body, success
+from omnistage.server.segments import tokenizer, window_segments
 from omnistage.server.state import ServerState
 from omnistage.server.streaming import AbortOnDisconnect, primed, sse, with_error_event
 from omnistage.server.transcripts import FORMATS, MEDIA_TYPES, LanguagePrefix, Segment, Transcript
@@ -49,6 +53,7 @@ logger = logging.getLogger("omnistage.server")
 
 DEFAULT_MAX_AUDIO_S = 3600.0  # one upload; longer files are refused while decoding
 STREAMABLE = ("json", "text")
+TIMESTAMPED = ("verbose_json", "srt", "vtt")  # the formats with segment times (json / text keep one prompt)
 GRANULARITIES = ("segment", "word")
 NO_SPACE_LANGUAGES = {"zh", "ja", "th", "lo", "my", "yue"}  # texts of windows join without a space
 _ROUTE_FIELDS = {"file", "model", "language", "prompt", "response_format", "temperature", "stream",
@@ -68,6 +73,7 @@ class TranscriptionForm:
     knobs: RequestKnobs = field(default_factory=RequestKnobs)
     detect_language: bool = False  # no language given and the model can tell it (language is set once detected)
     language_prefix: Mapping[str, Any] | None = None  # no language given: the model names it in its text
+    timestamps: Mapping[str, Any] | None = None  # the info's timestamp tokens: segments inside each window
 
     def prefix(self) -> LanguagePrefix | None:
         """A fresh stripper of the language prefix, per window (None: the language is forced)."""
@@ -119,8 +125,8 @@ def parse_form(form: Any, state: ServerState, task: str) -> TranscriptionForm:
         if g not in GRANULARITIES:
             raise bad_request(f"timestamp_granularities: {g!r} is not one of {', '.join(GRANULARITIES)}",
                               "timestamp_granularities")
-        if g == "word":
-            raise bad_request("timestamp_granularities: word timestamps are not supported yet (segment only)",
+        if g == "word":  # (word alignment needs the cross-attention weights, which vLLM's API does not give)
+            raise bad_request("timestamp_granularities: word timestamps are not supported (segment only)",
                               "timestamp_granularities")
     if granularities and fmt != "verbose_json":
         raise bad_request("timestamp_granularities: needs response_format verbose_json", "timestamp_granularities")
@@ -139,7 +145,8 @@ def parse_form(form: Any, state: ServerState, task: str) -> TranscriptionForm:
         raise validation_error(e) from None
     return TranscriptionForm(upload=upload, task=task, language=language.lower(),
                              prompt=_text_field(form, "prompt") or "", response_format=fmt, stream=stream, lora=lora,
-                             knobs=knobs, detect_language=detect, language_prefix=prefix)
+                             knobs=knobs, detect_language=detect, language_prefix=prefix,
+                             timestamps=info.get("timestamps") if fmt in TIMESTAMPED else None)
 
 
 def windows(samples: np.ndarray, rate: int, window_s: float, overlap_s: float = 1.0,
@@ -168,8 +175,10 @@ def windows(samples: np.ndarray, rate: int, window_s: float, overlap_s: float = 
 def window_prompt(piece: np.ndarray, rate: int, form: TranscriptionForm) -> dict[str, Any]:
     """The recogniser request for one window (the family turns it into its model's prompt)."""
     language = None if form.language_prefix else form.language  # (None: the model names it)
-    return {"prompt": form.prompt, "multi_modal_data": {"audio": (piece, rate)},
-            "additional_information": {"language": language, "task": form.task}}
+    info: dict[str, Any] = {"language": language, "task": form.task}
+    if form.timestamps:
+        info["timestamps"] = True
+    return {"prompt": form.prompt, "multi_modal_data": {"audio": (piece, rate)}, "additional_information": info}
 
 
 async def _read_form(request: Request, task: str, state: ServerState) -> TranscriptionForm:
@@ -232,10 +241,13 @@ async def _requests(state: ServerState, request: Request, form: TranscriptionFor
     pieces = windows(samples, rate, float(info.get("window_s") or 30))
     if form.detect_language:
         form.language = await _detect_language(state, request, pieces[0][1], rate, form, rid)
+    # timestamps: the sampled tokens' log-probabilities too (each segment's avg_logprob)
+    params = [{"logprobs": 1} if s.kind == "llm" else None for s in state.engine.pipeline.stages] \
+        if form.timestamps else None
     for k, (offset, piece) in enumerate(pieces):
         # text (and its ids, for verbose_json) only: an omni recogniser's talker never runs for a transcript
         req = state.make_request(window_prompt(piece, rate, form), rid if len(pieces) == 1 else f"{rid}-w{k}",
-                                 output_modalities=["text", "token_ids"], knobs=form.knobs, lora=form.lora)
+                                 params, output_modalities=["text", "token_ids"], knobs=form.knobs, lora=form.lora)
         out.append((offset, offset + piece.size / rate, req))
     return out, samples.size / rate
 
@@ -247,8 +259,11 @@ async def _handle(request: Request, state: ServerState, task: str) -> Response:
     if form.stream:
         return await _stream(state, reqs, separator, duration, form)
     tokens: dict[str, list[int]] = {}
+    logprobs: dict[str, list[float]] = {}
 
     def keep_ids(out: Any) -> None:
+        if out.delta.get("logprobs"):  # (the stage streams them; its final output has the typed fields only)
+            logprobs.setdefault(out.request_id, []).extend(out.delta["logprobs"])
         if out.finished and out.token_ids:
             tokens[out.request_id] = list(out.token_ids)
 
@@ -260,13 +275,19 @@ async def _handle(request: Request, state: ServerState, task: str) -> Response:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     temperature = form.knobs.temperature or 0.0
+    tok = await asyncio.to_thread(tokenizer, form.timestamps["tokenizer"]) if form.timestamps else None
     segments, named = [], []
     for (start, end, req), r in zip(reqs, results):
         text, prefix = r.text or "", form.prefix()
         if prefix is not None:
             text = prefix.feed(text, finished=True)
             named.append(prefix.language())
-        segments.append(Segment(start, end, text, tokens.get(req.request_id, [])))
+        ids = tokens.get(req.request_id, [])
+        if tok is not None:
+            segments += window_segments(ids, logprobs.get(req.request_id), start, end, text, form.timestamps,
+                                        tok.decode, tok.eos_token_id, seek=int(round(start * 100)))
+        else:
+            segments.append(Segment(start, end, text, ids))
     language = next((n for n in named if n), form.language)  # the first window's named language, if any
     transcript = Transcript(task=task, language=language, duration=duration, segments=segments,
                             temperature=temperature, separator=separator)

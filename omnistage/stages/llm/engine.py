@@ -7,7 +7,9 @@ validated before vLLM runs it, and the engine streams DELTA ``StageOutput``s
 carrying ``text`` and/or ``token_ids`` per the stage's ``engine_output_type``.
 The first output also carries ``prompt_token_ids`` as vLLM counts them
 (multimodal placeholders included; the server reports them in ``usage``); every
-output carries the running ``num_tokens``, the last one ``finish_reason`` and the stage metrics.
+output carries the running ``num_tokens``, the last one ``finish_reason`` and the stage metrics. A request
+with ``logprobs`` set gets ``logprobs`` too: per new token, the log-probability vLLM gives the sampled one
+(its ``logprobs_mode``, raw by default: before any logits processor), e.g. for verbose_json's ``avg_logprob``.
 
 vLLM's engine core runs in its own process. When it dies (killed, out of
 memory, a crash) the engine notices (``errored`` / ``EngineDeadError``), fails
@@ -275,6 +277,8 @@ class LLMStageEngine:
                     data["text"] = comp.text
                 if want_ids and comp.token_ids:
                     data["token_ids"] = list(comp.token_ids)
+                if sp.logprobs is not None and comp.logprobs:
+                    data["logprobs"] = [float(lp[t].logprob) for t, lp in zip(comp.token_ids, comp.logprobs)]
                 if ro.finished:
                     metrics = StageMetrics(
                         # Without vLLM's stats logging the scheduling time is not exposed:
