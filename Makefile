@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml
 # serial. The Ray tests run afterwards on their own: their cluster's teardown (`ray stop --force`) ends every Ray
 # process on the machine, and beside the parallel part the actor's vLLM engine-core child was not found in time.
 test: install browser
-	$(PY) -m pytest -q -rs --durations=40 -n 2 --dist loadfile -m "not ray" tests; rc=$$?; \
+	$(PY) -m pytest -q -rs --durations=40 -n 2 --dist loadfile --no-loadscope-reorder -m "not ray" tests; rc=$$?; \
 	$(PY) -m pytest -q -rs -m ray tests/engine && exit $$rc
 
 # Headless Chromium for the playground's browser test (needs root/sudo; the test skips, saying why, without it).

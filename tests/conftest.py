@@ -11,3 +11,13 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 pytest_plugins = ["omnistage.testing.fixtures"]
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slowest modules first (tests/slow_modules.txt, scripts/suite_order.py), the rest in collection order:
+    with ``--dist loadfile --no-loadscope-reorder`` (make test) the two workers then end close together."""
+    from pathlib import Path
+
+    listed = Path(__file__).with_name("slow_modules.txt").read_text().splitlines()
+    rank = {line.split("#")[0].strip(): i for i, line in enumerate(listed) if line.split("#")[0].strip()}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # (stable: keeps the rest's order)

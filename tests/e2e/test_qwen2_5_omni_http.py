@@ -1,5 +1,5 @@
 """Qwen2.5-Omni through the real HTTP server (``omnistage serve`` subprocess): chat with text and speech, voices,
-media in, errors — against transformers' generate() (tests/models/qwen2_5_omni/conftest.py)."""
+media in, errors, transcriptions — against transformers' generate() (tests/models/qwen2_5_omni/conftest.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import soundfile
 
 from omnistage.testing.server import ServeProcess
 from tests.models.qwen2_5_omni.conftest import SEED, TransformersReference
+from tests.e2e import omni_transcripts
 from tests.models.qwen_omni import media
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
@@ -109,3 +110,9 @@ def test_bad_input_is_a_400_naming_the_field(server, body, param):
     r = httpx.post(f"{server}/v1/chat/completions", json=body, timeout=300)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
+
+
+def test_transcriptions_equal_transformers_and_the_talker_never_runs(server, reference):
+    omni_transcripts.check_transcripts(server, "tiny-omni25",
+                                       omni_transcripts.expected(reference.processor, reference.model))
+    omni_transcripts.check_bad_language(server, "tiny-omni25")

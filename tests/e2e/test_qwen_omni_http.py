@@ -1,5 +1,5 @@
 """Qwen3-Omni through the real HTTP server (``omnistage serve`` subprocess): chat with text and speech
-(whole and streamed), usage, voices, speech, errors — against transformers' generate()."""
+(whole and streamed), usage, voices, speech, errors, transcriptions — against transformers' generate()."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 import soundfile
 
 from omnistage.testing.server import ServeProcess
+from tests.e2e import omni_transcripts
 from tests.models.qwen_omni import media
 from tests.models.qwen_omni.conftest import TransformersReference
 
@@ -240,3 +241,10 @@ def test_a_bad_or_oversized_media_part_is_refused_naming_it_and_the_server_keeps
     ok = httpx.post(f"{omni_server}/v1/chat/completions", json={**BODY, "messages": [{"role": "user", "content": parts}]},
                     timeout=300)
     assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["audio"]["data"]
+
+
+def test_transcriptions_equal_transformers_and_the_talker_never_runs(omni_server, ref):
+    reference, _ = ref
+    omni_transcripts.check_transcripts(omni_server, "tiny-omni",
+                                       omni_transcripts.expected(reference.processor, reference.model))
+    omni_transcripts.check_bad_language(omni_server, "tiny-omni")
