@@ -42,12 +42,12 @@ async def generate_final(omni: Any, prompt: str | Mapping[str, Any], params: dic
     return await _run(omni, f"solo-{next(_ids)}", prompt, params)
 
 
-async def solo_then_staggered(omni: Any, specs: list[tuple[str | Mapping[str, Any], dict[str, Any]]],
-                              stage_id: int = 0) -> tuple[list[Any], list[Any], list[list[str]]]:
-    """Each (prompt, stage params) alone, then all concurrently, each submitted once the previous one has
-    done a step. Returns (solo finished outputs, concurrent finished outputs, in spec order; the request
-    ids of every forward of the concurrent run)."""
-    solo = [await generate_final(omni, p, kw) for p, kw in specs]
+async def solo_then_staggered(omni: Any, specs: list[tuple[str | Mapping[str, Any], dict[str, Any]]], stage_id: int = 0,
+                              solo: int | None = None) -> tuple[list[Any], list[Any], list[list[str]]]:
+    """Each (prompt, stage params) alone (only the first ``solo`` of them, if given), then all concurrently,
+    each submitted once the previous one has done a step. Returns (solo finished outputs, concurrent finished
+    outputs, in spec order; the request ids of every forward of the concurrent run)."""
+    alone = [await generate_final(omni, p, kw) for p, kw in specs[:solo]]
     log = getattr(omni.replicas(stage_id)[0], "forward_log", None)
     if log is not None:
         log.clear()
@@ -58,5 +58,5 @@ async def solo_then_staggered(omni: Any, specs: list[tuple[str | Mapping[str, An
         prev = asyncio.Event()
         tasks.append(asyncio.create_task(_run(omni, f"stag-{next(_ids)}", p, kw, started=prev)))
     together = await asyncio.gather(*tasks)
-    return solo, list(together), [list(ids) for _, ids in (log or [])]
+    return alone, list(together), [list(ids) for _, ids in (log or [])]
 

@@ -81,12 +81,12 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.float() - b.float()).abs().max().item()
 
 
-async def solo_and_together(folder: str, family: str, parallel: dict[str, int] | None
+async def solo_and_together(folder: str, family: str, parallel: dict[str, int] | None, solo: int | None = None
                             ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[list[str]]]:
     common, specs = SPECS[family]
     async with AsyncOmni(folder, deploy_config=deploy(parallel, "video" if family == "wan" else "image")) as omni:
         solo, together, forwards = await solo_then_staggered(
-            omni, [(p, {**common, **kw, "output_type": "latent"}) for p, kw in specs])
+            omni, [(p, {**common, **kw, "output_type": "latent"}) for p, kw in specs], solo=solo)
     return [latents(o) for o in solo], [latents(o) for o in together], forwards
 
 
@@ -96,11 +96,11 @@ async def test_two_ranks_equal_one_device(family, tiny_model):
     ref_solo, ref_together, forwards = await solo_and_together(folder, family, None)
     assert max(len(ids) for ids in forwards) == 4  # the single-device run did batch all four together
     for parallel in ({"cfg_parallel_size": 2}, {"ulysses_degree": 2}):
-        solo, together, _ = await solo_and_together(folder, family, parallel)
-        for i, (ref, a, b) in enumerate(zip(ref_solo, solo, together)):
-            assert a.shape == ref.shape and b.shape == ref.shape
-            assert max_diff(a, ref) <= TOL, (parallel, "solo", i)
-            assert max_diff(b, ref) <= TOL, (parallel, "together", i)
+        # over two ranks only the first request also runs alone (a batch of one; the suite's time is bounded)
+        solo, together, _ = await solo_and_together(folder, family, parallel, solo=1)
+        assert len(solo) == 1 and solo[0].shape == ref_solo[0].shape and max_diff(solo[0], ref_solo[0]) <= TOL
+        for i, (ref, b) in enumerate(zip(ref_solo, together)):
+            assert b.shape == ref.shape and max_diff(b, ref) <= TOL, (parallel, "together vs solo", i)
         for i, (ref, b) in enumerate(zip(ref_together, together)):
             assert max_diff(b, ref) <= TOL, (parallel, "vs single-device together", i)
 
