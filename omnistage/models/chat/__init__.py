@@ -9,6 +9,11 @@ parameters (greedy and seeded). A transformers folder is matched by its
 diffusers folders (``model_index.json``) and folders naming their pipeline in
 ``omnistage.json`` are never claimed here.
 
+An audio-in chat model that can transcribe (Qwen2-Audio) also serves ``/v1/audio/transcriptions`` and
+``/translations``: a recogniser request becomes one chat turn — the audio, then "Transcribe this audio into
+English." — through the Qwen-Omni families' own hook (omnistage/models/qwen_omni/transcription.py), greedy; other
+requests pass the hook untouched.
+
 Tiny fixtures: ``chat`` (Qwen2 text LM), ``vlm`` (Idefics3, images), ``audio_lm`` (Qwen2-Audio),
 ``qwen2_5_vl`` / ``qwen3_vl`` (Qwen2.5-VL / Qwen3-VL, images and video), ``chat_lora`` (a PEFT
 adapter for ``chat``).
@@ -16,13 +21,19 @@ adapter for ``chat``).
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from omnistage.models.chat import tiny, tiny_audio, tiny_lora, tiny_qwen_vl, tiny_vlm
-from omnistage.pipeline import ModelFolder, Pipeline, StageSpec
+from omnistage.models.qwen_omni.transcription import TRANSCRIPTION_INFO, to_transcription_chat
+from omnistage.pipeline import ModelFolder, Pipeline, StageSpec, read_json
 
 _GENERATIVE_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
 # Architectures omnistage itself registers with vLLM for other families' stages: they draw
 # image tokens, not chat text, so a folder holding one alone is not a chat model.
 _NOT_CHAT = {"GlmImageForConditionalGeneration"}
+# audio-in chat models that transcribe when asked in a chat turn -> the languages their model cards list
+RECOGNISERS = {"Qwen2AudioForConditionalGeneration": ["en", "zh", "yue", "fr", "it", "es", "de", "ja"]}
 
 
 def vllm_generates(architectures: list[str]) -> bool:
@@ -47,11 +58,20 @@ def matches(folder: ModelFolder) -> bool:
     return vllm_generates(folder.architectures)
 
 
+def folder_info(folder: Path) -> dict[str, Any]:
+    """A recogniser's ``transcription`` info (what the transcription routes read); nothing for other models."""
+    architectures = read_json(folder / "config.json").get("architectures") or []
+    languages = next((RECOGNISERS[a] for a in architectures if a in RECOGNISERS), None)
+    return {"transcription": {**TRANSCRIPTION_INFO, "languages": languages}} if languages else {}
+
+
 CHAT = Pipeline(
     name="chat",
     description="a vLLM generative model (text, or images/audio/video in) as one text stage",
     matches=matches,
     stages=[StageSpec(0, kind="llm", name="llm", output="text", can_output="text+token_ids", final=True)],
+    shape_request=to_transcription_chat,  # (only recogniser requests, which only a RECOGNISERS folder is sent)
+    folder_info=folder_info,
 )
 PIPELINES = [CHAT]
 TINY = {"chat": tiny.build, "vlm": tiny_vlm.build, "audio_lm": tiny_audio.build, "chat_lora": tiny_lora.build,

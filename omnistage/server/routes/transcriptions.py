@@ -37,6 +37,7 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.datastructures import UploadFile
 
 from omnistage.engine.request import OmniRequest
+from omnistage.modality import OutputModality
 from omnistage.params import RequestKnobs, validation_error
 from omnistage.server.audio_input import decode_audio
 from omnistage.server.deps import get_state
@@ -244,10 +245,12 @@ async def _requests(state: ServerState, request: Request, form: TranscriptionFor
     # timestamps: the sampled tokens' log-probabilities too (each segment's avg_logprob)
     params = [{"logprobs": 1} if s.kind == "llm" else None for s in state.engine.pipeline.stages] \
         if form.timestamps else None
+    # text (and its ids, for verbose_json, where the pipeline gives them) only: an omni recogniser's talker never
+    # runs for a transcript
+    wanted = ["text", "token_ids"] if OutputModality.TOKEN_IDS in state.engine.output_modalities else ["text"]
     for k, (offset, piece) in enumerate(pieces):
-        # text (and its ids, for verbose_json) only: an omni recogniser's talker never runs for a transcript
         req = state.make_request(window_prompt(piece, rate, form), rid if len(pieces) == 1 else f"{rid}-w{k}",
-                                 params, output_modalities=["text", "token_ids"], knobs=form.knobs, lora=form.lora)
+                                 params, output_modalities=wanted, knobs=form.knobs, lora=form.lora)
         out.append((offset, offset + piece.size / rate, req))
     return out, samples.size / rate
 
