@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 from typing import Any
 
+from omnistage.errors import StageUnavailableError
 from omnistage.models.qwen_omni.config import load_omni_config
 from omnistage.models.qwen_omni.vllm_plugin import HIDDEN_ARCHITECTURE
 from omnistage.pipeline import StageContext
@@ -111,6 +112,8 @@ class OmniThinkerEngine(LLMStageEngine):
         try:
             return await self.hidden.encode(engine_input, request_id)
         except Exception as e:
+            if self._dead is not None:  # the stage went down meanwhile: its engines are being closed and rebuilt
+                raise StageUnavailableError(self._dead) from None
             reason = self.errored()
             if reason is None and isinstance(e, EngineDeadError):
                 reason = "EngineDeadError"
