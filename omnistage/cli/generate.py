@@ -146,7 +146,7 @@ def transcribe(args: argparse.Namespace) -> int:
     from omnistage import AsyncOmni, Omni
     from omnistage.server.audio_input import decode_audio
     from omnistage.server.errors import APIError
-    from omnistage.server.routes.transcriptions import (
+    from omnistage.server.recognition import (
         DEFAULT_MAX_AUDIO_S,
         NO_SPACE_LANGUAGES,
         language_of,

@@ -1,7 +1,7 @@
 """Qwen3-Omni and Qwen2.5-Omni as speech recognisers, checked on each family's HTTP test server
 (test_qwen_omni_http.py, test_qwen2_5_omni_http.py): ``/v1/audio/transcriptions`` and ``/translations`` through
 the official ``openai`` client, the text equal to transformers' ``generate`` (greedy, thinker only) on the same
-chat turn (audio + the family's instruction, omnistage/models/qwen_omni/transcription.py), and the talker never
+chat turn (audio + the family's instruction, omnistage/models/transcription_chat.py), and the talker never
 runs (the server's per-stage run counts grow for the thinker only)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from omnistage.models.qwen_omni.transcription import instruction
+from omnistage.models.transcription_chat import instruction
 from tests.models.qwen_omni import media
 
 MAX_TOKENS = 8

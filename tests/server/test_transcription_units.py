@@ -12,7 +12,7 @@ import soundfile as sf
 
 from omnistage.server.audio_input import decode_audio
 from omnistage.server.errors import APIError
-from omnistage.server.routes.transcriptions import windows
+from omnistage.server.recognition import windows
 from omnistage.server.transcripts import Segment, Transcript
 
 

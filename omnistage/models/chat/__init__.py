@@ -11,7 +11,7 @@ diffusers folders (``model_index.json``) and folders naming their pipeline in
 
 An audio-in chat model that can transcribe (Qwen2-Audio) also serves ``/v1/audio/transcriptions`` and
 ``/translations``: a recogniser request becomes one chat turn — the audio, then "Transcribe this audio into
-English." — through the Qwen-Omni families' own hook (omnistage/models/qwen_omni/transcription.py), greedy; other
+English." — through the hook the omni families use too (omnistage/models/transcription_chat.py), greedy; other
 requests pass the hook untouched.
 
 Tiny fixtures: ``chat`` (Qwen2 text LM), ``vlm`` (Idefics3, images), ``audio_lm`` (Qwen2-Audio),
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from omnistage.models.chat import tiny, tiny_audio, tiny_lora, tiny_qwen_vl, tiny_vlm
-from omnistage.models.qwen_omni.transcription import TRANSCRIPTION_INFO, to_transcription_chat
+from omnistage.models.transcription_chat import TRANSCRIPTION_INFO, to_transcription_chat
 from omnistage.pipeline import ModelFolder, Pipeline, StageSpec, read_json
 
 _GENERATIVE_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")

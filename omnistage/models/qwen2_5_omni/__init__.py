@@ -29,7 +29,7 @@ from typing import Any
 from omnistage.models.qwen2_5_omni import tiny
 from omnistage.models.qwen2_5_omni.config import ARCHITECTURE, SAMPLE_RATE, load_omni25_config
 from omnistage.models.qwen2_5_omni.edges import talker_to_token2wav, thinker_to_talker
-from omnistage.models.qwen_omni.transcription import TRANSCRIPTION_INFO, to_transcription_chat
+from omnistage.models.transcription_chat import TRANSCRIPTION_INFO, to_transcription_chat
 from omnistage.pipeline import Edge, ModelFolder, Pipeline, StageContext, StageSpec
 
 

@@ -39,7 +39,7 @@ from omnistage.models.qwen_omni.edges import (
     thinker_to_talker,
     thinker_to_talker_chunks,
 )
-from omnistage.models.qwen_omni.transcription import TRANSCRIPTION_INFO, to_transcription_chat
+from omnistage.models.transcription_chat import TRANSCRIPTION_INFO, to_transcription_chat
 from omnistage.pipeline import Edge, ModelFolder, Pipeline, StageContext, StageSpec
 
 

@@ -44,6 +44,8 @@ from omnistage.server.deps import get_state
 from omnistage.server.errors import APIError, bad_request, error_responses, from_engine_error
 from omnistage.server.middleware import request_id
 from omnistage.server.openapi import SSE, request_body, success
+from omnistage.server.recognition import (DEFAULT_MAX_AUDIO_S, NO_SPACE_LANGUAGES, language_of, language_probe,
+                                          windows)
 from omnistage.server.segments import tokenizer, window_segments
 from omnistage.server.state import ServerState
 from omnistage.server.streaming import AbortOnDisconnect, primed, sse, with_error_event
@@ -52,11 +54,9 @@ from omnistage.server.transcripts import FORMATS, MEDIA_TYPES, LanguagePrefix, S
 router = APIRouter(prefix="/v1")
 logger = logging.getLogger("omnistage.server")
 
-DEFAULT_MAX_AUDIO_S = 3600.0  # one upload; longer files are refused while decoding
 STREAMABLE = ("json", "text")
 TIMESTAMPED = ("verbose_json", "srt", "vtt")  # the formats with segment times (json / text keep one prompt)
 GRANULARITIES = ("segment", "word")
-NO_SPACE_LANGUAGES = {"zh", "ja", "th", "lo", "my", "yue"}  # texts of windows join without a space
 _ROUTE_FIELDS = {"file", "model", "language", "prompt", "response_format", "temperature", "stream",
                  "timestamp_granularities[]", "timestamp_granularities"}
 _KNOB_FIELDS = set(RequestKnobs.LLM) | {"max_completion_tokens"}
@@ -150,29 +150,6 @@ def parse_form(form: Any, state: ServerState, task: str) -> TranscriptionForm:
                              timestamps=info.get("timestamps") if fmt in TIMESTAMPED else None)
 
 
-def windows(samples: np.ndarray, rate: int, window_s: float, overlap_s: float = 1.0,
-            energy_window: int = 1600) -> list[tuple[float, np.ndarray]]:
-    """(offset in seconds, samples) per model window, in order, cut as ``vllm serve`` cuts long audio
-    (vllm.multimodal.audio.split_audio): each window ends at the quietest ``energy_window`` samples of its
-    last ``overlap_s``, so a cut falls in a pause rather than through a word."""
-    size, overlap = int(rate * window_s), int(rate * overlap_s)
-    out, i = [], 0
-    while i < samples.size:
-        if i + size >= samples.size:
-            out.append((i / rate, samples[i:]))
-            break
-        start, end = i + size - overlap, min(i + size, samples.size)
-        split, quietest = start, np.inf
-        for k in range(0, end - start - energy_window, energy_window):
-            energy = float(np.sqrt(np.mean(samples[start + k:start + k + energy_window] ** 2)))
-            if energy < quietest:
-                split, quietest = start + k, energy
-        split = split if split > i else min(i + size, samples.size)
-        out.append((i / rate, samples[i:split]))
-        i = split
-    return out
-
-
 def window_prompt(piece: np.ndarray, rate: int, form: TranscriptionForm) -> dict[str, Any]:
     """The recogniser request for one window (the family turns it into its model's prompt)."""
     language = None if form.language_prefix else form.language  # (None: the model names it)
@@ -193,22 +170,6 @@ async def _read_form(request: Request, task: str, state: ServerState) -> Transcr
 
 
 Window = tuple[float, float, OmniRequest]  # (start s, end s, the window's engine request)
-
-
-def language_probe(piece: np.ndarray, rate: int, ids: Mapping[str, int]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The prompt and llm params that make the spoken language Whisper's next token, as openai-whisper,
-    transformers and ``vllm serve`` detect it: one greedy token after the start token, over the language tokens
-    only, on the first window. The route and ``omnistage generate --audio`` both ask this way."""
-    prompt = {"prompt": "", "multi_modal_data": {"audio": (piece, rate)},
-              "additional_information": {"detect_language": True}}
-    return prompt, {"max_tokens": 1, "temperature": 0.0, "allowed_token_ids": list(ids.values())}
-
-
-def language_of(token_ids: list[int], ids: Mapping[str, int]) -> str:
-    by_id = {v: k for k, v in ids.items()}
-    if not token_ids or token_ids[0] not in by_id:
-        raise APIError(500, f"language detection gave no language token ({token_ids})", code="language_detection")
-    return by_id[token_ids[0]]
 
 
 async def _detect_language(state: ServerState, request: Request, piece: np.ndarray, rate: int, form: TranscriptionForm,

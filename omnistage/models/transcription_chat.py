@@ -1,5 +1,6 @@
-"""The Qwen-Omni thinkers as speech recognisers: the recogniser request the transcription routes send becomes a
-chat turn of the model's own (no torch, no vLLM here).
+"""Chat models as speech recognisers (the Qwen-Omni thinkers, Qwen2-Audio): the recogniser request the
+transcription routes send becomes a chat turn of the model's own (no torch, no vLLM here). Shared by the
+``qwen_omni``, ``qwen2_5_omni`` and ``chat`` families, so it belongs to none of them.
 
 A recogniser request is ``{"prompt": previous text, "multi_modal_data": {"audio": (samples, rate)},
 "additional_information": {"language": ..., "task": "transcribe" | "translate"}}`` (omnistage/models/whisper/

@@ -14,7 +14,7 @@ import pytest
 import soundfile as sf
 
 from omnistage.errors import InvalidRequestError
-from omnistage.models.qwen_omni.transcription import to_transcription_chat
+from omnistage.models.transcription_chat import to_transcription_chat
 from omnistage.pipeline import get_pipeline
 
 SAMPLES = np.random.default_rng(0).standard_normal(8000).astype(np.float32) * 0.1
