@@ -32,7 +32,6 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-from omnistage.errors import StageUnavailableError
 from omnistage.models.qwen_omni.config import load_omni_config
 from omnistage.models.qwen_omni.vllm_plugin import HIDDEN_ARCHITECTURE
 from omnistage.pipeline import StageContext
@@ -107,19 +106,7 @@ class OmniThinkerEngine(LLMStageEngine):
     async def hidden_states(self, engine_input: Any, request_id: str) -> Any:
         """``self.hidden.encode``; its engine core's death fails the request with ``StageUnavailableError`` and
         restarts the stage, as the generating engine's does."""
-        from vllm.v1.engine.exceptions import EngineDeadError
-
-        try:
-            return await self.hidden.encode(engine_input, request_id)
-        except Exception as e:
-            if self._dead is not None:  # the stage went down meanwhile: its engines are being closed and rebuilt
-                raise StageUnavailableError(self._dead) from None
-            reason = self.errored()
-            if reason is None and isinstance(e, EngineDeadError):
-                reason = "EngineDeadError"
-            if reason is None:
-                raise
-            raise self._engine_died(reason) from None
+        return await self.guarded(self.hidden.encode(engine_input, request_id))
 
     def prepare(self, req: StageRequest) -> Prepared:
         if isinstance(req.params, Mapping):  # the checkpoint's generation config under the request's values

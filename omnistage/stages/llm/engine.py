@@ -26,7 +26,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, TypeVar
 
 from omnistage.errors import InvalidRequestError, StageUnavailableError
 from omnistage.modality import OutputModality
@@ -46,6 +46,7 @@ from omnistage.stages.llm.threads import engine_closed, engine_env
 from omnistage.stages.restart import RESTART_ATTEMPTS, restart_with_backoff
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 WATCH_INTERVAL_S = 0.5  # how often an idle engine is checked for a dead engine core
 
@@ -171,6 +172,23 @@ class LLMStageEngine:
             reason = self.errored() if self._dead is None else None
             if reason is not None:
                 self._engine_died(reason)
+
+    async def guarded(self, call: Awaitable[T]) -> T:
+        """Await ``call`` on a companion engine of the stage (a family's hidden-state engine): a dead engine core
+        fails it with ``StageUnavailableError`` and restarts the stage, as in ``generate``."""
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        try:
+            return await call
+        except Exception as e:
+            if self._dead is not None:  # the stage went down meanwhile: its engines are being closed and rebuilt
+                raise StageUnavailableError(self._dead) from None
+            reason = self.errored()
+            if reason is None and isinstance(e, EngineDeadError):
+                reason = "EngineDeadError"
+            if reason is None:
+                raise
+            raise self._engine_died(reason) from None
 
     def _engine_died(self, reason: str) -> StageUnavailableError:
         """Mark the stage down and start rebuilding it (once, however many requests saw the death)."""
