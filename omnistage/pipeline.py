@@ -140,6 +140,11 @@ class ModelFolder:
         return list(read_json(self.path / "config.json").get("architectures") or [])
 
     @cached_property
+    def mistral_params(self) -> dict[str, Any]:
+        """Mistral's own layout keeps its config in ``params.json`` (Voxtral: what vLLM reads of it)."""
+        return read_json(self.path / "params.json")
+
+    @cached_property
     def omnistage_pipeline(self) -> str | None:
         """A folder may name its pipeline explicitly in ``omnistage.json``."""
         return read_json(self.path / "omnistage.json").get("pipeline")
@@ -179,18 +184,22 @@ class Pipeline:
     folder_info: Callable[[Path], dict[str, Any]] | None = None
     # Per-folder additions to ``extra_body_params`` (e.g. those of the image family a folder wraps).
     folder_extra_body_params: Callable[[Path], dict[str, type]] | None = None
+    # A per-folder ``shape_request`` (e.g. one that tokenizes with the folder's own tokenizer), set when served.
+    folder_shape_request: Callable[[Path], RequestHook] | None = None
     # Called once per request before its parameters are parsed (e.g. GLM-Image tells its AR stage the size).
     shape_request: RequestHook | None = None
 
     def for_model(self, model: str | Path | None) -> "Pipeline":
         """This pipeline completed from the model folder (itself when nothing to add)."""
-        if model is None or (self.folder_info is None and self.folder_extra_body_params is None):
+        if model is None or (self.folder_info is None and self.folder_extra_body_params is None
+                             and self.folder_shape_request is None):
             return self
         folder = Path(model)
         info = {**self.info, **(self.folder_info(folder) if self.folder_info else {})}
         extra = {**self.extra_body_params,
                  **(self.folder_extra_body_params(folder) if self.folder_extra_body_params else {})}
-        return replace(self, info=info, extra_body_params=extra)
+        hook = self.folder_shape_request(folder) if self.folder_shape_request else self.shape_request
+        return replace(self, info=info, extra_body_params=extra, shape_request=hook)
 
     def __post_init__(self) -> None:
         ids = [s.stage_id for s in self.stages]

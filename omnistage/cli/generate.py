@@ -167,9 +167,10 @@ def transcribe(args: argparse.Namespace) -> int:
         print(f"error: --language: {args.language!r} is not a language this model knows", file=sys.stderr)
         return 2
     # no --language: a model that can tell it (Whisper) detects it, one that names it in its text (Qwen3-ASR)
-    # is left to, as the transcription route does
+    # is left to, and one that hears it (Voxtral) gets a prompt naming none, as the transcription route does
     ids = None if args.language else info.get("language_token_ids")
     prefix = None if args.language else info.get("language_prefix")
+    unforced = not args.language and bool(prefix or info.get("unforced_language"))
     language = (args.language or info.get("default_language") or (known[0] if known else "en")).lower()
     try:
         samples = decode_audio(Path(args.audio).read_bytes(), "--audio", rate, DEFAULT_MAX_AUDIO_S)
@@ -191,7 +192,7 @@ def transcribe(args: argparse.Namespace) -> int:
                 print(f"error: {e.message}", file=sys.stderr)
                 return 1
         prompts = [{"prompt": args.prompt or "", "multi_modal_data": {"audio": (piece, rate)},
-                    "additional_information": {"language": None if prefix else language, "task": args.task}}
+                    "additional_information": {"language": None if unforced else language, "task": args.task}}
                    for _, piece in pieces]
         llm = {"max_tokens": args.max_tokens} if args.max_tokens else {}
         params = [llm if s.kind == "llm" else None for s in omni.pipeline.stages]

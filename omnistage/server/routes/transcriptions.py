@@ -4,7 +4,8 @@ client sends them).
 Fields: ``file`` (any audio PyAV decodes), ``model``, ``language`` (ISO 639-1; the source language for a
 translation; omitted, it is detected on the first window where the pipeline's info lists
 ``language_token_ids`` (Whisper), or left to a model that names it before each window's transcript where the
-info has a ``language_prefix`` (Qwen3-ASR; the prefix is stripped, as ``vllm serve`` strips it)), ``prompt``
+info has a ``language_prefix`` (Qwen3-ASR; the prefix is stripped, as ``vllm serve`` strips it), or left out of
+the prompt where it has ``unforced_language`` (Voxtral, as ``vllm serve`` prompts it)), ``prompt``
 (previous text, to steer spelling and style), ``response_format`` = json | text | srt | vtt | verbose_json,
 ``temperature``, ``timestamp_granularities[]`` (``segment``), ``stream`` (SSE ``transcript.text.delta`` /
 ``transcript.text.done`` events, for json and text), and the llm knobs (``max_tokens``, ``seed``, ``top_p``, ...)
@@ -74,6 +75,7 @@ class TranscriptionForm:
     knobs: RequestKnobs = field(default_factory=RequestKnobs)
     detect_language: bool = False  # no language given and the model can tell it (language is set once detected)
     language_prefix: Mapping[str, Any] | None = None  # no language given: the model names it in its text
+    unforced_language: bool = False  # no language given: the prompt names none (Voxtral, as vllm serve prompts it)
     timestamps: Mapping[str, Any] | None = None  # the info's timestamp tokens: segments inside each window
 
     def prefix(self) -> LanguagePrefix | None:
@@ -107,6 +109,7 @@ def parse_form(form: Any, state: ServerState, task: str) -> TranscriptionForm:
     known = list(info.get("languages") or [])
     detect = not language and bool(info.get("language_token_ids"))
     prefix = info.get("language_prefix") if not language else None
+    unforced = not language and bool(info.get("unforced_language"))
     if not language:
         language = info.get("default_language") or (known[0] if known else "en")
     elif language.lower() not in known:
@@ -146,13 +149,13 @@ def parse_form(form: Any, state: ServerState, task: str) -> TranscriptionForm:
         raise validation_error(e) from None
     return TranscriptionForm(upload=upload, task=task, language=language.lower(),
                              prompt=_text_field(form, "prompt") or "", response_format=fmt, stream=stream, lora=lora,
-                             knobs=knobs, detect_language=detect, language_prefix=prefix,
+                             knobs=knobs, detect_language=detect, language_prefix=prefix, unforced_language=unforced,
                              timestamps=info.get("timestamps") if fmt in TIMESTAMPED else None)
 
 
 def window_prompt(piece: np.ndarray, rate: int, form: TranscriptionForm) -> dict[str, Any]:
     """The recogniser request for one window (the family turns it into its model's prompt)."""
-    language = None if form.language_prefix else form.language  # (None: the model names it)
+    language = None if form.language_prefix or form.unforced_language else form.language  # (None: the model's)
     info: dict[str, Any] = {"language": language, "task": form.task}
     if form.timestamps:
         info["timestamps"] = True

@@ -1,0 +1,176 @@
+"""The ``voxtral`` family on a real vLLM engine (CPU): its token ids and text equal transformers'
+``VoxtralForConditionalGeneration.generate`` (greedy, on ``apply_transcription_request``'s inputs, transformers'
+layout) and vLLM's own ``LLM.generate`` on the prompt vLLM's server builds (``get_generation_prompt``, Mistral's
+layout), on the same tiny weights — offline and through ``/v1/audio/transcriptions`` with the official client;
+bad requests are 400s naming the field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import pytest_asyncio
+
+from omnistage import AsyncOmni
+from omnistage.errors import InvalidRequestError
+from omnistage.models.voxtral.prompt import ENGINE_ARGS, LANGUAGES
+from omnistage.pipeline import resolve_pipeline
+from omnistage.testing.streams import all_outputs
+from tests.e2e.test_transcriptions_http import as_heard, wav
+from tests.models.offline_llm import offline_llm
+from tests.models.whisper.cases import RATE, clip
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+
+ENGINE = dict(max_model_len=512, max_num_seqs=8, dtype="float32", enforce_eager=True)
+MAX_TOKENS = 16
+# as a 16-bit WAV holds them (the HTTP test uploads them); each is padded to one 30 s chunk (375 audio tokens)
+CLIPS = [as_heard(wav(clip(s, seed))) for s, seed in ((2.0, 1), (5.5, 2), (0.3, 3))]
+LANGUAGE_CASES = ["en", "de", "fr", None]  # None: the prompt names no language
+
+
+@pytest.fixture(scope="module")
+def folder(tiny_model):
+    return tiny_model("voxtral")
+
+
+def request(audio, language="en", previous=""):
+    return {"prompt": previous, "multi_modal_data": {"audio": (audio, RATE)},
+            "additional_information": {"language": language, "task": "transcribe"}}
+
+
+@pytest.fixture(scope="module")
+def hf_reference(folder):
+    """transformers' generate, greedy, on transformers' layout: (clip, language) -> (generated ids, text)."""
+    import torch
+    from transformers import AutoProcessor, VoxtralForConditionalGeneration
+
+    torch.set_num_threads(1)
+    proc = AutoProcessor.from_pretrained(folder)
+    model = VoxtralForConditionalGeneration.from_pretrained(folder).eval()
+    out = {}
+    for i, audio in enumerate(CLIPS):
+        for language in LANGUAGE_CASES:
+            inputs = proc.apply_transcription_request(audio=audio, model_id=str(folder), language=language,
+                                                      sampling_rate=RATE, format="wav")
+            with torch.no_grad():
+                ids = model.generate(**inputs, do_sample=False, max_new_tokens=MAX_TOKENS)
+            new = [int(t) for t in ids[0, inputs["input_ids"].shape[1]:]]
+            out[i, language] = (new, proc.tokenizer.decode(new, skip_special_tokens=True))
+    return out
+
+
+@pytest.fixture(scope="module")
+def vllm_reference(folder):
+    """vLLM's LLM.generate on its server's own transcription prompt: (clip, language) -> (ids, text, prompt ids)."""
+    from vllm import SamplingParams
+    from vllm.config.speech_to_text import SpeechToTextParams
+    from vllm.model_executor.models.voxtral import VoxtralForConditionalGeneration as VllmVoxtral
+
+    with offline_llm(folder, **ENGINE, **ENGINE_ARGS) as llm:
+        config = llm.llm_engine.model_config
+        stt = VllmVoxtral.get_speech_to_text_config(config, "transcribe")
+        keys, prompts = [], []
+        for i, audio in enumerate(CLIPS):
+            for language in LANGUAGE_CASES:
+                keys.append((i, language))
+                prompts.append(VllmVoxtral.get_generation_prompt(SpeechToTextParams(
+                    audio=audio, stt_config=stt, model_config=config, language=language, request_prompt="")))
+        outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS), use_tqdm=False)
+        return {k: (list(o.outputs[0].token_ids), o.outputs[0].text, list(p["prompt_token_ids"]))
+                for k, o, p in zip(keys, outs, prompts)}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def omni(folder, vllm_reference, hf_reference):
+    engine = AsyncOmni(folder, **ENGINE)
+    await engine.start()
+    yield engine
+    await engine.shutdown()
+
+
+async def run(omni, prompt, **params):
+    outs = await all_outputs(omni.generate(prompt, sampling_params_list=[params or None]))
+    return outs[-1], [o.delta for o in outs]
+
+
+async def test_languages_are_the_models():
+    from vllm.model_executor.models.voxtral import VoxtralForConditionalGeneration as VllmVoxtral
+
+    assert LANGUAGES == VllmVoxtral.supported_languages
+
+
+async def test_folder_resolves_to_voxtral(folder):
+    assert resolve_pipeline(folder).name == "voxtral"
+
+
+async def test_references_agree(hf_reference, vllm_reference):
+    """vLLM (Mistral's layout) and transformers (its own) agree first, so the two layouts hold the same model
+    and a failure below is the family's, not the tiny model's."""
+    for key, (ids, text) in hf_reference.items():
+        assert vllm_reference[key][:2] == (ids, text), key
+
+
+async def test_prompt_is_vllm_servers(omni, folder, vllm_reference):
+    """The stage's prompt ids are those vLLM's get_generation_prompt writes: the language as ``lang:xx``, none
+    when not given, the audio tokens of the padded clip."""
+    out, _ = await run(omni, request(CLIPS[1], "de"), max_tokens=1)
+    assert out.prompt_token_ids == vllm_reference[1, "de"][2]
+    assert vllm_reference[1, "de"][2] != vllm_reference[1, None][2] != vllm_reference[1, "en"][2]
+
+
+async def test_family_equals_references(omni, vllm_reference, hf_reference):
+    # every clip and language in flight together: continuous batching must not change anyone's output
+    keys = list(vllm_reference)
+    results = await asyncio.gather(*(run(omni, request(CLIPS[i], language), max_tokens=MAX_TOKENS)
+                                     for i, language in keys))
+    texts = set()
+    for key, (out, deltas) in zip(keys, results):
+        ref_ids, ref_text, _ = vllm_reference[key]
+        assert out.token_ids == ref_ids == hf_reference[key][0], key
+        assert out.text == ref_text
+        assert "".join(d.get("text", "") for d in deltas) == ref_text
+        texts.add(ref_text)
+    assert len(texts) > 3  # the clips and languages make a difference
+
+
+@pytest.mark.parametrize("prompt, field", [
+    ({"prompt": "", "additional_information": {"language": "en"}}, "multi_modal_data.audio"),
+    (request(CLIPS[0], language="xx"), "language"),
+    (request(CLIPS[0], language="ja"), "language"),  # a language code, but not Voxtral's
+    ({**request(CLIPS[0]), "additional_information": {"task": "translate"}}, "task"),
+])
+async def test_bad_requests_name_the_field(omni, prompt, field):
+    with pytest.raises(InvalidRequestError) as e:
+        await run(omni, prompt, max_tokens=4)
+    assert e.value.field == field
+    out, _ = await run(omni, request(CLIPS[0]), max_tokens=2)  # the engine keeps serving
+    assert out.finished
+
+
+def test_transcriptions_route_equals_references(server_factory, folder, hf_reference, vllm_reference):
+    import openai
+
+    srv = server_factory(AsyncOmni(folder, **ENGINE), served_model_name="tiny-voxtral", ready_timeout=300)
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=120)
+    for language in LANGUAGE_CASES:
+        named = {"language": language} if language else {}
+        out = client.audio.transcriptions.create(
+            model="tiny-voxtral", file=("clip.wav", wav(CLIPS[1]), "audio/wav"), response_format="verbose_json",
+            extra_body={"max_tokens": MAX_TOKENS}, **named)
+        assert len(out.segments) == 1 and out.segments[0].tokens == hf_reference[1, language][0], language
+        assert out.text == vllm_reference[1, language][1].strip()
+        assert out.language == (language or "en")  # (unnamed: the prompt names none; the default is reported)
+        streamed = list(client.audio.transcriptions.create(
+            model="tiny-voxtral", file=("clip.wav", wav(CLIPS[1]), "audio/wav"), stream=True,
+            extra_body={"max_tokens": MAX_TOKENS}, **named))
+        assert streamed[-1].type == "transcript.text.done"
+        assert "".join(e.delta for e in streamed[:-1]) == vllm_reference[1, language][1]
+    with pytest.raises(openai.BadRequestError) as e:
+        client.audio.transcriptions.create(model="tiny-voxtral", file=("clip.wav", wav(CLIPS[0]), "audio/wav"),
+                                           language="ja")
+    assert "language" in str(e.value)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.audio.translations.create(model="tiny-voxtral", file=("clip.wav", wav(CLIPS[0]), "audio/wav"))
+    assert "model" in str(e.value)
