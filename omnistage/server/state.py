@@ -357,5 +357,7 @@ class _Deadline:
 
 
 async def _wait_disconnect(request: Request) -> None:
-    while not await request.is_disconnected():
-        await asyncio.sleep(0.1)
+    """Returns once the client has gone. The route has read the body, so the server's next message is the
+    disconnect (waited for as an event, as ``vllm serve`` listens for it: no polling timer per running request)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
