@@ -108,7 +108,10 @@ async def test_mixed_adapters_share_one_forward(sd3, adapter, ref, loras):
         seed = kw.pop("seed")
         if "num_outputs_per_prompt" in kw:
             kw["num_images_per_prompt"] = kw.pop("num_outputs_per_prompt")
-        assert max_diff(latent(o), expected(ref, prompt, lora, scale, seed, **kw, **KW)) <= 1e-5, rid
+        want = expected(ref, prompt, lora, scale, seed, **kw, **KW)
+        # 1e-5 on unit-scale values: batched with three other requests, float sums differ from diffusers' own
+        # (seen once: 1.1e-5 on latents of |x| ~ 3)
+        assert max_diff(latent(o), want) <= 1e-5 * max(1.0, want.abs().max().item()), rid
 
 
 async def test_unload_while_running_lets_the_request_finish(sd3, adapter, ref, loras):
