@@ -16,10 +16,9 @@ from omnistage import AsyncOmni
 from omnistage.errors import InvalidRequestError
 from omnistage.models.qwen3_asr.prompt import LANGUAGES
 from omnistage.pipeline import resolve_pipeline
-from omnistage.testing.streams import all_outputs
 from tests.models.offline_llm import offline_llm
 from tests.e2e.test_transcriptions_http import as_heard, wav
-from tests.models.whisper.cases import RATE, clip
+from tests.models.whisper.cases import clip, request, run
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -35,10 +34,6 @@ CASES = [("en", ""), ("de", ""), ("en", "hello world"), (None, "")]
 def folder(tiny_model):
     return tiny_model("qwen3_asr")
 
-
-def request(audio, language="en", previous=""):
-    return {"prompt": previous, "multi_modal_data": {"audio": (audio, RATE)},
-            "additional_information": {"language": language, "task": "transcribe"}}
 
 
 @pytest.fixture(scope="module")
@@ -88,10 +83,6 @@ async def omni(folder, vllm_reference, hf_reference):
     await engine.shutdown()
 
 
-async def run(omni, prompt, **params):
-    outs = await all_outputs(omni.generate(prompt, sampling_params_list=[params or None]))
-    return outs[-1], [o.delta for o in outs]
-
 
 async def test_languages_are_the_models():
     from transformers.models.qwen3_asr.processing_qwen3_asr import LANGUAGE_CODE_TO_NAME
@@ -112,7 +103,8 @@ async def test_references_agree(hf_reference, vllm_reference):
 async def test_family_equals_references(omni, vllm_reference, hf_reference):
     # every clip and case in flight together: continuous batching must not change anyone's output
     keys = list(vllm_reference)
-    results = await asyncio.gather(*(run(omni, request(CLIPS[i], *CASES[j]), max_tokens=MAX_TOKENS)
+    results = await asyncio.gather(*(run(omni, request(CLIPS[i], CASES[j][0], previous=CASES[j][1]),
+                                         max_tokens=MAX_TOKENS)
                                      for i, j in keys))
     texts = set()
     for key, (out, deltas) in zip(keys, results):

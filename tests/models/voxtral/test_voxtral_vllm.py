@@ -16,10 +16,9 @@ from omnistage import AsyncOmni
 from omnistage.errors import InvalidRequestError
 from omnistage.models.voxtral.prompt import ENGINE_ARGS, LANGUAGES
 from omnistage.pipeline import resolve_pipeline
-from omnistage.testing.streams import all_outputs
 from tests.e2e.test_transcriptions_http import as_heard, wav
 from tests.models.offline_llm import offline_llm
-from tests.models.whisper.cases import RATE, clip
+from tests.models.whisper.cases import RATE, clip, request, run
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -34,10 +33,6 @@ LANGUAGE_CASES = ["en", "de", "fr", None]  # None: the prompt names no language
 def folder(tiny_model):
     return tiny_model("voxtral")
 
-
-def request(audio, language="en", previous=""):
-    return {"prompt": previous, "multi_modal_data": {"audio": (audio, RATE)},
-            "additional_information": {"language": language, "task": "transcribe"}}
 
 
 @pytest.fixture(scope="module")
@@ -89,10 +84,6 @@ async def omni(folder, vllm_reference, hf_reference):
     yield engine
     await engine.shutdown()
 
-
-async def run(omni, prompt, **params):
-    outs = await all_outputs(omni.generate(prompt, sampling_params_list=[params or None]))
-    return outs[-1], [o.delta for o in outs]
 
 
 async def test_languages_are_the_models():

@@ -1,8 +1,11 @@
-"""Clips and settings shared by the Whisper parity tests (and the transcription route's)."""
+"""Clips, settings and helpers shared by the recogniser parity tests (Whisper, Qwen3-ASR, Voxtral) and the
+transcription route's."""
 
 from __future__ import annotations
 
 import numpy as np
+
+from omnistage.testing.streams import all_outputs
 
 ENGINE = dict(max_model_len=448, max_num_seqs=8, dtype="float32", enforce_eager=True)
 MAX_TOKENS = 24
@@ -15,6 +18,18 @@ def clip(seconds: float, seed: int, rate: int = RATE) -> np.ndarray:
     t = np.arange(int(seconds * rate)) / rate
     freq = 220.0 * (1 + seed % 5)
     return (0.3 * np.sin(2 * np.pi * freq * t) + 0.05 * rng.standard_normal(t.size)).astype(np.float32)
+
+
+def request(audio, language="en", task="transcribe", previous=""):
+    """A recogniser request as the transcription routes build it (omnistage/models/whisper/prompt.py)."""
+    return {"prompt": previous, "multi_modal_data": {"audio": (audio, RATE)},
+            "additional_information": {"language": language, "task": task}}
+
+
+async def run(omni, prompt, **params):
+    """One request through the family's engine: (its final output, every delta)."""
+    outs = await all_outputs(omni.generate(prompt, sampling_params_list=[params or None]))
+    return outs[-1], [o.delta for o in outs]
 
 
 CLIPS = [clip(2.0, 1), clip(5.5, 2), clip(11.0, 3)]

@@ -17,10 +17,9 @@ from omnistage import AsyncOmni
 from omnistage.errors import InvalidRequestError
 from omnistage.models.whisper.prompt import decoder_prompt
 from omnistage.pipeline import resolve_pipeline
-from omnistage.testing.streams import all_outputs
 from tests.models.offline_llm import offline_llm
 
-from .cases import CASES, CLIPS, ENGINE, MAX_TOKENS, RATE
+from .cases import CASES, CLIPS, ENGINE, MAX_TOKENS, RATE, request, run
 
 pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="module")]
 
@@ -29,10 +28,6 @@ pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="module")]
 def whisper_dir(tiny_model):
     return tiny_model("whisper")
 
-
-def request(audio, language="en", task="transcribe", previous=""):
-    return {"prompt": previous, "multi_modal_data": {"audio": (audio, RATE)},
-            "additional_information": {"language": language, "task": task}}
 
 
 @pytest.fixture(scope="module")
@@ -79,10 +74,6 @@ async def omni(whisper_dir, vllm_reference):
     yield engine
     await engine.shutdown()
 
-
-async def run(omni, prompt, **params):
-    outs = await all_outputs(omni.generate(prompt, sampling_params_list=[params or None]))
-    return outs[-1], [o.delta for o in outs]
 
 
 async def test_folder_resolves_to_whisper(whisper_dir):
