@@ -21,3 +21,12 @@ def pytest_collection_modifyitems(config, items):
     listed = Path(__file__).with_name("slow_modules.txt").read_text().splitlines()
     rank = {line.split("#")[0].strip(): i for i, line in enumerate(listed) if line.split("#")[0].strip()}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # (stable: keeps the rest's order)
+
+
+def pytest_collection_finish(session):
+    """The GPU-profile pip dry run waits on the network for minutes: it starts now, in the background, and its
+    test reads the result (tests/gpu_profile.py)."""
+    from tests import gpu_profile
+
+    if any(item.nodeid == gpu_profile.TEST for item in session.items):
+        gpu_profile.start()
