@@ -1,8 +1,8 @@
 """``omnistage generate MODEL --audio FILE`` on the tiny Whisper, as a user runs it (a subprocess): it prints the
-transcript the family gives in this process (``Omni`` on the same folder and request, itself checked against
-transformers in test_whisper_vllm.py); with no ``--language`` it transcribes in the language transformers'
-``detect_language`` hears; a pipeline that does not recognise speech, a language the model does not know and a
-file that is not audio exit 2 naming the problem."""
+transcript transformers' greedy ``WhisperForConditionalGeneration.generate`` gives for the same clip and language
+(the family's engine equals it token for token: test_whisper_vllm.py); with no ``--language`` it transcribes in the
+language transformers' ``detect_language`` hears; a pipeline that does not recognise speech, a language the model
+does not know and a file that is not audio exit 2 naming the problem."""
 
 from __future__ import annotations
 
@@ -32,40 +32,54 @@ def cli(*args, timeout=300):
                           capture_output=True, text=True, timeout=timeout)
 
 
-def hf_language(folder: str, samples) -> str:
-    import torch
-    from transformers import WhisperForConditionalGeneration, WhisperProcessor
+class Transformers:
+    """The reference: transformers' Whisper on the tiny folder."""
 
-    proc = WhisperProcessor.from_pretrained(folder)
-    model = WhisperForConditionalGeneration.from_pretrained(folder).eval()
-    feats = proc(samples, sampling_rate=RATE, return_tensors="pt").input_features
-    with torch.no_grad():
-        return proc.tokenizer.convert_ids_to_tokens(int(model.detect_language(feats)[0]))[2:-2]
+    def __init__(self, folder: str):
+        import torch
+        from transformers import WhisperForConditionalGeneration, WhisperProcessor
+
+        torch.set_num_threads(1)
+        self.proc = WhisperProcessor.from_pretrained(folder)
+        self.model = WhisperForConditionalGeneration.from_pretrained(folder).eval()
+
+    def features(self, samples):
+        return self.proc(samples, sampling_rate=RATE, return_tensors="pt").input_features
+
+    def language(self, samples) -> str:
+        import torch
+
+        with torch.no_grad():
+            token = int(self.model.detect_language(self.features(samples))[0])
+        return self.proc.tokenizer.convert_ids_to_tokens(token)[2:-2]  # <|de|> -> de
+
+    def transcript(self, samples, language: str) -> str:
+        import torch
+
+        with torch.no_grad():
+            ids = self.model.generate(self.features(samples), language=language, task="transcribe", do_sample=False,
+                                      max_new_tokens=MAX_TOKENS)
+        return self.proc.tokenizer.decode(ids[0], skip_special_tokens=True)
 
 
 def test_generate_audio_prints_the_transcript(tiny_model, tmp_path):
-    from omnistage import Omni
-
     folder = str(tiny_model("whisper"))
     audio, deploy = tmp_path / "clip.wav", deploy_yaml(tmp_path / "deploy.yaml")
     samples, other = clip(3.0, 2), clip(1.5, 20)
     sf.write(audio, samples, RATE, subtype="FLOAT")  # lossless: both sides hear the same samples
     sf.write(other_wav := tmp_path / "other.wav", other, RATE, subtype="FLOAT")
-    detected = hf_language(folder, other)
+    hf = Transformers(folder)
+    detected = hf.language(other)
     assert detected != "en"  # a clip whose detected language is not the default
+    want = [hf.transcript(samples, "de"), hf.transcript(other, detected)]
     given = cli(folder, "--audio", str(audio), "--language", "de", "--max-tokens", str(MAX_TOKENS),
                 "--deploy-config", deploy)
     assert given.returncode == 0, given.stderr[-3000:]
     # no --language: the one Whisper detects (transformers' detect_language), as the transcription route does
     heard = cli(folder, "--audio", str(other_wav), "--max-tokens", str(MAX_TOKENS), "--deploy-config", deploy)
     assert heard.returncode == 0, heard.stderr[-3000:]
-    with Omni(model=folder, **ENGINE) as omni:
-        want = omni.generate([{"prompt": "", "multi_modal_data": {"audio": (x, RATE)},
-                               "additional_information": {"language": language, "task": "transcribe"}}
-                              for x, language in ((samples, "de"), (other, detected))],
-                             [{"max_tokens": MAX_TOKENS}], use_tqdm=False)
-    for done, out in zip((given, heard), want):
-        assert out.text and ("\n" + done.stdout).endswith("\n" + out.text + "\n")  # (vLLM may log to stdout first)
+    for done, text in zip((given, heard), want):
+        assert text and ("\n" + done.stdout).endswith("\n" + text + "\n")  # (vLLM may log to stdout first)
     unknown = cli(folder, "--audio", str(audio), "--language", "xx", "--deploy-config", deploy)
     assert unknown.returncode == 2 and "--language" in unknown.stderr
 
