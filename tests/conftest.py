@@ -5,12 +5,24 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # One engine-core process per vLLM engine, no extra worker process: starts in half the time.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
+import pytest  # noqa: E402
 import torch  # noqa: E402
 
 # Two OpenMP threads on two shared cores made tiny forwards ~30x slower.
 torch.set_num_threads(1)
 
 pytest_plugins = ["omnistage.testing.fixtures"]
+
+
+# Packages whose modules share one expensive package-scoped server: their files are one xdist work unit (one
+# worker runs them back to back, so the fixture starts once) and run next to each other without xdist too.
+ONE_WORKER = ("tests/e2e/qwen3_omni/", "tests/e2e/qwen2_5_omni/")
+
+
+def scope_of(nodeid: str) -> str:
+    """The work unit a test belongs to: its file, or its ONE_WORKER package."""
+    path = nodeid.split("::", 1)[0]
+    return next((pkg for pkg in ONE_WORKER if path.startswith(pkg)), path)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -21,7 +33,24 @@ def pytest_collection_modifyitems(config, items):
     listed = Path(__file__).with_name("slow_modules.txt").read_text().splitlines()
     rank = {line.split("#")[0].strip(): i for i, line in enumerate(listed) if line.split("#")[0].strip()}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # (stable: keeps the rest's order)
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first.setdefault(scope_of(item.nodeid), i)
+    items.sort(key=lambda item: first[scope_of(item.nodeid)])  # a ONE_WORKER package where its slowest file was
 
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with each ONE_WORKER package as one unit (xdist's own groups by file only)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LoadFileOrPackage(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    return LoadFileOrPackage(config, log)
 
 def pytest_collection_finish(session):
     """The GPU-profile pip dry run waits on the network for minutes: it starts now, in the background, and its

@@ -1,5 +1,5 @@
 """Qwen3-Omni and Qwen2.5-Omni as speech recognisers, checked on each family's HTTP test server
-(test_qwen_omni_http.py, test_qwen2_5_omni_http.py): ``/v1/audio/transcriptions`` and ``/translations`` through
+(qwen3_omni/test_http.py, qwen2_5_omni/test_http.py): ``/v1/audio/transcriptions`` and ``/translations`` through
 the official ``openai`` client, the text equal to transformers' ``generate`` (greedy, thinker only) on the same
 chat turn (audio + the family's instruction, omnistage/models/transcription_chat.py), and the talker never
 runs (the server's per-stage run counts grow for the thinker only)."""

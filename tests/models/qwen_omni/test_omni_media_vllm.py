@@ -148,7 +148,7 @@ async def test_text_out_of_a_media_prompt_skips_the_hidden_state_prefill(omni):
 ])
 async def test_a_bad_media_part_is_refused_and_the_stages_keep_serving(omni, part, says):
     """Offline, vLLM loads the media and its complaint names the messages (over HTTP the server checks each
-    part first and names it: tests/e2e/test_qwen_omni_http.py)."""
+    part first and names it: tests/e2e/qwen3_omni/test_http.py)."""
     with pytest.raises(InvalidRequestError) as e:
         await run(omni, {"messages": [{"role": "user", "content": [part, text("hi")]}]})
     assert e.value.field == "messages" and says in e.value.message

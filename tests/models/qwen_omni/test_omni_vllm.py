@@ -100,7 +100,7 @@ async def test_text_only_never_runs_the_talker(omni, reference):
     ("hi", [GREEDY[0], {"min_p": 0.5}], "sampling_params_list[1]"),
     ("hi", [GREEDY[0], None, {"chunk_frames": 0}], "chunk_frames"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}]}]},
-     GREEDY, "messages"),  # offline vLLM loads the media (HTTP names the part: tests/e2e/test_qwen_omni_http.py)
+     GREEDY, "messages"),  # offline vLLM loads the media (HTTP names the part: tests/e2e/qwen3_omni/test_http.py)
 ])
 async def test_bad_input_names_the_field(omni, prompt, params, field):
     with pytest.raises(InvalidRequestError) as e:

@@ -1,8 +1,8 @@
 """/v1/realtime against a real server (``omnistage serve`` subprocess): tiny Qwen3-Omni hears PCM16 appended in
 chunks and answers in text + speech exactly as /v1/chat/completions answers the same conversation (itself
-tested against transformers in test_qwen_omni_http.py); a second turn carries the first; server VAD commits
+tested against transformers in test_http.py, on the same server); a second turn carries the first; server VAD commits
 the spoken turn and answers it; a cancel aborts every stage; eight concurrent sessions each equal their solo
-run. (Text and speech models: test_realtime_models.py.)"""
+run. (Text and speech models: tests/e2e/test_realtime_models.py.)"""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import soundfile
 
-from omnistage.testing.server import ServeProcess
 from tests.models.qwen_omni import media
 from tests.server.realtime_client import (
     b64,
@@ -30,22 +29,13 @@ from tests.server.realtime_client import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
-KEY = "sk-realtime-e2e"
+KEY = "sk-any"  # the server asks for none; the client sends one
 THINK, TALK = 12, 20
 EXTRA = {"temperature": 0, "sampling_params_list": [None, {"temperature": 0, "max_tokens": TALK}]}
 SESSION = {"type": "realtime", "max_output_tokens": THINK, "extra_body": EXTRA,
            "audio": {"input": {"format": {"type": "audio/pcm", "rate": media.RATE}, "turn_detection": None}}}
 CHAT = {"modalities": ["text", "audio"], "max_tokens": THINK, **EXTRA}
 CLIP = media.clip(1.0, 0)
-
-
-@pytest.fixture(scope="module")
-def omni(tiny_model, tmp_path_factory):
-    log = tmp_path_factory.mktemp("rt-omni") / "server.log"
-    server = ServeProcess.launch([str(tiny_model("qwen3_omni")), "--served-model-name", "tiny-omni",
-                                  "--stage-overrides", '{"0": {"max_model_len": 1024}}', "--api-key", KEY], log)
-    yield server.url
-    server.stop()
 
 
 def audio_part(wav_b64: str) -> dict:
@@ -68,8 +58,8 @@ async def speak(conn, pcm: bytes, chunk: int = 3200) -> None:
     assert added.item.id == committed.item_id and added.item.content[0].type == "input_audio"
 
 
-async def test_an_audio_turn_and_a_second_turn_equal_chat_completions(omni):
-    async with openai_client(omni, KEY).realtime.connect(model="tiny-omni") as conn:
+async def test_an_audio_turn_and_a_second_turn_equal_chat_completions(omni_server):
+    async with openai_client(omni_server, KEY).realtime.connect(model="tiny-omni") as conn:
         created = await next_event(conn, "session.created")
         assert created.session.audio.output.format.rate == 24000
         await conn.session.update(session=SESSION)
@@ -82,7 +72,7 @@ async def test_an_audio_turn_and_a_second_turn_equal_chat_completions(omni):
         await conn.response.create()
         second = await read_reply(conn)
     turn1 = [{"role": "user", "content": [audio_part(media.wav_base64(CLIP))]}]
-    text, pcm = chat_stream(omni, KEY, turn1, **CHAT)
+    text, pcm = chat_stream(omni_server, KEY, turn1, **CHAT)
     assert first.status == "completed" and not first.errors
     assert first.text == text and first.transcript_done == text and text
     assert_same_speech(first.pcm, pcm)
@@ -90,20 +80,20 @@ async def test_an_audio_turn_and_a_second_turn_equal_chat_completions(omni):
     usage = first.done.response.usage
     assert usage.output_tokens > 0 and usage.input_tokens > 0
     both = turn1 + [{"role": "assistant", "content": first.text}, {"role": "user", "content": "say it again"}]
-    text2, pcm2 = chat_stream(omni, KEY, both, **CHAT)
+    text2, pcm2 = chat_stream(omni_server, KEY, both, **CHAT)
     assert second.status == "completed" and second.text == text2
     assert_same_speech(second.pcm, pcm2)
     assert second.done.response.usage.input_tokens > usage.input_tokens  # the first turn is in the prompt
 
 
-async def test_input_at_another_rate_is_resampled_once_with_soxr(omni):
+async def test_input_at_another_rate_is_resampled_once_with_soxr(omni_server):
     """24 kHz PCM (OpenAI's default input format) reaches the model as soxr's 16 kHz resampling of it."""
     import soxr
 
     rate = 24000
     t = np.arange(rate) / rate
     x = (np.round(0.3 * np.sin(2 * np.pi * 330 * t) * 32768) / 32768).astype(np.float32)
-    async with openai_client(omni, KEY).realtime.connect(model="tiny-omni") as conn:
+    async with openai_client(omni_server, KEY).realtime.connect(model="tiny-omni") as conn:
         await conn.session.update(session={**SESSION, "audio": {"input": {"format": {"type": "audio/pcm",
                                                                                       "rate": rate}}}})
         await next_event(conn, "session.updated")
@@ -113,16 +103,17 @@ async def test_input_at_another_rate_is_resampled_once_with_soxr(omni):
     buf = io.BytesIO()
     soundfile.write(buf, soxr.resample(x, rate, media.RATE, quality="HQ").astype(np.float32), media.RATE,
                     format="WAV", subtype="FLOAT")
-    text, pcm = chat_stream(omni, KEY, [{"role": "user", "content": [audio_part(b64(buf.getvalue()))]}], **CHAT)
+    resampled = audio_part(b64(buf.getvalue()))
+    text, pcm = chat_stream(omni_server, KEY, [{"role": "user", "content": [resampled]}], **CHAT)
     assert reply.text == text
     assert_same_speech(reply.pcm, pcm)
 
 
-async def test_cancel_mid_response_stops_every_stage_and_the_session_goes_on(omni):
+async def test_cancel_mid_response_stops_every_stage_and_the_session_goes_on(omni_server):
     long = {**SESSION, "max_output_tokens": 400,
             "extra_body": {"temperature": 0, "ignore_eos": True,
                            "sampling_params_list": [None, {"temperature": 0, "max_tokens": 400}]}}
-    async with openai_client(omni, KEY).realtime.connect(model="tiny-omni") as conn:
+    async with openai_client(omni_server, KEY).realtime.connect(model="tiny-omni") as conn:
         await conn.session.update(session=long)
         await next_event(conn, "session.updated")
         await speak(conn, pcm16_bytes(CLIP))
@@ -137,7 +128,7 @@ async def test_cancel_mid_response_stops_every_stage_and_the_session_goes_on(omn
         assert reply.done.response.output[0].content[0].transcript == reply.text
         deadline = time.monotonic() + 30
         while True:  # the abort reaches every stage (none keeps generating)
-            stages = httpx.get(f"{omni}/health", timeout=10).json()["stages"]
+            stages = httpx.get(f"{omni_server}/health", timeout=10).json()["stages"]
             idle = all(s["running"] == 0 and s["queue_depth"] == 0 for s in stages.values())
             if idle or time.monotonic() > deadline:
                 break
@@ -151,11 +142,11 @@ async def test_cancel_mid_response_stops_every_stage_and_the_session_goes_on(omn
     assert after.status == "completed" and after.text and after.pcm
 
 
-async def test_server_vad_commits_the_spoken_turn_and_the_answer_equals_chat_completions(omni):
+async def test_server_vad_commits_the_spoken_turn_and_the_answer_equals_chat_completions(omni_server):
     rate = media.RATE
     clip = np.concatenate([quiet(1.0, rate), voiced(1.5, rate), quiet(1.5, rate)])
     vad = {"type": "server_vad", "prefix_padding_ms": 300, "silence_duration_ms": 500}
-    async with openai_client(omni, KEY).realtime.connect(model="tiny-omni") as conn:
+    async with openai_client(omni_server, KEY).realtime.connect(model="tiny-omni") as conn:
         await conn.session.update(session={**SESSION, "audio": {"input": {
             "format": {"type": "audio/pcm", "rate": rate}, "turn_detection": vad}}})
         await next_event(conn, "session.updated")
@@ -167,16 +158,17 @@ async def test_server_vad_commits_the_spoken_turn_and_the_answer_equals_chat_com
         reply = await read_reply(conn)  # create_response (the default): answered without response.create
     assert abs(started.audio_start_ms - 700) <= 90 and abs(stopped.audio_end_ms - 2500) <= 120
     turn = clip[started.audio_start_ms * rate // 1000:stopped.audio_end_ms * rate // 1000]
-    text, theirs = chat_stream(omni, KEY, [{"role": "user", "content": [audio_part(media.wav_base64(turn))]}], **CHAT)
+    turn_part = audio_part(media.wav_base64(turn))
+    text, theirs = chat_stream(omni_server, KEY, [{"role": "user", "content": [turn_part]}], **CHAT)
     assert reply.status == "completed" and reply.text == text
     assert_same_speech(reply.pcm, theirs)
 
 
-async def test_eight_concurrent_audio_sessions_each_equal_their_solo_run(omni):
+async def test_eight_concurrent_audio_sessions_each_equal_their_solo_run(omni_server):
     """Eight sessions, each its own clip, spoken at once: every answer (text and speech) is the one the same
     session gets alone — concurrent sessions share the engines' batches without mixing their turns."""
     async def talk(seed: int):
-        async with openai_client(omni, KEY).realtime.connect(model="tiny-omni") as conn:
+        async with openai_client(omni_server, KEY).realtime.connect(model="tiny-omni") as conn:
             await next_event(conn, "session.created")
             await conn.session.update(session=SESSION)
             await next_event(conn, "session.updated")

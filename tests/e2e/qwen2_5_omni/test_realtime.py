@@ -1,35 +1,25 @@
 """/v1/realtime with tiny Qwen2.5-Omni (``omnistage serve`` subprocess): an audio turn answers in text and speech as
 /v1/chat/completions answers the same conversation (itself tested against transformers in
-test_qwen2_5_omni_http.py)."""
+test_http.py, on the same server)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from omnistage.testing.server import ServeProcess
 from tests.models.qwen_omni import media
 from tests.server.realtime_client import b64, chat_stream, next_event, openai_client, pcm16_bytes, read_reply
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
-KEY = "sk-realtime-omni25"
+KEY = "sk-any"  # the server asks for none; the client sends one
 THINK, TALK = 10, 16
 EXTRA = {"temperature": 0, "seed": 0, "sampling_params_list": [None, {"temperature": 0, "max_tokens": TALK}]}
 
 
-@pytest.fixture(scope="module")
-def omni25(tiny_model, tmp_path_factory):
-    log = tmp_path_factory.mktemp("rt-omni25") / "server.log"
-    server = ServeProcess.launch([str(tiny_model("qwen2_5_omni")), "--served-model-name", "tiny-omni25",
-                                  "--stage-overrides", '{"0": {"max_model_len": 1024}}', "--api-key", KEY], log)
-    yield server.url
-    server.stop()
-
-
-async def test_an_audio_turn_equals_chat_completions(omni25):
+async def test_an_audio_turn_equals_chat_completions(server):
     clip = media.clip(1.0, 0)
-    async with openai_client(omni25, KEY).realtime.connect(model="tiny-omni25") as conn:
+    async with openai_client(server, KEY).realtime.connect(model="tiny-omni25") as conn:
         await conn.session.update(session={"type": "realtime", "max_output_tokens": THINK, "extra_body": EXTRA,
                                            "audio": {"input": {"format": {"type": "audio/pcm", "rate": media.RATE}}}})
         updated = await next_event(conn, "session.updated")
@@ -41,7 +31,7 @@ async def test_an_audio_turn_equals_chat_completions(omni25):
         await conn.response.create()
         reply = await read_reply(conn)
     parts = [{"type": "input_audio", "input_audio": {"data": media.wav_base64(clip), "format": "wav"}}]
-    text, theirs = chat_stream(omni25, KEY, [{"role": "user", "content": parts}], modalities=["text", "audio"],
+    text, theirs = chat_stream(server, KEY, [{"role": "user", "content": parts}], modalities=["text", "audio"],
                                max_tokens=THINK, **EXTRA)
     ours, theirs_arr = np.frombuffer(reply.pcm, "<i2").astype(int), np.frombuffer(theirs, "<i2").astype(int)
     assert reply.status == "completed" and not reply.errors and reply.text == text and text

@@ -1,5 +1,6 @@
 """Qwen3-Omni through the real HTTP server (``omnistage serve`` subprocess): chat with text and speech
-(whole and streamed), usage, voices, speech, errors, transcriptions — against transformers' generate()."""
+(whole and streamed), usage, voices, speech, errors, transcriptions — against transformers' generate(). The server
+(``omni_server``) is this package's (conftest.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import numpy as np
 import pytest
 import soundfile
 
-from omnistage.testing.server import ServeProcess
 from tests.e2e import omni_transcripts
 from tests.models.qwen_omni import media
 from tests.models.qwen_omni.conftest import TransformersReference
@@ -23,16 +23,6 @@ THINK, TALK = 12, 20
 PROMPT = "hello, who are you?"
 BODY = {"model": "tiny-omni", "messages": [{"role": "user", "content": PROMPT}], "temperature": 0,
         "max_tokens": THINK, "sampling_params_list": [None, {"temperature": 0, "max_tokens": TALK}]}
-
-
-@pytest.fixture(scope="module")
-def omni_server(tiny_model, tmp_path_factory):
-    log = tmp_path_factory.mktemp("omnilog") / "server.log"
-    server = ServeProcess.launch([str(tiny_model("qwen3_omni")), "--served-model-name", "tiny-omni",
-                                  "--stage-overrides", '{"0": {"max_model_len": 1024}}',
-                                  "--max-image-pixels", str(96 * 96)], log)
-    yield server.url
-    server.stop()
 
 
 @pytest.fixture(scope="module")

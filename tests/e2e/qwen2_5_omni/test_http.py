@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import soundfile
 
-from omnistage.testing.server import ServeProcess
 from tests.models.qwen2_5_omni.conftest import SEED, TransformersReference
 from tests.e2e import omni_transcripts
 from tests.models.qwen_omni import media
@@ -25,15 +24,6 @@ BODY = {"model": "tiny-omni25", "messages": [{"role": "user", "content": PROMPT}
 STEP = 1 / 32767  # one 16-bit step (the WAV's int16 / 32768 vs the float waveform)
 FLOAT = 1e-5  # omnistage's float waveform vs transformers'
 CLIP = media.clip(1.0, 0)
-
-
-@pytest.fixture(scope="module")
-def server(tiny_model, tmp_path_factory):
-    log = tmp_path_factory.mktemp("omni25log") / "server.log"
-    proc = ServeProcess.launch([str(tiny_model("qwen2_5_omni")), "--served-model-name", "tiny-omni25",
-                                "--stage-overrides", '{"0": {"max_model_len": 1024}}'], log)
-    yield proc.url
-    proc.stop()
 
 
 @pytest.fixture(scope="module")
