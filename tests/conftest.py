@@ -16,7 +16,7 @@ pytest_plugins = ["omnistage.testing.fixtures"]
 
 # Packages whose modules share one expensive package-scoped server: their files are one xdist work unit (one
 # worker runs them back to back, so the fixture starts once) and run next to each other without xdist too.
-ONE_WORKER = ("tests/e2e/qwen3_omni/", "tests/e2e/qwen2_5_omni/")
+ONE_WORKER = ("tests/e2e/qwen3_omni/", "tests/e2e/qwen2_5_omni/", "tests/e2e/codec_tts/")
 
 
 def scope_of(nodeid: str) -> str:

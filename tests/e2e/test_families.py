@@ -1,7 +1,7 @@
 """`omnistage serve` as a real subprocess with the tiny model families, driven
 by the official openai client. SD3 images must equal diffusers' own
 ``StableDiffusion3Pipeline.__call__`` for the same seed; the chat family must
-stream the same text it returns whole."""
+stream the same text it returns whole, and over /v1/realtime say what its chat route says."""
 
 from __future__ import annotations
 
@@ -16,8 +16,12 @@ import torch
 from PIL import Image
 
 from omnistage.testing.server import ServeProcess
+from tests.server.realtime_client import chat_stream, next_event, openai_client, read_reply
 
 pytestmark = pytest.mark.slow
+
+KEY = "sk-any"  # the servers ask for none; the realtime client sends one
+THINK = 12
 
 
 def decode(b64: str) -> np.ndarray:
@@ -72,31 +76,55 @@ def test_sd3_edit_and_chat_image(sd3_server):
     assert httpx.get(f"{url}/v1/models").status_code == 401
 
 
+@pytest.fixture(scope="module")
+def chat_server(tiny_model, tmp_path_factory):
+    log = tmp_path_factory.mktemp("chatlog") / "server.log"
+    server = ServeProcess.launch([str(tiny_model("chat")), "--served-model-name", "tiny-chat", "--enforce-eager"], log)
+    yield server.url
+    server.stop()
+
+
 @pytest.mark.vllm
-def test_chat_family_stream_equals_whole(tiny_model, tmp_path):
-    folder = tiny_model("chat")
-    log = tmp_path / "server.log"
-    server = ServeProcess.launch([str(folder), "--served-model-name", "tiny-chat", "--enforce-eager"], log)
-    url = server.url
-    try:
-        client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
-        assert [m.id for m in client.models.list().data] == ["tiny-chat"]
-        messages = [{"role": "user", "content": "hello there"}]
-        whole = client.chat.completions.create(model="tiny-chat", messages=messages, max_tokens=8, temperature=0)
-        chunks = list(client.chat.completions.create(model="tiny-chat", messages=messages, max_tokens=8, temperature=0,
-                                                     stream=True, stream_options={"include_usage": True}))
-        streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-        assert streamed == whole.choices[0].message.content
-        assert whole.usage.completion_tokens == chunks[-1].usage.completion_tokens == 8
-        assert whole.choices[0].finish_reason == "length"
-        running = list(client.chat.completions.create(
-            model="tiny-chat", messages=messages, max_tokens=8, temperature=0, stream=True,
-            stream_options={"include_usage": True, "continuous_usage_stats": True}))
-        counts = [c.usage.completion_tokens for c in running if c.choices and c.choices[0].delta.content]
-        # The server's running count on every text chunk (the detokenizer may hold text back, so the
-        # first chunk can already carry several tokens); the closing usage chunk has the total.
-        assert counts and counts == sorted(counts) and 1 <= counts[0] and counts[-1] <= 8
-        assert running[-1].usage.completion_tokens == 8
-        assert all(c.usage.prompt_tokens == whole.usage.prompt_tokens for c in running if c.usage)
-    finally:
-        server.stop()
+def test_chat_family_stream_equals_whole(chat_server):
+    url = chat_server
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+    assert [m.id for m in client.models.list().data] == ["tiny-chat"]
+    messages = [{"role": "user", "content": "hello there"}]
+    whole = client.chat.completions.create(model="tiny-chat", messages=messages, max_tokens=8, temperature=0)
+    chunks = list(client.chat.completions.create(model="tiny-chat", messages=messages, max_tokens=8, temperature=0,
+                                                 stream=True, stream_options={"include_usage": True}))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == whole.choices[0].message.content
+    assert whole.usage.completion_tokens == chunks[-1].usage.completion_tokens == 8
+    assert whole.choices[0].finish_reason == "length"
+    running = list(client.chat.completions.create(
+        model="tiny-chat", messages=messages, max_tokens=8, temperature=0, stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True}))
+    counts = [c.usage.completion_tokens for c in running if c.choices and c.choices[0].delta.content]
+    # The server's running count on every text chunk (the detokenizer may hold text back, so the
+    # first chunk can already carry several tokens); the closing usage chunk has the total.
+    assert counts and counts == sorted(counts) and 1 <= counts[0] and counts[-1] <= 8
+    assert running[-1].usage.completion_tokens == 8
+    assert all(c.usage.prompt_tokens == whole.usage.prompt_tokens for c in running if c.usage)
+
+
+@pytest.mark.vllm
+async def test_a_text_chat_model_over_realtime_says_what_its_chat_route_says(chat_server):
+    async with openai_client(chat_server, KEY).realtime.connect(model="tiny-chat") as conn:
+        created = await next_event(conn, "session.created")
+        assert created.session.output_modalities == ["text"]
+        await conn.session.update(session={"type": "realtime", "output_modalities": ["audio"]}, event_id="speak")
+        err = (await next_event(conn, "error")).error
+        assert (err.param, err.event_id) == ("session.output_modalities", "speak")
+        await conn.session.update(session={"type": "realtime", "instructions": "You are terse.",
+                                           "max_output_tokens": THINK, "extra_body": {"temperature": 0}})
+        await next_event(conn, "session.updated")
+        await conn.conversation.item.create(item={"type": "message", "role": "user",
+                                                  "content": [{"type": "input_text", "text": "hello, who are you?"}]})
+        await conn.response.create()
+        reply = await read_reply(conn)
+    text, pcm = chat_stream(chat_server, KEY, [{"role": "system", "content": "You are terse."},
+                                              {"role": "user", "content": "hello, who are you?"}],
+                            max_tokens=THINK, temperature=0)
+    assert reply.text == text and reply.text_done == text and text and pcm == b"" == reply.pcm
+    assert reply.status in ("completed", "incomplete") and 0 < reply.done.response.usage.output_tokens <= THINK

@@ -2,7 +2,7 @@
 chunks and answers in text + speech exactly as /v1/chat/completions answers the same conversation (itself
 tested against transformers in test_http.py, on the same server); a second turn carries the first; server VAD commits
 the spoken turn and answers it; a cancel aborts every stage; eight concurrent sessions each equal their solo
-run. (Text and speech models: tests/e2e/test_realtime_models.py.)"""
+run. (A speech model: tests/e2e/codec_tts/test_realtime.py; a text chat model: tests/e2e/test_families.py.)"""
 
 from __future__ import annotations
 

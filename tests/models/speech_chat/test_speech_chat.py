@@ -1,23 +1,25 @@
 """speech_chat end to end over HTTP: a clip in an ``input_audio`` part -> Whisper -> chat LM -> codec_tts.
 
-Every stage's output is checked against that stage's own family run alone on the same input, after the
-speech_chat server has stopped (one engine set at a time): the transcript equals the whisper pipeline's
-transcription of the clip, the reply the chat pipeline's greedy answer to the transcript, the audio the
-codec_tts pipeline's answer to the reply (within one 16-bit step: the HTTP answer is PCM16). Bad input is
-checked on the server (which keeps serving). ~110 s on 2 shared cores: four vLLM engine starts, one set at a
-time. Offline ``Omni`` runs of this pipeline are left out on purpose (three more engine starts, ~45 s of a suite
-near its time budget): ``Omni`` is ``AsyncOmni`` driven synchronously, covered by tests/engine/test_offline_api.py.
+Every stage's output is checked against that stage's model run alone on the same input, after the speech_chat
+server has stopped: the reply equals transformers' greedy chat answer (chat template, ``generate``) to
+transformers' Whisper transcript of the clip (the whisper and chat families equal those references token for
+token in their own tests), and the audio equals the codec_tts pipeline's answer to the reply (within one 16-bit
+step: the HTTP answer is PCM16). Bad input is checked on the server (which keeps serving). Offline ``Omni`` runs
+of this pipeline are left out on purpose (three more engine starts in a suite near its time budget): ``Omni`` is
+``AsyncOmni`` driven synchronously, covered by tests/engine/test_offline_api.py.
 """
 
 from __future__ import annotations
 
 import base64
+import copy
 import io
 import json
 import wave
 
 import numpy as np
 import pytest
+import torch
 
 from omnistage import Omni
 from omnistage.engine.async_omni import AsyncOmni
@@ -118,21 +120,44 @@ def test_bad_input_is_a_400_naming_the_part(served):
     assert served["after"]["content"] == served["whole"]["content"]
 
 
+def whisper_transcript(folder) -> str:
+    """transformers' Whisper on the clip, as the speech_chat recogniser stage is asked (English, ASR's knobs)."""
+    from transformers import WhisperForConditionalGeneration, WhisperProcessor
+
+    proc = WhisperProcessor.from_pretrained(folder)
+    model = WhisperForConditionalGeneration.from_pretrained(folder).eval()
+    feats = proc(SAMPLES, sampling_rate=RATE, return_tensors="pt").input_features
+    with torch.no_grad():
+        ids = model.generate(feats, language="en", task="transcribe", do_sample=False, max_new_tokens=ASR["max_tokens"])
+    return proc.tokenizer.decode(ids[0], skip_special_tokens=True)
+
+
+def chat_reply(folder, transcript: str) -> str:
+    """transformers' greedy generate on the chat template's prompt; no EOS stop, as ``ignore_eos`` asks."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    ids = tok.apply_chat_template([{"role": "user", "content": transcript}], add_generation_prompt=True,
+                                  return_tensors="pt", return_dict=True)["input_ids"]
+    config = copy.deepcopy(model.generation_config)
+    config.eos_token_id = None
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, do_sample=False,
+                             max_new_tokens=CHAT["max_tokens"], pad_token_id=tok.pad_token_id or 0)
+    return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+
+
 def test_each_stage_equals_its_family_alone(served, folders):
     reply = served["whole"]["content"]
     audio = wav_samples(base64.b64decode(served["whole"]["audio"]["data"]))
     assert reply and audio.size
-    # 1. the recogniser alone on the clip
-    with Omni(str(folders["whisper"]), max_model_len=448, dtype="float32", **KV) as whisper:
-        out = whisper.generate({"prompt": "", "multi_modal_data": {"audio": (SAMPLES, RATE)},
-                                "additional_information": {"language": "en"}}, sampling_params_list=[ASR])[0]
-    transcript = out.text.strip()
+    # 1. the recogniser alone on the clip: transformers' Whisper, greedy (the whisper family equals it token for
+    # token, tests/models/whisper/test_whisper_vllm.py)
+    transcript = whisper_transcript(folders["whisper"]).strip()
     assert transcript
-    # 2. the chat model alone, greedy, on the transcript
-    with Omni(str(folders["chat"]), max_model_len=512, dtype="float32", **KV) as chat:
-        alone = chat.generate({"messages": [{"role": "user", "content": [{"type": "text", "text": transcript}]}]},
-                              sampling_params_list=[CHAT])[0]
-    assert reply == alone.text
+    # 2. the chat model alone, greedy, on the transcript: transformers' generate on the chat template's prompt
+    assert reply == chat_reply(folders["chat"], transcript)
     assert served["text_only"]["content"] == reply and served["text_only"].get("audio") is None
     # 3. the TTS family alone on the reply
     with Omni(str(folders["tts"]), max_model_len=512, dtype="float32", **KV) as tts:

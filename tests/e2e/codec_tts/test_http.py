@@ -1,5 +1,5 @@
 """codec_tts through the real HTTP server (``omnistage serve`` subprocess):
-``/v1/audio/speech`` as WAV and as streamed PCM, ``/v1/audio/voices``, errors."""
+``/v1/audio/speech`` as WAV and as streamed PCM, ``/v1/audio/voices``, errors (the package's server, conftest.py)."""
 
 from __future__ import annotations
 
@@ -11,21 +11,10 @@ import openai
 import pytest
 import soundfile
 
-from omnistage.testing.server import ServeProcess
-
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
 FRAMES = 40  # K=2 tokens per frame, 320 samples per frame at 16 kHz
 KNOBS = {"temperature": 0, "max_tokens": 2 * FRAMES, "min_tokens": 2 * FRAMES}
-
-
-@pytest.fixture(scope="module")
-def tts_server(tiny_model, tmp_path_factory):
-    log = tmp_path_factory.mktemp("ttslog") / "server.log"
-    server = ServeProcess.launch([str(tiny_model("codec_tts")), "--served-model-name", "tiny-tts",
-                                  "--stage-overrides", '{"0": {"max_model_len": 512, "dtype": "float32"}}'], log)
-    yield server.url
-    server.stop()
 
 
 def test_voices_are_listed(tts_server):
