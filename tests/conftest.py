@@ -57,5 +57,5 @@ def pytest_collection_finish(session):
     test reads the result (tests/gpu_profile.py)."""
     from tests import gpu_profile
 
-    if any(item.nodeid == gpu_profile.TEST for item in session.items):
+    if not session.config.option.collectonly and any(item.nodeid == gpu_profile.TEST for item in session.items):
         gpu_profile.start()

@@ -16,6 +16,7 @@ import torch
 from PIL import Image
 
 from omnistage.testing.server import ServeProcess
+from tests.e2e.servers import serve_tiny
 from tests.server.realtime_client import chat_stream, next_event, openai_client, read_reply
 
 pytestmark = pytest.mark.slow
@@ -78,10 +79,7 @@ def test_sd3_edit_and_chat_image(sd3_server):
 
 @pytest.fixture(scope="module")
 def chat_server(tiny_model, tmp_path_factory):
-    log = tmp_path_factory.mktemp("chatlog") / "server.log"
-    server = ServeProcess.launch([str(tiny_model("chat")), "--served-model-name", "tiny-chat", "--enforce-eager"], log)
-    yield server.url
-    server.stop()
+    yield from serve_tiny(tiny_model, tmp_path_factory, "chat", "tiny-chat", "--enforce-eager")
 
 
 @pytest.mark.vllm

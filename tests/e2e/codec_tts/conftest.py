@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from omnistage.testing.server import ServeProcess
+from tests.e2e.servers import serve_tiny
 
 
 @pytest.fixture(scope="package")
 def tts_server(tiny_model, tmp_path_factory):
-    log = tmp_path_factory.mktemp("ttslog") / "server.log"
-    server = ServeProcess.launch([str(tiny_model("codec_tts")), "--served-model-name", "tiny-tts",
-                                  "--stage-overrides", '{"0": {"max_model_len": 512, "dtype": "float32"}}'], log)
-    yield server.url
-    server.stop()
+    yield from serve_tiny(tiny_model, tmp_path_factory, "codec_tts", "tiny-tts",
+                          "--stage-overrides", '{"0": {"max_model_len": 512, "dtype": "float32"}}')

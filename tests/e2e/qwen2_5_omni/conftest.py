@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from omnistage.testing.server import ServeProcess
+from tests.e2e.servers import serve_tiny
 
 
 @pytest.fixture(scope="package")
 def server(tiny_model, tmp_path_factory):
-    log = tmp_path_factory.mktemp("omni25log") / "server.log"
-    proc = ServeProcess.launch([str(tiny_model("qwen2_5_omni")), "--served-model-name", "tiny-omni25",
-                                "--stage-overrides", '{"0": {"max_model_len": 1024}}'], log)
-    yield proc.url
-    proc.stop()
+    yield from serve_tiny(tiny_model, tmp_path_factory, "qwen2_5_omni", "tiny-omni25",
+                          "--stage-overrides", '{"0": {"max_model_len": 1024}}')

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from omnistage.testing.server import ServeProcess
+from tests.e2e.servers import serve_tiny
 
 
 @pytest.fixture(scope="package")
 def omni_server(tiny_model, tmp_path_factory):
-    log = tmp_path_factory.mktemp("omnilog") / "server.log"
-    server = ServeProcess.launch([str(tiny_model("qwen3_omni")), "--served-model-name", "tiny-omni",
-                                  "--stage-overrides", '{"0": {"max_model_len": 1024}}',
-                                  "--max-image-pixels", str(96 * 96)], log)
-    yield server.url
-    server.stop()
+    yield from serve_tiny(tiny_model, tmp_path_factory, "qwen3_omni", "tiny-omni",
+                          "--stage-overrides", '{"0": {"max_model_len": 1024}}',
+                          "--max-image-pixels", str(96 * 96))
