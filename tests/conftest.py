@@ -52,6 +52,7 @@ def pytest_xdist_make_scheduler(config, log):
 
     return LoadFileOrPackage(config, log)
 
+
 def pytest_collection_finish(session):
     """The GPU-profile pip dry run waits on the network for minutes: it starts now, in the background, and its
     test reads the result (tests/gpu_profile.py)."""
