@@ -286,8 +286,10 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"error: --host {args.host} --port {args.port}: {e.strerror or e}", file=sys.stderr)
         return 2
+    # access_log off: the app logs every request itself (id, status, latency: server/middleware.py), and a second
+    # line per request costs the event loop a write under load
     server = _server_class()(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                                            timeout_graceful_shutdown=int(args.shutdown_timeout)))
+                                            timeout_graceful_shutdown=int(args.shutdown_timeout), access_log=False))
     server.model_name = app.state.omni.model_name
     try:
         server.run(sockets=[sock])

@@ -51,6 +51,8 @@ class Omni:
         if isinstance(prompts, (str, Mapping)):
             prompts = [prompts]
         requests = [self._engine.make_request(p, None, sampling_params_list, output_modalities) for p in prompts]
+        for req in requests:
+            req.stream = False  # the final outputs alone are returned (stages may skip making deltas)
         return self._call(self._run_all(requests, use_tqdm))
 
     async def _run_all(self, requests: list, use_tqdm: bool) -> list[OmniRequestOutput]:

@@ -221,7 +221,7 @@ class Orchestrator:
         if run.request.modalities is not None and not consumers:
             wanted = str(st.output_type & run.request.modalities)
         req = StageRequest(rid, inputs, run.request.sampling_params[sid], stream_inputs=bool(streaming),
-                           consumers=consumers, wanted=wanted)
+                           consumers=consumers, wanted=wanted, final_only=not run.request.stream and not st.subscribers)
         started = time.monotonic()
         st.submitted = True
         st.started.set()

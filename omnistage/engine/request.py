@@ -23,6 +23,7 @@ class OmniRequest:
     sampling_params: list[Any]  # one entry per stage, parsed and merged once (params.stage_params)
     modalities: OutputModality | None = None  # None: every final stage
     extra: dict[str, Any] = field(default_factory=dict)
+    stream: bool = True  # False: the caller reads only the final outputs (a whole HTTP answer), not the deltas
 
     @property
     def text(self) -> str | None:

@@ -10,11 +10,12 @@ from omnistage.server.errors import APIError
 from omnistage.server.state import ServerState
 
 
-def get_state(request: Request) -> ServerState:
+# async: FastAPI runs a plain ``def`` dependency in its thread pool, a thread hop for every request
+async def get_state(request: Request) -> ServerState:
     return request.app.state.omni
 
 
-def require_api_key(request: Request) -> None:
+async def require_api_key(request: Request) -> None:
     key = request.app.state.omni.options.api_key
     if not key:
         return

@@ -267,6 +267,7 @@ class ServerState:
 
     async def run(self, request: Request | None, req: OmniRequest, on_output: Any = None) -> Result:
         """Run to completion; a client that disconnects meanwhile aborts the request."""
+        req.stream = False  # only the final outputs make the answer (on_output sees the data as one delta)
         slot = self.admission.acquire()
         result = Result()
         text_stages = self.text_stages()

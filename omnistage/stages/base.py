@@ -78,6 +78,9 @@ class StageRequest:
     # the part of this stage's output the caller asked for (e.g. "video" of a "video+audio" stage) when no other
     # stage reads it, so the stage can skip the rest (LTX-2's audio decode); None: all of it
     wanted: str | None = None
+    # nobody reads this stage's deltas (no streaming edge from it, and the caller takes only the final answer):
+    # a stage may skip making them (an llm stage asks vLLM for the final output alone, not one per token)
+    final_only: bool = False
 
 
 @dataclass

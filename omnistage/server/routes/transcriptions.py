@@ -234,13 +234,16 @@ async def _handle(request: Request, state: ServerState, task: str) -> Response:
         if out.finished and out.token_ids:
             tokens[out.request_id] = list(out.token_ids)
 
-    tasks = [asyncio.create_task(state.run(request, req, on_output=keep_ids)) for _, _, req in reqs]
-    try:
-        results = await asyncio.gather(*tasks)
-    finally:
-        for t in tasks:  # one window failed (or the client left): the others stop too
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    if len(reqs) == 1:  # (no task around the one window: a task per request costs the loop under load)
+        results = [await state.run(request, reqs[0][2], on_output=keep_ids)]
+    else:
+        tasks = [asyncio.create_task(state.run(request, req, on_output=keep_ids)) for _, _, req in reqs]
+        try:
+            results = await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:  # one window failed (or the client left): the others stop too
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
     temperature = form.knobs.temperature or 0.0
     tok = await asyncio.to_thread(tokenizer, form.timestamps["tokenizer"]) if form.timestamps else None
     segments, named = [], []

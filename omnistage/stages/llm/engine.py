@@ -240,7 +240,7 @@ class LLMStageEngine:
                                           f"{bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})")
         check_media(source, self.engine)
         params, lora = self.loras.request(req.params)
-        sp = to_sampling_params(params, vocab_size=self.vocab_size)
+        sp = to_sampling_params(params, vocab_size=self.vocab_size, final_only=req.final_only)
         return Prepared(ids, source.text, sp, source=source, lora=lora)
 
     def check_length(self, ids: list[int], sp: Any, field: str) -> None:
@@ -298,10 +298,11 @@ class LLMStageEngine:
                 if sp.logprobs is not None and comp.logprobs:
                     data["logprobs"] = [float(lp[t].logprob) for t, lp in zip(comp.token_ids, comp.logprobs)]
                 if ro.finished:
+                    # Without vLLM's stats logging the scheduling time is not exposed: the queue time here runs up
+                    # to the first output (final-only: that is the last one, so the run time holds it all)
+                    started = req.arrival_time if req.final_only else first_at
                     metrics = StageMetrics(
-                        # Without vLLM's stats logging the scheduling time is not exposed:
-                        # the queue time here runs up to the first output.
-                        queue_time_s=first_at - req.arrival_time, run_time_s=now - first_at,
+                        queue_time_s=started - req.arrival_time, run_time_s=now - started,
                         num_tokens=num_tokens, peak_memory_mb=peak_memory_mb(),
                     )
                     reason = "abort" if rid in self._aborted else comp.finish_reason

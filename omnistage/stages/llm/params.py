@@ -54,14 +54,16 @@ def _check_common(get: Any, vocab_size: int) -> None:
             raise InvalidRequestError("seed", f"must be <= {MAX_SEED}, got {seed}")
 
 
-def to_sampling_params(params: Any, *, vocab_size: int) -> SamplingParams:
-    """A validated copy with ``output_kind=DELTA`` (the caller's object is not modified)."""
+def to_sampling_params(params: Any, *, vocab_size: int, final_only: bool = False) -> SamplingParams:
+    """A validated copy with ``output_kind=DELTA`` (``FINAL_ONLY`` where nobody reads the deltas: vLLM then
+    builds one output per request instead of one per token); the caller's object is not modified."""
+    kind = RequestOutputKind.FINAL_ONLY if final_only else RequestOutputKind.DELTA
     if params is None:
         params = {}
     if isinstance(params, SamplingParams):
         _check_common(lambda k: getattr(params, k), vocab_size)
         sp = params.clone()
-        sp.output_kind = RequestOutputKind.DELTA
+        sp.output_kind = kind
         return sp
     if not isinstance(params, Mapping):
         raise InvalidRequestError("sampling_params", f"expected a dict or vllm.SamplingParams, got {type(params).__name__}")
@@ -70,6 +72,6 @@ def to_sampling_params(params: Any, *, vocab_size: int) -> SamplingParams:
         raise InvalidRequestError("sampling_params", f"unknown field(s) {', '.join(unknown)} for an llm stage")
     _check_common(params.get, vocab_size)
     try:
-        return SamplingParams(**dict(params), output_kind=RequestOutputKind.DELTA)
+        return SamplingParams(**dict(params), output_kind=kind)
     except (ValueError, TypeError, VLLMValidationError) as e:  # vLLM's own checks name the parameter
         raise InvalidRequestError("sampling_params", f"{e}") from None

@@ -61,6 +61,30 @@ async def test_parity_with_llm_generate(omni, reference, mode):
         assert m["num_tokens"] == len(ref_ids) and m["peak_memory_mb"] > 0
 
 
+@pytest.mark.parametrize("mode", ["greedy", "seeded"])
+async def test_a_whole_answer_is_one_final_output_from_vllm(omni, reference, mode):
+    """A request whose caller reads only the final output (``stream=False``: the server's non-streamed answers,
+    offline ``Omni``) asks vLLM for the final output alone (``RequestOutputKind.FINAL_ONLY``, as vLLM's own
+    ``LLM.generate`` does): one update with all the data, then the final, equal to the reference; a streamed
+    request keeps one delta per token."""
+    params = GREEDY if mode == "greedy" else SEEDED
+
+    async def whole(prompt):
+        req = omni.make_request(prompt, sampling_params_list=[dict(params)])
+        req.stream = False
+        return await all_outputs(omni.run(req))
+
+    results = await asyncio.gather(*(whole(p) for p in PROMPTS))
+    for outs, (ref_ids, ref_text) in zip(results, reference[mode]):
+        assert len(outs) == 2 and not outs[0].finished and outs[1].finished
+        assert outs[0].delta["token_ids"] == ref_ids and outs[0].delta["text"] == ref_text
+        assert (outs[1].token_ids, outs[1].text, outs[1].finish_reason) == (ref_ids, ref_text, "length")
+        assert outs[1].prompt_token_ids and outs[1].metrics[0]["num_tokens"] == len(ref_ids)
+        assert outs[1].metrics[0]["run_time_s"] > 0
+    _, deltas = await run(omni, PROMPTS[0], dict(params))
+    assert len(deltas) > 2  # (the default: streamed, one delta per token)
+
+
 async def test_seeded_params_object(omni, reference):
     """A caller's own vllm.SamplingParams works too (and is not modified)."""
     from vllm import SamplingParams
