@@ -23,6 +23,7 @@ import torch
 
 from omnistage import Omni
 from omnistage.engine.async_omni import AsyncOmni
+from tests.models.whisper.cases import TransformersWhisper
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
@@ -120,18 +121,6 @@ def test_bad_input_is_a_400_naming_the_part(served):
     assert served["after"]["content"] == served["whole"]["content"]
 
 
-def whisper_transcript(folder) -> str:
-    """transformers' Whisper on the clip, as the speech_chat recogniser stage is asked (English, ASR's knobs)."""
-    from transformers import WhisperForConditionalGeneration, WhisperProcessor
-
-    proc = WhisperProcessor.from_pretrained(folder)
-    model = WhisperForConditionalGeneration.from_pretrained(folder).eval()
-    feats = proc(SAMPLES, sampling_rate=RATE, return_tensors="pt").input_features
-    with torch.no_grad():
-        ids = model.generate(feats, language="en", task="transcribe", do_sample=False, max_new_tokens=ASR["max_tokens"])
-    return proc.tokenizer.decode(ids[0], skip_special_tokens=True)
-
-
 def chat_reply(folder, transcript: str) -> str:
     """transformers' greedy generate on the chat template's prompt; no EOS stop, as ``ignore_eos`` asks."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -154,7 +143,7 @@ def test_each_stage_equals_its_family_alone(served, folders):
     assert reply and audio.size
     # 1. the recogniser alone on the clip: transformers' Whisper, greedy (the whisper family equals it token for
     # token, tests/models/whisper/test_whisper_vllm.py)
-    transcript = whisper_transcript(folders["whisper"]).strip()
+    transcript = TransformersWhisper(folders["whisper"]).transcript(SAMPLES, "en", ASR["max_tokens"]).strip()
     assert transcript
     # 2. the chat model alone, greedy, on the transcript: transformers' generate on the chat template's prompt
     assert reply == chat_reply(folders["chat"], transcript)

@@ -46,3 +46,34 @@ def between_timestamps(segment: list[int], begin: int) -> list[int]:
     while inner and inner[-1] >= begin:
         inner.pop()
     return inner
+
+
+class TransformersWhisper:
+    """The reference for text out of the CLI and of pipelines with a Whisper stage: transformers' Whisper on the
+    folder, greedy (the family equals it token for token: test_whisper_vllm.py)."""
+
+    def __init__(self, folder: str):
+        import torch
+        from transformers import WhisperForConditionalGeneration, WhisperProcessor
+
+        torch.set_num_threads(1)
+        self.proc = WhisperProcessor.from_pretrained(folder)
+        self.model = WhisperForConditionalGeneration.from_pretrained(folder).eval()
+
+    def features(self, samples):
+        return self.proc(samples, sampling_rate=RATE, return_tensors="pt").input_features
+
+    def language(self, samples) -> str:
+        import torch
+
+        with torch.no_grad():
+            token = int(self.model.detect_language(self.features(samples))[0])
+        return self.proc.tokenizer.convert_ids_to_tokens(token)[2:-2]  # <|de|> -> de
+
+    def transcript(self, samples, language: str, max_tokens: int) -> str:
+        import torch
+
+        with torch.no_grad():
+            ids = self.model.generate(self.features(samples), language=language, task="transcribe", do_sample=False,
+                                      max_new_tokens=max_tokens)
+        return self.proc.tokenizer.decode(ids[0], skip_special_tokens=True)

@@ -13,7 +13,7 @@ import sys
 import pytest
 import soundfile as sf
 
-from tests.models.whisper.cases import ENGINE, RATE, clip
+from tests.models.whisper.cases import ENGINE, RATE, TransformersWhisper, clip
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -32,46 +32,16 @@ def cli(*args, timeout=300):
                           capture_output=True, text=True, timeout=timeout)
 
 
-class Transformers:
-    """The reference: transformers' Whisper on the tiny folder."""
-
-    def __init__(self, folder: str):
-        import torch
-        from transformers import WhisperForConditionalGeneration, WhisperProcessor
-
-        torch.set_num_threads(1)
-        self.proc = WhisperProcessor.from_pretrained(folder)
-        self.model = WhisperForConditionalGeneration.from_pretrained(folder).eval()
-
-    def features(self, samples):
-        return self.proc(samples, sampling_rate=RATE, return_tensors="pt").input_features
-
-    def language(self, samples) -> str:
-        import torch
-
-        with torch.no_grad():
-            token = int(self.model.detect_language(self.features(samples))[0])
-        return self.proc.tokenizer.convert_ids_to_tokens(token)[2:-2]  # <|de|> -> de
-
-    def transcript(self, samples, language: str) -> str:
-        import torch
-
-        with torch.no_grad():
-            ids = self.model.generate(self.features(samples), language=language, task="transcribe", do_sample=False,
-                                      max_new_tokens=MAX_TOKENS)
-        return self.proc.tokenizer.decode(ids[0], skip_special_tokens=True)
-
-
 def test_generate_audio_prints_the_transcript(tiny_model, tmp_path):
     folder = str(tiny_model("whisper"))
     audio, deploy = tmp_path / "clip.wav", deploy_yaml(tmp_path / "deploy.yaml")
     samples, other = clip(3.0, 2), clip(1.5, 20)
     sf.write(audio, samples, RATE, subtype="FLOAT")  # lossless: both sides hear the same samples
     sf.write(other_wav := tmp_path / "other.wav", other, RATE, subtype="FLOAT")
-    hf = Transformers(folder)
+    hf = TransformersWhisper(folder)
     detected = hf.language(other)
     assert detected != "en"  # a clip whose detected language is not the default
-    want = [hf.transcript(samples, "de"), hf.transcript(other, detected)]
+    want = [hf.transcript(samples, "de", MAX_TOKENS), hf.transcript(other, detected, MAX_TOKENS)]
     given = cli(folder, "--audio", str(audio), "--language", "de", "--max-tokens", str(MAX_TOKENS),
                 "--deploy-config", deploy)
     assert given.returncode == 0, given.stderr[-3000:]
