@@ -59,7 +59,12 @@ def test_sync_mp4_and_bad_frame_count(server):
     ref = reference_pipeline(fam.reference, str(folder))
     want = (ref("a red cat", generator=gen(4), height=fam.height, width=fam.width, num_frames=fam.frames,
                 num_inference_steps=2, output_type="np").frames[0] * 255).round().astype(np.uint8)
-    assert np.array_equal(got["frames"], decode_mp4(encode_mp4(want, 12))["frames"])
+    # Exact in every run but one: CI once saw the server's video differ from this reference (its float rounding
+    # differs now and then: the server's denoiser runs on another thread of this process, whose thread count this
+    # test cannot pin once a vLLM engine ran here, vLLM replaces torch.set_num_threads). A pixel one level off
+    # moves an H.264 block's quantisation, so: equal within that. Another seed is mean 4.7 / max 75 levels away.
+    diff = np.abs(got["frames"].astype(int) - decode_mp4(encode_mp4(want, 12))["frames"].astype(int))
+    assert diff.mean() < 0.5 and diff.max() <= 16, (diff.mean(), diff.max())
 
     r = httpx.post(f"{url}/v1/videos/sync", json={**body, "num_frames": fam.bad_frames}, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["param"] == "num_frames", r.text
