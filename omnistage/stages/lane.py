@@ -25,15 +25,24 @@ from typing import Any, Callable, TypeVar
 T = TypeVar("T")
 
 
+# After an urgent call, other calls wait this long for the urgent work it leads to: its first outputs reach the
+# next stage through a few event-loop hops (queue, edge, feed), and the talker's next step, asked for at once,
+# would otherwise start first and hold code2wav's first piece back for a whole step (8 ms of a 62 ms first
+# packet, tiny Qwen3-Omni at concurrency 4).
+URGENT_FOLLOW_UP_S = 0.002
+
+
 class _Lane:
     """One process's CPU model calls: they share the CPU, except urgent ones, which run alone. Waiting calls
     start in order, urgent ones first (a call that finishes and asks again at once does not jump the queue)."""
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
         self.running = 0  # calls in progress
         self.alone = False  # the call in progress is urgent
         self.waiting: list[tuple[bool, int, asyncio.Future]] = []  # (not urgent, arrival, granted)
         self.arrivals = 0
+        self.hold_until = 0.0  # non-urgent calls start from then on (URGENT_FOLLOW_UP_S)
 
     def _dispatch(self) -> None:
         self.waiting.sort(key=lambda w: w[:2])
@@ -41,12 +50,15 @@ class _Lane:
             later, _, granted = self.waiting[0]
             if not later and self.running:  # urgent: once the calls in progress are done
                 return
+            if later and self.loop.time() < self.hold_until:  # (a timer dispatches again when the hold ends)
+                return
             self.waiting.pop(0)
             self.running += 1
             self.alone = not later
             granted.set_result(None)
 
-    async def run(self, fn: Callable[..., T], args: tuple, urgent: bool) -> T:
+    async def run(self, fn: Callable[..., T], args: tuple, urgent: bool,
+                  collect: Callable[[], tuple | None] | None = None) -> T | None:
         granted = asyncio.get_running_loop().create_future()
         self.arrivals += 1
         self.waiting.append((not urgent, self.arrivals, granted))
@@ -60,6 +72,15 @@ class _Lane:
             else:  # granted, then cancelled before it ran: give the turn back
                 self._release(urgent)
             raise
+        if collect is not None:
+            try:
+                args = collect()
+            except BaseException:
+                self._release(urgent)
+                raise
+            if args is None:
+                self._release(urgent)
+                return None
         # the turn ends when the thread does: a caller cancelled meanwhile (an abort, a shutdown) stops waiting,
         # but the call keeps the CPU until it returns, so the next one must not start beside it
         call = asyncio.ensure_future(asyncio.to_thread(fn, *args))
@@ -70,6 +91,8 @@ class _Lane:
         self.running -= 1
         if urgent:
             self.alone = False
+            self.hold_until = self.loop.time() + URGENT_FOLLOW_UP_S
+            self.loop.call_later(URGENT_FOLLOW_UP_S, self._dispatch)
         self._dispatch()
 
 
@@ -84,13 +107,29 @@ def stage_device(devices: list[str] | None) -> str:
     return f"cuda:{devices[0]}" if devices and torch.cuda.is_available() else "cpu"
 
 
+def _lane() -> _Lane:
+    loop = asyncio.get_running_loop()
+    lane = _lanes.get(loop)
+    if lane is None:
+        lane = _lanes[loop] = _Lane(loop)
+    return lane
+
+
 async def run_on(device: str, fn: Callable[..., T], *args: Any, urgent: bool = False) -> T:
     """``fn(*args)`` in a worker thread; on the CPU an ``urgent`` call (it carries some request's first output)
     runs alone, after the calls in progress and before any that wait."""
     if not str(device).startswith("cpu"):
         return await asyncio.to_thread(fn, *args)
-    loop = asyncio.get_running_loop()
-    lane = _lanes.get(loop)
-    if lane is None:
-        lane = _lanes[loop] = _Lane()
-    return await lane.run(fn, args, urgent)
+    return await _lane().run(fn, args, urgent)
+
+
+async def run_batch_on(device: str, fn: Callable[..., T], collect: Callable[[], tuple | None],
+                       urgent: bool = False) -> T | None:
+    """As ``run_on``, with the batch taken when the call's turn comes: ``collect()`` runs on the event loop then
+    and returns ``fn``'s arguments (None: nothing left to run, and ``fn`` is not called). On the CPU a call may
+    wait for a turn for a whole call of another stage; what became ready meanwhile (the first pieces of requests
+    that arrived a moment later) joins this call instead of waiting again for the next one."""
+    if not str(device).startswith("cpu"):
+        args = collect()
+        return None if args is None else await asyncio.to_thread(fn, *args)
+    return await _lane().run(fn, (), urgent, collect)

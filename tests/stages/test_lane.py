@@ -7,7 +7,7 @@ import asyncio
 import threading
 import time
 
-from omnistage.stages.lane import run_on
+from omnistage.stages.lane import URGENT_FOLLOW_UP_S, run_batch_on, run_on
 
 
 def test_plain_calls_overlap():
@@ -120,3 +120,61 @@ def test_a_cancelled_caller_keeps_its_turn_until_its_call_returns():
 
     asyncio.run(main())
     assert log == ["first+", "first-", "second+", "second-"]
+
+
+def test_a_batch_is_taken_when_its_turn_comes():
+    """``run_batch_on``: what became ready while the call waited for its turn runs in it; nothing left: no call."""
+    release = threading.Event()
+    pending = ["a"]
+
+    def take():
+        if not pending:
+            return None
+        batch = list(pending)
+        pending.clear()
+        return (batch,)
+
+    async def main():
+        busy = asyncio.ensure_future(run_on("cpu", release.wait, 5))
+        await asyncio.sleep(0.02)
+        call = asyncio.ensure_future(run_batch_on("cpu", lambda items: items, take, urgent=True))
+        await asyncio.sleep(0.02)
+        pending.append("b")  # arrives while the call waits
+        release.set()
+        got = await call
+        nothing = await run_batch_on("cpu", lambda items: 1 / 0, take)  # taken already: fn is not called
+        await busy
+        return got, nothing
+
+    assert asyncio.run(main()) == (["a", "b"], None)
+
+
+def test_urgent_work_that_follows_an_urgent_call_goes_before_the_calls_that_wait():
+    """The talker's first frames end its urgent step, which asks for its next (non-urgent) step at once; code2wav's
+    first piece of those frames reaches the lane a few event-loop hops later and still runs first."""
+    log: list[str] = []
+
+    def call(name: str) -> None:
+        log.append(name)
+        time.sleep(0.01)
+
+    async def main():
+        await run_on("cpu", call, "first step", urgent=True)
+        step = asyncio.ensure_future(run_on("cpu", call, "next step"))
+        for _ in range(5):  # queue -> edge -> feed -> the next stage's loop
+            await asyncio.sleep(0)
+        await run_on("cpu", call, "first piece", urgent=True)
+        await step
+
+    asyncio.run(main())
+    assert log == ["first step", "first piece", "next step"]
+
+
+def test_plain_calls_start_once_the_follow_up_time_is_over():
+    async def main():
+        await run_on("cpu", time.sleep, 0, urgent=True)
+        t0 = time.monotonic()
+        await run_on("cpu", time.sleep, 0)
+        return time.monotonic() - t0
+
+    assert URGENT_FOLLOW_UP_S * 0.9 <= asyncio.run(main()) < 0.5

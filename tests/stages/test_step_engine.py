@@ -6,6 +6,7 @@ batch only; an abort frees its place in a full batch at once."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -120,3 +121,32 @@ def test_an_abort_frees_its_place_in_a_full_batch_at_once():
     holder, queued = run(main)
     assert holder == ([0], "abort")
     assert queued == ([0, 1, 2], "stop")
+
+
+def test_requests_arriving_during_a_prefill_take_their_first_step_with_the_others():
+    """Requests whose upstream output comes a moment later (the thinker's first tokens a step apart) join in a second
+    prefill before the step, so every one's first step is in the same call (no request a step behind)."""
+    import threading
+
+    class Slow(Counter):
+        started = threading.Event()
+
+        def prefill_batch(self, rs):
+            self.started.set()
+            time.sleep(0.1)  # the late request arrives meanwhile
+            return super().prefill_batch(rs)
+
+    async def main():
+        e = Slow(engine().ctx)
+        await e.start()
+        try:
+            first = asyncio.ensure_future(collect(e, "first"))
+            await asyncio.to_thread(Slow.started.wait, 5)
+            late = asyncio.ensure_future(collect(e, "late"))
+            await asyncio.gather(first, late)
+        finally:
+            await e.shutdown()
+        return list(e.prefill_sizes), list(e.batch_sizes)
+
+    prefills, steps = run(main)
+    assert prefills == [1, 1] and steps == [2, 2]

@@ -45,7 +45,7 @@ from typing import Any
 
 from omnistage.pipeline import StageContext
 from omnistage.stages.base import StageError, StageMetrics, StageOutput, StageRequest, StageStats, peak_memory_mb
-from omnistage.stages.lane import run_on, stage_device
+from omnistage.stages.lane import run_batch_on, stage_device
 
 logger = logging.getLogger(__name__)
 
@@ -216,23 +216,36 @@ class StepEngine:
     async def _tick(self) -> bool:
         """One round: prefill the requests that can join, then one batched step. False: nothing to do."""
         did = False
+        # Requests that became ready during a prefill join in a second one before the step, so that requests
+        # arriving a moment apart (their upstream's first outputs a step apart) take their first step together
+        # rather than one step behind the others; at most two, so a stream of arrivals cannot starve the step.
+        for _ in range(2):
+            if not self._joining() or not await self._prefill():
+                break
+            did = True
+        ready = self._ready()
+        if ready:  # a step that gives some request its first token is as urgent as a prefill (stages.lane)
+            await self._step(urgent=any(r.tokens == 0 for r, _ in ready))
+            did = True
+        return did
+
+    def _joining(self) -> list[ARRequest]:
+        """The requests that can join now (none while the batch is full: they join when running ones end)."""
         free = self.max_batch - sum(1 for x in self._reqs.values() if x.prefilled and not x.closed)
         joining = [r for r in list(self._reqs.values())
                    if not r.closed and not r.prefilled and self._hook(self.prefill_ready, r)]
-        if joining and free > 0:  # (full: they join when running requests end)
-            await self._prefill(joining[:free])
-            did = True
+        return joining[:max(0, free)]
+
+    def _ready(self) -> list[tuple[ARRequest, Any]]:
+        """The running requests whose next step's input is there, each with that input."""
         ready: list[tuple[ARRequest, Any]] = []
-        for r in self._reqs.values():
+        for r in list(self._reqs.values()):
             if r.closed or not r.prefilled or len(ready) >= self.max_batch:
                 continue
             item = self._hook(self.ready, r)
             if item is not None:
                 ready.append((r, item))
-        if ready:
-            await self._step([r for r, _ in ready], [x for _, x in ready])
-            did = True
-        return did
+        return ready
 
     def _hook(self, hook: Any, r: ARRequest) -> Any:
         """A family's per-request hook on the event loop (``prefill_ready``, ``ready``); one that raises fails
@@ -245,20 +258,32 @@ class StepEngine:
             self._fail(r, StageError.failure(e))
             return None
 
-    async def _prefill(self, rs: list[ARRequest]) -> None:
-        now = time.monotonic()
-        for r in rs:
-            r.first_scheduled = now
-        self._running = len(rs)
-        self.prefill_sizes.append(len(rs))
+    async def _prefill(self) -> bool:
+        """Prefill the requests that can join when the call's turn comes (``run_batch_on``); False: none could."""
+        rs: list[ARRequest] = []
+
+        def take() -> tuple[list[ARRequest]] | None:
+            rs[:] = self._joining()
+            if not rs:
+                return None
+            now = time.monotonic()
+            for r in rs:
+                r.first_scheduled = now
+            self._running = len(rs)
+            self.prefill_sizes.append(len(rs))
+            return (list(rs),)
+
         batch_error = None
         try:
-            emits = await run_on(self.device, self.prefill_batch, rs, urgent=True)  # first outputs: see stages.lane
+            emits = await run_batch_on(self.device, self.prefill_batch, take, urgent=True)  # first outputs: stages.lane
+            if emits is None:
+                return False
             if len(emits) != len(rs):
                 raise RuntimeError(f"prefill_batch returned {len(emits)} results for {len(rs)} requests")
         except Exception as e:  # a failed batched prefill fails its requests, not the engine
             logger.exception("stage %s: prefill failed", self.stage_id)
             batch_error = e
+            rs = rs or self._joining()  # (failed before the batch was taken: those it would have taken)
             emits = [e] * len(rs)
         finally:
             self._running = 0
@@ -270,18 +295,30 @@ class StepEngine:
                 continue
             r.prefilled = True
             self._apply(r, emit)
+        return True
 
-    async def _step(self, rs: list[ARRequest], items: list[Any]) -> None:
-        self._running = len(rs)
-        self.batch_sizes.append(len(rs))
+    async def _step(self, urgent: bool) -> None:
+        """One batched step of the requests that are ready when the call's turn comes (``run_batch_on``)."""
+        rs: list[ARRequest] = []
+
+        def take() -> tuple[list[ARRequest], list[Any]] | None:
+            ready = self._ready()
+            if not ready:
+                return None
+            rs[:] = [r for r, _ in ready]
+            self._running = len(rs)
+            self.batch_sizes.append(len(rs))
+            return list(rs), [x for _, x in ready]
+
         try:
-            # a step that gives some request its first token is as urgent as a prefill (stages.lane)
-            emits = await run_on(self.device, self.step, rs, items, urgent=any(r.tokens == 0 for r in rs))
+            emits = await run_batch_on(self.device, self.step, take, urgent=urgent)
+            if emits is None:
+                return
             if len(emits) != len(rs):
                 raise RuntimeError(f"step returned {len(emits)} results for {len(rs)} requests")
         except Exception as e:  # one bad batch fails its requests, not the engine
             logger.exception("stage %s: step failed", self.stage_id)
-            for r in rs:
+            for r in rs or [r for r, _ in self._ready()]:  # (failed before the batch was taken: those it would take)
                 self._fail(r, StageError.failure(e))
             return
         finally:
