@@ -159,8 +159,9 @@ def write(report: dict) -> None:
     lines = ["# ASR serving: omnistage vs plain `vllm serve` (`/v1/audio/transcriptions`)", "",
              f"`python benchmarks/asr_serve.py` — {report['model']}, {report['audio_s']} s seeded clips, greedy, "
              f"{report['max_tokens']} tokens, {report['requests_per_level']} requests per run, median of "
-             f"{report['rounds']} alternating rounds; {report['cpus']} CPUs (shared with other work while it ran: "
-             f"load {report['load_before'][0]:.1f}). Answers differing between the servers: "
+             f"{report['rounds']} alternating rounds; {report['cpus']} CPUs (1-minute load average at the end, this "
+             f"benchmark's own servers and clients included: {report['load_before'][0]:.1f}). Answers differing "
+             f"between the servers: "
              f"{report['texts_differing']}.", "",
              "| c | vLLM req/s | omnistage req/s | throughput ratio | vLLM mean s | omnistage mean s | "
              "mean latency ratio | omnistage p99 s | omnistage RTF |", "|---|---|---|---|---|---|---|---|---|"]

@@ -14,6 +14,11 @@ So on the CPU a call that carries some request's first output (``urgent``: a pre
 a request's first token or piece) runs alone: it waits for the calls in progress (at most one each), and no
 other call starts until it is done. Other calls overlap as before. On a GPU the calls queue kernels on the
 device and nothing here applies (``run_on`` only schedules ``cpu``).
+
+Two more rules, from timing each stage's first output and each call at concurrency 4: a stage takes its batch
+when its turn comes, not when it asks (``run_batch_on``: requests whose first pieces arrived meanwhile join this
+call instead of waiting a whole call for the next), and after an urgent call the other calls wait
+``URGENT_FOLLOW_UP_S`` for the urgent call it leads to (the next stage's first piece of those first outputs).
 """
 
 from __future__ import annotations
