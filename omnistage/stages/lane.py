@@ -47,7 +47,7 @@ class _Lane:
         self.alone = False  # the call in progress is urgent
         self.waiting: list[tuple[bool, int, asyncio.Future]] = []  # (not urgent, arrival, granted)
         self.arrivals = 0
-        self.hold_until = 0.0  # non-urgent calls start from then on (URGENT_FOLLOW_UP_S)
+        self.hold: asyncio.TimerHandle | None = None  # while set, non-urgent calls wait (URGENT_FOLLOW_UP_S)
 
     def _dispatch(self) -> None:
         self.waiting.sort(key=lambda w: w[:2])
@@ -55,7 +55,7 @@ class _Lane:
             later, _, granted = self.waiting[0]
             if not later and self.running:  # urgent: once the calls in progress are done
                 return
-            if later and self.loop.time() < self.hold_until:  # (a timer dispatches again when the hold ends)
+            if later and self.hold is not None:  # (its timer dispatches again when it ends)
                 return
             self.waiting.pop(0)
             self.running += 1
@@ -96,8 +96,16 @@ class _Lane:
         self.running -= 1
         if urgent:
             self.alone = False
-            self.hold_until = self.loop.time() + URGENT_FOLLOW_UP_S
-            self.loop.call_later(URGENT_FOLLOW_UP_S, self._dispatch)
+            # a timer ends the hold, not a clock comparison: event loops run timers up to a clock tick early
+            # (asyncio) or on a cached millisecond clock (uvloop), and a hold checked against the clock there
+            # could outlive its last timer and leave the calls waiting for good
+            if self.hold is not None:
+                self.hold.cancel()
+            self.hold = self.loop.call_later(URGENT_FOLLOW_UP_S, self._end_hold)
+        self._dispatch()
+
+    def _end_hold(self) -> None:
+        self.hold = None
         self._dispatch()
 
 

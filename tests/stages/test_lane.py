@@ -7,6 +7,8 @@ import asyncio
 import threading
 import time
 
+import pytest
+
 from omnistage.stages.lane import URGENT_FOLLOW_UP_S, run_batch_on, run_on
 
 
@@ -178,3 +180,20 @@ def test_plain_calls_start_once_the_follow_up_time_is_over():
         return time.monotonic() - t0
 
     assert URGENT_FOLLOW_UP_S * 0.9 <= asyncio.run(main()) < 0.5
+
+
+@pytest.mark.parametrize("loop_factory", ["asyncio", "uvloop"])
+def test_a_plain_call_after_an_urgent_one_always_starts(loop_factory):
+    """The server runs on uvloop (a cached millisecond clock) and tests on asyncio (timers run up to a clock tick
+    early): however the hold's timer lands, the plain call waiting behind it starts (once this hung a server)."""
+    async def main():
+        for _ in range(300):
+            await run_on("cpu", time.sleep, 0, urgent=True)
+            await asyncio.wait_for(run_on("cpu", time.sleep, 0), 2)
+
+    if loop_factory == "uvloop":
+        import uvloop
+
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
