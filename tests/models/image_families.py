@@ -225,6 +225,11 @@ FAMILIES: list[ImageFamily] = [
         # FLUX.2 [dev]: the [klein] grid; the pipeline's system turn (~40 tiny tokens) precedes every prompt, so
         # 64 text tokens; guidance is the distilled embedding (per row, no CFG pass)
         name="flux2", diffusers_class="Flux2Pipeline", size=dict(height=32, width=48, max_sequence_length=64),
+        # exact in every run but one full run (2026-12-05), where four flux2 comparisons in one xdist worker were
+        # one or two float32 steps off (2.4e-7 at |x| ~ 3); not isolated: [klein]'s rounding from the permuted
+        # view (its row above), or that worker's thread settings after an in-process vLLM engine (it replaces
+        # torch.set_num_threads). Four steps at that magnitude.
+        solo_tol=1e-6,
         solo=(Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=4.0, seed=11), id="guidance"),
               Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=1.5, seed=11,
                                                num_outputs_per_prompt=2), id="two-outputs")),

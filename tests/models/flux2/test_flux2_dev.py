@@ -15,6 +15,7 @@ from omnistage import AsyncOmni, InvalidRequestError
 from omnistage.models import flux2
 from omnistage.pipeline import resolve_pipeline
 from omnistage.testing.staggered import generate_final
+from tests.models.image_families import by_name
 from tests.stages.diffusion.helpers import noise_image, reference_pipeline
 
 ONE_LOOP = pytest.mark.asyncio(loop_scope="module")
@@ -122,5 +123,5 @@ async def test_step_cache_equals_a_plain_reference_loop(folder, method):
     plain = reference_pipeline("Flux2Pipeline", folder, transformer=Flux2Transformer2DModel.from_pretrained(
         folder, subfolder="transformer"))(prompt="a red cat", generator=gen(4), output_type="latent", **kw).images
     assert outs[-1].metrics.num_steps_reused == tr.state.reused > 0
-    assert max_diff(latent(outs), want) == 0.0
+    assert max_diff(latent(outs), want) <= by_name("flux2").solo_tol  # (why not 0: its row in image_families)
     assert max_diff(want, plain) > 1e-3  # the reused steps change the result: the check above is not vacuous

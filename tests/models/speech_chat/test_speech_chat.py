@@ -11,6 +11,7 @@ of this pipeline are left out on purpose (three more engine starts in a suite ne
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import copy
 import io
@@ -108,8 +109,29 @@ def served(folders, server_factory):
         }
         r = c.post("/v1/chat/completions", json=body)  # still serving after the bad requests
         got["after"] = r.json()["choices"][0]["message"]
+    got["realtime"] = asyncio.run(realtime_turn(srv.url))
     srv.stop()
     return got
+
+
+async def realtime_turn(url: str):
+    """The clip spoken into /v1/realtime (PCM16 appended in 0.1 s pieces, committed), one response: the official
+    client's events."""
+    from tests.server.realtime_client import b64, next_event, openai_client, read_reply
+
+    session = {"type": "realtime", "extra_body": {"sampling_params_list": PARAMS},
+               "audio": {"input": {"format": {"type": "audio/pcm", "rate": RATE}, "turn_detection": None}}}
+    async with openai_client(url, "sk-any").realtime.connect(model="speech_chat") as conn:
+        await next_event(conn, "session.created")
+        await conn.session.update(session=session)
+        await next_event(conn, "session.updated")
+        pcm = PCM.astype("<i2").tobytes()
+        for i in range(0, len(pcm), 3200):
+            await conn.input_audio_buffer.append(audio=b64(pcm[i:i + 3200]))
+        await conn.input_audio_buffer.commit()
+        await next_event(conn, "input_audio_buffer.committed")
+        await conn.response.create()
+        return await read_reply(conn)
 
 
 def test_bad_input_is_a_400_naming_the_part(served):
@@ -168,3 +190,14 @@ def test_streamed_equals_whole(served):
     whole = wav_samples(base64.b64decode(served["whole"]["audio"]["data"]))
     assert streamed.shape == whole.shape
     assert np.abs(streamed - whole).max() <= STEP + 1e-7
+
+
+def test_a_spoken_realtime_turn_is_answered_as_the_chat_route_answers_it(served):
+    """#29: the pipeline of three families serves /v1/realtime as it serves the chat route: the same clip spoken
+    into a realtime session gets the chat answer's text and, PCM16 to PCM16, its audio."""
+    reply, whole = served["realtime"], served["whole"]
+    assert reply.status == "completed" and not reply.errors
+    assert reply.text == whole["content"] and reply.transcript_done == whole["content"]
+    spoken = np.frombuffer(reply.pcm, dtype="<i2").astype(np.float32) / 32768
+    audio = wav_samples(base64.b64decode(whole["audio"]["data"]))
+    assert spoken.shape == audio.shape and np.abs(spoken - audio).max() <= STEP + 1e-7
