@@ -15,9 +15,11 @@ a request's first token or piece) runs alone: it waits for the calls in progress
 other call starts until it is done. Other calls overlap as before. On a GPU the calls queue kernels on the
 device and nothing here applies (``run_on`` only schedules ``cpu``).
 
-Two more rules, from timing each stage's first output and each call at concurrency 4: a stage takes its batch
-when its turn comes, not when it asks (``run_batch_on``: requests whose first pieces arrived meanwhile join this
-call instead of waiting a whole call for the next), and after an urgent call the other calls wait
+Two more rules, from timing each stage's first output and each call at concurrency 4: the AR engine takes its
+batch when its turn comes, not when it asks (``run_batch_on``: requests whose first pieces arrived meanwhile join
+this call instead of waiting a whole call for the next; the generation engine still takes its batch when it asks:
+taken late, a codec_tts request's last chunk was once marked differently and its streamed audio differed from its
+whole audio, not yet understood), and after an urgent call the other calls wait
 ``URGENT_FOLLOW_UP_S`` for the urgent call it leads to (the next stage's first piece of those first outputs).
 """
 

@@ -31,7 +31,7 @@ from omnistage.stages.base import (
     StageStats,
     peak_memory_mb,
 )
-from omnistage.stages.lane import run_batch_on, stage_device
+from omnistage.stages.lane import run_on, stage_device
 
 
 @dataclass
@@ -156,19 +156,23 @@ class GenerationStageEngine:
                     if r.first_scheduled is None and r.inputs_done and not r.chunks:
                         r.first_scheduled = time.monotonic()
                 self._finish_ready()
-                waiting = [r for r in self._reqs.values() if r.chunks and not r.aborted]
-                if not waiting:
+                ready = [r for r in self._reqs.values() if r.chunks and not r.aborted][: self.max_batch]
+                if not ready:
                     break
-                urgent = any(r.first_scheduled is None for r in waiting)  # some request's first piece (stages.lane)
-                ready: list[_Req] = []
+                urgent = any(r.first_scheduled is None for r in ready)  # some request's first piece (stages.lane)
+                items = []
+                for r in ready:
+                    chunk = r.chunks.popleft()
+                    if r.first_scheduled is None:
+                        r.first_scheduled = time.monotonic()
+                    items.append(GenerationItem(r.req.request_id, chunk, r.req.params, r.state, r.inputs_done and not r.chunks))
+                self._running, self._batch = len(items), {r.req.request_id for r in ready}
                 try:
-                    results = await run_batch_on(self.device, self.adapter.run, lambda: self._take(ready), urgent)
-                    if results is None:
-                        continue
-                    if len(results) != len(ready):
-                        raise RuntimeError(f"adapter returned {len(results)} outputs for {len(ready)} inputs")
+                    results = await run_on(self.device, self.adapter.run, items, urgent=urgent)
+                    if len(results) != len(items):
+                        raise RuntimeError(f"adapter returned {len(results)} outputs for {len(items)} inputs")
                 except Exception as e:  # one bad batch fails its requests, not the engine
-                    for r in ready or waiting:  # (failed before the batch was taken: those waiting)
+                    for r in ready:
                         r.aborted = True
                         r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, {}, True,
                                                      error=StageError.failure(e)))
@@ -182,17 +186,3 @@ class GenerationStageEngine:
                                                      error=StageError.of(data)))
                     elif not r.aborted and data:
                         r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, data, finished=False))
-
-    def _take(self, ready: list[_Req]) -> tuple[list[GenerationItem]] | None:
-        """The batch, taken when its turn comes (``run_batch_on``): one chunk of each request that has one."""
-        ready[:] = [r for r in self._reqs.values() if r.chunks and not r.aborted][: self.max_batch]
-        if not ready:
-            return None
-        items = []
-        for r in ready:
-            chunk = r.chunks.popleft()
-            if r.first_scheduled is None:
-                r.first_scheduled = time.monotonic()
-            items.append(GenerationItem(r.req.request_id, chunk, r.req.params, r.state, r.inputs_done and not r.chunks))
-        self._running, self._batch = len(items), {r.req.request_id for r in ready}
-        return (items,)
