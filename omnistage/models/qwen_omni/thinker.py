@@ -17,7 +17,7 @@ talker needs of a media prompt.
   talker reads, at the prompt's media positions, the thinker's hidden state after layer ``accept_hidden_layer``,
   and gives the prompt M-RoPE positions from the media's grids. The stage renders the prompt once, sends the same
   engine input to a second vLLM engine in pooling mode (``stages/llm/hidden.py``, model ``vllm_hidden.py``: the
-  thinker cut after that layer) and adds ``talker_media`` to the first output that follows the result: those
+  thinker cut after that layer) and sends ``talker_media`` the moment the result is ready (``generate``): those
   rows ``[media tokens, D]`` and the grids (``image_grid_thw``, ``video_grid_thw``, ``video_second_per_grid``,
   ``audio_feature_lengths``, ``use_audio_in_video``) read off the rendered input. vLLM's multimodal processor
   cache is off on this stage (``checkpoint_deploy``), so repeated media are processed again, as transformers does
@@ -147,17 +147,41 @@ class ThinkerEngine(OmniThinkerEngine):
         return {"hidden": hidden[mask].contiguous(), **media_grids(engine_input)}
 
     async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
+        """The llm stage's outputs, plus ``talker_media`` as soon as it is ready: with the first output if it is
+        ready by then, else on its own output the moment it is (not with the thinker's next tokens: at concurrency
+        a thinker step that prefills other prompts took ~25 ms, and the talker's prefill waited for it)."""
         rid = req.request_id
+        outputs = super().generate(req).__aiter__()
+        pending: asyncio.Task | None = None
+        last: StageOutput | None = None
         try:
-            async for out in super().generate(req):
+            while True:
+                pending = pending or asyncio.ensure_future(outputs.__anext__())
                 task = self._media.get(rid)
+                if task is not None and last is not None and not task.done():
+                    await asyncio.wait((pending, task), return_when=asyncio.FIRST_COMPLETED)
+                if task is not None and last is not None and task.done() and not pending.done():
+                    del self._media[rid]  # the media alone, between two of the thinker's outputs
+                    yield StageOutput(rid, last.stage_id, {"talker_media": await task}, False,
+                                      num_tokens=last.num_tokens)
+                    continue
+                try:
+                    out = await pending
+                except StopAsyncIteration:
+                    break
+                pending = None
                 if task is not None and (task.done() or out.finished):
                     del self._media[rid]
                     out.data["talker_media"] = await task  # its failure fails the request
                 if req.consumers and not out.finished and out.data.get("token_ids"):
                     out.data["reply_continues"] = True  # more tokens follow: these are fed back (module docstring)
+                last = out
                 yield out
         finally:
+            if pending is not None and not pending.done():
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
+            await outputs.aclose()
             task = self._media.pop(rid, None)
             if task is not None:
                 task.cancel()
