@@ -74,6 +74,15 @@ def pcm(resp: httpx.Response) -> np.ndarray:
     return np.frombuffer(resp.content, dtype="<i2").astype(np.int32)
 
 
+def same_samples(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal PCM16 up to one level. XCodec2's decode differs by float32 rounding with the batch it runs in
+    (measured: one window decoded alone vs beside three others, max 2.9e-7, 3-22 of 3840-9920 samples one level
+    apart), and a request's blocks are decoded one or several per call depending on when the LM's tokens
+    arrive: two runs of one request need not be bit-equal even alone. A dropped, repeated or misplaced sample
+    is many levels off."""
+    return a.shape == b.shape and int(np.abs(a - b).max(initial=0)) <= 1
+
+
 def error(resp: httpx.Response) -> dict:
     return resp.json()["error"]
 
@@ -91,8 +100,8 @@ def test_register_list_use_and_delete_a_cloned_voice(server):
     bare_b64 = pcm(speak(url, ref_audio=base64.b64encode(CLIP).decode(), ref_text=REF_TEXT))
     zero_shot = pcm(speak(url))
     assert by_name.shape == (FRAMES * 320,)
-    assert np.array_equal(by_name, inline) and np.array_equal(inline, bare_b64)  # same clip, same text, greedy
-    assert not np.array_equal(by_name, zero_shot)  # the reference changed the speech
+    assert same_samples(by_name, inline) and same_samples(inline, bare_b64)  # same clip, same text, greedy
+    assert not same_samples(by_name, zero_shot)  # the reference changed the speech
     assert httpx.post(f"{url}/v1/audio/voices", data={"name": "anna", "text": REF_TEXT},
                       files={"audio": ("a.wav", CLIP, "audio/wav")}).status_code == 409
     assert httpx.delete(f"{url}/v1/audio/voices/anna").json()["deleted"] is True
@@ -125,10 +134,13 @@ def test_streamed_formats_arrive_in_pieces_and_equal_the_whole(server, fmt):
         if fmt == "mp3":  # lossy: equal to the whole clip encoded at once, after the encoder's delay
             ref = decode(mp3_at_once(whole.astype(np.int16), 64000, 16000))
             assert len(ref) == len(whole) and len(decoded) >= LAME_DELAY + len(ref)
-            assert np.array_equal(decoded[LAME_DELAY:LAME_DELAY + len(ref)], ref)
+            # (the PCM under it may be one level off the whole's, see same_samples: measured on a 0.8 s clip,
+            # 15 samples one level off move LAME's decoded output by at most 8.4e-4, mean 4e-5)
+            diff = np.abs(decoded[LAME_DELAY:LAME_DELAY + len(ref)] - ref)
+            assert diff.max() < 2e-3 and diff.mean() < 2e-4
             return
         got = decoded.astype(np.int32)
-    assert np.array_equal(got, whole)  # lossless formats carry the very samples
+    assert same_samples(got, whole)  # lossless formats carry the very samples
 
 
 def test_streamed_body_equals_whole_body_with_the_same_schedule(server):
@@ -139,13 +151,13 @@ def test_streamed_body_equals_whole_body_with_the_same_schedule(server):
         sse = c.post("/v1/audio/speech", json={**body, "stream": True, "stream_format": "sse"})
     with av.open(io.BytesIO(streamed.content)) as container:
         flac = np.concatenate([f.to_ndarray().reshape(-1) for f in container.decode(audio=0)]).astype(np.int32)
-    assert np.array_equal(flac, whole)  # flac is lossless: the very samples of the whole response
+    assert same_samples(flac, whole)  # flac is lossless: the very samples of the whole response
     events = [line[6:] for line in sse.text.splitlines() if line.startswith("data: ")]
     import json
 
     deltas = [json.loads(e) for e in events if "speech.audio.delta" in e]
     sse_pcm = np.frombuffer(b"".join(base64.b64decode(d["audio"]) for d in deltas), dtype="<i2").astype(np.int32)
-    assert len(deltas) >= 3 and np.array_equal(sse_pcm, whole)
+    assert len(deltas) >= 3 and same_samples(sse_pcm, whole)
 
 
 def test_eight_concurrent_mixed_voices_equal_their_solo_runs(server):
@@ -163,7 +175,7 @@ def test_eight_concurrent_mixed_voices_equal_their_solo_runs(server):
                 "input": "hello world", "response_format": "pcm", **KNOBS, **b}) for b in bodies))
 
     for body, resp in zip(bodies, asyncio.run(together())):
-        assert np.abs(pcm(resp) - pcm(speak(url, **body))).max() <= 1  # PCM16 rounding of ~1e-7 differences
+        assert same_samples(pcm(resp), pcm(speak(url, **body)))
 
 
 @pytest.mark.parametrize("body, param", [
@@ -243,6 +255,6 @@ def test_registered_voices_survive_a_restart(server, paths):
     again = launch(model, storage, logs / "restarted.log")
     try:
         assert "dora" in httpx.get(f"{again.url}/v1/audio/voices").json()["voices"]
-        assert np.array_equal(pcm(speak(again.url, voice="dora")), before)
+        assert same_samples(pcm(speak(again.url, voice="dora")), before)
     finally:
         again.stop()

@@ -16,8 +16,10 @@ What is emitted when:
   with ``context`` frames before it and ``lookahead`` frames after it (a block
   waits for its lookahead). The blocks depend only on the codes and these
   numbers, never on how the pieces arrived or were batched, so a request's
-  streamed audio is the same alone or under load; it differs from the whole
-  decode (docs/architecture.md has the measured difference).
+  streamed audio is the same alone or under load up to float32 rounding (the
+  decode's kernels round differently with the batch size: 2.9e-7, one PCM16
+  level at most); it differs from the whole decode (docs/architecture.md has
+  the measured difference).
 
 Windows of a causal codec are right-padded into one batch (padding never
 reaches real samples); a non-causal codec's windows are batched per length.

@@ -9,7 +9,10 @@ The family supplies an adapter; the engine owns batching, streaming input
         def run(self, items: list[GenerationItem]) -> list[dict]: ...   # one batched call
 
 Each item is one request's next input chunk; ``item.state`` persists across a
-request's chunks (e.g. a decoder's left context). The adapter returns one
+request's chunks (e.g. a decoder's left context). A request that ran always gets
+one call with ``item.last`` set: if the end arrives after its last chunk ran, an
+extra call with an empty chunk (``{}``) — an adapter that holds something back
+for the end (a non-causal codec's last block) flushes it then. The adapter returns one
 output delta per item, or an exception instance for an item that failed
 (that request fails alone; a ``ValueError`` means the request was bad).
 """
@@ -56,6 +59,8 @@ class _Req:
     state: dict[str, Any] = field(default_factory=dict)
     first_scheduled: float | None = None
     aborted: bool = False
+    ran: bool = False  # the adapter got a chunk of it
+    told_last: bool = False  # ... and one of them was marked last
 
 
 class GenerationStageEngine:
@@ -155,6 +160,10 @@ class GenerationStageEngine:
                 for r in self._reqs.values():
                     if r.first_scheduled is None and r.inputs_done and not r.chunks:
                         r.first_scheduled = time.monotonic()
+                    if r.ran and not r.told_last and r.inputs_done and not r.chunks and not r.aborted:
+                        # the end came after its last chunk ran (an empty last feed): one more, empty, call marked
+                        # last, for adapters that hold something back until then (a non-causal codec's last block)
+                        r.chunks.append({})
                 self._finish_ready()
                 ready = [r for r in self._reqs.values() if r.chunks and not r.aborted][: self.max_batch]
                 if not ready:
@@ -165,7 +174,9 @@ class GenerationStageEngine:
                     chunk = r.chunks.popleft()
                     if r.first_scheduled is None:
                         r.first_scheduled = time.monotonic()
-                    items.append(GenerationItem(r.req.request_id, chunk, r.req.params, r.state, r.inputs_done and not r.chunks))
+                    last = r.inputs_done and not r.chunks
+                    r.ran, r.told_last = True, last
+                    items.append(GenerationItem(r.req.request_id, chunk, r.req.params, r.state, last))
                 self._running, self._batch = len(items), {r.req.request_id for r in ready}
                 try:
                     results = await run_on(self.device, self.adapter.run, items, urgent=urgent)

@@ -124,3 +124,34 @@ def test_resample_keeps_length_and_pitch():
     assert abs(len(out) - 16000) <= 16
     spectrum = np.abs(np.fft.rfft(out[:16000] if len(out) >= 16000 else np.pad(out, (0, 16000 - len(out)))))
     assert abs(int(spectrum.argmax()) - 1000) <= 1
+
+
+async def test_the_tail_is_decoded_when_the_end_comes_after_the_last_piece_ran(adapter, llasa_dir):
+    """The engine, not the adapter alone: the LM's last frames reach the codec in a piece that runs before the
+    orchestrator says "no more input" (it does once the LM stage finishes, with an empty last chunk when the
+    edge had nothing left). The held-back last block (it waits for a lookahead that never comes) must still be
+    decoded: the whole length arrives, equal to feeding the same piece marked last."""
+    import asyncio
+
+    from omnistage.stages.base import StageRequest
+    from omnistage.stages.generation.engine import GenerationStageEngine
+
+    torch.manual_seed(3)
+    codes = torch.randint(0, 64, (1, 20))
+    params = {"initial_codec_chunk_frames": 2, "chunk_frames": 8}
+    ctx = StageContext(spec=get_pipeline("codec_tts").stage(1), deploy=StageDeployConfig(stage_id=1),
+                       model=str(llasa_dir))
+    engine = GenerationStageEngine(ctx, adapter)
+    await engine.start()
+    try:
+        req = StageRequest("tail", {"codes": codes, "streamed": True}, params, stream_inputs=True)
+        outs = engine.generate(req)
+        first = await asyncio.wait_for(outs.__anext__(), 30)  # the piece ran (blocks [0, 2), [2, 10))
+        await engine.feed("tail", {}, last=True)
+        parts = [first.data["audio"]] + [o.data["audio"] async for o in outs if o.data.get("audio") is not None]
+    finally:
+        await engine.shutdown()
+    got = torch.cat(parts)
+    want = feed(adapter, codes, [20], params)  # the same piece, marked last
+    assert got.shape == want.shape == (20 * 320,)
+    assert (got - want).abs().max().item() <= BATCH_TOL
