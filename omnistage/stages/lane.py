@@ -78,16 +78,16 @@ class _Lane:
                 self.waiting = [w for w in self.waiting if w[2] is not granted]
                 self._dispatch()
             else:  # granted, then cancelled before it ran: give the turn back
-                self._release(urgent)
+                self._release(urgent, ran=False)
             raise
         if collect is not None:
             try:
                 args = collect()
             except BaseException:
-                self._release(urgent)
+                self._release(urgent, ran=False)
                 raise
             if args is None:
-                self._release(urgent)
+                self._release(urgent, ran=False)
                 return None
         # the turn ends when the thread does: a caller cancelled meanwhile (an abort, a shutdown) stops waiting,
         # but the call keeps the CPU until it returns, so the next one must not start beside it
@@ -95,10 +95,13 @@ class _Lane:
         call.add_done_callback(lambda f: (f.cancelled() or f.exception(), self._release(urgent)))  # (retrieved)
         return await asyncio.shield(call)
 
-    def _release(self, urgent: bool) -> None:
+    def _release(self, urgent: bool, ran: bool = True) -> None:
         self.running -= 1
         if urgent:
             self.alone = False
+            if not ran:  # nothing ran, so no urgent work follows from it
+                self._dispatch()
+                return
             # a timer ends the hold, not a clock comparison: event loops run timers up to a clock tick early
             # (asyncio) or on a cached millisecond clock (uvloop), and a hold checked against the clock there
             # could outlive its last timer and leave the calls waiting for good

@@ -197,3 +197,17 @@ def test_a_plain_call_after_an_urgent_one_always_starts(loop_factory):
         uvloop.run(main())
     else:
         asyncio.run(main())
+
+
+def test_an_urgent_turn_that_ran_nothing_holds_nobody_back():
+    """collect() found nothing left (the requests went elsewhere meanwhile): no urgent work follows from it, so
+    the plain calls are not held for URGENT_FOLLOW_UP_S."""
+    from omnistage.stages.lane import _lane
+
+    async def main():
+        assert await run_batch_on("cpu", time.sleep, lambda: None, urgent=True) is None
+        held_after_nothing = _lane().hold is not None
+        await run_batch_on("cpu", time.sleep, lambda: (0,), urgent=True)
+        return held_after_nothing, _lane().hold is not None
+
+    assert asyncio.run(main()) == (False, True)
