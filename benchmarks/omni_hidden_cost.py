@@ -1,12 +1,14 @@
-"""What the talker's media conditioning costs Qwen3-Omni per request: the hidden-state engine's extra prefill
-(stages/llm/hidden.py, the thinker cut after ``accept_hidden_layer``) against the thinker's own prefill, and the
-weights and process memory that engine holds.
+"""What the talker's media conditioning costs Qwen3-Omni per request, now that the thinker engine hands its own
+hidden states out (models/qwen_omni/vllm_speaking.py + stages/llm/hidden_connector.py): the speaking stage's
+prefill (it also writes the accepted layer's hidden state of every token into a cache-only layer, and the prompt's
+rows to a file the stage reads) against vLLM's own thinker on a plain engine with the same arguments, and the KV
+cache each token takes.
 
-For each media prompt (audio, image, video, audio+image), rendered once by the thinker's vLLM renderer, rounds
-alternate: the generating engine's prefill alone (``max_tokens=1``), the hidden-state engine's ``encode`` alone,
-and both at once (as a request runs them). Medians; ratios against the thinker's prefill in the same run.
-Weights: parameters each engine loads, counted from the checkpoint (the hidden engine skips decoder layers
->= ``accept_hidden_layer``, the talker and code2wav; vLLM's pooling adapter builds no ``lm_head``).
+For each media prompt (audio, image, audio+image), rendered once by the thinker's vLLM renderer, rounds alternate:
+the plain engine's prefill + first token, and the speaking engine's prefill + first token + reading the rows (as a
+media request runs). Medians; ratios against the plain engine in the same run. (Until 2026-12-05 a second,
+pooling, engine repeated the prompt's encoders and layers for this: 2.0-2.3x the prefill when both ran at once,
+and 79% of the tiny thinker's weights again; git history has that version of this script.)
 
     python benchmarks/omni_hidden_cost.py [--model DIR] [--rounds 5]
 
@@ -35,40 +37,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 RESULTS = Path(__file__).parent / "results"
 
 
-def weights(folder: Path, accept: int) -> dict[str, int]:
-    from safetensors import safe_open
-
-    from omnistage.models.qwen_omni.checkpoint import _shards
-
-    counts = {"thinker": 0, "hidden_engine": 0}
-    for name, path in _shards(folder).items():
-        if not name.startswith("thinker."):
-            continue
-        with safe_open(str(path), "pt") as f:
-            n = f.get_slice(name).get_shape()
-        size = 1
-        for d in n:
-            size *= d
-        counts["thinker"] += size
-        layer = name.split("thinker.model.layers.")[1].split(".")[0] if "thinker.model.layers." in name else None
-        if not name.startswith("thinker.lm_head.") and (layer is None or int(layer) < accept):
-            counts["hidden_engine"] += size
-    return counts
-
-
-def rss_by_process() -> dict[int, float]:
-    import psutil
-
-    me = psutil.Process()
-    return {p.pid: p.memory_info().rss / 2**20 for p in me.children(recursive=True)}
+def kv_bytes_per_token(folder: Path) -> dict[str, int]:
+    """Bytes of KV cache per token: the decoder's attention layers, and the one hidden-state row."""
+    config = json.loads((folder / "config.json").read_text())["thinker_config"]["text_config"]
+    size = {"float32": 4, "bfloat16": 2, "float16": 2}.get(config.get("dtype") or config.get("torch_dtype"), 2)
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    attention = config["num_hidden_layers"] * 2 * config["num_key_value_heads"] * head_dim * size
+    return {"attention": attention, "hidden_row": config["hidden_size"] * size}
 
 
 async def main(args: argparse.Namespace) -> None:
     import torch
-    from vllm import SamplingParams
+    from vllm import AsyncEngineArgs, AsyncLLMEngine, SamplingParams
 
     from omnistage import AsyncOmni
     from omnistage.models.qwen_omni.config import load_omni_config
+    from omnistage.stages.llm.hidden import PATH_KEY
     from omnistage.stages.llm.inputs import parse, render
     from tests.models.qwen_omni import media
 
@@ -82,71 +66,62 @@ async def main(args: argparse.Namespace) -> None:
     clip, img = media.clip(2.0, 0), media.image(0)
     audio = {"type": "input_audio", "input_audio": {"data": media.wav_base64(clip), "format": "wav"}}
     image = {"type": "image_url", "image_url": {"url": media.png_url(img)}}
-    prompts = {
-        "audio": [audio],
-        "image": [image],
-        "audio+image": [image, audio],
-    }
-    before = rss_by_process()
+    prompts = {"audio": [audio], "image": [image], "audio+image": [image, audio]}
     omni = AsyncOmni(str(folder), max_model_len=2048, enable_prefix_caching=False)  # every prefill computed
     await omni.start()
+    stage = omni.replicas(0)[0]
+    plain = AsyncLLMEngine.from_engine_args(AsyncEngineArgs(
+        model=str(folder), max_model_len=2048, enable_prefix_caching=False, enforce_eager=True,
+        kv_cache_memory_bytes=64 << 20, dtype=config.dtype or "auto", mm_processor_cache_gb=0, disable_log_stats=True))
     try:
-        thinker = omni.replicas(0)[0]
-        after = rss_by_process()
         rows = []
         for name, parts in prompts.items():
-            ei = await render(thinker.engine, parse({"messages": [{"role": "user", "content": [*parts, {
+            ei = await render(stage.engine, parse({"messages": [{"role": "user", "content": [*parts, {
                 "type": "text", "text": "what is this?"}]}]}))
 
-            async def prefill(tag: str) -> float:
+            async def prefill(engine, tag: str, rows_file: str | None = None) -> float:
+                extra = {"kv_transfer_params": {PATH_KEY: rows_file}} if rows_file else None
                 t = time.perf_counter()
-                async for _ in thinker.engine.generate(ei, SamplingParams(max_tokens=1, temperature=0),
-                                                       request_id=f"{name}-{tag}-{time.time_ns()}"):
+                async for _ in engine.generate(ei, SamplingParams(max_tokens=1, temperature=0, extra_args=extra),
+                                               request_id=f"{name}-{tag}-{time.time_ns()}"):
                     pass
+                if rows_file:
+                    torch.load(rows_file)
+                    os.remove(rows_file)
                 return time.perf_counter() - t
 
-            async def encode() -> float:
-                t = time.perf_counter()
-                await thinker.hidden.encode(ei, f"{name}-{time.time_ns()}")
-                return time.perf_counter() - t
+            def speaking(tag: str):
+                return prefill(stage.engine, tag, os.path.join(stage.rows_dir, f"bench-{time.time_ns()}.pt"))
 
-            async def both() -> float:
-                t = time.perf_counter()
-                await asyncio.gather(prefill("both"), encode())
-                return time.perf_counter() - t
-
-            await prefill("warm"), await encode()
-            times: dict[str, list[float]] = {"prefill": [], "encode": [], "both": []}
-            for _ in range(args.rounds):
-                times["prefill"].append(await prefill("solo"))
-                times["encode"].append(await encode())
-                times["both"].append(await both())
+            await prefill(plain, "warm"), await speaking("warm")
+            times: dict[str, list[float]] = {"plain": [], "speaking": []}
+            for r in range(args.rounds):
+                for kind in (("plain", "speaking") if r % 2 == 0 else ("speaking", "plain")):
+                    times[kind].append(await (prefill(plain, "solo") if kind == "plain" else speaking("solo")))
             med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-            rows.append({"prompt": name, "prompt_tokens": len(ei["prompt_token_ids"]), **{f"{k}_ms": round(v, 2)
-                         for k, v in med.items()}, "encode_over_prefill": round(med["encode"] / med["prefill"], 3),
-                         "both_over_prefill": round(med["both"] / med["prefill"], 3)})
+            rows.append({"prompt": name, "prompt_tokens": len(ei["prompt_token_ids"]),
+                         **{f"{k}_ms": round(v, 2) for k, v in med.items()},
+                         "speaking_over_plain": round(med["speaking"] / med["plain"], 3)})
             print(rows[-1], flush=True)
     finally:
+        plain.shutdown()
         await omni.shutdown()
-    w = weights(folder, config.accept_hidden_layer)
-    new = {pid: mb for pid, mb in after.items() if pid not in before}
+    kv = kv_bytes_per_token(folder)
     result = {"model": str(folder), "accept_hidden_layer": config.accept_hidden_layer, "rounds": args.rounds,
-              "rows": rows, "weights": w, "weight_share": round(w["hidden_engine"] / w["thinker"], 3),
-              "engine_process_rss_mb": {str(k): round(v, 1) for k, v in sorted(new.items())}}
+              "rows": rows, "kv_bytes_per_token": kv, "kv_share": round(kv["hidden_row"] / kv["attention"], 3)}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "omni_hidden_cost.json").write_text(json.dumps(result, indent=2) + "\n")
-    lines = ["# Qwen3-Omni: the cost of the talker's media conditioning (hidden-state engine)", "",
+    lines = ["# Qwen3-Omni: the cost of the talker's media conditioning (the thinker engine's own hidden states)", "",
              f"model: `{folder}` (accept_hidden_layer {config.accept_hidden_layer}); medians of {args.rounds} "
-             "alternating rounds; `prefill` = the generating thinker's prefill + first token, `encode` = the hidden-"
-             "state engine on the same rendered input, `both` = the two at once (what a media request runs).", "",
-             "| prompt | tokens | prefill ms | encode ms | both ms | encode / prefill | both / prefill |",
-             "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['prompt']} | {r['prompt_tokens']} | {r['prefill_ms']} | {r['encode_ms']} | {r['both_ms']} | "
-              f"{r['encode_over_prefill']} | {r['both_over_prefill']} |" for r in rows]
-    lines += ["", f"Weights (thinker parameters loaded): generating engine {w['thinker']:,}, hidden-state engine "
-              f"{w['hidden_engine']:,} ({result['weight_share']:.0%}).",
-              f"Engine processes started (RSS MiB): {result['engine_process_rss_mb']}.", "",
-              "    python benchmarks/omni_hidden_cost.py --rounds " + str(args.rounds)]
+             "alternating rounds; `plain` = vLLM's own thinker on a plain engine (prefill + first token), `speaking` "
+             "= the speaking stage's engine on the same rendered input, which also writes the accepted layer into its "
+             "cache and the prompt's rows to a file, read back here as the stage does.", "",
+             "| prompt | tokens | plain ms | speaking ms | speaking / plain |", "|---|---|---|---|---|"]
+    lines += [f"| {r['prompt']} | {r['prompt_tokens']} | {r['plain_ms']} | {r['speaking_ms']} | "
+              f"{r['speaking_over_plain']} |" for r in rows]
+    lines += ["", f"KV cache per token: attention layers {kv['attention']:,} bytes, the hidden-state row "
+              f"{kv['hidden_row']:,} bytes (+{result['kv_share']:.1%}). No second engine, no weights loaded twice.",
+              "", "    python benchmarks/omni_hidden_cost.py --rounds " + str(args.rounds)]
     (RESULTS / "omni_hidden_cost.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

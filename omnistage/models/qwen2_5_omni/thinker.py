@@ -39,7 +39,7 @@ class ThinkerEngine(OmniThinkerEngine):
                          {"architectures": [THINKER_ARCHITECTURE]} if feeds_talker and config else None)
         self._inputs: dict[str, Any] = {}  # request id -> its rendered engine input (requests the talker reads)
 
-    def rendered(self, req: StageRequest, engine_input: Any) -> None:
+    def rendered(self, req: StageRequest, engine_input: Any, params: Any) -> None:
         if self.hidden is not None and req.consumers:
             self._inputs[req.request_id] = engine_input
 

@@ -15,37 +15,44 @@ talker needs of a media prompt.
   once instead of waiting for the next token (transformers' talker never sees the thinker's last token).
 - **Media for the talker** (speaking pipeline only, and only when the talker runs for this request): transformers'
   talker reads, at the prompt's media positions, the thinker's hidden state after layer ``accept_hidden_layer``,
-  and gives the prompt M-RoPE positions from the media's grids. The stage renders the prompt once, sends the same
-  engine input to a second vLLM engine in pooling mode (``stages/llm/hidden.py``, model ``vllm_hidden.py``: the
-  thinker cut after that layer) and sends ``talker_media`` the moment the result is ready (``generate``): those
-  rows ``[media tokens, D]`` and the grids (``image_grid_thw``, ``video_grid_thw``, ``video_second_per_grid``,
-  ``audio_feature_lengths``, ``use_audio_in_video``) read off the rendered input. vLLM's multimodal processor
-  cache is off on this stage (``checkpoint_deploy``), so repeated media are processed again, as transformers does
-  for every call.
+  and gives the prompt M-RoPE positions from the media's grids. The thinker engine itself hands that state out:
+  it runs ``vllm_speaking.py`` (vLLM's own thinker that also writes it into a cache-only layer) with the KV
+  connector of ``stages/llm/hidden_connector.py``; a media request names a file in its ``SamplingParams``
+  (``rendered``), the connector writes the prompt's rows there before the first token leaves the engine, and the
+  first output carries ``talker_media``: those rows ``[media tokens, D]`` and the grids (``image_grid_thw``,
+  ``video_grid_thw``, ``video_second_per_grid``, ``audio_feature_lengths``, ``use_audio_in_video``) read off the
+  rendered input. No second engine, no second prefill. vLLM's multimodal processor cache is off on this stage
+  (``checkpoint_deploy``), so repeated media are processed again, as transformers does for every call.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import os
+import shutil
+import tempfile
+import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 from typing import Any
 
 from omnistage.models.qwen_omni.config import load_omni_config
-from omnistage.models.qwen_omni.vllm_plugin import HIDDEN_ARCHITECTURE
+from omnistage.models.qwen_omni.vllm_plugin import SPEAKING_ARCHITECTURE
 from omnistage.pipeline import StageContext
 from omnistage.stages.base import StageOutput, StageRequest
 from omnistage.stages.llm.args import engine_args_for
 from omnistage.stages.llm.engine import LLMStageEngine, Prepared
+from omnistage.stages.llm.hidden import CONNECTOR, PATH_KEY
 
 logger = logging.getLogger(__name__)
+_SHM = "/dev/shm"  # the rows' files: memory, not disk, where there is one
 
 
 def checkpoint_deploy(ctx: StageContext, dtype: str | None, feeds_talker: bool) -> StageContext:
     """The deploy with the checkpoint's ``dtype`` unless it names one (see the module docstring), and, feeding the
     talker, without vLLM's multimodal processor cache: it leaves a media item it has processed before out of the
-    engine input (its engine core caches it), and the hidden-state engine has its own core that needs every item."""
+    engine input (its engine core caches it), and the media grids are read off that input (and Qwen2.5-Omni's
+    hidden-state engine has its own core that needs every item)."""
     deploy = ctx.deploy
     if deploy.dtype is None and "dtype" not in deploy.engine_args and dtype is not None:
         deploy = deploy.model_copy(update={"dtype": dtype})
@@ -123,71 +130,68 @@ class OmniThinkerEngine(LLMStageEngine):
 class ThinkerEngine(OmniThinkerEngine):
     def __init__(self, ctx: StageContext, feeds_talker: bool = False):
         config = load_omni_config(ctx.model) if ctx.model else None
-        # the thinker cut after the layer the talker reads (its later layers are never loaded)
-        cut = None if not (feeds_talker and config) else {
-            "thinker_config": {"text_config": {"num_hidden_layers": config.accept_hidden_layer}},
-            "architectures": [HIDDEN_ARCHITECTURE]}
-        super().__init__(ctx, config.sampling_defaults("thinker") if config else {}, cut)
+        super().__init__(ctx, config.sampling_defaults("thinker") if config else {}, None)
         self.media_ids = config.media_token_ids if config else frozenset()
-        self._media: dict[str, asyncio.Task] = {}
+        # the engine's own hidden states (module docstring): files its connector writes, one per media request
+        self.rows_dir = tempfile.mkdtemp(prefix="omnistage-thinker-rows-", dir=_SHM if os.path.isdir(_SHM) else None) \
+            if feeds_talker and config else None
+        self._media: dict[str, tuple[str, dict[str, Any]]] = {}  # request id -> (its rows' file, its media grids)
+        self.rows_read = 0  # media prompts whose rows went to the talker
 
-    def rendered(self, req: StageRequest, engine_input: Any) -> None:
+    def rendered(self, req: StageRequest, engine_input: Any, params: Any) -> None:
         ids = engine_input["prompt_token_ids"]
-        if self.hidden is None or not req.consumers or not any(t in self.media_ids for t in ids):
+        if self.rows_dir is None or not req.consumers or not any(t in self.media_ids for t in ids):
             return
-        self._media[req.request_id] = asyncio.get_running_loop().create_task(
-            self._talker_media(req.request_id, engine_input), name=f"{req.request_id}/thinker-hidden")
+        path = os.path.join(self.rows_dir, f"{uuid.uuid4().hex}.pt")
+        params.extra_args = {**(params.extra_args or {}), "kv_transfer_params": {PATH_KEY: path}}
+        self._media[req.request_id] = (path, media_grids(engine_input))
 
-    async def _talker_media(self, request_id: str, engine_input: Any) -> dict[str, Any]:
+    def _talker_media(self, request_id: str, ids: list[int]) -> dict[str, Any]:
         import torch
 
-        hidden = await self.hidden_states(engine_input, request_id)
-        ids = torch.as_tensor(list(engine_input["prompt_token_ids"]))
-        mask = torch.isin(ids, torch.tensor(sorted(self.media_ids)))
-        return {"hidden": hidden[mask].contiguous(), **media_grids(engine_input)}
+        path, grids = self._media.pop(request_id)
+        try:
+            rows = torch.load(path)
+        except FileNotFoundError:
+            raise RuntimeError(f"the thinker engine wrote no hidden states for {request_id!r} (its KV connector "
+                               "writes them before the first token)") from None
+        os.remove(path)
+        self.rows_read += 1
+        mask = torch.isin(torch.as_tensor(ids), torch.tensor(sorted(self.media_ids)))
+        return {"hidden": rows[mask].contiguous(), **grids}
 
     async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
-        """The llm stage's outputs, plus ``talker_media`` as soon as it is ready: with the first output if it is
-        ready by then, else on its own output the moment it is (not with the thinker's next tokens: at concurrency
-        a thinker step that prefills other prompts took ~25 ms, and the talker's prefill waited for it)."""
         rid = req.request_id
-        outputs = super().generate(req).__aiter__()
-        pending: asyncio.Task | None = None
-        last: StageOutput | None = None
         try:
-            while True:
-                pending = pending or asyncio.ensure_future(outputs.__anext__())
-                task = self._media.get(rid)
-                if task is not None and last is not None and not task.done():
-                    await asyncio.wait((pending, task), return_when=asyncio.FIRST_COMPLETED)
-                if task is not None and last is not None and task.done() and not pending.done():
-                    del self._media[rid]  # the media alone, between two of the thinker's outputs
-                    yield StageOutput(rid, last.stage_id, {"talker_media": await task}, False,
-                                      num_tokens=last.num_tokens)
-                    continue
-                try:
-                    out = await pending
-                except StopAsyncIteration:
-                    break
-                pending = None
-                if task is not None and (task.done() or out.finished):
-                    del self._media[rid]
-                    out.data["talker_media"] = await task  # its failure fails the request
+            async for out in super().generate(req):
+                if rid in self._media:  # the first output: the connector wrote the prompt's rows before it
+                    out.data["talker_media"] = self._talker_media(rid, out.data["prompt_token_ids"])
                 if req.consumers and not out.finished and out.data.get("token_ids"):
                     out.data["reply_continues"] = True  # more tokens follow: these are fed back (module docstring)
-                last = out
                 yield out
         finally:
-            if pending is not None and not pending.done():
-                pending.cancel()
-                await asyncio.gather(pending, return_exceptions=True)
-            await outputs.aclose()
-            task = self._media.pop(rid, None)
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+            path, _ = self._media.pop(rid, (None, None))
+            if path is not None and os.path.exists(path):  # ended before its first token
+                os.remove(path)
+
+    async def shutdown(self) -> None:
+        await super().shutdown()
+        if self.rows_dir is not None:
+            shutil.rmtree(self.rows_dir, ignore_errors=True)
+
+
+def speaking_deploy(ctx: StageContext) -> StageContext:
+    """The deploy running ``vllm_speaking.py``'s thinker with the connector that hands its hidden states out, unless
+    it names its own ``hf_overrides`` / ``kv_transfer_config``."""
+    args = ctx.deploy.engine_args
+    extra = {"hf_overrides": {"architectures": [SPEAKING_ARCHITECTURE]}, "kv_transfer_config": CONNECTOR}
+    extra = {k: v for k, v in extra.items() if k not in args}
+    return replace(ctx, deploy=ctx.deploy.model_copy(update={"engine_args": {**args, **extra}}))
 
 
 def build_thinker_engine(ctx: StageContext, feeds_talker: bool = False) -> ThinkerEngine:
     dtype = load_omni_config(ctx.model).dtype if ctx.model else None
-    return ThinkerEngine(checkpoint_deploy(ctx, dtype, feeds_talker), feeds_talker=feeds_talker)
+    ctx = checkpoint_deploy(ctx, dtype, feeds_talker)
+    if feeds_talker and ctx.model:
+        ctx = speaking_deploy(ctx)
+    return ThinkerEngine(ctx, feeds_talker=feeds_talker)

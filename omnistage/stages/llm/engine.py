@@ -273,7 +273,7 @@ class LLMStageEngine:
         # as vLLM counts them: multimodal placeholders included (an encoder-decoder model: the decoder's)
         ids = decoder_token_ids(engine_input)
         self.check_length(ids, sp, prep.source.field if prep.source else "prompt")
-        self.rendered(req, engine_input)
+        self.rendered(req, engine_input, sp)
         want_text = OutputModality.TEXT in self.output_type and sp.detokenize
         want_ids = OutputModality.TOKEN_IDS in self.output_type
         self._active.add(rid)
@@ -340,8 +340,9 @@ class LLMStageEngine:
                 self._bg.add(task)  # keep a reference until it ran
                 task.add_done_callback(self._bg.discard)
 
-    def rendered(self, req: StageRequest, engine_input: Any) -> None:
-        """Called with the request's validated engine input before vLLM runs it (a family hook)."""
+    def rendered(self, req: StageRequest, engine_input: Any, params: Any) -> None:
+        """Called with the request's validated engine input and its ``SamplingParams`` before vLLM runs it (a
+        family hook: it may add ``extra_args``)."""
 
     async def feed(self, request_id: str, chunk: dict[str, Any], last: bool) -> None:
         raise ValueError(f"stage {self.stage_id}: llm stages do not accept streamed (async chunk) input")

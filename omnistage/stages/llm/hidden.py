@@ -21,6 +21,14 @@ from typing import Any
 from omnistage.pipeline import StageContext
 from omnistage.stages.llm.threads import engine_closed, engine_env
 
+# The other way, without a second engine (hidden_connector.py): the generating model writes the hidden state into a
+# cache-only layer named LAYER.<n>, and a request that sets PATH_KEY in SamplingParams.extra_args["kv_transfer_params"]
+# gets its prompt's rows in that file by its first token. CONNECTOR: the engine's kv_transfer_config for it.
+PATH_KEY = "omnistage_hidden_path"
+LAYER = "omnistage_hidden"
+CONNECTOR = {"kv_connector": "PromptHiddenStatesConnector",
+             "kv_connector_module_path": "omnistage.stages.llm.hidden_connector", "kv_role": "kv_producer"}
+
 
 class HiddenStateEngine:
     def __init__(self, ctx: StageContext, engine_args: dict[str, Any], hf_overrides: dict[str, Any]):

@@ -3,7 +3,6 @@ deploy YAMLs, the voices the server lists, the edges' chunking."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 from pathlib import Path
@@ -113,61 +112,3 @@ def test_sampling_defaults_come_from_the_checkpoint_generation_config(omni_dir, 
     assert cfg.sampling_defaults("talker") == {**TALKER_DEFAULTS, "temperature": 0.6, "max_tokens": 100}
     assert load_omni_config(omni_dir).sampling_defaults("talker") == TALKER_DEFAULTS  # transformers' generate()
 
-
-class _ScriptedThinker:
-    """The llm stage's output stream as a script of (delay before it, output): the thing tested is how the
-    thinker stage merges the hidden-state task's result into that stream, not vLLM."""
-
-    def __init__(self, media_after_s: float | None, outputs: list[tuple[float, dict, bool]], media_error=None):
-        from omnistage.models.qwen_omni.thinker import ThinkerEngine
-        from omnistage.stages.base import StageOutput
-        from omnistage.stages.llm.engine import LLMStageEngine
-
-        script = outputs
-
-        class Upstream(LLMStageEngine):
-            async def generate(self, req):
-                for delay, data, finished in script:
-                    await asyncio.sleep(delay)
-                    yield StageOutput(req.request_id, 0, dict(data), finished, num_tokens=1)
-
-        class Engine(ThinkerEngine, Upstream):
-            pass
-
-        self.engine = Engine.__new__(Engine)  # no vLLM: only generate's merging runs
-        self.engine._media = {}
-        self.media_after_s, self.media_error = media_after_s, media_error
-
-    async def run(self) -> list[dict]:
-        from omnistage.stages.base import StageRequest
-
-        async def media():
-            await asyncio.sleep(self.media_after_s)
-            if self.media_error is not None:
-                raise self.media_error
-            return {"hidden": "rows"}
-
-        self.engine._media["r"] = asyncio.get_running_loop().create_task(media())
-        return [out.data async for out in self.engine.generate(StageRequest("r", {}, {}, consumers=(1,)))]
-
-
-async def test_the_talker_media_leaves_the_thinker_the_moment_it_is_ready():
-    # ready between the first and the second output: on its own output, before the second
-    script = [(0.0, {"token_ids": [1]}, False), (0.3, {"token_ids": [2]}, False), (0.0, {"token_ids": [3]}, True)]
-    got = await _ScriptedThinker(0.1, script).run()
-    assert got == [{"token_ids": [1], "reply_continues": True}, {"talker_media": {"hidden": "rows"}},
-                   {"token_ids": [2], "reply_continues": True}, {"token_ids": [3]}]
-    # ready before the first output: it rides on it
-    got = await _ScriptedThinker(0.0, [(0.1, {"token_ids": [1]}, True)]).run()
-    assert got == [{"token_ids": [1], "talker_media": {"hidden": "rows"}}]
-    # still running when the thinker finishes: the last output waits for it
-    got = await _ScriptedThinker(0.2, [(0.0, {"token_ids": [1]}, True)]).run()
-    assert got == [{"token_ids": [1], "talker_media": {"hidden": "rows"}}]
-
-
-async def test_a_failed_talker_media_fails_the_request_while_the_thinker_waits():
-    thinker = _ScriptedThinker(0.05, [(0.0, {"token_ids": [1]}, False), (5.0, {"token_ids": [2]}, True)],
-                               media_error=RuntimeError("hidden engine died"))
-    with pytest.raises(RuntimeError, match="hidden engine died"):
-        await asyncio.wait_for(thinker.run(), 2.0)  # not after the thinker's 5 s output
-    assert thinker.engine._media == {}

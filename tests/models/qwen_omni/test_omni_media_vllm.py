@@ -1,11 +1,12 @@
 """Qwen3-Omni hears and sees, in-process: audio, image, video and video-with-its-audio prompts through vLLM's own
-thinker, the talker conditioned on the thinker's hidden states at the media positions (a pooling engine,
-stages/llm/hidden.py), against transformers' ``Qwen3OmniMoeForConditionalGeneration.generate(**processor inputs,
+thinker, the talker conditioned on the thinker's hidden states at the media positions (handed out by the thinker's own
+engine: models/qwen_omni/vllm_speaking.py + stages/llm/hidden_connector.py), against transformers' ``Qwen3OmniMoeForConditionalGeneration.generate(**processor inputs,
 return_audio=True)`` with greedy thinker and talker: text equal, waveform within 1e-4."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 
 import numpy as np
 import pytest
@@ -130,15 +131,22 @@ async def test_four_concurrent_media_requests_equal_their_solo_runs(omni):
 
 
 @pytest.mark.asyncio(loop_scope="module")
-async def test_text_out_of_a_media_prompt_skips_the_hidden_state_prefill(omni):
-    messages, mm = CHATS["audio"]
-    hidden = omni.replicas(0)[0].hidden
-    before = hidden.encoded
-    _, spoken = await run(omni, {"messages": messages})  # its text equals transformers (the test above)
-    assert hidden.encoded == before + 1  # the talker's conditioning: one extra prefill
+async def test_the_talker_conditioning_comes_from_the_thinker_engine_itself(omni):
+    """No second engine and no second prefill: the thinker's own engine writes a spoken media prompt's rows (its
+    KV connector), read with the first token; a text-out request asks for none; no file is left behind."""
+    messages, _ = CHATS["audio"]
+    thinker = omni.replicas(0)[0]
+    assert thinker.hidden is None
+    assert thinker.engine.vllm_config.kv_transfer_config.kv_connector == "PromptHiddenStatesConnector"
+    before = thinker.rows_read
+    _, spoken = await run(omni, {"messages": messages})  # its speech equals transformers (the tests above)
+    assert thinker.rows_read == before + 1
     _, finals = await run(omni, {"messages": messages}, output_modalities=["text"])
     assert set(finals) == {0} and finals[0].text == spoken[0].text
-    assert hidden.encoded == before + 1  # none for text out
+    assert thinker.rows_read == before + 1
+    _, finals = await run(omni, {"messages": [{"role": "user", "content": "hello"}]})  # no media: no rows
+    assert finals[2].audio is not None and thinker.rows_read == before + 1
+    assert os.listdir(thinker.rows_dir) == []
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -154,51 +162,3 @@ async def test_a_bad_media_part_is_refused_and_the_stages_keep_serving(omni, par
     assert e.value.field == "messages" and says in e.value.message
     _, finals = await run(omni, {"messages": CHATS["image"][0]})
     assert finals[2].audio is not None and omni.running_requests() == []
-
-
-@pytest.mark.asyncio(loop_scope="module")
-async def test_a_killed_hidden_state_engine_core_restarts_the_thinker(omni):
-    """Last in this module (it restarts the thinker). The pooling engine that gives the talker its conditioning
-    has its own engine core; its death must be noticed with no request running, fail requests meanwhile with
-    StageUnavailableError (HTTP 503) and rebuild both engines, after which the same chat speaks the same."""
-    import os
-    import signal
-    import time
-
-    import psutil
-
-    from omnistage.errors import StageUnavailableError
-    from omnistage.testing.processes import engine_cores, newest_engine_core
-
-    messages = CHATS["audio"][0]
-    _, before = await run(omni, {"messages": messages})
-    thinker = omni.replicas(0)[0]
-    cores = engine_cores(psutil.Process(os.getpid()))
-    assert len(cores) == 2, cores  # the generating engine's, then the hidden-state engine's (built after it)
-    os.kill(newest_engine_core(psutil.Process(os.getpid()))[0].pid, signal.SIGKILL)
-
-    deadline = time.monotonic() + 15
-    while thinker.stats().healthy:
-        assert time.monotonic() < deadline, "the dead hidden-state engine core was never noticed"
-        await asyncio.sleep(0.1)
-    assert "hidden-state" in thinker.stats().detail
-    try:  # sent before the watcher may have marked the stage down: a 503, or (if it ran) the right answer
-        _, during = await run(omni, {"messages": messages})
-        assert during[0].token_ids == before[0].token_ids and np.abs(during[2].audio - before[2].audio).max() <= TOL
-    except StageUnavailableError:
-        pass
-    while "restarting" not in thinker.stats().detail and thinker.restarts == 0:
-        assert time.monotonic() < deadline, f"the stage was never marked down: {thinker.stats().detail}"
-        await asyncio.sleep(0.1)
-    if not thinker.stats().healthy:
-        with pytest.raises(StageUnavailableError):  # while it rebuilds (tens of seconds)
-            await run(omni, {"messages": messages})
-
-    deadline = time.monotonic() + 180
-    while not thinker.stats().healthy:
-        assert time.monotonic() < deadline, f"the thinker never came back: {thinker.stats().detail}"
-        await asyncio.sleep(0.5)
-    assert thinker.restarts == 1 and len(engine_cores(psutil.Process(os.getpid()))) == 2
-    _, after = await run(omni, {"messages": messages})
-    assert after[0].token_ids == before[0].token_ids
-    assert np.abs(after[2].audio - before[2].audio).max() <= TOL

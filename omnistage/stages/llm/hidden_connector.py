@@ -1,0 +1,159 @@
+"""A vLLM KV connector that hands out a generating engine's prompt hidden states as the prefill ends.
+
+vLLM's public API returns no hidden states from a generating engine. A model that needs some (Qwen3-Omni's
+talker reads the thinker's residual stream at the prompt's media positions) registers a model class whose
+forward also writes the wanted hidden state of every token it computes into a cache-only attention layer
+(vLLM's own ``CacheOnlyAttentionLayer``, the building block of its ``extract_hidden_states`` method: a KV-cache
+group of its own, one "head" of ``hidden_size`` per token). This connector, loaded through vLLM's public
+out-of-tree hook (``kv_transfer_config={"kv_connector": "PromptHiddenStatesConnector",
+"kv_connector_module_path": __name__, "kv_role": "kv_producer"}``), reads a request's prompt rows out of that
+cache in ``wait_for_save`` of the step whose forward completes its prompt: vLLM calls it after the forward and
+before the step's output leaves the engine, so the file is complete when the request's first token reaches the
+caller. (vLLM's ``extract_hidden_states`` itself cannot serve a request that keeps generating: its "drafts" are
+always accepted, so every token after the first is wrong; docs/architecture.md.)
+
+Only requests that ask write anything: ``SamplingParams.extra_args["kv_transfer_params"][PATH_KEY]`` names
+the file (``hidden.py`` has the names). It holds (``torch.save``) a ``[prompt tokens, hidden]`` tensor, written to ``PATH + ".part"`` and
+renamed. Nothing in vLLM is patched.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+    SupportsHMA,
+)
+
+from omnistage.stages.llm.hidden import LAYER, PATH_KEY
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.request import Request
+
+
+
+@dataclass
+class _Save:
+    path: str
+    block_ids: list[int]
+    num_tokens: int
+
+
+@dataclass
+class _Meta(KVConnectorMetadata):
+    saves: list[_Save] = field(default_factory=list)
+
+
+@dataclass
+class _Tracked:
+    path: str
+    prompt_len: int
+    block_ids: list[int]
+
+
+def _hidden_group(kv_cache_config: KVCacheConfig | None) -> int:
+    """The KV-cache group holding the cache-only layer, found by its name (``LAYER``): vLLM may give it the same
+    block table as the model's attention layers, and the scheduler's copy of the config keeps no layer types."""
+    found = [i for i, group in enumerate(kv_cache_config.kv_cache_groups if kv_cache_config is not None else [])
+             if any(LAYER in name.split(".") for name in group.layer_names)]
+    if len(found) != 1:
+        raise ValueError(f"expected one KV-cache group with a {LAYER!r} layer, found {len(found)}: the model must "
+                         f"write its hidden states into a CacheOnlyAttentionLayer named {LAYER}.<n>")
+    return found[0]
+
+
+class PromptHiddenStatesConnector(KVConnectorBase_V1, SupportsHMA):
+    def __init__(self, vllm_config: VllmConfig, role: KVConnectorRole, kv_cache_config: KVCacheConfig):
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        self._group = _hidden_group(kv_cache_config)
+        self._tracked: dict[str, _Tracked] = {}  # scheduler side: asking requests whose prompt is not done yet
+        self._cache: torch.Tensor | None = None  # worker side: [blocks, 1, block_size, hidden]
+        self._writes = True  # worker side: tensor-parallel rank 0 alone writes
+
+    # ---- scheduler side
+    def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int, bool]:
+        return 0, False  # nothing to load
+
+    def update_state_after_alloc(self, request: Request, blocks: Any, num_external_tokens: int) -> None:
+        pass
+
+    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
+        for new in scheduler_output.scheduled_new_reqs:
+            extra = (new.sampling_params.extra_args or {}) if new.sampling_params else {}
+            path = (extra.get("kv_transfer_params") or {}).get(PATH_KEY)
+            if path is not None and new.prompt_token_ids is not None:
+                self._tracked[new.req_id] = _Tracked(path, len(new.prompt_token_ids),
+                                                     list(new.block_ids[self._group]))
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            t = self._tracked.get(req_id)
+            new_blocks = cached.new_block_ids[i]
+            if t is None or new_blocks is None:
+                continue
+            if req_id in cached.resumed_req_ids:  # a preempted request comes back with all of its blocks
+                t.block_ids = list(new_blocks[self._group])
+            else:
+                t.block_ids.extend(new_blocks[self._group])
+        computed = {r.req_id: r.num_computed_tokens for r in scheduler_output.scheduled_new_reqs}
+        computed.update(zip(cached.req_ids, cached.num_computed_tokens))
+        meta = _Meta()
+        for req_id, n in scheduler_output.num_scheduled_tokens.items():
+            t = self._tracked.get(req_id)
+            if t is not None and computed.get(req_id, 0) + n >= t.prompt_len:  # this step completes the prompt
+                meta.saves.append(_Save(t.path, list(t.block_ids), t.prompt_len))
+                del self._tracked[req_id]
+        return meta
+
+    def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        self._tracked.pop(request.request_id, None)  # ended before its prompt was done
+        return False, None
+
+    def request_finished_all_groups(self, request: Request,
+                                    block_ids: tuple[list[int], ...]) -> tuple[bool, dict[str, Any] | None]:
+        return self.request_finished(request, [])
+
+    # ---- worker side
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        from vllm.config import get_layers_from_vllm_config
+        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+        from vllm.model_executor.models.extract_hidden_states import CacheOnlyAttentionLayer
+
+        layers = list(get_layers_from_vllm_config(self._vllm_config, CacheOnlyAttentionLayer, list(kv_caches)))
+        if len(layers) != 1:
+            raise ValueError(f"expected one CacheOnlyAttentionLayer in the model, found {len(layers)}")
+        self._cache = kv_caches[layers[0]]
+        self._writes = get_tensor_model_parallel_rank() == 0
+
+    def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
+        pass
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        pass
+
+    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any, **kwargs: Any) -> None:
+        pass  # the rows are read once the prompt is done (wait_for_save)
+
+    def wait_for_save(self) -> None:
+        if not self._writes or not self.has_connector_metadata():
+            return
+        meta = self._get_connector_metadata()
+        if not isinstance(meta, _Meta):
+            return
+        cache = self._cache
+        assert cache is not None
+        size = cache.shape[2]
+        for save in meta.saves:
+            slots = torch.arange(save.num_tokens)
+            blocks = torch.tensor(save.block_ids, dtype=torch.long)[slots // size]
+            rows = cache[blocks, 0, slots % size].to("cpu", copy=True)  # [tokens, hidden]
+            torch.save(rows, save.path + ".part")
+            os.replace(save.path + ".part", save.path)
