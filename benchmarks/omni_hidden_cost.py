@@ -37,10 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 RESULTS = Path(__file__).parent / "results"
 
 
-def kv_bytes_per_token(folder: Path) -> dict[str, int]:
-    """Bytes of KV cache per token: the decoder's attention layers, and the one hidden-state row."""
+def kv_bytes_per_token(folder: Path, dtype: str | None) -> dict[str, int]:
+    """Bytes of KV cache per token (the engine's dtype): the decoder's attention layers, and the hidden-state row."""
     config = json.loads((folder / "config.json").read_text())["thinker_config"]["text_config"]
-    size = {"float32": 4, "bfloat16": 2, "float16": 2}.get(config.get("dtype") or config.get("torch_dtype"), 2)
+    size = {"float32": 4, "bfloat16": 2, "float16": 2}[dtype or "bfloat16"]
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     attention = config["num_hidden_layers"] * 2 * config["num_key_value_heads"] * head_dim * size
     return {"attention": attention, "hidden_row": config["hidden_size"] * size}
@@ -106,7 +106,7 @@ async def main(args: argparse.Namespace) -> None:
     finally:
         plain.shutdown()
         await omni.shutdown()
-    kv = kv_bytes_per_token(folder)
+    kv = kv_bytes_per_token(folder, config.dtype)
     result = {"model": str(folder), "accept_hidden_layer": config.accept_hidden_layer, "rounds": args.rounds,
               "rows": rows, "kv_bytes_per_token": kv, "kv_share": round(kv["hidden_row"] / kv["attention"], 3)}
     RESULTS.mkdir(exist_ok=True)
