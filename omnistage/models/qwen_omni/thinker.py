@@ -27,6 +27,8 @@ talker needs of a media prompt.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import shutil
@@ -171,13 +173,19 @@ class ThinkerEngine(OmniThinkerEngine):
                 yield out
         finally:
             path, _ = self._media.pop(rid, (None, None))
-            if path is not None and os.path.exists(path):  # ended before its first token
-                os.remove(path)
+            if path is not None:  # ended before its first token: its step may still be writing the file
+                _remove(path)
+                asyncio.get_running_loop().call_later(1.0, _remove, path)
 
     async def shutdown(self) -> None:
         await super().shutdown()
         if self.rows_dir is not None:
             shutil.rmtree(self.rows_dir, ignore_errors=True)
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
 
 
 def speaking_deploy(ctx: StageContext) -> StageContext:
