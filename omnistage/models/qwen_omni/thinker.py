@@ -189,11 +189,11 @@ def _remove(path: str) -> None:
 
 
 def speaking_deploy(ctx: StageContext) -> StageContext:
-    """The deploy running ``vllm_speaking.py``'s thinker with the connector that hands its hidden states out, unless
-    it names its own ``hf_overrides`` / ``kv_transfer_config``."""
+    """The deploy running ``vllm_speaking.py``'s thinker (its other ``hf_overrides`` kept) with the connector that
+    hands its hidden states out, unless it names its own architecture or ``kv_transfer_config``."""
     args = ctx.deploy.engine_args
-    extra = {"hf_overrides": {"architectures": [SPEAKING_ARCHITECTURE]}, "kv_transfer_config": CONNECTOR}
-    extra = {k: v for k, v in extra.items() if k not in args}
+    overrides = {"architectures": [SPEAKING_ARCHITECTURE], **(args.get("hf_overrides") or {})}
+    extra = {"hf_overrides": overrides, "kv_transfer_config": args.get("kv_transfer_config") or CONNECTOR}
     return replace(ctx, deploy=ctx.deploy.model_copy(update={"engine_args": {**args, **extra}}))
 
 
