@@ -322,7 +322,12 @@ def test_speech_streams_into_a_playable_audio_element(tts_srv, browser):
         "return arguments[0].readyState >= 1 && arguments[0].src.startsWith('blob:') && arguments[0].src !== arguments[1]",
         audio, streamed), "the non-streamed speech")
     no_error(browser)
-    assert element_bytes(browser, audio) == whole.content
+    # the WAV the server sends for this request; an earlier request for the same speech may differ by one 16-bit
+    # step where its codec windows were batched or cut differently (float rounding, models/codec_tts/decoder.py)
+    played = element_bytes(browser, audio)
+    assert played[:44] == whole.content[:44] and len(played) == len(whole.content)
+    a, b = (soundfile.read(io.BytesIO(x), dtype="int16")[0].astype(np.int32) for x in (played, whole.content))
+    assert np.abs(a - b).max() <= 1
     assert list(metrics_rows(browser)) == ["0", "1"]
 
 

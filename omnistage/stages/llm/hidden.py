@@ -1,8 +1,10 @@
-"""Per-token hidden states of a prompt, from a second vLLM engine in pooling mode.
+"""Per-token hidden states of a prompt: the names of the generating engine's own way out, and a second vLLM engine
+in pooling mode.
 
-vLLM's public API returns no hidden states from a generating engine. A model family that needs them
-(Qwen3-Omni's talker reads the thinker's residual stream at the prompt's media positions) runs a
-second ``AsyncLLM`` of the same folder with ``runner="pooling"`` and asks it for ``token_embed``
+vLLM's public API returns no hidden states from a generating engine. Qwen3-Omni's thinker hands out its own
+(``hidden_connector.py``: a model that writes them into a cache-only layer and a KV connector that writes a
+prompt's rows to a file; the constants below). Qwen2.5-Omni, whose talker reads the last layer of the prompt and
+of the reply once the thinker finished, still runs a second ``AsyncLLM`` of the same folder with ``runner="pooling"`` and asks it for ``token_embed``
 outputs without activation: one vector per prompt token, whatever the (out-of-tree, registered)
 architecture named in ``hf_overrides`` returns from its ``forward``. It takes the very engine input
 the generating engine got (vLLM's rendered prompt: token ids and processed media), so it sees the same
