@@ -17,10 +17,8 @@ device and nothing here applies (``run_on`` only schedules ``cpu``).
 
 Two more rules, from timing each stage's first output and each call at concurrency 4: the AR engine takes its
 batch when its turn comes, not when it asks (``run_batch_on``: requests whose first pieces arrived meanwhile join
-this call instead of waiting a whole call for the next; the generation engine still takes its batch when it asks:
-with it taken late a Llasa test once saw streamed PCM one level off the whole — since understood as XCodec2
-rounding differently with the batch size, which either way allows, and the text-in benefit was within the
-noise), and after an urgent call the other calls wait
+this call instead of waiting a whole call for the next; the generation engine takes its batch when it asks: taking
+it late gained nothing measurable), and after an urgent call the other calls wait
 ``URGENT_FOLLOW_UP_S`` for the urgent call it leads to (the next stage's first piece of those first outputs).
 """
 

@@ -111,4 +111,3 @@ def test_sampling_defaults_come_from_the_checkpoint_generation_config(omni_dir, 
     assert cfg.sampling_defaults("thinker") == {"temperature": 0.7, "top_p": 0.8}
     assert cfg.sampling_defaults("talker") == {**TALKER_DEFAULTS, "temperature": 0.6, "max_tokens": 100}
     assert load_omni_config(omni_dir).sampling_defaults("talker") == TALKER_DEFAULTS  # transformers' generate()
-
