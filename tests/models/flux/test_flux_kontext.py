@@ -90,14 +90,16 @@ async def test_text_to_image_without_an_image_equals_diffusers_call(kontext, ref
 
 async def test_concurrent_edits_match_their_solo_results(kontext):
     """Edits of same-size input images with different prompts, seeds, steps, guidance and true CFG join one
-    batch at different steps; an edit of another input size never shares their forwards."""
+    batch at different steps; an edit of another input size never shares their forwards. Each request joins about
+    two forwards after the previous one's first step (it is encoded meanwhile), more under load: the first three run
+    long enough (24/20/16 steps) that the fourth still finds them all running (8/6/5 once missed by one forward)."""
     common = dict(**SMALL, output_type="latent", extra_args=KEEP)
     common.pop("guidance_scale")
     specs = [
-        (edit("make it red", image(48, 32, 1)), dict(num_inference_steps=8, seed=1, guidance_scale=2.5)),
-        (edit("make it blue", image(48, 32, 2), "blurry"), dict(num_inference_steps=6, seed=2, guidance_scale=3.5,
+        (edit("make it red", image(48, 32, 1)), dict(num_inference_steps=24, seed=1, guidance_scale=2.5)),
+        (edit("make it blue", image(48, 32, 2), "blurry"), dict(num_inference_steps=20, seed=2, guidance_scale=3.5,
                                                                  true_cfg_scale=2.0)),
-        (edit("add a hat", image(48, 32, 3)), dict(num_inference_steps=5, seed=3, guidance_scale=1.5,
+        (edit("add a hat", image(48, 32, 3)), dict(num_inference_steps=16, seed=3, guidance_scale=1.5,
                                                    num_outputs_per_prompt=2)),
         (edit("night time", image(48, 32, 4)), dict(num_inference_steps=7, seed=4, guidance_scale=4.0)),
     ]

@@ -101,13 +101,14 @@ async def test_edit_plus_image_equals_diffusers_call(plus, ref_plus):
 async def test_concurrent_edits_match_their_solo_results(plus):
     """Edits whose input images have the same sizes, with different prompts, images, seeds, steps and true-CFG
     scales, join one batch at different steps; an edit with another input-image size never shares their
-    forwards (its image tokens and RoPE grids differ)."""
+    forwards (its image tokens and RoPE grids differ). The first three run long enough (20/16/12 steps) that the
+    fourth, joining some forwards after the third's first step (more under load), still finds them all running."""
     common = dict(**SMALL, output_type="latent")
     specs = [
-        (edit("make it red", [image(40, 60, 1)]), dict(num_inference_steps=8, seed=1)),
-        (edit("make it blue and shiny", [image(40, 60, 2)], "blurry"), dict(num_inference_steps=6, seed=2,
+        (edit("make it red", [image(40, 60, 1)]), dict(num_inference_steps=20, seed=1)),
+        (edit("make it blue and shiny", [image(40, 60, 2)], "blurry"), dict(num_inference_steps=16, seed=2,
                                                                              true_cfg_scale=3.0)),
-        (edit("add a hat", [image(40, 60, 3)]), dict(num_inference_steps=5, seed=3, num_outputs_per_prompt=2)),
+        (edit("add a hat", [image(40, 60, 3)]), dict(num_inference_steps=12, seed=3, num_outputs_per_prompt=2)),
         (edit("night time", [image(40, 60, 4)], "day, sun, bright colors"), dict(num_inference_steps=4, seed=4,
                                                                                   true_cfg_scale=2.0)),
     ]
