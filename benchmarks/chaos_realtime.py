@@ -41,6 +41,5 @@ SPEC: dict[str, Any] = dict(
                      json.dumps({"0": {"max_model_len": 1024}, "1": {"process": "mp"}})],
     calls=lambda url: [("turn", rt.spoken_turn(LOAD)), ("abandoned", rt.abandoned_turn(LOAD)),
                        ("bad_events", rt.bad_events(LOAD)), ("turn", rt.spoken_turn(LOAD))],
-    targets=[("vllm_engine_core", pr.engine_cores), ("hidden_state_engine_core", pr.newest_engine_core),
-             ("ar_step_process", pr.stage_children)],
+    targets=[("vllm_engine_core", pr.engine_cores), ("ar_step_process", pr.stage_children)],
     probes={"realtime_greedy": rt.greedy_turn(GREEDY)}, threads=3)

@@ -52,7 +52,7 @@ async def main(args: argparse.Namespace) -> None:
 
     from omnistage import AsyncOmni
     from omnistage.models.qwen_omni.config import load_omni_config
-    from omnistage.stages.llm.hidden import PATH_KEY
+    from omnistage.stages.llm.hidden import PATH_KEY, read_rows
     from omnistage.stages.llm.inputs import parse, render
     from tests.models.qwen_omni import media
 
@@ -86,12 +86,12 @@ async def main(args: argparse.Namespace) -> None:
                                                request_id=f"{name}-{tag}-{time.time_ns()}"):
                     pass
                 if rows_file:
-                    torch.load(rows_file)
+                    read_rows(rows_file, len(ei["prompt_token_ids"]))
                     os.remove(rows_file)
                 return time.perf_counter() - t
 
             def speaking(tag: str):
-                return prefill(stage.engine, tag, os.path.join(stage.rows_dir, f"bench-{time.time_ns()}.pt"))
+                return prefill(stage.engine, tag, os.path.join(stage.rows_dir, f"bench-{time.time_ns()}.rows"))
 
             await prefill(plain, "warm"), await speaking("warm")
             times: dict[str, list[float]] = {"plain": [], "speaking": []}

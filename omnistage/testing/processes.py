@@ -25,12 +25,6 @@ def engine_cores(root: psutil.Process) -> list[psutil.Process]:
     return sorted((p for p in root.children(recursive=True) if "EngineCore" in _text(p)), key=_started)
 
 
-def newest_engine_core(root: psutil.Process) -> list[psutil.Process]:
-    """The engine core started last: a stage's companion engine (the Qwen-Omni thinkers' hidden-state engine is
-    built after the generating one, a restart included)."""
-    return engine_cores(root)[-1:]
-
-
 def stage_children(root: psutil.Process) -> list[psutil.Process]:
     """The ``mp`` stage processes (multiprocessing spawn children that are not vLLM's engine core, which is
     spawned the same way before it renames itself)."""

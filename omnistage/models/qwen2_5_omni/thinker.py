@@ -1,21 +1,19 @@
 """The thinker stage: the generic vLLM llm stage on the Qwen2.5-Omni folder (vLLM's own
 ``Qwen2_5OmniThinkerForConditionalGeneration``: text, audio, images and video in), plus what the talker needs.
 
-Both of its vLLM engines run that model with transformers' M-RoPE positions (``vllm_thinker.py``: vLLM 0.32
-places a video with its audio one token off), selected by ``hf_overrides`` architectures.
+Its vLLM engine runs that model with transformers' M-RoPE positions (``vllm_thinker.py``: vLLM 0.32 places a video
+with its audio one token off), selected by ``hf_overrides`` architectures.
 
 What it shares with Qwen3-Omni's thinker (``qwen_omni.thinker.OmniThinkerEngine``): a plain prompt is a user
-message, the checkpoint's sampling defaults and dtype, no multimodal processor cache when the talker reads it.
+message, the checkpoint's sampling defaults and dtype, no multimodal processor cache when the talker reads it, the
+engine's own hidden states handed out through a file per request.
 - **The talker's conditioning** (speaking pipeline, and only when the talker runs for this request):
   transformers' talker reads the thinker's last-layer (normed) hidden state of every prompt token and of every
-  reply token fed back to the thinker (the reply without its last token). vLLM returns no hidden states from a
-  generating engine, so once the reply is complete the stage sends the rendered engine input with the reply's
-  ids appended (the same processed media) to a second vLLM engine in pooling mode (``stages/llm/hidden.py``:
-  ``token_embed``, no activation — vLLM's own thinker, whose pooled output is that normed hidden state) and adds
-  ``talker_thinker`` to the last output: ``hidden`` [prompt + reply - 1, D] and the media grids transformers'
-  talker positions the prompt with. Cost per spoken request: one extra prefill of prompt + reply (encoders
-  included) before the talker starts. vLLM's multimodal processor cache is off on this stage (a cached item is
-  left out of the rendered input, and the pooling engine has its own core).
+  reply token fed back to the thinker (the reply without its last token). The thinker engine itself hands those
+  out: it runs ``vllm_speaking.py`` (the same thinker, also writing its output into a cache-only layer) with the KV
+  connector of ``stages/llm/hidden_connector.py``, which copies the request's rows into its file as each step
+  computes them. The last output carries ``talker_thinker``: ``hidden`` [prompt + reply - 1, D] read from that
+  file, and the media grids transformers' talker positions the prompt with. No second engine, no second prefill.
 """
 
 from __future__ import annotations
@@ -25,8 +23,8 @@ from dataclasses import replace
 from typing import Any
 
 from omnistage.models.qwen2_5_omni.config import load_omni25_config
-from omnistage.models.qwen2_5_omni.vllm_plugin import THINKER_ARCHITECTURE
-from omnistage.models.qwen_omni.thinker import OmniThinkerEngine, checkpoint_deploy, media_grids
+from omnistage.models.qwen2_5_omni.vllm_plugin import SPEAKING_ARCHITECTURE, THINKER_ARCHITECTURE
+from omnistage.models.qwen_omni.thinker import OmniThinkerEngine, checkpoint_deploy, media_grids, speaking_deploy
 from omnistage.pipeline import StageContext
 from omnistage.stages.base import StageOutput, StageRequest
 
@@ -34,34 +32,29 @@ from omnistage.stages.base import StageOutput, StageRequest
 class ThinkerEngine(OmniThinkerEngine):
     def __init__(self, ctx: StageContext, feeds_talker: bool = False):
         config = load_omni25_config(ctx.model) if ctx.model else None
-        # the same thinker, pooled: its output is the final normed hidden state the talker reads
-        super().__init__(ctx, config.sampling_defaults("thinker") if config else {},
-                         {"architectures": [THINKER_ARCHITECTURE]} if feeds_talker and config else None)
-        self._inputs: dict[str, Any] = {}  # request id -> its rendered engine input (requests the talker reads)
+        super().__init__(ctx, config.sampling_defaults("thinker") if config else {}, feeds_talker and bool(config))
+        self._grids: dict[str, dict[str, Any]] = {}  # request id -> its media grids (requests the talker reads)
 
     def rendered(self, req: StageRequest, engine_input: Any, params: Any) -> None:
-        if self.hidden is not None and req.consumers:
-            self._inputs[req.request_id] = engine_input
+        if self.rows_dir is not None and req.consumers:
+            self.ask_rows(req, params, reply=True)
+            self._grids[req.request_id] = media_grids(engine_input)
 
     async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
         rid = req.request_id
-        reply: list[int] = []
+        prompt, reply = 0, []
         try:
             async for out in super().generate(req):
+                prompt = len(out.data.get("prompt_token_ids") or ()) or prompt  # (the first output has them)
                 reply.extend(out.data.get("token_ids") or [])
-                engine_input = self._inputs.get(rid)
-                if out.finished and engine_input is not None and out.finish_reason != "abort" and reply:
-                    out.data["talker_thinker"] = await self.talker_conditioning(rid, engine_input, reply)
+                if out.finished and self.asked_rows(rid) and out.finish_reason != "abort" and reply:
+                    # the prompt and the reply fed back: every token the engine computed for it
+                    out.data["talker_thinker"] = {"hidden": self.take_rows(rid, prompt + len(reply) - 1),
+                                                  **self._grids[rid]}
                 yield out
         finally:
-            self._inputs.pop(rid, None)
-
-    async def talker_conditioning(self, rid: str, engine_input: Any, reply: list[int]) -> dict[str, Any]:
-        """The thinker's hidden states of the prompt and of the reply fed back (all but its last token)."""
-        ids = list(engine_input["prompt_token_ids"])
-        extended = {**engine_input, "prompt_token_ids": ids + reply[:-1]}
-        hidden = await self.hidden_states(extended, rid)
-        return {"hidden": hidden.float().contiguous(), **media_grids(engine_input)}
+            self._grids.pop(rid, None)
+            self.forget_rows(rid)
 
 
 def with_thinker_architecture(ctx: StageContext) -> StageContext:
@@ -76,5 +69,6 @@ def with_thinker_architecture(ctx: StageContext) -> StageContext:
 
 def build_thinker_engine(ctx: StageContext, feeds_talker: bool = False) -> ThinkerEngine:
     dtype = load_omni25_config(ctx.model).dtype if ctx.model else None
-    ctx = with_thinker_architecture(checkpoint_deploy(ctx, dtype, feeds_talker))
+    ctx = checkpoint_deploy(ctx, dtype, feeds_talker)
+    ctx = speaking_deploy(ctx, SPEAKING_ARCHITECTURE) if feeds_talker and ctx.model else with_thinker_architecture(ctx)
     return ThinkerEngine(ctx, feeds_talker=feeds_talker)

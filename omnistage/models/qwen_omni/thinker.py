@@ -42,9 +42,8 @@ from omnistage.models.qwen_omni.config import load_omni_config
 from omnistage.models.qwen_omni.vllm_plugin import SPEAKING_ARCHITECTURE
 from omnistage.pipeline import StageContext
 from omnistage.stages.base import StageOutput, StageRequest
-from omnistage.stages.llm.args import engine_args_for
 from omnistage.stages.llm.engine import LLMStageEngine, Prepared
-from omnistage.stages.llm.hidden import CONNECTOR, PATH_KEY
+from omnistage.stages.llm.hidden import CONNECTOR, PATH_KEY, REPLY_KEY, read_rows
 
 logger = logging.getLogger(__name__)
 _SHM = "/dev/shm"  # the rows' files: memory, not disk, where there is one
@@ -53,8 +52,7 @@ _SHM = "/dev/shm"  # the rows' files: memory, not disk, where there is one
 def checkpoint_deploy(ctx: StageContext, dtype: str | None, feeds_talker: bool) -> StageContext:
     """The deploy with the checkpoint's ``dtype`` unless it names one (see the module docstring), and, feeding the
     talker, without vLLM's multimodal processor cache: it leaves a media item it has processed before out of the
-    engine input (its engine core caches it), and the media grids are read off that input (and Qwen2.5-Omni's
-    hidden-state engine has its own core that needs every item)."""
+    engine input (its engine core caches it), and the media grids are read off that input."""
     deploy = ctx.deploy
     if deploy.dtype is None and "dtype" not in deploy.engine_args and dtype is not None:
         deploy = deploy.model_copy(update={"dtype": dtype})
@@ -85,37 +83,47 @@ def media_grids(engine_input: Mapping[str, Any]) -> dict[str, Any]:
 
 class OmniThinkerEngine(LLMStageEngine):
     """What the Qwen-Omni thinkers share: the checkpoint's sampling defaults under the request's, a plain prompt as
-    a user message, and (feeding the talker) a hidden-state engine built with ``hidden_overrides``."""
+    a user message, and (feeding the talker) a directory for the files the engine's hidden-state connector writes
+    (``stages/llm/hidden.py``), one per request that asks (``ask_rows``), removed with the stage."""
 
-    def __init__(self, ctx: StageContext, defaults: dict[str, Any], hidden_overrides: dict[str, Any] | None):
+    def __init__(self, ctx: StageContext, defaults: dict[str, Any], feeds_talker: bool):
         super().__init__(ctx)
         self.defaults = defaults
-        self.hidden = None
-        if hidden_overrides is not None:
-            from omnistage.stages.llm.hidden import HiddenStateEngine
+        self.rows_dir = tempfile.mkdtemp(prefix="omnistage-thinker-rows-", dir=_SHM if os.path.isdir(_SHM) else None) \
+            if feeds_talker else None
+        self._rows: dict[str, str] = {}  # request id -> its rows' file
+        self.rows_read = 0  # requests whose rows went to the talker
 
-            self.hidden = HiddenStateEngine(ctx, engine_args_for(ctx), hidden_overrides)
+    def ask_rows(self, req: StageRequest, params: Any, reply: bool) -> None:
+        """Ask the engine for this request's hidden states (the prompt's; with ``reply`` also the reply's)."""
+        path = os.path.join(self.rows_dir, f"{uuid.uuid4().hex}.rows")
+        asked = {PATH_KEY: path, **({REPLY_KEY: True} if reply else {})}
+        params.extra_args = {**(params.extra_args or {}), "kv_transfer_params": asked}
+        self._rows[req.request_id] = path
 
-    async def _build(self) -> None:  # (a restart rebuilds both engines)
-        await super()._build()
-        if self.hidden is not None:
-            await self.hidden.start()
+    def asked_rows(self, request_id: str) -> bool:
+        return request_id in self._rows
 
-    async def _close_engines(self) -> None:
-        await super()._close_engines()
-        if self.hidden is not None:
-            await self.hidden.shutdown()
+    def take_rows(self, request_id: str, rows: int) -> Any:
+        """The first ``rows`` hidden states the engine wrote for this request ([rows, D] float32); its file removed."""
+        path = self._rows.pop(request_id)
+        try:
+            return read_rows(path, rows)
+        finally:
+            _remove(path)
+            self.rows_read += 1
 
-    def errored(self) -> str | None:
-        hidden = self.hidden.engine if self.hidden is not None else None
-        if hidden is not None and hidden.errored:
-            return "the hidden-state (pooling) engine core exited"
-        return super().errored()
+    def forget_rows(self, request_id: str) -> None:
+        """The request ended without its rows taken: its engine step may still be writing the file."""
+        path = self._rows.pop(request_id, None)
+        if path is not None:
+            _remove(path)
+            asyncio.get_running_loop().call_later(1.0, _remove, path)
 
-    async def hidden_states(self, engine_input: Any, request_id: str) -> Any:
-        """``self.hidden.encode``; its engine core's death fails the request with ``StageUnavailableError`` and
-        restarts the stage, as the generating engine's does."""
-        return await self.guarded(self.hidden.encode(engine_input, request_id))
+    async def shutdown(self) -> None:
+        await super().shutdown()
+        if self.rows_dir is not None:
+            shutil.rmtree(self.rows_dir, ignore_errors=True)
 
     def prepare(self, req: StageRequest) -> Prepared:
         if isinstance(req.params, Mapping):  # the checkpoint's generation config under the request's values
@@ -132,33 +140,22 @@ class OmniThinkerEngine(LLMStageEngine):
 class ThinkerEngine(OmniThinkerEngine):
     def __init__(self, ctx: StageContext, feeds_talker: bool = False):
         config = load_omni_config(ctx.model) if ctx.model else None
-        super().__init__(ctx, config.sampling_defaults("thinker") if config else {}, None)
+        super().__init__(ctx, config.sampling_defaults("thinker") if config else {}, feeds_talker and bool(config))
         self.media_ids = config.media_token_ids if config else frozenset()
-        # the engine's own hidden states (module docstring): files its connector writes, one per media request
-        self.rows_dir = tempfile.mkdtemp(prefix="omnistage-thinker-rows-", dir=_SHM if os.path.isdir(_SHM) else None) \
-            if feeds_talker and config else None
-        self._media: dict[str, tuple[str, dict[str, Any]]] = {}  # request id -> (its rows' file, its media grids)
-        self.rows_read = 0  # media prompts whose rows went to the talker
+        self._grids: dict[str, dict[str, Any]] = {}  # request id -> its media grids (requests that asked for rows)
 
     def rendered(self, req: StageRequest, engine_input: Any, params: Any) -> None:
         ids = engine_input["prompt_token_ids"]
         if self.rows_dir is None or not req.consumers or not any(t in self.media_ids for t in ids):
             return
-        path = os.path.join(self.rows_dir, f"{uuid.uuid4().hex}.pt")
-        params.extra_args = {**(params.extra_args or {}), "kv_transfer_params": {PATH_KEY: path}}
-        self._media[req.request_id] = (path, media_grids(engine_input))
+        self.ask_rows(req, params, reply=False)
+        self._grids[req.request_id] = media_grids(engine_input)
 
     def _talker_media(self, request_id: str, ids: list[int]) -> dict[str, Any]:
         import torch
 
-        path, grids = self._media.pop(request_id)
-        try:
-            rows = torch.load(path)
-        except FileNotFoundError:
-            raise RuntimeError(f"the thinker engine wrote no hidden states for {request_id!r} (its KV connector "
-                               "writes them before the first token)") from None
-        os.remove(path)
-        self.rows_read += 1
+        grids = self._grids.pop(request_id)
+        rows = self.take_rows(request_id, len(ids))
         mask = torch.isin(torch.as_tensor(ids), torch.tensor(sorted(self.media_ids)))
         return {"hidden": rows[mask].contiguous(), **grids}
 
@@ -166,21 +163,14 @@ class ThinkerEngine(OmniThinkerEngine):
         rid = req.request_id
         try:
             async for out in super().generate(req):
-                if rid in self._media:  # the first output: the connector wrote the prompt's rows before it
+                if self.asked_rows(rid):  # the first output: the connector wrote the prompt's rows before it
                     out.data["talker_media"] = self._talker_media(rid, out.data["prompt_token_ids"])
                 if req.consumers and not out.finished and out.data.get("token_ids"):
                     out.data["reply_continues"] = True  # more tokens follow: these are fed back (module docstring)
                 yield out
         finally:
-            path, _ = self._media.pop(rid, (None, None))
-            if path is not None:  # ended before its first token: its step may still be writing the file
-                _remove(path)
-                asyncio.get_running_loop().call_later(1.0, _remove, path)
-
-    async def shutdown(self) -> None:
-        await super().shutdown()
-        if self.rows_dir is not None:
-            shutil.rmtree(self.rows_dir, ignore_errors=True)
+            self._grids.pop(rid, None)
+            self.forget_rows(rid)
 
 
 def _remove(path: str) -> None:
@@ -188,11 +178,11 @@ def _remove(path: str) -> None:
         os.remove(path)
 
 
-def speaking_deploy(ctx: StageContext) -> StageContext:
-    """The deploy running ``vllm_speaking.py``'s thinker (its other ``hf_overrides`` kept) with the connector that
-    hands its hidden states out, unless it names its own architecture or ``kv_transfer_config``."""
+def speaking_deploy(ctx: StageContext, architecture: str) -> StageContext:
+    """The deploy running the family's speaking thinker ``architecture`` (its other ``hf_overrides`` kept) with the
+    connector that hands its hidden states out, unless it names its own architecture or ``kv_transfer_config``."""
     args = ctx.deploy.engine_args
-    overrides = {"architectures": [SPEAKING_ARCHITECTURE], **(args.get("hf_overrides") or {})}
+    overrides = {"architectures": [architecture], **(args.get("hf_overrides") or {})}
     extra = {"hf_overrides": overrides, "kv_transfer_config": args.get("kv_transfer_config") or CONNECTOR}
     return replace(ctx, deploy=ctx.deploy.model_copy(update={"engine_args": {**args, **extra}}))
 
@@ -201,5 +191,5 @@ def build_thinker_engine(ctx: StageContext, feeds_talker: bool = False) -> Think
     dtype = load_omni_config(ctx.model).dtype if ctx.model else None
     ctx = checkpoint_deploy(ctx, dtype, feeds_talker)
     if feeds_talker and ctx.model:
-        ctx = speaking_deploy(ctx)
+        ctx = speaking_deploy(ctx, SPEAKING_ARCHITECTURE)
     return ThinkerEngine(ctx, feeds_talker=feeds_talker)

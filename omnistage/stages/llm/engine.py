@@ -15,9 +15,7 @@ vLLM's engine core runs in its own process. When it dies (killed, out of
 memory, a crash) the engine notices (``errored`` / ``EngineDeadError``), fails
 its in-flight requests with ``StageUnavailableError`` (HTTP 503), reports
 itself unhealthy and builds a new ``AsyncLLM`` under the shared restart policy
-(stages/restart.py); requests arriving meanwhile get the same 503. A family that
-holds a companion engine (the Qwen-Omni thinkers' hidden-state engine) adds it to
-``errored`` / ``_build`` / ``_close_engines``: its death restarts the stage the same way.
+(stages/restart.py); requests arriving meanwhile get the same 503.
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, AsyncIterator, Awaitable, TypeVar
+from typing import Any, AsyncIterator
 
 from omnistage.errors import InvalidRequestError, StageUnavailableError
 from omnistage.modality import OutputModality
@@ -46,7 +44,6 @@ from omnistage.stages.llm.threads import engine_closed, engine_env
 from omnistage.stages.restart import RESTART_ATTEMPTS, restart_with_backoff
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 
 WATCH_INTERVAL_S = 0.5  # how often an idle engine is checked for a dead engine core
 
@@ -133,7 +130,7 @@ class LLMStageEngine:
                 await asyncio.gather(task, return_exceptions=True)
         self._watcher = self._restarter = None
         await self._abort_active()
-        await self._close_engines()
+        await self._close_engine()
 
     async def _abort_active(self) -> None:
         """End the running requests on a live generating engine (before it is shut down)."""
@@ -141,15 +138,15 @@ class LLMStageEngine:
             for rid in list(self._active):
                 await self._abort_in_vllm(self.engine, rid)
 
-    async def _close_engines(self) -> None:
-        """Shut down every vLLM engine the stage holds (a family with a companion engine adds it)."""
+    async def _close_engine(self) -> None:
+        """Shut down the stage's vLLM engine."""
         engine, self.engine = self.engine, None
         if engine is not None:
             await asyncio.to_thread(engine.shutdown)  # (a dead one: frees what its client still holds)
             engine_closed()
 
     def errored(self) -> str | None:
-        """Which engine of the stage has a dead engine core, or None (a family with a companion engine adds it)."""
+        """Why the stage's engine is dead (its engine core exited), or None."""
         return "the engine core process exited" if self.engine is not None and self.engine.errored else None
 
     def stats(self) -> StageStats:
@@ -173,23 +170,6 @@ class LLMStageEngine:
             if reason is not None:
                 self._engine_died(reason)
 
-    async def guarded(self, call: Awaitable[T]) -> T:
-        """Await ``call`` on a companion engine of the stage (a family's hidden-state engine): a dead engine core
-        fails it with ``StageUnavailableError`` and restarts the stage, as in ``generate``."""
-        from vllm.v1.engine.exceptions import EngineDeadError
-
-        try:
-            return await call
-        except Exception as e:
-            if self._dead is not None:  # the stage went down meanwhile: its engines are being closed and rebuilt
-                raise StageUnavailableError(self._dead) from None
-            reason = self.errored()
-            if reason is None and isinstance(e, EngineDeadError):
-                reason = "EngineDeadError"
-            if reason is None:
-                raise
-            raise self._engine_died(reason) from None
-
     def _engine_died(self, reason: str) -> StageUnavailableError:
         """Mark the stage down and start rebuilding it (once, however many requests saw the death)."""
         if self._closing:
@@ -203,8 +183,7 @@ class LLMStageEngine:
 
     async def _restart(self) -> None:
         async def rebuild() -> None:
-            await self._abort_active()  # (a companion engine died: what runs on the live one fails below)
-            await self._close_engines()
+            await self._close_engine()
             self.restarts += 1
             await self._build()
 

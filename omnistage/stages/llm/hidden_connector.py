@@ -1,25 +1,28 @@
-"""A vLLM KV connector that hands out a generating engine's prompt hidden states as the prefill ends.
+"""A vLLM KV connector that hands out a generating engine's hidden states while it runs.
 
 vLLM's public API returns no hidden states from a generating engine. A model that needs some (Qwen3-Omni's
-talker reads the thinker's residual stream at the prompt's media positions) registers a model class whose
-forward also writes the wanted hidden state of every token it computes into a cache-only attention layer
-(vLLM's own ``CacheOnlyAttentionLayer``, the building block of its ``extract_hidden_states`` method: a KV-cache
-group of its own, one "head" of ``hidden_size`` per token). This connector, loaded through vLLM's public
-out-of-tree hook (``kv_transfer_config={"kv_connector": "PromptHiddenStatesConnector",
-"kv_connector_module_path": __name__, "kv_role": "kv_producer"}``), reads a request's prompt rows out of that
-cache in ``wait_for_save`` of the step whose forward completes its prompt: vLLM calls it after the forward and
-before the step's output leaves the engine, so the file is complete when the request's first token reaches the
-caller. (vLLM's ``extract_hidden_states`` itself cannot serve a request that keeps generating: its "drafts" are
-always accepted, so every token after the first is wrong; docs/architecture.md.)
+talker reads the thinker's residual stream at the prompt's media positions, Qwen2.5-Omni's the last layer of prompt
+and reply) registers a model class whose forward also writes the wanted hidden state of every token it computes
+into a cache-only attention layer (vLLM's own ``CacheOnlyAttentionLayer``, the building block of its
+``extract_hidden_states`` method: a KV-cache group of its own, one "head" of ``hidden_size`` per token). This
+connector, loaded through vLLM's public out-of-tree hook (``kv_transfer_config=hidden.CONNECTOR``), copies the rows
+each step computed for a request that asks out of that cache into the request's file, in ``wait_for_save``: vLLM
+calls it after the forward and before the step's output leaves the engine, so the rows of every token computed so
+far are in the file when an output reaches the caller. (vLLM's ``extract_hidden_states`` itself cannot serve a
+request that keeps generating: its "drafts" are always accepted, so every token after the first is wrong;
+docs/architecture.md.)
 
-Only requests that ask write anything: ``SamplingParams.extra_args["kv_transfer_params"][PATH_KEY]`` names
-the file (``hidden.py`` has the names). It holds (``torch.save``) a ``[prompt tokens, hidden]`` tensor, written to ``PATH + ".part"`` and
-renamed. Nothing in vLLM is patched.
+Only requests that ask write anything: ``SamplingParams.extra_args["kv_transfer_params"][PATH_KEY]`` names the
+file, ``[REPLY_KEY]`` true asks for the reply's rows too (the tokens fed back: all but the last), else the prompt's
+only (``hidden.py`` has the names and the reader). The file: the hidden size (int64), then float32 rows, row ``i``
+at its place whatever step wrote it (a preempted request that recomputes rewrites the same rows). Nothing in vLLM is
+patched.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +34,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     SupportsHMA,
 )
 
-from omnistage.stages.llm.hidden import LAYER, PATH_KEY
+from omnistage.stages.llm.hidden import HEADER, LAYER, PATH_KEY, REPLY_KEY
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -45,7 +48,8 @@ if TYPE_CHECKING:
 class _Save:
     path: str
     block_ids: list[int]
-    num_tokens: int
+    start: int  # rows [start, end) of the request's tokens
+    end: int
 
 
 @dataclass
@@ -56,7 +60,7 @@ class _Meta(KVConnectorMetadata):
 @dataclass
 class _Tracked:
     path: str
-    prompt_len: int
+    limit: int | None  # the prompt's length (its rows only), or None: every token computed until it finishes
     block_ids: list[int]
 
 
@@ -71,11 +75,11 @@ def _hidden_group(kv_cache_config: KVCacheConfig | None) -> int:
     return found[0]
 
 
-class PromptHiddenStatesConnector(KVConnectorBase_V1, SupportsHMA):
+class HiddenRowsConnector(KVConnectorBase_V1, SupportsHMA):
     def __init__(self, vllm_config: VllmConfig, role: KVConnectorRole, kv_cache_config: KVCacheConfig):
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
         self._group = _hidden_group(kv_cache_config)
-        self._tracked: dict[str, _Tracked] = {}  # scheduler side: asking requests whose prompt is not done yet
+        self._tracked: dict[str, _Tracked] = {}  # scheduler side: asking requests with rows still to write
         self._cache: torch.Tensor | None = None  # worker side: [blocks, 1, block_size, hidden]
         self._writes = True  # worker side: tensor-parallel rank 0 alone writes
 
@@ -87,12 +91,14 @@ class PromptHiddenStatesConnector(KVConnectorBase_V1, SupportsHMA):
         pass
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
+        from_start = set()  # new or resumed this step: rows [0, ...) (a cached prefix's rows are in its blocks)
         for new in scheduler_output.scheduled_new_reqs:
             extra = (new.sampling_params.extra_args or {}) if new.sampling_params else {}
-            path = (extra.get("kv_transfer_params") or {}).get(PATH_KEY)
-            if path is not None and new.prompt_token_ids is not None:
-                self._tracked[new.req_id] = _Tracked(path, len(new.prompt_token_ids),
-                                                     list(new.block_ids[self._group]))
+            asked = extra.get("kv_transfer_params") or {}
+            if asked.get(PATH_KEY) is not None and new.prompt_token_ids is not None:
+                limit = None if asked.get(REPLY_KEY) else len(new.prompt_token_ids)
+                self._tracked[new.req_id] = _Tracked(asked[PATH_KEY], limit, list(new.block_ids[self._group]))
+                from_start.add(new.req_id)
         cached = scheduler_output.scheduled_cached_reqs
         for i, req_id in enumerate(cached.req_ids):
             t = self._tracked.get(req_id)
@@ -101,6 +107,7 @@ class PromptHiddenStatesConnector(KVConnectorBase_V1, SupportsHMA):
                 continue
             if req_id in cached.resumed_req_ids:  # a preempted request comes back with all of its blocks
                 t.block_ids = list(new_blocks[self._group])
+                from_start.add(req_id)
             else:
                 t.block_ids.extend(new_blocks[self._group])
         computed = {r.req_id: r.num_computed_tokens for r in scheduler_output.scheduled_new_reqs}
@@ -108,13 +115,20 @@ class PromptHiddenStatesConnector(KVConnectorBase_V1, SupportsHMA):
         meta = _Meta()
         for req_id, n in scheduler_output.num_scheduled_tokens.items():
             t = self._tracked.get(req_id)
-            if t is not None and computed.get(req_id, 0) + n >= t.prompt_len:  # this step completes the prompt
-                meta.saves.append(_Save(t.path, list(t.block_ids), t.prompt_len))
+            if t is None:
+                continue
+            start = 0 if req_id in from_start else computed.get(req_id, 0)
+            end = computed.get(req_id, 0) + n
+            if t.limit is not None:
+                end = min(end, t.limit)
+            if end > start:
+                meta.saves.append(_Save(t.path, list(t.block_ids), start, end))
+            if t.limit is not None and end >= t.limit:  # the prompt is done: nothing more to write
                 del self._tracked[req_id]
         return meta
 
     def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
-        self._tracked.pop(request.request_id, None)  # ended before its prompt was done
+        self._tracked.pop(request.request_id, None)  # its last step's rows are written: nothing more
         return False, None
 
     def request_finished_all_groups(self, request: Request,
@@ -152,8 +166,13 @@ class PromptHiddenStatesConnector(KVConnectorBase_V1, SupportsHMA):
         assert cache is not None
         size = cache.shape[2]
         for save in meta.saves:
-            slots = torch.arange(save.num_tokens)
+            slots = torch.arange(save.start, save.end)
             blocks = torch.tensor(save.block_ids, dtype=torch.long)[slots // size]
-            rows = cache[blocks, 0, slots % size].to("cpu", copy=True)  # [tokens, hidden]
-            torch.save(rows, save.path + ".part")
-            os.replace(save.path + ".part", save.path)
+            rows = cache[blocks, 0, slots % size].to("cpu", torch.float32).numpy()  # [tokens, hidden]
+            fd = os.open(save.path, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                if save.start == 0:
+                    os.pwrite(fd, struct.pack(HEADER, rows.shape[1]), 0)
+                os.pwrite(fd, rows.tobytes(), struct.calcsize(HEADER) + save.start * rows.shape[1] * 4)
+            finally:
+                os.close(fd)

@@ -1,11 +1,13 @@
 """Qwen2.5-Omni in-process: text, audio, image, video and video-with-its-audio prompts through vLLM's own thinker,
-the talker conditioned on the thinker's hidden states of prompt + reply (a pooling engine, stages/llm/hidden.py),
+the talker conditioned on the thinker's hidden states of prompt + reply (handed out by the thinker's own engine:
+models/qwen2_5_omni/vllm_speaking.py + stages/llm/hidden_connector.py),
 token2wav's DiT + BigVGAN — against transformers' ``Qwen2_5OmniForConditionalGeneration.generate(**processor
 inputs, return_audio=True)`` with greedy thinker and talker and the same seed: text equal, waveform within 1e-4."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 
 import numpy as np
 import pytest
@@ -100,16 +102,18 @@ async def test_four_concurrent_requests_equal_their_solo_runs(omni):
 
 
 @pytest.mark.asyncio(loop_scope="module")
-async def test_voices_and_text_out_skips_the_hidden_state_prefill(omni, reference):
+async def test_voices_and_text_out_asks_no_hidden_states(omni, reference):
     prompt = {"messages": [{"role": "user", "content": "hello, who are you?"}]}
-    hidden = omni.replicas(0)[0].hidden
-    before = hidden.encoded
+    thinker = omni.replicas(0)[0]
+    before = thinker.rows_read
     ethan = reference.run([{"role": "user", "content": "hello, who are you?"}], THINK, TALK, speaker="Ethan")
     finals = await run(omni, {**prompt, "additional_information": {"voice": "ethan"}})
     assert_equal(finals, ethan)
-    assert hidden.encoded == before + 1  # the talker's conditioning: one extra prefill of prompt + reply
+    assert thinker.rows_read == before + 1  # the talker's conditioning, from the thinker's own engine
     text_only = await run(omni, prompt, output_modalities=["text"])
-    assert set(text_only) == {0} and hidden.encoded == before + 1  # none for text out
+    assert set(text_only) == {0} and thinker.rows_read == before + 1  # none for text out
+    assert thinker.engine.vllm_config.kv_transfer_config.kv_connector == "HiddenRowsConnector"
+    assert os.listdir(thinker.rows_dir) == []  # every file read was removed
 
 
 @pytest.mark.asyncio(loop_scope="module")

@@ -136,8 +136,7 @@ async def test_the_talker_conditioning_comes_from_the_thinker_engine_itself(omni
     KV connector), read with the first token; a text-out request asks for none; no file is left behind."""
     messages, _ = CHATS["audio"]
     thinker = omni.replicas(0)[0]
-    assert thinker.hidden is None
-    assert thinker.engine.vllm_config.kv_transfer_config.kv_connector == "PromptHiddenStatesConnector"
+    assert thinker.engine.vllm_config.kv_transfer_config.kv_connector == "HiddenRowsConnector"
     before = thinker.rows_read
     _, spoken = await run(omni, {"messages": messages})  # its speech equals transformers (the tests above)
     assert thinker.rows_read == before + 1
