@@ -154,25 +154,31 @@ class HiddenRowsConnector(KVConnectorBase_V1, SupportsHMA):
         pass
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any, **kwargs: Any) -> None:
-        pass  # the rows are read once the prompt is done (wait_for_save)
+        pass  # the rows are read after the whole forward (wait_for_save)
 
     def wait_for_save(self) -> None:
         if not self._writes or not self.has_connector_metadata():
             return
         meta = self._get_connector_metadata()
-        if not isinstance(meta, _Meta):
+        if not isinstance(meta, _Meta) or not meta.saves:
             return
         cache = self._cache
         assert cache is not None
         size = cache.shape[2]
+        # every request's rows of this step in one gather and one copy to the host (one device sync per step)
+        slots = [torch.arange(save.start, save.end) for save in meta.saves]
+        blocks = torch.cat([torch.tensor(save.block_ids, dtype=torch.long)[s // size] for save, s in
+                            zip(meta.saves, slots)])
+        offsets = torch.cat(slots) % size
+        rows = cache[blocks.to(cache.device), 0, offsets.to(cache.device)].to("cpu", torch.float32).numpy()
+        hidden, done = rows.shape[1], 0
         for save in meta.saves:
-            slots = torch.arange(save.start, save.end)
-            blocks = torch.tensor(save.block_ids, dtype=torch.long)[slots // size]
-            rows = cache[blocks, 0, slots % size].to("cpu", torch.float32).numpy()  # [tokens, hidden]
+            n = save.end - save.start
             fd = os.open(save.path, os.O_WRONLY | os.O_CREAT, 0o600)
             try:
                 if save.start == 0:
-                    os.pwrite(fd, struct.pack(HEADER, rows.shape[1]), 0)
-                os.pwrite(fd, rows.tobytes(), struct.calcsize(HEADER) + save.start * rows.shape[1] * 4)
+                    os.pwrite(fd, struct.pack(HEADER, hidden), 0)
+                os.pwrite(fd, rows[done:done + n].tobytes(), struct.calcsize(HEADER) + save.start * hidden * 4)
             finally:
                 os.close(fd)
+            done += n
