@@ -1,7 +1,7 @@
 """``qwen2_5_omni``: Qwen2.5-Omni — thinker (vLLM) -> talker -> token2wav (DiT + BigVGAN); text and speech.
 
 Stage 0 ``thinker`` (llm, vLLM's own ``Qwen2_5OmniThinkerForConditionalGeneration``): the chat reply as text and
-token ids, and for the talker the hidden states of prompt + reply from a pooling-mode engine (``thinker.py``).
+token ids, and for the talker the hidden states of prompt + reply, handed out by its own engine (``thinker.py``).
 Stage 1 ``talker``: codec codes on omnistage's step-batched AR engine over transformers' talker
 (``talker_engine.py``, ``talker_model.py``). Stage 2 ``token2wav`` (generation): DiT flow sampling + BigVGAN,
 24 kHz audio (``token2wav.py``). Each stage starts when the one before finished (docs/architecture.md says why

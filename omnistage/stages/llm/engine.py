@@ -24,7 +24,8 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, AsyncIterator
+from typing import Any
+from collections.abc import AsyncIterator
 
 from omnistage.errors import InvalidRequestError, StageUnavailableError
 from omnistage.modality import OutputModality
