@@ -23,9 +23,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
-from collections.abc import AsyncIterator
 
 from omnistage.errors import InvalidRequestError, StageUnavailableError
 from omnistage.modality import OutputModality
