@@ -4,8 +4,9 @@ Stage 0 ``thinker`` (llm, vLLM's own ``Qwen2_5OmniThinkerForConditionalGeneratio
 token ids, and for the talker the hidden states of prompt + reply, handed out by its own engine (``thinker.py``).
 Stage 1 ``talker``: codec codes on omnistage's step-batched AR engine over transformers' talker
 (``talker_engine.py``, ``talker_model.py``). Stage 2 ``token2wav`` (generation): DiT flow sampling + BigVGAN,
-24 kHz audio (``token2wav.py``). Each stage starts when the one before finished (docs/architecture.md says why
-and what it costs).
+24 kHz audio (``token2wav.py``). With async chunk on (the default) the talker starts with the thinker's second token
+and steps as its hidden states arrive; token2wav starts when the talker finished (its DiT attends across the whole
+code sequence; docs/architecture.md says what that costs).
 
 - ``modalities: ["text"]`` runs the thinker only; ``["text", "audio"]`` (default) all three.
 - Voices are the speakers of the checkpoint's ``spk_dict.pt`` (``Chelsie``, ``Ethan`` in the release); default
@@ -28,7 +29,7 @@ from typing import Any
 
 from omnistage.models.qwen2_5_omni import tiny
 from omnistage.models.qwen2_5_omni.config import ARCHITECTURE, SAMPLE_RATE, load_omni25_config
-from omnistage.models.qwen2_5_omni.edges import talker_to_token2wav, thinker_to_talker
+from omnistage.models.qwen2_5_omni.edges import talker_to_token2wav, thinker_to_talker, thinker_to_talker_chunks
 from omnistage.models.transcription_chat import TRANSCRIPTION_INFO, to_transcription_chat
 from omnistage.pipeline import Edge, ModelFolder, Pipeline, StageContext, StageSpec
 
@@ -83,11 +84,12 @@ QWEN2_5_OMNI = Pipeline(
     stages=[
         _thinker("text+token_ids", speaking_thinker_engine),  # the reply's ids feed the talker
         StageSpec(1, kind="generation", name="talker", output="token_ids", engine=make_talker_engine,
-                  inputs=[Edge(0, process=thinker_to_talker)]),
+                  inputs=[Edge(0, process=thinker_to_talker, process_chunk=thinker_to_talker_chunks)]),
         StageSpec(2, kind="generation", name="token2wav", output="audio", final=True, adapter=token2wav_adapter,
                   inputs=[Edge(1, process=talker_to_token2wav)]),
     ],
     extra_body_params={"speaker": str},
+    default_deploy={"async_chunk": True},  # the talker starts with the thinker's second token (edges.py)
     info={"sample_rate": SAMPLE_RATE, "chat": True, "supports_speed": False,
           "transcription": TRANSCRIPTION_INFO},
     shape_request=to_transcription_chat,  # a recogniser request becomes a chat turn (transcription.py)

@@ -1,8 +1,11 @@
-"""The edges thinker -> talker and talker -> token2wav (whole: each stage starts once the one before finished).
+"""The edges thinker -> talker (whole, or streamed with async chunk on: the default) and talker -> token2wav (whole).
 
-thinker -> talker: the thinker's rendered prompt ids, the reply's ids, its ``talker_thinker`` (hidden states of
-prompt + reply and the media grids; thinker.py) and the speaker the request names. talker -> token2wav: the
-codes [n] and the same speaker (the request's, else the talker's ``speaker`` sampling param, else the default).
+thinker -> talker: the thinker's rendered prompt ids, the reply's ids, its hidden states of the prompt and of the
+reply fed back (``talker_rows``: ``rows``), the media grids (``talker_media``: ``media``; thinker.py) and the
+speaker the request names. Streamed, every thinker output is forwarded at once: the talker prefills once the
+prompt's rows and the first reply token's have come (the thinker's second output) and steps as the rows of later
+tokens arrive. talker -> token2wav: the codes [n] and the same speaker (the request's, else the talker's
+``speaker`` sampling param, else the default); token2wav's DiT attends across the whole code sequence.
 """
 
 from __future__ import annotations
@@ -41,9 +44,26 @@ def _ids(value: Any) -> list[int]:
 
 
 def thinker_to_talker(source: dict[str, Any], request: Any) -> dict[str, Any]:
-    return {"prompt_token_ids": _ids(_first(source.get("prompt_token_ids"))),
-            "token_ids": _ids(source.get("token_ids")),
-            "thinker": _first(source.get("talker_thinker")), "speaker": request_speaker(request)}
+    """Async chunk off: the whole reply at once."""
+    return {"prompt_token_ids": _ids(_first(source.get("prompt_token_ids"))), "token_ids": _ids(source.get("token_ids")),
+            "rows": source.get("talker_rows"), "media": _first(source.get("talker_media")),
+            "speaker": request_speaker(request)}
+
+
+def thinker_to_talker_chunks(delta: dict[str, Any], request: Any, state: dict[str, Any]) -> dict[str, Any] | None:
+    """Async chunk on: every thinker output as it comes (the first with the prompt ids and the speaker)."""
+    chunk: dict[str, Any] = {}
+    if not state.get("started") and delta.get("prompt_token_ids") is not None:
+        state["started"] = True
+        chunk["prompt_token_ids"] = _ids(delta["prompt_token_ids"])
+        chunk["speaker"] = request_speaker(request)
+    if delta.get("token_ids") is not None:
+        chunk["token_ids"] = _ids(delta["token_ids"])
+    if delta.get("talker_rows") is not None:
+        chunk["rows"] = delta["talker_rows"]
+    if delta.get("talker_media") is not None:
+        chunk["media"] = delta["talker_media"]
+    return chunk or None
 
 
 def talker_to_token2wav(source: dict[str, Any], request: Any) -> dict[str, Any]:

@@ -5,15 +5,18 @@ states (``talker_model.py``); vLLM's public API conditions a request only throug
 feeds a running request a new input embedding per step. (The talker itself is a plain Qwen2 decoder: one codebook,
 no nested model.)
 
-A request arrives whole (the thinker finished: its prompt ids, reply ids, the hidden states of both and the media
-grids; ``edges.py``), prefills once and then joins every step until ``codec_pad`` / ``codec_end`` or ``max_tokens``
-codes (transformers' ``talker_max_new_tokens``). Each code is one ``token_ids`` item; the end code is not sent.
+A request's inputs (``edges.py``: the thinker's prompt ids, reply ids, hidden states of the prompt and of the reply
+fed back, the media grids) arrive whole or streamed as the thinker makes them. It prefills once the prompt's rows
+and the first reply token's have come, and joins a step once the row that step reads has (reply token k + 1's for
+step k, then ``tts_text_end``, then ``tts_text_pad``, once the thinker finished) — so streamed or whole, every step
+computes the same thing — until ``codec_pad`` / ``codec_end`` or ``max_tokens`` codes (transformers'
+``talker_max_new_tokens``). Each code is one ``token_ids`` item; the end code is not sent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +35,16 @@ NO_SPEECH = "the thinker's reply is too short to speak (fewer than 2 tokens)"
 
 @dataclass
 class _Req(ARRequest):
-    inputs: Mapping[str, Any] | None = None
     row: Any = None  # talker_model.Row
-    speaker: str = ""
+    speaker: str = ""  # the talker's own ``speaker`` param (checked), else the default
+    voice: str | None = None  # the request's voice, which wins
     max_tokens: int = 0
     sampled: int = 0
+    prompt_ids: list[int] | None = None
+    reply: list[int] = field(default_factory=list)
+    rows: list[Any] = field(default_factory=list)  # the thinker's hidden states, one [D] row per token (views)
+    media: Mapping[str, Any] | None = None
+    text_done: bool = False  # the thinker finished: no more reply tokens or rows
 
 
 class TalkerEngine(StepEngine):
@@ -56,26 +64,58 @@ class TalkerEngine(StepEngine):
         from omnistage.models.qwen2_5_omni.talker_model import Row
 
         sampling, max_tokens, speaker = talker_sampling(req.params, self.config.sampling_defaults("talker"))
-        inputs = req.inputs or {}
-        name = self.config.speaker(inputs.get("speaker") or speaker)
-        for key in ("prompt_token_ids", "token_ids", "thinker"):
-            if inputs.get(key) is None:
-                raise ValueError(f"the talker got no {key} from the thinker")
-        return _Req(req, inputs=inputs, speaker=name, max_tokens=max_tokens,
-                    row=Row(RequestKV(self.model.num_layers), sampling))
+        r = _Req(req, speaker=self.config.speaker(speaker), max_tokens=max_tokens,
+                 row=Row(RequestKV(self.model.num_layers), sampling))
+        self._add(r, req.inputs or {}, last=not req.stream_inputs)
+        return r
+
+    def _add(self, r: _Req, chunk: Mapping[str, Any], last: bool) -> None:
+        if chunk.get("speaker") is not None:  # the request's voice (edges.py): checked at prefill, where a bad one
+            r.voice = chunk["speaker"]        # fails this request alone
+        if chunk.get("prompt_token_ids") is not None:
+            r.prompt_ids = [int(t) for t in chunk["prompt_token_ids"]]
+        if chunk.get("media") is not None:
+            r.media = chunk["media"]
+        if chunk.get("token_ids") is not None:
+            r.reply.extend(int(t) for t in chunk["token_ids"])
+        if chunk.get("rows") is not None:
+            r.rows.extend(chunk["rows"].unbind(0))
+        r.text_done = r.text_done or last
+
+    def add_input(self, r: _Req, chunk: Mapping[str, Any], last: bool) -> None:
+        if r.text_done:
+            raise ValueError(f"stage {self.stage_id}: input fed to {r.request_id!r} after its last chunk")
+        self._add(r, chunk, last)
+
+    def prefill_ready(self, r: _Req) -> bool:
+        """Once the prompt's rows and the first reply token's have come, or the thinker ended (prefill then fails)."""
+        return r.text_done or (r.prompt_ids is not None and len(r.rows) > len(r.prompt_ids))
 
     def prefill(self, r: _Req) -> Emit:
-        reply = [int(t) for t in r.inputs["token_ids"]]
-        if len(reply) < 2:
+        if r.prompt_ids is None or not r.rows:
+            raise ValueError("the talker got no prompt or hidden states from the thinker")
+        if len(r.reply) < 2:
             raise InvalidRequestError("input", NO_SPEECH)
-        thinker = r.inputs["thinker"]
-        bos = int(self.config.speakers[r.speaker]["bos_token"])
-        embeds, positions, delta, trailing = self.model.prefill_input(
-            [int(t) for t in r.inputs["prompt_token_ids"]], reply, thinker["hidden"], bos, thinker)
-        return self._emit(r, self.model.prefill(r.row, embeds, positions, delta, trailing))
+        n = len(r.prompt_ids)
+        if len(r.rows) <= n:
+            raise ValueError(f"the thinker sent {len(r.rows)} hidden states for a {n}-token prompt and a reply")
+        bos = int(self.config.speakers[self.config.speaker(r.voice) if r.voice else r.speaker]["bos_token"])
+        embeds, positions, delta = self.model.prefill_input(r.prompt_ids, r.reply[0], r.rows[:n + 1], bos, r.media)
+        return self._emit(r, self.model.prefill(r.row, embeds, positions, delta))
+
+    def ready(self, r: _Req) -> Any:
+        """What step k adds to the last code's embedding: reply token k + 1 with its row, once that row has come;
+        after the thinker finished, ``tts_text_end`` once (at k = len(reply) - 2) and then ``tts_text_pad``."""
+        k = r.row.step
+        i = len(r.prompt_ids) + 1 + k  # reply token k + 1's row
+        if i < len(r.rows):
+            return r.rows[i], r.reply[k + 1]
+        if not r.text_done:
+            return None
+        return "end" if k == len(r.reply) - 2 else "pad"
 
     def step(self, rs: list[_Req], items: list[Any]) -> list[Emit]:
-        return [self._emit(r, code) for r, code in zip(rs, self.model.step([r.row for r in rs]))]
+        return [self._emit(r, code) for r, code in zip(rs, self.model.step([r.row for r in rs], items))]
 
     def _emit(self, r: _Req, code: int) -> Emit:
         r.sampled += 1

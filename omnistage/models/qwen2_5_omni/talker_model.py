@@ -8,7 +8,8 @@
   two rows. Positions: the talker's ``get_rope_index`` over prompt ids + bos + first reply token and the media
   grids (``use_audio_in_video`` included), as transformers passes them.
 - **each step**: the previous code's codec embedding plus the next *trailing* row — the hidden state + embedding
-  of reply tokens 2..n-1, then the thinker's ``tts_text_end`` embedding, then ``tts_text_pad`` for ever.
+  of reply tokens 2..n-1, then the thinker's ``tts_text_end`` embedding, then ``tts_text_pad`` for ever (the engine
+  hands each step its item as the thinker's rows arrive: ``talker_engine.py``).
 - **sampling**: transformers' logits processors in order — repetition penalty over the talker's whole input
   ids (``codec_mask`` × prompt, ``codec_pad``, ``codec_bos``, then the codes drawn), ``codec_bos`` suppressed —
   then greedy or temperature / top-k / top-p; ``codec_pad`` or ``codec_end`` ends the speech.
@@ -36,11 +37,10 @@ class Row:
 
     kv: RequestKV
     sampling: Any  # qwen_omni.talker_model.Sampling (temperature, top_k, top_p, repetition_penalty, generator)
-    trailing: torch.Tensor | None = None  # [n, H] the rows later steps add to the codec embedding (last repeats)
     rope_delta: int = 0
     code: int | None = None  # the code drawn last (the next step's input)
     history: list[int] = field(default_factory=list)  # the talker's input ids so far (repetition penalty)
-    step: int = 0
+    step: int = 0  # steps taken: which trailing item the next one reads
 
 
 class TalkerModel:
@@ -62,28 +62,36 @@ class TalkerModel:
             self.codec = self.talker.get_input_embeddings()
 
     @torch.no_grad()
-    def prefill_input(self, prompt_ids: list[int], reply: list[int], hidden: torch.Tensor, bos_token: int,
-                      media: dict | None) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor]:
-        """(embeds [L+2, H] before the projection, positions [3, L+2], rope delta, trailing rows [n, H]).
-        ``hidden``: the thinker's hidden states of ``prompt_ids + reply[:-1]``; ``reply`` has >= 2 tokens."""
+    def prefill_input(self, prompt_ids: list[int], first: int, hidden: list[torch.Tensor], bos_token: int,
+                      media: dict | None) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(embeds [L+2, H] before the projection, positions [3, L+2], rope delta). ``hidden``: the thinker's hidden
+        states ([D] rows) of ``prompt_ids + [first]`` (the first reply token)."""
         n_prompt = len(prompt_ids)
-        hidden = hidden.to(self.device, self.dtype)
-        ids = torch.tensor(prompt_ids + reply[:-1], device=self.device)
+        hidden = torch.stack(hidden).to(self.device, self.dtype)
+        ids = torch.tensor(prompt_ids + [first], device=self.device)
         embeds = self.embed(ids)
         embeds[:n_prompt][torch.isin(ids[:n_prompt], self.media_ids.to(self.device))] = 0  # generate() zeroes them
-        rows = hidden + embeds  # [L + n - 1, H]
+        rows = hidden + embeds  # [L + 1, H]
         bos = self.embed(torch.tensor([bos_token], device=self.device))
-        prefill = torch.cat([rows[:n_prompt], bos, rows[n_prompt:n_prompt + 1]], dim=0)
+        prefill = torch.cat([rows[:n_prompt], bos, rows[n_prompt:]], dim=0)
         prefill[-1] += self.codec(torch.tensor(self.codec_bos, device=self.device))
         prefill[-2] += self.codec(torch.tensor(self.codec_pad, device=self.device))
-        trailing = torch.cat([rows[n_prompt + 1:], self.text_eos, self.text_pad], dim=0)
-        text_ids = torch.tensor([prompt_ids + [bos_token, reply[0]]], device=self.device)
+        text_ids = torch.tensor([prompt_ids + [bos_token, first]], device=self.device)
         media = media or {}
         positions, delta = self.talker.get_rope_index(
             text_ids, _on(media.get("image_grid_thw"), self.device), _on(media.get("video_grid_thw"), self.device),
             torch.ones_like(text_ids), bool(media.get("use_audio_in_video")),
             _on(media.get("audio_feature_lengths"), self.device), _on(media.get("video_second_per_grid"), self.device))
-        return prefill, positions[:, 0], int(delta.reshape(-1)[0]), trailing
+        return prefill, positions[:, 0], int(delta.reshape(-1)[0])
+
+    def _text(self, item: Any) -> torch.Tensor:
+        """A step's trailing row [H]: a reply token's hidden state + embedding, or ``tts_text_end`` / ``_pad``."""
+        if item == "end":
+            return self.text_eos[0]
+        if item == "pad":
+            return self.text_pad[0]
+        hidden, token = item
+        return hidden.to(self.device, self.dtype) + self.embed(torch.tensor(token, device=self.device))
 
     def _forward(self, rows: list[Row], embeds: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """One talker forward of ``embeds`` [B, T, H] (row i continues its own cache; ``positions`` [3, B, T] when
@@ -108,18 +116,17 @@ class TalkerModel:
         return codes
 
     @torch.no_grad()
-    def prefill(self, row: Row, embeds: torch.Tensor, positions: torch.Tensor, rope_delta: int,
-                trailing: torch.Tensor) -> int:
+    def prefill(self, row: Row, embeds: torch.Tensor, positions: torch.Tensor, rope_delta: int) -> int:
         """One request's prefill; returns its first code."""
-        row.rope_delta, row.trailing = rope_delta, trailing
+        row.rope_delta = rope_delta
         row.history = [self.codec_mask] * (embeds.shape[0] - 2) + [self.codec_pad, self.codec_bos]
         return self._sample([row], self._forward([row], embeds.unsqueeze(0), positions.unsqueeze(1)))[0]
 
     @torch.no_grad()
-    def step(self, rows: list[Row]) -> list[int]:
-        """Every row's next code: its last code's embedding plus its next trailing row."""
+    def step(self, rows: list[Row], items: list[Any]) -> list[int]:
+        """Every row's next code: its last code's embedding plus its trailing row (``_text`` of its item)."""
         codes = torch.tensor([r.code for r in rows], device=self.device)
-        text = torch.stack([r.trailing[min(r.step, r.trailing.shape[0] - 1)] for r in rows])
+        text = torch.stack([self._text(item) for item in items])
         for r in rows:
             r.step += 1
         return self._sample(rows, self._forward(rows, (self.codec(codes) + text).unsqueeze(1)))

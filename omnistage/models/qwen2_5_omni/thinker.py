@@ -12,8 +12,10 @@ engine's own hidden states handed out through a file per request.
   reply token fed back to the thinker (the reply without its last token). The thinker engine itself hands those
   out: it runs ``vllm_speaking.py`` (the same thinker, also writing its output into a cache-only layer) with the KV
   connector of ``stages/llm/hidden_connector.py``, which copies the request's rows into its file as each step
-  computes them. The last output carries ``talker_thinker``: ``hidden`` [prompt + reply - 1, D] read from that
-  file, and the media grids transformers' talker positions the prompt with. No second engine, no second prefill.
+  computes them. Each output carries the rows computed since the last one (``talker_rows``: the first output the
+  prompt's, then one per reply token fed back), so a streamed talker starts after the thinker's second token;
+  the first output also carries the media grids transformers' talker positions the prompt with
+  (``talker_media``). No second engine, no second prefill.
 """
 
 from __future__ import annotations
@@ -42,15 +44,20 @@ class ThinkerEngine(OmniThinkerEngine):
 
     async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
         rid = req.request_id
-        prompt, reply = 0, []
+        prompt, reply, sent = 0, 0, 0
         try:
             async for out in super().generate(req):
                 prompt = len(out.data.get("prompt_token_ids") or ()) or prompt  # (the first output has them)
-                reply.extend(out.data.get("token_ids") or [])
-                if out.finished and self.asked_rows(rid) and out.finish_reason != "abort" and reply:
-                    # the prompt and the reply fed back: every token the engine computed for it
-                    out.data["talker_thinker"] = {"hidden": self.take_rows(rid, prompt + len(reply) - 1),
-                                                  **self._grids[rid]}
+                reply += len(out.data.get("token_ids") or ())
+                if self.asked_rows(rid) and out.finish_reason != "abort":
+                    if rid in self._grids:
+                        out.data["talker_media"] = self._grids.pop(rid)
+                    computed = prompt + reply - 1  # the prompt and the reply fed back so far
+                    if computed > sent:
+                        out.data["talker_rows"] = self.rows(rid, computed, sent)
+                        sent = computed
+                    if out.finished:
+                        self.done_with_rows(rid)
                 yield out
         finally:
             self._grids.pop(rid, None)

@@ -104,14 +104,14 @@ class OmniThinkerEngine(LLMStageEngine):
     def asked_rows(self, request_id: str) -> bool:
         return request_id in self._rows
 
-    def take_rows(self, request_id: str, rows: int) -> Any:
-        """The first ``rows`` hidden states the engine wrote for this request ([rows, D] float32); its file removed."""
-        path = self._rows.pop(request_id)
-        try:
-            return read_rows(path, rows)
-        finally:
-            _remove(path)
-            self.rows_read += 1
+    def rows(self, request_id: str, stop: int, start: int = 0) -> Any:
+        """Rows ``[start, stop)`` of the hidden states the engine wrote for this request so far ([n, D] float32)."""
+        return read_rows(self._rows[request_id], stop, start)
+
+    def done_with_rows(self, request_id: str) -> None:
+        """Every row the request needs was read: its file removed."""
+        _remove(self._rows.pop(request_id))
+        self.rows_read += 1
 
     def forget_rows(self, request_id: str) -> None:
         """The request ended without its rows taken: its engine step may still be writing the file."""
@@ -155,7 +155,8 @@ class ThinkerEngine(OmniThinkerEngine):
         import torch
 
         grids = self._grids.pop(request_id)
-        rows = self.take_rows(request_id, len(ids))
+        rows = self.rows(request_id, len(ids))
+        self.done_with_rows(request_id)
         mask = torch.isin(torch.as_tensor(ids), torch.tensor(sorted(self.media_ids)))
         return {"hidden": rows[mask].contiguous(), **grids}
 

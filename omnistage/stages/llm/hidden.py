@@ -21,20 +21,22 @@ CONNECTOR = {"kv_connector": "HiddenRowsConnector",
 HEADER = "<q"  # the file starts with the hidden size; float32 rows follow
 
 
-def read_rows(path: str, rows: int) -> Any:
-    """The first ``rows`` rows of a connector's file, a [rows, hidden] float32 tensor. Raises RuntimeError when the
-    file is missing or holds fewer (the engine computed fewer tokens than the caller counts)."""
+def read_rows(path: str, stop: int, start: int = 0) -> Any:
+    """Rows ``[start, stop)`` of a connector's file, a [stop - start, hidden] float32 tensor. Raises RuntimeError when
+    the file is missing or holds fewer (the engine computed fewer tokens than the caller counts)."""
     import numpy as np
     import torch
 
+    skip = struct.calcsize(HEADER)
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            head = f.read(skip)
+            (hidden,) = struct.unpack(HEADER, head) if len(head) == skip else (0,)
+            f.seek(skip + start * hidden * 4)
+            data = f.read((stop - start) * hidden * 4)
     except FileNotFoundError:
         raise RuntimeError(f"the engine wrote no hidden states to {path}") from None
-    skip = struct.calcsize(HEADER)
-    (hidden,) = struct.unpack_from(HEADER, data) if len(data) >= skip else (0,)
-    have = (len(data) - skip) // (4 * hidden) if hidden > 0 else 0
-    if have < rows:
-        raise RuntimeError(f"the engine wrote the hidden states of {have} tokens to {path}, not {rows}")
-    return torch.from_numpy(np.frombuffer(data, np.float32, rows * hidden, skip).reshape(rows, hidden).copy())
+    if hidden <= 0 or len(data) < (stop - start) * hidden * 4:
+        have = start + len(data) // (4 * hidden) if hidden > 0 else 0
+        raise RuntimeError(f"the engine wrote the hidden states of {have} tokens to {path}, not {stop}")
+    return torch.from_numpy(np.frombuffer(data, np.float32).reshape(stop - start, hidden).copy())

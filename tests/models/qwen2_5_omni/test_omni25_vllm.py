@@ -102,6 +102,21 @@ async def test_four_concurrent_requests_equal_their_solo_runs(omni):
 
 
 @pytest.mark.asyncio(loop_scope="module")
+async def test_the_talker_speaks_while_the_thinker_still_generates(omni):
+    """Async chunk (the default): the talker prefills with the thinker's second token and steps as the thinker's
+    hidden states arrive (its speech equals transformers': the tests above run this way), so a long reply has talker
+    steps behind it before the thinker's last token."""
+    talker = omni.replicas(1)[0]
+    before, steps_at_thinker_end = len(talker.batch_sizes), None
+    params = [{"temperature": 0, "max_tokens": 48, "ignore_eos": True}, {"temperature": 0, "max_tokens": TALK},
+              {"seed": SEED}]
+    async for out in omni.generate({"messages": [{"role": "user", "content": "hello"}]}, sampling_params_list=params):
+        if out.stage_id == 0 and out.finished:
+            steps_at_thinker_end = len(talker.batch_sizes) - before
+    assert steps_at_thinker_end is not None and steps_at_thinker_end > 0
+
+
+@pytest.mark.asyncio(loop_scope="module")
 async def test_voices_and_text_out_asks_no_hidden_states(omni, reference):
     prompt = {"messages": [{"role": "user", "content": "hello, who are you?"}]}
     thinker = omni.replicas(0)[0]
