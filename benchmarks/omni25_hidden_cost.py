@@ -9,7 +9,8 @@ the prompt and of the reply fed back, before and after the thinker engine handed
   stage does.
 
 For each prompt (text, audio, image), rendered once by the thinker's vLLM renderer, rounds alternate the two ways;
-medians, ratios in the same run; `plain` (the plain engine's reply alone) shows what each way adds. Greedy, ``ignore_eos``, ``--tokens`` reply tokens.
+medians, ratios in the same run; `plain` (the plain engine's reply alone) shows what each way adds. Greedy,
+``ignore_eos``, ``--tokens`` reply tokens.
 
     python benchmarks/omni25_hidden_cost.py [--model DIR] [--rounds 5] [--tokens 32]
 
