@@ -7,8 +7,9 @@ stream raises (``InvalidRequestError``, ``StageFailedError``) propagate to the c
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Iterable
-from typing import Protocol, TypeVar
+import asyncio
+from collections.abc import AsyncIterable, Iterable, Mapping
+from typing import Any, Protocol, TypeVar
 
 
 class Update(Protocol):
@@ -22,6 +23,20 @@ U = TypeVar("U", bound=Update)
 async def all_outputs(stream: AsyncIterable[U]) -> list[U]:
     """Every update of the request, in the order the stream gave them."""
     return [o async for o in stream]
+
+
+async def fed_outputs(engine: Any, request_id: str, inputs: Mapping[str, Any], params: Any,
+                      feeds: list[tuple[dict[str, Any], bool]] | None, gap_s: float = 0.01) -> list[Any]:
+    """A started stage engine's updates for one request: ``inputs`` whole (``feeds`` None), or its first chunk with
+    the ``(chunk, last)`` feeds following ``gap_s`` apart (the engine runs ahead of them: it must wait, not guess)."""
+    from omnistage.stages.base import StageRequest
+
+    req = StageRequest(request_id, dict(inputs), params, stream_inputs=feeds is not None)
+    task = asyncio.ensure_future(all_outputs(engine.generate(req)))
+    for chunk, last in feeds or []:
+        await asyncio.sleep(gap_s)
+        await engine.feed(request_id, chunk, last)
+    return await task
 
 
 async def final_output(stream: AsyncIterable[U]) -> U:

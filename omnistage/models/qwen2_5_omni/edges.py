@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from omnistage.errors import InvalidRequestError
+from omnistage.models.qwen_omni.edges import first_chunk
 
 # the talker ended (codec_pad / codec_end) before its first code: no audio; a 400 naming the input, as in qwen_omni
 NO_CODES = "the talker produced no speech code for this input"
@@ -52,11 +53,7 @@ def thinker_to_talker(source: dict[str, Any], request: Any) -> dict[str, Any]:
 
 def thinker_to_talker_chunks(delta: dict[str, Any], request: Any, state: dict[str, Any]) -> dict[str, Any] | None:
     """Async chunk on: every thinker output as it comes (the first with the prompt ids and the speaker)."""
-    chunk: dict[str, Any] = {}
-    if not state.get("started") and delta.get("prompt_token_ids") is not None:
-        state["started"] = True
-        chunk["prompt_token_ids"] = _ids(delta["prompt_token_ids"])
-        chunk["speaker"] = request_speaker(request)
+    chunk = first_chunk(delta, state, request_speaker(request))
     if delta.get("token_ids") is not None:
         chunk["token_ids"] = _ids(delta["token_ids"])
     if delta.get("talker_rows") is not None:

@@ -57,13 +57,17 @@ def thinker_to_talker(source: dict[str, Any], request: Any) -> dict[str, Any]:
             "speaker": request_speaker(request), "media": media}
 
 
+def first_chunk(delta: dict[str, Any], state: dict[str, Any], speaker: str | None) -> dict[str, Any]:
+    """A streamed thinker -> talker chunk's start: the first one carries the prompt ids and the speaker."""
+    if state.get("started") or delta.get("prompt_token_ids") is None:
+        return {}
+    state["started"] = True
+    return {"prompt_token_ids": _ids(delta["prompt_token_ids"]), "speaker": speaker}
+
+
 def thinker_to_talker_chunks(delta: dict[str, Any], request: Any, state: dict[str, Any]) -> dict[str, Any] | None:
     """Async chunk on: every reply delta as it comes (the first with the prompt ids and the speaker)."""
-    chunk: dict[str, Any] = {}
-    if not state.get("started") and delta.get("prompt_token_ids") is not None:
-        state["started"] = True
-        chunk["prompt_token_ids"] = _ids(delta["prompt_token_ids"])
-        chunk["speaker"] = request_speaker(request)
+    chunk = first_chunk(delta, state, request_speaker(request))
     if delta.get("token_ids") is not None:
         chunk["token_ids"] = _ids(delta["token_ids"])
         if delta.get("reply_continues"):  # not the thinker's last tokens (thinker.py): the talker may read them now

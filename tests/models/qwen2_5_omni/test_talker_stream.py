@@ -18,8 +18,7 @@ from omnistage.modality import OutputAccumulator
 from omnistage.models.qwen2_5_omni.edges import thinker_to_talker, thinker_to_talker_chunks
 from omnistage.models.qwen2_5_omni.talker_engine import NO_SPEECH, TalkerEngine
 from omnistage.pipeline import StageContext, get_pipeline
-from omnistage.stages.base import StageRequest
-from omnistage.testing.streams import all_outputs
+from omnistage.testing.streams import fed_outputs
 
 TALK = 12
 PROMPT, REPLY = [11, 40, 7, 93, 5, 61], [17, 29, 3, 88, 52, 14, 70]
@@ -39,18 +38,13 @@ def rows(omni25_dir):
 def run(folder, requests):
     """(request id, first inputs, later feeds or None for whole) -> outputs per request, step batch sizes."""
     async def main():
-        ctx = StageContext(get_pipeline("qwen2_5_omni").stage(1), StageDeployConfig(stage_id=1), str(folder))
-        engine = TalkerEngine(ctx)
+        engine = TalkerEngine(StageContext(get_pipeline("qwen2_5_omni").stage(1), StageDeployConfig(stage_id=1),
+                                           str(folder)))
         await engine.start()
         try:
-            async def one(rid, inputs, feeds):
-                req = StageRequest(rid, inputs, {"temperature": 0, "max_tokens": TALK}, stream_inputs=feeds is not None)
-                task = asyncio.ensure_future(all_outputs(engine.generate(req)))
-                for chunk, last in feeds or []:
-                    await asyncio.sleep(0.01)  # the talker runs ahead of the thinker: it must wait, not guess
-                    await engine.feed(rid, chunk, last)
-                return await task
-            outs = await asyncio.gather(*(one(*r) for r in requests))
+            params = {"temperature": 0, "max_tokens": TALK}
+            outs = await asyncio.gather(*(fed_outputs(engine, rid, inputs, params, feeds)
+                                          for rid, inputs, feeds in requests))
             return outs, list(engine.batch_sizes)
         finally:
             await engine.shutdown()

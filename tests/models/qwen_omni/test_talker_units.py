@@ -19,7 +19,7 @@ from omnistage.models.qwen_omni.talker_model import EOS_TEXT, PAD_TEXT, Row, Sam
 from omnistage.pipeline import StageContext, get_pipeline
 from omnistage.stages.base import StageRequest
 from omnistage.stages.generation.engine import GenerationItem
-from omnistage.testing.streams import all_outputs
+from omnistage.testing.streams import fed_outputs
 
 HELLO = [{"role": "user", "content": "hello, who are you?"}]
 CHAT = [{"role": "system", "content": "you are a helpful assistant."},
@@ -104,14 +104,9 @@ def run_engine(folder, requests: list[tuple[str, dict, list[tuple[dict, bool]] |
         engine = TalkerEngine(context(folder, 1))
         await engine.start()
         try:
-            async def one(rid, inputs, feeds):
-                req = StageRequest(rid, inputs, {"temperature": 0, "max_tokens": TALK}, stream_inputs=feeds is not None)
-                task = asyncio.ensure_future(all_outputs(engine.generate(req)))
-                for chunk, last in feeds or []:
-                    await asyncio.sleep(0.01)  # the talker runs ahead of the text: it must wait, not guess
-                    await engine.feed(rid, chunk, last)
-                return await task
-            outs = await asyncio.gather(*(one(*r) for r in requests))
+            params = {"temperature": 0, "max_tokens": TALK}
+            outs = await asyncio.gather(*(fed_outputs(engine, rid, inputs, params, feeds)
+                                          for rid, inputs, feeds in requests))
             return outs, list(engine.batch_sizes), list(engine.prefill_sizes)
         finally:
             await engine.shutdown()
