@@ -117,6 +117,29 @@ async def test_the_talker_speaks_while_the_thinker_still_generates(omni):
 
 
 @pytest.mark.asyncio(loop_scope="module")
+async def test_abort_while_the_talker_waits_for_the_thinker_frees_every_stage(omni):
+    """Aborted mid-reply (the talker already streaming from it): no stage keeps the request, its hidden-state file
+    is removed, and the stages keep serving."""
+    params = [{"temperature": 0, "max_tokens": 64, "ignore_eos": True}, {"temperature": 0, "max_tokens": TALK}]
+    thinker, talker = omni.replicas(0)[0], omni.replicas(1)[0]
+    before, aborted_at = len(talker.prefill_sizes), None
+    async for out in omni.generate({"messages": [{"role": "user", "content": "hello"}]}, request_id="abort-me",
+                                   sampling_params_list=params):
+        if out.stage_id == 0 and len(talker.prefill_sizes) > before:  # the talker has prefilled from the stream
+            aborted_at = out.finished
+            await omni.abort("abort-me")
+            break
+    assert aborted_at is False  # mid-reply
+    for _ in range(100):
+        if not omni.running_requests() and not os.listdir(thinker.rows_dir):
+            break
+        await asyncio.sleep(0.05)
+    assert omni.running_requests() == [] and os.listdir(thinker.rows_dir) == []
+    finals = await run(omni, {"messages": [{"role": "user", "content": "hi there"}]})  # the stages keep serving
+    assert finals[2].audio is not None
+
+
+@pytest.mark.asyncio(loop_scope="module")
 async def test_voices_and_text_out_asks_no_hidden_states(omni, reference):
     prompt = {"messages": [{"role": "user", "content": "hello, who are you?"}]}
     thinker = omni.replicas(0)[0]
