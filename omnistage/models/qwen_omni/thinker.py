@@ -114,7 +114,8 @@ class OmniThinkerEngine(LLMStageEngine):
         self.rows_read += 1
 
     def forget_rows(self, request_id: str) -> None:
-        """The request ended without its rows taken: its engine step may still be writing the file."""
+        """The request ended without its rows taken: its file removed now, and again a second later in case a step
+        already running was writing its first rows (later steps find no file and write nothing)."""
         path = self._rows.pop(request_id, None)
         if path is not None:
             _remove(path)

@@ -15,8 +15,9 @@ docs/architecture.md.)
 Only requests that ask write anything: ``SamplingParams.extra_args["kv_transfer_params"][PATH_KEY]`` names the
 file, ``[REPLY_KEY]`` true asks for the reply's rows too (the tokens fed back: all but the last), else the prompt's
 only (``hidden.py`` has the names and the reader). The file: the hidden size (int64), then float32 rows, row ``i``
-at its place whatever step wrote it (a preempted request that recomputes rewrites the same rows). Nothing in vLLM is
-patched.
+at its place whatever step wrote it (a preempted request that recomputes rewrites the same rows). Only a request's
+first rows create the file: once the stage removed it (the request ended or was aborted), later steps write nothing.
+Nothing in vLLM is patched.
 """
 
 from __future__ import annotations
@@ -173,12 +174,14 @@ class HiddenRowsConnector(KVConnectorBase_V1, SupportsHMA):
         rows = cache[blocks.to(cache.device), 0, offsets.to(cache.device)].to("cpu", torch.float32).numpy()
         hidden, done = rows.shape[1], 0
         for save in meta.saves:
-            n = save.end - save.start
-            fd = os.open(save.path, os.O_WRONLY | os.O_CREAT, 0o600)
+            part, done = rows[done:done + save.end - save.start], done + save.end - save.start
+            try:  # only a request's first rows create its file: a later step finding none means the caller is gone
+                fd = os.open(save.path, os.O_WRONLY | (os.O_CREAT if save.start == 0 else 0), 0o600)
+            except FileNotFoundError:  # (an aborted request whose file the stage removed)
+                continue
             try:
                 if save.start == 0:
                     os.pwrite(fd, struct.pack(HEADER, hidden), 0)
-                os.pwrite(fd, rows[done:done + n].tobytes(), struct.calcsize(HEADER) + save.start * hidden * 4)
+                os.pwrite(fd, part.tobytes(), struct.calcsize(HEADER) + save.start * hidden * 4)
             finally:
                 os.close(fd)
-            done += n
