@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -35,7 +33,7 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-RESULTS = Path(__file__).parent / "results"
+from omni_bench import model_folder, write_result
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -49,11 +47,7 @@ async def main(args: argparse.Namespace) -> None:
     from tests.models.qwen_omni import media
 
     torch.set_num_threads(1)
-    folder = Path(args.model) if args.model else Path(tempfile.mkdtemp(prefix="omnistage-bench-hidden25-")) / "omni"
-    if not args.model:
-        from omnistage.models.qwen2_5_omni import tiny
-
-        tiny.build(folder)
+    folder = model_folder(args.model, "qwen2_5_omni")
     clip, img = media.clip(1.0, 0), media.image(0)
     prompts = {"text": [],
                "audio": [{"type": "input_audio", "input_audio": {"data": media.wav_base64(clip), "format": "wav"}}],
@@ -123,8 +117,6 @@ async def main(args: argparse.Namespace) -> None:
         pooling.shutdown()
         await omni.shutdown()
     result = {"model": str(folder), "rounds": args.rounds, "reply_tokens": args.tokens, "rows": rows}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "omni25_hidden_cost.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = ["# Qwen2.5-Omni: the cost of the talker's conditioning (prompt + reply hidden states)", "",
              f"model: `{folder}`; {args.tokens} reply tokens (greedy, ignore_eos); medians of {args.rounds} "
              "alternating rounds. `before` = vLLM's thinker on a plain engine, then a second (pooling) engine "
@@ -138,8 +130,7 @@ async def main(args: argparse.Namespace) -> None:
     lines += ["", "Memory: `after` holds one copy of the thinker's weights (`before`: two) and one more KV-cache row "
               "of hidden_size per token.", "",
               f"    python benchmarks/omni25_hidden_cost.py --rounds {args.rounds} --tokens {args.tokens}"]
-    (RESULTS / "omni25_hidden_cost.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_result("omni25_hidden_cost", result, lines)
 
 
 if __name__ == "__main__":

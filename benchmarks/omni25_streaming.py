@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,7 +23,7 @@ os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-RESULTS = Path(__file__).parent / "results"
+from omni_bench import model_folder, write_result
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -34,11 +32,7 @@ async def main(args: argparse.Namespace) -> None:
     from omnistage import AsyncOmni
 
     torch.set_num_threads(1)
-    folder = Path(args.model) if args.model else Path(tempfile.mkdtemp(prefix="omnistage-bench-omni25-")) / "omni"
-    if not args.model:
-        from omnistage.models.qwen2_5_omni import tiny
-
-        tiny.build(folder)
+    folder = model_folder(args.model, "qwen2_5_omni")
     prompt = {"messages": [{"role": "user", "content": "tell me about the weather"}]}
     params = [{"temperature": 0, "max_tokens": args.think, "ignore_eos": True},
               {"temperature": 0, "max_tokens": args.talk}, {"seed": 0}]
@@ -71,8 +65,6 @@ async def main(args: argparse.Namespace) -> None:
     ratio = round(med["streamed"]["audio_ms"] / med["whole"]["audio_ms"], 3)
     result = {"model": str(folder), "rounds": args.rounds, "think": args.think, "talk": args.talk, "median": med,
               "streamed_over_whole": ratio}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "omni25_streaming.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = ["# Qwen2.5-Omni: the talker streamed from the thinker vs started when it finished", "",
              f"model: `{folder}`; {args.think} thinker tokens (greedy, ignore_eos), {args.talk} talker codes; "
              f"medians of {args.rounds} alternating rounds, one request at a time.", "",
@@ -81,8 +73,7 @@ async def main(args: argparse.Namespace) -> None:
     lines += ["", f"Time to the audio, streamed / whole: **{ratio}**.", "",
               f"    python benchmarks/omni25_streaming.py --rounds {args.rounds} --think {args.think} "
               f"--talk {args.talk}"]
-    (RESULTS / "omni25_streaming.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_result("omni25_streaming", result, lines)
 
 
 if __name__ == "__main__":

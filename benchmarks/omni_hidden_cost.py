@@ -24,7 +24,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -34,7 +33,7 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-RESULTS = Path(__file__).parent / "results"
+from omni_bench import model_folder, write_result
 
 
 def kv_bytes_per_token(folder: Path, dtype: str | None) -> dict[str, int]:
@@ -57,11 +56,7 @@ async def main(args: argparse.Namespace) -> None:
     from tests.models.qwen_omni import media
 
     torch.set_num_threads(1)
-    folder = Path(args.model) if args.model else Path(tempfile.mkdtemp(prefix="omnistage-bench-hidden-")) / "omni"
-    if not args.model:
-        from omnistage.models.qwen_omni import tiny
-
-        tiny.build(folder)
+    folder = model_folder(args.model, "qwen3_omni")
     config = load_omni_config(folder)
     clip, img = media.clip(2.0, 0), media.image(0)
     audio = {"type": "input_audio", "input_audio": {"data": media.wav_base64(clip), "format": "wav"}}
@@ -109,8 +104,6 @@ async def main(args: argparse.Namespace) -> None:
     kv = kv_bytes_per_token(folder, config.dtype)
     result = {"model": str(folder), "accept_hidden_layer": config.accept_hidden_layer, "rounds": args.rounds,
               "rows": rows, "kv_bytes_per_token": kv, "kv_share": round(kv["hidden_row"] / kv["attention"], 3)}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "omni_hidden_cost.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = ["# Qwen3-Omni: the cost of the talker's media conditioning (the thinker engine's own hidden states)", "",
              f"model: `{folder}` (accept_hidden_layer {config.accept_hidden_layer}); medians of {args.rounds} "
              "alternating rounds; `plain` = vLLM's own thinker on a plain engine (prefill + first token), `speaking` "
@@ -122,8 +115,7 @@ async def main(args: argparse.Namespace) -> None:
     lines += ["", f"KV cache per token: attention layers {kv['attention']:,} bytes, the hidden-state row "
               f"{kv['hidden_row']:,} bytes (+{result['kv_share']:.1%}). No second engine, no weights loaded twice.",
               "", "    python benchmarks/omni_hidden_cost.py --rounds " + str(args.rounds)]
-    (RESULTS / "omni_hidden_cost.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_result("omni_hidden_cost", result, lines)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from typing import Any
 
 from omnistage.models.qwen2_5_omni.config import load_omni25_config
 from omnistage.models.qwen2_5_omni.vllm_plugin import SPEAKING_ARCHITECTURE, THINKER_ARCHITECTURE
-from omnistage.models.qwen_omni.thinker import OmniThinkerEngine, checkpoint_deploy, media_grids, speaking_deploy
+from omnistage.models.qwen_omni.thinker import OmniThinkerEngine, checkpoint_deploy, speaking_deploy
 from omnistage.pipeline import StageContext
 from omnistage.stages.base import StageOutput, StageRequest
 
@@ -35,12 +35,10 @@ class ThinkerEngine(OmniThinkerEngine):
     def __init__(self, ctx: StageContext, feeds_talker: bool = False):
         config = load_omni25_config(ctx.model) if ctx.model else None
         super().__init__(ctx, config.sampling_defaults("thinker") if config else {}, feeds_talker and bool(config))
-        self._grids: dict[str, dict[str, Any]] = {}  # request id -> its media grids (requests the talker reads)
 
     def rendered(self, req: StageRequest, engine_input: Any, params: Any) -> None:
         if self.rows_dir is not None and req.consumers:
-            self.ask_rows(req, params, reply=True)
-            self._grids[req.request_id] = media_grids(engine_input)
+            self.ask_rows(req, engine_input, params, reply=True)
 
     async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
         rid = req.request_id
@@ -50,8 +48,9 @@ class ThinkerEngine(OmniThinkerEngine):
                 prompt = len(out.data.get("prompt_token_ids") or ()) or prompt  # (the first output has them)
                 reply += len(out.data.get("token_ids") or ())
                 if self.asked_rows(rid) and out.finish_reason != "abort":
-                    if rid in self._grids:
-                        out.data["talker_media"] = self._grids.pop(rid)
+                    grids = self.take_grids(rid)  # (with the first output)
+                    if grids is not None:
+                        out.data["talker_media"] = grids
                     computed = prompt + reply - 1  # the prompt and the reply fed back so far
                     if computed > sent:
                         out.data["talker_rows"] = self.rows(rid, computed, sent)
@@ -60,7 +59,6 @@ class ThinkerEngine(OmniThinkerEngine):
                         self.done_with_rows(rid)
                 yield out
         finally:
-            self._grids.pop(rid, None)
             self.forget_rows(rid)
 
 

@@ -84,7 +84,8 @@ def media_grids(engine_input: Mapping[str, Any]) -> dict[str, Any]:
 class OmniThinkerEngine(LLMStageEngine):
     """What the Qwen-Omni thinkers share: the checkpoint's sampling defaults under the request's, a plain prompt as
     a user message, and (feeding the talker) a directory for the files the engine's hidden-state connector writes
-    (``stages/llm/hidden.py``), one per request that asks (``ask_rows``), removed with the stage."""
+    (``stages/llm/hidden.py``), one per request that asks (``ask_rows``, which also keeps the request's media grids),
+    removed with the stage."""
 
     def __init__(self, ctx: StageContext, defaults: dict[str, Any], feeds_talker: bool):
         super().__init__(ctx)
@@ -92,14 +93,21 @@ class OmniThinkerEngine(LLMStageEngine):
         self.rows_dir = tempfile.mkdtemp(prefix="omnistage-thinker-rows-", dir=_SHM if os.path.isdir(_SHM) else None) \
             if feeds_talker else None
         self._rows: dict[str, str] = {}  # request id -> its rows' file
+        self._grids: dict[str, dict[str, Any]] = {}  # request id -> its media grids, until taken
         self.rows_read = 0  # requests whose rows went to the talker
 
-    def ask_rows(self, req: StageRequest, params: Any, reply: bool) -> None:
-        """Ask the engine for this request's hidden states (the prompt's; with ``reply`` also the reply's)."""
+    def ask_rows(self, req: StageRequest, engine_input: Any, params: Any, reply: bool) -> None:
+        """Ask the engine for this request's hidden states (the prompt's; with ``reply`` also the reply's), and keep
+        the media grids of its rendered input for the talker (``take_grids``)."""
         path = os.path.join(self.rows_dir, f"{uuid.uuid4().hex}.rows")
         asked = {PATH_KEY: path, **({REPLY_KEY: True} if reply else {})}
         params.extra_args = {**(params.extra_args or {}), "kv_transfer_params": asked}
         self._rows[req.request_id] = path
+        self._grids[req.request_id] = media_grids(engine_input)
+
+    def take_grids(self, request_id: str) -> dict[str, Any] | None:
+        """The request's media grids the first time they are asked for, then None."""
+        return self._grids.pop(request_id, None)
 
     def asked_rows(self, request_id: str) -> bool:
         return request_id in self._rows
@@ -114,8 +122,9 @@ class OmniThinkerEngine(LLMStageEngine):
         self.rows_read += 1
 
     def forget_rows(self, request_id: str) -> None:
-        """The request ended without its rows taken: its file removed now, and again a second later in case a step
+        """The request ended (its rows taken or not): its file removed now, and again a second later in case a step
         already running was writing its first rows (later steps find no file and write nothing)."""
+        self._grids.pop(request_id, None)
         path = self._rows.pop(request_id, None)
         if path is not None:
             _remove(path)
@@ -143,19 +152,17 @@ class ThinkerEngine(OmniThinkerEngine):
         config = load_omni_config(ctx.model) if ctx.model else None
         super().__init__(ctx, config.sampling_defaults("thinker") if config else {}, feeds_talker and bool(config))
         self.media_ids = config.media_token_ids if config else frozenset()
-        self._grids: dict[str, dict[str, Any]] = {}  # request id -> its media grids (requests that asked for rows)
 
     def rendered(self, req: StageRequest, engine_input: Any, params: Any) -> None:
         ids = engine_input["prompt_token_ids"]
         if self.rows_dir is None or not req.consumers or not any(t in self.media_ids for t in ids):
             return
-        self.ask_rows(req, params, reply=False)
-        self._grids[req.request_id] = media_grids(engine_input)
+        self.ask_rows(req, engine_input, params, reply=False)
 
     def _talker_media(self, request_id: str, ids: list[int]) -> dict[str, Any]:
         import torch
 
-        grids = self._grids.pop(request_id)
+        grids = self.take_grids(request_id)
         rows = self.rows(request_id, len(ids))
         self.done_with_rows(request_id)
         mask = torch.isin(torch.as_tensor(ids), torch.tensor(sorted(self.media_ids)))
@@ -171,7 +178,6 @@ class ThinkerEngine(OmniThinkerEngine):
                     out.data["reply_continues"] = True  # more tokens follow: these are fed back (module docstring)
                 yield out
         finally:
-            self._grids.pop(rid, None)
             self.forget_rows(rid)
 
 
