@@ -23,7 +23,7 @@ class Clock:
     def __init__(self, device: torch.device):
         self.device = device
 
-    def __enter__(self) -> "Clock":
+    def __enter__(self) -> Clock:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)

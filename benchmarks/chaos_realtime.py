@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from omnistage.bench.utterance import voiced
-from omnistage.testing import chaos as ch
-from omnistage.testing import processes as pr
 from omnistage.testing import chaos_realtime as rt
+from omnistage.testing import processes as pr
 
 RATE = 16000  # the thinker's feature extractor's: no resampling
 CLIP = voiced(1.0, RATE, seed=3)

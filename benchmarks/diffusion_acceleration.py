@@ -256,7 +256,8 @@ async def bench_family(family: str, args: argparse.Namespace, workdir: Path) -> 
 def retention(rows: list[dict], concurrency: int) -> list[dict]:
     """Per cache threshold: batched speed-up / solo speed-up."""
     out = []
-    key = lambda r: (r["family"], r["method"], r["threshold"])
+    def key(r):
+        return (r["family"], r["method"], r["threshold"])
     solo = {key(r): r for r in rows if r["concurrency"] == 1}
     for r in rows:
         if r["concurrency"] == concurrency and r["threshold"] is not None and key(r) in solo:

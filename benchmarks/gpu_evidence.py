@@ -40,15 +40,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-import torch
-
 import diffusion_acceleration as da
 import diffusion_batching as db
 import gpu_exactness
 import lora_mixed
 import real_shapes
-from gpu_evidence_report import TARGETS, render_md, write
 import sd3_shapes
+import torch
+from gpu_evidence_report import TARGETS, render_md, write
 
 # In this order a model folder is deleted before the next one is written (Qwen-Image's is 41 GB: disk and
 # /dev/shm hold one at a time).

@@ -109,7 +109,6 @@ async def main(args: argparse.Namespace) -> dict:
         await engine.start()
     from omnistage.models.codec_tts.config import load_tts_config
     from omnistage.models.csm.config import is_csm
-
     from omnistage.models.qwen3_tts.config import INITIAL_CHUNK_FRAMES as QWEN3_TTS_FIRST
     from omnistage.models.qwen3_tts.config import is_qwen3_tts
 

@@ -23,7 +23,7 @@ class InvalidRequestError(ValueError):
     def __str__(self) -> str:
         return self.context + (f"{self.field}: {self.message}" if self.field else self.message)
 
-    def within(self, context: str) -> "InvalidRequestError":
+    def within(self, context: str) -> InvalidRequestError:
         return InvalidRequestError(self.field, self.message, context + self.context)
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import enum
 import itertools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,7 +31,7 @@ class OutputModality(enum.Flag):
         return [m.name.lower() for m in cls]
 
     @classmethod
-    def parse(cls, value: "str | OutputModality | None") -> "OutputModality":
+    def parse(cls, value: str | OutputModality | None) -> OutputModality:
         """Parse ``"text"``, ``"text+audio"``, ``"image,latent"``...; ``None`` means text.
 
         Strict on purpose: a typo in a deploy file must fail at start-up, not

@@ -80,7 +80,7 @@ def _ids(x: Any) -> list[int]:
     return x.tolist() if isinstance(x, (torch.Tensor, np.ndarray)) else [int(i) for i in x]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def dropped_keys(keep: OutputModality) -> frozenset[str]:
     """Payload keys the caller did not ask for (computed once per modality set: used per streamed delta)."""
     return frozenset(k for k in _PAYLOAD_KEYS if not OutputModality.parse(k) & keep)

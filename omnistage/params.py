@@ -22,7 +22,8 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
@@ -61,8 +62,8 @@ class DiffusionSamplingParams(BaseModel):
     extra_args: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
-    def from_any(cls, value: "DiffusionSamplingParams | Mapping[str, Any] | None",
-                 defaults: Mapping[str, Any] | None = None, where: str = "") -> "DiffusionSamplingParams":
+    def from_any(cls, value: DiffusionSamplingParams | Mapping[str, Any] | None,
+                 defaults: Mapping[str, Any] | None = None, where: str = "") -> DiffusionSamplingParams:
         """An object as it is; a partial dict merged over ``defaults``; None = the defaults.
         Raises ``InvalidRequestError`` naming the field (``where`` is put in front of its name)."""
         if isinstance(value, cls):
@@ -135,7 +136,7 @@ class RequestKnobs(BaseModel):
     def extras(self) -> dict[str, Any]:
         return {k: v for k, v in (self.model_extra or {}).items() if k not in self.IGNORED}
 
-    def knobs(self, nested: Mapping[str, Any] | None = None, where: str = "extra_body") -> "RequestKnobs":
+    def knobs(self, nested: Mapping[str, Any] | None = None, where: str = "extra_body") -> RequestKnobs:
         """Just the knobs of this body (standard + extras), with a literal nested ``extra_body`` merged over
         them; a bad nested value is an ``InvalidRequestError`` naming ``extra_body.<field>``."""
         values = {**self.standard(), **self.extras()}
@@ -172,20 +173,20 @@ class RequestKnobs(BaseModel):
         return out
 
 
-def denoising_stages(pipeline: "Pipeline") -> list[int]:
+def denoising_stages(pipeline: Pipeline) -> list[int]:
     """Where the standard diffusion knobs go: the diffusion stages, or (none) the final generation stages."""
     diffusion = [s.stage_id for s in pipeline.stages if s.kind == "diffusion"]
     return diffusion or [s.stage_id for s in pipeline.stages if s.kind == "generation" and s.final]
 
 
-def lora_stages(pipeline: "Pipeline") -> list[int]:
+def lora_stages(pipeline: Pipeline) -> list[int]:
     """Where a request's adapter (``model`` naming a LoRA, ``lora`` offline) and ``lora_scale`` go: the
     diffusion stages, or (none) the llm stages. ``--lora-modules`` loads adapters into these stages."""
     diffusion = [s.stage_id for s in pipeline.stages if s.kind == "diffusion"]
     return diffusion or [s.stage_id for s in pipeline.stages if s.kind == "llm"]
 
 
-def filter_extras(pipeline: "Pipeline", extras: Mapping[str, Any]) -> dict[str, Any]:
+def filter_extras(pipeline: Pipeline, extras: Mapping[str, Any]) -> dict[str, Any]:
     """Keep the keys the pipeline declares, validated as their declared type (pydantic's lax rules: a
     multipart ``"false"`` is False, ``"3"`` is 3); warn once naming the rest."""
     allowed = pipeline.extra_body_params
@@ -203,12 +204,12 @@ def filter_extras(pipeline: "Pipeline", extras: Mapping[str, Any]) -> dict[str, 
     return kept
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _type_adapter(typ: Any) -> TypeAdapter:
     return TypeAdapter(typ)
 
 
-def stage_params(pipeline: "Pipeline", defaults: Sequence[Mapping[str, Any]], knobs: RequestKnobs | None = None,
+def stage_params(pipeline: Pipeline, defaults: Sequence[Mapping[str, Any]], knobs: RequestKnobs | None = None,
                  given: Sequence[Any] | None = None, prompt: dict[str, Any] | None = None) -> list[Any]:
     """Every stage's parameters for one request (see the module docstring). ``given`` is the caller's
     ``sampling_params_list``: per stage a partial dict, an engine's own params object, or None. The

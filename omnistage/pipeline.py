@@ -21,11 +21,11 @@ big each stage runs.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from omnistage.modality import AccumulationRule, OutputModality
 from omnistage.stages.diffusion.adapter import DiffusionAdapter
@@ -76,8 +76,8 @@ def chunk_size(request: Any, stage_id: int, key: str, default: int) -> int:
 class StageContext:
     """Everything needed to build one replica of a stage's engine (picklable for child processes)."""
 
-    spec: "StageSpec"
-    deploy: "StageDeployConfig"
+    spec: StageSpec
+    deploy: StageDeployConfig
     model: str | None
     replica: int = 0
     devices: list[str] | None = None
@@ -98,9 +98,9 @@ class StageSpec:
     deploy_defaults: dict[str, Any] = field(default_factory=dict)  # default deploy fields
     # diffusion: a DiffusionAdapter subclass (``load(folder, dtype, device)``); generation: a factory taking
     # the StageContext; llm stages and custom engines take none
-    adapter: "type[DiffusionAdapter] | GenerationAdapterFactory | None" = None
+    adapter: type[DiffusionAdapter] | GenerationAdapterFactory | None = None
     # Custom engine factory; None selects the generic engine of ``kind``.
-    engine: Callable[[StageContext], "StageEngine"] | None = None
+    engine: Callable[[StageContext], StageEngine] | None = None
     # Output types this stage can produce (engine_output_type must be a subset); None = only ``output``.
     can_output: str | None = None
     model_subfolder: str | None = None  # the stage's part of the model folder
@@ -189,7 +189,7 @@ class Pipeline:
     # Called once per request before its parameters are parsed (e.g. GLM-Image tells its AR stage the size).
     shape_request: RequestHook | None = None
 
-    def for_model(self, model: str | Path | None) -> "Pipeline":
+    def for_model(self, model: str | Path | None) -> Pipeline:
         """This pipeline completed from the model folder (itself when nothing to add)."""
         if model is None or (self.folder_info is None and self.folder_extra_body_params is None
                              and self.folder_shape_request is None):

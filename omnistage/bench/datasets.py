@@ -43,7 +43,7 @@ class BenchRequest:
     slo_s: float | None = None  # per-request SLO (custom datasets); else the run's SLO
     extra: dict[str, Any] = field(default_factory=dict)  # merged into the request body
 
-    def with_steps(self, steps: int | None) -> "BenchRequest":
+    def with_steps(self, steps: int | None) -> BenchRequest:
         return replace(self, num_inference_steps=steps)
 
 

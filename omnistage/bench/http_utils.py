@@ -5,7 +5,8 @@ from __future__ import annotations
 import base64
 import io
 import json
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 

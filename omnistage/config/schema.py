@@ -41,7 +41,7 @@ class ParallelConfig(_Strict):
     ulysses_degree: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
-    def _diffusion_degrees(self) -> "ParallelConfig":
+    def _diffusion_degrees(self) -> ParallelConfig:
         if self.cfg_parallel_size is None and self.ulysses_degree is None:
             return self
         if self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size > 1:
@@ -92,7 +92,7 @@ class CacheConfig(_Strict):
     coefficients: list[float] | None = None  # teacache only: numpy poly1d rescaling rel (default: identity)
 
     @model_validator(mode="after")
-    def _coefficients(self) -> "CacheConfig":
+    def _coefficients(self) -> CacheConfig:
         if self.coefficients is not None:
             if self.method != "teacache":
                 raise ValueError("coefficients: only the teacache method takes them")
@@ -209,7 +209,7 @@ class StageDeployConfig(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _placement(self) -> "StageDeployConfig":
+    def _placement(self) -> StageDeployConfig:
         rt = self.runtime
         if rt is not None:
             if rt.devices is not None and self.devices is not None:
@@ -281,7 +281,7 @@ class DeployConfig(_Strict):
     stages: list[StageDeployConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _unique_ids(self) -> "DeployConfig":
+    def _unique_ids(self) -> DeployConfig:
         ids = [s.stage_id for s in self.stages]
         dup = sorted({i for i in ids if ids.count(i) > 1})
         if dup:

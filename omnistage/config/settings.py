@@ -13,7 +13,7 @@ class StorageSettings(BaseModel):
     ttl_sweep_interval: int | None = Field(None, ge=1)  # seconds; 300 when a TTL is set
 
     @model_validator(mode="after")
-    def _sweep_default(self) -> "StorageSettings":
+    def _sweep_default(self) -> StorageSettings:
         if self.file_ttl is not None and self.ttl_sweep_interval is None:
             self.ttl_sweep_interval = 300
         return self

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, AsyncIterator, Mapping, Sequence
+from typing import Any
 
 from omnistage.config.schema import DeployConfig
 from omnistage.engine.builder import resolve_deploy, start_orchestrator
@@ -54,13 +55,13 @@ class AsyncOmni:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self) -> "AsyncOmni":
+    async def start(self) -> AsyncOmni:
         async with self._start_lock:
             if self._orch is None:
                 self._orch = await start_orchestrator(self.pipeline, self.deploy, self.model)
         return self
 
-    async def __aenter__(self) -> "AsyncOmni":
+    async def __aenter__(self) -> AsyncOmni:
         return await self.start()
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -82,7 +83,7 @@ class AsyncOmni:
 
     @property
     def default_sampling_params_list(self) -> list[dict[str, Any]]:
-        return [dict((self.deploy.stage(s.stage_id).default_sampling_params if self.deploy.stage(s.stage_id) else {}))
+        return [dict(self.deploy.stage(s.stage_id).default_sampling_params if self.deploy.stage(s.stage_id) else {})
                 for s in self.pipeline.stages]
 
     @property

@@ -6,7 +6,8 @@ are shut down (no orphan processes)."""
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from omnistage.config.loader import ConfigError, load_deploy_config
 from omnistage.config.schema import DeployConfig, StageDeployConfig

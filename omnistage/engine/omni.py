@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tqdm import tqdm
 
@@ -93,7 +94,7 @@ class Omni:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=30)
 
-    def __enter__(self) -> "Omni":
+    def __enter__(self) -> Omni:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -14,8 +14,9 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any
 
 from omnistage.config.schema import DeployConfig
 from omnistage.engine.request import OmniRequest

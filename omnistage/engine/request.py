@@ -4,8 +4,9 @@ params and the modalities the caller wants back."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from omnistage.errors import InvalidRequestError
 from omnistage.modality import OutputModality

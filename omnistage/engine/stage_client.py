@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from omnistage.pipeline import StageSpec
 from omnistage.stages.base import StageEngine, StageOutput, StageRequest, StageStats

@@ -29,7 +29,6 @@ from urllib.parse import unquote, urljoin, urlparse
 
 from omnistage.server.errors import APIError, bad_request
 
-
 DEFAULT_MAX_AUDIO_S = 3600.0
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import numpy as np
 from fastapi import Request
@@ -98,7 +99,7 @@ class Admission:
         self._idle.set()
         self.closing = False
 
-    def acquire(self) -> "Slot":
+    def acquire(self) -> Slot:
         if self.closing:
             raise APIError(503, "server is shutting down", code="shutting_down",
                            headers={"Retry-After": str(self.retry_after_s)})
@@ -121,7 +122,7 @@ class Admission:
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
 
 

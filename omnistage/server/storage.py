@@ -12,8 +12,8 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from omnistage.config.settings import StorageSettings
 

@@ -57,7 +57,7 @@ class Voice:
         return {**self.public(), "audio": base64.b64encode(self.data).decode("ascii")}
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> "Voice":
+    def from_record(cls, record: dict[str, Any]) -> Voice:
         return cls(name=record["name"], text=record["text"], data=base64.b64decode(record["audio"]),
                    sample_rate=int(record["sample_rate"]), duration_s=float(record["duration_s"]),
                    created_at=int(record["created_at"]))
@@ -133,7 +133,7 @@ def _row_id(name: str) -> str:
     return f"{KIND}:{name}"  # job ids of other kinds never contain ':'
 
 
-_registries: "weakref.WeakKeyDictionary[Any, VoiceRegistry]" = weakref.WeakKeyDictionary()
+_registries: weakref.WeakKeyDictionary[Any, VoiceRegistry] = weakref.WeakKeyDictionary()
 
 
 def registry(state: Any) -> VoiceRegistry:

@@ -9,8 +9,9 @@ as they are (msgspec encodes and decodes the dataclasses, transport/messages.py)
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from omnistage.errors import InvalidRequestError, StageFailedError, StageUnavailableError
 
@@ -40,7 +41,7 @@ class StageError:
     unavailable: bool = False  # the stage's engine died and is restarting: retry later (HTTP 503)
 
     @classmethod
-    def of(cls, e: BaseException) -> "StageError":
+    def of(cls, e: BaseException) -> StageError:
         """An exception out of an engine's ``generate`` before work started: its own validation
         (``ValueError``, e.g. vLLM refusing a request) is bad input."""
         if isinstance(e, ValueError) and not isinstance(e, InvalidRequestError):
@@ -48,7 +49,7 @@ class StageError:
         return cls.failure(e)
 
     @classmethod
-    def failure(cls, e: BaseException) -> "StageError":
+    def failure(cls, e: BaseException) -> StageError:
         """An exception while working on a request: only a typed ``InvalidRequestError`` is the caller's."""
         if isinstance(e, InvalidRequestError):
             return cls(e.message, bad_input=True, field=e.field)

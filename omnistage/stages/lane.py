@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 

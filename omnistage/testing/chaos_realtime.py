@@ -119,7 +119,7 @@ def _sync(make: Callable[[str, float], Coroutine[Any, Any, str]]) -> Callable[[h
         until = time.monotonic() + DEADLINE_S
         try:
             return await asyncio.wait_for(make(url, until), DEADLINE_S + 5)
-        except (asyncio.TimeoutError, TimeoutError):
+        except TimeoutError:
             raise Violation(f"the session did not end within {DEADLINE_S:.0f} s") from None
 
     return lambda c, i: asyncio.run(bounded(_url(c)))

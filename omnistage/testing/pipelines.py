@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import torch
 
@@ -137,7 +138,7 @@ class TokenStreamEngine:
         start, tok = time.monotonic(), len(req.inputs.get("prompt", "")) % 64
         self._running += 1
         try:
-            for i in range(n):
+            for _i in range(n):
                 if req.request_id in self._aborted:
                     yield StageOutput(req.request_id, self.stage_id, {}, True, finish_reason="abort")
                     return

@@ -42,7 +42,7 @@ async def fed_outputs(engine: Any, request_id: str, inputs: Mapping[str, Any], p
 async def final_output(stream: AsyncIterable[U]) -> U:
     """The request's last update; it must be a finished one (a stream that just stops is a bug to see)."""
     last = None
-    async for last in stream:
+    async for last in stream:  # noqa: B007 (the loop keeps the last update)
         pass
     if last is None:
         raise AssertionError("the stream ended without any output")

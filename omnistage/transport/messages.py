@@ -7,7 +7,7 @@ its metrics, error and progress typed, and a malformed message fails at decode.
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 
@@ -33,7 +33,7 @@ class Shutdown(msgspec.Struct, tag="shutdown"):
     pass
 
 
-Command = Union[Generate, Feed, Abort, Shutdown]
+Command = Generate | Feed | Abort | Shutdown
 
 
 # ------------------------------------------------------------------ stage process -> parent
@@ -55,4 +55,4 @@ class Stats(msgspec.Struct, tag="stats"):
     stats: StageStats
 
 
-Event = Union[Ready, StartFailed, Output, Stats]
+Event = Ready | StartFailed | Output | Stats

@@ -127,7 +127,7 @@ class ProcessStageEngine(RemoteStageEngine):
         if proc is not None and proc.is_alive():
             try:
                 await asyncio.wait_for(self._send(Shutdown()), 1.0)
-            except (asyncio.TimeoutError, zmq.ZMQError, StageUnavailableError):
+            except (TimeoutError, zmq.ZMQError, StageUnavailableError):
                 pass
             for stop in (None, proc.terminate, proc.kill):  # ask, then insist
                 if stop is not None:

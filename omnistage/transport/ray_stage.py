@@ -61,7 +61,7 @@ class StageActor:
         await self.engine.shutdown()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _remote_class() -> Any:
     import ray
 

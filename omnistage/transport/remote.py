@@ -16,7 +16,8 @@ import asyncio
 import logging
 import pickle
 from abc import ABC, abstractmethod
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from omnistage.errors import StageUnavailableError
 from omnistage.pipeline import StageContext

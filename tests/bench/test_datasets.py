@@ -1,8 +1,8 @@
+import io
 import json
 
 import pytest
 from PIL import Image
-import io
 
 from omnistage.bench.datasets import DatasetDefaults, load_dataset, random_dataset
 

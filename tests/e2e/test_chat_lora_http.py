@@ -12,7 +12,8 @@ import pytest
 from omnistage import AsyncOmni
 from omnistage.testing.server import serve_engine
 from tests.models.chat.chat_cases import ENGINE, GREEDY, MESSAGES
-from tests.models.chat.lora_cases import LORA, adapters as make_adapters, vllm_reference
+from tests.models.chat.lora_cases import LORA, vllm_reference
+from tests.models.chat.lora_cases import adapters as make_adapters
 
 pytestmark = pytest.mark.vllm
 

@@ -13,7 +13,6 @@ import tempfile
 from pathlib import Path
 
 import filelock
-
 import numpy as np
 import pytest
 import torch

@@ -15,8 +15,9 @@ and for the HTTP body (``extra_args`` flattened into ``extra_body``, as clients 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -37,13 +38,13 @@ class Req:
             return self.prompt
         return {"prompt": self.prompt, "negative_prompt": self.negative_prompt}
 
-    def _extra(self, fam: "ImageFamily") -> dict[str, Any]:
+    def _extra(self, fam: ImageFamily) -> dict[str, Any]:
         return {**fam.extra, **self.params.get("extra_args", {})}
 
-    def engine_params(self, fam: "ImageFamily", **more: Any) -> dict[str, Any]:
+    def engine_params(self, fam: ImageFamily, **more: Any) -> dict[str, Any]:
         return {**fam.size, **self.params, "extra_args": self._extra(fam), **more}
 
-    def diffusers_kwargs(self, fam: "ImageFamily", **more: Any) -> dict[str, Any]:
+    def diffusers_kwargs(self, fam: ImageFamily, **more: Any) -> dict[str, Any]:
         p = {k: v for k, v in self.params.items() if k not in ("seed", "num_outputs_per_prompt", "extra_args")}
         kw = {**fam.size, **p, **self._extra(fam), "num_images_per_prompt": self.n,
               "generator": torch.Generator().manual_seed(self.params["seed"]), **more}
@@ -51,7 +52,7 @@ class Req:
             kw["negative_prompt"] = self.negative_prompt
         return kw
 
-    def http_body(self, fam: "ImageFamily") -> dict[str, Any]:
+    def http_body(self, fam: ImageFamily) -> dict[str, Any]:
         """``images.generate`` keyword arguments: size string, n, and extra_body (extra_args flattened)."""
         p = {k: v for k, v in self.params.items() if k not in ("num_outputs_per_prompt", "extra_args")}
         rest = {k: v for k, v in fam.size.items() if k not in ("height", "width")}

@@ -93,7 +93,7 @@ def limited(server_factory):
 
 def stage_metric(srv, name: str, stage: int) -> float:
     text = httpx.get(f"{srv.url}/metrics", timeout=10).text
-    line = next(l for l in text.splitlines() if l.startswith(f'{name}{{stage="{stage}"}}'))
+    line = next(ln for ln in text.splitlines() if ln.startswith(f'{name}{{stage="{stage}"}}'))
     return float(line.split()[-1])
 
 

@@ -45,7 +45,8 @@ Decisions:
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from omnistage.models.codec_tts.config import folder_info
 from omnistage.models.codec_tts.edges import codes_every_n_frames, whole_codes

@@ -21,9 +21,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, AsyncIterator, Mapping
+from typing import Any
 
 import numpy as np
 

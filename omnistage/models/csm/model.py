@@ -28,8 +28,8 @@ import torch
 from transformers import DynamicCache
 
 from omnistage.errors import InvalidRequestError
-from omnistage.stages.ar.params import Sampler
 from omnistage.stages.ar.kv import RequestKV, StepCache
+from omnistage.stages.ar.params import Sampler
 from omnistage.stages.ar.sampling import draw
 
 

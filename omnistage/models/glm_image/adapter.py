@@ -26,7 +26,8 @@ so the engine's row batching concatenates it like any other conditioning;
 
 from __future__ import annotations
 
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 import numpy as np
 import torch

@@ -36,7 +36,7 @@ class SourceImageTokenizer:
         self.model = model  # transformers GlmImageModel; only visual/vqmodel hold weights
 
     @classmethod
-    def load(cls, folder: str | Path, dtype: torch.dtype = torch.float32) -> "SourceImageTokenizer":
+    def load(cls, folder: str | Path, dtype: torch.dtype = torch.float32) -> SourceImageTokenizer:
         from transformers import (
             GlmImageConfig,
             GlmImageModel,

@@ -15,8 +15,9 @@ request's generator, the folder's HeliosScheduler restarted per chunk, cond and 
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Hashable
+from typing import Any, ClassVar
 
 import numpy as np
 import torch

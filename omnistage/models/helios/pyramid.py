@@ -11,7 +11,8 @@ forward where they are at the same stage. ``num_inference_steps`` is the steps o
 from __future__ import annotations
 
 import math
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 import torch
 import torch.nn.functional as F

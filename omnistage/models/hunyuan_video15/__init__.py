@@ -3,7 +3,12 @@ causal video VAE)."""
 
 from pathlib import Path
 
-from omnistage.models.hunyuan_video15.adapter import DEFAULT_FPS, DEFAULT_NUM_FRAMES, DEFAULT_STEPS, HunyuanVideo15Adapter
+from omnistage.models.hunyuan_video15.adapter import (
+    DEFAULT_FPS,
+    DEFAULT_NUM_FRAMES,
+    DEFAULT_STEPS,
+    HunyuanVideo15Adapter,
+)
 from omnistage.models.hunyuan_video15.tiny import build, build_i2v
 from omnistage.pipeline import Pipeline, StageSpec
 

@@ -17,7 +17,8 @@ diffusers' operation order.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Hashable
+from collections.abc import Hashable
+from typing import Any, ClassVar
 
 import numpy as np
 import torch

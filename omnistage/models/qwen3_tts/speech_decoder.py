@@ -31,8 +31,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from omnistage.models.qwen3_tts.decoder_layers import (CausalConv, CausalTransConv, ConvNeXt, DecoderBlock,
-                                                       ResidualUnit, SnakeBeta, SplitRVQ, Transformer)
+from omnistage.models.qwen3_tts.decoder_layers import (
+    CausalConv,
+    CausalTransConv,
+    ConvNeXt,
+    DecoderBlock,
+    ResidualUnit,
+    SnakeBeta,
+    SplitRVQ,
+    Transformer,
+)
 
 
 class SpeechDecoder(nn.Module):

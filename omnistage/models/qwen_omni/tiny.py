@@ -96,7 +96,8 @@ def build_config(tok):
     from transformers import Qwen3OmniMoeConfig
 
     ids = tok.convert_tokens_to_ids
-    role = lambda r: tok.encode(r, add_special_tokens=False)[0]
+    def role(r):
+        return tok.encode(r, add_special_tokens=False)[0]
     rope = {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [6, 5, 5],
             "interleaved": True, "mrope_interleaved": True}
     media = {"audio_token_id": ids("<|audio_pad|>"), "image_token_id": ids("<|image_pad|>"),

@@ -7,7 +7,8 @@ pooled CLIP-G embedding and the micro-conditioning time ids per row.
 
 from __future__ import annotations
 
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 import torch
 

@@ -6,7 +6,8 @@ step by step so that one request alone reproduces them exactly.
 
 from __future__ import annotations
 
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 import torch
 

@@ -14,10 +14,10 @@ folder is served.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from omnistage.errors import InvalidRequestError
 

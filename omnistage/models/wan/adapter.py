@@ -11,7 +11,8 @@ timestep with ``guidance_scale_2`` in the low-noise phase.
 
 from __future__ import annotations
 
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 import numpy as np
 import torch

@@ -116,7 +116,7 @@ class Connection:
                 message = await asyncio.wait_for(self.ws.receive(), None if wait == math.inf else wait)
             except (WebSocketDisconnect, RuntimeError):
                 return
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if not over and self.response is not None:  # answering is not idle
                     continue
                 await self._expire(over)

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
@@ -45,8 +45,7 @@ from omnistage.server.deps import get_state
 from omnistage.server.errors import APIError, bad_request, error_responses, from_engine_error
 from omnistage.server.middleware import request_id
 from omnistage.server.openapi import SSE, request_body, success
-from omnistage.server.recognition import (DEFAULT_MAX_AUDIO_S, NO_SPACE_LANGUAGES, language_of, language_probe,
-                                          windows)
+from omnistage.server.recognition import DEFAULT_MAX_AUDIO_S, NO_SPACE_LANGUAGES, language_of, language_probe, windows
 from omnistage.server.segments import tokenizer, window_segments
 from omnistage.server.state import ServerState
 from omnistage.server.streaming import AbortOnDisconnect, primed, sse, with_error_event

@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Hashable, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
@@ -144,7 +145,7 @@ class DiffusionAdapter(ABC):
 
     @classmethod
     @abstractmethod
-    def load(cls, folder: str, dtype: torch.dtype, device: torch.device) -> "DiffusionAdapter": ...
+    def load(cls, folder: str, dtype: torch.dtype, device: torch.device) -> DiffusionAdapter: ...
 
     @abstractmethod
     def validate(self, job: DiffusionJob) -> None: ...
@@ -173,7 +174,7 @@ class DiffusionAdapter(ABC):
         config is resolved, so such a config fails at start-up naming the family and the feature."""
         return None
 
-    def after_step(self, jobs: list[DiffusionJob]) -> None:
+    def after_step(self, jobs: list[DiffusionJob]) -> None:  # noqa: B027 (optional hook, empty by default)
         """Called after every step with the jobs it advanced (``job.step`` counts that step). A family whose
         request runs in phases (Helios: chunks of frames denoised one after another, each conditioned on the
         ones before and restarting the schedule; its pyramid: resolution stages inside a chunk) starts a job's
@@ -195,7 +196,7 @@ class DiffusionAdapter(ABC):
         """The finished job's output delta; video families put frames (and fps) under ``video``."""
         return {"image": decoded}
 
-    def block_layouts(self) -> list["BlockLayout"]:
+    def block_layouts(self) -> list[BlockLayout]:
         """Each denoiser's transformer blocks in call order (blocks.py), for step caching and regional
         ``torch.compile``. None by default: the stage then refuses step caching (a UNet has no single
         chain of blocks whose residual could be reused) and compiles ``denoisers()`` whole."""

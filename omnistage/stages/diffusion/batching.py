@@ -15,7 +15,7 @@ at a time:
 
 from __future__ import annotations
 
-from typing import Hashable
+from collections.abc import Hashable
 
 from omnistage.stages.diffusion.adapter import DiffusionJob
 

@@ -23,8 +23,9 @@ A family adds step caching in a few lines, e.g. SD3::
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -102,6 +103,6 @@ class BlockLayout:
 
     @classmethod
     def uniform(cls, model: nn.Module, blocks: Iterable[nn.Module], io: BlockIO,
-                probe: Callable[[nn.Module, Mapping[str, Any]], torch.Tensor] | None = None) -> "BlockLayout":
+                probe: Callable[[nn.Module, Mapping[str, Any]], torch.Tensor] | None = None) -> BlockLayout:
         return cls(model, tuple((b, io) for b in blocks), probe)
 

@@ -14,14 +14,14 @@ The rules (``rel`` = mean|p - p_prev| / mean|p_prev| over the request's cond row
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from omnistage.stages.diffusion.adapter import DiffusionJob
-
 
 # ------------------------------------------------------------------ per-request state
 

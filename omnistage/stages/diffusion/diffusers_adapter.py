@@ -12,8 +12,9 @@ flow-matching schedules, and uint8 conversion of decoded images.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -31,7 +32,7 @@ class DiffusersAdapter(DiffusionAdapter):
     skip_components: ClassVar[tuple[str, ...]] = ()
     # the family's adapters for its other diffusers pipeline classes (model_index.json ``_class_name``),
     # so one StageSpec serves them all (e.g. SD 1.5 and SDXL); assigned once those classes exist
-    variants: ClassVar[Mapping[str, type["DiffusersAdapter"]]] = {}
+    variants: ClassVar[Mapping[str, type[DiffusersAdapter]]] = {}
     default_strength: ClassVar[float] = 0.6  # diffusers' img2img default
 
     def __init__(self, pipe: Any, dtype: torch.dtype, device: torch.device):
@@ -41,7 +42,7 @@ class DiffusersAdapter(DiffusionAdapter):
         self.sampler: SchedulerSampler = make_sampler(pipe.scheduler)
 
     @classmethod
-    def load(cls, folder: str, dtype: torch.dtype, device: torch.device) -> "DiffusersAdapter":
+    def load(cls, folder: str, dtype: torch.dtype, device: torch.device) -> DiffusersAdapter:
         """The family's entry point: a folder of another of the family's pipeline classes (``variants``)
         gets that class's adapter."""
         variant = cls.variants.get(ModelFolder(Path(folder)).diffusers_class)

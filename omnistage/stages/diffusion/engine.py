@@ -17,8 +17,9 @@ import logging
 import random
 import time
 from collections import deque
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import torch
 from PIL import Image
@@ -37,10 +38,10 @@ from omnistage.stages.base import (
 from omnistage.stages.diffusion.acceleration import Acceleration, apply_acceleration
 from omnistage.stages.diffusion.adapter import DiffusionAdapter, DiffusionJob
 from omnistage.stages.diffusion.batching import KeyScheduler
+from omnistage.stages.diffusion.cache_rules import steps_reused
 from omnistage.stages.diffusion.devices import resolve_device
 from omnistage.stages.diffusion.lora import DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS, LoraSet
 from omnistage.stages.diffusion.runner import run_step
-from omnistage.stages.diffusion.cache_rules import steps_reused
 
 logger = logging.getLogger(__name__)
 

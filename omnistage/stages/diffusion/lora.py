@@ -26,9 +26,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -58,7 +59,7 @@ class RowLora:
     def rows(self) -> int:
         return self.slots.shape[0]
 
-    def take(self, idx: torch.Tensor) -> "RowLora":
+    def take(self, idx: torch.Tensor) -> RowLora:
         idx = idx.to(self.slots.device)
         return RowLora(self.slots.index_select(0, idx), self.scales.index_select(0, idx))
 
@@ -87,7 +88,7 @@ class LoraUse:
     name: str
     slot: int
     scale: float
-    owner: "LoraSet"
+    owner: LoraSet
     released: bool = False
 
     def release(self) -> None:
@@ -115,7 +116,7 @@ class _RowCache:
 
 
 @contextlib.contextmanager
-def forward_rows(segments: Sequence[tuple["DiffusionJob", str]]) -> Iterator[None]:
+def forward_rows(segments: Sequence[tuple[DiffusionJob, str]]) -> Iterator[None]:
     """The rows of the denoiser call(s) inside: ``(job, "cond" | "uncond")`` per ``job.rows`` rows, in row
     order. Sets nothing when no job uses an adapter."""
     uses = [(job.lora, job.rows) for job, _ in segments]

@@ -9,8 +9,9 @@ with guidance <= 1 carry no uncond row.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -68,7 +69,7 @@ def guide(adapter: DiffusionAdapter, u: torch.Tensor, c: torch.Tensor, jobs: lis
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
-def _predict(adapter: DiffusionAdapter, hooks: "StepHooks | None", segments: list[tuple[DiffusionJob, str]],
+def _predict(adapter: DiffusionAdapter, hooks: StepHooks | None, segments: list[tuple[DiffusionJob, str]],
              x: torch.Tensor, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
     """One denoiser call; the LoRA layers and (with step caching) the hooks are told whose rows these are
     (``segments``: ``(job, "cond" | "uncond")`` per ``job.rows`` rows, in row order)."""
@@ -79,7 +80,7 @@ def _predict(adapter: DiffusionAdapter, hooks: "StepHooks | None", segments: lis
             return adapter.predict(x, t, cond)
 
 
-def predict_rows(adapter: DiffusionAdapter, hooks: "StepHooks | None", uncond: list[DiffusionJob],
+def predict_rows(adapter: DiffusionAdapter, hooks: StepHooks | None, uncond: list[DiffusionJob],
                  cond: list[DiffusionJob], x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """The denoiser over the uncond rows of ``uncond`` followed by the cond rows of ``cond`` (``x`` and ``t``
     hold those rows, in that order): one forward, or with ``separate_cfg_passes`` one per kind."""
@@ -104,7 +105,7 @@ Predict = Callable[[DiffusionAdapter, "StepHooks | None", list[DiffusionJob], li
 
 @torch.no_grad()
 def run_step(adapter: DiffusionAdapter, batch: list[DiffusionJob], new: list[DiffusionJob],
-             hooks: "StepHooks | None" = None) -> StepResult:
+             hooks: StepHooks | None = None) -> StepResult:
     """``hooks``: the stage's step cache / compiled blocks (step_cache.py), None without acceleration."""
     # torch sets a thread's OpenMP/MKL thread count lazily, at its first parallel op; in a fresh worker
     # thread a GEMM can run before that with the library's default count and round differently (seen:
@@ -124,7 +125,7 @@ def run_step(adapter: DiffusionAdapter, batch: list[DiffusionJob], new: list[Dif
 
 @torch.no_grad()
 def advance(adapter: DiffusionAdapter, jobs: list[DiffusionJob], result: StepResult,
-            hooks: "StepHooks | None" = None, predict: Predict = predict_rows, decode: bool = True) -> None:
+            hooks: StepHooks | None = None, predict: Predict = predict_rows, decode: bool = True) -> None:
     """One batched forward with per-request CFG, every job one step further, the finished ones decoded
     (``decode=False``: left undecoded, for the ranks of a multi-device replica other than its first)."""
     cfg = [j for j in jobs if j.do_cfg]

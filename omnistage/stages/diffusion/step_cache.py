@@ -30,9 +30,10 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections import deque
+from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -61,14 +62,14 @@ class Forward:
     n_rows: int
 
     @classmethod
-    def of(cls, segments: Sequence[tuple[DiffusionJob, str]]) -> "Forward":
+    def of(cls, segments: Sequence[tuple[DiffusionJob, str]]) -> Forward:
         groups, pos = [], 0
         for job, kind in segments:
             groups.append(Group(job, kind, list(range(pos, pos + job.rows))))
             pos += job.rows
         return cls(groups, pos)
 
-    def subset(self, idx: Sequence[int]) -> "Forward":
+    def subset(self, idx: Sequence[int]) -> Forward:
         where = {r: i for i, r in enumerate(idx)}
         groups = []
         for g in self.groups:
@@ -156,7 +157,7 @@ class _Chain:
 
     # -------------------------------------------------------------- one block call
 
-    def call(self, hook: "Any", args: tuple, kwargs: dict) -> Any:
+    def call(self, hook: Any, args: tuple, kwargs: dict) -> Any:
         fwd = _ACTIVE.get()
         if self.rule is None or fwd is None:
             return hook.run(*args, **kwargs)

@@ -3,7 +3,8 @@ in their pipeline declarations)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def every_n_tokens(n: int, key: str = "token_ids", out_key: str = "token_ids") -> Callable[[dict, Any, dict], dict | None]:

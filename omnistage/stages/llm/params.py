@@ -6,7 +6,8 @@ raised before vLLM sees the request."""
 from __future__ import annotations
 
 import numbers
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from vllm import SamplingParams
 from vllm.exceptions import VLLMValidationError

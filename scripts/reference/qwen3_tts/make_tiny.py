@@ -29,13 +29,12 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-from torch import nn
-from transformers import EncodecFeatureExtractor, Qwen2TokenizerFast
-
 from qwen_tts.core.models import Qwen3TTSConfig, Qwen3TTSForConditionalGeneration
 from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Config
 from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Model
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from torch import nn
+from transformers import EncodecFeatureExtractor, Qwen2TokenizerFast
 
 CODES = 64  # codebook size
 GROUPS = 4  # code groups per frame

@@ -18,7 +18,6 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import torch
-
 from qwen_tts import Qwen3TTSModel
 
 GREEDY = dict(do_sample=False, subtalker_dosample=False, repetition_penalty=1.0, max_new_tokens=12)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import soundfile
 
-from tests.models.qwen2_5_omni.conftest import SEED, TransformersReference
 from tests.e2e import omni_transcripts
+from tests.models.qwen2_5_omni.conftest import SEED, TransformersReference
 from tests.models.qwen_omni import media
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]

@@ -17,7 +17,8 @@ from omnistage import AsyncOmni, InvalidRequestError
 from omnistage.testing.streams import all_outputs
 
 from .chat_cases import ENGINE, GREEDY, PROMPTS
-from .lora_cases import LORA, adapters as make_adapters, vllm_reference
+from .lora_cases import LORA, vllm_reference
+from .lora_cases import adapters as make_adapters
 
 pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="module")]
 

@@ -99,7 +99,7 @@ def test_solo_request_equals_transformers_generate(csm_dir, reference):
 def test_six_concurrent_requests_equal_transformers_generate(csm_dir, reference):
     outs, batches = run_engine(csm_dir, CASES)
     assert max(batches) == len(CASES)  # all six shared steps
-    for (rid, prompt, params, turns, seed, sampling), out in zip(CASES, outs):
+    for (rid, _prompt, _params, turns, seed, sampling), out in zip(CASES, outs):
         ref = reference.run(turns, FRAMES, seed, **sampling)
         assert ref.codes.shape == (FRAMES, 8)
         assert torch.equal(frames_of(out), ref.codes), rid

@@ -12,8 +12,8 @@ from PIL import Image
 
 from omnistage.stages.base import StageRequest
 from omnistage.testing.streams import all_outputs
-
 from tests.stages.diffusion.helpers import gen, max_diff
+
 from .test_dit_stage import adapter, folder, prior_ids, ref, start  # noqa: F401  (module-scoped fixtures)
 
 STEPS = 4
@@ -122,7 +122,7 @@ async def test_concurrent_i2i_batch_and_never_mix_with_t2i(folder, adapter, ref)
         results = await asyncio.gather(*[run(engine, rid, inp, seed=s, guidance_scale=g, num_inference_steps=STEPS,
                                              output_type="latent") for rid, inp, s, g in specs])
         assert any(len(ids) == 3 for _, ids in engine.forward_log), list(engine.forward_log)
-        for (rid, inp, s, g), outs in zip(specs, results):
+        for (_rid, inp, s, g), outs in zip(specs, results):
             assert outs[-1].error is None, outs[-1].error
             expected = reference(ref, inp, s, guidance_scale=g, output_type="latent")
             assert max_diff(outs[-1].data["latent"], expected) <= 1e-5

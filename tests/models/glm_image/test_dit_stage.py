@@ -13,7 +13,6 @@ from omnistage.models.glm_image import PIPELINE, GlmImageAdapter, ar_tokens_to_p
 from omnistage.models.glm_image.grid import target_grids
 from omnistage.stages.base import StageRequest
 from omnistage.testing.streams import all_outputs, final_output
-
 from tests.stages.diffusion.helpers import gen, max_diff, reference_pipeline, start_engine
 
 
@@ -83,7 +82,7 @@ async def test_batched_requests_match_diffusers(folder, adapter, ref):
                     output_type="latent") for rid, p, s, g in specs]
         results = await asyncio.gather(*runs)
         assert any(len(ids) == 3 for _, ids in engine.forward_log), list(engine.forward_log)
-        for (rid, p, s, g), outs in zip(specs, results):
+        for (_rid, p, s, g), outs in zip(specs, results):
             expected = reference(ref, p, prior_ids(s, *grid), grid, s, guidance_scale=g, num_inference_steps=4,
                                  output_type="latent")
             assert max_diff(outs[-1].data["latent"], expected) <= 1e-5

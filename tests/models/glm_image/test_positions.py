@@ -9,8 +9,16 @@ import pytest
 import torch
 
 from omnistage.models.glm_image.grid import generated_layout, target_grids
-from omnistage.models.glm_image.positions import (MAX_IDS, MAX_STEPS, DecodeLayouts, decode, encode, grid_positions,
-                                                  is_encoded, prompt_positions)
+from omnistage.models.glm_image.positions import (
+    MAX_IDS,
+    MAX_STEPS,
+    DecodeLayouts,
+    decode,
+    encode,
+    grid_positions,
+    is_encoded,
+    prompt_positions,
+)
 
 
 def test_encode_decode_round_trip_and_bounds():

@@ -13,7 +13,15 @@ from PIL import Image
 from omnistage.models.helios import DEFAULT_NUM_FRAMES, PIPELINE, PYRAMID, HeliosAdapter, HeliosPyramidAdapter
 from omnistage.models.helios import adapter as helios_adapter
 from omnistage.models.helios import pyramid as helios_pyramid
-from tests.stages.diffusion.helpers import finished_data, gen, max_diff, reference_pipeline, run, solo_then_staggered, start_engine
+from tests.stages.diffusion.helpers import (
+    finished_data,
+    gen,
+    max_diff,
+    reference_pipeline,
+    run,
+    solo_then_staggered,
+    start_engine,
+)
 
 PROMPT = "a red cat on a blue chair"
 

@@ -18,7 +18,6 @@ from omnistage.stages.base import StageRequest
 from tests.stages.diffusion.helpers import (
     finished_data,
     gen,
-    latent,
     max_diff,
     reference_pipeline,
     run,

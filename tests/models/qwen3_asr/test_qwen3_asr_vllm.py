@@ -16,8 +16,8 @@ from omnistage import AsyncOmni
 from omnistage.errors import InvalidRequestError
 from omnistage.models.qwen3_asr.prompt import LANGUAGES
 from omnistage.pipeline import resolve_pipeline
-from tests.models.offline_llm import offline_llm
 from tests.e2e.test_transcriptions_http import as_heard, wav
+from tests.models.offline_llm import offline_llm
 from tests.models.whisper.cases import clip, request, run
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]

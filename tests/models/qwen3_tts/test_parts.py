@@ -50,7 +50,7 @@ def frames_of(outputs) -> np.ndarray:
 
 
 def test_tiny_folders_resolve_with_their_voices(tiny):
-    for kind, folder in tiny.items():
+    for _kind, folder in tiny.items():
         assert resolve_pipeline(folder).name == "qwen3_tts"
     info = folder_info(tiny["custom_voice"])
     assert info["voices"] == ["dylan", "ryan", "vivian"] and not info["supports_voice_cloning"]

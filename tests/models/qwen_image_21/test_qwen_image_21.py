@@ -16,7 +16,6 @@ import torch
 from omnistage import AsyncOmni, InvalidRequestError
 from omnistage.models import qwen_image_21
 from omnistage.testing.staggered import generate_final
-
 from tests.stages.diffusion.helpers import noise_image
 
 ONE_LOOP = pytest.mark.asyncio(loop_scope="module")

@@ -9,8 +9,15 @@ import torch
 from PIL import Image
 
 from omnistage.models.sd import PIPELINE, SDAdapter
-
-from tests.stages.diffusion.helpers import gen, latent, max_diff, reference_pipeline, run, solo_then_staggered, start_engine
+from tests.stages.diffusion.helpers import (
+    gen,
+    latent,
+    max_diff,
+    reference_pipeline,
+    run,
+    solo_then_staggered,
+    start_engine,
+)
 
 CLASSES = {"sd15": ("StableDiffusionPipeline", "StableDiffusionImg2ImgPipeline"),
            "sdxl": ("StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline")}

@@ -14,7 +14,6 @@ from omnistage.errors import InvalidRequestError
 from omnistage.models.sd3 import PIPELINE, SD3Adapter
 from omnistage.models.sd3.tiny import build, build_lora
 from omnistage.stages.diffusion.lora import LoraSet
-
 from tests.stages.diffusion.helpers import gen, latent, max_diff, reference_pipeline, run, start_engine
 
 KW = dict(height=32, width=32, output_type="latent")

@@ -8,7 +8,6 @@ from PIL import Image
 
 from omnistage import Omni
 from omnistage.cli.main import main as cli_main
-
 from tests.stages.diffusion.helpers import gen, reference_pipeline
 
 

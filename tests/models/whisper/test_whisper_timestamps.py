@@ -149,7 +149,7 @@ def test_rules_equal_transformers_processor(whisper_dir, hf):
         hf_config.max_initial_timestamp_index = max_initial
         ours = TimestampRules(TimestampTokens(tokens.no_timestamps, tokens.eos, max_initial))
         for given in (True, False):
-            for trial in range(150):
+            for _trial in range(150):
                 pools = [torch.randint(0, tokens.eos, (6,), generator=gen),  # text
                          torch.randint(tokens.eos, begin, (6,), generator=gen),  # special tokens
                          torch.randint(begin, vocab, (6,), generator=gen).sort().values]  # timestamps

@@ -264,7 +264,7 @@ async def test_a_session_past_its_length_is_closed_even_while_talking(short):
             try:
                 ev = await asyncio.wait_for(conn.recv(), 0.1)
                 codes.append(ev.error.code if ev.type == "error" else ev.type)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             except websockets.ConnectionClosed:
                 break

@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 from omnistage.errors import InvalidRequestError
 from omnistage.models.flux.tiny import build_lora as build_flux_lora
 from omnistage.models.sd3.tiny import build_lora
-from omnistage.stages.diffusion.lora import LoraSet, RowLora, _ROWS, narrow_rows
+from omnistage.stages.diffusion.lora import _ROWS, LoraSet, RowLora, narrow_rows
 
 ROWS = [("a", 1.0), ("b", 0.5), (None, 0.0), ("a", 0.3)]  # (adapter, scale) per row
 

@@ -30,7 +30,7 @@ class Leader:
         self._fronts: dict[int, DiffusionJob] = {}  # handle -> the engine's request
 
     @classmethod
-    def start(cls, ctx: StageContext, adapter: DiffusionAdapter) -> "Leader":
+    def start(cls, ctx: StageContext, adapter: DiffusionAdapter) -> Leader:
         """Join the group as rank 0 (blocks until every rank has loaded its model and joined)."""
         info = group_of(ctx)
         if info is None:
