@@ -49,16 +49,50 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobin
 def start(kind: str, folder: Path, max_num_seqs: int, log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     if kind == "vllm":
-        args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
-                "--served-model-name", MODEL, "--port", str(port), "--dtype", "float32",
-                "--max-model-len", str(MAX_MODEL_LEN), "--kv-cache-memory-bytes", str(KV_BYTES), "--enforce-eager",
-                "--max-num-seqs", str(max_num_seqs)]
+        args = [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(folder),
+            "--served-model-name",
+            MODEL,
+            "--port",
+            str(port),
+            "--dtype",
+            "float32",
+            "--max-model-len",
+            str(MAX_MODEL_LEN),
+            "--kv-cache-memory-bytes",
+            str(KV_BYTES),
+            "--enforce-eager",
+            "--max-num-seqs",
+            str(max_num_seqs),
+        ]
     else:
-        overrides = {"0": {"engine_args": {"dtype": "float32", "max_model_len": MAX_MODEL_LEN,
-                                           "kv_cache_memory_bytes": KV_BYTES}}}
-        args = [sys.executable, "-m", "omnistage.cli.main", "serve", str(folder), "--served-model-name", MODEL,
-                "--host", "127.0.0.1", "--port", str(port), "--enforce-eager", "--max-num-seqs", str(max_num_seqs),
-                "--stage-overrides", json.dumps(overrides)]
+        overrides = {
+            "0": {
+                "engine_args": {"dtype": "float32", "max_model_len": MAX_MODEL_LEN, "kv_cache_memory_bytes": KV_BYTES}
+            }
+        }
+        args = [
+            sys.executable,
+            "-m",
+            "omnistage.cli.main",
+            "serve",
+            str(folder),
+            "--served-model-name",
+            MODEL,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--enforce-eager",
+            "--max-num-seqs",
+            str(max_num_seqs),
+            "--stage-overrides",
+            json.dumps(overrides),
+        ]
     proc = subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT, env=ENV)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
@@ -97,8 +131,11 @@ async def one_run(url: str, requests, concurrency: int, max_tokens: int) -> tupl
 
 def summarize(runs: list[dict]) -> dict:
     keys = ("throughput_qps", "latency_mean", "latency_p50", "latency_p99", "audio_rtf_mean")
-    out = {k: statistics.median(r[k] for r in runs if r.get(k) is not None) for k in keys
-           if any(r.get(k) is not None for r in runs)}
+    out = {
+        k: statistics.median(r[k] for r in runs if r.get(k) is not None)
+        for k in keys
+        if any(r.get(k) is not None for r in runs)
+    }
     out["failed_requests"] = sum(r["failed_requests"] for r in runs)
     return out
 
@@ -117,6 +154,7 @@ def main() -> int:
     folder = args.model
     if folder is None:
         from omnistage.testing.tiny import build
+
         folder = build("whisper", tmp / "whisper")
     procs = {}
     try:
@@ -133,8 +171,11 @@ def main() -> int:
                     reqs = random_dataset("asr", n, DatasetDefaults(seed=rnd * 1000, chat_audio_s=args.audio_s))
                     m, texts[kind] = asyncio.run(one_run(procs[kind][1], reqs, c, args.max_tokens))
                     runs[kind][c].append(m)
-                    print(f"round {rnd} c={c} {kind}: {m['throughput_qps']:.2f} req/s, "
-                          f"mean {m['latency_mean']:.3f} s, failed {m['failed_requests']}", flush=True)
+                    print(
+                        f"round {rnd} c={c} {kind}: {m['throughput_qps']:.2f} req/s, "
+                        f"mean {m['latency_mean']:.3f} s, failed {m['failed_requests']}",
+                        flush=True,
+                    )
                 mismatched += sum(a != b for a, b in zip(texts["vllm"], texts["omnistage"]))
     finally:
         for proc, _ in procs.values():
@@ -142,13 +183,27 @@ def main() -> int:
     rows = []
     for c in levels:
         v, o = summarize(runs["vllm"][c]), summarize(runs["omnistage"][c])
-        rows.append({"concurrency": c, "vllm": v, "omnistage": o,
-                     "throughput_ratio": o["throughput_qps"] / v["throughput_qps"],
-                     "mean_latency_ratio": o["latency_mean"] / v["latency_mean"]})
-    report = {"model": str(args.model or "tiny whisper fixture (random weights)"), "audio_s": args.audio_s,
-              "max_tokens": args.max_tokens, "rounds": args.rounds, "requests_per_level": args.requests_per_level,
-              "texts_differing": mismatched, "load_before": os.getloadavg(), "machine": platform.machine(),
-              "cpus": os.cpu_count(), "rows": rows}
+        rows.append(
+            {
+                "concurrency": c,
+                "vllm": v,
+                "omnistage": o,
+                "throughput_ratio": o["throughput_qps"] / v["throughput_qps"],
+                "mean_latency_ratio": o["latency_mean"] / v["latency_mean"],
+            }
+        )
+    report = {
+        "model": str(args.model or "tiny whisper fixture (random weights)"),
+        "audio_s": args.audio_s,
+        "max_tokens": args.max_tokens,
+        "rounds": args.rounds,
+        "requests_per_level": args.requests_per_level,
+        "texts_differing": mismatched,
+        "load_before": os.getloadavg(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "rows": rows,
+    }
     write(report)
     return 0 if mismatched == 0 else 1
 
@@ -156,20 +211,27 @@ def main() -> int:
 def write(report: dict) -> None:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "asr_serve.json").write_text(json.dumps(report, indent=2) + "\n")
-    lines = ["# ASR serving: omnistage vs plain `vllm serve` (`/v1/audio/transcriptions`)", "",
-             f"`python benchmarks/asr_serve.py` — {report['model']}, {report['audio_s']} s seeded clips, greedy, "
-             f"{report['max_tokens']} tokens, {report['requests_per_level']} requests per run, median of "
-             f"{report['rounds']} alternating rounds; {report['cpus']} CPUs (1-minute load average at the end, this "
-             f"benchmark's own servers and clients included: {report['load_before'][0]:.1f}). Answers differing "
-             f"between the servers: "
-             f"{report['texts_differing']}.", "",
-             "| c | vLLM req/s | omnistage req/s | throughput ratio | vLLM mean s | omnistage mean s | "
-             "mean latency ratio | omnistage p99 s | omnistage RTF |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# ASR serving: omnistage vs plain `vllm serve` (`/v1/audio/transcriptions`)",
+        "",
+        f"`python benchmarks/asr_serve.py` — {report['model']}, {report['audio_s']} s seeded clips, greedy, "
+        f"{report['max_tokens']} tokens, {report['requests_per_level']} requests per run, median of "
+        f"{report['rounds']} alternating rounds; {report['cpus']} CPUs (1-minute load average at the end, this "
+        f"benchmark's own servers and clients included: {report['load_before'][0]:.1f}). Answers differing "
+        f"between the servers: "
+        f"{report['texts_differing']}.",
+        "",
+        "| c | vLLM req/s | omnistage req/s | throughput ratio | vLLM mean s | omnistage mean s | "
+        "mean latency ratio | omnistage p99 s | omnistage RTF |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in report["rows"]:
         v, o = r["vllm"], r["omnistage"]
-        lines.append(f"| {r['concurrency']} | {v['throughput_qps']:.2f} | {o['throughput_qps']:.2f} | "
-                     f"{r['throughput_ratio']:.2f}x | {v['latency_mean']:.3f} | {o['latency_mean']:.3f} | "
-                     f"{r['mean_latency_ratio']:.2f}x | {o['latency_p99']:.3f} | {o.get('audio_rtf_mean', 0):.3f} |")
+        lines.append(
+            f"| {r['concurrency']} | {v['throughput_qps']:.2f} | {o['throughput_qps']:.2f} | "
+            f"{r['throughput_ratio']:.2f}x | {v['latency_mean']:.3f} | {o['latency_mean']:.3f} | "
+            f"{r['mean_latency_ratio']:.2f}x | {o['latency_p99']:.3f} | {o.get('audio_rtf_mean', 0):.3f} |"
+        )
     (RESULTS / "asr_serve.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -62,10 +62,17 @@ def pct(values: list[float], q: float) -> float:
 
 def summary(mode: str, c: int, clock: Clock, latencies: list[float]) -> dict[str, Any]:
     mem = "gpu_peak_alloc_mib" if clock.device.type == "cuda" else "peak_rss_mib"
-    out = {"mode": mode, "concurrency": c, "duration_s": clock.duration,
-           "throughput_rps": len(latencies) / clock.duration,
-           "cpu_s": clock.cpu, "requests_per_cpu_s": len(latencies) / max(clock.cpu, 1e-9),
-           "latency_p50_s": statistics.median(latencies), "latency_p99_s": pct(latencies, 99), mem: clock.peak}
+    out = {
+        "mode": mode,
+        "concurrency": c,
+        "duration_s": clock.duration,
+        "throughput_rps": len(latencies) / clock.duration,
+        "cpu_s": clock.cpu,
+        "requests_per_cpu_s": len(latencies) / max(clock.cpu, 1e-9),
+        "latency_p50_s": statistics.median(latencies),
+        "latency_p99_s": pct(latencies, 99),
+        mem: clock.peak,
+    }
     if clock.device.type == "cuda":
         out["gpu_peak_above_start_mib"] = clock.peak - clock.start_mem
     return out
@@ -82,7 +89,9 @@ def run_sequential(pipe: Any, reqs: list[dict], device: torch.device) -> dict[st
     with Clock(device) as clock:
         for r in reqs:
             s = time.perf_counter()
-            pipe(prompt=r["prompt"], generator=torch.Generator().manual_seed(r["seed"]), **call_kw(r))  # PIL: synchronises
+            pipe(
+                prompt=r["prompt"], generator=torch.Generator().manual_seed(r["seed"]), **call_kw(r)
+            )  # PIL: synchronises
             lat.append(time.perf_counter() - s)
     return summary("diffusers_sequential", 1, clock, lat)
 
@@ -91,10 +100,13 @@ def run_batched(pipe: Any, reqs: list[dict], c: int, device: torch.device) -> di
     lat = []
     with Clock(device) as clock:
         for i in range(0, len(reqs), c):
-            chunk = reqs[i:i + c]
+            chunk = reqs[i : i + c]
             s = time.perf_counter()
-            pipe(prompt=[r["prompt"] for r in chunk], generator=[torch.Generator().manual_seed(r["seed"]) for r in chunk],
-                 **call_kw(chunk[0]))
+            pipe(
+                prompt=[r["prompt"] for r in chunk],
+                generator=[torch.Generator().manual_seed(r["seed"]) for r in chunk],
+                **call_kw(chunk[0]),
+            )
             lat.extend([time.perf_counter() - s] * len(chunk))  # a static batch finishes together
     return summary("diffusers_batched_ideal", c, clock, lat)
 
@@ -136,7 +148,8 @@ class Budget:
     def allows(self, estimate_s: float, what: dict[str, Any]) -> bool:
         if self.deadline is None or time.monotonic() + estimate_s <= self.deadline:
             return True
-        self.skipped.append({**what, "estimate_s": round(estimate_s, 2),
-                             "left_s": round(self.deadline - time.monotonic(), 2)})
+        self.skipped.append(
+            {**what, "estimate_s": round(estimate_s, 2), "left_s": round(self.deadline - time.monotonic(), 2)}
+        )
         print(f"skipped (budget): {what} needs ~{estimate_s:.1f}s", flush=True)
         return False

@@ -85,8 +85,12 @@ class Spec:
 # ------------------------------------------------------------------------------------------ image + chat
 
 IMAGE = {"prompt": "a red cat", "size": "32x32", "num_inference_steps": 3, "max_tokens": 12, "ignore_eos": True}
-CHAT = {"messages": [{"role": "user", "content": "a lighthouse at dusk"}], "modalities": ["text"],
-        "max_tokens": 24, "ignore_eos": True}
+CHAT = {
+    "messages": [{"role": "user", "content": "a lighthouse at dusk"}],
+    "modalities": ["text"],
+    "max_tokens": 24,
+    "ignore_eos": True,
+}
 BAD_IMAGE = [
     ("/v1/images/generations", {"json": {"prompt": "x", "size": "8192x8192"}}, 400),
     ("/v1/images/generations", {"json": {"prompt": "x", "num_inference_steps": 500}}, 400),
@@ -102,6 +106,7 @@ def image_probe(body: dict[str, Any]) -> Callable[[httpx.Client], bytes]:
         r = c.post("/v1/images/generations", json={**body, "seed": 7})
         assert r.status_code == 200, r.text
         return base64.b64decode(r.json()["data"][0]["b64_json"])
+
     return probe
 
 
@@ -122,17 +127,27 @@ def expander_folder(fx: Path) -> Path:
 
 
 IMAGE_SERVER = Spec(
-    "image", lambda fx: [str(expander_folder(fx)), "--enforce-eager", "--served-model-name", "image",
-                         "--stage-overrides", json.dumps({"0": {"max_model_len": 512},
-                                                          "1": {**MP, "num_replicas": 2}})],
-    lambda url: [("image", ch.post_json("/v1/images/generations", IMAGE, ch.b64_images)),
-                 ("chat_stream", ch.chat_stream(CHAT)),
-                 ("chat_abandoned", ch.abandon("/v1/chat/completions", {**CHAT, "max_tokens": 400})),
-                 ("bad", ch.bad(BAD_IMAGE)),
-                 ("image", ch.post_json("/v1/images/generations", IMAGE, ch.b64_images)),
-                 ("chat_stream", ch.chat_stream(CHAT))],
+    "image",
+    lambda fx: [
+        str(expander_folder(fx)),
+        "--enforce-eager",
+        "--served-model-name",
+        "image",
+        "--stage-overrides",
+        json.dumps({"0": {"max_model_len": 512}, "1": {**MP, "num_replicas": 2}}),
+    ],
+    lambda url: [
+        ("image", ch.post_json("/v1/images/generations", IMAGE, ch.b64_images)),
+        ("chat_stream", ch.chat_stream(CHAT)),
+        ("chat_abandoned", ch.abandon("/v1/chat/completions", {**CHAT, "max_tokens": 400})),
+        ("bad", ch.bad(BAD_IMAGE)),
+        ("image", ch.post_json("/v1/images/generations", IMAGE, ch.b64_images)),
+        ("chat_stream", ch.chat_stream(CHAT)),
+    ],
     [("vllm_engine_core", pr.engine_cores), ("diffusion_child", pr.stage_children)],
-    {"image_seed7": image_probe(IMAGE), "chat_greedy": chat_probe}, threads=3)
+    {"image_seed7": image_probe(IMAGE), "chat_greedy": chat_probe},
+    threads=3,
+)
 
 
 # ------------------------------------------------------------------------------------------ speech
@@ -147,29 +162,56 @@ def speech_spec(name: str, fixture: str, overrides: dict, body: dict, kind: str,
     def calls(url: str) -> list[tuple[str, Callable]]:
         with httpx.Client(base_url=url, timeout=120) as c:
             whole = len(probe(c))
-        return [("speech_sse", ch.speech_sse(body)), ("speech_raw_stream", ch.speech_raw(body, whole)),
-                ("speech_whole", ch.post_json("/v1/audio/speech", body, lambda r: len(r.content) == whole, seed=False)),
-                ("speech_abandoned", ch.abandon("/v1/audio/speech", {**body, "stream_format": "sse"})),
-                ("bad", ch.bad(bad_cases))]
+        return [
+            ("speech_sse", ch.speech_sse(body)),
+            ("speech_raw_stream", ch.speech_raw(body, whole)),
+            ("speech_whole", ch.post_json("/v1/audio/speech", body, lambda r: len(r.content) == whole, seed=False)),
+            ("speech_abandoned", ch.abandon("/v1/audio/speech", {**body, "stream_format": "sse"})),
+            ("bad", ch.bad(bad_cases)),
+        ]
 
-    return Spec(name, lambda fx: [str(fx / fixture), "--served-model-name", name,
-                                  "--stage-overrides", json.dumps(overrides)],
-                calls, [(kind, pr.stage_children)], {f"{name}_greedy": probe})
+    return Spec(
+        name,
+        lambda fx: [str(fx / fixture), "--served-model-name", name, "--stage-overrides", json.dumps(overrides)],
+        calls,
+        [(kind, pr.stage_children)],
+        {f"{name}_greedy": probe},
+    )
 
 
-TTS_BODY = {"input": "good morning to you", "voice": "alto", "response_format": "pcm", "temperature": 0,
-            "max_tokens": 40}
+TTS_BODY = {
+    "input": "good morning to you",
+    "voice": "alto",
+    "response_format": "pcm",
+    "temperature": 0,
+    "max_tokens": 40,
+}
 CSM_BODY = {"input": "hello there friend", "response_format": "pcm", "temperature": 0, "max_tokens": 24}
-TTS_SERVER = speech_spec("tts", "codec_tts", {"0": {"max_model_len": 512, "dtype": "float32"}, "1": MP},
-                         TTS_BODY, "generation_child",
-                         [("/v1/audio/speech", {"json": {"input": "hi", "voice": "tenor"}}, 400),
-                          ("/v1/audio/speech", {"json": {"input": "   "}}, 400),
-                          ("/v1/audio/speech", {"json": {"input": "hi", "speed": 1.5}}, 400),
-                          ("/v1/images/generations", {"json": {"prompt": "x"}}, 400)])
-CSM_SERVER = speech_spec("csm", "csm", {"0": MP}, CSM_BODY, "ar_step_process",
-                         [("/v1/audio/speech", {"json": {"input": "hi", "voice": "7"}}, 400),
-                          ("/v1/audio/speech", {"json": {"input": "hi", "max_tokens": -1}}, 400),
-                          ("/v1/audio/speech", {"json": {"input": ""}}, 400)])
+TTS_SERVER = speech_spec(
+    "tts",
+    "codec_tts",
+    {"0": {"max_model_len": 512, "dtype": "float32"}, "1": MP},
+    TTS_BODY,
+    "generation_child",
+    [
+        ("/v1/audio/speech", {"json": {"input": "hi", "voice": "tenor"}}, 400),
+        ("/v1/audio/speech", {"json": {"input": "   "}}, 400),
+        ("/v1/audio/speech", {"json": {"input": "hi", "speed": 1.5}}, 400),
+        ("/v1/images/generations", {"json": {"prompt": "x"}}, 400),
+    ],
+)
+CSM_SERVER = speech_spec(
+    "csm",
+    "csm",
+    {"0": MP},
+    CSM_BODY,
+    "ar_step_process",
+    [
+        ("/v1/audio/speech", {"json": {"input": "hi", "voice": "7"}}, 400),
+        ("/v1/audio/speech", {"json": {"input": "hi", "max_tokens": -1}}, 400),
+        ("/v1/audio/speech", {"json": {"input": ""}}, 400),
+    ],
+)
 
 
 # ------------------------------------------------------------------------------------------ video + ray
@@ -188,23 +230,47 @@ def video_probe(c: httpx.Client) -> bytes:
 
 
 VIDEO_SERVER = Spec(
-    "video", lambda fx: [str(fx / "wan"), "--served-model-name", "video", "--stage-overrides", json.dumps({"0": MP})],
-    lambda url: [("video_job", ch.video_job(VIDEO)),
-                 ("bad", ch.bad([("/v1/videos", {"json": {"prompt": "x", "num_inference_steps": 500}}, 400),
-                                 ("/v1/videos", {"json": {"prompt": "x", "num_frames": 100000}}, 400),
-                                 ("/v1/videos/video_nope/content", {"method": "GET"}, 404)]))],
-    [("diffusion_child", pr.stage_children)], {"video_seed3": video_probe})
+    "video",
+    lambda fx: [str(fx / "wan"), "--served-model-name", "video", "--stage-overrides", json.dumps({"0": MP})],
+    lambda url: [
+        ("video_job", ch.video_job(VIDEO)),
+        (
+            "bad",
+            ch.bad(
+                [
+                    ("/v1/videos", {"json": {"prompt": "x", "num_inference_steps": 500}}, 400),
+                    ("/v1/videos", {"json": {"prompt": "x", "num_frames": 100000}}, 400),
+                    ("/v1/videos/video_nope/content", {"method": "GET"}, 404),
+                ]
+            ),
+        ),
+    ],
+    [("diffusion_child", pr.stage_children)],
+    {"video_seed3": video_probe},
+)
 
 # many steps: a request lasts long enough (about a second) that an actor kill lands while some are running
 SD3_IMAGE = {"prompt": "a red cat", "size": "32x32", "num_inference_steps": 60}
 RAY_SERVER = Spec(
     # the stage says process: ray itself: --distributed-executor-backend ray only reaches stages that name no
     # process, and a family's deploy.yaml may name one (sd3's said `process: inline` in the first run)
-    "ray", lambda fx: [str(fx / "sd3"), "--served-model-name", "ray", "--distributed-executor-backend", "ray",
-                       "--stage-overrides", json.dumps({"0": {"process": "ray"}})],
-    lambda url: [("image", ch.post_json("/v1/images/generations", SD3_IMAGE, ch.b64_images)),
-                 ("bad", ch.bad(BAD_IMAGE[:3]))],
-    [("ray_actor", pr.ray_stage_actors)], {"ray_image_seed7": image_probe(SD3_IMAGE)})
+    "ray",
+    lambda fx: [
+        str(fx / "sd3"),
+        "--served-model-name",
+        "ray",
+        "--distributed-executor-backend",
+        "ray",
+        "--stage-overrides",
+        json.dumps({"0": {"process": "ray"}}),
+    ],
+    lambda url: [
+        ("image", ch.post_json("/v1/images/generations", SD3_IMAGE, ch.b64_images)),
+        ("bad", ch.bad(BAD_IMAGE[:3])),
+    ],
+    [("ray_actor", pr.ray_stage_actors)],
+    {"ray_image_seed7": image_probe(SD3_IMAGE)},
+)
 
 
 # ------------------------------------------------------------------------------------------ transcriptions
@@ -218,11 +284,14 @@ def transcribe(stream: bool) -> Callable[[httpx.Client, int], str]:
     def call(c: httpx.Client, i: int) -> str:
         kw = {"files": {"file": ("clip.wav", WAV, "audio/wav")}, "data": {**TRANSCRIBE, "stream": str(stream).lower()}}
         if not stream:
-            return ch.valid_json(c.post("/v1/audio/transcriptions", **kw),
-                                 lambda r: isinstance(r.json().get("text"), str))
+            return ch.valid_json(
+                c.post("/v1/audio/transcriptions", **kw), lambda r: isinstance(r.json().get("text"), str)
+            )
         with c.stream("POST", "/v1/audio/transcriptions", **kw) as r:
-            return ch.valid_stream(r, lambda ev: bool(ev) and isinstance(ev[-1], dict)
-                                   and ev[-1].get("type") == "transcript.text.done")
+            return ch.valid_stream(
+                r, lambda ev: bool(ev) and isinstance(ev[-1], dict) and ev[-1].get("type") == "transcript.text.done"
+            )
+
     return call
 
 
@@ -237,22 +306,48 @@ def upload(data: dict[str, str], file: tuple[str, bytes, str] = ("clip.wav", WAV
 
 
 WHISPER_SERVER = Spec(
-    "whisper", lambda fx: [str(fx / "whisper"), "--enforce-eager", "--served-model-name", "whisper",
-                           "--stage-overrides", json.dumps({"0": {"max_model_len": 448, "dtype": "float32"}})],
-    lambda url: [("transcribe", transcribe(False)), ("transcribe_stream", transcribe(True)),
-                 ("bad", ch.bad([("/v1/audio/transcriptions", upload({"language": "xx"}), 400),
-                                 ("/v1/audio/transcriptions", upload({"response_format": "mp3"}), 400),
-                                 ("/v1/audio/transcriptions", upload({}, ("clip.wav", b"RIFF....WAVEjunk",
-                                                                         "audio/wav")), 400),
-                                 ("/v1/audio/transcriptions", {"data": {"model": "whisper"}}, 415)]))],  # not multipart
-    [("vllm_engine_core", pr.engine_cores)], {"whisper_greedy": transcript_probe})
+    "whisper",
+    lambda fx: [
+        str(fx / "whisper"),
+        "--enforce-eager",
+        "--served-model-name",
+        "whisper",
+        "--stage-overrides",
+        json.dumps({"0": {"max_model_len": 448, "dtype": "float32"}}),
+    ],
+    lambda url: [
+        ("transcribe", transcribe(False)),
+        ("transcribe_stream", transcribe(True)),
+        (
+            "bad",
+            ch.bad(
+                [
+                    ("/v1/audio/transcriptions", upload({"language": "xx"}), 400),
+                    ("/v1/audio/transcriptions", upload({"response_format": "mp3"}), 400),
+                    ("/v1/audio/transcriptions", upload({}, ("clip.wav", b"RIFF....WAVEjunk", "audio/wav")), 400),
+                    ("/v1/audio/transcriptions", {"data": {"model": "whisper"}}, 415),
+                ]
+            ),
+        ),
+    ],  # not multipart
+    [("vllm_engine_core", pr.engine_cores)],
+    {"whisper_greedy": transcript_probe},
+)
 
 
-SERVERS = {s.name: s for s in (IMAGE_SERVER, TTS_SERVER, CSM_SERVER, VIDEO_SERVER, WHISPER_SERVER,
-                               Spec(**REALTIME_SPEC))}
+SERVERS = {
+    s.name: s for s in (IMAGE_SERVER, TTS_SERVER, CSM_SERVER, VIDEO_SERVER, WHISPER_SERVER, Spec(**REALTIME_SPEC))
+}
 # the tiny fixtures each server is started on
-FIXTURES = {"image": ("chat", "sd3"), "tts": ("codec_tts",), "csm": ("csm",), "video": ("wan",), "whisper": ("whisper",),
-            "realtime": ("qwen3_omni",), "ray": ("sd3",)}
+FIXTURES = {
+    "image": ("chat", "sd3"),
+    "tts": ("codec_tts",),
+    "csm": ("csm",),
+    "video": ("wan",),
+    "whisper": ("whisper",),
+    "realtime": ("qwen3_omni",),
+    "ray": ("sd3",),
+}
 
 
 # ------------------------------------------------------------------------------------------ running
@@ -306,8 +401,9 @@ def phase(specs: list[Spec], fx: Path, work: Path, rounds: int) -> dict[str, Any
                 r.load.stop()
     outcomes = [o for r in running for o in r.load.outcomes]
     loads = {r.spec.name: r.load for r in running}
-    kill_rows = [{**asdict(k), "spanning": ch.spanning(loads[k.server].outcomes, loads[k.server].started_at, k)}
-                 for k in kills]
+    kill_rows = [
+        {**asdict(k), "spanning": ch.spanning(loads[k.server].outcomes, loads[k.server].started_at, k)} for k in kills
+    ]
     after, in_flight = {}, {}
     for r in running:
         ch.wait_healthy(r.server.url, ch.RECOVERY_BOUND_S)
@@ -322,11 +418,17 @@ def phase(specs: list[Spec], fx: Path, work: Path, rounds: int) -> dict[str, Any
             code = r.server.proc.returncode
             unclean[r.spec.name] = f"exit status {code}" + ("" if str(e) == str(code) else f": {e}")
         left[r.spec.name] = pr.left_after(procs)
-    return {"servers": [r.spec.name for r in running], "startup_s": round(startup_s, 1),
-            "duration_s": round(time.monotonic() - t0, 1), "kills": kill_rows,
-            "equal_after": after, "in_flight_after_load": in_flight, "left_after_sigterm": left,
-            "unclean_exit": unclean,
-            **ch.summary(outcomes)}
+    return {
+        "servers": [r.spec.name for r in running],
+        "startup_s": round(startup_s, 1),
+        "duration_s": round(time.monotonic() - t0, 1),
+        "kills": kill_rows,
+        "equal_after": after,
+        "in_flight_after_load": in_flight,
+        "left_after_sigterm": left,
+        "unclean_exit": unclean,
+        **ch.summary(outcomes),
+    }
 
 
 def ray_phase(fx: Path, work: Path, rounds: int) -> dict[str, Any]:
@@ -337,9 +439,21 @@ def ray_phase(fx: Path, work: Path, rounds: int) -> dict[str, Any]:
     port = free_port()
     # the suite's Ray tests take the same lock: one local cluster on the machine at a time
     with filelock.FileLock(Path(tempfile.gettempdir()) / "omnistage-tests-ray-cluster.lock"):
-        subprocess.run([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
-                        "--disable-usage-stats", f"--temp-dir={work / 'ray'}"], check=True, env=env,
-                       capture_output=True)
+        subprocess.run(
+            [
+                ray_bin,
+                "start",
+                "--head",
+                f"--port={port}",
+                "--num-cpus=2",
+                "--include-dashboard=false",
+                "--disable-usage-stats",
+                f"--temp-dir={work / 'ray'}",
+            ],
+            check=True,
+            env=env,
+            capture_output=True,
+        )
         os.environ.update(RAY_ADDRESS=f"127.0.0.1:{port}", RAY_AUTH_MODE="disabled")
         try:
             return phase([RAY_SERVER], fx, work, rounds)
@@ -356,15 +470,21 @@ def main() -> int:
     ap.add_argument("--servers", default=",".join(SERVERS), help="phase 1's servers, or none")
     ap.add_argument("--update", action="store_true", help="fold this run's phases into the recorded results")
     ap.add_argument("--out", default="chaos")
-    ap.add_argument("--fixtures", help="a folder of already built tiny fixtures ("
-                    + ", ".join(sorted({f for fs in FIXTURES.values() for f in fs})) + ")")
+    ap.add_argument(
+        "--fixtures",
+        help="a folder of already built tiny fixtures ("
+        + ", ".join(sorted({f for fs in FIXTURES.values() for f in fs}))
+        + ")",
+    )
     args = ap.parse_args()
     from omnistage.testing.tiny import build
 
     names = [] if args.servers == "none" else args.servers.split(",")
-    run = {"command": " ".join(["python benchmarks/chaos.py", *sys.argv[1:]]),
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "load_avg": [round(x, 2) for x in os.getloadavg()]}
+    run = {
+        "command": " ".join(["python benchmarks/chaos.py", *sys.argv[1:]]),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load_avg": [round(x, 2) for x in os.getloadavg()],
+    }
     result: dict[str, Any] = {"machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, CPU only", "phases": {}}
     with tempfile.TemporaryDirectory(prefix="omnistage-chaos-") as tmp:
         work = Path(tmp)
@@ -376,11 +496,15 @@ def main() -> int:
         try:
             if names:  # the full set is phase 1; a partial one is named after its servers
                 key = "1" if names == list(SERVERS) else f"1 ({','.join(names)})"
-                result["phases"][key] = {"run": {**run, "rounds": args.rounds},
-                                         **phase([SERVERS[n] for n in names], fx, work, args.rounds)}
+                result["phases"][key] = {
+                    "run": {**run, "rounds": args.rounds},
+                    **phase([SERVERS[n] for n in names], fx, work, args.rounds),
+                }
             if not args.no_ray:
-                result["phases"]["2 (Ray, alone)"] = {"run": {**run, "rounds": args.ray_rounds},
-                                                      **ray_phase(fx, work, args.ray_rounds)}
+                result["phases"]["2 (Ray, alone)"] = {
+                    "run": {**run, "rounds": args.ray_rounds},
+                    **ray_phase(fx, work, args.ray_rounds),
+                }
         finally:
             for log in work.glob("*.log"):  # the servers' side, kept for a failed run
                 shutil.copy(log, Path(tempfile.gettempdir()) / f"omnistage-chaos-{log.name}")

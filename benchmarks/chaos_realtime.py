@@ -25,8 +25,11 @@ AUDIO_IN = {"input": {"format": {"type": "audio/pcm", "rate": RATE}, "turn_detec
 
 def session(think: int, talk: int, ignore_eos: bool) -> dict[str, Any]:
     """session.update fields: greedy thinker and talker, ``think`` reply tokens, ``talk`` codec frames."""
-    extra = {"temperature": 0, "ignore_eos": ignore_eos,
-             "sampling_params_list": [None, {"temperature": 0, "max_tokens": talk}]}
+    extra = {
+        "temperature": 0,
+        "ignore_eos": ignore_eos,
+        "sampling_params_list": [None, {"temperature": 0, "max_tokens": talk}],
+    }
     return {"type": "realtime", "max_output_tokens": think, "extra_body": extra, "audio": AUDIO_IN}
 
 
@@ -36,9 +39,20 @@ GREEDY: rt.Turn = ("realtime", session(12, 20, False), CLIP, RATE)
 
 SPEC: dict[str, Any] = dict(
     name="realtime",
-    args=lambda fx: [str(Path(fx) / "qwen3_omni"), "--served-model-name", "realtime", "--stage-overrides",
-                     json.dumps({"0": {"max_model_len": 1024}, "1": {"process": "mp"}})],
-    calls=lambda url: [("turn", rt.spoken_turn(LOAD)), ("abandoned", rt.abandoned_turn(LOAD)),
-                       ("bad_events", rt.bad_events(LOAD)), ("turn", rt.spoken_turn(LOAD))],
+    args=lambda fx: [
+        str(Path(fx) / "qwen3_omni"),
+        "--served-model-name",
+        "realtime",
+        "--stage-overrides",
+        json.dumps({"0": {"max_model_len": 1024}, "1": {"process": "mp"}}),
+    ],
+    calls=lambda url: [
+        ("turn", rt.spoken_turn(LOAD)),
+        ("abandoned", rt.abandoned_turn(LOAD)),
+        ("bad_events", rt.bad_events(LOAD)),
+        ("turn", rt.spoken_turn(LOAD)),
+    ],
     targets=[("vllm_engine_core", pr.engine_cores), ("ar_step_process", pr.stage_children)],
-    probes={"realtime_greedy": rt.greedy_turn(GREEDY)}, threads=3)
+    probes={"realtime_greedy": rt.greedy_turn(GREEDY)},
+    threads=3,
+)

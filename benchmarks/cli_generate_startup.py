@@ -44,13 +44,19 @@ def timed(argv: list[str]) -> float:
 
 def import_times(out: Path) -> dict[str, float]:
     """Cumulative import seconds of the top-level packages (``-X importtime`` of the command)."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "omnistage.cli.main", *command(out)],
-                          env=ENV, cwd=ROOT, capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "omnistage.cli.main", *command(out)],
+        env=ENV,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     found: dict[str, float] = {}
     for line in proc.stderr.splitlines():
         if not line.startswith("import time:") or "|" not in line:
             continue
-        _, cumulative, name = (part.strip() for part in line[len("import time:"):].split("|"))
+        _, cumulative, name = (part.strip() for part in line[len("import time:") :].split("|"))
         if name in PACKAGES and cumulative.isdigit():
             found[name] = max(found.get(name, 0.0), int(cumulative) / 1e6)
     return found
@@ -67,22 +73,41 @@ def main() -> None:
         runs: dict[str, list[float]] = {"cli": [], "teardown": []}
         for _ in range(args.runs):
             runs["cli"].append(timed([exe, *command(out)]))
-            runs["teardown"].append(timed([sys.executable, "-c", "import sys; from omnistage.cli.main import main; "
-                                           f"sys.exit(main({command(out)!r}))"]))
+            runs["teardown"].append(
+                timed(
+                    [
+                        sys.executable,
+                        "-c",
+                        f"import sys; from omnistage.cli.main import main; sys.exit(main({command(out)!r}))",
+                    ]
+                )
+            )
         imports = import_times(out)
     cli, teardown = (statistics.median(runs[k]) for k in ("cli", "teardown"))
-    report = {"runs": runs, "median_s": {"cli": cli, "teardown": teardown}, "ratio_cli_over_teardown": cli / teardown,
-              "import_s": imports, "cpus": os.cpu_count()}
+    report = {
+        "runs": runs,
+        "median_s": {"cli": cli, "teardown": teardown},
+        "ratio_cli_over_teardown": cli / teardown,
+        "import_s": imports,
+        "cpus": os.cpu_count(),
+    }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "cli_generate_startup.json").write_text(json.dumps(report, indent=2) + "\n")
-    lines = ["# `omnistage generate` start-up (the demo, one 64x64 image)", "",
-             f"{args.runs} alternating runs each on {os.cpu_count()} CPUs (`benchmarks/cli_generate_startup.py`).", "",
-             "| way | median wall s | runs |", "|---|---|---|",
-             f"| `omnistage generate` (ends with `os._exit`) | {cli:.2f} | {', '.join(f'{x:.2f}' for x in runs['cli'])} |",
-             f"| the same `main()` from Python (interpreter teardown) | {teardown:.2f} | "
-             f"{', '.join(f'{x:.2f}' for x in runs['teardown'])} |", "",
-             f"Ratio: **{cli / teardown:.2f}×**. Cumulative import seconds (`-X importtime`): "
-             + ", ".join(f"{k} {v:.2f}" for k, v in sorted(imports.items(), key=lambda kv: -kv[1])) + "."]
+    lines = [
+        "# `omnistage generate` start-up (the demo, one 64x64 image)",
+        "",
+        f"{args.runs} alternating runs each on {os.cpu_count()} CPUs (`benchmarks/cli_generate_startup.py`).",
+        "",
+        "| way | median wall s | runs |",
+        "|---|---|---|",
+        f"| `omnistage generate` (ends with `os._exit`) | {cli:.2f} | {', '.join(f'{x:.2f}' for x in runs['cli'])} |",
+        f"| the same `main()` from Python (interpreter teardown) | {teardown:.2f} | "
+        f"{', '.join(f'{x:.2f}' for x in runs['teardown'])} |",
+        "",
+        f"Ratio: **{cli / teardown:.2f}×**. Cumulative import seconds (`-X importtime`): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in sorted(imports.items(), key=lambda kv: -kv[1]))
+        + ".",
+    ]
     (RESULTS / "cli_generate_startup.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

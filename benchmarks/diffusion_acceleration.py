@@ -69,19 +69,30 @@ from batching_runs import call_kw
 
 RESULTS = Path(__file__).parent / "results"
 # captions in the demo's training vocabulary (demo/shapes.py); the tiny SD3 takes any text
-PROMPTS = ["a red circle on the left", "a blue square in the center on a white background",
-           "a green triangle on the right", "a small yellow circle in the center",
-           "a large purple square on the left on a black background", "a cyan triangle in the center",
-           "an orange circle on the right on a gray background", "a pink square in the center"]
+PROMPTS = [
+    "a red circle on the left",
+    "a blue square in the center on a white background",
+    "a green triangle on the right",
+    "a small yellow circle in the center",
+    "a large purple square on the left on a black background",
+    "a cyan triangle in the center",
+    "an orange circle on the right on a gray background",
+    "a pink square in the center",
+]
 # Thresholds per model: a relative change is a property of the model (the random-weight tiny SD3's first-block
 # residual moves 0.2-0.45 per step, the trained demo's far less). (full run, --quick)
-DEMO = {"first_block": ([0.04, 0.06, 0.08, 0.1, 0.12, 0.15], [0.06, 0.1]),
-        "teacache": ([0.05, 0.1, 0.15, 0.2, 0.3], [0.1, 0.2])}
+DEMO = {
+    "first_block": ([0.04, 0.06, 0.08, 0.1, 0.12, 0.15], [0.06, 0.1]),
+    "teacache": ([0.05, 0.1, 0.15, 0.2, 0.3], [0.1, 0.2]),
+}
 FAMILIES = {  # name -> (steps, thresholds, every method or the step cache only)
     "demo": (20, DEMO, True),
     "demo-50": (50, DEMO, False),
-    "sd3-tiny": (28, {"first_block": ([0.15, 0.25, 0.35, 0.45], [0.25, 0.4]),
-                      "teacache": ([0.05, 0.1, 0.2, 0.3], [0.1, 0.2])}, True),
+    "sd3-tiny": (
+        28,
+        {"first_block": ([0.15, 0.25, 0.35, 0.45], [0.25, 0.4]), "teacache": ([0.05, 0.1, 0.2, 0.3], [0.1, 0.2])},
+        True,
+    ),
     # GPU only (--device cuda): SD3-Medium's MMDiT and VAE shapes, random weights (sd3_shapes.py), 512 px;
     # where offloading's memory effect shows
     "sd3-medium": (28, {"first_block": ([0.1, 0.3], [0.1, 0.3]), "teacache": ([0.1, 0.3], [0.1, 0.3])}, True),
@@ -89,8 +100,10 @@ FAMILIES = {  # name -> (steps, thresholds, every method or the step cache only)
 # issue 30's image families with a block layout: family_shapes.py's grown folders (random weights, 4+ blocks), the
 # step cache only; their "off" images are also compared with diffusers' own __call__ (solo, same prompt and seed)
 IMAGE_FAMILIES = {"ovis_image": 64, "longcat_image": 64, "sana": 128, "pixart_sigma": 64, "flux2_klein": 64}  # px
-FAMILIES |= {name: (20, {"first_block": ([0.1, 0.2, 0.3, 0.45], [0.2, 0.4]),
-                         "teacache": ([0.1, 0.2, 0.4], [0.2, 0.4])}, False) for name in IMAGE_FAMILIES}
+FAMILIES |= {
+    name: (20, {"first_block": ([0.1, 0.2, 0.3, 0.45], [0.2, 0.4]), "teacache": ([0.1, 0.2, 0.4], [0.2, 0.4])}, False)
+    for name in IMAGE_FAMILIES
+}
 DEFAULT_FAMILIES = ["demo", "demo-50", "sd3-tiny"]
 
 
@@ -118,8 +131,11 @@ def configs(family: str, quick: bool, compile_: bool) -> list[Config]:
         return out
     if compile_:
         out.append(Config("compile", {"compile": True}))
-    out += [Config("offload_model", {"offload": "model"}), Config("offload_layer", {"offload": "layer"}),
-            Config("vae_tiling", {"vae_tiling": True})]
+    out += [
+        Config("offload_model", {"offload": "model"}),
+        Config("offload_layer", {"offload": "layer"}),
+        Config("vae_tiling", {"vae_tiling": True}),
+    ]
     return out
 
 
@@ -131,8 +147,11 @@ def family_setup(name: str, workdir: Path) -> tuple[str, dict[str, Any], dict[st
 
         info_file = WEIGHTS / "training_info.json"
         info = json.loads(info_file.read_text()) if info_file.exists() else {}
-        return str(WEIGHTS), {**DEFAULT_PARAMS, "num_inference_steps": steps}, {"weights": str(WEIGHTS),
-                                                                                "training": info}
+        return (
+            str(WEIGHTS),
+            {**DEFAULT_PARAMS, "num_inference_steps": steps},
+            {"weights": str(WEIGHTS), "training": info},
+        )
     folder = workdir / name
     if name in IMAGE_FAMILIES:
         desc = family_shapes.build(name, folder)
@@ -142,13 +161,19 @@ def family_setup(name: str, workdir: Path) -> tuple[str, dict[str, Any], dict[st
     device = torch.device("cuda" if preset != "tiny" else "cpu")  # random init of 2B parameters: on the GPU
     desc = sd3_shapes.build(preset, folder, device)
     size = 64 if preset == "tiny" else 512
-    params = {"height": size, "width": size, "num_inference_steps": steps, "guidance_scale": 5.0,
-              "max_sequence_length": sd3_shapes.PRESETS[preset]["max_sequence_length"]}
+    params = {
+        "height": size,
+        "width": size,
+        "num_inference_steps": steps,
+        "guidance_scale": 5.0,
+        "max_sequence_length": sd3_shapes.PRESETS[preset]["max_sequence_length"],
+    }
     return str(folder), params, desc
 
 
-async def run_workload(omni: Any, params: dict[str, Any], n: int, concurrency: int
-                       ) -> tuple[float, float, list[np.ndarray], list[int]]:
+async def run_workload(
+    omni: Any, params: dict[str, Any], n: int, concurrency: int
+) -> tuple[float, float, list[np.ndarray], list[int]]:
     """n requests (prompt i, seed i), at most ``concurrency`` at a time: (wall s, process CPU s, images,
     reused steps per request)."""
     images: list[Any] = [None] * n
@@ -178,8 +203,14 @@ def diffusers_images(folder: str, pipeline_class: str, params: dict[str, Any], n
 
     pipe = getattr(diffusers, pipeline_class).from_pretrained(folder)
     pipe.set_progress_bar_config(disable=True)
-    return [np.asarray(pipe(prompt=PROMPTS[i % len(PROMPTS)], generator=torch.Generator().manual_seed(i),
-                            **call_kw(params)).images[0]) for i in range(n)]
+    return [
+        np.asarray(
+            pipe(
+                prompt=PROMPTS[i % len(PROMPTS)], generator=torch.Generator().manual_seed(i), **call_kw(params)
+            ).images[0]
+        )
+        for i in range(n)
+    ]
 
 
 def quality(images: list[np.ndarray], reference: list[np.ndarray]) -> tuple[float | None, float]:
@@ -233,38 +264,65 @@ async def bench_family(family: str, args: argparse.Namespace, workdir: Path) -> 
             await c.omni.shutdown()
     off = cfgs[0]
     if family in IMAGE_FAMILIES:
-        desc["off_vs_diffusers"] = dict(zip(("psnr_db", "max_abs_diff"), quality(
-            off.images[1], diffusers_images(folder, desc["pipeline_class"], params, args.requests))))
+        desc["off_vs_diffusers"] = dict(
+            zip(
+                ("psnr_db", "max_abs_diff"),
+                quality(off.images[1], diffusers_images(folder, desc["pipeline_class"], params, args.requests)),
+            )
+        )
     rows = []
     for c in cfgs[1:]:
         for mode in modes:
             psnr, diff = quality(c.images[mode], off.images[mode])
             steps = params["num_inference_steps"]
-            rows.append({
-                "method": c.name, "family": family, "threshold": c.threshold, "concurrency": mode,
-                "speedup": min(off.durations[mode]) / min(c.durations[mode]),
-                "psnr_db": psnr, "max_abs_diff": diff,
-                "reused_fraction": sum(c.reused[mode]) / (steps * args.requests), "steps": steps,
-                "clock": args.clock, "time_s": min(c.durations[mode]), "off_time_s": min(off.durations[mode]),
-                "wall_speedup": min(off.wall[mode]) / min(c.wall[mode]),
-                "cpu_s": c.cpu[mode], "wall_s": c.wall[mode], "off_cpu_s": off.cpu[mode], "off_wall_s": off.wall[mode],
-                "peak_mib": c.peak_mib, "off_peak_mib": off.peak_mib,
-            })
+            rows.append(
+                {
+                    "method": c.name,
+                    "family": family,
+                    "threshold": c.threshold,
+                    "concurrency": mode,
+                    "speedup": min(off.durations[mode]) / min(c.durations[mode]),
+                    "psnr_db": psnr,
+                    "max_abs_diff": diff,
+                    "reused_fraction": sum(c.reused[mode]) / (steps * args.requests),
+                    "steps": steps,
+                    "clock": args.clock,
+                    "time_s": min(c.durations[mode]),
+                    "off_time_s": min(off.durations[mode]),
+                    "wall_speedup": min(off.wall[mode]) / min(c.wall[mode]),
+                    "cpu_s": c.cpu[mode],
+                    "wall_s": c.wall[mode],
+                    "off_cpu_s": off.cpu[mode],
+                    "off_wall_s": off.wall[mode],
+                    "peak_mib": c.peak_mib,
+                    "off_peak_mib": off.peak_mib,
+                }
+            )
     return rows, {"family": family, "params": params, "model": desc}
 
 
 def retention(rows: list[dict], concurrency: int) -> list[dict]:
     """Per cache threshold: batched speed-up / solo speed-up."""
     out = []
+
     def key(r):
         return (r["family"], r["method"], r["threshold"])
+
     solo = {key(r): r for r in rows if r["concurrency"] == 1}
     for r in rows:
         if r["concurrency"] == concurrency and r["threshold"] is not None and key(r) in solo:
             s = solo[key(r)]
-            out.append({"family": r["family"], "method": r["method"], "threshold": r["threshold"],
-                        "solo_speedup": s["speedup"], "batched_speedup": r["speedup"],
-                        "retention": r["speedup"] / s["speedup"], "solo_psnr_db": s["psnr_db"]})
+            out.append(
+                {
+                    "family": r["family"],
+                    "method": r["method"],
+                    "threshold": r["threshold"],
+                    "solo_speedup": s["speedup"],
+                    "batched_speedup": r["speedup"],
+                    "retention": r["speedup"] / s["speedup"],
+                    "solo_psnr_db": s["psnr_db"],
+                }
+            )
     return out
 
 
@@ -275,40 +333,69 @@ def fmt(v: Any, spec: str = ".2f") -> str:
 
 
 def markdown(rows: list[dict], ret: list[dict], meta: dict) -> str:
-    title = (f"# Diffusion acceleration ({meta['device']}, {meta['threads']} thread(s), {meta['requests']} requests, "
-             f"rounds={meta['rounds']}, clock={meta['clock']}{', quick' if meta['quick'] else ''})")
-    intro = (f"Speed-up of throughput vs off in the same mode ({meta['clock']} time, fastest of the rounds; wall-clock "
-             "speed-up alongside); PSNR / max |diff| of the final images vs off's images (pixels in [0, 1]).")
-    header = ("| family | steps | method | threshold | concurrency | speed-up | wall speed-up | PSNR dB | max abs diff | "
-              "reused steps |")
+    title = (
+        f"# Diffusion acceleration ({meta['device']}, {meta['threads']} thread(s), {meta['requests']} requests, "
+        f"rounds={meta['rounds']}, clock={meta['clock']}{', quick' if meta['quick'] else ''})"
+    )
+    intro = (
+        f"Speed-up of throughput vs off in the same mode ({meta['clock']} time, fastest of the rounds; wall-clock "
+        "speed-up alongside); PSNR / max |diff| of the final images vs off's images (pixels in [0, 1])."
+    )
+    header = (
+        "| family | steps | method | threshold | concurrency | speed-up | wall speed-up | PSNR dB | max abs diff | "
+        "reused steps |"
+    )
     lines = [title, "", intro, "", header, "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['family']} | {r['steps']} | {r['method']} | "
-                     f"{fmt(r['threshold'], 'g') if r['threshold'] else '-'} | {r['concurrency']} | {r['speedup']:.2f}x | "
-                     f"{r['wall_speedup']:.2f}x | {fmt(r['psnr_db'], '.1f')} | {r['max_abs_diff']:.4f} | "
-                     f"{r['reused_fraction']:.0%} |")
+        lines.append(
+            f"| {r['family']} | {r['steps']} | {r['method']} | "
+            f"{fmt(r['threshold'], 'g') if r['threshold'] else '-'} | {r['concurrency']} | {r['speedup']:.2f}x | "
+            f"{r['wall_speedup']:.2f}x | {fmt(r['psnr_db'], '.1f')} | {r['max_abs_diff']:.4f} | "
+            f"{r['reused_fraction']:.0%} |"
+        )
     peaks = [r for r in rows if r.get("peak_mib") is not None and r["concurrency"] == 1]
     if peaks:
-        lines += ["", "Peak GPU memory of each configuration (weights + warm-up runs), MiB:", "",
-                  "| family | method | threshold | peak MiB | off MiB |", "|---|---|---|---|---|"]
-        lines += [f"| {r['family']} | {r['method']} | {fmt(r['threshold'], 'g') if r['threshold'] else '-'} | "
-                  f"{r['peak_mib']:.0f} | {r['off_peak_mib']:.0f} |" for r in peaks]
-    notes = ("Notes: offload on a CPU-only machine moves nothing (its hooks only cost time); vae_tiling changes "
-             "the decode only where the image is larger than the VAE's tile (the demo's tile is its 64 px output, "
-             "the tiny SD3's is 32 px), and there equals diffusers' own tiled decode (tests/stages/diffusion/"
-             "test_acceleration.py).")
+        lines += [
+            "",
+            "Peak GPU memory of each configuration (weights + warm-up runs), MiB:",
+            "",
+            "| family | method | threshold | peak MiB | off MiB |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['family']} | {r['method']} | {fmt(r['threshold'], 'g') if r['threshold'] else '-'} | "
+            f"{r['peak_mib']:.0f} | {r['off_peak_mib']:.0f} |"
+            for r in peaks
+        ]
+    notes = (
+        "Notes: offload on a CPU-only machine moves nothing (its hooks only cost time); vae_tiling changes "
+        "the decode only where the image is larger than the VAE's tile (the demo's tile is its 64 px output, "
+        "the tiny SD3's is 32 px), and there equals diffusers' own tiled decode (tests/stages/diffusion/"
+        "test_acceleration.py)."
+    )
     lines += ["", notes]
-    refs = [(f["family"], f["model"]["off_vs_diffusers"]) for f in meta["families"]
-            if "off_vs_diffusers" in f["model"]]
+    refs = [(f["family"], f["model"]["off_vs_diffusers"]) for f in meta["families"] if "off_vs_diffusers" in f["model"]]
     if refs:
-        lines += ["", "Off vs diffusers' own `__call__` (solo, the same prompts and seeds):", "",
-                  "| family | PSNR dB | max abs diff |", "|---|---|---|"]
+        lines += [
+            "",
+            "Off vs diffusers' own `__call__` (solo, the same prompts and seeds):",
+            "",
+            "| family | PSNR dB | max abs diff |",
+            "|---|---|---|",
+        ]
         lines += [f"| {name} | {fmt(r['psnr_db'], '.1f')} | {r['max_abs_diff']:.4f} |" for name, r in refs]
-    lines += ["", f"Batched (concurrency {meta['concurrency']}) speed-up as a share of the solo speed-up:", "",
-              "| family | method | threshold | solo | batched | retention | solo PSNR dB |", "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        f"Batched (concurrency {meta['concurrency']}) speed-up as a share of the solo speed-up:",
+        "",
+        "| family | method | threshold | solo | batched | retention | solo PSNR dB |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in ret:
-        lines.append(f"| {r['family']} | {r['method']} | {r['threshold']:g} | {r['solo_speedup']:.2f}x | "
-                     f"{r['batched_speedup']:.2f}x | {r['retention']:.0%} | {fmt(r['solo_psnr_db'], '.1f')} |")
+        lines.append(
+            f"| {r['family']} | {r['method']} | {r['threshold']:g} | {r['solo_speedup']:.2f}x | "
+            f"{r['batched_speedup']:.2f}x | {r['retention']:.0%} | {fmt(r['solo_psnr_db'], '.1f')} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -324,10 +411,15 @@ def plot(rows: list[dict], path: Path) -> None:
     families = sorted({r["family"] for r in rows})
     fig, axes = plt.subplots(1, len(families), figsize=(6 * len(families), 4.5), squeeze=False)
     for ax, fam in zip(axes[0], families):
-        for (method, c), style in zip(itertools.product(("first_block", "teacache"), sorted({r["concurrency"] for r in rows})),
-                                      ("o-", "o--", "s-", "s--")):
-            pts = sorted((r["psnr_db"] or 99.0, r["speedup"], r["threshold"]) for r in rows
-                         if r["family"] == fam and r["method"] == method and r["concurrency"] == c)
+        for (method, c), style in zip(
+            itertools.product(("first_block", "teacache"), sorted({r["concurrency"] for r in rows})),
+            ("o-", "o--", "s-", "s--"),
+        ):
+            pts = sorted(
+                (r["psnr_db"] or 99.0, r["speedup"], r["threshold"])
+                for r in rows
+                if r["family"] == fam and r["method"] == method and r["concurrency"] == c
+            )
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=f"{method}, concurrency {c}")
                 for x, y, t in pts:
@@ -354,11 +446,21 @@ async def main_async(args: argparse.Namespace) -> None:
 
 
 def meta_of(families: list[dict], args: argparse.Namespace) -> dict[str, Any]:
-    return {"device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu", "threads": args.threads,
-            "requests": args.requests, "rounds": args.rounds, "clock": args.clock,
-            "concurrency": args.concurrency, "quick": args.quick, "compile": args.compile, "torch": torch.__version__,
-            "python": platform.python_version(), "cpu_count": os.cpu_count(), "load_avg": os.getloadavg(),
-            "families": families}
+    return {
+        "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
+        "threads": args.threads,
+        "requests": args.requests,
+        "rounds": args.rounds,
+        "clock": args.clock,
+        "concurrency": args.concurrency,
+        "quick": args.quick,
+        "compile": args.compile,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "load_avg": os.getloadavg(),
+        "families": families,
+    }
 
 
 def write(rows: list[dict], families: list[dict], args: argparse.Namespace) -> None:
@@ -379,13 +481,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=8, help="requests per run")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--rounds", type=int, default=None, help="default 2, quick 1")
-    p.add_argument("--clock", choices=["cpu", "wall"], default=None,
-                   help="what the speed-up divides (see above); default cpu on CPU, wall on CUDA")
-    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
-                   help="cuda: stage on GPU 0 (bf16), plus each configuration's peak GPU memory (offload)")
+    p.add_argument(
+        "--clock",
+        choices=["cpu", "wall"],
+        default=None,
+        help="what the speed-up divides (see above); default cpu on CPU, wall on CUDA",
+    )
+    p.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="cuda: stage on GPU 0 (bf16), plus each configuration's peak GPU memory (offload)",
+    )
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="include torch.compile (inductor; minutes of compiling on CPU). Default: on unless --quick")
+    p.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="include torch.compile (inductor; minutes of compiling on CPU). Default: on unless --quick",
+    )
     args = p.parse_args(argv)
     args.rounds = args.rounds or (1 if args.quick else 2)
     args.clock = args.clock or ("wall" if args.device == "cuda" else "cpu")

@@ -43,12 +43,28 @@ from batching_report import render_md, write  # noqa: E402
 from batching_runs import Budget, call_kw, run_batched, run_engine, run_sequential  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
-PROMPTS = ["a red cat on a chair", "mountains at sunset", "an astronaut riding a horse", "a bowl of fruit",
-           "city skyline at night", "green square and yellow circle", "a blue chair", "a watercolor painting"]
+PROMPTS = [
+    "a red cat on a chair",
+    "mountains at sunset",
+    "an astronaut riding a horse",
+    "a bowl of fruit",
+    "city skyline at night",
+    "green square and yellow circle",
+    "a blue chair",
+    "a watercolor painting",
+]
 GUIDANCE = 5.0
 # Within one round: the points the issue's targets name come first, so a short budget still measures them.
-ORDER = (("diffusers_sequential", 1), ("engine", 1), ("diffusers_batched_ideal", 8), ("engine", 8),
-         ("diffusers_batched_ideal", 4), ("engine", 4), ("diffusers_batched_ideal", 16), ("engine", 16))
+ORDER = (
+    ("diffusers_sequential", 1),
+    ("engine", 1),
+    ("diffusers_batched_ideal", 8),
+    ("engine", 8),
+    ("diffusers_batched_ideal", 4),
+    ("engine", 4),
+    ("diffusers_batched_ideal", 16),
+    ("engine", 16),
+)
 
 
 def quiet() -> None:
@@ -60,8 +76,13 @@ def quiet() -> None:
     transformers.utils.logging.disable_progress_bar()
 
 
-def engine_deploy(device: torch.device, dtype: torch.dtype, max_num_seqs: int, output_types: str | None = None,
-                  threads: int | None = None) -> dict[str, Any]:
+def engine_deploy(
+    device: torch.device,
+    dtype: torch.dtype,
+    max_num_seqs: int,
+    output_types: str | None = None,
+    threads: int | None = None,
+) -> dict[str, Any]:
     """The one-stage deploy config the benchmark and the GPU exactness check start AsyncOmni with."""
     stage: dict[str, Any] = {"stage_id": 0, "dtype": str(dtype).removeprefix("torch."), "max_num_seqs": max_num_seqs}
     if device.type == "cuda":
@@ -76,8 +97,17 @@ def engine_deploy(device: torch.device, dtype: torch.dtype, max_num_seqs: int, o
 def make_requests(n: int, steps: int, size: int, knobs: dict[str, Any]) -> list[dict[str, Any]]:
     """``knobs``: the family's other per-request parameters (guidance, text length), the same for every request
     (the ideal baseline is one diffusers call per batch)."""
-    return [{"prompt": PROMPTS[i % len(PROMPTS)], "seed": i, "num_inference_steps": steps, "height": size,
-             "width": size, **knobs} for i in range(n)]
+    return [
+        {
+            "prompt": PROMPTS[i % len(PROMPTS)],
+            "seed": i,
+            "num_inference_steps": steps,
+            "height": size,
+            "width": size,
+            **knobs,
+        }
+        for i in range(n)
+    ]
 
 
 def sd3_knobs(max_sequence_length: int) -> dict[str, Any]:
@@ -110,20 +140,25 @@ def ratios(runs: list[dict], concurrency: list[int]) -> dict[str, dict[str, floa
         ideal = seq if c == 1 else by.get(("diffusers_batched_ideal", c))
         if eng is None or seq is None:
             continue
-        r = {"vs_sequential": eng["throughput_rps"] / seq["throughput_rps"],
-             "cpu_vs_sequential": eng["requests_per_cpu_s"] / seq["requests_per_cpu_s"],
-             "latency_vs_solo": eng["latency_p50_s"] / seq["latency_p50_s"]}
+        r = {
+            "vs_sequential": eng["throughput_rps"] / seq["throughput_rps"],
+            "cpu_vs_sequential": eng["requests_per_cpu_s"] / seq["requests_per_cpu_s"],
+            "latency_vs_solo": eng["latency_p50_s"] / seq["latency_p50_s"],
+        }
         r["vs_sequential_paired_median"] = paired_median(eng, seq)
         if ideal is not None:
-            r.update(vs_ideal=eng["throughput_rps"] / ideal["throughput_rps"],
-                     cpu_vs_ideal=eng["requests_per_cpu_s"] / ideal["requests_per_cpu_s"],
-                     vs_ideal_paired_median=paired_median(eng, ideal))
+            r.update(
+                vs_ideal=eng["throughput_rps"] / ideal["throughput_rps"],
+                cpu_vs_ideal=eng["requests_per_cpu_s"] / ideal["requests_per_cpu_s"],
+                vs_ideal_paired_median=paired_median(eng, ideal),
+            )
         out[str(c)] = r
     return out
 
 
-async def bench(args: argparse.Namespace, deadline: float | None = None,
-                on_progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+async def bench(
+    args: argparse.Namespace, deadline: float | None = None, on_progress: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
     """The whole benchmark in one event loop; returns the report (also written by ``main``).
     ``on_progress`` gets the report so far after every run."""
     from diffusers import StableDiffusion3Pipeline
@@ -153,8 +188,9 @@ async def bench(args: argparse.Namespace, deadline: float | None = None,
         pipe.set_progress_bar_config(disable=True)
         timings["load_diffusers_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        omni = AsyncOmni(model=folder, deploy_config=engine_deploy(device, dtype, max(args.concurrency),
-                                                                  threads=args.threads))
+        omni = AsyncOmni(
+            model=folder, deploy_config=engine_deploy(device, dtype, max(args.concurrency), threads=args.threads)
+        )
         await omni.start()
         timings["start_engine_s"] = time.perf_counter() - t
         try:
@@ -166,9 +202,17 @@ async def bench(args: argparse.Namespace, deadline: float | None = None,
     return report
 
 
-async def _bench_sizes(args: argparse.Namespace, pipe: Any, omni: Any, model: dict, device: torch.device,
-                       dtype: torch.dtype, budget: Budget, timings: dict[str, float],
-                       on_progress: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
+async def _bench_sizes(
+    args: argparse.Namespace,
+    pipe: Any,
+    omni: Any,
+    model: dict,
+    device: torch.device,
+    dtype: torch.dtype,
+    budget: Budget,
+    timings: dict[str, float],
+    on_progress: Callable[[dict[str, Any]], None] | None,
+) -> dict[str, Any]:
     msl = model["max_sequence_length"]
     sd3 = args.family == "sd3"
     knobs = sd3_knobs(msl) if sd3 else model["knobs"]
@@ -180,37 +224,54 @@ async def _bench_sizes(args: argparse.Namespace, pipe: Any, omni: Any, model: di
     for size, steps in zip(args.sizes, args.steps):
         t = time.perf_counter()
         latent_hw = size // pipe.vae_scale_factor if sd3 else None  # (the SD3 forward timing's shape)
-        image_tokens = ((latent_hw // pipe.transformer.config.patch_size) ** 2 if sd3
-                        else family_shapes.image_tokens(pipe, size))
+        image_tokens = (
+            (latent_hw // pipe.transformer.config.patch_size) ** 2 if sd3 else family_shapes.image_tokens(pipe, size)
+        )
         reqs = make_requests(args.requests, steps, size, knobs)
         # warm-up: first kernels / cuBLAS handles at this shape, both paths, solo and the largest batch
-        warm = [dict(r, num_inference_steps=2) for r in reqs[:max(args.concurrency)]]
+        warm = [dict(r, num_inference_steps=2) for r in reqs[: max(args.concurrency)]]
         w = run_sequential(pipe, warm[:1], device)
         run_batched(pipe, warm, len(warm), device)
         await run_engine(omni, warm, len(warm), device)
-        info = {"size": size, "steps": steps, "requests": args.requests, "image_tokens": image_tokens,
-                "text_tokens": text_tokens, "warmup_s": time.perf_counter() - t,
-                "warmup_solo_2step_s": w["duration_s"],
-                "forward_ms_b2": (sd3_shapes.forward_ms(pipe.transformer, latent_hw, text_tokens, 2, device, dtype)
-                                  if sd3 else family_shapes.forward_ms(pipe, call_kw(reqs[0]), 2, device)),
-                "forward_ms_b32": (sd3_shapes.forward_ms(pipe.transformer, latent_hw, text_tokens, 32, device, dtype,
-                                                         repeats=2) if device.type == "cuda" and sd3 else None),
-                "approx_tflop_per_row": (sd3_shapes.forward_tflop(pipe.transformer, image_tokens, text_tokens)
-                                         if sd3 else None)}
+        info = {
+            "size": size,
+            "steps": steps,
+            "requests": args.requests,
+            "image_tokens": image_tokens,
+            "text_tokens": text_tokens,
+            "warmup_s": time.perf_counter() - t,
+            "warmup_solo_2step_s": w["duration_s"],
+            "forward_ms_b2": (
+                sd3_shapes.forward_ms(pipe.transformer, latent_hw, text_tokens, 2, device, dtype)
+                if sd3
+                else family_shapes.forward_ms(pipe, call_kw(reqs[0]), 2, device)
+            ),
+            "forward_ms_b32": (
+                sd3_shapes.forward_ms(pipe.transformer, latent_hw, text_tokens, 32, device, dtype, repeats=2)
+                if device.type == "cuda" and sd3
+                else None
+            ),
+            "approx_tflop_per_row": (
+                sd3_shapes.forward_tflop(pipe.transformer, image_tokens, text_tokens) if sd3 else None
+            ),
+        }
         sizes[size] = {"info": info, "results": {}}
     for rnd in range(args.repeats):
         for size, steps in zip(args.sizes, args.steps):
             entry = sizes[size]
             reqs = make_requests(args.requests, steps, size, knobs)
-            for mode, c in (order if rnd % 2 == 0 else order[::-1]):
+            for mode, c in order if rnd % 2 == 0 else order[::-1]:
                 if mode == "diffusers_batched_ideal" and c == 1:
                     continue
                 done = entry["results"]
                 other = "engine" if mode == "diffusers_batched_ideal" else "diffusers_batched_ideal"
                 known = done.get((mode, c)) or done.get((other, c)) or done.get(("diffusers_sequential", 1))
                 # before any run at this size: the warm-up's solo 2-step call, scaled to the run
-                est = (min(r["duration_s"] for r in known) if known else
-                       entry["info"]["warmup_solo_2step_s"] / 2 * steps * args.requests)
+                est = (
+                    min(r["duration_s"] for r in known)
+                    if known
+                    else entry["info"]["warmup_solo_2step_s"] / 2 * steps * args.requests
+                )
                 if not budget.allows(1.1 * est, {"size": size, "mode": mode, "concurrency": c, "round": rnd + 1}):
                     continue
                 if mode == "diffusers_sequential":
@@ -221,25 +282,47 @@ async def _bench_sizes(args: argparse.Namespace, pipe: Any, omni: Any, model: di
                     res = await run_engine(omni, reqs, c, device)
                 res["round"] = rnd + 1
                 done.setdefault((mode, c), []).append(res)
-                print(f"{size}px round {rnd + 1} {mode} c={c}: {res['throughput_rps']:.3f} req/s, "
-                      f"p50 {res['latency_p50_s']:.3f}s ({res['duration_s']:.1f}s)", flush=True)
+                print(
+                    f"{size}px round {rnd + 1} {mode} c={c}: {res['throughput_rps']:.3f} req/s, "
+                    f"p50 {res['latency_p50_s']:.3f}s ({res['duration_s']:.1f}s)",
+                    flush=True,
+                )
                 if on_progress is not None:
                     on_progress(_report(args, device, model, timings, sizes, budget))
     return _report(args, device, model, timings, sizes, budget)
 
 
-def _report(args: argparse.Namespace, device: torch.device, model: dict, timings: dict[str, float],
-            sizes: dict[int, dict[str, Any]], budget: Budget) -> dict[str, Any]:
+def _report(
+    args: argparse.Namespace,
+    device: torch.device,
+    model: dict,
+    timings: dict[str, float],
+    sizes: dict[int, dict[str, Any]],
+    budget: Budget,
+) -> dict[str, Any]:
     out_sizes = []
     for entry in sizes.values():
         runs = [best(v) for (m, c), v in sorted(entry["results"].items(), key=lambda kv: (kv[0][1], kv[0][0]))]
         out_sizes.append({**entry["info"], "runs": runs, "ratios": ratios(runs, args.concurrency)})
-    return {"config": {"device": str(device), "device_name": _device_name(device), "dtype": args.dtype,
-                       "family": args.family, "preset": args.preset if args.family == "sd3" else None,
-                       "threads": args.threads, "guidance_scale": GUIDANCE if args.family == "sd3" else None,
-                       "concurrency": args.concurrency, "repeats": args.repeats, "requests": args.requests,
-                       "torch": torch.__version__},
-            "model": model, "timings": timings, "sizes": out_sizes, "skipped": list(budget.skipped)}
+    return {
+        "config": {
+            "device": str(device),
+            "device_name": _device_name(device),
+            "dtype": args.dtype,
+            "family": args.family,
+            "preset": args.preset if args.family == "sd3" else None,
+            "threads": args.threads,
+            "guidance_scale": GUIDANCE if args.family == "sd3" else None,
+            "concurrency": args.concurrency,
+            "repeats": args.repeats,
+            "requests": args.requests,
+            "torch": torch.__version__,
+        },
+        "model": model,
+        "timings": timings,
+        "sizes": out_sizes,
+        "skipped": list(budget.skipped),
+    }
 
 
 def _device_name(device: torch.device) -> str:
@@ -251,14 +334,21 @@ def _device_name(device: torch.device) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    ap.add_argument("--family", default="sd3", choices=["sd3", *family_shapes.FAMILIES],
-                    help="sd3 (--preset shapes) or another image family's grown tiny fixture (family_shapes.py)")
-    ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
-                    help="default: float32 on CPU, bfloat16 on CUDA")
+    ap.add_argument(
+        "--family",
+        default="sd3",
+        choices=["sd3", *family_shapes.FAMILIES],
+        help="sd3 (--preset shapes) or another image family's grown tiny fixture (family_shapes.py)",
+    )
+    ap.add_argument(
+        "--dtype", choices=["float32", "bfloat16", "float16"], help="default: float32 on CPU, bfloat16 on CUDA"
+    )
     ap.add_argument("--preset", choices=sorted(sd3_shapes.PRESETS), help="default: tiny on CPU, sd3-medium on CUDA")
     ap.add_argument("--num-layers", type=int, help="override the preset's transformer depth")
-    ap.add_argument("--sizes", help="comma-separated square sizes (default on CPU: 64 for sd3, 128 for the others; "
-                                    "512,1024 on CUDA)")
+    ap.add_argument(
+        "--sizes",
+        help="comma-separated square sizes (default on CPU: 64 for sd3, 128 for the others; 512,1024 on CUDA)",
+    )
     ap.add_argument("--steps", help="denoising steps, one value or one per size (default 8 on CPU, 12,8 on CUDA)")
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--concurrency", default=None, help="comma-separated (default 1,4,8 on CPU, 1,4,8,16 on CUDA)")
@@ -275,8 +365,10 @@ def finish_args(args: argparse.Namespace) -> argparse.Namespace:
     """Device-dependent defaults and list parsing (shared with gpu_check.py)."""
     gpu = args.device.startswith("cuda")
     if args.family != "sd3" and args.family not in family_shapes.available():
-        raise SystemExit(f"--family: {args.family} has no tiny builder in this checkout "
-                         f"(available: sd3, {', '.join(family_shapes.available())})")
+        raise SystemExit(
+            f"--family: {args.family} has no tiny builder in this checkout "
+            f"(available: sd3, {', '.join(family_shapes.available())})"
+        )
     if args.name is None:
         args.name = "diffusion_batching" + ("" if args.family == "sd3" else f"_{args.family}")
     args.dtype = args.dtype or ("bfloat16" if gpu else "float32")

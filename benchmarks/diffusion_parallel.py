@@ -58,8 +58,13 @@ _ids = itertools.count()
 
 
 def deploy(parallel: dict[str, int] | None, args: argparse.Namespace) -> dict[str, Any]:
-    stage: dict[str, Any] = {"stage_id": 0, "process": "mp", "dtype": args.dtype, "max_num_seqs": args.concurrency,
-                             "engine_output_type": "image,latent"}
+    stage: dict[str, Any] = {
+        "stage_id": 0,
+        "process": "mp",
+        "dtype": args.dtype,
+        "max_num_seqs": args.concurrency,
+        "engine_output_type": "image,latent",
+    }
     if args.threads:
         stage["num_threads"] = args.threads
     if parallel:
@@ -70,8 +75,15 @@ def deploy(parallel: dict[str, int] | None, args: argparse.Namespace) -> dict[st
 
 
 def request(i: int, args: argparse.Namespace, **over: Any) -> tuple[str, dict[str, Any]]:
-    params = {"seed": i, "num_inference_steps": args.steps, "height": args.size, "width": args.size,
-              "guidance_scale": GUIDANCE, "max_sequence_length": args.max_sequence_length, **over}
+    params = {
+        "seed": i,
+        "num_inference_steps": args.steps,
+        "height": args.size,
+        "width": args.size,
+        "guidance_scale": GUIDANCE,
+        "max_sequence_length": args.max_sequence_length,
+        **over,
+    }
     return PROMPTS[i % len(PROMPTS)], params
 
 
@@ -119,8 +131,11 @@ async def run_solo(omni: Any, args: argparse.Namespace) -> dict[str, Any]:
             s = time.perf_counter()
             await final(omni, *request(i, args))
             lat.append(time.perf_counter() - s)
-    return {"latency_median_s": statistics.median(lat), "latencies_s": lat,
-            "solo_rank_cpu_per_request_s": [c / args.solo for c in cpu.used]}
+    return {
+        "latency_median_s": statistics.median(lat),
+        "latencies_s": lat,
+        "solo_rank_cpu_per_request_s": [c / args.solo for c in cpu.used],
+    }
 
 
 async def run_concurrent(omni: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -137,9 +152,13 @@ async def run_concurrent(omni: Any, args: argparse.Namespace) -> dict[str, Any]:
     with RankCpu(omni) as cpu:
         await asyncio.gather(*(one(i) for i in range(args.requests)))
     duration = time.perf_counter() - t0
-    return {"duration_s": duration, "throughput_rps": args.requests / duration,
-            "latency_p50_s": statistics.median(lat), "latency_p99_s": pct(lat, 99),
-            "concurrent_rank_cpu_per_request_s": [c / args.requests for c in cpu.used]}
+    return {
+        "duration_s": duration,
+        "throughput_rps": args.requests / duration,
+        "latency_p50_s": statistics.median(lat),
+        "latency_p99_s": pct(lat, 99),
+        "concurrent_rank_cpu_per_request_s": [c / args.requests for c in cpu.used],
+    }
 
 
 def _burn(seconds: float, out: Any) -> None:
@@ -200,12 +219,15 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         names = list(engines)
         capacity = [parallel_capacity()] if args.device == "cpu" else []
         for rnd in range(args.rounds):
-            for mode in (names if rnd % 2 == 0 else names[::-1]):
+            for mode in names if rnd % 2 == 0 else names[::-1]:
                 solo = await run_solo(engines[mode], args)
                 conc = await run_concurrent(engines[mode], args)
                 rounds.append({"round": rnd + 1, "mode": mode, **solo, **conc})
-                print(f"round {rnd + 1} {mode}: solo {solo['latency_median_s']:.3f}s, "
-                      f"{conc['throughput_rps']:.3f} req/s at {args.concurrency}", flush=True)
+                print(
+                    f"round {rnd + 1} {mode}: solo {solo['latency_median_s']:.3f}s, "
+                    f"{conc['throughput_rps']:.3f} req/s at {args.concurrency}",
+                    flush=True,
+                )
         if args.device == "cpu":
             capacity.append(parallel_capacity())
     finally:
@@ -215,8 +237,14 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     return report(args, model, timings, exact, rounds, capacity)
 
 
-def report(args: argparse.Namespace, model: dict[str, Any], timings: dict[str, float], exact: dict[str, float],
-           rounds: list[dict[str, Any]], capacity: list[dict[str, float]]) -> dict[str, Any]:
+def report(
+    args: argparse.Namespace,
+    model: dict[str, Any],
+    timings: dict[str, float],
+    exact: dict[str, float],
+    rounds: list[dict[str, Any]],
+    capacity: list[dict[str, float]],
+) -> dict[str, Any]:
     base = {r["round"]: r for r in rounds if r["mode"] == "1 device"}
     summary = {}
     for mode in MODES:
@@ -227,27 +255,52 @@ def report(args: argparse.Namespace, model: dict[str, Any], timings: dict[str, f
             for kind in ("solo", "concurrent"):
                 key = f"{kind}_rank_cpu_per_request_s"
                 cpu[f"cpu_bound_speedup_{kind}"] = statistics.median(
-                    max(base[r["round"]][key]) / max(r[key]) for r in mine)
-                cpu[f"{kind}_rank_cpu_per_request_s_median"] = [statistics.median(x) for x in zip(*(r[key] for r in mine))]
-        summary[mode] = {**cpu,
+                    max(base[r["round"]][key]) / max(r[key]) for r in mine
+                )
+                cpu[f"{kind}_rank_cpu_per_request_s_median"] = [
+                    statistics.median(x) for x in zip(*(r[key] for r in mine))
+                ]
+        summary[mode] = {
+            **cpu,
             "solo_latency_s_best": min(r["latency_median_s"] for r in mine),
             "throughput_rps_best": max(r["throughput_rps"] for r in mine),
             "concurrent_latency_p50_s_best": min(r["latency_p50_s"] for r in mine),
             # same-round pairs: candidate vs the baseline run next to it
-            "speedup_solo_latency": statistics.median(base[r["round"]]["latency_median_s"] / r["latency_median_s"]
-                                                      for r in mine),
-            "speedup_throughput": statistics.median(r["throughput_rps"] / base[r["round"]]["throughput_rps"]
-                                                    for r in mine),
+            "speedup_solo_latency": statistics.median(
+                base[r["round"]]["latency_median_s"] / r["latency_median_s"] for r in mine
+            ),
+            "speedup_throughput": statistics.median(
+                r["throughput_rps"] / base[r["round"]]["throughput_rps"] for r in mine
+            ),
             "max_abs_diff_vs_1_device": exact[mode],
         }
-    return {"config": {"device": args.device, "device_name": device_name(args), "devices": args.devices,
-                       "dtype": args.dtype, "preset": args.preset, "threads_per_rank": args.threads,
-                       "size": args.size, "steps": args.steps, "guidance_scale": GUIDANCE,
-                       "max_sequence_length": args.max_sequence_length, "solo": args.solo,
-                       "requests": args.requests, "concurrency": args.concurrency, "rounds": args.rounds,
-                       "cpu_count": os.cpu_count(), "load_avg_at_end": os.getloadavg(), "torch": torch.__version__,
-                       "note": args.note},
-            "parallel_capacity": capacity, "model": model, "timings": timings, "summary": summary, "rounds": rounds}
+    return {
+        "config": {
+            "device": args.device,
+            "device_name": device_name(args),
+            "devices": args.devices,
+            "dtype": args.dtype,
+            "preset": args.preset,
+            "threads_per_rank": args.threads,
+            "size": args.size,
+            "steps": args.steps,
+            "guidance_scale": GUIDANCE,
+            "max_sequence_length": args.max_sequence_length,
+            "solo": args.solo,
+            "requests": args.requests,
+            "concurrency": args.concurrency,
+            "rounds": args.rounds,
+            "cpu_count": os.cpu_count(),
+            "load_avg_at_end": os.getloadavg(),
+            "torch": torch.__version__,
+            "note": args.note,
+        },
+        "parallel_capacity": capacity,
+        "model": model,
+        "timings": timings,
+        "summary": summary,
+        "rounds": rounds,
+    }
 
 
 def device_name(args: argparse.Namespace) -> str:
@@ -260,49 +313,76 @@ def render_md(rep: dict[str, Any]) -> str:
     cfg, model = rep["config"], rep["model"]
     tc = model["transformer_config"]
     threads = f", {cfg['threads_per_rank']} thread per rank" if cfg["threads_per_rank"] else ""
-    about = (f"SD3 transformer {model['transformer_params'] / 1e6:.1f}M parameters ({tc['num_layers']} layers x "
-             f"{tc['num_attention_heads'] * tc['attention_head_dim']} wide, patch {tc['patch_size']}), random weights; "
-             f"{cfg['size']}x{cfg['size']}, {cfg['steps']} steps, guidance {cfg['guidance_scale']} (2 rows per "
-             f"request), T5 length {cfg['max_sequence_length']}{threads}. Per round and mode: {cfg['solo']} requests "
-             f"one after another (latency), then {cfg['requests']} at concurrency {cfg['concurrency']} (throughput); "
-             f"{cfg['rounds']} rounds, mode order alternating. Speedups are medians of same-round ratios against "
-             f"the 1-device run. torch {cfg['torch']}. Generated by `benchmarks/diffusion_parallel.py`.")
-    lines = [f"# One diffusion replica on 1 vs 2 devices ({cfg['preset']} SD3, {cfg['device_name']}, {cfg['dtype']})",
-             "", about, ""]
+    about = (
+        f"SD3 transformer {model['transformer_params'] / 1e6:.1f}M parameters ({tc['num_layers']} layers x "
+        f"{tc['num_attention_heads'] * tc['attention_head_dim']} wide, patch {tc['patch_size']}), random weights; "
+        f"{cfg['size']}x{cfg['size']}, {cfg['steps']} steps, guidance {cfg['guidance_scale']} (2 rows per "
+        f"request), T5 length {cfg['max_sequence_length']}{threads}. Per round and mode: {cfg['solo']} requests "
+        f"one after another (latency), then {cfg['requests']} at concurrency {cfg['concurrency']} (throughput); "
+        f"{cfg['rounds']} rounds, mode order alternating. Speedups are medians of same-round ratios against "
+        f"the 1-device run. torch {cfg['torch']}. Generated by `benchmarks/diffusion_parallel.py`."
+    )
+    lines = [
+        f"# One diffusion replica on 1 vs 2 devices ({cfg['preset']} SD3, {cfg['device_name']}, {cfg['dtype']})",
+        "",
+        about,
+        "",
+    ]
     if cfg["note"]:
         load = ", ".join(f"{x:.1f}" for x in cfg["load_avg_at_end"])
         lines += [f"**Conditions:** {cfg['note']} (load average at the end: {load}).", ""]
-    lines += [("| mode | solo latency (s) | speedup | throughput (req/s) | speedup | p50 latency at concurrency (s) | "
-               "max abs diff vs 1 device |"), "|---|---|---|---|---|---|---|"]
+    lines += [
+        (
+            "| mode | solo latency (s) | speedup | throughput (req/s) | speedup | p50 latency at concurrency (s) | "
+            "max abs diff vs 1 device |"
+        ),
+        "|---|---|---|---|---|---|---|",
+    ]
     for mode, s in rep["summary"].items():
-        lines.append(f"| {mode} | {s['solo_latency_s_best']:.3f} | {s['speedup_solo_latency']:.2f}x | "
-                     f"{s['throughput_rps_best']:.3f} | {s['speedup_throughput']:.2f}x | "
-                     f"{s['concurrent_latency_p50_s_best']:.3f} | {s['max_abs_diff_vs_1_device']:.1e} |")
+        lines.append(
+            f"| {mode} | {s['solo_latency_s_best']:.3f} | {s['speedup_solo_latency']:.2f}x | "
+            f"{s['throughput_rps_best']:.3f} | {s['speedup_throughput']:.2f}x | "
+            f"{s['concurrent_latency_p50_s_best']:.3f} | {s['max_abs_diff_vs_1_device']:.1e} |"
+        )
     lines += ["", "Latency and throughput columns: best round of each mode; all rounds are in the JSON."]
     if rep["parallel_capacity"]:
         caps = ", ".join(f"{c['1_process']:.2f} / {c['2_processes']:.2f}" for c in rep["parallel_capacity"])
-        cpu_note = ("**What the machine gave:** cores' worth of CPU one busy process / two busy processes got, "
-                    f"probed before the first round and after the last: {caps}. When two processes get no more than one, "
-                    "two ranks cannot beat one in wall time, whatever the code does. So the CPU time each rank "
-                    "process used is recorded too: the busiest rank's CPU per request against the 1-device "
-                    "replica's is the speedup the replica would show with an idle core per rank (it counts the "
-                    "ranks' communication work, not their waiting):")
-        lines += ["", cpu_note, "",
-                  ("| mode | CPU per request, per rank, solo (s) | CPU-bound speedup, solo | at concurrency (s) | "
-                   "CPU-bound speedup, concurrency |"), "|---|---|---|---|---|"]
+        cpu_note = (
+            "**What the machine gave:** cores' worth of CPU one busy process / two busy processes got, "
+            f"probed before the first round and after the last: {caps}. When two processes get no more than one, "
+            "two ranks cannot beat one in wall time, whatever the code does. So the CPU time each rank "
+            "process used is recorded too: the busiest rank's CPU per request against the 1-device "
+            "replica's is the speedup the replica would show with an idle core per rank (it counts the "
+            "ranks' communication work, not their waiting):"
+        )
+        lines += [
+            "",
+            cpu_note,
+            "",
+            (
+                "| mode | CPU per request, per rank, solo (s) | CPU-bound speedup, solo | at concurrency (s) | "
+                "CPU-bound speedup, concurrency |"
+            ),
+            "|---|---|---|---|---|",
+        ]
         for mode, s in rep["summary"].items():
             solo = " + ".join(f"{x:.3f}" for x in s["solo_rank_cpu_per_request_s_median"])
             conc = " + ".join(f"{x:.3f}" for x in s["concurrent_rank_cpu_per_request_s_median"])
-            lines.append(f"| {mode} | {solo} | {s['cpu_bound_speedup_solo']:.2f}x | {conc} | "
-                         f"{s['cpu_bound_speedup_concurrent']:.2f}x |")
+            lines.append(
+                f"| {mode} | {solo} | {s['cpu_bound_speedup_solo']:.2f}x | {conc} | "
+                f"{s['cpu_bound_speedup_concurrent']:.2f}x |"
+            )
     return "\n".join(lines) + "\n"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--devices", default="0,1", help="cuda: the GPUs (the first for the baseline, the first two "
-                                                     "for the 2-rank replicas)")
+    ap.add_argument(
+        "--devices",
+        default="0,1",
+        help="cuda: the GPUs (the first for the baseline, the first two for the 2-rank replicas)",
+    )
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], help="default: float32 on CPU, bfloat16 on CUDA")
     ap.add_argument("--preset", choices=sorted(sd3_shapes.PRESETS), help="default: wide on CPU, sd3-medium on CUDA")
     ap.add_argument("--num-layers", type=int, help="override the preset's transformer depth")

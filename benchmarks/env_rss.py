@@ -34,8 +34,13 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
 
-CHILD_ENV = {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-             "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+CHILD_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "HF_HUB_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 
 # Each child prints one READY line (JSON) when its state is built, then waits for a line on stdin before exiting,
 # so that the parent reads the memory of every process in its tree while they all still exist.
@@ -46,9 +51,11 @@ IMPORTS = textwrap.dedent("""
     print("READY " + json.dumps({"import_s": time.perf_counter() - t0, "torch": modules[0].__version__}), flush=True)
     sys.stdin.readline()
 """)
-CASES = {"import torch": ("imports.py", ["torch"]),
-         "import torch, transformers, diffusers": ("imports.py", ["torch,transformers,diffusers"]),
-         "vLLM AsyncLLM, tiny chat": ("engine.py", [])}
+CASES = {
+    "import torch": ("imports.py", ["torch"]),
+    "import torch, transformers, diffusers": ("imports.py", ["torch,transformers,diffusers"]),
+    "vLLM AsyncLLM, tiny chat": ("engine.py", []),
+}
 
 ENGINE = textwrap.dedent("""
     import asyncio, json, sys, time
@@ -104,8 +111,9 @@ def measure(python: str, script: Path, args: list[str], log: Path) -> dict:
 
     env = {**os.environ, **CHILD_ENV}
     with log.open("a") as err:
-        child = subprocess.Popen([python, str(script), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=err, text=True, env=env)
+        child = subprocess.Popen(
+            [python, str(script), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, env=env
+        )
         info = None
         for line in child.stdout:
             if line.startswith("READY "):
@@ -130,16 +138,28 @@ def du_mib(path: Path) -> float:
 
 
 def venv_disk(python: str) -> dict:
-    prefix, site = subprocess.run([python, "-c", "import sys, sysconfig; print(sys.prefix); "
-                                   "print(sysconfig.get_paths()['purelib'])"],
-                                  capture_output=True, text=True, check=True).stdout.split()
+    prefix, site = subprocess.run(
+        [python, "-c", "import sys, sysconfig; print(sys.prefix); print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     site_dir = Path(site)
     # what the two torch builds bring: torch itself, torchvision, triton, NVIDIA / CUDA runtime wheels
     names = ("torch", "torchvision", "triton", "nvidia", "cuda")
-    heavy = [p for p in site_dir.iterdir() if p.is_dir() and not p.name.endswith((".dist-info", ".egg-info"))
-             and (p.name in names or p.name.startswith(("cuda_", "nvidia_")))]
-    return {"prefix": prefix, "total_mib": du_mib(Path(prefix)), "torch_cuda_mib": sum(du_mib(p) for p in heavy),
-            "torch_cuda_dirs": sorted(p.name for p in heavy)}
+    heavy = [
+        p
+        for p in site_dir.iterdir()
+        if p.is_dir()
+        and not p.name.endswith((".dist-info", ".egg-info"))
+        and (p.name in names or p.name.startswith(("cuda_", "nvidia_")))
+    ]
+    return {
+        "prefix": prefix,
+        "total_mib": du_mib(Path(prefix)),
+        "torch_cuda_mib": sum(du_mib(p) for p in heavy),
+        "torch_cuda_dirs": sorted(p.name for p in heavy),
+    }
 
 
 def median_of(runs: list[dict], key) -> float:
@@ -147,41 +167,60 @@ def median_of(runs: list[dict], key) -> float:
 
 
 def report(results: dict, command: str) -> str:
-    lines = ["# Memory and disk: CUDA-enabled torch 2.13.0 + torchvision (run on the CPU) vs torch 2.13.0+cpu", "",
-             f"`{command}` (median of {len(next(iter(results.values()))['cases']['import torch'])} runs; MiB). "
-             "Peak = the kernel's VmHWM of each process, read while it is alive; anon / file = its resident "
-             "anonymous and file-backed (mapped libraries) pages at that moment. Engine: a tiny chat `AsyncLLM` "
-             "(64 MiB KV cache, eager, `VLLM_ENABLE_V1_MULTIPROCESSING=0`: a front-end process + an engine-core "
-             "process), after 8 generated tokens. The environments: see the docstring of `benchmarks/env_rss.py`.",
-             ""]
-    lines += ["| environment | torch | case | process | peak RSS | anon | file | import s | start s |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Memory and disk: CUDA-enabled torch 2.13.0 + torchvision (run on the CPU) vs torch 2.13.0+cpu",
+        "",
+        f"`{command}` (median of {len(next(iter(results.values()))['cases']['import torch'])} runs; MiB). "
+        "Peak = the kernel's VmHWM of each process, read while it is alive; anon / file = its resident "
+        "anonymous and file-backed (mapped libraries) pages at that moment. Engine: a tiny chat `AsyncLLM` "
+        "(64 MiB KV cache, eager, `VLLM_ENABLE_V1_MULTIPROCESSING=0`: a front-end process + an engine-core "
+        "process), after 8 generated tokens. The environments: see the docstring of `benchmarks/env_rss.py`.",
+        "",
+    ]
+    lines += [
+        "| environment | torch | case | process | peak RSS | anon | file | import s | start s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for label, r in results.items():
         for case, runs in r["cases"].items():
             for i, proc in enumerate(runs[0]["processes"]):
+
                 def pick(k, i=i):
                     return median_of(runs, lambda x: x["processes"][i][k])
 
                 start = f"{median_of(runs, lambda x: x['start_s']):.1f}" if "start_s" in runs[0] and i == 0 else ""
                 imp = f"{median_of(runs, lambda x: x['import_s']):.1f}" if i == 0 else ""
-                lines.append(f"| {label} | {runs[0]['torch']} | {case} | {proc['name']} | {pick('VmHWM'):.0f} | "
-                             f"{pick('RssAnon'):.0f} | {pick('RssFile'):.0f} | {imp} | {start} |")
+                lines.append(
+                    f"| {label} | {runs[0]['torch']} | {case} | {proc['name']} | {pick('VmHWM'):.0f} | "
+                    f"{pick('RssAnon'):.0f} | {pick('RssFile'):.0f} | {imp} | {start} |"
+                )
             if len(runs[0]["processes"]) > 1:
-                lines.append(f"| {label} | | {case} | all (sum) | {median_of(runs, lambda x: x['tree_hwm_mib']):.0f}"
-                             " | | | | |")
-    lines += ["", "| environment | venv on disk | torch + torchvision + triton + NVIDIA/CUDA wheels | prefix |",
-              "|---|---|---|---|"]
+                lines.append(
+                    f"| {label} | | {case} | all (sum) | {median_of(runs, lambda x: x['tree_hwm_mib']):.0f} | | | | |"
+                )
+    lines += [
+        "",
+        "| environment | venv on disk | torch + torchvision + triton + NVIDIA/CUDA wheels | prefix |",
+        "|---|---|---|---|",
+    ]
     for label, r in results.items():
         d = r["disk"]
-        lines.append(f"| {label} | {d['total_mib'] / 1024:.2f} GiB | {d['torch_cuda_mib'] / 1024:.2f} GiB "
-                     f"({', '.join(d['torch_cuda_dirs'])}) | `{d['prefix']}` |")
+        lines.append(
+            f"| {label} | {d['total_mib'] / 1024:.2f} GiB | {d['torch_cuda_mib'] / 1024:.2f} GiB "
+            f"({', '.join(d['torch_cuda_dirs'])}) | `{d['prefix']}` |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--python", action="append", required=True, metavar="LABEL=PATH",
-                        help="a venv's python to measure, labelled (repeatable)")
+    parser.add_argument(
+        "--python",
+        action="append",
+        required=True,
+        metavar="LABEL=PATH",
+        help="a venv's python to measure, labelled (repeatable)",
+    )
     parser.add_argument("--model", help="chat model folder (default: the tiny chat fixture, built here)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", type=Path, default=RESULTS / "env_rss.md")
@@ -203,12 +242,14 @@ def main() -> int:
             for case, (script, case_args) in CASES.items():
                 case_args = case_args or [model]
                 r["cases"][case].append(measure(python, work / script, case_args, work / f"{label}.log"))
-                print(label, i, case, [p["VmHWM"] for p in r["cases"][case][-1]["processes"]], file=sys.stderr,
-                      flush=True)
+                print(
+                    label, i, case, [p["VmHWM"] for p in r["cases"][case][-1]["processes"]], file=sys.stderr, flush=True
+                )
         r["disk"] = venv_disk(python)
         results[label] = r
-    command = "python benchmarks/env_rss.py " + " ".join(f"--python {p}" for p in args.python) + \
-        f" --repeats {args.repeats}"
+    command = (
+        "python benchmarks/env_rss.py " + " ".join(f"--python {p}" for p in args.python) + f" --repeats {args.repeats}"
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report(results, command))
     args.out.with_suffix(".json").write_text(json.dumps(results, indent=1))

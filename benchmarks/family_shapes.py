@@ -29,77 +29,131 @@ class FamilyBench:
 
 FAMILIES: dict[str, FamilyBench] = {
     "flux": FamilyBench(
-        "flux", "FluxPipeline", dict(num_layers=4, num_single_layers=4, num_attention_heads=4, attention_head_dim=32,
-                                     axes_dims_rope=[8, 12, 12]),
+        "flux",
+        "FluxPipeline",
+        dict(
+            num_layers=4, num_single_layers=4, num_attention_heads=4, attention_head_dim=32, axes_dims_rope=[8, 12, 12]
+        ),
         dict(guidance_scale=3.5, max_sequence_length=64),
-        "FLUX.1-dev layout: guidance embedding (no CFG rows), T5 length 64"),
+        "FLUX.1-dev layout: guidance embedding (no CFG rows), T5 length 64",
+    ),
     "z_image": FamilyBench(
-        "z_image", "ZImagePipeline", dict(n_layers=8, n_refiner_layers=1, n_heads=4, n_kv_heads=4, dim=128,
-                                          axes_dims=[8, 12, 12]),
+        "z_image",
+        "ZImagePipeline",
+        dict(n_layers=8, n_refiner_layers=1, n_heads=4, n_kv_heads=4, dim=128, axes_dims=[8, 12, 12]),
         dict(guidance_scale=0.0, max_sequence_length=64),
-        "Z-Image-Turbo usage: no CFG; captions of their own lengths in one forward"),
+        "Z-Image-Turbo usage: no CFG; captions of their own lengths in one forward",
+    ),
     "qwen_image": FamilyBench(
-        "qwen_image", "QwenImagePipeline", dict(num_layers=8, num_attention_heads=4, attention_head_dim=32,
-                                                axes_dims_rope=[8, 12, 12]),
-        dict(true_cfg_scale=1.0, max_sequence_length=64), "no true CFG"),
+        "qwen_image",
+        "QwenImagePipeline",
+        dict(num_layers=8, num_attention_heads=4, attention_head_dim=32, axes_dims_rope=[8, 12, 12]),
+        dict(true_cfg_scale=1.0, max_sequence_length=64),
+        "no true CFG",
+    ),
     "flux2_klein": FamilyBench(
-        "flux2_klein", "Flux2KleinPipeline", dict(num_layers=4, num_single_layers=4, num_attention_heads=4,
-                                                  attention_head_dim=32, axes_dims_rope=[8, 8, 8, 8]),
-        dict(guidance_scale=1.0, max_sequence_length=64), "FLUX.2 [klein], distilled usage: no CFG rows"),
+        "flux2_klein",
+        "Flux2KleinPipeline",
+        dict(
+            num_layers=4, num_single_layers=4, num_attention_heads=4, attention_head_dim=32, axes_dims_rope=[8, 8, 8, 8]
+        ),
+        dict(guidance_scale=1.0, max_sequence_length=64),
+        "FLUX.2 [klein], distilled usage: no CFG rows",
+    ),
     "flux2": FamilyBench(
-        "flux2", "Flux2Pipeline", dict(num_layers=4, num_single_layers=4, num_attention_heads=4,
-                                      attention_head_dim=32, axes_dims_rope=[8, 8, 8, 8]),
+        "flux2",
+        "Flux2Pipeline",
+        dict(
+            num_layers=4, num_single_layers=4, num_attention_heads=4, attention_head_dim=32, axes_dims_rope=[8, 8, 8, 8]
+        ),
         dict(guidance_scale=4.0, max_sequence_length=64),
-        "FLUX.2 [dev]: guidance embedding (no CFG rows); the system turn takes ~40 of the 64 text tokens"),
+        "FLUX.2 [dev]: guidance embedding (no CFG rows); the system turn takes ~40 of the 64 text tokens",
+    ),
     "qwen_image_21": FamilyBench(
-        "qwen_image_21", "QwenImage21Pipeline", dict(num_layers=8, num_attention_heads=4, attention_head_dim=32,
-                                                     axes_dims_rope=[8, 12, 12]),
-        dict(true_cfg_scale=1.0), "no true CFG; only prompts of one token length share a forward (RoPE puts the "
+        "qwen_image_21",
+        "QwenImage21Pipeline",
+        dict(num_layers=8, num_attention_heads=4, attention_head_dim=32, axes_dims_rope=[8, 12, 12]),
+        dict(true_cfg_scale=1.0),
+        "no true CFG; only prompts of one token length share a forward (RoPE puts the "
         "image after the text), so the benchmark's 8 prompts of 6 lengths batch in groups; the ideal call pads "
-        "them (diffusers' own batch, which moves the image's positions)"),
+        "them (diffusers' own batch, which moves the image's positions)",
+    ),
     "ovis_image": FamilyBench(
-        "ovis_image", "OvisImagePipeline", dict(num_layers=4, num_single_layers=4, num_attention_heads=4,
-                                                attention_head_dim=32, axes_dims_rope=[8, 12, 12]),
+        "ovis_image",
+        "OvisImagePipeline",
+        dict(
+            num_layers=4, num_single_layers=4, num_attention_heads=4, attention_head_dim=32, axes_dims_rope=[8, 12, 12]
+        ),
         dict(guidance_scale=5.0, max_sequence_length=64),
-        "OvisImagePipeline's default CFG (5: a cond and an uncond forward each step), Qwen3 text length 64"),
+        "OvisImagePipeline's default CFG (5: a cond and an uncond forward each step), Qwen3 text length 64",
+    ),
     "longcat_image": FamilyBench(
-        "longcat_image", "LongCatImagePipeline", dict(num_layers=4, num_single_layers=4, num_attention_heads=4,
-                                                      attention_head_dim=32, axes_dims_rope=[8, 12, 12]),
+        "longcat_image",
+        "LongCatImagePipeline",
+        dict(
+            num_layers=4, num_single_layers=4, num_attention_heads=4, attention_head_dim=32, axes_dims_rope=[8, 12, 12]
+        ),
         dict(guidance_scale=4.5, extra_args=dict(enable_prompt_rewrite=False)),
         "LongCatImagePipeline's default CFG (4.5, with its CFG renorm); every prompt padded to 512 text tokens; "
-        "prompt rewriting off (the engine's default; diffusers' is on)", text_tokens=512),
+        "prompt rewriting off (the engine's default; diffusers' is on)",
+        text_tokens=512,
+    ),
     "sana": FamilyBench(
-        "sana", "SanaPipeline", dict(num_layers=4, num_attention_heads=4, attention_head_dim=32,
-                                     num_cross_attention_heads=4, cross_attention_head_dim=32, cross_attention_dim=128),
+        "sana",
+        "SanaPipeline",
+        dict(
+            num_layers=4,
+            num_attention_heads=4,
+            attention_head_dim=32,
+            num_cross_attention_heads=4,
+            cross_attention_head_dim=32,
+            cross_attention_dim=128,
+        ),
         dict(guidance_scale=4.5, extra_args=dict(use_resolution_binning=False)),
         "SanaPipeline's default CFG (4.5); the requested size (no resolution binning); DC-AE x32: 128 px are 4x4 "
-        "latent tokens"),
+        "latent tokens",
+    ),
     "pixart_sigma": FamilyBench(
-        "pixart_sigma", "PixArtSigmaPipeline", dict(num_layers=4, num_attention_heads=4, attention_head_dim=32,
-                                                    cross_attention_dim=128),
+        "pixart_sigma",
+        "PixArtSigmaPipeline",
+        dict(num_layers=4, num_attention_heads=4, attention_head_dim=32, cross_attention_dim=128),
         dict(guidance_scale=4.5, extra_args=dict(use_resolution_binning=False)),
-        "PixArtSigmaPipeline's default CFG (4.5); the requested size (no resolution binning)"),
+        "PixArtSigmaPipeline's default CFG (4.5); the requested size (no resolution binning)",
+    ),
     "ltx2": FamilyBench(
-        "ltx2", "LTX2Pipeline", dict(num_layers=4, num_attention_heads=4, attention_head_dim=32,
-                                     cross_attention_dim=128, audio_num_attention_heads=4,
-                                     audio_attention_head_dim=16, audio_cross_attention_dim=64),
+        "ltx2",
+        "LTX2Pipeline",
+        dict(
+            num_layers=4,
+            num_attention_heads=4,
+            attention_head_dim=32,
+            cross_attention_dim=128,
+            audio_num_attention_heads=4,
+            audio_attention_head_dim=16,
+            audio_cross_attention_dim=64,
+        ),
         dict(guidance_scale=3.0, num_frames=9, max_sequence_length=64),
         "LTX2Pipeline's defaults: CFG (video 3, audio 7), STG and modality-isolation forwards, rescale; 9 frames "
-        "+ their audio (run with --sizes 32: this VAE compresses space by 2 only)"),
+        "+ their audio (run with --sizes 32: this VAE compresses space by 2 only)",
+    ),
     "hunyuan_video15": FamilyBench(
-        "hunyuan_video15", "HunyuanVideo15Pipeline", dict(num_layers=4, num_attention_heads=4, attention_head_dim=32,
-                                                          rope_axes_dim=(8, 12, 12)),
+        "hunyuan_video15",
+        "HunyuanVideo15Pipeline",
+        dict(num_layers=4, num_attention_heads=4, attention_head_dim=32, rope_axes_dim=(8, 12, 12)),
         dict(num_frames=5, output_type="latent"),
         "the folder's CFG guider (scale 6: cond and uncond forwards each step); 5 frames (run with --sizes 32: "
         "this VAE compresses space by 4); latents out in every mode: diffusers' AutoencoderKLHunyuanVideo15 "
         "cannot decode a batch of two or more (its causal attention mask does not broadcast), so the ideal "
-        "batched call could not decode"),
+        "batched call could not decode",
+    ),
     "helios": FamilyBench(
-        "helios", "HeliosPipeline", dict(num_layers=4, num_attention_heads=4, attention_head_dim=32,
-                                         rope_dim=(8, 12, 12), ffn_dim=128),
+        "helios",
+        "HeliosPipeline",
+        dict(num_layers=4, num_attention_heads=4, attention_head_dim=32, rope_dim=(8, 12, 12), ffn_dim=128),
         dict(guidance_scale=5.0, num_frames=65, max_sequence_length=64),
         "HeliosPipeline's default CFG (5: cond and uncond forwards each step); 65 frames = two chunks of 9 latent "
-        "frames, the second on the first's history (run with --sizes 32)"),
+        "frames, the second on the first's history (run with --sizes 32)",
+    ),
 }
 
 
@@ -128,11 +182,16 @@ def build(family: str, outdir: Path) -> dict[str, Any]:
     torch.manual_seed(0)
     transformer = cls(**cfg).eval()
     transformer.save_pretrained(folder, safe_serialization=True)
-    return {"family": family, "pipeline_class": fam.pipeline_class, "transformer_class": cls.__name__,
-            "transformer_overrides": dict(fam.transformer),
-            "transformer_params": sum(p.numel() for p in transformer.parameters()),
-            "knobs": dict(fam.knobs), "note": fam.note,
-            "max_sequence_length": fam.knobs.get("max_sequence_length", fam.text_tokens)}
+    return {
+        "family": family,
+        "pipeline_class": fam.pipeline_class,
+        "transformer_class": cls.__name__,
+        "transformer_overrides": dict(fam.transformer),
+        "transformer_params": sum(p.numel() for p in transformer.parameters()),
+        "knobs": dict(fam.knobs),
+        "note": fam.note,
+        "max_sequence_length": fam.knobs.get("max_sequence_length", fam.text_tokens),
+    }
 
 
 def image_tokens(pipe: Any, size: int) -> int:

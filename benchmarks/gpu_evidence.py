@@ -94,8 +94,10 @@ class Ctx:
 
     def request(self, family: str) -> dict[str, Any]:
         shape = real_shapes.SHAPES[family]
-        return {**(shape.tiny_request if self.args.tiny else shape.request),
-                "num_inference_steps": int(self.args.steps or (2 if self.args.tiny else shape.steps))}
+        return {
+            **(shape.tiny_request if self.args.tiny else shape.request),
+            "num_inference_steps": int(self.args.steps or (2 if self.args.tiny else shape.steps)),
+        }
 
     def folder(self, family: str) -> tuple[Path, dict[str, Any]]:
         if family not in self.folders:
@@ -114,8 +116,9 @@ class Ctx:
     async def engine(self, folder: Path, output: str | None = None, **stage: Any) -> Any:
         from omnistage import AsyncOmni
 
-        deploy = db.engine_deploy(self.device, self.dtype, max(self.args.concurrency), output_types=output,
-                                  threads=self.args.threads)
+        deploy = db.engine_deploy(
+            self.device, self.dtype, max(self.args.concurrency), output_types=output, threads=self.args.threads
+        )
         deploy["stages"][0].update(stage)
         return await AsyncOmni(model=str(folder), deploy_config=deploy).start()
 
@@ -154,13 +157,16 @@ async def family_part(ctx: Ctx, family: str, deadline: float) -> dict[str, Any]:
         want = want.frames if shape.output == "video" else want.images
         cmp = gpu_exactness.compare(out.latents, want)
         tol = TOLERANCE[ctx.dname]
-        res["exactness"] = {**cmp, "tolerance": tol, "ok": bool(cmp.get("finite") and all(
-            cmp.get(k, float("inf")) <= v for k, v in tol.items()))}
+        res["exactness"] = {
+            **cmp,
+            "tolerance": tol,
+            "ok": bool(cmp.get("finite") and all(cmp.get(k, float("inf")) <= v for k, v in tol.items())),
+        }
         print(f"[{family}] engine vs diffusers: {res['exactness']}", flush=True)
 
         conc = args.concurrency
         reqs = _requests(req, args.requests)
-        warm = [dict(r, num_inference_steps=2) for r in reqs[:max(conc)]]
+        warm = [dict(r, num_inference_steps=2) for r in reqs[: max(conc)]]
         t = time.perf_counter()
         w = db.run_sequential(pipe, warm[:1], device)
         db.run_batched(pipe, warm, len(warm), device)
@@ -168,8 +174,12 @@ async def family_part(ctx: Ctx, family: str, deadline: float) -> dict[str, Any]:
         timings["warmup_s"] = time.perf_counter() - t
         budget, done = db.Budget(deadline), {}
         order = [(m, c) for m, c in db.ORDER if c in conc]
-        order += [(m, c) for c in conc for m in ("diffusers_batched_ideal", "engine")
-                  if (m, c) not in order and not (c == 1 and m != "engine")]
+        order += [
+            (m, c)
+            for c in conc
+            for m in ("diffusers_batched_ideal", "engine")
+            if (m, c) not in order and not (c == 1 and m != "engine")
+        ]
         for mode, c in order:
             known = done.get((mode, c)) or done.get(("diffusers_sequential", 1))
             est = known["duration_s"] if known else w["duration_s"] / 2 * req["num_inference_steps"] * len(reqs)
@@ -182,8 +192,9 @@ async def family_part(ctx: Ctx, family: str, deadline: float) -> dict[str, Any]:
             else:
                 r = await db.run_engine(omni, reqs, c, device)
             done[(mode, c)] = r
-            print(f"[{family}] {mode} c={c}: {r['throughput_rps']:.3f} req/s, p50 {r['latency_p50_s']:.3f}s",
-                  flush=True)
+            print(
+                f"[{family}] {mode} c={c}: {r['throughput_rps']:.3f} req/s, p50 {r['latency_p50_s']:.3f}s", flush=True
+            )
         runs = [done[k] for k in sorted(done, key=lambda k: (k[1], k[0]))]
         for r in runs:  # one round: db.ratios's paired medians read these
             r.update(round=1, all_rounds=[1], all_durations_s=[r["duration_s"]])
@@ -193,9 +204,12 @@ async def family_part(ctx: Ctx, family: str, deadline: float) -> dict[str, Any]:
         del pipe
         _free(device)
     top, r1 = res["ratios"].get(str(max(args.concurrency)), {}), res["ratios"].get("1", {})
-    res["targets"] = {"concurrency": max(args.concurrency), "vs_ideal_at_top_c": top.get("vs_ideal"),
-                      "vs_sequential_at_top_c": top.get("vs_sequential"),
-                      "solo_latency_vs_diffusers": r1.get("latency_vs_solo")}
+    res["targets"] = {
+        "concurrency": max(args.concurrency),
+        "vs_ideal_at_top_c": top.get("vs_ideal"),
+        "vs_sequential_at_top_c": top.get("vs_sequential"),
+        "solo_latency_vs_diffusers": r1.get("latency_vs_solo"),
+    }
     return res
 
 
@@ -213,12 +227,15 @@ async def lora_part(ctx: Ctx, deadline: float) -> dict[str, Any]:
     adapters = []
     for i in range(lora_mixed.ADAPTERS):
         path = folder / "loras" / f"style{i}"
-        save(FluxPipeline, path, random_lora(shapes, LORA_TARGETS, rank, seed=i, std=0.01),
-             {"r": rank, "lora_alpha": rank})
+        save(
+            FluxPipeline,
+            path,
+            random_lora(shapes, LORA_TARGETS, rank, seed=i, std=0.01),
+            {"r": rank, "lora_alpha": rank},
+        )
         adapters.append({"name": f"style{i}", "path": str(path)})
     del shapes
-    omni = await ctx.engine(folder, lora_modules=adapters, max_loras=len(adapters), max_lora_rank=rank,
-                            max_num_seqs=8)
+    omni = await ctx.engine(folder, lora_modules=adapters, max_loras=len(adapters), max_lora_rank=rank, max_num_seqs=8)
     req = ctx.request("flux")
     size, steps, msl = req["height"], req["num_inference_steps"], req["max_sequence_length"]
     modes = ("mixed", "grouped", "base")
@@ -233,7 +250,7 @@ async def lora_part(ctx: Ctx, deadline: float) -> dict[str, Any]:
             await lora_mixed.run_mode(omni, m, [dict(r, num_inference_steps=2) for r in reqs[m]], ctx.device)
         warm = time.perf_counter() - t
         for rnd in range(args.lora_rounds):
-            for m in (modes if rnd % 2 == 0 else modes[::-1]):
+            for m in modes if rnd % 2 == 0 else modes[::-1]:
                 est = runs[m][-1]["duration_s"] if runs[m] else warm / 3 / 2 * steps
                 if time.monotonic() + 1.1 * est > deadline:
                     skipped.append({"mode": m, "round": rnd + 1, "estimate_s": round(est, 2)})
@@ -241,8 +258,11 @@ async def lora_part(ctx: Ctx, deadline: float) -> dict[str, Any]:
                 r = await lora_mixed.run_mode(omni, m, reqs[m], ctx.device)
                 r["round"] = rnd + 1
                 runs[m].append(r)
-                print(f"[lora] round {rnd + 1} {m}: {r['throughput_rps']:.3f} req/s "
-                      f"({r['mean_requests_per_forward']:.1f} per forward)", flush=True)
+                print(
+                    f"[lora] round {rnd + 1} {m}: {r['throughput_rps']:.3f} req/s "
+                    f"({r['mean_requests_per_forward']:.1f} per forward)",
+                    flush=True,
+                )
     finally:
         await omni.shutdown()
         _free(ctx.device)
@@ -251,8 +271,15 @@ async def lora_part(ctx: Ctx, deadline: float) -> dict[str, Any]:
         pairs = {r["round"]: r["throughput_rps"] for r in runs[b]}
         same = [r["throughput_rps"] / pairs[r["round"]] for r in runs[a] if r["round"] in pairs]
         ratios[f"{a}_vs_{b}"] = statistics.median(same) if same else None
-    return {"rank": rank, "adapters": len(adapters), "requests": 8, "request": req, "runs": runs,
-            "ratios": ratios, "skipped": skipped}
+    return {
+        "rank": rank,
+        "adapters": len(adapters),
+        "requests": 8,
+        "request": req,
+        "runs": runs,
+        "ratios": ratios,
+        "skipped": skipped,
+    }
 
 
 async def step_cache_part(ctx: Ctx, deadline: float) -> dict[str, Any]:
@@ -261,8 +288,12 @@ async def step_cache_part(ctx: Ctx, deadline: float) -> dict[str, Any]:
     params = dict(req)
     n = 8
     thresholds = {"first_block": ctx.args.first_block_thresholds, "teacache": ctx.args.teacache_thresholds}
-    configs = [("off", None, None)] + [(m, float(t), {"cache": {"method": m, "threshold": float(t)}})
-                                       for m, ts in thresholds.items() for t in ts.split(",") if t]
+    configs = [("off", None, None)] + [
+        (m, float(t), {"cache": {"method": m, "threshold": float(t)}})
+        for m, ts in thresholds.items()
+        for t in ts.split(",")
+        if t
+    ]
     rows, skipped, off = [], [], {}
     for name, thr, acc in configs:
         est = off.get("total_s", 0.0)
@@ -287,9 +318,14 @@ async def step_cache_part(ctx: Ctx, deadline: float) -> dict[str, Any]:
             row.update(speedup_solo=off["c1_s"] / row["c1_s"], speedup_c8=off[f"c{n}_s"] / row[f"c{n}_s"])
         rows.append(row)
         print(f"[step_cache] {row}", flush=True)
-    return {"request": req, "requests_at_c8": n, "rows": rows, "skipped": skipped,
-            "note": "random weights: the reused fraction and the speed-up are real, quality is not measured here "
-                    "(see diffusion_acceleration.md, trained demo model)"}
+    return {
+        "request": req,
+        "requests_at_c8": n,
+        "rows": rows,
+        "skipped": skipped,
+        "note": "random weights: the reused fraction and the speed-up are real, quality is not measured here "
+        "(see diffusion_acceleration.md, trained demo model)",
+    }
 
 
 async def offload_part(ctx: Ctx, deadline: float) -> dict[str, Any]:
@@ -312,8 +348,9 @@ async def offload_part(ctx: Ctx, deadline: float) -> dict[str, Any]:
         try:
             await da.run_workload(omni, dict(req, num_inference_steps=2), 1, 1)
             wall, _, _, _ = await da.run_workload(omni, req, 1, 1)
-            rows.append({"offload": mode, "time_s": wall,
-                         "gpu_peak_above_start_mib": _mem_peak_above(ctx.device, start)})
+            rows.append(
+                {"offload": mode, "time_s": wall, "gpu_peak_above_start_mib": _mem_peak_above(ctx.device, start)}
+            )
         finally:
             await omni.shutdown()
             _free(ctx.device)
@@ -334,8 +371,16 @@ def run(args: argparse.Namespace, out: Path, env: dict[str, Any], start: float) 
     args.requests = args.requests or (4 if args.tiny else 8)
     ctx = Ctx(args, device, dtype)
     parts = [p for p in args.parts.split(",") if p]
-    doc: dict[str, Any] = {"environment": env, "dtype": ctx.dname, "tiny": args.tiny, "parts": {}, "seconds": {},
-                           "errors": {}, "skipped_parts": [], "targets": TARGETS}
+    doc: dict[str, Any] = {
+        "environment": env,
+        "dtype": ctx.dname,
+        "tiny": args.tiny,
+        "parts": {},
+        "seconds": {},
+        "errors": {},
+        "skipped_parts": [],
+        "targets": TARGETS,
+    }
     deadline = start + args.budget_s - 10  # kept back for writing and shutting down
     write(out, doc)
     for i, part in enumerate(parts):
@@ -352,14 +397,15 @@ def run(args: argparse.Namespace, out: Path, env: dict[str, Any], start: float) 
                     coro = family_part(ctx, part, part_deadline)
                 else:
                     coro = {"lora": lora_part, "step_cache": step_cache_part, "offload": offload_part}[part](
-                        ctx, part_deadline)
+                        ctx, part_deadline
+                    )
                 doc["parts"][part] = asyncio.run(coro)
             except Exception:
                 doc["errors"][part] = traceback.format_exc()
                 print(doc["errors"][part], flush=True)
             doc["seconds"][part] = time.monotonic() - t
         for fam in list(ctx.folders):  # a folder is kept only while a later part reuses it
-            if all(NEEDS.get(p, p) != fam for p in parts[i + 1:]):
+            if all(NEEDS.get(p, p) != fam for p in parts[i + 1 :]):
                 ctx.drop(fam)
         _free(device)
         write(out, doc)
@@ -371,12 +417,19 @@ def run(args: argparse.Namespace, out: Path, env: dict[str, Any], start: float) 
 
 
 def add_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--tiny", action="store_true", help="the CPU smoke path: tiny fixtures and sizes, 2 steps "
-                                                         "(with --num-layers N: the real widths, N layers deep)")
+    ap.add_argument(
+        "--tiny",
+        action="store_true",
+        help="the CPU smoke path: tiny fixtures and sizes, 2 steps "
+        "(with --num-layers N: the real widths, N layers deep)",
+    )
     ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, in order (default {','.join(PARTS)})")
     ap.add_argument("--lora-rank", type=int, default=32)
     ap.add_argument("--lora-rounds", type=int, default=2)
     for method, ts in CACHE.items():
-        ap.add_argument(f"--{method.replace('_', '-')}-thresholds", default=",".join(map(str, ts)),
-                        help=f"step cache {method} thresholds (default {ts}; comma-separated)")
+        ap.add_argument(
+            f"--{method.replace('_', '-')}-thresholds",
+            default=",".join(map(str, ts)),
+            help=f"step cache {method} thresholds (default {ts}; comma-separated)",
+        )
     ap.add_argument("--min-part-s", type=float, default=20, help="a part with less time left is skipped")

@@ -34,20 +34,27 @@ TOLERANCE = {
 # Mirrors the unit tests' cases (small sizes: the point is exactness, not speed).
 CASES: dict[str, dict[str, Any]] = {
     "sd3": {
-        "pipeline": "StableDiffusion3Pipeline", "output": "image",
+        "pipeline": "StableDiffusion3Pipeline",
+        "output": "image",
         "solo": dict(num_inference_steps=5, guidance_scale=7.0, height=32, width=48),
-        "batched": [("a red cat", dict(num_inference_steps=6, seed=1, guidance_scale=7.0)),
-                    ("green square", dict(num_inference_steps=6, seed=2, guidance_scale=1.0)),
-                    ("blue chair at night", dict(num_inference_steps=6, seed=3, guidance_scale=3.5))],
+        "batched": [
+            ("a red cat", dict(num_inference_steps=6, seed=1, guidance_scale=7.0)),
+            ("green square", dict(num_inference_steps=6, seed=2, guidance_scale=1.0)),
+            ("blue chair at night", dict(num_inference_steps=6, seed=3, guidance_scale=3.5)),
+        ],
         "batched_common": dict(height=32, width=32),
     },
     "wan": {
-        "pipeline": "WanPipeline", "output": "video",
-        "solo": dict(num_inference_steps=4, guidance_scale=5.0, height=32, width=32, num_frames=5,
-                     max_sequence_length=16),
-        "batched": [("a red cat", dict(num_inference_steps=5, seed=1, guidance_scale=5.0)),
-                    ("green square", dict(num_inference_steps=5, seed=2, guidance_scale=1.0)),
-                    ("city skyline", dict(num_inference_steps=5, seed=3, guidance_scale=3.0))],
+        "pipeline": "WanPipeline",
+        "output": "video",
+        "solo": dict(
+            num_inference_steps=4, guidance_scale=5.0, height=32, width=32, num_frames=5, max_sequence_length=16
+        ),
+        "batched": [
+            ("a red cat", dict(num_inference_steps=5, seed=1, guidance_scale=5.0)),
+            ("green square", dict(num_inference_steps=5, seed=2, guidance_scale=1.0)),
+            ("city skyline", dict(num_inference_steps=5, seed=3, guidance_scale=3.0)),
+        ],
         "batched_common": dict(height=32, width=32, num_frames=5, max_sequence_length=16),
     },
 }
@@ -61,8 +68,12 @@ def compare(got: torch.Tensor, want: torch.Tensor) -> dict[str, Any]:
     if a.shape != b.shape:
         return {"shape_mismatch": [list(a.shape), list(b.shape)], "finite": False}
     diff = (a - b).abs()
-    return {"max_abs": diff.max().item(), "rel_l2": ((a - b).norm() / b.norm().clamp_min(1e-30)).item(),
-            "exact": bool(torch.equal(got.cpu(), want.cpu())), "finite": bool(torch.isfinite(a).all())}
+    return {
+        "max_abs": diff.max().item(),
+        "rel_l2": ((a - b).norm() / b.norm().clamp_min(1e-30)).item(),
+        "exact": bool(torch.equal(got.cpu(), want.cpu())),
+        "finite": bool(torch.isfinite(a).all()),
+    }
 
 
 def compare_pixels(got: np.ndarray, want: np.ndarray) -> dict[str, Any]:
@@ -137,13 +148,15 @@ async def check_family(family: str, folder: str, device: torch.device, dtype: to
         if device.type == "cuda":
             torch.cuda.empty_cache()
     res["seconds"] = time.perf_counter() - t0
-    res["ok"] = bool(res["solo_latent"]["ok"] and res["batched_vs_solo"]["ok"]
-                     and res["batched_vs_solo"]["max_running_seen"] >= 2)
+    res["ok"] = bool(
+        res["solo_latent"]["ok"] and res["batched_vs_solo"]["ok"] and res["batched_vs_solo"]["max_running_seen"] >= 2
+    )
     return res
 
 
-async def run_all(device: torch.device, dtypes: list[torch.dtype], families: list[str], workdir: Path,
-                  deadline: float | None = None) -> dict[str, Any]:
+async def run_all(
+    device: torch.device, dtypes: list[torch.dtype], families: list[str], workdir: Path, deadline: float | None = None
+) -> dict[str, Any]:
     """Every (family, dtype) case that fits before ``deadline``; errors are recorded, not raised."""
     from omnistage.testing.tiny import build
 
@@ -158,39 +171,58 @@ async def run_all(device: torch.device, dtypes: list[torch.dtype], families: lis
             try:
                 cases.append(await check_family(family, folder, device, dtype))
             except Exception as e:  # one broken case must not hide the others' results
-                cases.append({"family": family, "dtype": str(dtype).removeprefix("torch."), "ok": False,
-                              "error": f"{type(e).__name__}: {e}"})
+                cases.append(
+                    {
+                        "family": family,
+                        "dtype": str(dtype).removeprefix("torch."),
+                        "ok": False,
+                        "error": f"{type(e).__name__}: {e}",
+                    }
+                )
             print(f"exactness {name}: {_line(cases[-1])}", flush=True)
-    return {"cases": cases, "skipped": skipped, "tolerance": {f"{k}/{d}": v for (k, d), v in TOLERANCE.items()},
-            "ok": bool(cases) and all(c["ok"] for c in cases) and not skipped}
+    return {
+        "cases": cases,
+        "skipped": skipped,
+        "tolerance": {f"{k}/{d}": v for (k, d), v in TOLERANCE.items()},
+        "ok": bool(cases) and all(c["ok"] for c in cases) and not skipped,
+    }
 
 
 def _line(c: dict[str, Any]) -> str:
     if "error" in c:
         return "ERROR " + c["error"]
     s, b = c["solo_latent"], c["batched_vs_solo"]
-    return (f"{'ok' if c['ok'] else 'FAIL'}: solo max|d| {s.get('max_abs', float('nan')):.3g} "
-            f"(rel {s.get('rel_l2', float('nan')):.3g}, exact {s.get('exact')}), decoded max level diff "
-            f"{c['solo_decoded'].get('max_level_diff')}, batched vs solo max|d| {b.get('max_abs', float('nan')):.3g} "
-            f"(rel {b.get('rel_l2', float('nan')):.3g}, {b['max_running_seen']} running)")
+    return (
+        f"{'ok' if c['ok'] else 'FAIL'}: solo max|d| {s.get('max_abs', float('nan')):.3g} "
+        f"(rel {s.get('rel_l2', float('nan')):.3g}, exact {s.get('exact')}), decoded max level diff "
+        f"{c['solo_decoded'].get('max_level_diff')}, batched vs solo max|d| {b.get('max_abs', float('nan')):.3g} "
+        f"(rel {b.get('rel_l2', float('nan')):.3g}, {b['max_running_seen']} running)"
+    )
 
 
 def render_md(report: dict[str, Any]) -> str:
-    lines = ["| family | dtype | solo latent max abs diff | solo rel L2 | bit-exact | decoded max level diff | "
-             "batched vs solo max abs | batched rel L2 | most running | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| family | dtype | solo latent max abs diff | solo rel L2 | bit-exact | decoded max level diff | "
+        "batched vs solo max abs | batched rel L2 | most running | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for c in report["cases"]:
         if "error" in c:
             lines.append(f"| {c['family']} | {c['dtype']} | error: {c['error'][:120]} | | | | | | | FAIL |")
             continue
         s, d, b = c["solo_latent"], c["solo_decoded"], c["batched_vs_solo"]
-        lines.append(f"| {c['family']} | {c['dtype']} | {s.get('max_abs', float('nan')):.3g} | "
-                     f"{s.get('rel_l2', float('nan')):.3g} | {s.get('exact')} | {d.get('max_level_diff')} | "
-                     f"{b.get('max_abs', float('nan')):.3g} | {b.get('rel_l2', float('nan')):.3g} | "
-                     f"{b['max_running_seen']} | {'ok' if c['ok'] else 'FAIL'} |")
+        lines.append(
+            f"| {c['family']} | {c['dtype']} | {s.get('max_abs', float('nan')):.3g} | "
+            f"{s.get('rel_l2', float('nan')):.3g} | {s.get('exact')} | {d.get('max_level_diff')} | "
+            f"{b.get('max_abs', float('nan')):.3g} | {b.get('rel_l2', float('nan')):.3g} | "
+            f"{b['max_running_seen']} | {'ok' if c['ok'] else 'FAIL'} |"
+        )
     tol = ", ".join(f"{k}: {v}" for k, v in report["tolerance"].items())
-    lines += ["", f"Tolerances: {tol}. Solo = one request alone vs the diffusers pipeline's `__call__` with the same "
-              "seed (CPU generator); batched = 3 concurrent requests (other prompts, seeds, guidance) vs each alone."]
+    lines += [
+        "",
+        f"Tolerances: {tol}. Solo = one request alone vs the diffusers pipeline's `__call__` with the same "
+        "seed (CPU generator); batched = 3 concurrent requests (other prompts, seeds, guidance) vs each alone.",
+    ]
     if report["skipped"]:
         lines.append(f"Skipped for the time budget: {', '.join(report['skipped'])}.")
     return "\n".join(lines) + "\n"

@@ -72,8 +72,13 @@ async def _drive(one, prompts: list[str], concurrency: int) -> dict:
     start = time.perf_counter()
     await asyncio.gather(*(wrapped(p) for p in prompts))
     wall = time.perf_counter() - start
-    return {"wall_s": wall, "output_tokens": sum(tokens), "throughput_tok_s": sum(tokens) / wall,
-            "ttft_mean_s": statistics.mean(ttfts), "ttft_median_s": statistics.median(ttfts)}
+    return {
+        "wall_s": wall,
+        "output_tokens": sum(tokens),
+        "throughput_tok_s": sum(tokens) / wall,
+        "ttft_mean_s": statistics.mean(ttfts),
+        "ttft_median_s": statistics.median(ttfts),
+    }
 
 
 async def run_direct(engine, tokenizer, prompts: list[str], concurrency: int, max_tokens: int) -> dict:
@@ -121,8 +126,9 @@ async def main_async(args) -> dict:
 
         model = str(build("chat", Path(tempfile.mkdtemp(prefix="omnistage-bench-chat-"))))
     engine_kw = dict(max_model_len=1024, max_num_seqs=16, dtype="float32", enforce_eager=True)
-    direct = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, kv_cache_memory_bytes=64 << 20,
-                                                       disable_log_stats=True, **engine_kw))
+    direct = AsyncLLM.from_engine_args(
+        AsyncEngineArgs(model=model, kv_cache_memory_bytes=64 << 20, disable_log_stats=True, **engine_kw)
+    )
     omni = AsyncOmni(model, **engine_kw)  # omnistage adds kv_cache_memory_bytes=64 MiB on CPU itself
     await omni.start()
     try:
@@ -142,16 +148,26 @@ async def main_async(args) -> dict:
                     else:
                         res = await run_omni(omni, prompts, conc, args.max_tokens)
                     rounds[mode].append(res)
-                    print(f"c={conc} round {r} {mode:9s} {res['throughput_tok_s']:8.1f} tok/s "
-                          f"ttft {res['ttft_mean_s'] * 1e3:7.1f} ms", flush=True)
+                    print(
+                        f"c={conc} round {r} {mode:9s} {res['throughput_tok_s']:8.1f} tok/s "
+                        f"ttft {res['ttft_mean_s'] * 1e3:7.1f} ms",
+                        flush=True,
+                    )
             d, o = summarize(rounds["direct"]), summarize(rounds["omnistage"])
             results[f"concurrency_{conc}"] = {
-                "requests": n, "direct": d, "omnistage": o,
+                "requests": n,
+                "direct": d,
+                "omnistage": o,
                 "throughput_ratio": o["throughput_tok_s"] / d["throughput_tok_s"],
                 "ttft_ratio": o["ttft_mean_s"] / d["ttft_mean_s"],
             }
-        return {"model": model, "engine_args": engine_kw, "max_tokens": args.max_tokens,
-                "rounds": args.rounds, "results": results}
+        return {
+            "model": model,
+            "engine_args": engine_kw,
+            "max_tokens": args.max_tokens,
+            "rounds": args.rounds,
+            "results": results,
+        }
     finally:
         await omni.shutdown()
         direct.shutdown()
@@ -160,16 +176,22 @@ async def main_async(args) -> dict:
 def write_results(report: dict) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "llm_overhead.json").write_text(json.dumps(report, indent=2))
-    lines = ["# llm stage overhead: omnistage chat pipeline vs direct vLLM AsyncLLM", "",
-             f"model: `{report['model']}`; engine args {report['engine_args']}; max_tokens {report['max_tokens']}; "
-             f"median of {report['rounds']} alternating rounds. Targets: throughput >= 0.95x, TTFT <= 1.05x.", "",
-             "| concurrency | direct tok/s | omnistage tok/s | ratio | direct TTFT ms | omnistage TTFT ms | TTFT ratio |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "# llm stage overhead: omnistage chat pipeline vs direct vLLM AsyncLLM",
+        "",
+        f"model: `{report['model']}`; engine args {report['engine_args']}; max_tokens {report['max_tokens']}; "
+        f"median of {report['rounds']} alternating rounds. Targets: throughput >= 0.95x, TTFT <= 1.05x.",
+        "",
+        "| concurrency | direct tok/s | omnistage tok/s | ratio | direct TTFT ms | omnistage TTFT ms | TTFT ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for key, r in report["results"].items():
         d, o = r["direct"], r["omnistage"]
-        lines.append(f"| {key.split('_')[1]} | {d['throughput_tok_s']:.1f} | {o['throughput_tok_s']:.1f} | "
-                     f"{r['throughput_ratio']:.3f} | {d['ttft_mean_s'] * 1e3:.1f} | {o['ttft_mean_s'] * 1e3:.1f} | "
-                     f"{r['ttft_ratio']:.3f} |")
+        lines.append(
+            f"| {key.split('_')[1]} | {d['throughput_tok_s']:.1f} | {o['throughput_tok_s']:.1f} | "
+            f"{r['throughput_ratio']:.3f} | {d['ttft_mean_s'] * 1e3:.1f} | {o['ttft_mean_s'] * 1e3:.1f} | "
+            f"{r['ttft_ratio']:.3f} |"
+        )
     (RESULTS / "llm_overhead.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -196,7 +218,9 @@ async def _one_direct(engine, tokenizer, p: str, *, max_tokens: int, want_ids: b
     return n, "".join(parts)
 
 
-async def _one_omni(omni, p: str, *, max_tokens: int, want_ids: bool, carried: list[int] | None = None) -> tuple[int, str]:
+async def _one_omni(
+    omni, p: str, *, max_tokens: int, want_ids: bool, carried: list[int] | None = None
+) -> tuple[int, str]:
     """What a streaming caller reads (as the chat route does): each output's delta. ``carried`` counts the
     text characters and token ids every output holds in its whole-value fields (a deterministic sign of
     per-token copies of everything so far: flat per token when only deltas travel)."""
@@ -270,7 +294,8 @@ def _compare(direct: list[dict], omni: list[dict], expected_tokens: int) -> dict
         "extra_cpu_us_per_token_min_max": [min(extra_cpu), max(extra_cpu)],
         "direct_cpu_us_per_token": med(d["cpu_s"] / expected_tokens * 1e6 for d in direct),
         "identical_texts": f"{same}/{sum(len(d['texts']) for d in direct)}",
-        "direct": [_without_texts(r) for r in direct], "omnistage": [_without_texts(r) for r in omni],
+        "direct": [_without_texts(r) for r in direct],
+        "omnistage": [_without_texts(r) for r in omni],
     }
 
 
@@ -279,15 +304,20 @@ async def _long_case(direct, tokenizer, omni, output: str, length: int, conc: in
     want_ids = "token_ids" in output
     n = max(conc, -(-args.tokens_per_round // length))
     prompts = make_prompts(n, seed=length + conc)
-    paths = {"direct": functools.partial(_one_direct, direct, tokenizer, max_tokens=length, want_ids=want_ids),
-             "omnistage": functools.partial(_one_omni, omni, max_tokens=length, want_ids=want_ids)}
+    paths = {
+        "direct": functools.partial(_one_direct, direct, tokenizer, max_tokens=length, want_ids=want_ids),
+        "omnistage": functools.partial(_one_omni, omni, max_tokens=length, want_ids=want_ids),
+    }
     runs: dict[str, list[dict]] = {"direct": [], "omnistage": []}
     for r in range(args.rounds):
-        for mode in (("direct", "omnistage") if r % 2 == 0 else ("omnistage", "direct")):
+        for mode in ("direct", "omnistage") if r % 2 == 0 else ("omnistage", "direct"):
             res = await _timed(paths[mode], prompts, conc)
             runs[mode].append(res)
-            print(f"{output} len={length} c={conc} round {r} {mode:9s} {res['output_tokens'] / res['wall_s']:8.1f} "
-                  f"tok/s cpu {res['cpu_s'] / res['output_tokens'] * 1e6:7.1f} us/tok", flush=True)
+            print(
+                f"{output} len={length} c={conc} round {r} {mode:9s} {res['output_tokens'] / res['wall_s']:8.1f} "
+                f"tok/s cpu {res['cpu_s'] / res['output_tokens'] * 1e6:7.1f} us/tok",
+                flush=True,
+            )
     # Not among the timed rounds: profiling slows everything it sees. The profiler's default clock (a CPU-time
     # clock costs a syscall per call, which swamps what is measured) also counts time preempted by other
     # processes; that noise only adds, so the minimum over passes is kept.
@@ -300,10 +330,15 @@ async def _long_case(direct, tokenizer, omni, output: str, length: int, conc: in
         prof.disable()
         own_us.append(_own_cpu_s(prof, package_dir) / (n * length) * 1e6)
     print(f"{output} len={length} c={conc} omnistage code {min(own_us):.2f} us/token (profiled)", flush=True)
-    return {"length": length, "concurrency": conc, "requests": n,
-            "omnistage_code_us_per_token_profiled": min(own_us), "omnistage_code_us_per_token_passes": own_us,
-            "carried_elements_per_token": carried[0] / (n * length),
-            **_compare(runs["direct"], runs["omnistage"], n * length)}
+    return {
+        "length": length,
+        "concurrency": conc,
+        "requests": n,
+        "omnistage_code_us_per_token_profiled": min(own_us),
+        "omnistage_code_us_per_token_passes": own_us,
+        "carried_elements_per_token": carried[0] / (n * length),
+        **_compare(runs["direct"], runs["omnistage"], n * length),
+    }
 
 
 async def long_async(args) -> dict:
@@ -324,8 +359,9 @@ async def long_async(args) -> dict:
         model = tempfile.mkdtemp(prefix="omnistage-bench-chat-long-")
         build(Path(model), max_position_embeddings=max_len)
     engine_kw = {"max_model_len": max_len, "max_num_seqs": max(concs), "dtype": "float32", "enforce_eager": True}
-    direct = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, kv_cache_memory_bytes=64 << 20,
-                                                       disable_log_stats=True, **engine_kw))
+    direct = AsyncLLM.from_engine_args(
+        AsyncEngineArgs(model=model, kv_cache_memory_bytes=64 << 20, disable_log_stats=True, **engine_kw)
+    )
     tokenizer = direct.get_tokenizer()
     results: dict = {}
     try:
@@ -338,50 +374,76 @@ async def long_async(args) -> dict:
                 await _timed(functools.partial(_one_direct, direct, tokenizer, max_tokens=16, want_ids=True), warm, 4)
                 await _timed(functools.partial(_one_omni, omni, max_tokens=16, want_ids=True), warm, 4)
                 results[output] = {
-                    f"len_{length}_c_{conc}": await _long_case(direct, tokenizer, omni, output, length, conc, args,
-                                                               package_dir)
-                    for length in lengths for conc in concs}
+                    f"len_{length}_c_{conc}": await _long_case(
+                        direct, tokenizer, omni, output, length, conc, args, package_dir
+                    )
+                    for length in lengths
+                    for conc in concs
+                }
             finally:
                 await omni.shutdown()
     finally:
         direct.shutdown()
-    return {"command": " ".join(["python", *sys.argv]), "model": model,
-            "omnistage_path": package_dir.rstrip(os.sep), "engine_args": engine_kw,
-            "rounds": args.rounds, "tokens_per_round": args.tokens_per_round,
-            "profiled_passes": args.profiled_passes, "results": results}
+    return {
+        "command": " ".join(["python", *sys.argv]),
+        "model": model,
+        "omnistage_path": package_dir.rstrip(os.sep),
+        "engine_args": engine_kw,
+        "rounds": args.rounds,
+        "tokens_per_round": args.tokens_per_round,
+        "profiled_passes": args.profiled_passes,
+        "results": results,
+    }
 
 
 def write_long_results(report: dict, label: str) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"llm_overhead_long_{label}.json").write_text(json.dumps(report, indent=2))
-    header = (f"omnistage from `{report['omnistage_path']}`; engine args {report['engine_args']}; greedy, "
-              f"ignore_eos; ~{report['tokens_per_round']} output tokens per path per round (at least one request "
-              f"per slot); median of {report['rounds']} alternating rounds, differences paired per round. "
-              "Extra = (omnistage - direct) / output tokens, in wall time and in CPU time of the event loop's "
-              "thread (orchestrator + vLLM front end; the engine core is a child process on both sides).")
-    ranges = ("Ranges are min..max over rounds (the noise floor on this shared machine). 'omnistage code' is the "
-              "CPU time spent in omnistage's own code (its functions and the builtins they call), minimum over "
-              f"{report['profiled_passes']} extra omnistage passes under cProfile: "
-              "profiling inflates it, but it excludes vLLM and most of the noise from other processes, so its growth "
-              "with length is the cleanest sign of a non-linear streaming path. 'Carried' counts, in those "
-              "passes, the text characters + token ids + prompt token ids that the outputs hold in their "
-              "whole-value fields (`text`, `token_ids`, `prompt_token_ids`), per output token: deterministic; it "
-              "grows with length when every streamed output carries everything so far.")
-    columns = ("| outputs | length | concurrency | requests | direct tok/s | omnistage tok/s | throughput ratio | "
-               "extra wall us/token (range) | extra CPU us/token (range) | direct CPU us/token | identical texts | "
-               "omnistage code us/token (profiled) | carried per token |")
-    lines = [f"# llm stage per-token overhead vs output length ({label})", "",
-             f"command: `{report['command']}`", "", header, "", ranges, "", columns,
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    header = (
+        f"omnistage from `{report['omnistage_path']}`; engine args {report['engine_args']}; greedy, "
+        f"ignore_eos; ~{report['tokens_per_round']} output tokens per path per round (at least one request "
+        f"per slot); median of {report['rounds']} alternating rounds, differences paired per round. "
+        "Extra = (omnistage - direct) / output tokens, in wall time and in CPU time of the event loop's "
+        "thread (orchestrator + vLLM front end; the engine core is a child process on both sides)."
+    )
+    ranges = (
+        "Ranges are min..max over rounds (the noise floor on this shared machine). 'omnistage code' is the "
+        "CPU time spent in omnistage's own code (its functions and the builtins they call), minimum over "
+        f"{report['profiled_passes']} extra omnistage passes under cProfile: "
+        "profiling inflates it, but it excludes vLLM and most of the noise from other processes, so its growth "
+        "with length is the cleanest sign of a non-linear streaming path. 'Carried' counts, in those "
+        "passes, the text characters + token ids + prompt token ids that the outputs hold in their "
+        "whole-value fields (`text`, `token_ids`, `prompt_token_ids`), per output token: deterministic; it "
+        "grows with length when every streamed output carries everything so far."
+    )
+    columns = (
+        "| outputs | length | concurrency | requests | direct tok/s | omnistage tok/s | throughput ratio | "
+        "extra wall us/token (range) | extra CPU us/token (range) | direct CPU us/token | identical texts | "
+        "omnistage code us/token (profiled) | carried per token |"
+    )
+    lines = [
+        f"# llm stage per-token overhead vs output length ({label})",
+        "",
+        f"command: `{report['command']}`",
+        "",
+        header,
+        "",
+        ranges,
+        "",
+        columns,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for output, by_case in report["results"].items():
         for r in by_case.values():
             (wl, wh), (cl, ch) = r["extra_wall_us_per_token_min_max"], r["extra_cpu_us_per_token_min_max"]
-            lines.append(f"| {output} | {r['length']} | {r['concurrency']} | {r['requests']} | {r['direct_tok_s']:.1f} | "
-                         f"{r['omnistage_tok_s']:.1f} | {r['throughput_ratio']:.3f} | "
-                         f"{r['extra_wall_us_per_token']:.1f} ({wl:.0f}..{wh:.0f}) | "
-                         f"{r['extra_cpu_us_per_token']:.1f} ({cl:.0f}..{ch:.0f}) | {r['direct_cpu_us_per_token']:.1f} | "
-                         f"{r['identical_texts']} | {r['omnistage_code_us_per_token_profiled']:.2f} | "
-                         f"{r['carried_elements_per_token']:.1f} |")
+            lines.append(
+                f"| {output} | {r['length']} | {r['concurrency']} | {r['requests']} | {r['direct_tok_s']:.1f} | "
+                f"{r['omnistage_tok_s']:.1f} | {r['throughput_ratio']:.3f} | "
+                f"{r['extra_wall_us_per_token']:.1f} ({wl:.0f}..{wh:.0f}) | "
+                f"{r['extra_cpu_us_per_token']:.1f} ({cl:.0f}..{ch:.0f}) | {r['direct_cpu_us_per_token']:.1f} | "
+                f"{r['identical_texts']} | {r['omnistage_code_us_per_token_profiled']:.2f} | "
+                f"{r['carried_elements_per_token']:.1f} |"
+            )
     (RESULTS / f"llm_overhead_long_{label}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -395,12 +457,23 @@ def main() -> None:
     parser.add_argument("--requests-c16", type=int, default=32)
     parser.add_argument("--lengths", default=None, help="long-output mode: output lengths, e.g. 128,512,2048")
     parser.add_argument("--concurrency", default="1,4", help="long-output mode: concurrencies")
-    parser.add_argument("--outputs", default="text,text+token_ids",
-                        help="long-output mode: the stage's engine_output_type values to measure")
-    parser.add_argument("--tokens-per-round", type=int, default=2048,
-                        help="long-output mode: output tokens per path per round (at least one request per slot)")
-    parser.add_argument("--profiled-passes", type=int, default=3,
-                        help="long-output mode: extra cProfile'd omnistage passes per case (the minimum is reported)")
+    parser.add_argument(
+        "--outputs",
+        default="text,text+token_ids",
+        help="long-output mode: the stage's engine_output_type values to measure",
+    )
+    parser.add_argument(
+        "--tokens-per-round",
+        type=int,
+        default=2048,
+        help="long-output mode: output tokens per path per round (at least one request per slot)",
+    )
+    parser.add_argument(
+        "--profiled-passes",
+        type=int,
+        default=3,
+        help="long-output mode: extra cProfile'd omnistage passes per case (the minimum is reported)",
+    )
     parser.add_argument("--label", default="run", help="long-output mode: results file suffix (before/after)")
     args = parser.parse_args()
     if args.lengths:

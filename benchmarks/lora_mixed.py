@@ -71,8 +71,15 @@ def build_adapters(folder: Path, rank: int, n: int) -> list[dict[str, str]]:
 def requests(mode: str, n: int, steps: int, size: int, msl: int) -> list[dict[str, Any]]:
     reqs = []
     for i in range(n):
-        r: dict[str, Any] = {"prompt": PROMPTS[i % len(PROMPTS)], "seed": i, "num_inference_steps": steps,
-                             "height": size, "width": size, "guidance_scale": 5.0, "max_sequence_length": msl}
+        r: dict[str, Any] = {
+            "prompt": PROMPTS[i % len(PROMPTS)],
+            "seed": i,
+            "num_inference_steps": steps,
+            "height": size,
+            "width": size,
+            "guidance_scale": 5.0,
+            "max_sequence_length": msl,
+        }
         if mode in ("mixed", "grouped"):
             r["lora"], r["lora_scale"] = f"style{i % ADAPTERS}", 0.5 + 0.25 * (i % 3)
         elif mode == "single":
@@ -102,9 +109,14 @@ async def run_mode(omni: Any, mode: str, reqs: list[dict[str, Any]], device: tor
         else:
             await asyncio.gather(*(run_one(omni, r, lat) for r in reqs))
     sizes = [len(ids) for _, ids in engine.forward_log]
-    return {"mode": mode, "duration_s": clock.duration, "throughput_rps": len(reqs) / clock.duration,
-            "latency_p50_s": statistics.median(lat), "forwards": len(sizes),
-            "mean_requests_per_forward": sum(sizes) / max(len(sizes), 1)}
+    return {
+        "mode": mode,
+        "duration_s": clock.duration,
+        "throughput_rps": len(reqs) / clock.duration,
+        "latency_p50_s": statistics.median(lat),
+        "forwards": len(sizes),
+        "mean_requests_per_forward": sum(sizes) / max(len(sizes), 1),
+    }
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
@@ -128,12 +140,15 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 await run_mode(omni, m, reqs[m][:2] if m != "grouped" else reqs[m][:ADAPTERS], device)
             runs: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
             for rnd in range(args.rounds):
-                for m in (MODES if rnd % 2 == 0 else tuple(reversed(MODES))):
+                for m in MODES if rnd % 2 == 0 else tuple(reversed(MODES)):
                     res = await run_mode(omni, m, reqs[m], device)
                     res["round"] = rnd
                     runs[m].append(res)
-                    print(f"round {rnd} {m:8s} {res['throughput_rps']:.3f} req/s "
-                          f"({res['mean_requests_per_forward']:.1f} requests per forward)", flush=True)
+                    print(
+                        f"round {rnd} {m:8s} {res['throughput_rps']:.3f} req/s "
+                        f"({res['mean_requests_per_forward']:.1f} requests per forward)",
+                        flush=True,
+                    )
         finally:
             await omni.shutdown()
     finally:
@@ -148,31 +163,55 @@ def paired(runs: dict[str, list[dict]], a: str, b: str) -> dict[str, float]:
 
 
 def report(args: argparse.Namespace, model: dict, runs: dict[str, list[dict]]) -> dict[str, Any]:
-    ratios = {"mixed_vs_single": paired(runs, "mixed", "single"), "mixed_vs_grouped": paired(runs, "mixed", "grouped"),
-              "mixed_vs_base": paired(runs, "mixed", "base")}
-    return {"benchmark": "lora_mixed", "device": args.device, "dtype": args.dtype, "preset": args.preset,
-            "num_layers": args.num_layers, "size": args.size, "steps": args.steps, "requests": args.requests,
-            "adapters": ADAPTERS, "rank": args.rank, "threads": args.threads, "torch": torch.__version__,
-            "model": {k: v for k, v in model.items() if isinstance(v, (int, float, str))},
-            "targets": {"mixed_vs_single": 0.9, "mixed_vs_grouped": 1.0},
-            "ratios": ratios, "runs": runs}
+    ratios = {
+        "mixed_vs_single": paired(runs, "mixed", "single"),
+        "mixed_vs_grouped": paired(runs, "mixed", "grouped"),
+        "mixed_vs_base": paired(runs, "mixed", "base"),
+    }
+    return {
+        "benchmark": "lora_mixed",
+        "device": args.device,
+        "dtype": args.dtype,
+        "preset": args.preset,
+        "num_layers": args.num_layers,
+        "size": args.size,
+        "steps": args.steps,
+        "requests": args.requests,
+        "adapters": ADAPTERS,
+        "rank": args.rank,
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "model": {k: v for k, v in model.items() if isinstance(v, (int, float, str))},
+        "targets": {"mixed_vs_single": 0.9, "mixed_vs_grouped": 1.0},
+        "ratios": ratios,
+        "runs": runs,
+    }
 
 
 def markdown(rep: dict[str, Any]) -> str:
-    lines = [f"# Mixed LoRA adapters in one step batch ({rep['preset']}, {rep['device']}, {rep['dtype']})", "",
-             f"{rep['requests']} concurrent requests, {rep['adapters']} adapters of rank {rep['rank']} on every "
-             f"attention projection, {rep['size']}x{rep['size']}, {rep['steps']} steps, guidance 5, "
-             f"{rep['threads'] or 'default'} thread(s); torch {rep['torch']}.", "",
-             "| mode | best throughput (req/s) | median (req/s) | requests per forward |", "|---|---|---|---|"]
+    lines = [
+        f"# Mixed LoRA adapters in one step batch ({rep['preset']}, {rep['device']}, {rep['dtype']})",
+        "",
+        f"{rep['requests']} concurrent requests, {rep['adapters']} adapters of rank {rep['rank']} on every "
+        f"attention projection, {rep['size']}x{rep['size']}, {rep['steps']} steps, guidance 5, "
+        f"{rep['threads'] or 'default'} thread(s); torch {rep['torch']}.",
+        "",
+        "| mode | best throughput (req/s) | median (req/s) | requests per forward |",
+        "|---|---|---|---|",
+    ]
     for m, rs in rep["runs"].items():
         tp = [r["throughput_rps"] for r in rs]
-        lines.append(f"| {m} | {max(tp):.3f} | {statistics.median(tp):.3f} | "
-                     f"{statistics.median(r['mean_requests_per_forward'] for r in rs):.1f} |")
+        lines.append(
+            f"| {m} | {max(tp):.3f} | {statistics.median(tp):.3f} | "
+            f"{statistics.median(r['mean_requests_per_forward'] for r in rs):.1f} |"
+        )
     lines += ["", "| ratio | median of same-round ratios | best of rounds | target |", "|---|---|---|---|"]
     for name, r in rep["ratios"].items():
         target = rep["targets"].get(name)
-        lines.append(f"| {name.replace('_', ' ')} | {r['paired_median']:.3f} | {r['best_of_rounds']:.3f} | "
-                     f"{'>= ' + format(target, '.1f') if target else '(cost of LoRA)'} |")
+        lines.append(
+            f"| {name.replace('_', ' ')} | {r['paired_median']:.3f} | {r['best_of_rounds']:.3f} | "
+            f"{'>= ' + format(target, '.1f') if target else '(cost of LoRA)'} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -49,12 +49,21 @@ async def main(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     folder = model_folder(args.model, "qwen2_5_omni")
     clip, img = media.clip(1.0, 0), media.image(0)
-    prompts = {"text": [],
-               "audio": [{"type": "input_audio", "input_audio": {"data": media.wav_base64(clip), "format": "wav"}}],
-               "image": [{"type": "image_url", "image_url": {"url": media.png_url(img)}}]}
-    common = dict(model=str(folder), max_model_len=1024, enable_prefix_caching=False, enforce_eager=True,
-                  kv_cache_memory_bytes=64 << 20, mm_processor_cache_gb=0, disable_log_stats=True,
-                  hf_overrides={"architectures": [THINKER_ARCHITECTURE]})
+    prompts = {
+        "text": [],
+        "audio": [{"type": "input_audio", "input_audio": {"data": media.wav_base64(clip), "format": "wav"}}],
+        "image": [{"type": "image_url", "image_url": {"url": media.png_url(img)}}],
+    }
+    common = dict(
+        model=str(folder),
+        max_model_len=1024,
+        enable_prefix_caching=False,
+        enforce_eager=True,
+        kv_cache_memory_bytes=64 << 20,
+        mm_processor_cache_gb=0,
+        disable_log_stats=True,
+        hf_overrides={"architectures": [THINKER_ARCHITECTURE]},
+    )
     omni = AsyncOmni(str(folder), max_model_len=1024, enable_prefix_caching=False)  # every prefill computed
     await omni.start()
     stage = omni.replicas(0)[0]
@@ -65,8 +74,10 @@ async def main(args: argparse.Namespace) -> None:
     try:
         rows = []
         for name, parts in prompts.items():
-            ei = await render(stage.engine, parse({"messages": [{"role": "user", "content": [*parts, {
-                "type": "text", "text": "what is this?"}]}]}))
+            ei = await render(
+                stage.engine,
+                parse({"messages": [{"role": "user", "content": [*parts, {"type": "text", "text": "what is this?"}]}]}),
+            )
             n = len(ei["prompt_token_ids"])
 
             async def generate(engine, extra=None) -> list[int]:
@@ -79,8 +90,9 @@ async def main(args: argparse.Namespace) -> None:
                 t = time.perf_counter()
                 reply = await generate(plain)
                 fed = {**ei, "prompt_token_ids": list(ei["prompt_token_ids"]) + reply[:-1]}
-                async for out in pooling.encode(fed, PoolingParams(task="token_embed", use_activation=False),
-                                                request_id=f"{name}-{next(ids)}"):
+                async for out in pooling.encode(
+                    fed, PoolingParams(task="token_embed", use_activation=False), request_id=f"{name}-{next(ids)}"
+                ):
                     pass
                 assert out.outputs.data.shape[0] == n + len(reply) - 1
                 return time.perf_counter() - t
@@ -104,32 +116,49 @@ async def main(args: argparse.Namespace) -> None:
                 await way()
             times: dict[str, list[float]] = {k: [] for k in ways}
             for r in range(args.rounds):
-                for kind in (list(ways) if r % 2 == 0 else list(ways)[::-1]):
+                for kind in list(ways) if r % 2 == 0 else list(ways)[::-1]:
                     times[kind].append(await ways[kind]())
             med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-            rows.append({"prompt": name, "prompt_tokens": n, **{f"{k}_ms": round(v, 2) for k, v in med.items()},
-                         "after_over_before": round(med["after"] / med["before"], 3),
-                         "before_over_plain": round(med["before"] / med["plain"], 3),
-                         "after_over_plain": round(med["after"] / med["plain"], 3)})
+            rows.append(
+                {
+                    "prompt": name,
+                    "prompt_tokens": n,
+                    **{f"{k}_ms": round(v, 2) for k, v in med.items()},
+                    "after_over_before": round(med["after"] / med["before"], 3),
+                    "before_over_plain": round(med["before"] / med["plain"], 3),
+                    "after_over_plain": round(med["after"] / med["plain"], 3),
+                }
+            )
             print(rows[-1], flush=True)
     finally:
         plain.shutdown()
         pooling.shutdown()
         await omni.shutdown()
     result = {"model": str(folder), "rounds": args.rounds, "reply_tokens": args.tokens, "rows": rows}
-    lines = ["# Qwen2.5-Omni: the cost of the talker's conditioning (prompt + reply hidden states)", "",
-             f"model: `{folder}`; {args.tokens} reply tokens (greedy, ignore_eos); medians of {args.rounds} "
-             "alternating rounds. `before` = vLLM's thinker on a plain engine, then a second (pooling) engine "
-             "prefilling prompt + reply again (the way until 2026-12-05); `after` = the speaking stage's engine, "
-             "whose connector writes every computed token's row to a file, read back as the stage does; `plain` = the "
-             "plain engine's reply alone (no hidden states: what text out costs).", "",
-             "| prompt | tokens | plain ms | before ms | after ms | after / before | before / plain | after / plain |",
-             "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['prompt']} | {r['prompt_tokens']} | {r['plain_ms']} | {r['before_ms']} | {r['after_ms']} | "
-              f"{r['after_over_before']} | {r['before_over_plain']} | {r['after_over_plain']} |" for r in rows]
-    lines += ["", "Memory: `after` holds one copy of the thinker's weights (`before`: two) and one more KV-cache row "
-              "of hidden_size per token.", "",
-              f"    python benchmarks/omni25_hidden_cost.py --rounds {args.rounds} --tokens {args.tokens}"]
+    lines = [
+        "# Qwen2.5-Omni: the cost of the talker's conditioning (prompt + reply hidden states)",
+        "",
+        f"model: `{folder}`; {args.tokens} reply tokens (greedy, ignore_eos); medians of {args.rounds} "
+        "alternating rounds. `before` = vLLM's thinker on a plain engine, then a second (pooling) engine "
+        "prefilling prompt + reply again (the way until 2026-12-05); `after` = the speaking stage's engine, "
+        "whose connector writes every computed token's row to a file, read back as the stage does; `plain` = the "
+        "plain engine's reply alone (no hidden states: what text out costs).",
+        "",
+        "| prompt | tokens | plain ms | before ms | after ms | after / before | before / plain | after / plain |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['prompt']} | {r['prompt_tokens']} | {r['plain_ms']} | {r['before_ms']} | {r['after_ms']} | "
+        f"{r['after_over_before']} | {r['before_over_plain']} | {r['after_over_plain']} |"
+        for r in rows
+    ]
+    lines += [
+        "",
+        "Memory: `after` holds one copy of the thinker's weights (`before`: two) and one more KV-cache row "
+        "of hidden_size per token.",
+        "",
+        f"    python benchmarks/omni25_hidden_cost.py --rounds {args.rounds} --tokens {args.tokens}",
+    ]
     write_result("omni25_hidden_cost", result, lines)
 
 

@@ -34,10 +34,15 @@ async def main(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     folder = model_folder(args.model, "qwen2_5_omni")
     prompt = {"messages": [{"role": "user", "content": "tell me about the weather"}]}
-    params = [{"temperature": 0, "max_tokens": args.think, "ignore_eos": True},
-              {"temperature": 0, "max_tokens": args.talk}, {"seed": 0}]
-    servers = {"streamed": AsyncOmni(str(folder), deploy_config={"async_chunk": True}, max_model_len=1024),
-               "whole": AsyncOmni(str(folder), deploy_config={"async_chunk": False}, max_model_len=1024)}
+    params = [
+        {"temperature": 0, "max_tokens": args.think, "ignore_eos": True},
+        {"temperature": 0, "max_tokens": args.talk},
+        {"seed": 0},
+    ]
+    servers = {
+        "streamed": AsyncOmni(str(folder), deploy_config={"async_chunk": True}, max_model_len=1024),
+        "whole": AsyncOmni(str(folder), deploy_config={"async_chunk": False}, max_model_len=1024),
+    }
     for omni in servers.values():
         await omni.start()
 
@@ -56,23 +61,37 @@ async def main(args: argparse.Namespace) -> None:
             await once(omni)  # warm
         times: dict[str, list[dict[str, float]]] = {k: [] for k in servers}
         for r in range(args.rounds):
-            for name in (list(servers) if r % 2 == 0 else list(servers)[::-1]):
+            for name in list(servers) if r % 2 == 0 else list(servers)[::-1]:
                 times[name].append(await once(servers[name]))
     finally:
         for omni in servers.values():
             await omni.shutdown()
     med = {name: {k: round(statistics.median(m[k] for m in runs), 1) for k in runs[0]} for name, runs in times.items()}
     ratio = round(med["streamed"]["audio_ms"] / med["whole"]["audio_ms"], 3)
-    result = {"model": str(folder), "rounds": args.rounds, "think": args.think, "talk": args.talk, "median": med,
-              "streamed_over_whole": ratio}
-    lines = ["# Qwen2.5-Omni: the talker streamed from the thinker vs started when it finished", "",
-             f"model: `{folder}`; {args.think} thinker tokens (greedy, ignore_eos), {args.talk} talker codes; "
-             f"medians of {args.rounds} alternating rounds, one request at a time.", "",
-             "| async chunk | thinker done ms | audio ms |", "|---|---|---|"]
+    result = {
+        "model": str(folder),
+        "rounds": args.rounds,
+        "think": args.think,
+        "talk": args.talk,
+        "median": med,
+        "streamed_over_whole": ratio,
+    }
+    lines = [
+        "# Qwen2.5-Omni: the talker streamed from the thinker vs started when it finished",
+        "",
+        f"model: `{folder}`; {args.think} thinker tokens (greedy, ignore_eos), {args.talk} talker codes; "
+        f"medians of {args.rounds} alternating rounds, one request at a time.",
+        "",
+        "| async chunk | thinker done ms | audio ms |",
+        "|---|---|---|",
+    ]
     lines += [f"| {name} | {m['thinker_ms']} | {m['audio_ms']} |" for name, m in med.items()]
-    lines += ["", f"Time to the audio, streamed / whole: **{ratio}**.", "",
-              f"    python benchmarks/omni25_streaming.py --rounds {args.rounds} --think {args.think} "
-              f"--talk {args.talk}"]
+    lines += [
+        "",
+        f"Time to the audio, streamed / whole: **{ratio}**.",
+        "",
+        f"    python benchmarks/omni25_streaming.py --rounds {args.rounds} --think {args.think} --talk {args.talk}",
+    ]
     write_result("omni25_streaming", result, lines)
 
 

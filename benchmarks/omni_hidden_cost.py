@@ -65,20 +65,34 @@ async def main(args: argparse.Namespace) -> None:
     omni = AsyncOmni(str(folder), max_model_len=2048, enable_prefix_caching=False)  # every prefill computed
     await omni.start()
     stage = omni.replicas(0)[0]
-    plain = AsyncLLMEngine.from_engine_args(AsyncEngineArgs(
-        model=str(folder), max_model_len=2048, enable_prefix_caching=False, enforce_eager=True,
-        kv_cache_memory_bytes=64 << 20, dtype=config.dtype or "auto", mm_processor_cache_gb=0, disable_log_stats=True))
+    plain = AsyncLLMEngine.from_engine_args(
+        AsyncEngineArgs(
+            model=str(folder),
+            max_model_len=2048,
+            enable_prefix_caching=False,
+            enforce_eager=True,
+            kv_cache_memory_bytes=64 << 20,
+            dtype=config.dtype or "auto",
+            mm_processor_cache_gb=0,
+            disable_log_stats=True,
+        )
+    )
     try:
         rows = []
         for name, parts in prompts.items():
-            ei = await render(stage.engine, parse({"messages": [{"role": "user", "content": [*parts, {
-                "type": "text", "text": "what is this?"}]}]}))
+            ei = await render(
+                stage.engine,
+                parse({"messages": [{"role": "user", "content": [*parts, {"type": "text", "text": "what is this?"}]}]}),
+            )
 
             async def prefill(engine, tag: str, rows_file: str | None = None) -> float:
                 extra = {"kv_transfer_params": {PATH_KEY: rows_file}} if rows_file else None
                 t = time.perf_counter()
-                async for _ in engine.generate(ei, SamplingParams(max_tokens=1, temperature=0, extra_args=extra),
-                                               request_id=f"{name}-{tag}-{time.time_ns()}"):
+                async for _ in engine.generate(
+                    ei,
+                    SamplingParams(max_tokens=1, temperature=0, extra_args=extra),
+                    request_id=f"{name}-{tag}-{time.time_ns()}",
+                ):
                     pass
                 if rows_file:
                     read_rows(rows_file, len(ei["prompt_token_ids"]))
@@ -91,30 +105,52 @@ async def main(args: argparse.Namespace) -> None:
             await prefill(plain, "warm"), await speaking("warm")
             times: dict[str, list[float]] = {"plain": [], "speaking": []}
             for r in range(args.rounds):
-                for kind in (("plain", "speaking") if r % 2 == 0 else ("speaking", "plain")):
+                for kind in ("plain", "speaking") if r % 2 == 0 else ("speaking", "plain"):
                     times[kind].append(await (prefill(plain, "solo") if kind == "plain" else speaking("solo")))
             med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-            rows.append({"prompt": name, "prompt_tokens": len(ei["prompt_token_ids"]),
-                         **{f"{k}_ms": round(v, 2) for k, v in med.items()},
-                         "speaking_over_plain": round(med["speaking"] / med["plain"], 3)})
+            rows.append(
+                {
+                    "prompt": name,
+                    "prompt_tokens": len(ei["prompt_token_ids"]),
+                    **{f"{k}_ms": round(v, 2) for k, v in med.items()},
+                    "speaking_over_plain": round(med["speaking"] / med["plain"], 3),
+                }
+            )
             print(rows[-1], flush=True)
     finally:
         plain.shutdown()
         await omni.shutdown()
     kv = kv_bytes_per_token(folder, config.dtype)
-    result = {"model": str(folder), "accept_hidden_layer": config.accept_hidden_layer, "rounds": args.rounds,
-              "rows": rows, "kv_bytes_per_token": kv, "kv_share": round(kv["hidden_row"] / kv["attention"], 3)}
-    lines = ["# Qwen3-Omni: the cost of the talker's media conditioning (the thinker engine's own hidden states)", "",
-             f"model: `{folder}` (accept_hidden_layer {config.accept_hidden_layer}); medians of {args.rounds} "
-             "alternating rounds; `plain` = vLLM's own thinker on a plain engine (prefill + first token), `speaking` "
-             "= the speaking stage's engine on the same rendered input, which also writes the accepted layer into its "
-             "cache and the prompt's rows to a file, read back here as the stage does.", "",
-             "| prompt | tokens | plain ms | speaking ms | speaking / plain |", "|---|---|---|---|---|"]
-    lines += [f"| {r['prompt']} | {r['prompt_tokens']} | {r['plain_ms']} | {r['speaking_ms']} | "
-              f"{r['speaking_over_plain']} |" for r in rows]
-    lines += ["", f"KV cache per token: attention layers {kv['attention']:,} bytes, the hidden-state row "
-              f"{kv['hidden_row']:,} bytes (+{result['kv_share']:.1%}). No second engine, no weights loaded twice.",
-              "", "    python benchmarks/omni_hidden_cost.py --rounds " + str(args.rounds)]
+    result = {
+        "model": str(folder),
+        "accept_hidden_layer": config.accept_hidden_layer,
+        "rounds": args.rounds,
+        "rows": rows,
+        "kv_bytes_per_token": kv,
+        "kv_share": round(kv["hidden_row"] / kv["attention"], 3),
+    }
+    lines = [
+        "# Qwen3-Omni: the cost of the talker's media conditioning (the thinker engine's own hidden states)",
+        "",
+        f"model: `{folder}` (accept_hidden_layer {config.accept_hidden_layer}); medians of {args.rounds} "
+        "alternating rounds; `plain` = vLLM's own thinker on a plain engine (prefill + first token), `speaking` "
+        "= the speaking stage's engine on the same rendered input, which also writes the accepted layer into its "
+        "cache and the prompt's rows to a file, read back here as the stage does.",
+        "",
+        "| prompt | tokens | plain ms | speaking ms | speaking / plain |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['prompt']} | {r['prompt_tokens']} | {r['plain_ms']} | {r['speaking_ms']} | {r['speaking_over_plain']} |"
+        for r in rows
+    ]
+    lines += [
+        "",
+        f"KV cache per token: attention layers {kv['attention']:,} bytes, the hidden-state row "
+        f"{kv['hidden_row']:,} bytes (+{result['kv_share']:.1%}). No second engine, no weights loaded twice.",
+        "",
+        "    python benchmarks/omni_hidden_cost.py --rounds " + str(args.rounds),
+    ]
     write_result("omni_hidden_cost", result, lines)
 
 

@@ -74,18 +74,33 @@ class Prompts:
         from omnistage.bench.datasets import wav_bytes
 
         wav = base64.b64encode(wav_bytes(self.clip(seed), self.rate)).decode()
-        return {"messages": [{"role": "user", "content": [
-            {"type": "input_audio", "input_audio": {"data": wav, "format": "wav"}},
-            {"type": "text", "text": question}]}]}
+        return {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "input_audio", "input_audio": {"data": wav, "format": "wav"}},
+                        {"type": "text", "text": question},
+                    ],
+                }
+            ]
+        }
 
     def text_only(self, kind: str, i: int, seed: int) -> dict:
         question = PROMPTS[i % len(PROMPTS)]
         if kind == "text":  # token ids: no templating on either side
-            return {"prompt_token_ids": list(self.tok.apply_chat_template(
-                [{"role": "user", "content": question}], add_generation_prompt=True, return_dict=True)["input_ids"])}
-        text = self.tok.apply_chat_template([{"role": "user", "content": [
-            {"type": "audio", "audio": "clip"}, {"type": "text", "text": question}]}],
-            add_generation_prompt=True, tokenize=False)
+            return {
+                "prompt_token_ids": list(
+                    self.tok.apply_chat_template(
+                        [{"role": "user", "content": question}], add_generation_prompt=True, return_dict=True
+                    )["input_ids"]
+                )
+            }
+        text = self.tok.apply_chat_template(
+            [{"role": "user", "content": [{"type": "audio", "audio": "clip"}, {"type": "text", "text": question}]}],
+            add_generation_prompt=True,
+            tokenize=False,
+        )
         return {"prompt": text, "multi_modal_data": {"audio": [(self.clip(seed), self.rate)]}}
 
 
@@ -103,8 +118,14 @@ async def speech(engine, prompt: dict, params: list) -> dict:
             audio = out
     end = time.perf_counter()
     seconds = len(audio.audio) / audio.sample_rate
-    return {"ttft": first_text - t0, "ttfp": first_audio - t0, "e2e": end - t0, "audio_s": seconds,
-            "rtf": (end - t0) / seconds, "audio": audio.audio}
+    return {
+        "ttft": first_text - t0,
+        "ttfp": first_audio - t0,
+        "e2e": end - t0,
+        "audio_s": seconds,
+        "rtf": (end - t0) / seconds,
+        "audio": audio.audio,
+    }
 
 
 async def text_only(engine, prompt: dict, params: list) -> dict:
@@ -161,20 +182,29 @@ async def main(args: argparse.Namespace) -> dict:
 
         model = str(build("qwen3_omni", tempfile.mkdtemp(prefix="omnistage-bench-omni-")))
     engine_args = {"max_model_len": 1024, "max_num_seqs": 8}
-    modes = {"streamed": AsyncOmni(model, deploy_config={"async_chunk": True}, **engine_args),
-             "whole": AsyncOmni(model, deploy_config={"async_chunk": False}, **engine_args)}
+    modes = {
+        "streamed": AsyncOmni(model, deploy_config={"async_chunk": True}, **engine_args),
+        "whole": AsyncOmni(model, deploy_config={"async_chunk": False}, **engine_args),
+    }
     for engine in modes.values():
         await engine.start()
     # the engine arguments the thinker stage runs with (omnistage.stages.llm.args.engine_args_for + thinker.py)
-    vllm_args = {"model": model, **engine_args, "enforce_eager": True, "kv_cache_memory_bytes": 64 << 20,
-                 "disable_log_stats": True, "dtype": load_omni_config(model).dtype or "auto",
-                 "mm_processor_cache_gb": 0}
+    vllm_args = {
+        "model": model,
+        **engine_args,
+        "enforce_eager": True,
+        "kv_cache_memory_bytes": 64 << 20,
+        "disable_log_stats": True,
+        "dtype": load_omni_config(model).dtype or "auto",
+        "mm_processor_cache_gb": 0,
+    }
     llm = AsyncLLMEngine.from_engine_args(AsyncEngineArgs(**vllm_args))
     prompts = Prompts(AutoTokenizer.from_pretrained(model), AUDIO_RATE)
     thinker = {"temperature": 0, "max_tokens": args.text_tokens, "ignore_eos": True}
     params = [thinker, {"temperature": 0, "max_tokens": args.frames + 1}, {"chunk_frames": args.chunk_frames}]
-    plain = SamplingParams(temperature=0, max_tokens=args.text_tokens, ignore_eos=True,
-                           output_kind=RequestOutputKind.DELTA)
+    plain = SamplingParams(
+        temperature=0, max_tokens=args.text_tokens, ignore_eos=True, output_kind=RequestOutputKind.DELTA
+    )
     names = ["streamed", "whole", "text_only", "vllm"]
     rows: dict = {k: {m: {c: [] for c in args.concurrency} for m in names} for k in KINDS}
     by_round: dict = {k: {c: [] for c in args.concurrency} for k in KINDS}  # per round: (ttfp, ttft ratio)
@@ -195,7 +225,7 @@ async def main(args: argparse.Namespace) -> dict:
         reps = args.c1_repeats if c == 1 else 1  # more samples where one batch is one request
         for rep in range(reps):
             requests = [(rep * c + i, 1000 * (r + 2) + 100 * rep + 10 * c + i) for i in range(c)]  # a clip each
-            for name in (order if rep % 2 == 0 else order[::-1]):
+            for name in order if rep % 2 == 0 else order[::-1]:
                 got[name] += await batch(name, kind, requests)
         for name in names:
             rows[kind][name][c].extend(got[name])
@@ -203,9 +233,11 @@ async def main(args: argparse.Namespace) -> dict:
             diff = float(np.abs(a["audio"] - b["audio"]).max()) if a["audio"].shape == b["audio"].shape else np.inf
             checks["max_abs_audio_diff_streamed_vs_whole"] = max(checks["max_abs_audio_diff_streamed_vs_whole"], diff)
         checks["text_only_replies_differing_from_vllm"] += sum(
-            a["text"] != b["text"] for a, b in zip(got["text_only"], got["vllm"]))
-        by_round[kind][c].append((median(got["streamed"], "ttfp"),
-                                  median(got["text_only"], "ttft") / median(got["vllm"], "ttft")))
+            a["text"] != b["text"] for a, b in zip(got["text_only"], got["vllm"])
+        )
+        by_round[kind][c].append(
+            (median(got["streamed"], "ttfp"), median(got["text_only"], "ttft") / median(got["vllm"], "ttft"))
+        )
 
     staggered: dict = {k: [] for k in KINDS}  # per round: the second request's TTFP
 
@@ -228,8 +260,8 @@ async def main(args: argparse.Namespace) -> dict:
                     rows[kind][name][c].clear()
         for r in range(args.rounds):
             order = names if r % 2 == 0 else list(reversed(names))
-            for c in (args.concurrency if r % 2 == 0 else list(reversed(args.concurrency))):
-                for kind in (KINDS if r % 2 == 0 else tuple(reversed(KINDS))):
+            for c in args.concurrency if r % 2 == 0 else list(reversed(args.concurrency)):
+                for kind in KINDS if r % 2 == 0 else tuple(reversed(KINDS)):
                     await round_(r, c, kind, order)
             for kind in KINDS:
                 await staggered_round(r, kind)
@@ -241,18 +273,26 @@ async def main(args: argparse.Namespace) -> dict:
     for kind in KINDS:
         for c in args.concurrency:
             s, w, t, v = (rows[kind][m][c] for m in names)
-            table.append({
-                "kind": kind, "concurrency": c, "requests_per_mode": len(s),
-                "streamed_ttfp_ms": 1000 * median(s, "ttfp"), "whole_ttfp_ms": 1000 * median(w, "ttfp"),
-                "ttfp_speedup": median(w, "ttfp") / median(s, "ttfp"),
-                "streamed_ttft_ms": 1000 * median(s, "ttft"),
-                "streamed_rtf": median(s, "rtf"), "whole_rtf": median(w, "rtf"),
-                "streamed_e2e_ms": 1000 * median(s, "e2e"), "whole_e2e_ms": 1000 * median(w, "e2e"),
-                "audio_duration_s": median(s, "audio_s"),
-                "text_only_ttft_ms": 1000 * median(t, "ttft"), "vllm_ttft_ms": 1000 * median(v, "ttft"),
-                "text_only_ttft_ratio": median(t, "ttft") / median(v, "ttft"),
-                "text_only_ttft_ratio_rounds": spread([x for _, x in by_round[kind][c]]),
-            })
+            table.append(
+                {
+                    "kind": kind,
+                    "concurrency": c,
+                    "requests_per_mode": len(s),
+                    "streamed_ttfp_ms": 1000 * median(s, "ttfp"),
+                    "whole_ttfp_ms": 1000 * median(w, "ttfp"),
+                    "ttfp_speedup": median(w, "ttfp") / median(s, "ttfp"),
+                    "streamed_ttft_ms": 1000 * median(s, "ttft"),
+                    "streamed_rtf": median(s, "rtf"),
+                    "whole_rtf": median(w, "rtf"),
+                    "streamed_e2e_ms": 1000 * median(s, "e2e"),
+                    "whole_e2e_ms": 1000 * median(w, "e2e"),
+                    "audio_duration_s": median(s, "audio_s"),
+                    "text_only_ttft_ms": 1000 * median(t, "ttft"),
+                    "vllm_ttft_ms": 1000 * median(v, "ttft"),
+                    "text_only_ttft_ratio": median(t, "ttft") / median(v, "ttft"),
+                    "text_only_ttft_ratio_rounds": spread([x for _, x in by_round[kind][c]]),
+                }
+            )
     growth = {}
     if 1 in args.concurrency and 4 in args.concurrency:
         for kind in KINDS:
@@ -264,11 +304,22 @@ async def main(args: argparse.Namespace) -> dict:
         for kind in KINDS:
             per_round = [t / b[0] for t, b in zip(staggered[kind], by_round[kind][1])]
             second[kind] = {"ttfp_ms": 1000 * statistics.median(staggered[kind]), **spread(per_round)}
-    return {"model": model, "rounds": args.rounds, "c1_repeats": args.c1_repeats, "chunk_frames": args.chunk_frames,
-            "frames": args.frames, "text_tokens": args.text_tokens, "clip_s": CLIP_S, "engine_args": engine_args,
-            "vllm_engine_args": {k: v for k, v in vllm_args.items() if k != "model"},
-            **checks, "ttfp_growth_c4_over_c1": growth, "stagger_s": args.stagger_s,
-            "second_request_ttfp_over_c1": second, "results": table}
+    return {
+        "model": model,
+        "rounds": args.rounds,
+        "c1_repeats": args.c1_repeats,
+        "chunk_frames": args.chunk_frames,
+        "frames": args.frames,
+        "text_tokens": args.text_tokens,
+        "clip_s": CLIP_S,
+        "engine_args": engine_args,
+        "vllm_engine_args": {k: v for k, v in vllm_args.items() if k != "model"},
+        **checks,
+        "ttfp_growth_c4_over_c1": growth,
+        "stagger_s": args.stagger_s,
+        "second_request_ttfp_over_c1": second,
+        "results": table,
+    }
 
 
 def write(report: dict, name: str) -> None:
@@ -283,7 +334,7 @@ def write(report: dict, name: str) -> None:
         f"first; audio-in requests carry a {report['clip_s']:g} s clip (a chat with an `input_audio` part); engine "
         f"args {report['engine_args']}; medians over {report['rounds']} alternating rounds ({report['c1_repeats']} "
         "requests per mode and round at concurrency 1, one batch at 4). TTFP = submit -> first audio packet; "
-        "RTF = end-to-end time / audio duration; text-only = `modalities: [\"text\"]` on the streamed engine vs "
+        'RTF = end-to-end time / audio duration; text-only = `modalities: ["text"]` on the streamed engine vs '
         "the same thinker on a plain vLLM AsyncLLM in the same process (engine args "
         f"{report['vllm_engine_args']}), both given the same prompt (token ids for text-in; template text + "
         "`multi_modal_data` audio for audio-in).",
@@ -292,27 +343,37 @@ def write(report: dict, name: str) -> None:
         "",
     ]
     for kind, g in growth.items():
-        lines.append(f"- **{kind}-in streamed TTFP c=4 / c=1: {g['median']:.2f}** (per-round range "
-                     f"{g['min']:.2f}–{g['max']:.2f}; pooled medians {g['pooled']:.2f}).")
+        lines.append(
+            f"- **{kind}-in streamed TTFP c=4 / c=1: {g['median']:.2f}** (per-round range "
+            f"{g['min']:.2f}–{g['max']:.2f}; pooled medians {g['pooled']:.2f})."
+        )
     for kind, g in report["second_request_ttfp_over_c1"].items():
-        lines.append(f"- {kind}-in, a second request arriving {report['stagger_s']:g} s into another's speech: TTFP "
-                     f"{g['ttfp_ms']:.1f} ms, {g['median']:.2f}× c=1 (per-round range "
-                     f"{g['min']:.2f}–{g['max']:.2f}).")
+        lines.append(
+            f"- {kind}-in, a second request arriving {report['stagger_s']:g} s into another's speech: TTFP "
+            f"{g['ttfp_ms']:.1f} ms, {g['median']:.2f}× c=1 (per-round range "
+            f"{g['min']:.2f}–{g['max']:.2f})."
+        )
     for r in report["results"]:
         s = r["text_only_ttft_ratio_rounds"]
-        lines.append(f"- {r['kind']}-in text-only TTFT / plain vLLM at c={r['concurrency']}: {s['median']:.3f} "
-                     f"(per-round range {s['min']:.3f}–{s['max']:.3f}).")
+        lines.append(
+            f"- {r['kind']}-in text-only TTFT / plain vLLM at c={r['concurrency']}: {s['median']:.3f} "
+            f"(per-round range {s['min']:.3f}–{s['max']:.3f})."
+        )
     lines += [
         "",
-        ("| in | concurrency | streamed TTFP ms | whole TTFP ms | TTFP speed-up | streamed TTFT ms | streamed RTF | "
-         "whole RTF | audio s | text-only TTFT ms | vLLM TTFT ms | TTFT ratio |"),
+        (
+            "| in | concurrency | streamed TTFP ms | whole TTFP ms | TTFP speed-up | streamed TTFT ms | streamed RTF | "
+            "whole RTF | audio s | text-only TTFT ms | vLLM TTFT ms | TTFT ratio |"
+        ),
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["results"]:
-        lines.append(f"| {r['kind']} | {r['concurrency']} | {r['streamed_ttfp_ms']:.1f} | {r['whole_ttfp_ms']:.1f} | "
-                     f"{r['ttfp_speedup']:.2f}x | {r['streamed_ttft_ms']:.1f} | {r['streamed_rtf']:.3f} | "
-                     f"{r['whole_rtf']:.3f} | {r['audio_duration_s']:.2f} | {r['text_only_ttft_ms']:.1f} | "
-                     f"{r['vllm_ttft_ms']:.1f} | {r['text_only_ttft_ratio']:.3f} |")
+        lines.append(
+            f"| {r['kind']} | {r['concurrency']} | {r['streamed_ttfp_ms']:.1f} | {r['whole_ttfp_ms']:.1f} | "
+            f"{r['ttfp_speedup']:.2f}x | {r['streamed_ttft_ms']:.1f} | {r['streamed_rtf']:.3f} | "
+            f"{r['whole_rtf']:.3f} | {r['audio_duration_s']:.2f} | {r['text_only_ttft_ms']:.1f} | "
+            f"{r['vllm_ttft_ms']:.1f} | {r['text_only_ttft_ratio']:.3f} |"
+        )
     (RESULTS / f"{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -326,7 +387,11 @@ if __name__ == "__main__":
     parser.add_argument("--text-tokens", type=int, default=32, help="reply tokens per request")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--c1-repeats", type=int, default=3, help="requests per mode and round at concurrency 1")
-    parser.add_argument("--stagger-s", type=float, default=0.3,
-                        help="the staggered case: the second request starts this long after the first")
+    parser.add_argument(
+        "--stagger-s",
+        type=float,
+        default=0.3,
+        help="the staggered case: the second request starts this long after the first",
+    )
     parser.add_argument("--name", default="omni_streaming", help="results file name (under benchmarks/results)")
     write(asyncio.run(main(parser.parse_args())), parser.parse_args().name)

@@ -38,42 +38,96 @@ class RealShape:
 
 SHAPES: dict[str, RealShape] = {
     "qwen_image": RealShape(
-        "qwen_image", "QwenImagePipeline", "Qwen/Qwen-Image transformer/config.json (QwenImageTransformer2DModel, "
-        "~20.4B parameters)",
-        dict(patch_size=2, in_channels=64, out_channels=16, num_layers=60, attention_head_dim=128,
-             num_attention_heads=24, axes_dims_rope=[16, 56, 56]),
+        "qwen_image",
+        "QwenImagePipeline",
+        "Qwen/Qwen-Image transformer/config.json (QwenImageTransformer2DModel, ~20.4B parameters)",
+        dict(
+            patch_size=2,
+            in_channels=64,
+            out_channels=16,
+            num_layers=60,
+            attention_head_dim=128,
+            num_attention_heads=24,
+            axes_dims_rope=[16, 56, 56],
+        ),
         dict(height=1024, width=1024, true_cfg_scale=1.0, max_sequence_length=64),
         dict(height=64, width=64, true_cfg_scale=1.0, max_sequence_length=16),
-        steps=8, output="image", notes=["no true CFG (one row per request)"]),
+        steps=8,
+        output="image",
+        notes=["no true CFG (one row per request)"],
+    ),
     "flux": RealShape(
-        "flux", "FluxPipeline", "black-forest-labs/FLUX.1-dev transformer/config.json (FluxTransformer2DModel, "
-        "~11.9B parameters)",
-        dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=38, attention_head_dim=128,
-             num_attention_heads=24, axes_dims_rope=[16, 56, 56], guidance_embeds=True),
+        "flux",
+        "FluxPipeline",
+        "black-forest-labs/FLUX.1-dev transformer/config.json (FluxTransformer2DModel, ~11.9B parameters)",
+        dict(
+            patch_size=1,
+            in_channels=64,
+            num_layers=19,
+            num_single_layers=38,
+            attention_head_dim=128,
+            num_attention_heads=24,
+            axes_dims_rope=[16, 56, 56],
+            guidance_embeds=True,
+        ),
         dict(height=1024, width=1024, guidance_scale=3.5, max_sequence_length=64),
         dict(height=64, width=64, guidance_scale=3.5, max_sequence_length=16),
-        steps=8, output="image", vae_latent_channels=16, notes=["guidance embedding, no CFG rows"]),
+        steps=8,
+        output="image",
+        vae_latent_channels=16,
+        notes=["guidance embedding, no CFG rows"],
+    ),
     # the default Wan part: at 480p x 33 frames one 14B request is ~13 s of H200 time (8 steps, CFG), so the
     # 14B's full c=1/4/8 sweep does not fit one run; the 1.3B (same blocks, narrower) does
     "wan": RealShape(
-        "wan", "WanPipeline", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers transformer/config.json (WanTransformer3DModel, "
-        "~1.4B parameters)",
-        dict(patch_size=[1, 2, 2], num_attention_heads=12, attention_head_dim=128, in_channels=16, out_channels=16,
-             freq_dim=256, ffn_dim=8960, num_layers=30, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
-             eps=1e-6, rope_max_seq_len=1024),
+        "wan",
+        "WanPipeline",
+        "Wan-AI/Wan2.1-T2V-1.3B-Diffusers transformer/config.json (WanTransformer3DModel, ~1.4B parameters)",
+        dict(
+            patch_size=[1, 2, 2],
+            num_attention_heads=12,
+            attention_head_dim=128,
+            in_channels=16,
+            out_channels=16,
+            freq_dim=256,
+            ffn_dim=8960,
+            num_layers=30,
+            cross_attn_norm=True,
+            qk_norm="rms_norm_across_heads",
+            eps=1e-6,
+            rope_max_seq_len=1024,
+        ),
         dict(height=480, width=832, num_frames=33, guidance_scale=5.0, max_sequence_length=64),
         dict(height=32, width=32, num_frames=5, guidance_scale=5.0, max_sequence_length=16),
-        steps=8, output="video", notes=["480p x 33 frames, CFG (2 rows per request)"]),
+        steps=8,
+        output="video",
+        notes=["480p x 33 frames, CFG (2 rows per request)"],
+    ),
     # opt-in (--parts wan_14b --requests 4 --concurrency 1,4: about 5 minutes on an H200, estimated)
     "wan_14b": RealShape(
-        "wan", "WanPipeline", "Wan-AI/Wan2.1-T2V-14B-Diffusers transformer/config.json (WanTransformer3DModel, "
-        "~14.3B parameters)",
-        dict(patch_size=[1, 2, 2], num_attention_heads=40, attention_head_dim=128, in_channels=16, out_channels=16,
-             freq_dim=256, ffn_dim=13824, num_layers=40, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
-             eps=1e-6, rope_max_seq_len=1024),
+        "wan",
+        "WanPipeline",
+        "Wan-AI/Wan2.1-T2V-14B-Diffusers transformer/config.json (WanTransformer3DModel, ~14.3B parameters)",
+        dict(
+            patch_size=[1, 2, 2],
+            num_attention_heads=40,
+            attention_head_dim=128,
+            in_channels=16,
+            out_channels=16,
+            freq_dim=256,
+            ffn_dim=13824,
+            num_layers=40,
+            cross_attn_norm=True,
+            qk_norm="rms_norm_across_heads",
+            eps=1e-6,
+            rope_max_seq_len=1024,
+        ),
         dict(height=480, width=832, num_frames=33, guidance_scale=5.0, max_sequence_length=64),
         dict(height=32, width=32, num_frames=5, guidance_scale=5.0, max_sequence_length=16),
-        steps=8, output="video", notes=["480p x 33 frames, CFG (2 rows per request)"]),
+        steps=8,
+        output="video",
+        notes=["480p x 33 frames, CFG (2 rows per request)"],
+    ),
 }
 
 
@@ -81,8 +135,9 @@ SHAPES: dict[str, RealShape] = {
 NOMINAL_PARAMS = {"qwen_image": 20e9, "flux": 12e9, "wan": 1.3e9, "wan_14b": 14e9}
 
 
-def real_transformer(family: str, tiny_config: dict[str, Any], device: torch.device | str,
-                     num_layers: int | None = None) -> torch.nn.Module:
+def real_transformer(
+    family: str, tiny_config: dict[str, Any], device: torch.device | str, num_layers: int | None = None
+) -> torch.nn.Module:
     """The published-shape transformer, random bf16 weights made on ``device`` (``meta``: shapes only).
     ``tiny_config``: the fixture's transformer config (the keys not listed in ``SHAPES``, e.g. the text widths).
     ``num_layers`` shrinks the depth, for a cheap CPU check of this path."""
@@ -112,13 +167,21 @@ def build(family: str, outdir: Path, device: torch.device, tiny: bool, num_layer
     shape = SHAPES[family]
     build_tiny(shape.builder, outdir)
     config = json.loads((outdir / "transformer" / "config.json").read_text())
-    desc: dict[str, Any] = {"family": family, "pipeline_class": shape.pipeline_class,
-                            "transformer_class": config["_class_name"], "tiny": tiny, "notes": list(shape.notes)}
+    desc: dict[str, Any] = {
+        "family": family,
+        "pipeline_class": shape.pipeline_class,
+        "transformer_class": config["_class_name"],
+        "tiny": tiny,
+        "notes": list(shape.notes),
+    }
     if tiny:
         transformer = getattr(diffusers, config["_class_name"]).from_pretrained(outdir / "transformer")
     else:
-        desc.update(source=shape.source, num_layers_override=num_layers,
-                    text_projection_width="the tiny text encoder's (see real_shapes.py)")
+        desc.update(
+            source=shape.source,
+            num_layers_override=num_layers,
+            text_projection_width="the tiny text encoder's (see real_shapes.py)",
+        )
         transformer = real_transformer(family, config, device, num_layers)
         transformer.save_pretrained(outdir / "transformer", safe_serialization=True, max_shard_size="10GB")
         if shape.vae_latent_channels:

@@ -38,8 +38,9 @@ async def batch(cfg: RealtimeConfig, n: int) -> int:
 async def main(args: argparse.Namespace) -> dict:
     clip, _ = utterance(args.speech_seconds, 16000, after_s=0.1)
     url = args.base_url.replace("http://", "ws://").rstrip("/") + "/v1/realtime"
-    cfg = RealtimeConfig(url=url, clip=clip, rate=16000, api_key=args.api_key, turns=1, barge_in=False,
-                         session=json.loads(args.session))
+    cfg = RealtimeConfig(
+        url=url, clip=clip, rate=16000, api_key=args.api_key, turns=1, barge_in=False, session=json.loads(args.session)
+    )
     await batch(cfg, args.concurrency)  # warm-up: thread pools, allocator arenas, caches
     for _ in range(args.warmup // args.concurrency - 1):
         await batch(cfg, args.concurrency)
@@ -52,13 +53,20 @@ async def main(args: argparse.Namespace) -> dict:
     first = sum(r[1] for _, r in samples[:q]) / q
     last = sum(r[1] for _, r in samples[-q:]) / q
     (_, (own0, all0)), (_, (own1, all1)) = samples[0], samples[-1]
-    return {"sessions": samples[-1][0], "answered": answered, "concurrency": args.concurrency,
-            "wall_s": time.perf_counter() - start,
-            "rss_mib": [(n, own / 2**20, tree / 2**20) for n, (own, tree) in samples],
-            "rss_start_mib": all0 / 2**20, "rss_end_mib": all1 / 2**20,
-            "server_rss_start_mib": own0 / 2**20, "server_rss_end_mib": own1 / 2**20,
-            "growth_first_to_last_quarter": last / first - 1, "growth_start_to_end": all1 / all0 - 1,
-            "server_growth_start_to_end": own1 / own0 - 1}
+    return {
+        "sessions": samples[-1][0],
+        "answered": answered,
+        "concurrency": args.concurrency,
+        "wall_s": time.perf_counter() - start,
+        "rss_mib": [(n, own / 2**20, tree / 2**20) for n, (own, tree) in samples],
+        "rss_start_mib": all0 / 2**20,
+        "rss_end_mib": all1 / 2**20,
+        "server_rss_start_mib": own0 / 2**20,
+        "server_rss_end_mib": own1 / 2**20,
+        "growth_first_to_last_quarter": last / first - 1,
+        "growth_start_to_end": all1 / all0 - 1,
+        "server_growth_start_to_end": own1 / own0 - 1,
+    }
 
 
 if __name__ == "__main__":
@@ -75,16 +83,18 @@ if __name__ == "__main__":
     p.add_argument("--output", default=None, help="path stem: writes .json and .md")
     args = p.parse_args()
     result = asyncio.run(main(args))
-    md = (f"# Server RSS over {result['sessions']} short /v1/realtime sessions ({args.label})\n\n"
-          f"{result['answered']}/{result['sessions']} answered, {result['concurrency']} at a time, "
-          f"{result['wall_s']:.0f} s. RSS of the server's process tree after a {args.warmup}-session warm-up: "
-          f"{result['rss_start_mib']:.0f} MiB, at the end {result['rss_end_mib']:.0f} MiB "
-          f"(**{result['growth_start_to_end'] * 100:+.1f} %**; first quarter of the samples -> last quarter "
-          f"{result['growth_first_to_last_quarter'] * 100:+.1f} %); the server process alone "
-          f"{result['server_rss_start_mib']:.0f} -> {result['server_rss_end_mib']:.0f} MiB "
-          f"({result['server_growth_start_to_end'] * 100:+.1f} %).\n\n"
-          "| sessions | server process MiB | with its children MiB |\n|---|---|---|\n"
-          + "".join(f"| {n} | {own:.0f} | {tree:.0f} |\n" for n, own, tree in result["rss_mib"]))
+    md = (
+        f"# Server RSS over {result['sessions']} short /v1/realtime sessions ({args.label})\n\n"
+        f"{result['answered']}/{result['sessions']} answered, {result['concurrency']} at a time, "
+        f"{result['wall_s']:.0f} s. RSS of the server's process tree after a {args.warmup}-session warm-up: "
+        f"{result['rss_start_mib']:.0f} MiB, at the end {result['rss_end_mib']:.0f} MiB "
+        f"(**{result['growth_start_to_end'] * 100:+.1f} %**; first quarter of the samples -> last quarter "
+        f"{result['growth_first_to_last_quarter'] * 100:+.1f} %); the server process alone "
+        f"{result['server_rss_start_mib']:.0f} -> {result['server_rss_end_mib']:.0f} MiB "
+        f"({result['server_growth_start_to_end'] * 100:+.1f} %).\n\n"
+        "| sessions | server process MiB | with its children MiB |\n|---|---|---|\n"
+        + "".join(f"| {n} | {own:.0f} | {tree:.0f} |\n" for n, own, tree in result["rss_mib"])
+    )
     print(md)
     if args.output:
         Path(args.output).with_suffix(".json").write_text(json.dumps({"config": vars(args), **result}, indent=2))

@@ -34,13 +34,34 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     # stabilityai/stable-diffusion-3-medium-diffusers: transformer/config.json and vae/config.json
     "sd3-medium": {
-        "transformer": dict(num_layers=24, num_attention_heads=24, attention_head_dim=64, caption_projection_dim=1536,
-                            in_channels=16, out_channels=16, joint_attention_dim=4096, pooled_projection_dim=2048,
-                            patch_size=2, pos_embed_max_size=192, sample_size=128),
-        "vae": dict(block_out_channels=(128, 256, 512, 512), in_channels=3, out_channels=3, latent_channels=16,
-                    down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
-                    layers_per_block=2, norm_num_groups=32, sample_size=1024, scaling_factor=1.5305,
-                    shift_factor=0.0609, use_quant_conv=False, use_post_quant_conv=False),
+        "transformer": dict(
+            num_layers=24,
+            num_attention_heads=24,
+            attention_head_dim=64,
+            caption_projection_dim=1536,
+            in_channels=16,
+            out_channels=16,
+            joint_attention_dim=4096,
+            pooled_projection_dim=2048,
+            patch_size=2,
+            pos_embed_max_size=192,
+            sample_size=128,
+        ),
+        "vae": dict(
+            block_out_channels=(128, 256, 512, 512),
+            in_channels=3,
+            out_channels=3,
+            latent_channels=16,
+            down_block_types=("DownEncoderBlock2D",) * 4,
+            up_block_types=("UpDecoderBlock2D",) * 4,
+            layers_per_block=2,
+            norm_num_groups=32,
+            sample_size=1024,
+            scaling_factor=1.5305,
+            shift_factor=0.0609,
+            use_quant_conv=False,
+            use_post_quant_conv=False,
+        ),
         "clip_projection_dim": 1024,  # CLIP-L 768 + CLIP-G 1280 in the real model: pooled width 2048
         "t5_d_model": 4096,
         "max_sequence_length": 256,  # StableDiffusion3Pipeline's default
@@ -73,23 +94,36 @@ def build(preset: str, outdir: Path, device: torch.device, num_layers: int | Non
     parts = dict(text_encoder=base.text_encoder, text_encoder_2=base.text_encoder_2, text_encoder_3=base.text_encoder_3)
     if "clip_projection_dim" in spec:
         for name in ("text_encoder", "text_encoder_2"):
-            c = type(base.text_encoder.config)(**{**base.text_encoder.config.to_dict(),
-                                                  "projection_dim": spec["clip_projection_dim"]})
+            c = type(base.text_encoder.config)(
+                **{**base.text_encoder.config.to_dict(), "projection_dim": spec["clip_projection_dim"]}
+            )
             parts[name] = CLIPTextModelWithProjection(c).eval()
         t5 = type(base.text_encoder_3.config)(**{**base.text_encoder_3.config.to_dict(), "d_model": spec["t5_d_model"]})
         parts["text_encoder_3"] = T5EncoderModel(t5).eval()
-    pipe = StableDiffusion3Pipeline(transformer=transformer, vae=vae, scheduler=base.scheduler,
-                                    tokenizer=base.tokenizer, tokenizer_2=base.tokenizer_2,
-                                    tokenizer_3=base.tokenizer_3, **parts)
+    pipe = StableDiffusion3Pipeline(
+        transformer=transformer,
+        vae=vae,
+        scheduler=base.scheduler,
+        tokenizer=base.tokenizer,
+        tokenizer_2=base.tokenizer_2,
+        tokenizer_3=base.tokenizer_3,
+        **parts,
+    )
     pipe.to("cpu", spec.get("save_dtype", torch.float32))
     outdir.mkdir(parents=True, exist_ok=True)
     pipe.save_pretrained(outdir, safe_serialization=True)
     n_params = sum(p.numel() for p in transformer.parameters())
-    return {"preset": preset, "transformer_params": n_params, "transformer_config": _jsonable(cfg),
-            "vae_block_out_channels": list(vae.config.block_out_channels), "vae_scale_factor": pipe.vae_scale_factor,
-            "latent_channels": vae.config.latent_channels, "max_sequence_length": spec["max_sequence_length"],
-            "saved_dtype": str(spec.get("save_dtype", torch.float32)).removeprefix("torch."),
-            "folder_bytes": sum(f.stat().st_size for f in outdir.rglob("*") if f.is_file())}
+    return {
+        "preset": preset,
+        "transformer_params": n_params,
+        "transformer_config": _jsonable(cfg),
+        "vae_block_out_channels": list(vae.config.block_out_channels),
+        "vae_scale_factor": pipe.vae_scale_factor,
+        "latent_channels": vae.config.latent_channels,
+        "max_sequence_length": spec["max_sequence_length"],
+        "saved_dtype": str(spec.get("save_dtype", torch.float32)).removeprefix("torch."),
+        "folder_bytes": sum(f.stat().st_size for f in outdir.rglob("*") if f.is_file()),
+    }
 
 
 def work_dir(need_bytes: int) -> str:
@@ -118,8 +152,15 @@ def forward_tflop(transformer: torch.nn.Module, image_tokens: int, text_tokens: 
     return (2 * (img * image_tokens + txt * text_tokens) + attn) / 1e12
 
 
-def forward_ms(transformer: torch.nn.Module, latent_hw: int, text_tokens: int, rows: int, device: torch.device,
-               dtype: torch.dtype, repeats: int = 5) -> float:
+def forward_ms(
+    transformer: torch.nn.Module,
+    latent_hw: int,
+    text_tokens: int,
+    rows: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    repeats: int = 5,
+) -> float:
     """One transformer forward at the benchmark shape (ms, after one warm-up call)."""
     cfg = transformer.config
     x = torch.randn(rows, cfg.in_channels, latent_hw, latent_hw, device=device, dtype=dtype)
@@ -139,5 +180,8 @@ def forward_ms(transformer: torch.nn.Module, latent_hw: int, text_tokens: int, r
 
 
 def _jsonable(cfg: dict[str, Any]) -> dict[str, Any]:
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items()
-            if isinstance(v, (int, float, str, bool, tuple, list, type(None)))}
+    return {
+        k: (list(v) if isinstance(v, tuple) else v)
+        for k, v in cfg.items()
+        if isinstance(v, (int, float, str, bool, tuple, list, type(None)))
+    }

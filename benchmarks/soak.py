@@ -95,8 +95,9 @@ def quarter_slopes(done: list[int], values: list[float]) -> tuple[float, float]:
     """MiB per 1000 requests (least squares) over the first and over the last quarter of the samples: a
     process whose memory is bounded has a last-quarter slope near 0, whatever its warm-up."""
     q = max(2, len(values) // 4)
-    fit = [statistics.linear_regression(done[part], values[part]).slope * 1000
-           for part in (slice(0, q), slice(-q, None))]
+    fit = [
+        statistics.linear_regression(done[part], values[part]).slope * 1000 for part in (slice(0, q), slice(-q, None))
+    ]
     return round(fit[0], 2), round(fit[1], 2)
 
 
@@ -104,13 +105,20 @@ def growth(samples: list[dict], name: str) -> dict:
     trees = [s["servers"][name] for s in samples]
     done = [s["requests"] for s in samples]
     labels = [k for k in trees[0]["procs"] if all(k in t["procs"] for t in trees)]
-    return {"rss": round(quarter_growth([t["rss_mib"] for t in trees]), 4),
-            "fds": round(quarter_growth([t["fds"] for t in trees]), 4),
-            "procs": {k: {"first_mib": trees[0]["procs"][k], "last_mib": trees[-1]["procs"][k],
-                          "growth": round(quarter_growth([t["procs"][k] for t in trees]), 4),
-                          "slope_mib_per_1000": quarter_slopes(done, [t["procs"][k] for t in trees])}
-                      for k in labels},
-            "procs_not_in_every_sample": sorted({k for t in trees for k in t["procs"]} - set(labels))}
+    return {
+        "rss": round(quarter_growth([t["rss_mib"] for t in trees]), 4),
+        "fds": round(quarter_growth([t["fds"] for t in trees]), 4),
+        "procs": {
+            k: {
+                "first_mib": trees[0]["procs"][k],
+                "last_mib": trees[-1]["procs"][k],
+                "growth": round(quarter_growth([t["procs"][k] for t in trees]), 4),
+                "slope_mib_per_1000": quarter_slopes(done, [t["procs"][k] for t in trees]),
+            }
+            for k in labels
+        },
+        "procs_not_in_every_sample": sorted({k for t in trees for k in t["procs"]} - set(labels)),
+    }
 
 
 def run(urls: dict[str, str], pids: dict[str, int], requests: int, concurrency: int, sample_every: int) -> dict:
@@ -140,23 +148,38 @@ def run(urls: dict[str, str], pids: dict[str, int], requests: int, concurrency: 
                 unexpected.append(f"#{i} {kind}")
             done += 1
             if done % sample_every == 0:
-                samples.append({"requests": done, "t_s": round(time.monotonic() - start, 2),
-                                "servers": {name: tree_usage(pid) for name, pid in pids.items()}})
-                print(f"{done:6d} requests  {samples[-1]['t_s']:8.1f} s  " + "  ".join(
-                    f"{n} {t['rss_mib']:7.1f} MiB {t['fds']} fds" for n, t in samples[-1]["servers"].items()),
-                    f" unexpected {len(unexpected)}", flush=True)
+                samples.append(
+                    {
+                        "requests": done,
+                        "t_s": round(time.monotonic() - start, 2),
+                        "servers": {name: tree_usage(pid) for name, pid in pids.items()},
+                    }
+                )
+                print(
+                    f"{done:6d} requests  {samples[-1]['t_s']:8.1f} s  "
+                    + "  ".join(
+                        f"{n} {t['rss_mib']:7.1f} MiB {t['fds']} fds" for n, t in samples[-1]["servers"].items()
+                    ),
+                    f" unexpected {len(unexpected)}",
+                    flush=True,
+                )
 
     with ThreadPoolExecutor(concurrency) as pool:
         list(pool.map(one, range(requests)))
     health = {name: httpx.get(f"{url}/health", timeout=30).json() for name, url in urls.items()}
     return {
-        "requests": requests, "concurrency": concurrency, "servers": list(urls), "sample_every": sample_every,
+        "requests": requests,
+        "concurrency": concurrency,
+        "servers": list(urls),
+        "sample_every": sample_every,
         "duration_s": round(time.monotonic() - start, 1),
         "by_kind": {f"{k} {'ok' if ok else 'UNEXPECTED'}": n for (k, ok), n in sorted(counts.items())},
         "max_latency_s": {k: round(v, 2) for k, v in sorted(latency.items())},
-        "unexpected": unexpected, "growth": {name: growth(samples, name) for name in urls},
+        "unexpected": unexpected,
+        "growth": {name: growth(samples, name) for name in urls},
         "health_after": {n: h["status"] for n, h in health.items()},
-        "in_flight_after": {n: h["in_flight"] for n, h in health.items()}, "samples": samples,
+        "in_flight_after": {n: h["in_flight"] for n, h in health.items()},
+        "samples": samples,
     }
 
 
@@ -164,48 +187,72 @@ def run(urls: dict[str, str], pids: dict[str, int], requests: int, concurrency: 
 
 
 def verdict(result: dict) -> bool:
-    grown = [g for tree in result["growth"].values() for g in
-             [tree["fds"], *(p["growth"] for p in tree["procs"].values())]]
-    return (not result["unexpected"] and max(grown) < TARGET_GROWTH
-            and set(result["health_after"].values()) == {"ok"} and not any(result["in_flight_after"].values()))
+    grown = [
+        g for tree in result["growth"].values() for g in [tree["fds"], *(p["growth"] for p in tree["procs"].values())]
+    ]
+    return (
+        not result["unexpected"]
+        and max(grown) < TARGET_GROWTH
+        and set(result["health_after"].values()) == {"ok"}
+        and not any(result["in_flight_after"].values())
+    )
 
 
 def report(result: dict, notes: str = "") -> str:
     names = ", ".join(result["servers"])
-    lines = [f"# Soak: {result['requests']} mixed requests, {result['concurrency']} client threads, "
-             f"{len(result['servers'])} server(s): {names}", "",
-             (f"`python benchmarks/soak.py --requests {result['requests']} --concurrency {result['concurrency']} "
-              f"--servers {','.join(result['servers'])}` — one `omnistage serve` process per server on the tiny "
-              "fixtures (benchmarks/soak_mix.py: image_chat = prompt_expand, vLLM LLM stage + SD3 diffusion stage; "
-              "speech = codec_tts; video = Wan); RSS of every process of each server tree and the tree's open fds "
-              f"sampled every {result['sample_every']} requests. The machine (2 cores) was shared with other "
-              "jobs while this ran: durations and latencies are loaded ones."), "",
-             f"- duration: {result['duration_s']} s",
-             f"- unexpected answers: **{len(result['unexpected'])}**"
-             + (f" ({', '.join(result['unexpected'][:10])})" if result["unexpected"] else ""),
-             f"- /health afterwards: {result['health_after']}, in flight {result['in_flight_after']}",
-             f"- verdict (every process's RSS and every tree's fds < {TARGET_GROWTH:.0%} growth, last quarter vs "
-             f"first quarter of the samples; 0 unexpected): **{'PASS' if verdict(result) else 'FAIL'}**", ""]
+    lines = [
+        f"# Soak: {result['requests']} mixed requests, {result['concurrency']} client threads, "
+        f"{len(result['servers'])} server(s): {names}",
+        "",
+        (
+            f"`python benchmarks/soak.py --requests {result['requests']} --concurrency {result['concurrency']} "
+            f"--servers {','.join(result['servers'])}` — one `omnistage serve` process per server on the tiny "
+            "fixtures (benchmarks/soak_mix.py: image_chat = prompt_expand, vLLM LLM stage + SD3 diffusion stage; "
+            "speech = codec_tts; video = Wan); RSS of every process of each server tree and the tree's open fds "
+            f"sampled every {result['sample_every']} requests. The machine (2 cores) was shared with other "
+            "jobs while this ran: durations and latencies are loaded ones."
+        ),
+        "",
+        f"- duration: {result['duration_s']} s",
+        f"- unexpected answers: **{len(result['unexpected'])}**"
+        + (f" ({', '.join(result['unexpected'][:10])})" if result["unexpected"] else ""),
+        f"- /health afterwards: {result['health_after']}, in flight {result['in_flight_after']}",
+        f"- verdict (every process's RSS and every tree's fds < {TARGET_GROWTH:.0%} growth, last quarter vs "
+        f"first quarter of the samples; 0 unexpected): **{'PASS' if verdict(result) else 'FAIL'}**",
+        "",
+    ]
     if notes:
         lines += [notes, ""]
-    lines += ["| server | process | RSS first sample (MiB) | RSS last sample (MiB) | growth, last vs first quarter "
-              "| MiB per 1000 requests: first quarter → last quarter |", "|---|---|---|---|---|---|"]
+    lines += [
+        "| server | process | RSS first sample (MiB) | RSS last sample (MiB) | growth, last vs first quarter "
+        "| MiB per 1000 requests: first quarter → last quarter |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, tree in result["growth"].items():
         for proc, g in tree["procs"].items():
             first, last = g["slope_mib_per_1000"]
-            lines.append(f"| {name} | {proc} | {g['first_mib']} | {g['last_mib']} | **{g['growth']:+.1%}** "
-                         f"| {first:+.1f} → {last:+.1f} |")
+            lines.append(
+                f"| {name} | {proc} | {g['first_mib']} | {g['last_mib']} | **{g['growth']:+.1%}** "
+                f"| {first:+.1f} → {last:+.1f} |"
+            )
         lines.append(f"| {name} | whole tree: RSS / open fds | | | **{tree['rss']:+.1%}** / **{tree['fds']:+.1%}** | |")
     lines += ["", "| requests by kind | count | max latency (s) |", "|---|---|---|"]
-    lines += [f"| {k} | {n} | {result['max_latency_s'].get(k.rsplit(' ', 1)[0], '')} |"
-              for k, n in result["by_kind"].items()]
-    lines += ["", "| requests done | time (s) | " + " | ".join(f"{n} RSS (MiB) | {n} fds" for n in result["servers"])
-              + " |", "|---|---|" + "---|---|" * len(result["servers"])]
+    lines += [
+        f"| {k} | {n} | {result['max_latency_s'].get(k.rsplit(' ', 1)[0], '')} |" for k, n in result["by_kind"].items()
+    ]
+    lines += [
+        "",
+        "| requests done | time (s) | " + " | ".join(f"{n} RSS (MiB) | {n} fds" for n in result["servers"]) + " |",
+        "|---|---|" + "---|---|" * len(result["servers"]),
+    ]
     step = max(1, len(result["samples"]) // 40)  # the table keeps about 40 rows; the json has them all
     rows = result["samples"][::step]
     for s in rows + ([result["samples"][-1]] if rows[-1] is not result["samples"][-1] else []):
-        lines.append(f"| {s['requests']} | {s['t_s']} | " + " | ".join(
-            f"{s['servers'][n]['rss_mib']} | {s['servers'][n]['fds']}" for n in result["servers"]) + " |")
+        lines.append(
+            f"| {s['requests']} | {s['t_s']} | "
+            + " | ".join(f"{s['servers'][n]['rss_mib']} | {s['servers'][n]['fds']}" for n in result["servers"])
+            + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -231,11 +278,17 @@ def main() -> int:
                 (work / name).mkdir()
                 folder = server.build(work / name)
                 os.environ["OMNISTAGE_SERVER_STORAGE__PATH"] = str(work / name / "storage")
-                started[name] = ServeProcess.launch([str(folder), *server.args], work / f"{name}.log",
-                                                    ready_timeout=600)
+                started[name] = ServeProcess.launch(
+                    [str(folder), *server.args], work / f"{name}.log", ready_timeout=600
+                )
                 print(f"{name} up at {started[name].url}", flush=True)
-            result = run({n: s.url for n, s in started.items()}, {n: s.proc.pid for n, s in started.items()},
-                         args.requests, args.concurrency, args.sample_every)
+            result = run(
+                {n: s.url for n, s in started.items()},
+                {n: s.proc.pid for n, s in started.items()},
+                args.requests,
+                args.concurrency,
+                args.sample_every,
+            )
         finally:
             for server in started.values():
                 server.stop()

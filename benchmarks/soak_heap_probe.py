@@ -54,8 +54,10 @@ def main() -> None:
     before, r0 = tracemalloc.take_snapshot(), rss()
     for j in range(4):
         batch(n // 4, 100 + j * n // 4)
-        print(f"+{(j + 1) * n // 4} requests: RSS {rss()} MiB, traced heap {tracemalloc.get_traced_memory()[0] >> 10} KiB",
-              flush=True)
+        print(
+            f"+{(j + 1) * n // 4} requests: RSS {rss()} MiB, traced heap {tracemalloc.get_traced_memory()[0] >> 10} KiB",
+            flush=True,
+        )
     gc.collect()
     after = tracemalloc.take_snapshot()
     print(f"RSS {r0} -> {rss()} MiB over {n} requests; largest heap growths:")

@@ -50,9 +50,17 @@ def _tiny(name: str) -> Callable[[Path], Path]:
 
 SERVERS = {
     "image_chat": Server("image_chat", _prompt_expand, ("--enforce-eager", "--served-model-name", "soak")),
-    "speech": Server("speech", _tiny("codec_tts"), (
-        "--enforce-eager", "--served-model-name", "tiny-tts",
-        "--stage-overrides", '{"0": {"max_model_len": 512, "dtype": "float32"}}')),
+    "speech": Server(
+        "speech",
+        _tiny("codec_tts"),
+        (
+            "--enforce-eager",
+            "--served-model-name",
+            "tiny-tts",
+            "--stage-overrides",
+            '{"0": {"max_model_len": 512, "dtype": "float32"}}',
+        ),
+    ),
     "video": Server("video", _tiny("wan"), ("--served-model-name", "tiny-wan")),
 }
 
@@ -61,14 +69,29 @@ SERVERS = {
 
 
 def image(c: httpx.Client, i: int) -> tuple[str, bool]:
-    r = c.post("/v1/images/generations", json={"prompt": PROMPTS[i % len(PROMPTS)], "size": "32x32", "seed": i,
-                                                "num_inference_steps": 2, "max_tokens": 12, "ignore_eos": True})
+    r = c.post(
+        "/v1/images/generations",
+        json={
+            "prompt": PROMPTS[i % len(PROMPTS)],
+            "size": "32x32",
+            "seed": i,
+            "num_inference_steps": 2,
+            "max_tokens": 12,
+            "ignore_eos": True,
+        },
+    )
     return "image", r.status_code == 200 and len(r.json()["data"]) == 1
 
 
 def chat_stream(c: httpx.Client, i: int) -> tuple[str, bool]:
-    body = {"messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], "modalities": ["text"],
-            "max_tokens": 24, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
+        "modalities": ["text"],
+        "max_tokens": 24,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     with c.stream("POST", "/v1/chat/completions", json=body) as r:
         lines = [line for line in r.iter_lines() if line.startswith("data: ")]
     usage = json.loads(lines[-2][6:]).get("usage") if len(lines) >= 2 else None
@@ -76,8 +99,13 @@ def chat_stream(c: httpx.Client, i: int) -> tuple[str, bool]:
 
 
 def aborted_stream(c: httpx.Client, i: int) -> tuple[str, bool]:
-    body = {"messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], "modalities": ["text"],
-            "max_tokens": 400, "ignore_eos": True, "stream": True}
+    body = {
+        "messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
+        "modalities": ["text"],
+        "max_tokens": 400,
+        "ignore_eos": True,
+        "stream": True,
+    }
     with c.stream("POST", "/v1/chat/completions", json=body) as r:
         ok = r.status_code == 200
         for n, _ in enumerate(r.iter_lines()):
@@ -139,8 +167,15 @@ def speech_whole(c: httpx.Client, i: int) -> tuple[str, bool]:
 
     import soundfile
 
-    r = c.post("/v1/audio/speech", json={"input": PROMPTS[i % len(PROMPTS)], "voice": ("alto", "bass")[i % 2],
-                                         "response_format": "wav", **TTS_KNOBS})
+    r = c.post(
+        "/v1/audio/speech",
+        json={
+            "input": PROMPTS[i % len(PROMPTS)],
+            "voice": ("alto", "bass")[i % 2],
+            "response_format": "wav",
+            **TTS_KNOBS,
+        },
+    )
     if r.status_code != 200:
         return "speech_whole", False
     audio, rate = soundfile.read(io.BytesIO(r.content), dtype="float32")
@@ -148,8 +183,13 @@ def speech_whole(c: httpx.Client, i: int) -> tuple[str, bool]:
 
 
 def speech_stream(c: httpx.Client, i: int) -> tuple[str, bool]:
-    body = {"input": PROMPTS[i % len(PROMPTS)], "voice": ("alto", "bass")[i % 2], "response_format": "pcm",
-            "stream": True, **TTS_KNOBS}
+    body = {
+        "input": PROMPTS[i % len(PROMPTS)],
+        "voice": ("alto", "bass")[i % 2],
+        "response_format": "pcm",
+        "stream": True,
+        **TTS_KNOBS,
+    }
     with c.stream("POST", "/v1/audio/speech", json=body) as r:
         size = sum(len(piece) for piece in r.iter_raw())
     return "speech_stream", r.status_code == 200 and size == FRAMES * 320 * 2
@@ -170,8 +210,9 @@ def _mp4_frames(data: bytes) -> tuple[int, int, int]:
 
 def video_sync(c: httpx.Client, i: int) -> tuple[str, bool]:
     r = c.post("/v1/videos/sync", json={"prompt": PROMPTS[i % len(PROMPTS)], "seed": i, **VIDEO})
-    return "video_sync", (r.status_code == 200 and r.headers["content-type"] == "video/mp4"
-                          and _mp4_frames(r.content) == (5, 32, 48))
+    return "video_sync", (
+        r.status_code == 200 and r.headers["content-type"] == "video/mp4" and _mp4_frames(r.content) == (5, 32, 48)
+    )
 
 
 def video_job(c: httpx.Client, i: int) -> tuple[str, bool]:

@@ -18,25 +18,37 @@ from pathlib import Path
 
 # workload -> (baseline label, [(metric, label, target, higher_is_better)])
 WORKLOADS = {
-    "t2i": ("naive", "naive diffusers server (FastAPI + pipeline under a lock)", [
-        ("throughput_qps", "throughput (req/s)", 1.5, True),
-        ("latency_p99", "p99 latency", 1.0, False),
-        ("latency_mean", "mean latency", None, False),
-    ]),
-    "chat": ("vllm", "plain `vllm serve`", [
-        ("throughput_qps", "throughput (req/s)", 0.95, True),
-        ("output_throughput_tok_s", "output tokens/s", None, True),
-        ("ttft_mean_ms", "mean TTFT", 1.10, False),
-        ("ttft_p99_ms", "p99 TTFT", None, False),
-        ("tpot_mean_ms", "mean TPOT", None, False),
-    ]),
-    "image_chat": ("vllm", "plain `vllm serve`", [
-        ("throughput_qps", "throughput (req/s)", 0.95, True),
-        ("output_throughput_tok_s", "output tokens/s", None, True),
-        ("ttft_mean_ms", "mean TTFT", 1.05, False),
-        ("ttft_p99_ms", "p99 TTFT", None, False),
-        ("tpot_mean_ms", "mean TPOT", None, False),
-    ]),
+    "t2i": (
+        "naive",
+        "naive diffusers server (FastAPI + pipeline under a lock)",
+        [
+            ("throughput_qps", "throughput (req/s)", 1.5, True),
+            ("latency_p99", "p99 latency", 1.0, False),
+            ("latency_mean", "mean latency", None, False),
+        ],
+    ),
+    "chat": (
+        "vllm",
+        "plain `vllm serve`",
+        [
+            ("throughput_qps", "throughput (req/s)", 0.95, True),
+            ("output_throughput_tok_s", "output tokens/s", None, True),
+            ("ttft_mean_ms", "mean TTFT", 1.10, False),
+            ("ttft_p99_ms", "p99 TTFT", None, False),
+            ("tpot_mean_ms", "mean TPOT", None, False),
+        ],
+    ),
+    "image_chat": (
+        "vllm",
+        "plain `vllm serve`",
+        [
+            ("throughput_qps", "throughput (req/s)", 0.95, True),
+            ("output_throughput_tok_s", "output tokens/s", None, True),
+            ("ttft_mean_ms", "mean TTFT", 1.05, False),
+            ("ttft_p99_ms", "p99 TTFT", None, False),
+            ("tpot_mean_ms", "mean TPOT", None, False),
+        ],
+    ),
 }
 DEFAULT_TASKS = ("t2i", "chat")  # benchmarks/run_all.sh
 
@@ -63,8 +75,10 @@ def _met(ratio: float, target: float | None, higher: bool) -> str:
 
 
 def summarize(results: Path, tasks: tuple[str, ...] = DEFAULT_TASKS) -> str:
-    lines = ["| workload | metric | omnistage / baseline (per round) | median | target | met |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| workload | metric | omnistage / baseline (per round) | median | target | met |",
+        "|---|---|---|---|---|---|",
+    ]
     notes = []
     for task in tasks:
         base_label, base_desc, metrics = WORKLOADS[task]
@@ -90,8 +104,10 @@ def summarize(results: Path, tasks: tuple[str, ...] = DEFAULT_TASKS) -> str:
                 continue
             med = statistics.median(ratios)
             per = ", ".join(f"{r:.2f}" for r in ratios)
-            lines.append(f"| {desc} | {name} | {per} | **{med:.2f}×** | {_target_text(target, higher)} "
-                         f"| {_met(med, target, higher)} |")
+            lines.append(
+                f"| {desc} | {name} | {per} | **{med:.2f}×** | {_target_text(target, higher)} "
+                f"| {_met(med, target, higher)} |"
+            )
             desc = ""
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 

@@ -65,8 +65,14 @@ def rss_mb(pid: int) -> float:
 
 async def burst(url: str, n: int, frames: int, ref: str, family: str = "llasa") -> list[dict]:
     tokens = frames + 1 if family == "qwen3_tts" else frames  # Qwen3-TTS's talker: N tokens make N - 1 frames
-    body = {"input": "good morning, how are you today?", "response_format": "pcm", "stream": True,
-            "temperature": 0, "max_tokens": tokens, "min_tokens": tokens}
+    body = {
+        "input": "good morning, how are you today?",
+        "response_format": "pcm",
+        "stream": True,
+        "temperature": 0,
+        "max_tokens": tokens,
+        "min_tokens": tokens,
+    }
 
     def clone(i: int) -> dict:
         if family == "qwen3_tts":  # a Base checkpoint always clones
@@ -83,8 +89,13 @@ async def burst(url: str, n: int, frames: int, ref: str, family: str = "llasa") 
                 if first is None and chunk:
                     first = time.perf_counter() - t0
                 size += len(chunk)
-            return {"status": r.status_code, "bytes": size, "ttfb_s": first, "retry_after": r.headers.get("retry-after"),
-                    "e2e_s": time.perf_counter() - t0}
+            return {
+                "status": r.status_code,
+                "bytes": size,
+                "ttfb_s": first,
+                "retry_after": r.headers.get("retry-after"),
+                "e2e_s": time.perf_counter() - t0,
+            }
 
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=n)) as c:
         return await asyncio.gather(*(one(c, i) for i in range(n)))
@@ -97,8 +108,9 @@ def run_config(model: Path, storage: Path, args: argparse.Namespace, max_pending
     os.environ["OMNISTAGE_SERVER_STORAGE__PATH"] = str(storage)
     storage.mkdir(parents=True, exist_ok=True)
     log = storage / f"server-{max_pending or 'unlimited'}.log"
-    overrides = [] if args.family == "qwen3_tts" else [
-        "--stage-overrides", '{"0": {"max_model_len": 512, "dtype": "float32"}}']
+    overrides = (
+        [] if args.family == "qwen3_tts" else ["--stage-overrides", '{"0": {"max_model_len": 512, "dtype": "float32"}}']
+    )
     srv = ServeProcess.launch([str(model), "--served-model-name", f"tiny-{args.family}", *extra, *overrides], log)
     ref = clip_url()
     # PCM16 bytes of a complete reply (320 samples per XCodec2 frame, 1920 per Qwen3-TTS frame)
@@ -122,22 +134,35 @@ def run_config(model: Path, storage: Path, args: argparse.Namespace, max_pending
     refused = [r for r in rows if r["status"] == 503]
     ttfb = sorted(r["ttfb_s"] for r in ok if r["ttfb_s"] is not None)
     return {
-        "max_pending": max_pending, "requests": len(rows), "ok": len(ok), "refused_503": len(refused),
+        "max_pending": max_pending,
+        "requests": len(rows),
+        "ok": len(ok),
+        "refused_503": len(refused),
         "other_status": sorted({r["status"] for r in rows} - {200, 503}),
         "ok_complete": sum(r["bytes"] == whole for r in ok),
         "refused_with_retry_after": sum(bool(r["retry_after"]) and int(r["retry_after"]) > 0 for r in refused),
         "ttfb_ms_p50": 1000 * statistics.median(ttfb) if ttfb else None,
         "ttfb_ms_p95": 1000 * ttfb[int(0.95 * (len(ttfb) - 1))] if ttfb else None,
         "e2e_ms_p50": 1000 * statistics.median(r["e2e_s"] for r in ok) if ok else None,
-        "rss_mb_before": before, "rss_mb_after": after, "rss_mb_peak_sampled": max(samples),
-        "rss_ratio": after / before, "processes_alive_and_same": alive, "in_flight_after": in_flight,
+        "rss_mb_before": before,
+        "rss_mb_after": after,
+        "rss_mb_peak_sampled": max(samples),
+        "rss_ratio": after / before,
+        "processes_alive_and_same": alive,
+        "in_flight_after": in_flight,
     }
 
 
 def met(r: dict) -> bool:
-    return (not r["other_status"] and r["ok"] + r["refused_503"] == r["requests"] and r["ok_complete"] == r["ok"]
-            and r["refused_with_retry_after"] == r["refused_503"] and r["processes_alive_and_same"]
-            and r["rss_ratio"] <= 1.10 and r["in_flight_after"] == 0)
+    return (
+        not r["other_status"]
+        and r["ok"] + r["refused_503"] == r["requests"]
+        and r["ok_complete"] == r["ok"]
+        and r["refused_with_retry_after"] == r["refused_503"]
+        and r["processes_alive_and_same"]
+        and r["rss_ratio"] <= 1.10
+        and r["in_flight_after"] == 0
+    )
 
 
 def write(report: dict) -> None:
@@ -148,8 +173,11 @@ def write(report: dict) -> None:
         f"# TTS under load: bursts of concurrent streaming /v1/audio/speech (tiny {family}, one server)",
         "",
         f"{report['bursts']} bursts of {report['concurrency']} streaming requests ("
-        + ("all cloning a voice from an inline WAV: half in context, half from its x-vector" if family == "qwen3_tts"
-           else "half cloning a voice from an inline WAV")
+        + (
+            "all cloning a voice from an inline WAV: half in context, half from its x-vector"
+            if family == "qwen3_tts"
+            else "half cloning a voice from an inline WAV"
+        )
         + f"), {report['frames']} codec frames each, after one warm-up burst; RSS of the server process "
         f"tree ({'server' if family == 'qwen3_tts' else 'server + vLLM engine core'}) after the warm-up vs after the "
         f"last burst + {report['settle_s']} s.",
@@ -165,7 +193,8 @@ def write(report: dict) -> None:
             f"| {r['max_pending'] or 'none'} | {r['requests']} | {r['ok']} ({r['ok_complete']}) | "
             f"{r['refused_503']} ({r['refused_with_retry_after']}) | {r['other_status'] or 0} | {ttfb} | {e2e} | "
             f"{r['rss_mb_before']:.0f} / {r['rss_mb_after']:.0f} / {r['rss_mb_peak_sampled']:.0f} | "
-            f"{r['rss_ratio']:.3f} | {r['processes_alive_and_same']} | {'met' if met(r) else 'MISSED'} |")
+            f"{r['rss_ratio']:.3f} | {r['processes_alive_and_same']} | {'met' if met(r) else 'MISSED'} |"
+        )
     (RESULTS / f"tts_load_{family}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -179,8 +208,14 @@ def main(args: argparse.Namespace) -> dict:
     else:
         model = build("llasa", root / "llasa")
     runs = [run_config(model, root / f"storage-{mp or 0}", args, mp) for mp in (None, args.max_pending)]
-    return {"family": args.family, "concurrency": args.concurrency, "bursts": args.bursts, "frames": args.frames,
-            "settle_s": args.settle_s, "runs": runs}
+    return {
+        "family": args.family,
+        "concurrency": args.concurrency,
+        "bursts": args.bursts,
+        "frames": args.frames,
+        "settle_s": args.settle_s,
+        "runs": runs,
+    }
 
 
 if __name__ == "__main__":

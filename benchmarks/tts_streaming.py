@@ -44,8 +44,12 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 RESULTS = Path(__file__).parent / "results"
-TEXTS = ["hello world", "good morning, how are you today?", "the quick brown fox jumps over the lazy dog",
-         "i am fine, thank you."]
+TEXTS = [
+    "hello world",
+    "good morning, how are you today?",
+    "the quick brown fox jumps over the lazy dog",
+    "i am fine, thank you.",
+]
 
 
 async def one(engine, text: str, params: list[dict]) -> dict:
@@ -61,8 +65,14 @@ async def one(engine, text: str, params: list[dict]) -> dict:
             audio = out
     end = time.perf_counter()
     seconds = len(audio.audio) / audio.sample_rate
-    return {"ttfp": first - t0, "e2e": end - t0, "audio_s": seconds, "rtf": (end - t0) / seconds, "audio": audio.audio,
-            "deltas": deltas}
+    return {
+        "ttfp": first - t0,
+        "e2e": end - t0,
+        "audio_s": seconds,
+        "rtf": (end - t0) / seconds,
+        "audio": audio.audio,
+        "deltas": deltas,
+    }
 
 
 async def batch(engine, n: int, params: list[dict]) -> list[dict]:
@@ -148,7 +158,7 @@ async def main(args: argparse.Namespace) -> dict:
                     streamed = np.concatenate(a["deltas"]) if one_stage else a["audio"]
                     diff = np.asarray(streamed, np.float64) - np.asarray(b["audio"], np.float64)
                     max_diff = max(max_diff, float(np.abs(diff).max()))
-                    diff_sq += float((diff ** 2).sum())
+                    diff_sq += float((diff**2).sum())
                     signal_sq += float((np.asarray(b["audio"], np.float64) ** 2).sum())
     finally:
         for engine in modes.values():
@@ -157,15 +167,21 @@ async def main(args: argparse.Namespace) -> dict:
     low, high = min(args.concurrency), max(args.concurrency)
     for c in args.concurrency:
         s, w = rows["streamed"][c], rows["whole"][c]
-        table.append({
-            "concurrency": c,
-            "streamed_ttfp_ms": 1000 * median(s, "ttfp"), "whole_ttfp_ms": 1000 * median(w, "ttfp"),
-            "ttfp_ratio": median(s, "ttfp") / median(w, "ttfp"),
-            "streamed_rtf": median(s, "rtf"), "whole_rtf": median(w, "rtf"),
-            "rtf_ratio": median(s, "rtf") / median(w, "rtf"),
-            "streamed_e2e_ms": 1000 * median(s, "e2e"), "whole_e2e_ms": 1000 * median(w, "e2e"),
-            "audio_duration_s": median(s, "audio_s"), "requests_per_mode": len(s),
-        })
+        table.append(
+            {
+                "concurrency": c,
+                "streamed_ttfp_ms": 1000 * median(s, "ttfp"),
+                "whole_ttfp_ms": 1000 * median(w, "ttfp"),
+                "ttfp_ratio": median(s, "ttfp") / median(w, "ttfp"),
+                "streamed_rtf": median(s, "rtf"),
+                "whole_rtf": median(w, "rtf"),
+                "rtf_ratio": median(s, "rtf") / median(w, "rtf"),
+                "streamed_e2e_ms": 1000 * median(s, "e2e"),
+                "whole_e2e_ms": 1000 * median(w, "e2e"),
+                "audio_duration_s": median(s, "audio_s"),
+                "requests_per_mode": len(s),
+            }
+        )
     from omnistage.models.codec_tts.codec import codec_type
 
     by_c = {r["concurrency"]: r for r in table}
@@ -175,20 +191,35 @@ async def main(args: argparse.Namespace) -> dict:
         codec_name, first, chunk = "vibevoice_acoustic", 1, 1  # every frame is a delta
     else:
         codec_name = "mimi" if csm else "qwen3_tts_12hz" if qwen3_tts else codec_type(Path(model) / "codec")
-        first = args.initial_chunk_frames or (QWEN3_TTS_FIRST if qwen3_tts else
-                                              load_tts_config(model).initial_chunk_frames) or args.chunk_frames
+        first = (
+            args.initial_chunk_frames
+            or (QWEN3_TTS_FIRST if qwen3_tts else load_tts_config(model).initial_chunk_frames)
+            or args.chunk_frames
+        )
         chunk = args.chunk_frames
-    return {"family": args.family if args.model is None else None, "model": model, "codec": codec_name,
-            "one_stage": one_stage, "frames_per_request": statistics.median(frames_seen) if frames_seen else None,
-            "rounds": args.rounds, "chunk_frames": chunk, "initial_chunk_frames": first,
-            "frames": args.frames, "engine_args": engine_args,
-            "max_abs_audio_diff_streamed_vs_whole": max_diff,
-            "rms_audio_diff_over_rms_signal": (diff_sq / signal_sq) ** 0.5 if signal_sq else None,
-            "targets": {"whole_over_streamed_ttfp_at_c%d" % low: ttfp_speedup, "target_speedup": 5.0,
-                        "speedup_met": ttfp_speedup >= 5.0,
-                        "streamed_ttfp_c%d_over_c%d" % (high, low): ttfp_growth, "target_growth": 2.0,
-                        "growth_met": ttfp_growth <= 2.0},
-            "results": table}
+    return {
+        "family": args.family if args.model is None else None,
+        "model": model,
+        "codec": codec_name,
+        "one_stage": one_stage,
+        "frames_per_request": statistics.median(frames_seen) if frames_seen else None,
+        "rounds": args.rounds,
+        "chunk_frames": chunk,
+        "initial_chunk_frames": first,
+        "frames": args.frames,
+        "engine_args": engine_args,
+        "max_abs_audio_diff_streamed_vs_whole": max_diff,
+        "rms_audio_diff_over_rms_signal": (diff_sq / signal_sq) ** 0.5 if signal_sq else None,
+        "targets": {
+            "whole_over_streamed_ttfp_at_c%d" % low: ttfp_speedup,
+            "target_speedup": 5.0,
+            "speedup_met": ttfp_speedup >= 5.0,
+            "streamed_ttfp_c%d_over_c%d" % (high, low): ttfp_growth,
+            "target_growth": 2.0,
+            "growth_met": ttfp_growth <= 2.0,
+        },
+        "results": table,
+    }
 
 
 def write(report: dict) -> None:
@@ -202,13 +233,17 @@ def write(report: dict) -> None:
     codec = f"{report['codec']} codec"
     if report.get("one_stage"):
         title, codec = "first audio delta vs the complete answer", f"{codec} run inside the LM stage"
-        frames = (f"at most {report['frames']} LM steps per request ({report['frames_per_request']:g} frames spoken, "
-                  "median), every frame its own delta; streamed and whole are the same requests (one stage: no "
-                  "async chunk)")
+        frames = (
+            f"at most {report['frames']} LM steps per request ({report['frames_per_request']:g} frames spoken, "
+            "median), every frame its own delta; streamed and whole are the same requests (one stage: no "
+            "async chunk)"
+        )
     else:
         title = "async chunk vs whole-sequence decode"
-        frames = (f"{report['frames']} codec frames per request, streamed in a first block of "
-                  f"{report['initial_chunk_frames']} frames, then {report['chunk_frames']}")
+        frames = (
+            f"{report['frames']} codec frames per request, streamed in a first block of "
+            f"{report['initial_chunk_frames']} frames, then {report['chunk_frames']}"
+        )
     lines = [
         f"# Streamed TTS: {title} ({report['family'] or 'codec_tts'}, {codec})",
         "",
@@ -225,26 +260,40 @@ def write(report: dict) -> None:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["results"]:
-        lines.append(f"| {r['concurrency']} | {r['streamed_ttfp_ms']:.1f} | {r['whole_ttfp_ms']:.1f} | "
-                     f"{r['ttfp_ratio']:.3f} | {r['streamed_rtf']:.3f} | {r['whole_rtf']:.3f} | {r['rtf_ratio']:.3f} | "
-                     f"{r['streamed_e2e_ms']:.1f} | {r['whole_e2e_ms']:.1f} | {r['audio_duration_s']:.3g} |")
+        lines.append(
+            f"| {r['concurrency']} | {r['streamed_ttfp_ms']:.1f} | {r['whole_ttfp_ms']:.1f} | "
+            f"{r['ttfp_ratio']:.3f} | {r['streamed_rtf']:.3f} | {r['whole_rtf']:.3f} | {r['rtf_ratio']:.3f} | "
+            f"{r['streamed_e2e_ms']:.1f} | {r['whole_e2e_ms']:.1f} | {r['audio_duration_s']:.3g} |"
+        )
     (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", default="codec_tts",
-                        choices=["codec_tts", "llasa", "csm", "qwen3_tts", "vibevoice"],
-                        help="tiny fixture to build when --model is not given")
-    parser.add_argument("--model", default=None,
-                        help="a codec_tts or CSM folder (default: build the tiny --family fixture)")
+    parser.add_argument(
+        "--family",
+        default="codec_tts",
+        choices=["codec_tts", "llasa", "csm", "qwen3_tts", "vibevoice"],
+        help="tiny fixture to build when --model is not given",
+    )
+    parser.add_argument(
+        "--model", default=None, help="a codec_tts or CSM folder (default: build the tiny --family fixture)"
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--chunk-frames", type=int, default=8)
-    parser.add_argument("--initial-chunk-frames", type=int, default=None,
-                        help="frames of the first streamed block (default: the folder's)")
-    parser.add_argument("--frames", type=int, default=None,
-                        help="codec frames generated per request (default 200; VibeVoice: LM steps, default 40, "
-                             "of which the tiny model speaks ~18 frames)")
+    parser.add_argument(
+        "--initial-chunk-frames",
+        type=int,
+        default=None,
+        help="frames of the first streamed block (default: the folder's)",
+    )
+    parser.add_argument(
+        "--frames",
+        type=int,
+        default=None,
+        help="codec frames generated per request (default 200; VibeVoice: LM steps, default 40, "
+        "of which the tiny model speaks ~18 frames)",
+    )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     write(asyncio.run(main(parser.parse_args())))

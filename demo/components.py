@@ -15,7 +15,6 @@ TEXT_WIDTH = 64  # each CLIP encoder's hidden size; the two are concatenated
 POOLED_WIDTH = 32  # each CLIP encoder's projection size
 
 
-
 def _bpe_merges(words: list[str]) -> list[tuple[str, str]]:
     """Byte-pair merges that turn every word into a single token. Written out here rather than
     taken from ``train_new_from_iterator`` because that trainer breaks ties differently from run

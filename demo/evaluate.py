@@ -42,8 +42,16 @@ def selection_prompts() -> list[dict]:
                 text = f"a {size} {colour} {shape} {POSITIONS[position]}"
                 if k % 2:
                     text += f" on a {BACKGROUNDS[(i + 2 * j + m) % 4]} background"
-                out.append({"prompt": text, "shape": shape, "colour": colour, "position": position, "size": size,
-                            "seed": 5000 + k})
+                out.append(
+                    {
+                        "prompt": text,
+                        "shape": shape,
+                        "colour": colour,
+                        "position": position,
+                        "size": size,
+                        "seed": 5000 + k,
+                    }
+                )
     return out
 
 
@@ -52,9 +60,16 @@ def generate(pipe, cases: list[dict], guidance: float, steps: int, chunk: int = 
     for s in range(0, len(cases), chunk):
         part = cases[s : s + chunk]
         with torch.no_grad():
-            out = pipe([c["prompt"] for c in part], generator=[torch.Generator().manual_seed(c["seed"]) for c in part],
-                       guidance_scale=guidance, num_inference_steps=steps, height=64, width=64,
-                       max_sequence_length=16, output_type="np").images
+            out = pipe(
+                [c["prompt"] for c in part],
+                generator=[torch.Generator().manual_seed(c["seed"]) for c in part],
+                guidance_scale=guidance,
+                num_inference_steps=steps,
+                height=64,
+                width=64,
+                max_sequence_length=16,
+                output_type="np",
+            ).images
         images += list((out * 255).round().astype(np.uint8))
     return images
 
@@ -82,8 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     for steps in (int(s) for s in args.steps.split(",")):
         for guidance in (float(g) for g in args.guidance.split(",")):
             images = generate(pipe, cases, guidance, steps)
-            print(json.dumps({"weights": args.weights, "guidance": guidance, "steps": steps,
-                              **score(cases, images)}), flush=True)
+            print(
+                json.dumps({"weights": args.weights, "guidance": guidance, "steps": steps, **score(cases, images)}),
+                flush=True,
+            )
             if args.sheet:
                 from PIL import Image
 

@@ -56,6 +56,7 @@ def log(msg: str) -> None:
 
 # ---------------------------------------------------------------- helpers
 
+
 def to_tensor(images: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(images).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
 
@@ -101,14 +102,16 @@ def timed_steps(step_fn, steps: int | None, seconds: float, calib: int = 20, war
 
 # ---------------------------------------------------------------- training stages
 
+
 def foreground_weight(x: torch.Tensor, weight: float) -> torch.Tensor:
     """1 on the background, 1 + weight on the shape (backgrounds are flat: the corner pixel is one)."""
     corner = x[:, :, :1, :1]
     return 1.0 + weight * ((x - corner).abs().amax(dim=1, keepdim=True) > 0.1).float()
 
 
-def train_vae(vae, images: torch.Tensor, steps: int | None, seconds: float, rng: torch.Generator, batch: int,
-              fg_weight: float):
+def train_vae(
+    vae, images: torch.Tensor, steps: int | None, seconds: float, rng: torch.Generator, batch: int, fg_weight: float
+):
     opt = torch.optim.AdamW(vae.parameters(), lr=2e-3, weight_decay=0.0)
     losses: list[float] = []
     plan = {"total": None}
@@ -142,8 +145,16 @@ def train_vae(vae, images: torch.Tensor, steps: int | None, seconds: float, rng:
     return n, float(np.mean(losses[-50:]))
 
 
-def refine_decoder(vae, images: torch.Tensor, means: torch.Tensor, stds: torch.Tensor, steps: int | None,
-                   seconds: float, rng: torch.Generator, batch: int):
+def refine_decoder(
+    vae,
+    images: torch.Tensor,
+    means: torch.Tensor,
+    stds: torch.Tensor,
+    steps: int | None,
+    seconds: float,
+    rng: torch.Generator,
+    batch: int,
+):
     """Train the VAE decoder alone on the frozen encoder's latents, weighting the shape's pixels.
 
     Joint VAE training spends almost all of its loss on the flat background and in a short run
@@ -181,7 +192,9 @@ def refine_decoder(vae, images: torch.Tensor, means: torch.Tensor, stds: torch.T
     return n, float(np.mean(losses[-50:]))
 
 
-def train_dit(transformer, encoders, tok, latents, masks, scenes, steps, seconds, rng, np_rng, batch, lr_max, fg_weight):
+def train_dit(
+    transformer, encoders, tok, latents, masks, scenes, steps, seconds, rng, np_rng, batch, lr_max, fg_weight
+):
     params = list(transformer.parameters()) + [p for e in encoders for p in e.parameters()]
     opt = torch.optim.AdamW(params, lr=lr_max, weight_decay=0.0, betas=(0.9, 0.99))
     ema = EMA([transformer, *encoders], decay=0.995)
@@ -230,11 +243,16 @@ def train_dit(transformer, encoders, tok, latents, masks, scenes, steps, seconds
 
 # ---------------------------------------------------------------- main
 
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "omnistage/models/demo/weights"))
-    p.add_argument("--minutes", type=float, default=6.5,
-                   help="total time budget, used when step counts are not given (the shipped run: 6.5 on an H200)")
+    p.add_argument(
+        "--minutes",
+        type=float,
+        default=6.5,
+        help="total time budget, used when step counts are not given (the shipped run: 6.5 on an H200)",
+    )
     p.add_argument("--vae-fraction", type=float, default=0.2, help="share of the budget spent on the VAE")
     p.add_argument("--vae-steps", type=int, default=None, help="exact VAE steps (reproduces a recorded run)")
     p.add_argument("--dit-steps", type=int, default=None, help="exact transformer steps (reproduces a recorded run)")
@@ -246,9 +264,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=6, help="transformer blocks")
     p.add_argument("--patch-size", type=int, default=1, help="transformer patch size on the 16x16 latent")
     p.add_argument("--vae-channels", default="16,32,32", help="VAE block widths (3 blocks: 4x down-sampling)")
-    p.add_argument("--dit-fg-weight", type=float, default=4.0, help="extra transformer loss weight on the shape's latents")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                   help="cpu or cuda (random draws come from CPU generators either way)")
+    p.add_argument(
+        "--dit-fg-weight", type=float, default=4.0, help="extra transformer loss weight on the shape's latents"
+    )
+    p.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="cpu or cuda (random draws come from CPU generators either way)",
+    )
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--vae-batch", type=int, default=32)
     p.add_argument("--vae-fg-weight", type=float, default=20.0, help="extra loss weight on the shape's pixels")
@@ -300,15 +323,28 @@ def main(argv: list[str] | None = None) -> int:
     log("training the transformer and text encoders")
     dit_budget = budget * (1 - args.decoder_fraction) - (time.time() - t_start) - 30  # leave time to save
     dit_steps, dit_loss, ema = train_dit(
-        transformer, [enc1, enc2], tok, latents, masks, scenes, args.dit_steps, dit_budget, rng, np_rng, args.batch,
-        args.lr, args.dit_fg_weight,
+        transformer,
+        [enc1, enc2],
+        tok,
+        latents,
+        masks,
+        scenes,
+        args.dit_steps,
+        dit_budget,
+        rng,
+        np_rng,
+        args.batch,
+        args.lr,
+        args.dit_fg_weight,
     )
     transformer, enc1, enc2 = ema.shadow
 
     log("refining the VAE decoder")
     dec_budget = budget - (time.time() - t_start) - 30
     dec_rng = torch.Generator().manual_seed(args.seed + 2)  # its own stream: earlier phases stay reproducible
-    dec_steps, dec_loss = refine_decoder(vae, images, means, stds, args.decoder_steps, dec_budget, dec_rng, args.vae_batch)
+    dec_steps, dec_loss = refine_decoder(
+        vae, images, means, stds, args.decoder_steps, dec_budget, dec_rng, args.vae_batch
+    )
     vae.eval()
     with torch.no_grad():
         recon_err = float((vae.decode(means[:256]).sample - images[:256]).abs().mean())
@@ -332,8 +368,11 @@ def main(argv: list[str] | None = None) -> int:
     (out / "omnistage.json").write_text(json.dumps({"pipeline": "demo"}) + "\n")
     info = {
         "command": "python demo/train_shapes.py "
-        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-                   if k not in ("out", "vae_steps", "dit_steps", "decoder_steps", "minutes"))
+        + " ".join(
+            f"--{k.replace('_', '-')} {v}"
+            for k, v in vars(args).items()
+            if k not in ("out", "vae_steps", "dit_steps", "decoder_steps", "minutes")
+        )
         + f" --vae-steps {vae_steps} --dit-steps {dit_steps} --decoder-steps {dec_steps}",
         "seed": args.seed,
         "vae_steps": vae_steps,

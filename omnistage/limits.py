@@ -39,8 +39,9 @@ class RequestLimits:
     max_inference_steps: int | None = DEFAULT_MAX_INFERENCE_STEPS  # denoising steps
     max_tokens: int | None = None  # tokens an llm stage generates (None: the model's context length bounds it)
 
-    def check(self, req: OmniRequest, knobs: RequestKnobs | None = None,
-              defaults: Sequence[Mapping[str, Any]] = ()) -> None:
+    def check(
+        self, req: OmniRequest, knobs: RequestKnobs | None = None, defaults: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
         """Raise ``InvalidRequestError`` naming the field when any stage's parameters exceed a cap
         (``defaults``: each stage's deploy defaults, exempt)."""
         sent = knobs.model_fields_set if knobs is not None else set()
@@ -62,14 +63,22 @@ class RequestLimits:
             height, width = values["height"], values["width"]
             # a lone side counts as a square: the model's default for the other side is not known here
             height, width = height or width, width or height
-            if (self.max_image_pixels is not None and asked & {"height", "width"}
-                    and height * width > self.max_image_pixels):
+            if (
+                self.max_image_pixels is not None
+                and asked & {"height", "width"}
+                and height * width > self.max_image_pixels
+            ):
                 field = name(sid, "height" if "height" in asked and ("height" in sent or not sized) else "width")
-                raise InvalidRequestError(field, f"{width}x{height} is {width * height} pixels, above this "
-                                                 f"server's limit of {self.max_image_pixels} (--max-image-pixels)")
-            for key, cap, flag in (("num_frames", self.max_num_frames, "--max-num-frames"),
-                                   ("num_inference_steps", self.max_inference_steps, "--max-inference-steps"),
-                                   ("max_tokens", self.max_tokens, "--max-tokens")):
+                raise InvalidRequestError(
+                    field,
+                    f"{width}x{height} is {width * height} pixels, above this "
+                    f"server's limit of {self.max_image_pixels} (--max-image-pixels)",
+                )
+            for key, cap, flag in (
+                ("num_frames", self.max_num_frames, "--max-num-frames"),
+                ("num_inference_steps", self.max_inference_steps, "--max-inference-steps"),
+                ("max_tokens", self.max_tokens, "--max-tokens"),
+            ):
                 value = values[key]
                 if cap is not None and key in asked and isinstance(value, int) and value > cap:
                     field = name(sid, key)

@@ -43,14 +43,24 @@ def parse_lora_modules(values: Sequence[str]) -> list[dict[str, Any]]:
             entry = json.loads(item)
         except json.JSONDecodeError:
             raise ValueError(f"--lora-modules: {item!r} is neither name=path nor a JSON object") from None
-        if not isinstance(entry, dict) or set(entry) - {"name", "path", "base_model_name"} or not {"name", "path"} <= set(entry):
+        if (
+            not isinstance(entry, dict)
+            or set(entry) - {"name", "path", "base_model_name"}
+            or not {"name", "path"} <= set(entry)
+        ):
             raise ValueError(f"--lora-modules: {item!r} needs exactly name, path and optionally base_model_name")
         out.append(entry)
     return out
 
 
-def cli_overrides(pipeline: Any, *, lora_modules: list[dict[str, Any]] | None = None, enable_lora: bool = False,
-                  max_loras: int | None = None, max_lora_rank: int | None = None) -> dict[int, dict[str, Any]]:
+def cli_overrides(
+    pipeline: Any,
+    *,
+    lora_modules: list[dict[str, Any]] | None = None,
+    enable_lora: bool = False,
+    max_loras: int | None = None,
+    max_lora_rank: int | None = None,
+) -> dict[int, dict[str, Any]]:
     """The ``serve`` flags as stage overrides of the pipeline's LoRA stages (``{}`` when none is set)."""
     fields: dict[str, Any] = {}
     if lora_modules:
@@ -65,8 +75,9 @@ def cli_overrides(pipeline: Any, *, lora_modules: list[dict[str, Any]] | None = 
         return {}
     stages = lora_stages(pipeline)
     if not stages:
-        raise ValueError(f"--lora-modules: pipeline {pipeline.name!r} has no diffusion or llm stage to take LoRA "
-                         "adapters")
+        raise ValueError(
+            f"--lora-modules: pipeline {pipeline.name!r} has no diffusion or llm stage to take LoRA adapters"
+        )
     return {sid: dict(fields) for sid in stages}
 
 
@@ -83,14 +94,18 @@ class LoraAdapters:
             if not sd.lora_enabled:
                 continue
             if sd.stage_id not in candidates:
-                raise ValueError(f"stages[{sd.stage_id}].lora_modules: requests select adapters on stage(s) "
-                                 f"{sorted(candidates)} of pipeline {pipeline.name!r}; put LoRA settings there")
+                raise ValueError(
+                    f"stages[{sd.stage_id}].lora_modules: requests select adapters on stage(s) "
+                    f"{sorted(candidates)} of pipeline {pipeline.name!r}; put LoRA settings there"
+                )
             self.stage_ids.append(sd.stage_id)
             for m in sd.lora_modules:
                 known = self._modules.get(m.name)
                 if known is not None and known.path != m.path:
-                    raise ValueError(f"stages[{sd.stage_id}].lora_modules: {m.name!r} names another path on "
-                                     f"another stage ({known.path})")
+                    raise ValueError(
+                        f"stages[{sd.stage_id}].lora_modules: {m.name!r} names another path on "
+                        f"another stage ({known.path})"
+                    )
                 self._modules[m.name] = LoraModule(m.name, m.path, m.base_model_name)
         self._lock = asyncio.Lock()
 
@@ -101,8 +116,10 @@ class LoraAdapters:
     def runtime_updates_possible(self) -> str | None:
         """Why runtime loads cannot work with this deploy (None: they can)."""
         if not self.enabled:
-            return ("no stage takes LoRA adapters; enable them on the pipeline's LoRA stage(s) "
-                    f"{lora_stages(self.engine.pipeline)} (enable_lora / --enable-lora)")
+            return (
+                "no stage takes LoRA adapters; enable them on the pipeline's LoRA stage(s) "
+                f"{lora_stages(self.engine.pipeline)} (enable_lora / --enable-lora)"
+            )
         for sid in self.stage_ids:
             mode = self.engine.deploy.stage_process(sid)
             if mode not in (None, "inline"):
@@ -145,7 +162,8 @@ class LoraAdapters:
         for sid in self.stage_ids:
             for engine in self.engine.replicas(sid):
                 if not hasattr(engine, "load_lora"):
-                    raise InvalidRequestError("lora_name", f"stage {sid}'s engine ({type(engine).__name__}) cannot "
-                                                           "load adapters at runtime")
+                    raise InvalidRequestError(
+                        "lora_name", f"stage {sid}'s engine ({type(engine).__name__}) cannot load adapters at runtime"
+                    )
                 out.append(engine)
         return out

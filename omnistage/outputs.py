@@ -47,8 +47,14 @@ class OmniRequestOutput:
 
     @property
     def modalities(self) -> list[str]:
-        have = {"text": self.text, "token_ids": self.token_ids, "image": self.images or None,
-                "audio": self.audio, "video": self.video, "latent": self.latents}
+        have = {
+            "text": self.text,
+            "token_ids": self.token_ids,
+            "image": self.images or None,
+            "audio": self.audio,
+            "video": self.video,
+            "latent": self.latents,
+        }
         return [k for k, v in have.items() if v is not None]
 
 
@@ -86,24 +92,56 @@ def dropped_keys(keep: OutputModality) -> frozenset[str]:
     return frozenset(k for k in _PAYLOAD_KEYS if not OutputModality.parse(k) & keep)
 
 
-def delta_output(*, request_id: str, stage_id: int, output_type: OutputModality, delta: dict[str, Any],
-                 keep: OutputModality, progress: tuple[int, int] | None, num_tokens: int | None,
-                 num_prompt_tokens: int | None) -> OmniRequestOutput:
+def delta_output(
+    *,
+    request_id: str,
+    stage_id: int,
+    output_type: OutputModality,
+    delta: dict[str, Any],
+    keep: OutputModality,
+    progress: tuple[int, int] | None,
+    num_tokens: int | None,
+    num_prompt_tokens: int | None,
+) -> OmniRequestOutput:
     """A streamed update: only this update's payload (no copy of what came before)."""
     dropped = dropped_keys(keep)
-    return OmniRequestOutput(request_id=request_id, stage_id=stage_id, final_output_type=str(output_type),
-                             finished=False, delta={k: v for k, v in delta.items() if k not in dropped},
-                             progress=progress, num_tokens=num_tokens, num_prompt_tokens=num_prompt_tokens,
-                             sample_rate=delta.get("sample_rate"), fps=delta.get("fps"))
+    return OmniRequestOutput(
+        request_id=request_id,
+        stage_id=stage_id,
+        final_output_type=str(output_type),
+        finished=False,
+        delta={k: v for k, v in delta.items() if k not in dropped},
+        progress=progress,
+        num_tokens=num_tokens,
+        num_prompt_tokens=num_prompt_tokens,
+        sample_rate=delta.get("sample_rate"),
+        fps=delta.get("fps"),
+    )
 
 
-def final_output(*, request_id: str, stage_id: int, output_type: OutputModality, whole: dict[str, Any],
-                 keep: OutputModality, metrics: dict, finish_reason: str | None, num_tokens: int | None,
-                 progress: tuple[int, int] | None) -> OmniRequestOutput:
+def final_output(
+    *,
+    request_id: str,
+    stage_id: int,
+    output_type: OutputModality,
+    whole: dict[str, Any],
+    keep: OutputModality,
+    metrics: dict,
+    finish_reason: str | None,
+    num_tokens: int | None,
+    progress: tuple[int, int] | None,
+) -> OmniRequestOutput:
     """A stage's last update: its whole output (only the modalities the caller asked for)."""
-    out = OmniRequestOutput(request_id=request_id, stage_id=stage_id, final_output_type=str(output_type),
-                            finished=True, metrics=metrics, progress=progress, finish_reason=finish_reason,
-                            num_tokens=num_tokens)
+    out = OmniRequestOutput(
+        request_id=request_id,
+        stage_id=stage_id,
+        final_output_type=str(output_type),
+        finished=True,
+        metrics=metrics,
+        progress=progress,
+        finish_reason=finish_reason,
+        num_tokens=num_tokens,
+    )
     if OutputModality.TEXT in keep and "text" in whole:
         out.text = whole["text"]
     if OutputModality.TOKEN_IDS in keep and "token_ids" in whole:

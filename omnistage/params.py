@@ -62,8 +62,12 @@ class DiffusionSamplingParams(BaseModel):
     extra_args: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
-    def from_any(cls, value: DiffusionSamplingParams | Mapping[str, Any] | None,
-                 defaults: Mapping[str, Any] | None = None, where: str = "") -> DiffusionSamplingParams:
+    def from_any(
+        cls,
+        value: DiffusionSamplingParams | Mapping[str, Any] | None,
+        defaults: Mapping[str, Any] | None = None,
+        where: str = "",
+    ) -> DiffusionSamplingParams:
         """An object as it is; a partial dict merged over ``defaults``; None = the defaults.
         Raises ``InvalidRequestError`` naming the field (``where`` is put in front of its name)."""
         if isinstance(value, cls):
@@ -114,11 +118,35 @@ class RequestKnobs(BaseModel):
     ignore_eos: bool | None = None
 
     DIFFUSION: ClassVar[tuple[str, ...]] = (
-        "height", "width", "num_inference_steps", "guidance_scale", "guidance_scale_2", "true_cfg_scale",
-        "negative_prompt", "seed", "strength", "num_frames", "fps", "max_sequence_length", "cache")
+        "height",
+        "width",
+        "num_inference_steps",
+        "guidance_scale",
+        "guidance_scale_2",
+        "true_cfg_scale",
+        "negative_prompt",
+        "seed",
+        "strength",
+        "num_frames",
+        "fps",
+        "max_sequence_length",
+        "cache",
+    )
     LLM: ClassVar[tuple[str, ...]] = (
-        "max_tokens", "temperature", "top_p", "top_k", "min_p", "min_tokens", "seed", "stop", "stop_token_ids",
-        "presence_penalty", "frequency_penalty", "repetition_penalty", "ignore_eos")
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "min_tokens",
+        "seed",
+        "stop",
+        "stop_token_ids",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "ignore_eos",
+    )
     # body fields of OpenAI's APIs that carry no generation meaning here (never model-specific extras)
     IGNORED: ClassVar[frozenset[str]] = frozenset()
 
@@ -130,8 +158,11 @@ class RequestKnobs(BaseModel):
 
     def standard(self) -> dict[str, Any]:
         """The standard knobs that were set."""
-        return {k: getattr(self, k) for k in RequestKnobs.model_fields
-                if k in self.model_fields_set and getattr(self, k) is not None}
+        return {
+            k: getattr(self, k)
+            for k in RequestKnobs.model_fields
+            if k in self.model_fields_set and getattr(self, k) is not None
+        }
 
     def extras(self) -> dict[str, Any]:
         return {k: v for k, v in (self.model_extra or {}).items() if k not in self.IGNORED}
@@ -199,8 +230,9 @@ def filter_extras(pipeline: Pipeline, extras: Mapping[str, Any]) -> dict[str, An
             try:
                 kept[k] = _type_adapter(allowed[k]).validate_python(v)
             except ValidationError as e:
-                raise InvalidRequestError(k, f"expected {getattr(allowed[k], '__name__', allowed[k])}: "
-                                             f"{e.errors()[0]['msg']}, got {v!r}") from None
+                raise InvalidRequestError(
+                    k, f"expected {getattr(allowed[k], '__name__', allowed[k])}: {e.errors()[0]['msg']}, got {v!r}"
+                ) from None
     return kept
 
 
@@ -209,8 +241,13 @@ def _type_adapter(typ: Any) -> TypeAdapter:
     return TypeAdapter(typ)
 
 
-def stage_params(pipeline: Pipeline, defaults: Sequence[Mapping[str, Any]], knobs: RequestKnobs | None = None,
-                 given: Sequence[Any] | None = None, prompt: dict[str, Any] | None = None) -> list[Any]:
+def stage_params(
+    pipeline: Pipeline,
+    defaults: Sequence[Mapping[str, Any]],
+    knobs: RequestKnobs | None = None,
+    given: Sequence[Any] | None = None,
+    prompt: dict[str, Any] | None = None,
+) -> list[Any]:
     """Every stage's parameters for one request (see the module docstring). ``given`` is the caller's
     ``sampling_params_list``: per stage a partial dict, an engine's own params object, or None. The
     pipeline's ``shape_request`` hook sees ``prompt`` and the merged dicts before they are typed."""

@@ -111,10 +111,15 @@ class StageSpec:
             raise ValueError(f"stage {self.stage_id}: kind {self.kind!r} is not one of {', '.join(STAGE_KINDS)}")
         OutputModality.parse(self.output)
         self.name = self.name or f"{self.kind}{self.stage_id}"
-        if self.kind == "diffusion" and self.adapter is not None and not (
-                isinstance(self.adapter, type) and issubclass(self.adapter, DiffusionAdapter)):
-            raise TypeError(f"stage {self.stage_id}: a diffusion stage's adapter must be a DiffusionAdapter subclass, "
-                            f"got {self.adapter!r}")
+        if (
+            self.kind == "diffusion"
+            and self.adapter is not None
+            and not (isinstance(self.adapter, type) and issubclass(self.adapter, DiffusionAdapter))
+        ):
+            raise TypeError(
+                f"stage {self.stage_id}: a diffusion stage's adapter must be a DiffusionAdapter subclass, "
+                f"got {self.adapter!r}"
+            )
 
     @property
     def output_modality(self) -> OutputModality:
@@ -191,13 +196,16 @@ class Pipeline:
 
     def for_model(self, model: str | Path | None) -> Pipeline:
         """This pipeline completed from the model folder (itself when nothing to add)."""
-        if model is None or (self.folder_info is None and self.folder_extra_body_params is None
-                             and self.folder_shape_request is None):
+        if model is None or (
+            self.folder_info is None and self.folder_extra_body_params is None and self.folder_shape_request is None
+        ):
             return self
         folder = Path(model)
         info = {**self.info, **(self.folder_info(folder) if self.folder_info else {})}
-        extra = {**self.extra_body_params,
-                 **(self.folder_extra_body_params(folder) if self.folder_extra_body_params else {})}
+        extra = {
+            **self.extra_body_params,
+            **(self.folder_extra_body_params(folder) if self.folder_extra_body_params else {}),
+        }
         hook = self.folder_shape_request(folder) if self.folder_shape_request else self.shape_request
         return replace(self, info=info, extra_body_params=extra, shape_request=hook)
 
@@ -285,8 +293,9 @@ def _not_loaded_hint() -> str:
 def get_pipeline(name: str) -> Pipeline:
     pipelines = registered_pipelines()
     if name not in pipelines:
-        raise ValueError(f"unknown pipeline {name!r}; registered: {', '.join(sorted(pipelines)) or 'none'}"
-                         f"{_not_loaded_hint()}")
+        raise ValueError(
+            f"unknown pipeline {name!r}; registered: {', '.join(sorted(pipelines)) or 'none'}{_not_loaded_hint()}"
+        )
     return pipelines[name]
 
 

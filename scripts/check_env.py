@@ -3,6 +3,7 @@
 Run by `make install` (so by `make test` and CI) after the pip steps; a wrong combination fails here, loudly,
 instead of as a skip or an import error deep inside a test.
 """
+
 import torch
 import torchvision
 

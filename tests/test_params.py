@@ -17,18 +17,27 @@ from omnistage.pipeline import Edge, Pipeline, StageSpec
 
 def ar_then_dit(**kw: Any) -> Pipeline:
     """An llm stage feeding a diffusion stage (GLM-Image's shape); no engines are started."""
-    return Pipeline("test_params_ar_dit", [
-        StageSpec(0, kind="llm", output="token_ids"),
-        StageSpec(1, kind="diffusion", output="image", final=True, inputs=[Edge(0)]),
-    ], extra_body_params={"mu": float}, **kw)
+    return Pipeline(
+        "test_params_ar_dit",
+        [
+            StageSpec(0, kind="llm", output="token_ids"),
+            StageSpec(1, kind="diffusion", output="image", final=True, inputs=[Edge(0)]),
+        ],
+        extra_body_params={"mu": float},
+        **kw,
+    )
 
 
 def two_denoisers() -> Pipeline:
     """Two diffusion stages (a base and a refiner): both are targets of the diffusion knobs and extras."""
-    return Pipeline("test_params_two_dits", [
-        StageSpec(0, kind="diffusion", output="latent"),
-        StageSpec(1, kind="diffusion", output="image", final=True, inputs=[Edge(0)]),
-    ], extra_body_params={"mu": float})
+    return Pipeline(
+        "test_params_two_dits",
+        [
+            StageSpec(0, kind="diffusion", output="latent"),
+            StageSpec(1, kind="diffusion", output="image", final=True, inputs=[Edge(0)]),
+        ],
+        extra_body_params={"mu": float},
+    )
 
 
 NO_DEFAULTS = [{}, {}]
@@ -43,8 +52,13 @@ def field_of(excinfo: pytest.ExceptionInfo) -> str | None:
 
 def test_size_and_n_become_the_diffusion_stage_keys():
     knobs = RequestKnobs(size="48x32", n=3, seed=5, guidance_scale=2.5)
-    assert knobs.for_diffusion() == {"width": 48, "height": 32, "num_outputs_per_prompt": 3, "seed": 5,
-                                     "guidance_scale": 2.5}
+    assert knobs.for_diffusion() == {
+        "width": 48,
+        "height": 32,
+        "num_outputs_per_prompt": 3,
+        "seed": 5,
+        "guidance_scale": 2.5,
+    }
     assert RequestKnobs(size="48x32", width=64).for_diffusion() == {"width": 64, "height": 32}  # explicit wins
     assert RequestKnobs(size="auto").for_diffusion() == {}
 
@@ -126,27 +140,33 @@ def test_extras_reach_only_the_denoising_stages():
 # ------------------------------------------------------------------ errors name the field
 
 
-@pytest.mark.parametrize("given, field", [
-    ([{}, {"height": 0}], "sampling_params_list[1].height"),
-    ([{}, {"seed": -1}], "sampling_params_list[1].seed"),
-    ([{"seed": -1}, {}], "sampling_params_list[0].seed"),
-    ([{"temperature": -1}, {}], "sampling_params_list[0].temperature"),
-    ([{}, {"not_a_param": 1}], "sampling_params_list[1].not_a_param"),
-    ([{}, {"extra_args": [1]}], "sampling_params_list[1].extra_args"),
-    ([{}, {}, {}], "sampling_params_list"),
-])
+@pytest.mark.parametrize(
+    "given, field",
+    [
+        ([{}, {"height": 0}], "sampling_params_list[1].height"),
+        ([{}, {"seed": -1}], "sampling_params_list[1].seed"),
+        ([{"seed": -1}, {}], "sampling_params_list[0].seed"),
+        ([{"temperature": -1}, {}], "sampling_params_list[0].temperature"),
+        ([{}, {"not_a_param": 1}], "sampling_params_list[1].not_a_param"),
+        ([{}, {"extra_args": [1]}], "sampling_params_list[1].extra_args"),
+        ([{}, {}, {}], "sampling_params_list"),
+    ],
+)
 def test_bad_entries_name_their_stage_and_field(given, field):
     with pytest.raises(InvalidRequestError) as e:
         stage_params(ar_then_dit(), NO_DEFAULTS, None, given)
     assert field_of(e) == field
 
 
-@pytest.mark.parametrize("nested, field", [
-    ({"seed": -1}, "extra_body.seed"),
-    ({"num_inference_steps": 0}, "extra_body.num_inference_steps"),
-    ({"size": "big"}, "extra_body.size"),
-    ({"top_p": 2}, "extra_body.top_p"),
-])
+@pytest.mark.parametrize(
+    "nested, field",
+    [
+        ({"seed": -1}, "extra_body.seed"),
+        ({"num_inference_steps": 0}, "extra_body.num_inference_steps"),
+        ({"size": "big"}, "extra_body.size"),
+        ({"top_p": 2}, "extra_body.top_p"),
+    ],
+)
 def test_bad_extra_body_values_name_the_field(nested, field):
     with pytest.raises(InvalidRequestError) as e:
         RequestKnobs().knobs(nested)
@@ -188,13 +208,13 @@ def test_the_hook_sees_the_merged_dicts_before_they_are_typed():
     pipeline = ar_then_dit(shape_request=hook)
     defaults = [{"temperature": 1.0}, {"guidance_scale": 4.0}]
     prompt = {"prompt": "a cat"}
-    llm, dit = stage_params(pipeline, defaults, RequestKnobs(size="64x48"), [None, {"num_inference_steps": 3}],
-                            prompt)
+    llm, dit = stage_params(pipeline, defaults, RequestKnobs(size="64x48"), [None, {"num_inference_steps": 3}], prompt)
     [(hook_prompt, hook_params)] = seen
     assert hook_prompt == {"prompt": "a cat"}
-    assert hook_params == [{"temperature": 1.0},
-                           {"guidance_scale": 4.0, "width": 64, "height": 48, "num_inference_steps": 3,
-                            "extra_args": {}}]
+    assert hook_params == [
+        {"temperature": 1.0},
+        {"guidance_scale": 4.0, "width": 64, "height": 48, "num_inference_steps": 3, "extra_args": {}},
+    ]
     assert prompt["additional_information"] == {"height": 48}
     assert llm == {"temperature": 1.0, "max_tokens": 6} and isinstance(dit, DiffusionSamplingParams)
     # without a prompt (parameters alone) there is nothing to shape

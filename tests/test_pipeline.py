@@ -7,12 +7,22 @@ import pytest
 from omnistage.pipeline import Edge, Pipeline, StageSpec, get_pipeline, register_pipeline, resolve_pipeline
 from omnistage.testing import pipelines as tp
 
-_by_diffusers = register_pipeline(Pipeline(
-    "test_resolve_diffusers", [StageSpec(0, kind="generation", adapter=tp.TextEmbedAdapter, output="latent", final=True)],
-    matches=lambda f: f.diffusers_class == "TestOnlyPipeline"), replace=True)
-_by_arch = register_pipeline(Pipeline(
-    "test_resolve_arch", [StageSpec(0, kind="generation", adapter=tp.TextEmbedAdapter, output="latent", final=True)],
-    matches=lambda f: "TestOnlyForCausalLM" in f.architectures), replace=True)
+_by_diffusers = register_pipeline(
+    Pipeline(
+        "test_resolve_diffusers",
+        [StageSpec(0, kind="generation", adapter=tp.TextEmbedAdapter, output="latent", final=True)],
+        matches=lambda f: f.diffusers_class == "TestOnlyPipeline",
+    ),
+    replace=True,
+)
+_by_arch = register_pipeline(
+    Pipeline(
+        "test_resolve_arch",
+        [StageSpec(0, kind="generation", adapter=tp.TextEmbedAdapter, output="latent", final=True)],
+        matches=lambda f: "TestOnlyForCausalLM" in f.architectures,
+    ),
+    replace=True,
+)
 
 
 def test_resolve_from_model_folder(tmp_path):
@@ -56,8 +66,9 @@ def test_declaration_is_checked():
 
 
 def test_pipelines_command_lists_stages():
-    out = subprocess.run([sys.executable, "-m", "omnistage.cli.main", "pipelines"], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "omnistage.cli.main", "pipelines"], capture_output=True, text=True, check=True
+    )
     text = out.stdout
     # Every built-in family appears with its stages, kinds and output types.
     import omnistage.models  # noqa: F401 - registers the built-in families (the registry imports none)

@@ -22,8 +22,10 @@ from fastapi.responses import JSONResponse
 
 
 def _error(message: str, param: str | None, status: int = 400) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "param": param,
-                                   "code": status}}, status_code=status)
+    return JSONResponse(
+        {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": status}},
+        status_code=status,
+    )
 
 
 def parse_request(body: Any) -> dict[str, Any]:

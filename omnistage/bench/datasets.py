@@ -125,8 +125,20 @@ def random_dataset(task: str, num_prompts: int, defaults: DatasetDefaults) -> li
 
 
 _CUSTOM_KEYS = {
-    "prompt", "width", "height", "num_frames", "num_inference_steps", "guidance_scale", "seed", "negative_prompt",
-    "image", "audio", "max_tokens", "voice", "slo_s", "extra",
+    "prompt",
+    "width",
+    "height",
+    "num_frames",
+    "num_inference_steps",
+    "guidance_scale",
+    "seed",
+    "negative_prompt",
+    "image",
+    "audio",
+    "max_tokens",
+    "voice",
+    "slo_s",
+    "extra",
 }
 
 
@@ -157,8 +169,18 @@ def custom_dataset(path: str | Path, task: str, num_prompts: int, defaults: Data
             raise ValueError(f"{where}: 'extra' must be an object")
         seed = row.get("seed", (defaults.seed or 0) + len(out))
         req = _from_defaults(f"bench-{len(out)}", row["prompt"], defaults, seed=seed)
-        for key in ("width", "height", "num_frames", "num_inference_steps", "guidance_scale", "negative_prompt",
-                    "max_tokens", "voice", "slo_s", "extra"):
+        for key in (
+            "width",
+            "height",
+            "num_frames",
+            "num_inference_steps",
+            "guidance_scale",
+            "negative_prompt",
+            "max_tokens",
+            "voice",
+            "slo_s",
+            "extra",
+        ):
             if key in row:
                 setattr(req, key, row[key])
         if "image" in row:
@@ -185,8 +207,9 @@ def custom_dataset(path: str | Path, task: str, num_prompts: int, defaults: Data
     return out
 
 
-def load_dataset(name: str, task: str, num_prompts: int, defaults: DatasetDefaults,
-                 path: str | None = None) -> list[BenchRequest]:
+def load_dataset(
+    name: str, task: str, num_prompts: int, defaults: DatasetDefaults, path: str | None = None
+) -> list[BenchRequest]:
     if num_prompts < 1:
         raise ValueError("--num-prompts must be at least 1")
     if name == "random":
@@ -199,10 +222,18 @@ def load_dataset(name: str, task: str, num_prompts: int, defaults: DatasetDefaul
 
 
 def _from_defaults(request_id: str, prompt: str, d: DatasetDefaults, seed: int | None) -> BenchRequest:
-    return BenchRequest(request_id=request_id, prompt=prompt, width=d.width, height=d.height,
-                        num_frames=d.num_frames, num_inference_steps=d.num_inference_steps,
-                        guidance_scale=d.guidance_scale, seed=seed,
-                        max_tokens=d.max_tokens, voice=d.voice)
+    return BenchRequest(
+        request_id=request_id,
+        prompt=prompt,
+        width=d.width,
+        height=d.height,
+        num_frames=d.num_frames,
+        num_inference_steps=d.num_inference_steps,
+        guidance_scale=d.guidance_scale,
+        seed=seed,
+        max_tokens=d.max_tokens,
+        voice=d.voice,
+    )
 
 
 def _check_task(task: str) -> None:

@@ -17,7 +17,7 @@ async def iter_sse_json(response: httpx.Response) -> AsyncIterator[dict[str, Any
         line = line.strip()
         if not line.startswith("data:"):
             continue  # blank separators, comments, event names
-        payload = line[len("data:"):].strip()
+        payload = line[len("data:") :].strip()
         if payload == "[DONE]":
             return
         try:

@@ -76,8 +76,7 @@ def slo_attainment(results: list[RequestResult], slo_s: float | None) -> float |
     return met / len(results)
 
 
-def _flatten(out: dict[str, Any], name: str, values: Iterable[float], scale: float = 1.0,
-             unit: str = "") -> None:
+def _flatten(out: dict[str, Any], name: str, values: Iterable[float], scale: float = 1.0, unit: str = "") -> None:
     dist = distribution(v * scale for v in values)
     if dist is None:
         return

@@ -86,9 +86,11 @@ class Session:
                 fmt = created["session"]["audio"]["output"]["format"]
                 self.out_rate = fmt["rate"] if fmt else None
                 td = {"type": "server_vad"} if self.cfg.server_vad else None
-                update = {"type": "realtime", **self.cfg.session,
-                          "audio": {"input": {"format": {"type": "audio/pcm", "rate": self.cfg.rate},
-                                              "turn_detection": td}}}
+                update = {
+                    "type": "realtime",
+                    **self.cfg.session,
+                    "audio": {"input": {"format": {"type": "audio/pcm", "rate": self.cfg.rate}, "turn_detection": td}},
+                }
                 await self._send({"type": "session.update", "session": update})
                 await self._expect("session.updated")
                 turns = [await self._turn("turn", i) for i in range(self.cfg.turns)]
@@ -125,7 +127,7 @@ class Session:
         for k, i in enumerate(range(0, len(pcm), step)):
             await asyncio.sleep(max(0.0, start + k * CHUNK_S - time.perf_counter()))
             self.sent_at.append((self.sent, time.perf_counter()))
-            piece = pcm[i:i + step]
+            piece = pcm[i : i + step]
             await self._send({"type": "input_audio_buffer.append", "audio": base64.b64encode(piece).decode()})
             self.sent += len(piece) // 2
 
@@ -193,10 +195,24 @@ async def http_first_audio(cfg: RealtimeConfig, base_url: str, model: str | None
     wav = io.BytesIO()
     soundfile.write(wav, cfg.clip, cfg.rate, format="WAV", subtype="PCM_16")
     messages = [{"role": "system", "content": cfg.session["instructions"]}] if cfg.session.get("instructions") else []
-    messages.append({"role": "user", "content": [{"type": "input_audio", "input_audio": {
-        "data": base64.b64encode(wav.getvalue()).decode(), "format": "wav"}}]})
-    body = {"messages": messages, "stream": True, "modalities": ["text", "audio"],
-            **({"model": model} if model else {}), **cfg.session.get("extra_body", {})}
+    messages.append(
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "input_audio",
+                    "input_audio": {"data": base64.b64encode(wav.getvalue()).decode(), "format": "wav"},
+                }
+            ],
+        }
+    )
+    body = {
+        "messages": messages,
+        "stream": True,
+        "modalities": ["text", "audio"],
+        **({"model": model} if model else {}),
+        **cfg.session.get("extra_body", {}),
+    }
     if isinstance(cfg.session.get("max_output_tokens"), int):
         body["max_tokens"] = cfg.session["max_output_tokens"]
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
@@ -213,8 +229,9 @@ async def http_first_audio(cfg: RealtimeConfig, base_url: str, model: str | None
     return first
 
 
-async def run_level(cfg: RealtimeConfig, concurrency: int, baseline_url: str | None = None,
-                    model: str | None = None) -> dict[str, Any]:
+async def run_level(
+    cfg: RealtimeConfig, concurrency: int, baseline_url: str | None = None, model: str | None = None
+) -> dict[str, Any]:
     """``concurrency`` sessions at once; their turns and a summary."""
     start = time.perf_counter()
     results = await asyncio.gather(*(Session(cfg).run() for _ in range(concurrency)), return_exceptions=True)
@@ -231,8 +248,9 @@ async def run_level(cfg: RealtimeConfig, concurrency: int, baseline_url: str | N
     if baseline_url is not None:  # as many chat requests at once as there were sessions, one round per turn
         firsts: list[Any] = []
         for _ in range(cfg.turns):
-            firsts += await asyncio.gather(*(http_first_audio(cfg, baseline_url, model) for _ in range(concurrency)),
-                                           return_exceptions=True)
+            firsts += await asyncio.gather(
+                *(http_first_audio(cfg, baseline_url, model) for _ in range(concurrency)), return_exceptions=True
+            )
         baseline = distribution(f for f in firsts if isinstance(f, float))
     barges = [t for t in turns if t.kind == "barge_in" and t.barge_in_s is not None]  # a cancel was sent
     cut = [t for t in barges if t.status == "cancelled"]  # (not those that had finished by then)
@@ -246,8 +264,9 @@ async def run_level(cfg: RealtimeConfig, concurrency: int, baseline_url: str | N
         "turn_errors": [t.error for t in turns if t.error],
         "first_audio_s": distribution(t.first_audio_s for t in spoken if t.first_audio_s is not None),
         # first turns only: the conversation the baseline sends (later turns carry the earlier ones)
-        "first_audio_turn1_s": distribution(t.first_audio_s for t in spoken
-                                            if t.index == 0 and t.first_audio_s is not None),
+        "first_audio_turn1_s": distribution(
+            t.first_audio_s for t in spoken if t.index == 0 and t.first_audio_s is not None
+        ),
         "http_first_audio_s": baseline,  # the baseline: the same turn over /v1/chat/completions
         "audio_rtf": distribution(t.audio_rtf for t in spoken if t.audio_rtf is not None),
         "audio_s_per_answer": distribution(t.audio_s for t in spoken),
@@ -267,19 +286,24 @@ def markdown(levels: list[dict[str, Any]], title: str) -> str:
     def x(d: dict[str, float] | None, key: str) -> str:
         return "–" if not d else f"{d[key]:.2f}"
 
-    lines = [f"# {title}", "",
-             "| sessions | turns answered | end of speech → first audio ms (median / p95) "
-             "| first turns: first audio ms (median) | same turn over HTTP chat (median) | ratio "
-             "| audio RTF (median / max) "
-             "| barge-in: cancel → last delta ms (median / max) | cancel → done ms (median) | cancelled |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# {title}",
+        "",
+        "| sessions | turns answered | end of speech → first audio ms (median / p95) "
+        "| first turns: first audio ms (median) | same turn over HTTP chat (median) | ratio "
+        "| audio RTF (median / max) "
+        "| barge-in: cancel → last delta ms (median / max) | cancel → done ms (median) | cancelled |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for lv in levels:
         fa, rtf, bi, cd = lv["first_audio_s"], lv["audio_rtf"], lv["barge_in_s"], lv["cancel_done_s"]
         one, base = lv["first_audio_turn1_s"], lv.get("http_first_audio_s")
         ratio = f"{one['median'] / base['median']:.2f}×" if one and base and base["median"] else "–"
-        lines.append(f"| {lv['concurrency']} | {lv['turns_answered']}/{lv['turns']} | {ms(fa, 'median')} / "
-                     f"{ms(fa, 'p95')} | {ms(one, 'median')} | {ms(base, 'median')} | {ratio} "
-                     f"| {x(rtf, 'median')} / {x(rtf, 'max')} "
-                     f"| {ms(bi, 'median')} / {ms(bi, 'max')} | {ms(cd, 'median')} "
-                     f"| {lv['barge_ins_cancelled']}/{lv['barge_ins']} |")
+        lines.append(
+            f"| {lv['concurrency']} | {lv['turns_answered']}/{lv['turns']} | {ms(fa, 'median')} / "
+            f"{ms(fa, 'p95')} | {ms(one, 'median')} | {ms(base, 'median')} | {ratio} "
+            f"| {x(rtf, 'median')} / {x(rtf, 'max')} "
+            f"| {ms(bi, 'median')} / {ms(bi, 'max')} | {ms(cd, 'median')} "
+            f"| {lv['barge_ins_cancelled']}/{lv['barge_ins']} |"
+        )
     return "\n".join(lines) + "\n"

@@ -30,12 +30,16 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def write_json(path: str | Path, config: dict[str, Any], metrics: dict[str, Any],
-               outcomes: list[Outcome], extra: dict[str, Any] | None = None) -> Path:
+def write_json(
+    path: str | Path,
+    config: dict[str, Any],
+    metrics: dict[str, Any],
+    outcomes: list[Outcome],
+    extra: dict[str, Any] | None = None,
+) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"config": config, "metrics": metrics, **(extra or {}),
-           "requests": [o.result.to_json() for o in outcomes]}
+    doc = {"config": config, "metrics": metrics, **(extra or {}), "requests": [o.result.to_json() for o in outcomes]}
     path.write_text(json.dumps(doc, indent=2, default=str))
     return path
 

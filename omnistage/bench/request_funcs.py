@@ -82,8 +82,16 @@ async def send_request(client: httpx.AsyncClient, spec: ClientSpec, req: BenchRe
     try:
         await fn(client, spec, req, outcome, start)
         result.success = True
-    except (RequestFailed, httpx.HTTPError, httpx.StreamError, ValueError, KeyError, TypeError,
-            AttributeError, IndexError) as e:  # a malformed reply fails this request, not the run
+    except (
+        RequestFailed,
+        httpx.HTTPError,
+        httpx.StreamError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        IndexError,
+    ) as e:  # a malformed reply fails this request, not the run
         result.error = str(e) if isinstance(e, RequestFailed) else f"{type(e).__name__}: {e}"
         outcome.outputs.clear()
     result.latency = time.perf_counter() - start
@@ -282,8 +290,9 @@ async def _chat(client, spec, req, outcome, start) -> None:
         if req.image is not None:
             content.append({"type": "image_url", "image_url": {"url": data_url(req.image)}})
         if req.audio is not None:
-            content.append({"type": "input_audio",
-                            "input_audio": {"data": base64.b64encode(req.audio).decode(), "format": "wav"}})
+            content.append(
+                {"type": "input_audio", "input_audio": {"data": base64.b64encode(req.audio).decode(), "format": "wav"}}
+            )
         content.append({"type": "text", "text": req.prompt})
     body_json: dict[str, Any] = {
         "messages": [{"role": "user", "content": content}],
@@ -323,7 +332,12 @@ async def _chat(client, spec, req, outcome, start) -> None:
     stats = tracker.finish()
     r = outcome.result
     r.ttft, r.e2e_text, r.itl, r.tpot, r.output_tokens = (
-        stats.ttft, stats.e2e_text, stats.itl, stats.tpot, stats.output_tokens)
+        stats.ttft,
+        stats.e2e_text,
+        stats.itl,
+        stats.tpot,
+        stats.output_tokens,
+    )
     if stats.ttft is None and not audio:
         raise RequestFailed("stream carried no output")
     outcome.outputs.append(("txt", stats.text.encode()))
@@ -335,8 +349,9 @@ async def _chat(client, spec, req, outcome, start) -> None:
     r.num_outputs = 1
 
 
-def _chat_audio(chunk: dict[str, Any], elapsed: float, result: RequestResult, audio: list[bytes],
-                rate: list[int]) -> None:
+def _chat_audio(
+    chunk: dict[str, Any], elapsed: float, result: RequestResult, audio: list[bytes], rate: list[int]
+) -> None:
     """Audio packets of an omni chat stream (base64 PCM16 in ``delta.audio.data``; the sample rate comes once,
     with the first packet, and is appended to ``rate``)."""
     for choice in chunk.get("choices") or []:

@@ -70,8 +70,9 @@ async def run_benchmark(spec: ClientSpec, requests: list[BenchRequest], cfg: Run
     return BenchmarkRun(outcomes, duration, slo_s, slo_ref, warmup_errors)
 
 
-async def _warmup(client: httpx.AsyncClient, spec: ClientSpec, requests: list[BenchRequest],
-                  cfg: RunConfig) -> list[str]:
+async def _warmup(
+    client: httpx.AsyncClient, spec: ClientSpec, requests: list[BenchRequest], cfg: RunConfig
+) -> list[str]:
     errors = []
     for i in range(cfg.warmup_requests):
         req = requests[i % len(requests)]
@@ -84,8 +85,9 @@ async def _warmup(client: httpx.AsyncClient, spec: ClientSpec, requests: list[Be
     return errors
 
 
-async def _main_load(client: httpx.AsyncClient, spec: ClientSpec, requests: list[BenchRequest],
-                     cfg: RunConfig) -> tuple[list[Outcome], float]:
+async def _main_load(
+    client: httpx.AsyncClient, spec: ClientSpec, requests: list[BenchRequest], cfg: RunConfig
+) -> tuple[list[Outcome], float]:
     sem = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
     bar = tqdm(total=len(requests), desc=f"bench {spec.task}", disable=not cfg.progress)
     t0 = time.perf_counter()

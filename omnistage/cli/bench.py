@@ -50,14 +50,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strength", type=float, default=None, help="i2i / i2v strength")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--random-input-len", type=positive_int, default=16, help="chat: words per random prompt")
-    p.add_argument("--chat-image", action="store_true",
-                   help="chat: each request carries a seeded random PNG (--width x --height, default 64x64)")
-    p.add_argument("--chat-audio", type=positive_float, default=None, metavar="SECONDS",
-                   help="chat / omni / asr: each request carries a seeded WAV clip this long (chat / omni: an "
-                        "input_audio part, e.g. Qwen3-Omni hearing its question; asr: the uploaded file, 5 s "
-                        "by default)")
-    p.add_argument("--output-len", "--max-tokens", dest="max_tokens", type=positive_int, default=None,
-                   help="chat: max_tokens per request")
+    p.add_argument(
+        "--chat-image",
+        action="store_true",
+        help="chat: each request carries a seeded random PNG (--width x --height, default 64x64)",
+    )
+    p.add_argument(
+        "--chat-audio",
+        type=positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="chat / omni / asr: each request carries a seeded WAV clip this long (chat / omni: an "
+        "input_audio part, e.g. Qwen3-Omni hearing its question; asr: the uploaded file, 5 s "
+        "by default)",
+    )
+    p.add_argument(
+        "--output-len",
+        "--max-tokens",
+        dest="max_tokens",
+        type=positive_int,
+        default=None,
+        help="chat: max_tokens per request",
+    )
     p.add_argument("--no-ignore-eos", action="store_true", help="chat: let requests stop at EOS")
     p.add_argument("--temperature", type=float, default=0.0, help="chat sampling temperature")
     p.add_argument("--voice", default=None, help="tts voice")
@@ -66,8 +80,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup-requests", type=int, default=1)
     p.add_argument("--warmup-num-inference-steps", type=positive_int, default=2)
     p.add_argument("--slo", type=float, default=None, help="latency SLO in seconds")
-    p.add_argument("--slo-scale", type=float, default=3.0,
-                   help="without --slo: SLO = scale x latency of one request run alone (0 disables)")
+    p.add_argument(
+        "--slo-scale",
+        type=float,
+        default=3.0,
+        help="without --slo: SLO = scale x latency of one request run alone (0 disables)",
+    )
     p.add_argument("--return-stage-metrics", action="store_true")
     p.add_argument("--save-dir", default=None, help="decode and save returned images/audio/video here")
     p.add_argument("--output-file", default=None, help="write metrics + per-request results as JSON")
@@ -100,24 +118,48 @@ def run(args: argparse.Namespace) -> int:
         print(f"server at {args.base_url} not ready after {args.ready_timeout}s", file=sys.stderr)
         return 1
     try:
-        defaults = DatasetDefaults(width=args.width, height=args.height, num_frames=args.num_frames,
-                                   num_inference_steps=args.num_inference_steps,
-                                   guidance_scale=args.guidance_scale, seed=args.seed,
-                                   max_tokens=args.max_tokens, voice=args.voice, input_len=args.random_input_len,
-                                   chat_image=args.chat_image, chat_audio_s=args.chat_audio)
+        defaults = DatasetDefaults(
+            width=args.width,
+            height=args.height,
+            num_frames=args.num_frames,
+            num_inference_steps=args.num_inference_steps,
+            guidance_scale=args.guidance_scale,
+            seed=args.seed,
+            max_tokens=args.max_tokens,
+            voice=args.voice,
+            input_len=args.random_input_len,
+            chat_image=args.chat_image,
+            chat_audio_s=args.chat_audio,
+        )
         requests = load_dataset(args.dataset, args.task, args.num_prompts, defaults, args.dataset_path)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     model = args.model or _first_model(args.base_url)
-    spec = ClientSpec(base_url=args.base_url, task=args.task, endpoint=args.endpoint, model=model,
-                      return_stage_metrics=args.return_stage_metrics, stream=args.stream,
-                      audio_format=args.audio_format, fps=args.fps, strength=args.strength,
-                      temperature=args.temperature, ignore_eos=not args.no_ignore_eos)
-    cfg = RunConfig(request_rate=args.request_rate, max_concurrency=args.max_concurrency,
-                    warmup_requests=args.warmup_requests, warmup_num_inference_steps=args.warmup_num_inference_steps,
-                    slo_s=args.slo, slo_scale=args.slo_scale, seed=args.seed,
-                    request_timeout_s=args.request_timeout, progress=not args.disable_tqdm)
+    spec = ClientSpec(
+        base_url=args.base_url,
+        task=args.task,
+        endpoint=args.endpoint,
+        model=model,
+        return_stage_metrics=args.return_stage_metrics,
+        stream=args.stream,
+        audio_format=args.audio_format,
+        fps=args.fps,
+        strength=args.strength,
+        temperature=args.temperature,
+        ignore_eos=not args.no_ignore_eos,
+    )
+    cfg = RunConfig(
+        request_rate=args.request_rate,
+        max_concurrency=args.max_concurrency,
+        warmup_requests=args.warmup_requests,
+        warmup_num_inference_steps=args.warmup_num_inference_steps,
+        slo_s=args.slo,
+        slo_scale=args.slo_scale,
+        seed=args.seed,
+        request_timeout_s=args.request_timeout,
+        progress=not args.disable_tqdm,
+    )
     result = asyncio.run(run_benchmark(spec, requests, cfg))
     metrics = aggregate([o.result for o in result.outcomes], result.duration, result.slo_s)
     print(format_table(metrics))
@@ -127,12 +169,19 @@ def run(args: argparse.Namespace) -> int:
     config = {k: v for k, v in vars(args).items() if k not in ("func",)}
     config.update(model=model, endpoint=spec.url, request_rate=str(args.request_rate))
     if args.output_file:
-        extra = {"label": args.label, "slo_reference_latency": result.slo_reference_latency,
-                 "warmup_errors": result.warmup_errors}
+        extra = {
+            "label": args.label,
+            "slo_reference_latency": result.slo_reference_latency,
+            "warmup_errors": result.warmup_errors,
+        }
         path = write_json(args.output_file, config, metrics, result.outcomes, extra)
         print(f"wrote {path}")
     plot_path = args.plot_file or (str(Path(args.output_file).with_suffix(".png")) if args.output_file else None)
-    if plot_path and not args.no_plot and plot_latency(plot_path, result.outcomes, f"{args.label or model} {args.task}"):
+    if (
+        plot_path
+        and not args.no_plot
+        and plot_latency(plot_path, result.outcomes, f"{args.label or model} {args.task}")
+    ):
         print(f"wrote {plot_path}")
     if args.save_dir:
         print(f"saved {save_outputs(args.save_dir, result.outcomes)} files to {args.save_dir}")

@@ -39,16 +39,27 @@ def add_realtime_parser(bench_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", type=_levels, default=[1, 2, 4], help="levels, e.g. 1,2,4 (default)")
     p.add_argument("--turns", type=positive_int, default=2, help="spoken turns per session (default 2)")
     p.add_argument("--no-barge-in", action="store_true", help="skip the turn cancelled on its first audio delta")
-    p.add_argument("--turn-detection", choices=["manual", "server_vad"], default="manual",
-                   help="manual: commit after the utterance; server_vad: the server finds the turn")
+    p.add_argument(
+        "--turn-detection",
+        choices=["manual", "server_vad"],
+        default="manual",
+        help="manual: commit after the utterance; server_vad: the server finds the turn",
+    )
     p.add_argument("--audio", default=None, help="WAV/FLAC utterance to stream (default: a synthetic speech-like one)")
     p.add_argument("--speech-seconds", type=positive_float, default=1.5, help="length of the synthetic utterance")
     p.add_argument("--rate", type=positive_int, default=16000, help="sample rate of the synthetic utterance")
-    p.add_argument("--session", type=_session, default={},
-                   help="extra session.update fields as JSON, e.g. "
-                        "'{\"max_output_tokens\": 32, \"extra_body\": {\"temperature\": 0}}'")
-    p.add_argument("--no-baseline", action="store_true",
-                   help="skip the baseline (the same audio turn as streamed /v1/chat/completions requests)")
+    p.add_argument(
+        "--session",
+        type=_session,
+        default={},
+        help="extra session.update fields as JSON, e.g. "
+        '\'{"max_output_tokens": 32, "extra_body": {"temperature": 0}}\'',
+    )
+    p.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="skip the baseline (the same audio turn as streamed /v1/chat/completions requests)",
+    )
     p.add_argument("--output-file", default=None, help="JSON results (a Markdown table goes next to it)")
     p.add_argument("--label", default=None, help="title of the Markdown table")
     p.add_argument("--request-timeout", type=positive_float, default=300.0, help="s to wait for any one event")
@@ -78,17 +89,28 @@ def run_realtime(args: argparse.Namespace) -> int:
     url = args.base_url.rstrip("/").replace("http://", "ws://").replace("https://", "wss://") + "/v1/realtime"
     if args.model:
         url += f"?model={args.model}"
-    cfg = RealtimeConfig(url=url, clip=clip, rate=rate, api_key=args.api_key, turns=args.turns,
-                         barge_in=not args.no_barge_in, server_vad=args.turn_detection == "server_vad",
-                         session=args.session, timeout_s=args.request_timeout)
+    cfg = RealtimeConfig(
+        url=url,
+        clip=clip,
+        rate=rate,
+        api_key=args.api_key,
+        turns=args.turns,
+        barge_in=not args.no_barge_in,
+        server_vad=args.turn_detection == "server_vad",
+        session=args.session,
+        timeout_s=args.request_timeout,
+    )
     levels = []
     for c in args.concurrency:
         baseline = None if args.no_baseline or args.turn_detection == "server_vad" else args.base_url
         level = asyncio.run(run_level(cfg, c, baseline, args.model))
         levels.append(level)
         fa = level["first_audio_s"]
-        print(f"c={c}: {level['turns_answered']}/{level['turns']} turns, first audio median "
-              f"{fa['median'] * 1000:.0f} ms" if fa else f"c={c}: no audio; failed: {level['failed_sessions'][:1]}")
+        print(
+            f"c={c}: {level['turns_answered']}/{level['turns']} turns, first audio median {fa['median'] * 1000:.0f} ms"
+            if fa
+            else f"c={c}: no audio; failed: {level['failed_sessions'][:1]}"
+        )
     title = args.label or f"omnistage bench realtime ({args.turn_detection}, {len(clip) / rate:.2f} s utterance)"
     table = markdown(levels, title)
     print(table)

@@ -20,8 +20,11 @@ from omnistage.params import DiffusionSamplingParams
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("generate", help="generate images, speech or video offline (one request, no server)",
-                       description=__doc__.splitlines()[0].replace("``", ""))
+    p = sub.add_parser(
+        "generate",
+        help="generate images, speech or video offline (one request, no server)",
+        description=__doc__.splitlines()[0].replace("``", ""),
+    )
     p.add_argument("model", nargs="?", default=None, help="local model folder (default: the demo pipeline)")
     p.add_argument("--prompt", default=None, help="the prompt (with --audio: the previous text, optional)")
     p.add_argument("--audio", default=None, help="an audio file to transcribe (speech recognisers)")
@@ -29,8 +32,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--task", default="transcribe", choices=("transcribe", "translate"), help="with --audio")
     p.add_argument("--max-tokens", type=int, default=None, help="with --audio: per window")
     p.add_argument("--negative-prompt", default=None)
-    p.add_argument("--image", action="append", default=None,
-                   help="input image for img2img / edit (repeat for several, e.g. Qwen-Image-Edit-2509)")
+    p.add_argument(
+        "--image",
+        action="append",
+        default=None,
+        help="input image for img2img / edit (repeat for several, e.g. Qwen-Image-Edit-2509)",
+    )
     p.add_argument("--strength", type=float, default=None, help="img2img strength in (0, 1]")
     p.add_argument("--num-inference-steps", type=int, default=None)
     p.add_argument("--height", type=int, default=None)
@@ -42,7 +49,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-n", "--num-outputs", type=int, default=None, help="images per prompt")
     p.add_argument("--extra-body", default=None, help="JSON: sampling fields or model-specific extra_args")
     p.add_argument("--deploy-config", default=None)
-    p.add_argument("--output", default="output.png", help="image path (several images get -1, -2, ... suffixes); speech -> .wav, video -> .mp4")
+    p.add_argument(
+        "--output",
+        default="output.png",
+        help="image path (several images get -1, -2, ... suffixes); speech -> .wav, video -> .mp4",
+    )
 
 
 def build_params(args: argparse.Namespace) -> dict[str, Any]:
@@ -60,11 +71,18 @@ def build_params(args: argparse.Namespace) -> dict[str, Any]:
         model_args = {k: v for k, v in extra.items() if k not in fields}
         if model_args:
             params["extra_args"] = model_args
-    flags = {"negative_prompt": args.negative_prompt, "strength": args.strength,
-             "num_inference_steps": args.num_inference_steps, "height": args.height, "width": args.width,
-             "seed": args.seed, "guidance_scale": args.guidance_scale, "true_cfg_scale": args.true_cfg_scale,
-             "num_outputs_per_prompt": args.num_outputs,
-             "num_frames": args.num_frames}
+    flags = {
+        "negative_prompt": args.negative_prompt,
+        "strength": args.strength,
+        "num_inference_steps": args.num_inference_steps,
+        "height": args.height,
+        "width": args.width,
+        "seed": args.seed,
+        "guidance_scale": args.guidance_scale,
+        "true_cfg_scale": args.true_cfg_scale,
+        "num_outputs_per_prompt": args.num_outputs,
+        "num_frames": args.num_frames,
+    }
     params.update({k: v for k, v in flags.items() if v is not None})
     return params
 
@@ -184,16 +202,25 @@ def transcribe(args: argparse.Namespace) -> int:
     with Omni(model=args.model, deploy_config=args.deploy_config) as omni:
         if ids:
             prompt, probe = language_probe(pieces[0][1], rate, ids)
-            out = omni.generate([prompt], [probe if s.kind == "llm" else None for s in omni.pipeline.stages],
-                                output_modalities=["text", "token_ids"], use_tqdm=False)[0]
+            out = omni.generate(
+                [prompt],
+                [probe if s.kind == "llm" else None for s in omni.pipeline.stages],
+                output_modalities=["text", "token_ids"],
+                use_tqdm=False,
+            )[0]
             try:
                 language = language_of(out.token_ids or [], ids)
             except APIError as e:
                 print(f"error: {e.message}", file=sys.stderr)
                 return 1
-        prompts = [{"prompt": args.prompt or "", "multi_modal_data": {"audio": (piece, rate)},
-                    "additional_information": {"language": None if unforced else language, "task": args.task}}
-                   for _, piece in pieces]
+        prompts = [
+            {
+                "prompt": args.prompt or "",
+                "multi_modal_data": {"audio": (piece, rate)},
+                "additional_information": {"language": None if unforced else language, "task": args.task},
+            }
+            for _, piece in pieces
+        ]
         llm = {"max_tokens": args.max_tokens} if args.max_tokens else {}
         params = [llm if s.kind == "llm" else None for s in omni.pipeline.stages]
         try:

@@ -22,16 +22,22 @@ logger = logging.getLogger("omnistage.serve")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="serve a pipeline behind an OpenAI-compatible HTTP API",
-                       description=__doc__.splitlines()[0])
+    p = sub.add_parser(
+        "serve", help="serve a pipeline behind an OpenAI-compatible HTTP API", description=__doc__.splitlines()[0]
+    )
     p.add_argument("model", nargs="?", help="local model folder (default: the built-in demo)")
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default: %(default)s, every interface)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
-    p.add_argument("--served-model-name",
-                   help="name clients send as 'model' (default: omnistage-demo for the built-in demo, else the "
-                        "model folder's name)")
-    p.add_argument("--api-key", default=os.environ.get("OMNISTAGE_API_KEY"),
-                   help="require 'Authorization: Bearer KEY' on /v1/* (or set OMNISTAGE_API_KEY)")
+    p.add_argument(
+        "--served-model-name",
+        help="name clients send as 'model' (default: omnistage-demo for the built-in demo, else the "
+        "model folder's name)",
+    )
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("OMNISTAGE_API_KEY"),
+        help="require 'Authorization: Bearer KEY' on /v1/* (or set OMNISTAGE_API_KEY)",
+    )
     cfg = p.add_mutually_exclusive_group()
     cfg.add_argument("--deploy-config", metavar="FILE", help="deploy YAML")
     cfg.add_argument("--stage-configs-path", metavar="FILE", help="deploy YAML (legacy name)")
@@ -42,56 +48,126 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trust-remote-code", action="store_true", default=None)
     p.add_argument("--distributed-executor-backend", choices=["mp", "ray"])
     p.add_argument("--allowed-local-media-path", metavar="DIR", help="allow file:// media URLs under DIR")
-    p.add_argument("--limit-mm-per-prompt", metavar="JSON",
-                   help='media items per prompt for llm stages (vLLM\'s flag), e.g. \'{"image": 2, "video": 0}\'')
-    p.add_argument("--max-pending", type=positive_int,
-                   help="requests in flight at once; more are answered 503 with Retry-After")
-    p.add_argument("--max-upload-mb", type=float, default=20.0,
-                   help="largest uploaded or inline media input (multipart file, data: URL, base64, file://)")
+    p.add_argument(
+        "--limit-mm-per-prompt",
+        metavar="JSON",
+        help='media items per prompt for llm stages (vLLM\'s flag), e.g. \'{"image": 2, "video": 0}\'',
+    )
+    p.add_argument(
+        "--max-pending", type=positive_int, help="requests in flight at once; more are answered 503 with Retry-After"
+    )
+    p.add_argument(
+        "--max-upload-mb",
+        type=float,
+        default=20.0,
+        help="largest uploaded or inline media input (multipart file, data: URL, base64, file://)",
+    )
     # Media fetched from http(s) URLs (vLLM's --allowed-media-domains; see docs/server.md)
-    p.add_argument("--allowed-media-domains", nargs="+", metavar="HOST",
-                   help="only fetch http(s) media from these hosts (exact names; default: any host)")
-    p.add_argument("--max-download-mb", type=float, default=20.0, help="largest media input fetched from a URL (default: %(default)s)")
-    p.add_argument("--media-fetch-timeout", type=float, default=10.0,
-                   help="seconds one media download may take, start to end (default: %(default)s)")
-    p.add_argument("--max-audio-seconds", type=positive_float, default=3600.0,
-                   help="duration of one input audio, from its header and while decoding; a model may accept less "
-                        "(default: %(default)s)")
+    p.add_argument(
+        "--allowed-media-domains",
+        nargs="+",
+        metavar="HOST",
+        help="only fetch http(s) media from these hosts (exact names; default: any host)",
+    )
+    p.add_argument(
+        "--max-download-mb",
+        type=float,
+        default=20.0,
+        help="largest media input fetched from a URL (default: %(default)s)",
+    )
+    p.add_argument(
+        "--media-fetch-timeout",
+        type=float,
+        default=10.0,
+        help="seconds one media download may take, start to end (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-audio-seconds",
+        type=positive_float,
+        default=3600.0,
+        help="duration of one input audio, from its header and while decoding; a model may accept less "
+        "(default: %(default)s)",
+    )
     # Per-request caps, checked before any model work (400 naming the field)
-    p.add_argument("--max-image-pixels", type=positive_int, default=DEFAULT_MAX_IMAGE_PIXELS,
-                   help="height x width of one generated image or video frame, and of an input image (default: %(default)s)")
-    p.add_argument("--max-num-frames", type=positive_int, default=DEFAULT_MAX_NUM_FRAMES,
-                   help="frames of one generated or input video (default: %(default)s)")
-    p.add_argument("--max-inference-steps", type=positive_int, default=DEFAULT_MAX_INFERENCE_STEPS,
-                   help="denoising steps of one request (default: %(default)s)")
-    p.add_argument("--max-tokens", type=positive_int,
-                   help="tokens one request may ask an llm stage for (default: the model's context length)")
-    p.add_argument("--request-timeout", type=positive_float, metavar="SECONDS",
-                   help="abort a request (or video job) still running after this long (504; default: none)")
-    p.add_argument("--shutdown-timeout", type=float, default=30.0,
-                   help="seconds in-flight requests get to finish on shutdown")
+    p.add_argument(
+        "--max-image-pixels",
+        type=positive_int,
+        default=DEFAULT_MAX_IMAGE_PIXELS,
+        help="height x width of one generated image or video frame, and of an input image (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-num-frames",
+        type=positive_int,
+        default=DEFAULT_MAX_NUM_FRAMES,
+        help="frames of one generated or input video (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-inference-steps",
+        type=positive_int,
+        default=DEFAULT_MAX_INFERENCE_STEPS,
+        help="denoising steps of one request (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=positive_int,
+        help="tokens one request may ask an llm stage for (default: the model's context length)",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=positive_float,
+        metavar="SECONDS",
+        help="abort a request (or video job) still running after this long (504; default: none)",
+    )
+    p.add_argument(
+        "--shutdown-timeout", type=float, default=30.0, help="seconds in-flight requests get to finish on shutdown"
+    )
     # LoRA adapters (vLLM's flags): loaded into the pipeline's diffusion stages, else its llm stages
-    p.add_argument("--lora-modules", nargs="+", metavar="NAME=PATH",
-                   help="LoRA adapters to serve, selected by model=NAME: name=path or a JSON object "
-                        '{"name", "path", "base_model_name"} (diffusers-format files for diffusion stages, '
-                        "PEFT adapters for llm stages)")
+    p.add_argument(
+        "--lora-modules",
+        nargs="+",
+        metavar="NAME=PATH",
+        help="LoRA adapters to serve, selected by model=NAME: name=path or a JSON object "
+        '{"name", "path", "base_model_name"} (diffusers-format files for diffusion stages, '
+        "PEFT adapters for llm stages)",
+    )
     p.add_argument("--enable-lora", action="store_true", help="take LoRA adapters (implied by --lora-modules)")
-    p.add_argument("--max-loras", type=positive_int,
-                   help="adapters resident at once (diffusion default: max(4, number of --lora-modules); "
-                        "llm stages: vLLM's max_loras, per batch)")
+    p.add_argument(
+        "--max-loras",
+        type=positive_int,
+        help="adapters resident at once (diffusion default: max(4, number of --lora-modules); "
+        "llm stages: vLLM's max_loras, per batch)",
+    )
     p.add_argument("--max-lora-rank", type=positive_int, help="largest adapter rank accepted (default: 16)")
-    p.add_argument("--allow-runtime-lora-updating", action="store_true",
-                   help="serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's "
-                        "VLLM_ALLOW_RUNTIME_LORA_UPDATING; local development)")
+    p.add_argument(
+        "--allow-runtime-lora-updating",
+        action="store_true",
+        help="serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's "
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING; local development)",
+    )
     # /v1/realtime (WebSocket sessions)
-    p.add_argument("--max-realtime-sessions", type=positive_int,
-                   help="realtime sessions open at once; more are refused (close code 1013; default: no cap)")
-    p.add_argument("--realtime-max-audio-seconds", type=positive_float, default=120.0,
-                   help="uncommitted input audio one realtime session may buffer (default: %(default)s)")
-    p.add_argument("--realtime-idle-timeout", type=positive_float, metavar="SECONDS",
-                   help="close a realtime session that sends no event for this long (default: none)")
-    p.add_argument("--realtime-max-session-seconds", type=positive_float, metavar="SECONDS",
-                   help="close a realtime session open this long (default: none)")
+    p.add_argument(
+        "--max-realtime-sessions",
+        type=positive_int,
+        help="realtime sessions open at once; more are refused (close code 1013; default: no cap)",
+    )
+    p.add_argument(
+        "--realtime-max-audio-seconds",
+        type=positive_float,
+        default=120.0,
+        help="uncommitted input audio one realtime session may buffer (default: %(default)s)",
+    )
+    p.add_argument(
+        "--realtime-idle-timeout",
+        type=positive_float,
+        metavar="SECONDS",
+        help="close a realtime session that sends no event for this long (default: none)",
+    )
+    p.add_argument(
+        "--realtime-max-session-seconds",
+        type=positive_float,
+        metavar="SECONDS",
+        help="close a realtime session open this long (default: none)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
@@ -134,8 +210,9 @@ def with_lora_flags(model: str | None, kwargs: dict[str, Any], args: argparse.Na
     if not (modules or enable or args.max_loras or args.max_lora_rank):
         return kwargs
     pipeline = AsyncOmni(model, **kwargs).pipeline
-    extra = cli_overrides(pipeline, lora_modules=modules, enable_lora=enable, max_loras=args.max_loras,
-                          max_lora_rank=args.max_lora_rank)
+    extra = cli_overrides(
+        pipeline, lora_modules=modules, enable_lora=enable, max_loras=args.max_loras, max_lora_rank=args.max_lora_rank
+    )
     overrides = dict(kwargs.get("stage_overrides") or {})
     for sid, fields in extra.items():
         key = next((k for k in overrides if str(k) == str(sid)), str(sid))
@@ -147,19 +224,28 @@ def serve_options(args: argparse.Namespace) -> Any:
     """The ServeOptions the flags ask for (what the server enforces per request)."""
     from omnistage.server import ServeOptions
 
-    return ServeOptions(served_model_name=args.served_model_name, api_key=args.api_key,
-                        max_pending=args.max_pending, allowed_local_media_path=args.allowed_local_media_path,
-                        max_media_bytes=int(args.max_upload_mb * (1 << 20)), shutdown_grace_s=args.shutdown_timeout,
-                        max_download_bytes=int(args.max_download_mb * (1 << 20)),
-                        media_fetch_timeout_s=args.media_fetch_timeout, max_audio_s=args.max_audio_seconds,
-                        allowed_media_domains=args.allowed_media_domains, request_timeout_s=args.request_timeout,
-                        max_image_pixels=args.max_image_pixels, max_num_frames=args.max_num_frames,
-                        max_inference_steps=args.max_inference_steps, max_tokens=args.max_tokens,
-                        allow_runtime_lora_updating=args.allow_runtime_lora_updating,
-                        max_realtime_sessions=args.max_realtime_sessions,
-                        realtime_max_buffer_s=args.realtime_max_audio_seconds,
-                        realtime_idle_timeout_s=args.realtime_idle_timeout,
-                        realtime_max_session_s=args.realtime_max_session_seconds)
+    return ServeOptions(
+        served_model_name=args.served_model_name,
+        api_key=args.api_key,
+        max_pending=args.max_pending,
+        allowed_local_media_path=args.allowed_local_media_path,
+        max_media_bytes=int(args.max_upload_mb * (1 << 20)),
+        shutdown_grace_s=args.shutdown_timeout,
+        max_download_bytes=int(args.max_download_mb * (1 << 20)),
+        media_fetch_timeout_s=args.media_fetch_timeout,
+        max_audio_s=args.max_audio_seconds,
+        allowed_media_domains=args.allowed_media_domains,
+        request_timeout_s=args.request_timeout,
+        max_image_pixels=args.max_image_pixels,
+        max_num_frames=args.max_num_frames,
+        max_inference_steps=args.max_inference_steps,
+        max_tokens=args.max_tokens,
+        allow_runtime_lora_updating=args.allow_runtime_lora_updating,
+        max_realtime_sessions=args.max_realtime_sessions,
+        realtime_max_buffer_s=args.realtime_max_audio_seconds,
+        realtime_idle_timeout_s=args.realtime_idle_timeout,
+        realtime_max_session_s=args.realtime_max_session_seconds,
+    )
 
 
 def log_parallel_layouts(engine: Any) -> None:
@@ -200,7 +286,8 @@ def quiet_library_warnings() -> None:
     diffusers measuring how long a prompt is before it truncates it: nothing is indexed out of range, and
     diffusers' own warning right after names the words it cut (that one stays)."""
     logging.getLogger("transformers.tokenization_utils_base").addFilter(
-        _DropMessages("Token indices sequence length is longer than the specified maximum"))
+        _DropMessages("Token indices sequence length is longer than the specified maximum")
+    )
 
 
 def public_url(host: str, port: int) -> str:
@@ -288,8 +375,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # access_log off: the app logs every request itself (id, status, latency: server/middleware.py), and a second
     # line per request costs the event loop a write under load
-    server = _server_class()(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                                            timeout_graceful_shutdown=int(args.shutdown_timeout), access_log=False))
+    server = _server_class()(
+        uvicorn.Config(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            timeout_graceful_shutdown=int(args.shutdown_timeout),
+            access_log=False,
+        )
+    )
     server.model_name = app.state.omni.model_name
     try:
         server.run(sockets=[sock])

@@ -80,12 +80,15 @@ def _stage_id(entry: Any, where: str) -> int:
 
 # --------------------------------------------------------------------------- sources
 
+
 def _read_source(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], Path | None]:
     if isinstance(source, Mapping):
         return copy.deepcopy(dict(source)), None
     text: str
     path: Path | None = None
-    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and source.endswith((".yaml", ".yml"))):
+    if isinstance(source, Path) or (
+        isinstance(source, str) and "\n" not in source and source.endswith((".yaml", ".yml"))
+    ):
         path = Path(source)
         if not path.is_file():
             raise ConfigError(f"deploy config file {str(path)!r} does not exist")
@@ -162,6 +165,7 @@ def _from_legacy(data: dict[str, Any]) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- overrides
 
+
 def parse_stage_overrides(overrides: str | Mapping[Any, Any] | None) -> list[dict[str, Any]]:
     """``{"1": {"num_replicas": 2}}`` (dict or JSON string) -> a ``stages`` overlay list."""
     if overrides is None or overrides == "":
@@ -186,6 +190,7 @@ def parse_stage_overrides(overrides: str | Mapping[Any, Any] | None) -> list[dic
 
 
 # --------------------------------------------------------------------------- entry point
+
 
 def detect_platform() -> str:
     try:
@@ -227,7 +232,9 @@ def load_deploy_config(
     if extra:
         merged = deep_merge(merged, {"stages": extra})
     if cli:
-        merged = deep_merge(merged, {"stages": [{**cli, "stage_id": _stage_id(s, "stages")} for s in merged.get("stages", [])]})
+        merged = deep_merge(
+            merged, {"stages": [{**cli, "stage_id": _stage_id(s, "stages")} for s in merged.get("stages", [])]}
+        )
     try:
         return DeployConfig.model_validate(merged)
     except ValidationError as e:

@@ -45,12 +45,16 @@ class ParallelConfig(_Strict):
         if self.cfg_parallel_size is None and self.ulysses_degree is None:
             return self
         if self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size > 1:
-            raise ValueError("cfg_parallel_size / ulysses_degree (diffusion) do not combine with tensor_parallel_size, "
-                             "pipeline_parallel_size or data_parallel_size")
+            raise ValueError(
+                "cfg_parallel_size / ulysses_degree (diffusion) do not combine with tensor_parallel_size, "
+                "pipeline_parallel_size or data_parallel_size"
+            )
         product = (self.cfg_parallel_size or 1) * (self.ulysses_degree or 1)
         if self.world_size is not None and self.world_size != product:
-            raise ValueError(f"cfg_parallel_size ({self.cfg_parallel_size or 1}) x ulysses_degree "
-                             f"({self.ulysses_degree or 1}) = {product} does not equal world_size ({self.world_size})")
+            raise ValueError(
+                f"cfg_parallel_size ({self.cfg_parallel_size or 1}) x ulysses_degree "
+                f"({self.ulysses_degree or 1}) = {product} does not equal world_size ({self.world_size})"
+            )
         return self
 
     @property
@@ -204,8 +208,9 @@ class StageDeployConfig(_Strict):
         for modality, limit in (v or {}).items():
             count = limit.get("count") if isinstance(limit, dict) else limit
             if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-                raise ValueError(f"limit_mm_per_prompt.{modality}: expected a count >= 0 "
-                                 f"(or {{\"count\": N, ...}}), got {limit!r}")
+                raise ValueError(
+                    f'limit_mm_per_prompt.{modality}: expected a count >= 0 (or {{"count": N, ...}}), got {limit!r}'
+                )
         return v
 
     @model_validator(mode="after")
@@ -217,12 +222,22 @@ class StageDeployConfig(_Strict):
             if rt.num_replicas is not None and "num_replicas" in self.model_fields_set:
                 raise ValueError("num_replicas given both at stage level and under runtime")
         pc, tp = self.parallel_config, self.tensor_parallel_size
-        if pc is not None and tp is not None and "tensor_parallel_size" in pc.model_fields_set and pc.tensor_parallel_size != tp:
+        if (
+            pc is not None
+            and tp is not None
+            and "tensor_parallel_size" in pc.model_fields_set
+            and pc.tensor_parallel_size != tp
+        ):
             raise ValueError("tensor_parallel_size differs between stage level and parallel_config")
-        if pc is not None and (pc.cfg_parallel_size or pc.ulysses_degree) and (
-                (tp or 1) > 1 or (self.pipeline_parallel_size or 1) > 1 or self.stage_type not in (None, "diffusion")):
-            raise ValueError("parallel_config.cfg_parallel_size / ulysses_degree: diffusion stages only, and not with "
-                             "tensor_parallel_size or pipeline_parallel_size")
+        if (
+            pc is not None
+            and (pc.cfg_parallel_size or pc.ulysses_degree)
+            and ((tp or 1) > 1 or (self.pipeline_parallel_size or 1) > 1 or self.stage_type not in (None, "diffusion"))
+        ):
+            raise ValueError(
+                "parallel_config.cfg_parallel_size / ulysses_degree: diffusion stages only, and not with "
+                "tensor_parallel_size or pipeline_parallel_size"
+            )
         if self.acceleration is not None and self.stage_type not in (None, "diffusion"):
             raise ValueError(f"acceleration: only diffusion stages take it (stage_type is {self.stage_type!r})")
         devices = self.device_list
@@ -288,7 +303,9 @@ class DeployConfig(_Strict):
             raise ValueError(f"stage_id {dup[0]} appears more than once in stages")
         for s in self.stages:
             if s.connector is not None and s.connector not in self.connectors:
-                raise ValueError(f"stage {s.stage_id} uses connector {s.connector!r}, which is not declared under connectors")
+                raise ValueError(
+                    f"stage {s.stage_id} uses connector {s.connector!r}, which is not declared under connectors"
+                )
         return self
 
     def stage(self, stage_id: int) -> StageDeployConfig | None:

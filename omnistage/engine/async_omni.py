@@ -33,10 +33,16 @@ class AsyncOmni:
     layer of the configuration, e.g. ``max_num_seqs=4``).
     """
 
-    def __init__(self, model: str | Path | None = None, *, pipeline: str | Pipeline | None = None,
-                 deploy_config: str | Path | Mapping[str, Any] | None = None,
-                 stage_overrides: str | Mapping[Any, Any] | None = None, platform: str | None = None,
-                 **engine_kwargs: Any):
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        *,
+        pipeline: str | Pipeline | None = None,
+        deploy_config: str | Path | Mapping[str, Any] | None = None,
+        stage_overrides: str | Mapping[Any, Any] | None = None,
+        platform: str | None = None,
+        **engine_kwargs: Any,
+    ):
         import omnistage.models  # noqa: F401 - registers the built-in families (once; they import cheaply)
 
         self.model = str(model) if model is not None else None
@@ -48,8 +54,9 @@ class AsyncOmni:
             self.model = self.pipeline.info.get("default_model")
         self.pipeline = self.pipeline.for_model(self.model)  # e.g. the folder's voices
         # Validated now, before anything starts: a bad config never half-starts a server.
-        self.deploy: DeployConfig = resolve_deploy(self.pipeline, deploy_config, stage_overrides,
-                                                   cli=engine_kwargs or None, platform=platform)
+        self.deploy: DeployConfig = resolve_deploy(
+            self.pipeline, deploy_config, stage_overrides, cli=engine_kwargs or None, platform=platform
+        )
         self._orch: Orchestrator | None = None
         self._start_lock = asyncio.Lock()
 
@@ -83,8 +90,10 @@ class AsyncOmni:
 
     @property
     def default_sampling_params_list(self) -> list[dict[str, Any]]:
-        return [dict(self.deploy.stage(s.stage_id).default_sampling_params if self.deploy.stage(s.stage_id) else {})
-                for s in self.pipeline.stages]
+        return [
+            dict(self.deploy.stage(s.stage_id).default_sampling_params if self.deploy.stage(s.stage_id) else {})
+            for s in self.pipeline.stages
+        ]
 
     @property
     def output_modalities(self) -> OutputModality:
@@ -97,8 +106,12 @@ class AsyncOmni:
         """What each final stage produces (e.g. ``video|audio`` for one stage that makes both)."""
         if self._orch is not None:
             return [self._orch.output_types[s.stage_id] for s in self.pipeline.stages if s.final]
-        return [OutputModality.parse((sd.engine_output_type if sd else None) or s.output)
-                for s in self.pipeline.stages if s.final for sd in [self.deploy.stage(s.stage_id)]]
+        return [
+            OutputModality.parse((sd.engine_output_type if sd else None) or s.output)
+            for s in self.pipeline.stages
+            if s.final
+            for sd in [self.deploy.stage(s.stage_id)]
+        ]
 
     def stage_stats(self) -> dict[int, StageStats]:
         if self._orch is None:
@@ -125,10 +138,14 @@ class AsyncOmni:
 
     # ------------------------------------------------------------------ requests
 
-    def make_request(self, prompt: str | Mapping[str, Any], request_id: str | None = None,
-                     sampling_params_list: Sequence[Any] | None = None,
-                     output_modalities: Sequence[str] | str | None = None,
-                     knobs: RequestKnobs | None = None) -> OmniRequest:
+    def make_request(
+        self,
+        prompt: str | Mapping[str, Any],
+        request_id: str | None = None,
+        sampling_params_list: Sequence[Any] | None = None,
+        output_modalities: Sequence[str] | str | None = None,
+        knobs: RequestKnobs | None = None,
+    ) -> OmniRequest:
         """Parse one request: prompt normalised, every stage's params merged and typed once
         (``knobs`` are an HTTP body's standard and model-specific keys, see ``omnistage.params``).
         Raises ``InvalidRequestError`` naming the field."""
@@ -138,10 +155,14 @@ class AsyncOmni:
         params = stage_params(self.pipeline, self.default_sampling_params_list, knobs, sampling_params_list, prompt)
         return OmniRequest(request_id or new_request_id(), prompt, params, modalities)
 
-    async def generate(self, prompt: str | Mapping[str, Any], request_id: str | None = None,
-                       sampling_params_list: Sequence[Any] | None = None,
-                       output_modalities: Sequence[str] | str | None = None,
-                       knobs: RequestKnobs | None = None) -> AsyncIterator[OmniRequestOutput]:
+    async def generate(
+        self,
+        prompt: str | Mapping[str, Any],
+        request_id: str | None = None,
+        sampling_params_list: Sequence[Any] | None = None,
+        output_modalities: Sequence[str] | str | None = None,
+        knobs: RequestKnobs | None = None,
+    ) -> AsyncIterator[OmniRequestOutput]:
         """Stream one request's updates; each final stage's last one has ``finished=True``."""
         request = self.make_request(prompt, request_id, sampling_params_list, output_modalities, knobs)
         async for out in self.run(request):

@@ -28,22 +28,30 @@ def pipeline_deploy_defaults(pipeline: Pipeline) -> dict[str, Any]:
     """The pipeline's declaration expressed as the lowest deploy-config layer."""
     stages = []
     for s in pipeline.stages:
-        stages.append({
-            **s.deploy_defaults,
-            "stage_id": s.stage_id,
-            "engine_output_type": s.output,
-            "final_output": s.final,
-            "default_sampling_params": dict(s.default_params),
-        })
+        stages.append(
+            {
+                **s.deploy_defaults,
+                "stage_id": s.stage_id,
+                "engine_output_type": s.output,
+                "final_output": s.final,
+                "default_sampling_params": dict(s.default_params),
+            }
+        )
     return {**pipeline.default_deploy, "stages": stages}
 
 
-def resolve_deploy(pipeline: Pipeline, deploy_config: Any = None, stage_overrides: Any = None,
-                   cli: Mapping[str, Any] | None = None, platform: str | None = None) -> DeployConfig:
+def resolve_deploy(
+    pipeline: Pipeline,
+    deploy_config: Any = None,
+    stage_overrides: Any = None,
+    cli: Mapping[str, Any] | None = None,
+    platform: str | None = None,
+) -> DeployConfig:
     defaults = pipeline_deploy_defaults(pipeline)
     if pipeline.deploy_file is not None:  # the family's shipped deploy YAML: the lowest file layer
         defaults = load_deploy_config(pipeline.deploy_file, defaults=defaults, platform=platform).model_dump(
-            exclude_unset=True)
+            exclude_unset=True
+        )
     deploy = load_deploy_config(deploy_config, stage_overrides, defaults=defaults, cli=cli, platform=platform)
     check_deploy(pipeline, deploy)
     return deploy
@@ -51,22 +59,31 @@ def resolve_deploy(pipeline: Pipeline, deploy_config: Any = None, stage_override
 
 def check_deploy(pipeline: Pipeline, deploy: DeployConfig) -> None:
     if deploy.pipeline is not None and deploy.pipeline != pipeline.name:
-        raise ConfigError(f"pipeline: deploy config is for {deploy.pipeline!r}, but the model resolves to {pipeline.name!r}")
+        raise ConfigError(
+            f"pipeline: deploy config is for {deploy.pipeline!r}, but the model resolves to {pipeline.name!r}"
+        )
     ids = {s.stage_id for s in pipeline.stages}
     for sd in deploy.stages:
         if sd.stage_id not in ids:
-            raise ConfigError(f"stages: stage_id {sd.stage_id} does not exist in pipeline {pipeline.name!r} (stages {sorted(ids)})")
+            raise ConfigError(
+                f"stages: stage_id {sd.stage_id} does not exist in pipeline {pipeline.name!r} (stages {sorted(ids)})"
+            )
         spec = pipeline.stage(sd.stage_id)
         if sd.stage_type is not None and sd.stage_type != spec.kind:
-            raise ConfigError(f"stages[{sd.stage_id}].stage_type: {sd.stage_type!r}, but the pipeline declares {spec.kind!r}")
+            raise ConfigError(
+                f"stages[{sd.stage_id}].stage_type: {sd.stage_type!r}, but the pipeline declares {spec.kind!r}"
+            )
         if sd.acceleration is not None and spec.kind != "diffusion":
-            raise ConfigError(f"stages[{sd.stage_id}].acceleration: only diffusion stages take it "
-                              f"(stage {sd.stage_id} is {spec.kind})")
+            raise ConfigError(
+                f"stages[{sd.stage_id}].acceleration: only diffusion stages take it "
+                f"(stage {sd.stage_id} is {spec.kind})"
+            )
         if spec.kind == "diffusion" and sd.lora_enabled and isinstance(spec.adapter, type):
             reason = spec.adapter.unsupported("lora")
             if reason:
-                raise ConfigError(f"stages[{sd.stage_id}].lora_modules: pipeline {pipeline.name!r} does not support "
-                                  f"LoRA ({reason})")
+                raise ConfigError(
+                    f"stages[{sd.stage_id}].lora_modules: pipeline {pipeline.name!r} does not support LoRA ({reason})"
+                )
         if spec.kind == "diffusion":  # typed now, so a bad default fails at start-up, not on every request
             try:
                 DiffusionSamplingParams.from_any(sd.default_sampling_params)
@@ -80,7 +97,9 @@ def check_deploy(pipeline: Pipeline, deploy: DeployConfig) -> None:
             )
     for name, conn in deploy.connectors.items():
         if conn.name not in CONNECTORS:
-            raise ConfigError(f"connectors.{name}.name: unknown connector {conn.name!r}; known: {', '.join(CONNECTORS)}")
+            raise ConfigError(
+                f"connectors.{name}.name: unknown connector {conn.name!r}; known: {', '.join(CONNECTORS)}"
+            )
         unknown = set(conn.extra) - ({"threshold_bytes"} if conn.name == "SharedMemoryConnector" else set())
         if unknown:
             raise ConfigError(f"connectors.{name}.extra: unknown key(s) {', '.join(sorted(unknown))}")
@@ -120,8 +139,15 @@ async def start_orchestrator(pipeline: Pipeline, deploy: DeployConfig, model: st
                 sd = sd.model_copy(update={"process": mode})
             replicas = []
             for idx, devices in enumerate(sd.replica_devices()):
-                ctx = StageContext(spec=spec, deploy=sd, model=sd.model or model, replica=idx, devices=devices,
-                                   pipeline_name=pipeline.name, shm_threshold=shm_threshold(deploy, sd))
+                ctx = StageContext(
+                    spec=spec,
+                    deploy=sd,
+                    model=sd.model or model,
+                    replica=idx,
+                    devices=devices,
+                    pipeline_name=pipeline.name,
+                    shm_threshold=shm_threshold(deploy, sd),
+                )
                 engine = build_engine(ctx)
                 started.append(engine)  # before start(): a half-started engine is shut down too
                 await engine.start()
@@ -135,6 +161,9 @@ async def start_orchestrator(pipeline: Pipeline, deploy: DeployConfig, model: st
             except Exception:
                 logger.exception("shutting down a stage after a failed start")
         raise
-    async_chunk = deploy.async_chunk if deploy.async_chunk is not None else any(
-        e.can_stream for s in pipeline.stages for e in s.inputs)
+    async_chunk = (
+        deploy.async_chunk
+        if deploy.async_chunk is not None
+        else any(e.can_stream for s in pipeline.stages for e in s.inputs)
+    )
     return Orchestrator(pipeline, deploy, clients, stage_output_types(pipeline, deploy), async_chunk)

@@ -44,9 +44,14 @@ class Omni:
     def default_sampling_params_list(self) -> list[dict[str, Any]]:
         return self._engine.default_sampling_params_list
 
-    def generate(self, prompts: str | Mapping[str, Any] | Sequence[str | Mapping[str, Any]],
-                 sampling_params_list: Sequence[Any] | None = None, *, use_tqdm: bool = True,
-                 output_modalities: Sequence[str] | None = None) -> list[OmniRequestOutput]:
+    def generate(
+        self,
+        prompts: str | Mapping[str, Any] | Sequence[str | Mapping[str, Any]],
+        sampling_params_list: Sequence[Any] | None = None,
+        *,
+        use_tqdm: bool = True,
+        output_modalities: Sequence[str] | None = None,
+    ) -> list[OmniRequestOutput]:
         """One output per prompt (final stages merged). A request that fails has ``error`` set;
         invalid input raises ``ValueError`` before anything runs."""
         if isinstance(prompts, (str, Mapping)):

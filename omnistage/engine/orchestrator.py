@@ -59,8 +59,14 @@ class _Run:
 
 
 class Orchestrator:
-    def __init__(self, pipeline: Pipeline, deploy: DeployConfig, clients: dict[int, StageClient],
-                 output_types: dict[int, OutputModality], async_chunk: bool):
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        deploy: DeployConfig,
+        clients: dict[int, StageClient],
+        output_types: dict[int, OutputModality],
+        async_chunk: bool,
+    ):
         self.pipeline = pipeline
         self.deploy = deploy
         self.clients = clients
@@ -80,8 +86,10 @@ class Orchestrator:
             missing &= ~self.output_types[sid]
         if missing:
             raise InvalidRequestError(
-                "modalities", f"pipeline {self.pipeline.name!r} does not produce {missing}; "
-                              f"it produces {self.pipeline_output_modalities}")
+                "modalities",
+                f"pipeline {self.pipeline.name!r} does not produce {missing}; "
+                f"it produces {self.pipeline_output_modalities}",
+            )
         return wanted
 
     @property
@@ -144,7 +152,11 @@ class Orchestrator:
         for sid in needed:
             run.tasks.append(asyncio.create_task(self._run_stage(run, sid), name=f"{request.request_id}/stage{sid}"))
         for edge, sid, q in pumps:
-            run.tasks.append(asyncio.create_task(self._pump(run, edge, sid, q), name=f"{request.request_id}/edge{edge.source}->{sid}"))
+            run.tasks.append(
+                asyncio.create_task(
+                    self._pump(run, edge, sid, q), name=f"{request.request_id}/edge{edge.source}->{sid}"
+                )
+            )
         remaining = len(needed)
         try:
             while remaining:
@@ -181,13 +193,28 @@ class Orchestrator:
         keep = (st.output_type & wanted) if wanted is not None else st.output_type
         rid = run.request.request_id
         if not finished:
-            return delta_output(request_id=rid, stage_id=sid, output_type=st.output_type, delta=delta.data, keep=keep,
-                                progress=delta.progress, num_tokens=st.num_tokens,
-                                num_prompt_tokens=st.num_prompt_tokens)
+            return delta_output(
+                request_id=rid,
+                stage_id=sid,
+                output_type=st.output_type,
+                delta=delta.data,
+                keep=keep,
+                progress=delta.progress,
+                num_tokens=st.num_tokens,
+                num_prompt_tokens=st.num_prompt_tokens,
+            )
         metrics = {k: s.metrics.to_dict() for k, s in run.stages.items() if s.metrics is not None}
-        return final_output(request_id=rid, stage_id=sid, output_type=st.output_type, whole=st.acc.whole(), keep=keep,
-                            metrics=metrics, finish_reason=st.finish_reason, num_tokens=st.num_tokens,
-                            progress=st.progress)
+        return final_output(
+            request_id=rid,
+            stage_id=sid,
+            output_type=st.output_type,
+            whole=st.acc.whole(),
+            keep=keep,
+            metrics=metrics,
+            finish_reason=st.finish_reason,
+            num_tokens=st.num_tokens,
+            progress=st.progress,
+        )
 
     def _stage_inputs(self, run: _Run, spec: StageSpec) -> dict[str, Any]:
         if not spec.inputs:
@@ -221,8 +248,15 @@ class Orchestrator:
         wanted = None
         if run.request.modalities is not None and not consumers:
             wanted = str(st.output_type & run.request.modalities)
-        req = StageRequest(rid, inputs, run.request.sampling_params[sid], stream_inputs=bool(streaming),
-                           consumers=consumers, wanted=wanted, final_only=not run.request.stream and not st.subscribers)
+        req = StageRequest(
+            rid,
+            inputs,
+            run.request.sampling_params[sid],
+            stream_inputs=bool(streaming),
+            consumers=consumers,
+            wanted=wanted,
+            final_only=not run.request.stream and not st.subscribers,
+        )
         started = time.monotonic()
         st.submitted = True
         st.started.set()

@@ -12,9 +12,19 @@ from omnistage.errors import InvalidRequestError
 from omnistage.modality import OutputModality
 
 # lora: the name of a LoRA adapter (params.stage_params routes it to the stages holding adapters)
-_PROMPT_KEYS = {"prompt", "prompt_token_ids", "negative_prompt", "multi_modal_data", "modalities",
-                "additional_information", "mm_processor_kwargs", "messages", "lora",
-                "encoder_prompt", "decoder_prompt"}  # an encoder-decoder model's explicit prompt (Whisper)
+_PROMPT_KEYS = {
+    "prompt",
+    "prompt_token_ids",
+    "negative_prompt",
+    "multi_modal_data",
+    "modalities",
+    "additional_information",
+    "mm_processor_kwargs",
+    "messages",
+    "lora",
+    "encoder_prompt",
+    "decoder_prompt",
+}  # an encoder-decoder model's explicit prompt (Whisper)
 
 
 @dataclass
@@ -38,7 +48,9 @@ def normalize_prompt(prompt: str | Mapping[str, Any]) -> dict[str, Any]:
         raise InvalidRequestError("prompt", f"expected a string or a dict, got {type(prompt).__name__}")
     unknown = sorted(set(prompt) - _PROMPT_KEYS)
     if unknown:
-        raise InvalidRequestError("prompt", f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_PROMPT_KEYS))}")
+        raise InvalidRequestError(
+            "prompt", f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_PROMPT_KEYS))}"
+        )
     if not any(k in prompt for k in ("prompt", "prompt_token_ids", "messages", "encoder_prompt")):
         raise InvalidRequestError("prompt", "needs 'prompt', 'prompt_token_ids', 'messages' or 'encoder_prompt'")
     if "prompt" in prompt and not isinstance(prompt["prompt"], str):

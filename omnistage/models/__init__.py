@@ -44,9 +44,37 @@ from omnistage.models import (
 from omnistage.pipeline import register_family
 
 # whisper, qwen3_asr, vibevoice and voxtral before chat: chat claims any vLLM generative architecture, theirs too
-FAMILIES = (sd3, sd, qwen_omni, qwen2_5_omni, whisper, qwen3_asr, vibevoice, voxtral, chat, prompt_expand, glm_image,
-            demo, wan, codec_tts, flux, z_image, qwen_image, qwen_image_21, csm, ltx2, qwen3_tts, pixart_sigma, sana,
-            flux2, hunyuan_video15, helios, speech_chat, ovis_image, longcat_image)
+FAMILIES = (
+    sd3,
+    sd,
+    qwen_omni,
+    qwen2_5_omni,
+    whisper,
+    qwen3_asr,
+    vibevoice,
+    voxtral,
+    chat,
+    prompt_expand,
+    glm_image,
+    demo,
+    wan,
+    codec_tts,
+    flux,
+    z_image,
+    qwen_image,
+    qwen_image_21,
+    csm,
+    ltx2,
+    qwen3_tts,
+    pixart_sigma,
+    sana,
+    flux2,
+    hunyuan_video15,
+    helios,
+    speech_chat,
+    ovis_image,
+    longcat_image,
+)
 
 for _family in FAMILIES:
     register_family(_family)

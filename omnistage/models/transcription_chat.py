@@ -28,14 +28,37 @@ WINDOW_S = 30  # the feature extractor's chunk_length (vLLM's speech-to-text con
 DEFAULT_MAX_TOKENS = 448  # one 30 s window's text (Whisper's whole text context) is never longer
 TASKS = ("transcribe", "translate")
 # ISO 639-1 -> the name the instruction uses: the speech languages Qwen3-Omni's and Qwen2.5-Omni's cards list
-LANGUAGES = {"en": "English", "zh": "Chinese", "yue": "Cantonese", "ja": "Japanese", "ko": "Korean",
-             "de": "German", "fr": "French", "es": "Spanish", "it": "Italian", "pt": "Portuguese",
-             "ru": "Russian", "nl": "Dutch", "tr": "Turkish", "ar": "Arabic", "vi": "Vietnamese",
-             "id": "Indonesian", "ms": "Malay", "ur": "Urdu", "th": "Thai", "hi": "Hindi"}
+LANGUAGES = {
+    "en": "English",
+    "zh": "Chinese",
+    "yue": "Cantonese",
+    "ja": "Japanese",
+    "ko": "Korean",
+    "de": "German",
+    "fr": "French",
+    "es": "Spanish",
+    "it": "Italian",
+    "pt": "Portuguese",
+    "ru": "Russian",
+    "nl": "Dutch",
+    "tr": "Turkish",
+    "ar": "Arabic",
+    "vi": "Vietnamese",
+    "id": "Indonesian",
+    "ms": "Malay",
+    "ur": "Urdu",
+    "th": "Thai",
+    "hi": "Hindi",
+}
 
 # what the transcription routes read (server/routes/transcriptions.py)
-TRANSCRIPTION_INFO = {"sample_rate": SAMPLE_RATE, "window_s": WINDOW_S, "languages": list(LANGUAGES),
-                      "tasks": list(TASKS), "default_language": "en"}
+TRANSCRIPTION_INFO = {
+    "sample_rate": SAMPLE_RATE,
+    "window_s": WINDOW_S,
+    "languages": list(LANGUAGES),
+    "tasks": list(TASKS),
+    "default_language": "en",
+}
 
 
 def instruction(language: str, task: str, previous: str = "") -> str:
@@ -71,19 +94,27 @@ def to_transcription_chat(prompt: dict[str, Any], params: list[Any]) -> None:
         raise InvalidRequestError("task", f"expected one of {', '.join(TASKS)}, got {task!r}")
     language = info.pop("language", None) or "en"
     if not isinstance(language, str) or language.lower() not in LANGUAGES:
-        raise InvalidRequestError("language", f"{language!r} is not a language this model transcribes "
-                                  f"({', '.join(LANGUAGES)})")
+        raise InvalidRequestError(
+            "language", f"{language!r} is not a language this model transcribes ({', '.join(LANGUAGES)})"
+        )
     mm = prompt.pop("multi_modal_data", None)
     audio = mm.get("audio") if isinstance(mm, Mapping) else None
     if not (isinstance(audio, (list, tuple)) and len(audio) == 2 and isinstance(audio[1], (int, float))):
-        raise InvalidRequestError("multi_modal_data.audio", "a transcription request needs the audio as "
-                                  "(samples, sample rate)")
+        raise InvalidRequestError(
+            "multi_modal_data.audio", "a transcription request needs the audio as (samples, sample rate)"
+        )
     previous = prompt.pop("prompt", None) or ""
     if not isinstance(previous, str):
         raise InvalidRequestError("prompt", f"expected a string, got {type(previous).__name__}")
-    prompt["messages"] = [{"role": "user", "content": [
-        {"type": "input_audio", "input_audio": {"data": float_wav(*audio), "format": "wav"}},
-        {"type": "text", "text": instruction(language.lower(), task, previous)}]}]
+    prompt["messages"] = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_audio", "input_audio": {"data": float_wav(*audio), "format": "wav"}},
+                {"type": "text", "text": instruction(language.lower(), task, previous)},
+            ],
+        }
+    ]
     if info:
         prompt["additional_information"] = info
     if isinstance(params[0], dict):

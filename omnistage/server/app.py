@@ -25,8 +25,9 @@ from omnistage.server.state import ServeOptions, ServerState
 logger = logging.getLogger("omnistage.server")
 
 
-def create_app(engine: Any, settings: ServerSettings | None = None, options: ServeOptions | None = None,
-               **option_fields: Any) -> FastAPI:
+def create_app(
+    engine: Any, settings: ServerSettings | None = None, options: ServeOptions | None = None, **option_fields: Any
+) -> FastAPI:
     """``engine`` is an ``AsyncOmni`` (started by the app's lifespan if it is not yet)."""
     options = options or ServeOptions(**option_fields)
     state = ServerState(engine, settings or ServerSettings(), options)
@@ -43,8 +44,7 @@ def create_app(engine: Any, settings: ServerSettings | None = None, options: Ser
         finally:
             await _shutdown(state)
 
-    app = FastAPI(title="omnistage", description="OpenAI-compatible API for omni-modality pipelines",
-                  lifespan=lifespan)
+    app = FastAPI(title="omnistage", description="OpenAI-compatible API for omni-modality pipelines", lifespan=lifespan)
     app.state.omni = state
     install_error_handlers(app)
 
@@ -83,7 +83,9 @@ async def _shutdown(state: ServerState) -> None:
     state.admission.closing = True
     grace = state.options.shutdown_grace_s
     if not await state.admission.wait_idle(grace):
-        logger.warning("shutdown: %d request(s) still running after %.0fs; aborting them", state.admission.pending, grace)
+        logger.warning(
+            "shutdown: %d request(s) still running after %.0fs; aborting them", state.admission.pending, grace
+        )
     jobs = list(state.background)
     if jobs:
         _, pending = await asyncio.wait(jobs, timeout=grace)

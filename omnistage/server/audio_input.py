@@ -17,8 +17,9 @@ from omnistage.server.errors import bad_request
 from omnistage.server.media_fetch import MediaLimits
 
 
-def decode_audio(data: bytes, field: str, rate: int, max_seconds: float, limits: MediaLimits | None = None,
-                 mime: str | None = None) -> np.ndarray:
+def decode_audio(
+    data: bytes, field: str, rate: int, max_seconds: float, limits: MediaLimits | None = None, mime: str | None = None
+) -> np.ndarray:
     # WAV and FLAC through libsndfile in large blocks: the same samples as PyAV's, without its Python loop over
     # ~1000-sample frames (that loop was ~30% of the transcription route's CPU; benchmarks/asr_serve.py)
     decode = read_audio if _sndfile_format(data) else decode_audio_av

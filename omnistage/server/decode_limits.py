@@ -62,8 +62,9 @@ def check_mime(mime: str | None, kind: str, field: str) -> None:
     declared = (mime or "").split(";")[0].strip().lower()
     if declared in _GENERIC or declared.startswith(_KINDS[kind]):
         return
-    raise APIError(415, f"{field}: declared as {declared!r}, which is not {kind}", param=field,
-                   code="unsupported_media_type")
+    raise APIError(
+        415, f"{field}: declared as {declared!r}, which is not {kind}", param=field, code="unsupported_media_type"
+    )
 
 
 # --------------------------------------------------------------------------- images
@@ -79,15 +80,23 @@ def open_image(data: bytes, field: str, limits: MediaLimits, mime: str | None = 
         img = Image.open(io.BytesIO(data), formats=IMAGE_OPEN_FORMATS)
         w, h = img.size
         if w * h > limit or w * h * 7 > limits.max_decoded_bytes:  # RGBA while loading, RGB after
-            raise too_big(field, f"the image declares {w}x{h} = {w * h} pixels, above this server's limit of "
-                                 f"{limit} (--max-image-pixels)", "image_too_large")
+            raise too_big(
+                field,
+                f"the image declares {w}x{h} = {w * h} pixels, above this server's limit of "
+                f"{limit} (--max-image-pixels)",
+                "image_too_large",
+            )
         img.load()
         return img.convert("RGB")
     except APIError:
         raise
     except Image.DecompressionBombError:  # PIL's own guard fires at open, above twice its default limit
-        raise too_big(field, f"the image declares more than {2 * (Image.MAX_IMAGE_PIXELS or 0)} pixels, above this "
-                             f"server's limit of {limit} (--max-image-pixels)", "image_too_large") from None
+        raise too_big(
+            field,
+            f"the image declares more than {2 * (Image.MAX_IMAGE_PIXELS or 0)} pixels, above this "
+            f"server's limit of {limit} (--max-image-pixels)",
+            "image_too_large",
+        ) from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as e:
         why = "truncated" if "truncated" in str(e) else type(e).__name__
         raise bad_request(f"{field}: not a decodable image ({why})", field) from None
@@ -104,9 +113,9 @@ def _riff_wav(data: bytes) -> tuple[int, int, int | None, int] | None:
     rate = block = 0
     off = 12
     while off + 8 <= len(data):
-        cid, size = data[off:off + 4], struct.unpack("<I", data[off + 4:off + 8])[0]
+        cid, size = data[off : off + 4], struct.unpack("<I", data[off + 4 : off + 8])[0]
         if cid == b"fmt " and size >= 16 and off + 24 <= len(data):
-            _, _, rate, _, block = struct.unpack("<HHIIH", data[off + 8:off + 22])
+            _, _, rate, _, block = struct.unpack("<HHIIH", data[off + 8 : off + 22])
         elif cid == b"data":
             present = len(data) - off - 8
             return rate, block, None if size in (0, 0xFFFFFFFF) else size, present  # streamed WAVs say "unknown"
@@ -156,25 +165,34 @@ class AudioBudget:
         if declared is not None and declared > self.max_s:
             raise self._too_long(f"the audio declares {declared:.1f} s")
         if declared is not None and present is not None and declared > present + 0.01:
-            raise bad_request(f"{field}: truncated: the WAV header declares {declared:.2f} s, the file holds "
-                              f"{present:.2f} s", field, code="truncated_media")
+            raise bad_request(
+                f"{field}: truncated: the WAV header declares {declared:.2f} s, the file holds {present:.2f} s",
+                field,
+                code="truncated_media",
+            )
 
     def _too_long(self, what: str) -> APIError:
         # a 400 (as a clip over a model's length always was), not a 413: the bytes may be few
-        return bad_request(f"{self.field}: {what}, longer than {self.max_s:g} s ({self.whose})", self.field,
-                           code="audio_too_long")
+        return bad_request(
+            f"{self.field}: {what}, longer than {self.max_s:g} s ({self.whose})", self.field, code="audio_too_long"
+        )
 
     def add(self, frames: int, rate: int) -> None:
         self.frames += frames
         if self.frames > self.max_s * rate:
             raise self._too_long(f"the audio decodes to more than {self.max_s:g} s")
         if self.frames > self.max_samples:
-            raise too_big(self.field, f"the audio decodes to more than {self.max_samples} samples, above this "
-                                      f"server's limit of {self.max_samples * 4} decoded bytes", "audio_too_large")
+            raise too_big(
+                self.field,
+                f"the audio decodes to more than {self.max_samples} samples, above this "
+                f"server's limit of {self.max_samples * 4} decoded bytes",
+                "audio_too_large",
+            )
 
 
-def read_audio(data: bytes, field: str, limits: MediaLimits, max_s: float | None = None,
-               mime: str | None = None) -> tuple[np.ndarray, int]:
+def read_audio(
+    data: bytes, field: str, limits: MediaLimits, max_s: float | None = None, mime: str | None = None
+) -> tuple[np.ndarray, int]:
     """Float32 mono samples (channels averaged) and the native rate, decoded by soundfile in bounded blocks."""
     import soundfile as sf
 
@@ -196,8 +214,9 @@ def read_audio(data: bytes, field: str, limits: MediaLimits, max_s: float | None
     return samples.astype(np.float32, copy=False), rate
 
 
-def decode_audio_av(data: bytes, field: str, limits: MediaLimits, max_s: float | None = None,
-                    mime: str | None = None) -> tuple[np.ndarray, int]:
+def decode_audio_av(
+    data: bytes, field: str, limits: MediaLimits, max_s: float | None = None, mime: str | None = None
+) -> tuple[np.ndarray, int]:
     """The same through PyAV (any container and codec FFmpeg opens): float32 mono at the native rate."""
     import av
 
@@ -244,8 +263,9 @@ def decode_pcm16(data: str, field: str, max_bytes: int) -> bytes:
     except (binascii.Error, ValueError):
         raise bad_request(f"{field}: not valid base64", field, code="invalid_value") from None
     if len(pcm) % 2:
-        raise bad_request(f"{field}: {len(pcm)} bytes is not a whole number of 16-bit samples", field,
-                          code="invalid_value")
+        raise bad_request(
+            f"{field}: {len(pcm)} bytes is not a whole number of 16-bit samples", field, code="invalid_value"
+        )
     return pcm
 
 
@@ -270,8 +290,11 @@ def open_video(data: bytes, field: str, limits: MediaLimits, max_frames: int | N
                 if max_frames is None:
                     break
                 if len(frames) > cap:
-                    raise too_big(field, f"the video decodes to more than {cap} frames (--max-num-frames, "
-                                         "or the decoded-size limit)", "video_too_large")
+                    raise too_big(
+                        field,
+                        f"the video decodes to more than {cap} frames (--max-num-frames, or the decoded-size limit)",
+                        "video_too_large",
+                    )
     except APIError:
         raise
     except (av.error.FFmpegError, ValueError, IndexError, OSError) as e:
@@ -285,19 +308,30 @@ def _check_video_header(container: Any, stream: Any, field: str, limits: MediaLi
     """Declared size, frame count and duration against the limits; the frames the decode may produce."""
     w, h = stream.codec_context.width, stream.codec_context.height
     if w * h > limits.max_image_pixels:
-        raise too_big(field, f"the video declares {w}x{h} = {w * h} pixels a frame, above this server's limit "
-                             f"of {limits.max_image_pixels} (--max-image-pixels)", "video_too_large")
-    seconds = (float(stream.duration * stream.time_base) if stream.duration and stream.time_base
-               else (container.duration or 0) / 1e6)
+        raise too_big(
+            field,
+            f"the video declares {w}x{h} = {w * h} pixels a frame, above this server's limit "
+            f"of {limits.max_image_pixels} (--max-image-pixels)",
+            "video_too_large",
+        )
+    seconds = (
+        float(stream.duration * stream.time_base)
+        if stream.duration and stream.time_base
+        else (container.duration or 0) / 1e6
+    )
     if seconds > limits.max_video_s:
-        raise too_big(field, f"the video declares {seconds:.1f} s, above this server's limit of "
-                             f"{limits.max_video_s:g} s", "video_too_large")
+        raise too_big(
+            field,
+            f"the video declares {seconds:.1f} s, above this server's limit of {limits.max_video_s:g} s",
+            "video_too_large",
+        )
     declared = stream.frames or 0
     by_memory = limits.max_decoded_bytes // max(1, w * h * 3)
     cap = min(max_frames, by_memory) if max_frames is not None else int(limits.max_video_s * MAX_FPS)
     if declared > cap:
-        raise too_big(field, f"the video declares {declared} frames, above this server's limit of {cap}",
-                      "video_too_large")
+        raise too_big(
+            field, f"the video declares {declared} frames, above this server's limit of {cap}", "video_too_large"
+        )
     return cap
 
 
@@ -338,7 +372,7 @@ def json_too_deep(body: bytes | str, limit: int = MAX_JSON_DEPTH) -> str | None:
             if end < 0:
                 return None  # unterminated: the parser's error to report
             if depth == 1 and top_object and _COLON.match(raw, end + 1):
-                key = raw[at + 1:end].decode("utf-8", "replace")
+                key = raw[at + 1 : end].decode("utf-8", "replace")
             pos = end + 1
         elif tok in (0x5B, 0x7B):  # [ {
             top_object = top_object or (depth == 0 and tok == 0x7B)

@@ -22,5 +22,9 @@ async def require_api_key(request: Request) -> None:
     auth = request.headers.get("authorization", "")
     scheme, _, token = auth.partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
-        raise APIError(401, "missing or wrong API key (send 'Authorization: Bearer <key>')", code="invalid_api_key",
-                       headers={"WWW-Authenticate": "Bearer"})
+        raise APIError(
+            401,
+            "missing or wrong API key (send 'Authorization: Bearer <key>')",
+            code="invalid_api_key",
+            headers={"WWW-Authenticate": "Bearer"},
+        )

@@ -24,15 +24,30 @@ from omnistage.errors import (
 
 logger = logging.getLogger(__name__)
 
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-          405: "invalid_request_error", 409: "invalid_request_error", 413: "invalid_request_error",
-          415: "invalid_request_error", 422: "invalid_request_error", 429: "rate_limit_error",
-          503: "server_overloaded"}
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "server_overloaded",
+}
 
 
 class APIError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 type: str | None = None, headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        type: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.message = message
@@ -84,11 +99,18 @@ class ErrorResponse(BaseModel):
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` for the errors a route really answers (all in OpenAI's shape)."""
-    why = {400: "Invalid request (``param`` names the field)", 401: "Missing or wrong API key",
-           404: "Unknown model, job or file", 409: "The job is not finished", 413: "Upload or body too large",
-           415: "Unsupported content type", 429: "Rate limited", 500: "Internal fault (this request only)",
-           503: "Saturated, shutting down or a stage restarting (see Retry-After)",
-           504: "Not finished within the server's --request-timeout"}
+    why = {
+        400: "Invalid request (``param`` names the field)",
+        401: "Missing or wrong API key",
+        404: "Unknown model, job or file",
+        409: "The job is not finished",
+        413: "Upload or body too large",
+        415: "Unsupported content type",
+        429: "Rate limited",
+        500: "Internal fault (this request only)",
+        503: "Saturated, shutting down or a stage restarting (see Retry-After)",
+        504: "Not finished within the server's --request-timeout",
+    }
     return {s: {"model": ErrorResponse, "description": why[s]} for s in statuses}
 
 
@@ -99,7 +121,9 @@ def _is_field(p: Any) -> bool:
     """Loc entries are field names and indices; union members add type tags ('str', 'list[...]', 'URLRef')."""
     if isinstance(p, int):
         return True
-    return p.isidentifier() and p not in _TYPE_TAGS and not p[:1].isupper() and p not in ("body", "query", "path", "form")
+    return (
+        p.isidentifier() and p not in _TYPE_TAGS and not p[:1].isupper() and p not in ("body", "query", "path", "form")
+    )
 
 
 def _loc(loc: tuple[Any, ...]) -> str:

@@ -43,8 +43,9 @@ def folder_sizes(model: str | None) -> dict[str, Any]:
     return out
 
 
-def image_sizes(info: dict[str, Any], model: str | None, defaults: dict[str, Any],
-                max_image_pixels: int | None) -> dict[str, Any] | None:
+def image_sizes(
+    info: dict[str, Any], model: str | None, defaults: dict[str, Any], max_image_pixels: int | None
+) -> dict[str, Any] | None:
     """``{"native": "WxH", "max_side": n | None, "multiple": m | None, "choices": ["WxH", ...]}``, or None when
     the native size is not known."""
     sizes = {**folder_sizes(model), **(info.get("image_size") or {})}
@@ -56,9 +57,12 @@ def image_sizes(info: dict[str, Any], model: str | None, defaults: dict[str, Any
     choices = []
     for factor in CHOICES:
         w, h = int(width * factor), int(height * factor)
-        if factor != 1 and (min(w, h) < (multiple or 1) or (multiple and (w % multiple or h % multiple))
-                            or (max_side and max(w, h) > max_side)
-                            or (max_image_pixels and w * h > max_image_pixels)):
+        if factor != 1 and (
+            min(w, h) < (multiple or 1)
+            or (multiple and (w % multiple or h % multiple))
+            or (max_side and max(w, h) > max_side)
+            or (max_image_pixels and w * h > max_image_pixels)
+        ):
             continue
         choices.append(f"{w}x{h}")
     return {"native": f"{width}x{height}", "max_side": max_side, "multiple": multiple, "choices": choices}

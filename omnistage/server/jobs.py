@@ -72,13 +72,16 @@ class JobStore:
         with self._lock:
             return self._conn.execute(sql, args).fetchall()
 
-    async def put(self, kind: str, job_id: str, status: str, created_at: int, record: dict[str, Any],
-                  file: str | None = None) -> None:
+    async def put(
+        self, kind: str, job_id: str, status: str, created_at: int, record: dict[str, Any], file: str | None = None
+    ) -> None:
         """Insert or replace one job's row."""
         await asyncio.to_thread(
-            self._run, "INSERT OR REPLACE INTO jobs (id, kind, status, created_at, updated_at, file, record) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (job_id, kind, status, int(created_at), time.time(), file, json.dumps(record)))
+            self._run,
+            "INSERT OR REPLACE INTO jobs (id, kind, status, created_at, updated_at, file, record) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (job_id, kind, status, int(created_at), time.time(), file, json.dumps(record)),
+        )
 
     async def delete(self, *job_ids: str) -> None:
         for job_id in job_ids:
@@ -86,8 +89,9 @@ class JobStore:
 
     async def load(self, kind: str) -> list[dict[str, Any]]:
         """Every job of ``kind``, oldest first, as recorded."""
-        rows = await asyncio.to_thread(self._run, "SELECT record FROM jobs WHERE kind = ? ORDER BY created_at, id",
-                                       (kind,))
+        rows = await asyncio.to_thread(
+            self._run, "SELECT record FROM jobs WHERE kind = ? ORDER BY created_at, id", (kind,)
+        )
         out = []
         for (record,) in rows:
             try:

@@ -57,8 +57,9 @@ async def load_image(url: Any, field: str, limits: MediaLimits) -> Image.Image:
     return await asyncio.to_thread(open_image, got.data, field, limits, got.mime)
 
 
-def audio_from_bytes(data: bytes, field: str, limits: MediaLimits | None = None, max_s: float | None = None,
-                     mime: str | None = None) -> tuple[np.ndarray, int]:
+def audio_from_bytes(
+    data: bytes, field: str, limits: MediaLimits | None = None, max_s: float | None = None, mime: str | None = None
+) -> tuple[np.ndarray, int]:
     """Float32 mono and the native rate (soundfile)."""
     return read_audio(data, field, limits or MediaLimits(), max_s, mime)
 
@@ -172,8 +173,9 @@ def encode_audio(audio: np.ndarray, sample_rate: int, fmt: str = "wav") -> bytes
     return buf.getvalue()
 
 
-def encode_mp4(frames: np.ndarray, fps: float, audio: np.ndarray | None = None,
-               sample_rate: int | None = None) -> bytes:
+def encode_mp4(
+    frames: np.ndarray, fps: float, audio: np.ndarray | None = None, sample_rate: int | None = None
+) -> bytes:
     """uint8 [T, H, W, 3] -> H.264 MP4 (odd sizes are padded by one pixel: yuv420p needs even sides), with an
     AAC track when ``audio`` (float32 [samples] or [channels, samples], in [-1, 1]) is given."""
     import av
@@ -208,8 +210,10 @@ class _AacTrack:
         if arr.ndim == 1:
             arr = arr[None]
         if arr.ndim != 2 or arr.shape[0] not in (1, 2) or not sample_rate:
-            raise ValueError(f"audio must be float32 [samples] or [1|2, samples] with a sample rate, got "
-                             f"{list(arr.shape)} at {sample_rate}")
+            raise ValueError(
+                f"audio must be float32 [samples] or [1|2, samples] with a sample rate, got "
+                f"{list(arr.shape)} at {sample_rate}"
+            )
         self.container, self.rate = container, int(sample_rate)
         self.samples = np.ascontiguousarray(np.clip(arr, -1.0, 1.0))
         layout = "mono" if arr.shape[0] == 1 else "stereo"
@@ -224,7 +228,7 @@ class _AacTrack:
         layout = "mono" if self.samples.shape[0] == 1 else "stereo"
         n = self.samples.shape[1]
         for start in range(0, n, 1024):
-            frame = av.AudioFrame.from_ndarray(self.samples[:, start:start + 1024], format="fltp", layout=layout)
+            frame = av.AudioFrame.from_ndarray(self.samples[:, start : start + 1024], format="fltp", layout=layout)
             frame.sample_rate, frame.pts = self.rate, start
             for packet in self.stream.encode(frame):
                 self.container.mux(packet)
@@ -247,9 +251,15 @@ def wav_stream_header(sample_rate: int, channels: int = 1, bits: int = 16) -> by
     import struct
 
     block = channels * bits // 8
-    return (b"RIFF" + struct.pack("<I", 0xFFFFFFFF) + b"WAVE"
-            + b"fmt " + struct.pack("<IHHIIHH", 16, 1, channels, sample_rate, sample_rate * block, block, bits)
-            + b"data" + struct.pack("<I", 0xFFFFFFFF))
+    return (
+        b"RIFF"
+        + struct.pack("<I", 0xFFFFFFFF)
+        + b"WAVE"
+        + b"fmt "
+        + struct.pack("<IHHIIHH", 16, 1, channels, sample_rate, sample_rate * block, block, bits)
+        + b"data"
+        + struct.pack("<I", 0xFFFFFFFF)
+    )
 
 
 class _Sink:

@@ -66,7 +66,9 @@ def data_url_mime(url: Any) -> str | None:
 
 
 def too_large(field: str, size: int, limit: int) -> APIError:
-    return APIError(413, f"{field}: {size} bytes exceeds the limit of {limit} bytes", param=field, code="payload_too_large")
+    return APIError(
+        413, f"{field}: {size} bytes exceeds the limit of {limit} bytes", param=field, code="payload_too_large"
+    )
 
 
 def decode_data_url(url: str, field: str, limits: MediaLimits) -> bytes:
@@ -100,16 +102,22 @@ def local_path(url: str, field: str, limits: MediaLimits) -> Path:
     """``file://`` URLs resolve (symlinks and ``..`` included) strictly inside the allowed folder."""
     root = limits.allowed_local_media_path
     if root is None:
-        raise bad_request(f"{field}: file:// URLs are disabled (start the server with --allowed-local-media-path)",
-                          field, code="local_media_not_allowed")
+        raise bad_request(
+            f"{field}: file:// URLs are disabled (start the server with --allowed-local-media-path)",
+            field,
+            code="local_media_not_allowed",
+        )
     parsed = urlparse(url)
     if parsed.netloc not in ("", "localhost"):
-        raise bad_request(f"{field}: file:// URL with a remote host is not allowed", field, code="local_media_not_allowed")
+        raise bad_request(
+            f"{field}: file:// URL with a remote host is not allowed", field, code="local_media_not_allowed"
+        )
     path = Path(unquote(parsed.path)).resolve()
     if not path.is_relative_to(Path(root).resolve()):
         # the resolved path is not echoed: it would tell the caller where a symlink points
-        raise bad_request(f"{field}: the file is outside the allowed local media path", field,
-                          code="local_media_not_allowed")
+        raise bad_request(
+            f"{field}: the file is outside the allowed local media path", field, code="local_media_not_allowed"
+        )
     if not path.is_file():
         raise bad_request(f"{field}: no such file under the allowed local media path", field)
     return path
@@ -134,7 +142,9 @@ async def fetch_media(url: Any, field: str, limits: MediaLimits) -> Fetched:
         return Fetched(await asyncio.to_thread(_read_capped, path, field, limits.max_bytes), None)
     if scheme in ("http", "https"):
         return await download(url, field, limits)
-    raise bad_request(f"{field}: unsupported URL scheme {scheme or '(none)'!r}; use data:, http(s):// or file://", field)
+    raise bad_request(
+        f"{field}: unsupported URL scheme {scheme or '(none)'!r}; use data:, http(s):// or file://", field
+    )
 
 
 async def fetch_bytes(url: Any, field: str, limits: MediaLimits) -> bytes:
@@ -145,15 +155,19 @@ def check_remote_url(url: str, field: str, limits: MediaLimits) -> None:
     """A URL the server may fetch: http(s), and a host on the allowlist when there is one."""
     parsed = urlparse(url)
     if parsed.scheme.lower() not in ("http", "https"):
-        raise bad_request(f"{field}: refusing to fetch a {parsed.scheme or '(no scheme)'} URL", field,
-                          code="media_url_not_allowed")
+        raise bad_request(
+            f"{field}: refusing to fetch a {parsed.scheme or '(no scheme)'} URL", field, code="media_url_not_allowed"
+        )
     host = (parsed.hostname or "").lower()
     if not host:
         raise bad_request(f"{field}: the URL has no host", field)
     allowed = limits.allowed_media_domains
     if allowed is not None and host not in allowed:
-        raise bad_request(f"{field}: host {host!r} is not in this server's --allowed-media-domains", field,
-                          code="media_url_not_allowed")
+        raise bad_request(
+            f"{field}: host {host!r} is not in this server's --allowed-media-domains",
+            field,
+            code="media_url_not_allowed",
+        )
 
 
 async def download(url: str, field: str, limits: MediaLimits) -> Fetched:
@@ -162,8 +176,11 @@ async def download(url: str, field: str, limits: MediaLimits) -> Fetched:
         async with asyncio.timeout(limits.fetch_timeout_s):
             return await _download(url, field, limits)
     except TimeoutError:
-        raise bad_request(f"{field}: fetching the URL took longer than {limits.fetch_timeout_s:g} s", field,
-                          code="media_fetch_timeout") from None
+        raise bad_request(
+            f"{field}: fetching the URL took longer than {limits.fetch_timeout_s:g} s",
+            field,
+            code="media_fetch_timeout",
+        ) from None
 
 
 async def _download(url: str, field: str, limits: MediaLimits) -> Fetched:

@@ -32,16 +32,39 @@ class ServerMetrics:
     def __init__(self, stage_stats: Callable[[], dict[int, Any]]):
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("omnistage_requests", "HTTP requests by route and status", ["route", "status"], registry=r)
-        self.latency = Histogram("omnistage_request_latency_seconds", "end-to-end request latency", ["route"],
-                                 buckets=_LATENCY_BUCKETS, registry=r)
-        self.ttft = Histogram("omnistage_time_to_first_output_seconds", "time to the first streamed output", ["route"],
-                              buckets=_LATENCY_BUCKETS, registry=r)
-        self.stage_latency = Histogram("omnistage_stage_run_seconds", "per-request run time in a stage", ["stage"],
-                                       buckets=_LATENCY_BUCKETS, registry=r)
-        self.in_flight = Gauge("omnistage_requests_in_flight", "generation requests admitted and not finished", registry=r)
-        self.rejected = Counter("omnistage_requests_rejected", "requests refused because the server was saturated", registry=r)
-        self.aborted = Counter("omnistage_requests_aborted", "requests aborted (client disconnect or delete)", registry=r)
+        self.requests = Counter(
+            "omnistage_requests", "HTTP requests by route and status", ["route", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "omnistage_request_latency_seconds",
+            "end-to-end request latency",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "omnistage_time_to_first_output_seconds",
+            "time to the first streamed output",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.stage_latency = Histogram(
+            "omnistage_stage_run_seconds",
+            "per-request run time in a stage",
+            ["stage"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "omnistage_requests_in_flight", "generation requests admitted and not finished", registry=r
+        )
+        self.rejected = Counter(
+            "omnistage_requests_rejected", "requests refused because the server was saturated", registry=r
+        )
+        self.aborted = Counter(
+            "omnistage_requests_aborted", "requests aborted (client disconnect or delete)", registry=r
+        )
         self.failed = Counter("omnistage_requests_failed", "requests that failed in a stage", registry=r)
         self.prompt_tokens = Counter("omnistage_prompt_tokens", "prompt tokens processed", registry=r)
         self.generation_tokens = Counter("omnistage_generation_tokens", "tokens generated", registry=r)

@@ -97,12 +97,21 @@ class BodySizeLimit:
                 await self._reject(send, seen)
 
     async def _reject(self, send: Any, size: int) -> None:
-        err = APIError(413, f"request body of {size}+ bytes exceeds the limit of {self.max_bytes} bytes",
-                       code="payload_too_large")
+        err = APIError(
+            413, f"request body of {size}+ bytes exceeds the limit of {self.max_bytes} bytes", code="payload_too_large"
+        )
         body = json.dumps(err.body()).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 
@@ -130,8 +139,11 @@ class JsonDepthLimit:
             check_json_depth(body, self.max_depth)
         except APIError as err:
             return await err.response()(scope, receive, send)
-        replay = [{"type": "http.request", "body": body, "more_body": False}] if message["type"] == "http.request" \
-            else [message]  # a disconnect while the body came: passed on as it was
+        replay = (
+            [{"type": "http.request", "body": body, "more_body": False}]
+            if message["type"] == "http.request"
+            else [message]
+        )  # a disconnect while the body came: passed on as it was
 
         async def replayed() -> dict:
             return replay.pop() if replay else await receive()

@@ -7,7 +7,11 @@ from typing import Any
 
 _BINARY = {"type": "string", "format": "binary"}
 # one server-sent event: ``data`` is a JSON chunk (or ``[DONE]``), errors after the start arrive as events too
-_EVENT = {"type": "object", "required": ["data"], "properties": {"data": {"type": "string"}, "event": {"type": "string"}}}
+_EVENT = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {"data": {"type": "string"}, "event": {"type": "string"}},
+}
 SSE = "text/event-stream"
 
 

@@ -32,8 +32,10 @@ def prompt_warnings(info: Mapping[str, Any], model_name: str, prompt: Any) -> li
     if len(unknown) > _MAX_LISTED:
         quoted += f" and {len(unknown) - _MAX_LISTED} more"
     kinds = "; ".join(f"{kind}: {', '.join(words)}" for kind, words in vocabulary.items())
-    return [f"{model_name} was not trained on {quoted}, so the picture cannot follow "
-            f"{'it' if len(unknown) == 1 else 'them'}. It knows {kinds}"]
+    return [
+        f"{model_name} was not trained on {quoted}, so the picture cannot follow "
+        f"{'it' if len(unknown) == 1 else 'them'}. It knows {kinds}"
+    ]
 
 
 def warning_headers(warnings: list[str]) -> list[tuple[str, str]]:

@@ -65,8 +65,14 @@ class InputAudioPart(_Part):
     input_audio: InputAudio
 
 
-_PART_MODELS = {"text": "TextPart", "input_text": "TextPart", "image_url": "ImageURLPart",
-                "audio_url": "AudioURLPart", "video_url": "VideoURLPart", "input_audio": "InputAudioPart"}
+_PART_MODELS = {
+    "text": "TextPart",
+    "input_text": "TextPart",
+    "image_url": "ImageURLPart",
+    "audio_url": "AudioURLPart",
+    "video_url": "VideoURLPart",
+    "input_audio": "InputAudioPart",
+}
 
 
 def _part_model(value: Any) -> str | None:
@@ -76,11 +82,17 @@ def _part_model(value: Any) -> str | None:
 
 # Tagged by model name (not the ``type`` value), so error locations read ``content[0].image_url``
 ContentPart = Annotated[
-    Annotated[TextPart, Tag("TextPart")] | Annotated[ImageURLPart, Tag("ImageURLPart")]
-    | Annotated[AudioURLPart, Tag("AudioURLPart")] | Annotated[VideoURLPart, Tag("VideoURLPart")]
+    Annotated[TextPart, Tag("TextPart")]
+    | Annotated[ImageURLPart, Tag("ImageURLPart")]
+    | Annotated[AudioURLPart, Tag("AudioURLPart")]
+    | Annotated[VideoURLPart, Tag("VideoURLPart")]
     | Annotated[InputAudioPart, Tag("InputAudioPart")],
-    Discriminator(_part_model, custom_error_type="content_part_type",
-                  custom_error_message=f"type must be one of {', '.join(_PART_MODELS)}")]
+    Discriminator(
+        _part_model,
+        custom_error_type="content_part_type",
+        custom_error_message=f"type must be one of {', '.join(_PART_MODELS)}",
+    ),
+]
 
 
 class Message(BaseModel):
@@ -120,7 +132,8 @@ def _message_model(value: Any) -> str:
 
 ChatMessage = Annotated[
     Annotated[Message, Tag("Message")] | Annotated[AssistantMessage, Tag("AssistantMessage")],
-    Discriminator(_message_model)]
+    Discriminator(_message_model),
+]
 
 
 class StreamOptions(BaseModel):
@@ -140,10 +153,19 @@ class ChatAudio(BaseModel):
 
 
 class ChatCompletionRequest(RequestKnobs):
-    model_config = ConfigDict(json_schema_extra={"examples": [
-        {"messages": [{"role": "user", "content": "A red circle on a white background."}], "max_tokens": 8},
-        {"messages": [{"role": "user", "content": [{"type": "text", "text": "Say hello."}]}], "max_tokens": 8,
-         "stream": True, "stream_options": {"include_usage": True}}]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"messages": [{"role": "user", "content": "A red circle on a white background."}], "max_tokens": 8},
+                {
+                    "messages": [{"role": "user", "content": [{"type": "text", "text": "Say hello."}]}],
+                    "max_tokens": 8,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                },
+            ]
+        }
+    )
 
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
@@ -166,9 +188,15 @@ class ChatCompletionRequest(RequestKnobs):
 
 # --------------------------------------------------------------------------- images
 
+
 class ImageRequest(RequestKnobs):
-    model_config = ConfigDict(json_schema_extra={"examples": [
-        {"prompt": "a red circle on a white background", "size": "64x64", "num_inference_steps": 2, "seed": 7}]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"prompt": "a red circle on a white background", "size": "64x64", "num_inference_steps": 2, "seed": 7}
+            ]
+        }
+    )
 
     model: str | None = None
     prompt: str = Field(min_length=1, max_length=32000)
@@ -182,16 +210,22 @@ class ImageRequest(RequestKnobs):
 
     # OpenAI image fields with no meaning here: accepted, never taken for model-specific keys
     IGNORED: ClassVar[frozenset[str]] = frozenset(
-        {"quality", "style", "background", "moderation", "user", "partial_images", "input_fidelity"})
+        {"quality", "style", "background", "moderation", "user", "partial_images", "input_fidelity"}
+    )
 
 
 # --------------------------------------------------------------------------- audio
 
 
 class SpeechRequest(RequestKnobs):
-    model_config = ConfigDict(json_schema_extra={"examples": [
-        {"input": "Hello there.", "response_format": "wav"},
-        {"input": "Hello there.", "response_format": "pcm", "stream": True}]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"input": "Hello there.", "response_format": "wav"},
+                {"input": "Hello there.", "response_format": "pcm", "stream": True},
+            ]
+        }
+    )
 
     model: str | None = None
     input: str = Field(min_length=1, max_length=8192)
@@ -221,8 +255,20 @@ class VideoRequest(RequestKnobs):
     """Fields of POST /v1/videos (JSON or multipart; the file part is handled by the route).
     Model-specific keys travel in ``extra_params``, so unknown top-level fields are errors."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"prompt": "a paper boat on a pond", "size": "64x64", "num_frames": 9, "num_inference_steps": 2, "seed": 7}]})
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "prompt": "a paper boat on a pond",
+                    "size": "64x64",
+                    "num_frames": 9,
+                    "num_inference_steps": 2,
+                    "seed": 7,
+                }
+            ]
+        },
+    )
 
     model: str | None = None
     prompt: str = Field(min_length=1, max_length=32000)

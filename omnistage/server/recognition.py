@@ -14,8 +14,9 @@ DEFAULT_MAX_AUDIO_S = 3600.0  # one upload; longer files are refused while decod
 NO_SPACE_LANGUAGES = {"zh", "ja", "th", "lo", "my", "yue"}  # texts of windows join without a space
 
 
-def windows(samples: np.ndarray, rate: int, window_s: float, overlap_s: float = 1.0,
-            energy_window: int = 1600) -> list[tuple[float, np.ndarray]]:
+def windows(
+    samples: np.ndarray, rate: int, window_s: float, overlap_s: float = 1.0, energy_window: int = 1600
+) -> list[tuple[float, np.ndarray]]:
     """(offset in seconds, samples) per model window, in order, cut as ``vllm serve`` cuts long audio
     (vllm.multimodal.audio.split_audio): each window ends at the quietest ``energy_window`` samples of its
     last ``overlap_s``, so a cut falls in a pause rather than through a word."""
@@ -28,7 +29,7 @@ def windows(samples: np.ndarray, rate: int, window_s: float, overlap_s: float = 
         start, end = i + size - overlap, min(i + size, samples.size)
         split, quietest = start, np.inf
         for k in range(0, end - start - energy_window, energy_window):
-            energy = float(np.sqrt(np.mean(samples[start + k:start + k + energy_window] ** 2)))
+            energy = float(np.sqrt(np.mean(samples[start + k : start + k + energy_window] ** 2)))
             if energy < quietest:
                 split, quietest = start + k, energy
         split = split if split > i else min(i + size, samples.size)
@@ -41,8 +42,11 @@ def language_probe(piece: np.ndarray, rate: int, ids: Mapping[str, int]) -> tupl
     """The prompt and llm params that make the spoken language Whisper's next token, as openai-whisper,
     transformers and ``vllm serve`` detect it: one greedy token after the start token, over the language tokens
     only, on the first window. The route and ``omnistage generate --audio`` both ask this way."""
-    prompt = {"prompt": "", "multi_modal_data": {"audio": (piece, rate)},
-              "additional_information": {"detect_language": True}}
+    prompt = {
+        "prompt": "",
+        "multi_modal_data": {"audio": (piece, rate)},
+        "additional_information": {"detect_language": True},
+    }
     return prompt, {"max_tokens": 1, "temperature": 0.0, "allowed_token_ids": list(ids.values())}
 
 

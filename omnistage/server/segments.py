@@ -34,9 +34,17 @@ def tokenizer(path: str) -> Any:
     return AutoTokenizer.from_pretrained(path)
 
 
-def window_segments(token_ids: Sequence[int], logprobs: Sequence[float] | None, start: float, end: float,
-                    text: str, spec: Mapping[str, Any], decode: Callable[[list[int]], str], eos: int | None,
-                    seek: int) -> list[Segment]:
+def window_segments(
+    token_ids: Sequence[int],
+    logprobs: Sequence[float] | None,
+    start: float,
+    end: float,
+    text: str,
+    spec: Mapping[str, Any],
+    decode: Callable[[list[int]], str],
+    eos: int | None,
+    seek: int,
+) -> list[Segment]:
     """The window's segments (``text``: its whole text, for a window without a timestamp pair)."""
     begin, step = int(spec["timestamp_begin"]), float(spec["seconds_per_timestamp"])
     tokens = list(token_ids)
@@ -52,8 +60,16 @@ def window_segments(token_ids: Sequence[int], logprobs: Sequence[float] | None, 
         if seq[i] >= begin and seq[i - 1] >= begin:
             piece = seq[first:i]
             opened, closed = (min(start + step * (t - begin), end) for t in (piece[0], piece[-1]))
-            out.append(Segment(opened, closed, decode(piece[1:-1]), piece[1:-1],
-                               avg_logprob=total / (i - first) if have_lp else None, seek=seek))
+            out.append(
+                Segment(
+                    opened,
+                    closed,
+                    decode(piece[1:-1]),
+                    piece[1:-1],
+                    avg_logprob=total / (i - first) if have_lp else None,
+                    seek=seek,
+                )
+            )
             first, total = i, 0.0
         elif have_lp:
             total += float(logprobs[i - 1])  # (the token at i is tokens[i - 1])

@@ -70,12 +70,19 @@ class ServeOptions:
 
     def media_limits(self) -> MediaLimits:
         root = Path(self.allowed_local_media_path).resolve() if self.allowed_local_media_path else None
-        domains = None if self.allowed_media_domains is None else frozenset(
-            d.strip().lower() for d in self.allowed_media_domains if d.strip())
-        limits = MediaLimits(max_bytes=self.max_media_bytes, max_download_bytes=self.max_download_bytes,
-                             fetch_timeout_s=self.media_fetch_timeout_s, allowed_media_domains=domains,
-                             max_audio_s=self.max_audio_s,
-                             allowed_local_media_path=root)
+        domains = (
+            None
+            if self.allowed_media_domains is None
+            else frozenset(d.strip().lower() for d in self.allowed_media_domains if d.strip())
+        )
+        limits = MediaLimits(
+            max_bytes=self.max_media_bytes,
+            max_download_bytes=self.max_download_bytes,
+            fetch_timeout_s=self.media_fetch_timeout_s,
+            allowed_media_domains=domains,
+            max_audio_s=self.max_audio_s,
+            allowed_local_media_path=root,
+        )
         if self.max_image_pixels is not None:  # an input image may be as large as an output one, no larger
             limits.max_image_pixels = self.max_image_pixels
         if self.max_num_frames is not None:
@@ -83,8 +90,12 @@ class ServeOptions:
         return limits
 
     def request_limits(self) -> RequestLimits:
-        return RequestLimits(max_image_pixels=self.max_image_pixels, max_num_frames=self.max_num_frames,
-                             max_inference_steps=self.max_inference_steps, max_tokens=self.max_tokens)
+        return RequestLimits(
+            max_image_pixels=self.max_image_pixels,
+            max_num_frames=self.max_num_frames,
+            max_inference_steps=self.max_inference_steps,
+            max_tokens=self.max_tokens,
+        )
 
 
 class Admission:
@@ -101,12 +112,17 @@ class Admission:
 
     def acquire(self) -> Slot:
         if self.closing:
-            raise APIError(503, "server is shutting down", code="shutting_down",
-                           headers={"Retry-After": str(self.retry_after_s)})
+            raise APIError(
+                503, "server is shutting down", code="shutting_down", headers={"Retry-After": str(self.retry_after_s)}
+            )
         if self.limit is not None and self.pending >= self.limit:
             self.metrics.rejected.inc()
-            raise APIError(503, f"server is saturated ({self.pending} requests in flight, --max-pending {self.limit}); retry later",
-                           code="server_saturated", headers={"Retry-After": str(self.retry_after_s)})
+            raise APIError(
+                503,
+                f"server is saturated ({self.pending} requests in flight, --max-pending {self.limit}); retry later",
+                code="server_saturated",
+                headers={"Retry-After": str(self.retry_after_s)},
+            )
         self.pending += 1
         self._idle.clear()
         self.metrics.in_flight.set(self.pending)
@@ -212,16 +228,23 @@ class ServerState:
         if self.loras.get(model) is not None:
             return model
         adapters = [m.name for m in self.loras.modules()]
-        served = f"{self.model_name!r}" + (f" and the LoRA adapters {', '.join(map(repr, adapters))}" if adapters else "")
-        raise APIError(404, f"model {model!r} does not exist; this server serves {served}",
-                       param="model", code="model_not_found")
+        served = f"{self.model_name!r}" + (
+            f" and the LoRA adapters {', '.join(map(repr, adapters))}" if adapters else ""
+        )
+        raise APIError(
+            404, f"model {model!r} does not exist; this server serves {served}", param="model", code="model_not_found"
+        )
 
     def require(self, modality: OutputModality, what: str) -> None:
         """Generic routes work with any pipeline that produces ``modality``."""
         if modality not in self.engine.output_modalities:
-            raise APIError(400, f"model {self.model_name!r} does not produce {what} "
-                                f"(pipeline {self.engine.pipeline.name!r} outputs {self.engine.output_modalities})",
-                           param="model", code="unsupported_modality")
+            raise APIError(
+                400,
+                f"model {self.model_name!r} does not produce {what} "
+                f"(pipeline {self.engine.pipeline.name!r} outputs {self.engine.output_modalities})",
+                param="model",
+                code="unsupported_modality",
+            )
 
     def check_n(self, n: int | None) -> None:
         if n is not None and n > self.options.max_n:
@@ -232,9 +255,15 @@ class ServerState:
 
     # ------------------------------------------------------------------ running
 
-    def make_request(self, prompt: Any, request_id: str, sampling_params_list: Any = None,
-                     output_modalities: Any = None, knobs: RequestKnobs | None = None,
-                     lora: str | None = None) -> OmniRequest:
+    def make_request(
+        self,
+        prompt: Any,
+        request_id: str,
+        sampling_params_list: Any = None,
+        output_modalities: Any = None,
+        knobs: RequestKnobs | None = None,
+        lora: str | None = None,
+    ) -> OmniRequest:
         """Parse a request (``AsyncOmni.make_request``) and hold it to this server's caps, before any
         model work: a 400 naming the field for a request above them. ``lora``: the adapter ``model`` named
         (``check_model``)."""
@@ -350,8 +379,11 @@ class _Deadline:
 
     def check(self) -> None:
         if self.expired:
-            raise APIError(504, f"the request did not finish within this server's --request-timeout of "
-                                f"{self.seconds:g} s", code="request_timeout")
+            raise APIError(
+                504,
+                f"the request did not finish within this server's --request-timeout of {self.seconds:g} s",
+                code="request_timeout",
+            )
 
     def cancel(self) -> None:
         if self._handle is not None:

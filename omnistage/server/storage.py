@@ -92,7 +92,9 @@ class FileStorage:
         if self.ttl is None:
             return []
         now = time.time()
-        names = await asyncio.to_thread(lambda: [p.name for p in self.root.iterdir() if p.is_file()] if self.root.is_dir() else [])
+        names = await asyncio.to_thread(
+            lambda: [p.name for p in self.root.iterdir() if p.is_file()] if self.root.is_dir() else []
+        )
         removed = []
         for name in names:
             if name.startswith(".") or not _NAME.match(name):

@@ -13,8 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
-MEDIA_TYPES = {"json": "application/json", "verbose_json": "application/json", "text": "text/plain",
-               "srt": "application/x-subrip", "vtt": "text/vtt"}
+MEDIA_TYPES = {
+    "json": "application/json",
+    "verbose_json": "application/json",
+    "text": "text/plain",
+    "srt": "application/x-subrip",
+    "vtt": "text/vtt",
+}
 
 
 @dataclass
@@ -47,31 +52,52 @@ class Transcript:
         return {"text": self.text, "usage": self.usage()}
 
     def verbose_json(self) -> dict[str, Any]:
-        return {"task": self.task, "language": self.language, "duration": round(self.duration, 3), "text": self.text,
-                "segments": [_verbose(i, s, self.temperature) for i, s in enumerate(self.segments)],
-                "usage": self.usage()}
+        return {
+            "task": self.task,
+            "language": self.language,
+            "duration": round(self.duration, 3),
+            "text": self.text,
+            "segments": [_verbose(i, s, self.temperature) for i, s in enumerate(self.segments)],
+            "usage": self.usage(),
+        }
 
     def srt(self) -> str:
-        return "".join(f"{i + 1}\n{_clock(s.start, ',')} --> {_clock(s.end, ',')}\n{s.text.strip()}\n\n"
-                       for i, s in enumerate(self.segments))
+        return "".join(
+            f"{i + 1}\n{_clock(s.start, ',')} --> {_clock(s.end, ',')}\n{s.text.strip()}\n\n"
+            for i, s in enumerate(self.segments)
+        )
 
     def vtt(self) -> str:
-        return "WEBVTT\n\n" + "".join(f"{_clock(s.start, '.')} --> {_clock(s.end, '.')}\n{s.text.strip()}\n\n"
-                                      for s in self.segments)
+        return "WEBVTT\n\n" + "".join(
+            f"{_clock(s.start, '.')} --> {_clock(s.end, '.')}\n{s.text.strip()}\n\n" for s in self.segments
+        )
 
     def render(self, fmt: str) -> Any:
         """The response body for ``fmt``: a dict (json formats) or a string."""
-        return {"json": self.json, "verbose_json": self.verbose_json, "text": lambda: self.text,
-                "srt": self.srt, "vtt": self.vtt}[fmt]()
+        return {
+            "json": self.json,
+            "verbose_json": self.verbose_json,
+            "text": lambda: self.text,
+            "srt": self.srt,
+            "vtt": self.vtt,
+        }[fmt]()
 
 
 def _verbose(i: int, s: Segment, temperature: float) -> dict[str, Any]:
     raw = s.text.encode()
     seek = s.seek if s.seek is not None else int(round(s.start * 100))
-    return {"id": i, "seek": seek, "start": round(s.start, 3), "end": round(s.end, 3),
-            "text": s.text, "tokens": s.tokens, "temperature": temperature, "avg_logprob": s.avg_logprob,
-            "compression_ratio": len(raw) / len(zlib.compress(raw)) if raw else 0.0,
-            "no_speech_prob": None}  # (no no-speech probability is computed, as in vLLM's own server)
+    return {
+        "id": i,
+        "seek": seek,
+        "start": round(s.start, 3),
+        "end": round(s.end, 3),
+        "text": s.text,
+        "tokens": s.tokens,
+        "temperature": temperature,
+        "avg_logprob": s.avg_logprob,
+        "compression_ratio": len(raw) / len(zlib.compress(raw)) if raw else 0.0,
+        "no_speech_prob": None,
+    }  # (no no-speech probability is computed, as in vLLM's own server)
 
 
 def _clock(seconds: float, sep: str) -> str:
@@ -103,8 +129,9 @@ class LanguagePrefix:
         self.raw += delta
         if self.prefixed is None:
             head = self.raw.lstrip()
-            may_be = (self.lead.startswith(head) or (head.startswith(self.lead) and "\n" not in head
-                                                     and len(head) < self.max_prefix_chars))
+            may_be = self.lead.startswith(head) or (
+                head.startswith(self.lead) and "\n" not in head and len(head) < self.max_prefix_chars
+            )
             if self.tag in self.raw:
                 self.prefixed = True
             elif may_be and not finished:
@@ -112,7 +139,7 @@ class LanguagePrefix:
             else:
                 self.prefixed = False
         text = self.raw.rsplit(self.tag, 1)[1] if self.prefixed else self.raw
-        new, self.sent = text[len(self.sent):], text
+        new, self.sent = text[len(self.sent) :], text
         return new
 
     def language(self) -> str | None:
@@ -120,5 +147,5 @@ class LanguagePrefix:
         if not self.prefixed:
             return None
         head = self.raw.split(self.tag, 1)[0].strip()
-        name = head[len(self.lead):].strip() if head.startswith(self.lead) else head
+        name = head[len(self.lead) :].strip() if head.startswith(self.lead) else head
         return self.names.get(name.lower())

@@ -49,18 +49,30 @@ class Voice:
     _samples: np.ndarray | None = field(default=None, repr=False)
 
     def public(self) -> dict[str, Any]:
-        return {"id": self.name, "object": "voice", "name": self.name, "type": "cloned", "text": self.text,
-                "created_at": self.created_at, "sample_rate": self.sample_rate,
-                "duration_s": round(self.duration_s, 3)}
+        return {
+            "id": self.name,
+            "object": "voice",
+            "name": self.name,
+            "type": "cloned",
+            "text": self.text,
+            "created_at": self.created_at,
+            "sample_rate": self.sample_rate,
+            "duration_s": round(self.duration_s, 3),
+        }
 
     def record(self) -> dict[str, Any]:
         return {**self.public(), "audio": base64.b64encode(self.data).decode("ascii")}
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Voice:
-        return cls(name=record["name"], text=record["text"], data=base64.b64decode(record["audio"]),
-                   sample_rate=int(record["sample_rate"]), duration_s=float(record["duration_s"]),
-                   created_at=int(record["created_at"]))
+        return cls(
+            name=record["name"],
+            text=record["text"],
+            data=base64.b64decode(record["audio"]),
+            sample_rate=int(record["sample_rate"]),
+            duration_s=float(record["duration_s"]),
+            created_at=int(record["created_at"]),
+        )
 
     def samples(self) -> tuple[np.ndarray, int]:
         if self._samples is None:
@@ -68,8 +80,9 @@ class Voice:
         return self._samples, self.sample_rate
 
 
-def clip_from_bytes(data: bytes, field_name: str, max_seconds: float, limits: MediaLimits | None = None,
-                    mime: str | None = None) -> tuple[np.ndarray, int]:
+def clip_from_bytes(
+    data: bytes, field_name: str, max_seconds: float, limits: MediaLimits | None = None, mime: str | None = None
+) -> tuple[np.ndarray, int]:
     """Mono float32 samples and rate of an uploaded / inline reference clip; 400 naming the field if it does
     not decode, is empty or silent-length, or is longer than ``max_seconds`` (the server's decode limits,
     checked from the header and while decoding, come first)."""
@@ -78,8 +91,9 @@ def clip_from_bytes(data: bytes, field_name: str, max_seconds: float, limits: Me
         raise bad_request(f"{field_name}: the clip has no samples", field_name)
     seconds = audio.size / rate
     if seconds > max_seconds:
-        raise bad_request(f"{field_name}: the clip is {seconds:.1f} s long; at most {max_seconds:g} s is accepted",
-                          field_name)
+        raise bad_request(
+            f"{field_name}: the clip is {seconds:.1f} s long; at most {max_seconds:g} s is accepted", field_name
+        )
     if not np.isfinite(audio).all():
         raise bad_request(f"{field_name}: the clip has non-finite samples", field_name)
     return audio, rate
@@ -112,8 +126,12 @@ class VoiceRegistry:
     async def add(self, voice: Voice) -> None:
         voices = await self._all()
         if voice.name in voices:
-            raise APIError(409, f"name: a voice named {voice.name!r} already exists (DELETE it first)", param="name",
-                           code="voice_exists")
+            raise APIError(
+                409,
+                f"name: a voice named {voice.name!r} already exists (DELETE it first)",
+                param="name",
+                code="voice_exists",
+            )
         voices[voice.name] = voice
         try:
             await self.jobs.put(KIND, _row_id(voice.name), "ready", voice.created_at, voice.record())
@@ -146,6 +164,7 @@ def registry(state: Any) -> VoiceRegistry:
 
 def check_name(name: Any) -> str:
     if not isinstance(name, str) or not NAME.match(name):
-        raise bad_request("name: a voice name is 1-64 letters, digits, '_', '.' or '-' (starting with a letter or digit)",
-                          "name")
+        raise bad_request(
+            "name: a voice name is 1-64 letters, digits, '_', '.' or '-' (starting with a letter or digit)", "name"
+        )
     return name

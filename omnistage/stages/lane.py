@@ -64,8 +64,9 @@ class _Lane:
             self.alone = not later
             granted.set_result(None)
 
-    async def run(self, fn: Callable[..., T], args: tuple, urgent: bool,
-                  collect: Callable[[], tuple | None] | None = None) -> T | None:
+    async def run(
+        self, fn: Callable[..., T], args: tuple, urgent: bool, collect: Callable[[], tuple | None] | None = None
+    ) -> T | None:
         granted = asyncio.get_running_loop().create_future()
         self.arrivals += 1
         self.waiting.append((not urgent, self.arrivals, granted))
@@ -141,8 +142,9 @@ async def run_on(device: str, fn: Callable[..., T], *args: Any, urgent: bool = F
     return await _lane().run(fn, args, urgent)
 
 
-async def run_batch_on(device: str, fn: Callable[..., T], collect: Callable[[], tuple | None],
-                       urgent: bool = False) -> T | None:
+async def run_batch_on(
+    device: str, fn: Callable[..., T], collect: Callable[[], tuple | None], urgent: bool = False
+) -> T | None:
     """As ``run_on``, with the batch taken when the call's turn comes: ``collect()`` runs on the event loop then
     and returns ``fn``'s arguments (None: nothing left to run, and ``fn`` is not called). On the CPU a call may
     wait for a turn for a whole call of another stage; what became ready meanwhile (the first pieces of requests

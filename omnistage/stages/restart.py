@@ -18,9 +18,12 @@ RESTART_ATTEMPTS = 5  # consecutive failed restarts before the replica stays dow
 RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0)  # pause after the n-th failed attempt
 
 
-async def restart_with_backoff(what: str, rebuild: Callable[[], Awaitable[None]],
-                               attempts: int = RESTART_ATTEMPTS,
-                               backoff_s: tuple[float, ...] = RESTART_BACKOFF_S) -> bool:
+async def restart_with_backoff(
+    what: str,
+    rebuild: Callable[[], Awaitable[None]],
+    attempts: int = RESTART_ATTEMPTS,
+    backoff_s: tuple[float, ...] = RESTART_BACKOFF_S,
+) -> bool:
     """Call ``rebuild`` until it returns without raising; False once ``attempts`` calls in a row failed.
     ``what`` names the engine in the log (``"stage 0 (llm) vLLM engine"``)."""
     for attempt in range(attempts):

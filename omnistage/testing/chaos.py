@@ -124,22 +124,39 @@ def rejected(r: httpx.Response, status: int) -> str:
 def chat_stream(model_body: dict[str, Any]) -> Callable[[httpx.Client, int], str]:
     def call(c: httpx.Client, i: int) -> str:
         with c.stream("POST", "/v1/chat/completions", json={**model_body, "stream": True, "seed": i}) as r:
-            return valid_stream(r, lambda ev: ev[-1:] == ["[DONE]"] and any(
-                isinstance(e, dict) and e.get("choices") and e["choices"][0].get("finish_reason") for e in ev))
+            return valid_stream(
+                r,
+                lambda ev: (
+                    ev[-1:] == ["[DONE]"]
+                    and any(
+                        isinstance(e, dict) and e.get("choices") and e["choices"][0].get("finish_reason") for e in ev
+                    )
+                ),
+            )
+
     return call
 
 
 def speech_sse(body: dict[str, Any]) -> Callable[[httpx.Client, int], str]:
     def call(c: httpx.Client, i: int) -> str:
         with c.stream("POST", "/v1/audio/speech", json={**body, "stream": True, "stream_format": "sse"}) as r:
-            return valid_stream(r, lambda ev: bool(ev) and isinstance(ev[-1], dict)
-                                and ev[-1].get("type") == "speech.audio.done" and ev[-1]["audio_duration_s"] > 0)
+            return valid_stream(
+                r,
+                lambda ev: (
+                    bool(ev)
+                    and isinstance(ev[-1], dict)
+                    and ev[-1].get("type") == "speech.audio.done"
+                    and ev[-1]["audio_duration_s"] > 0
+                ),
+            )
+
     return call
 
 
 def speech_raw(body: dict[str, Any], whole_bytes: int) -> Callable[[httpx.Client, int], str]:
     """A raw PCM stream (no event framing): it either carries all ``whole_bytes`` or breaks off so the client
     sees it is incomplete (``broken_off``); a shorter body that ends like a complete one is a violation."""
+
     def call(c: httpx.Client, i: int) -> str:
         with c.stream("POST", "/v1/audio/speech", json={**body, "stream": True, "response_format": "pcm"}) as r:
             if r.status_code != 200:
@@ -152,13 +169,16 @@ def speech_raw(body: dict[str, Any], whole_bytes: int) -> Callable[[httpx.Client
         if n != whole_bytes:
             raise Violation(f"raw stream ended cleanly with {n} of {whole_bytes} bytes")
         return "ok"
+
     return call
 
 
-def post_json(path: str, body: dict[str, Any], check: Callable[[httpx.Response], bool],
-              seed: bool = True) -> Callable[[httpx.Client, int], str]:
+def post_json(
+    path: str, body: dict[str, Any], check: Callable[[httpx.Response], bool], seed: bool = True
+) -> Callable[[httpx.Client, int], str]:
     def call(c: httpx.Client, i: int) -> str:
         return valid_json(c.post(path, json={**body, **({"seed": i} if seed else {})}), check)
+
     return call
 
 
@@ -166,20 +186,24 @@ def abandon(path: str, body: dict[str, Any]) -> Callable[[httpx.Client, int], st
     def call(c: httpx.Client, i: int) -> str:
         with c.stream("POST", path, json={**body, "stream": True}) as r:
             return abandoned(r)
+
     return call
 
 
 def bad(cases: list[tuple[str, dict[str, Any], int]]) -> Callable[[httpx.Client, int], str]:
     """``cases``: (path, httpx request keywords, the status it must get), taken in turn."""
+
     def call(c: httpx.Client, i: int) -> str:
         path, kw, status = cases[i % len(cases)]
         kw = dict(kw)
         return rejected(c.request(kw.pop("method", "POST"), path, **kw), status)
+
     return call
 
 
 def video_job(body: dict[str, Any], poll_s: float = 0.2) -> Callable[[httpx.Client, int], str]:
     """POST /v1/videos and poll to the end: ``completed`` (with content) or failed ``stage_unavailable``."""
+
     def call(c: httpx.Client, i: int) -> str:
         r = c.post("/v1/videos", json={**body, "seed": i})
         if r.status_code != 200:
@@ -198,6 +222,7 @@ def video_job(body: dict[str, Any], poll_s: float = 0.2) -> Callable[[httpx.Clie
         if job["status"] == "failed" and job["error"]["code"] == "stage_unavailable":
             return "unavailable"
         raise Violation(f"video job ended {job['status']}: {job.get('error')}")
+
     return call
 
 
@@ -225,8 +250,10 @@ class Load:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.started_at = time.monotonic()  # what every Outcome's t_s counts from
-        self._workers = [threading.Thread(target=self._run, args=(w,), daemon=True, name=f"load-{self.server}-{w}")
-                         for w in range(self.threads)]
+        self._workers = [
+            threading.Thread(target=self._run, args=(w,), daemon=True, name=f"load-{self.server}-{w}")
+            for w in range(self.threads)
+        ]
 
     def start(self) -> Load:
         for t in self._workers:
@@ -251,8 +278,9 @@ class Load:
                 if latency > DEADLINE_S and not result.startswith("VIOLATION"):
                     result = f"VIOLATION: took {latency:.1f} s"
                 with self._lock:
-                    self.outcomes.append(Outcome(self.server, name, result, round(latency, 3),
-                                                 round(t0 - self.started_at, 3)))
+                    self.outcomes.append(
+                        Outcome(self.server, name, result, round(latency, 3), round(t0 - self.started_at, 3))
+                    )
                 i += self.threads
                 self._stop.wait(self.pause_s)
 
@@ -261,8 +289,9 @@ class Load:
         for t in self._workers:
             t.join(timeout)
             if t.is_alive():
-                self.outcomes.append(Outcome(self.server, t.name, "VIOLATION: client thread never returned",
-                                             timeout, 0.0))
+                self.outcomes.append(
+                    Outcome(self.server, t.name, "VIOLATION: client thread never returned", timeout, 0.0)
+                )
 
 
 # ------------------------------------------------------------------------------------------ kills
@@ -299,9 +328,16 @@ class Kill:
     at: float = 0.0  # time.monotonic() of the kill
 
 
-def kill_and_recover(server: str, url: str, root_pid: int, kind: str,
-                     find: Callable[[psutil.Process], list[psutil.Process]], min_in_flight: int = 1,
-                     load_wait_s: float = 30.0, settle_s: float = 0.5) -> Kill:
+def kill_and_recover(
+    server: str,
+    url: str,
+    root_pid: int,
+    kind: str,
+    find: Callable[[psutil.Process], list[psutil.Process]],
+    min_in_flight: int = 1,
+    load_wait_s: float = 30.0,
+    settle_s: float = 0.5,
+) -> Kill:
     """Once healthy and with load in flight, ``kill -9`` one process ``find`` names; time the recovery."""
     root = psutil.Process(root_pid)
     wait_healthy(url, RECOVERY_BOUND_S)
@@ -324,8 +360,11 @@ def kill_and_recover(server: str, url: str, root_pid: int, kind: str,
         if code == 200 and saw_unhealthy:  # (a loaded machine may take seconds to notice the death: wait for it)
             break
         if time.monotonic() - t0 > RECOVERY_BOUND_S:
-            kill.error = (f"not healthy within {RECOVERY_BOUND_S:.0f} s" if saw_unhealthy else
-                          f"/health never said 503 within {RECOVERY_BOUND_S:.0f} s")
+            kill.error = (
+                f"not healthy within {RECOVERY_BOUND_S:.0f} s"
+                if saw_unhealthy
+                else f"/health never said 503 within {RECOVERY_BOUND_S:.0f} s"
+            )
             break
         time.sleep(0.05)
     kill.saw_unhealthy, kill.recovery_s = saw_unhealthy, round(time.monotonic() - t0, 2)
@@ -356,6 +395,9 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
         key = f"{o.server} {o.call} {res}"
         counts[key] = counts.get(key, 0) + 1
         worst[f"{o.server} {o.call}"] = max(worst.get(f"{o.server} {o.call}", 0.0), o.latency_s)
-    return {"requests": len(outcomes), "by_outcome": dict(sorted(counts.items())),
-            "max_latency_s": dict(sorted(worst.items())),
-            "violations": [asdict(o) for o in outcomes if o.result.startswith("VIOLATION")]}
+    return {
+        "requests": len(outcomes),
+        "by_outcome": dict(sorted(counts.items())),
+        "max_latency_s": dict(sorted(worst.items())),
+        "violations": [asdict(o) for o in outcomes if o.result.startswith("VIOLATION")],
+    }

@@ -79,7 +79,7 @@ async def _open(conn: Any, session: dict[str, Any], until: float) -> None:
 async def _speak(conn: Any, pcm: bytes, rate: int) -> None:
     step = int(CHUNK_S * rate) * 2
     for i in range(0, len(pcm), step):
-        await conn.input_audio_buffer.append(audio=base64.b64encode(pcm[i:i + step]).decode())
+        await conn.input_audio_buffer.append(audio=base64.b64encode(pcm[i : i + step]).decode())
     await conn.input_audio_buffer.commit()
     await conn.response.create()
 
@@ -115,6 +115,7 @@ def classify(a: Answer) -> str:
 
 def _sync(make: Callable[[str, float], Coroutine[Any, Any, str]]) -> Callable[[httpx.Client, int], str]:
     """A load call: the session runs in its own event loop in the load's thread, bounded by the deadline."""
+
     async def bounded(url: str) -> str:
         until = time.monotonic() + DEADLINE_S
         try:
@@ -139,19 +140,24 @@ async def _turn(url: str, turn: Turn, until: float, leave_on_delta: bool = False
 def spoken_turn(turn: Turn) -> Callable[[httpx.Client, int], str]:
     async def run(url: str, until: float) -> str:
         return classify(await _turn(url, turn, until))
+
     return _sync(run)
 
 
 def abandoned_turn(turn: Turn) -> Callable[[httpx.Client, int], str]:
     """The client leaves on the first delta: the server must abort the response in every stage."""
+
     async def run(url: str, until: float) -> str:
         a = await _turn(url, turn, until, leave_on_delta=True)
         return "abandoned" if a.deltas else classify(a)
+
     return _sync(run)
 
 
-BAD_EVENTS = [({"type": "session.nope", "event_id": "bad1"}, "invalid_event_type"),
-              ({"type": "input_audio_buffer.append", "event_id": "bad2", "audio": "@@not base64@@"}, "invalid_value")]
+BAD_EVENTS = [
+    ({"type": "session.nope", "event_id": "bad1"}, "invalid_event_type"),
+    ({"type": "input_audio_buffer.append", "event_id": "bad2", "audio": "@@not base64@@"}, "invalid_value"),
+]
 
 
 def bad_events(turn: Turn) -> Callable[[httpx.Client, int], str]:
@@ -169,13 +175,16 @@ def bad_events(turn: Turn) -> Callable[[httpx.Client, int], str]:
             await _speak(conn, pcm16(clip), rate)
             after = classify(await _answer(conn, until))
             return "rejected" if after == "ok" else f"rejected, next turn {after}"
+
     return _sync(run)
 
 
 def greedy_turn(turn: Turn) -> Callable[[httpx.Client], bytes]:
     """A probe: one seeded (greedy) spoken turn's transcript and PCM, which must not change across the chaos."""
+
     def probe(c: httpx.Client) -> bytes:
         a = asyncio.run(_turn(_url(c), turn, time.monotonic() + DEADLINE_S))
         assert classify(a) == "ok", a
         return a.text.encode() + b"\0" + a.pcm
+
     return probe

@@ -99,8 +99,10 @@ class TokenEmbedAdapter:
     def run(self, items: list[GenerationItem]) -> list[Any]:
         with torch.no_grad():
             # (an empty chunk: the engine's closing call, when the end came after the last tokens)
-            return [{"latent": self.embed(torch.as_tensor(it.inputs["token_ids"]))} if "token_ids" in it.inputs else {}
-                    for it in items]
+            return [
+                {"latent": self.embed(torch.as_tensor(it.inputs["token_ids"]))} if "token_ids" in it.inputs else {}
+                for it in items
+            ]
 
 
 # Test hooks for the streaming producer: a request id -> event the producer waits
@@ -175,6 +177,7 @@ class FailingStartAdapter:
 
 # ------------------------------------------------------------------ edge processors
 
+
 def latent_as(key: str):
     return _LatentAs(key)
 
@@ -205,35 +208,63 @@ def tokens_whole(outputs: dict[str, Any], request: Any) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ pipelines
 
+
 def chain(process: str | None = None) -> Pipeline:
     deploy = {"process": process} if process else {}
-    return Pipeline("test_chain", [
-        StageSpec(0, kind="generation", adapter=TextEmbedAdapter, output="latent", deploy_defaults=deploy),
-        StageSpec(1, kind="generation", adapter=LinearAdapter, output="latent", inputs=[Edge(0)], deploy_defaults=deploy),
-        StageSpec(2, kind="generation", adapter=LinearAdapter, output="latent", final=True, inputs=[Edge(1)]),
-    ])
+    return Pipeline(
+        "test_chain",
+        [
+            StageSpec(0, kind="generation", adapter=TextEmbedAdapter, output="latent", deploy_defaults=deploy),
+            StageSpec(
+                1, kind="generation", adapter=LinearAdapter, output="latent", inputs=[Edge(0)], deploy_defaults=deploy
+            ),
+            StageSpec(2, kind="generation", adapter=LinearAdapter, output="latent", final=True, inputs=[Edge(1)]),
+        ],
+    )
 
 
 def fan_out() -> Pipeline:
-    return Pipeline("test_fan_out", [
-        StageSpec(0, kind="generation", adapter=TextEmbedAdapter, output="latent"),
-        StageSpec(1, kind="generation", adapter=LinearAdapter, output="latent", final=True, inputs=[Edge(0)]),
-        StageSpec(2, kind="generation", adapter=DescribeAdapter, output="text", final=True, inputs=[Edge(0)]),
-    ])
+    return Pipeline(
+        "test_fan_out",
+        [
+            StageSpec(0, kind="generation", adapter=TextEmbedAdapter, output="latent"),
+            StageSpec(1, kind="generation", adapter=LinearAdapter, output="latent", final=True, inputs=[Edge(0)]),
+            StageSpec(2, kind="generation", adapter=DescribeAdapter, output="text", final=True, inputs=[Edge(0)]),
+        ],
+    )
 
 
 def fan_in() -> Pipeline:
-    return Pipeline("test_fan_in", [
-        StageSpec(0, kind="generation", adapter=TextEmbedAdapter, output="latent"),
-        StageSpec(1, kind="generation", adapter=LinearAdapter, output="latent", inputs=[Edge(0)]),
-        StageSpec(2, kind="generation", adapter=SumAdapter, output="latent", final=True,
-                  inputs=[Edge(0, process=latent_as("a")), Edge(1, process=latent_as("b"))]),
-    ])
+    return Pipeline(
+        "test_fan_in",
+        [
+            StageSpec(0, kind="generation", adapter=TextEmbedAdapter, output="latent"),
+            StageSpec(1, kind="generation", adapter=LinearAdapter, output="latent", inputs=[Edge(0)]),
+            StageSpec(
+                2,
+                kind="generation",
+                adapter=SumAdapter,
+                output="latent",
+                final=True,
+                inputs=[Edge(0, process=latent_as("a")), Edge(1, process=latent_as("b"))],
+            ),
+        ],
+    )
 
 
 def streaming() -> Pipeline:
-    return Pipeline("test_streaming", [
-        StageSpec(0, kind="llm", engine=TokenStreamEngine, output="token_ids", final=True),
-        StageSpec(1, kind="generation", adapter=TokenEmbedAdapter, output="latent", final=True,
-                  inputs=[Edge(0, process=tokens_whole, process_chunk=token_chunks_every_2)]),
-    ], default_deploy={"async_chunk": True})
+    return Pipeline(
+        "test_streaming",
+        [
+            StageSpec(0, kind="llm", engine=TokenStreamEngine, output="token_ids", final=True),
+            StageSpec(
+                1,
+                kind="generation",
+                adapter=TokenEmbedAdapter,
+                output="latent",
+                final=True,
+                inputs=[Edge(0, process=tokens_whole, process_chunk=token_chunks_every_2)],
+            ),
+        ],
+        default_deploy={"async_chunk": True},
+    )

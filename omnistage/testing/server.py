@@ -122,8 +122,12 @@ class ServeProcess:
     def _launch(cls, args: list[str], log: Path, ready_timeout: float) -> Self:
         port = free_port()
         env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-        proc = subprocess.Popen([sys.executable, "-m", "omnistage.cli.main", "serve", *args, "--host", HOST,
-                                 "--port", str(port)], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "omnistage.cli.main", "serve", *args, "--host", HOST, "--port", str(port)],
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
         url = f"http://{HOST}:{port}"
         deadline = time.monotonic() + ready_timeout
         while True:

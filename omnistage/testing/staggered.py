@@ -19,8 +19,9 @@ from typing import Any
 _ids = itertools.count()
 
 
-async def _run(omni: Any, rid: str, prompt: str | Mapping[str, Any], params: dict[str, Any],
-               started: asyncio.Event | None = None) -> Any:
+async def _run(
+    omni: Any, rid: str, prompt: str | Mapping[str, Any], params: dict[str, Any], started: asyncio.Event | None = None
+) -> Any:
     """The finished output; ``started`` is set once the request has done a step (or finished)."""
     last = None
     try:
@@ -42,8 +43,9 @@ async def generate_final(omni: Any, prompt: str | Mapping[str, Any], params: dic
     return await _run(omni, f"solo-{next(_ids)}", prompt, params)
 
 
-async def solo_then_staggered(omni: Any, specs: list[tuple[str | Mapping[str, Any], dict[str, Any]]], stage_id: int = 0,
-                              solo: int | None = None) -> tuple[list[Any], list[Any], list[list[str]]]:
+async def solo_then_staggered(
+    omni: Any, specs: list[tuple[str | Mapping[str, Any], dict[str, Any]]], stage_id: int = 0, solo: int | None = None
+) -> tuple[list[Any], list[Any], list[list[str]]]:
     """Each (prompt, stage params) alone (only the first ``solo`` of them, if given), then all concurrently,
     each submitted once the previous one has done a step. Returns (solo finished outputs, concurrent finished
     outputs, in spec order; the request ids of every forward of the concurrent run)."""
@@ -59,4 +61,3 @@ async def solo_then_staggered(omni: Any, specs: list[tuple[str | Mapping[str, An
         tasks.append(asyncio.create_task(_run(omni, f"stag-{next(_ids)}", p, kw, started=prev)))
     together = await asyncio.gather(*tasks)
     return alone, list(together), [list(ids) for _, ids in (log or [])]
-

@@ -25,8 +25,14 @@ async def all_outputs(stream: AsyncIterable[U]) -> list[U]:
     return [o async for o in stream]
 
 
-async def fed_outputs(engine: Any, request_id: str, inputs: Mapping[str, Any], params: Any,
-                      feeds: list[tuple[dict[str, Any], bool]] | None, gap_s: float = 0.01) -> list[Any]:
+async def fed_outputs(
+    engine: Any,
+    request_id: str,
+    inputs: Mapping[str, Any],
+    params: Any,
+    feeds: list[tuple[dict[str, Any], bool]] | None,
+    gap_s: float = 0.01,
+) -> list[Any]:
     """A started stage engine's updates for one request: ``inputs`` whole (``feeds`` None), or its first chunk with
     the ``(chunk, last)`` feeds following ``gap_s`` apart (the engine runs ahead of them: it must wait, not guess)."""
     from omnistage.stages.base import StageRequest

@@ -15,6 +15,7 @@ from omnistage.stages.base import StageOutput, StageRequest, StageStats
 
 # ------------------------------------------------------------------ parent -> stage process
 
+
 class Generate(msgspec.Struct, tag="generate"):
     request: StageRequest
 
@@ -37,6 +38,7 @@ Command = Generate | Feed | Abort | Shutdown
 
 
 # ------------------------------------------------------------------ stage process -> parent
+
 
 class Ready(msgspec.Struct, tag="ready"):
     pass

@@ -63,13 +63,18 @@ class ProcessStageEngine(RemoteStageEngine):
         self._out = self._zctx.socket(zmq.PULL)
         self._out.bind(out_addr)
         self._proc = mp.get_context("spawn").Process(
-            target=run_worker, args=(payload, cmd_addr, out_addr),
-            name=f"omnistage-stage{self.stage_id}-r{self.ctx.replica}", daemon=True)
+            target=run_worker,
+            args=(payload, cmd_addr, out_addr),
+            name=f"omnistage-stage{self.stage_id}-r{self.ctx.replica}",
+            daemon=True,
+        )
         self._proc.start()
         first = await self._first_event()
         if not isinstance(first, Ready):
             await self._stop()
-            raise RuntimeError(f"stage {self.stage_id} failed to start in its process: {first.error}\n{first.traceback}")
+            raise RuntimeError(
+                f"stage {self.stage_id} failed to start in its process: {first.error}\n{first.traceback}"
+            )
         self._reader = asyncio.create_task(self._read(), name=f"stage{self.stage_id}-read")
 
     async def _first_event(self) -> Ready | StartFailed:

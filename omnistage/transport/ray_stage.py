@@ -74,11 +74,16 @@ def ensure_ray() -> None:
     try:
         import ray
     except ImportError:
-        raise RuntimeError("distributed_executor_backend: ray (or process: ray) needs the ray package: "
-                           "pip install 'omnistage[ray]'") from None
+        raise RuntimeError(
+            "distributed_executor_backend: ray (or process: ray) needs the ray package: pip install 'omnistage[ray]'"
+        ) from None
     if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS") or None, log_to_driver=False,
-                 include_dashboard=False, ignore_reinit_error=True)
+        ray.init(
+            address=os.environ.get("RAY_ADDRESS") or None,
+            log_to_driver=False,
+            include_dashboard=False,
+            ignore_reinit_error=True,
+        )
 
 
 class RayStageEngine(RemoteStageEngine):
@@ -91,8 +96,11 @@ class RayStageEngine(RemoteStageEngine):
 
     def _resources(self) -> dict[str, float]:
         rt = self.ctx.deploy.runtime
-        gpus = rt.num_gpus if rt and rt.num_gpus is not None else (
-            len(self.ctx.devices) if self.ctx.devices and self.ctx.devices != ["cpu"] else 0)
+        gpus = (
+            rt.num_gpus
+            if rt and rt.num_gpus is not None
+            else (len(self.ctx.devices) if self.ctx.devices and self.ctx.devices != ["cpu"] else 0)
+        )
         cpus = rt.num_cpus if rt and rt.num_cpus is not None else 0
         return {"num_gpus": gpus, "num_cpus": cpus}
 
@@ -111,8 +119,9 @@ class RayStageEngine(RemoteStageEngine):
             await actor.start.remote()
         except Exception as e:
             ray.kill(actor)
-            raise RuntimeError(f"stage {self.stage_id} (replica {self.ctx.replica}) failed to start as a Ray actor: "
-                               f"{e}") from None
+            raise RuntimeError(
+                f"stage {self.stage_id} (replica {self.ctx.replica}) failed to start as a Ray actor: {e}"
+            ) from None
         self.actor = actor
 
     async def _until_dead(self) -> str:

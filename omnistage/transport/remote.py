@@ -85,8 +85,10 @@ class RemoteStageEngine(ABC):
         try:
             return pickle.dumps(self.ctx)
         except (pickle.PicklingError, AttributeError, TypeError) as e:
-            raise ValueError(f"stage {self.stage_id}: cannot run as a {self.what}: its declaration is not picklable "
-                             f"({e}); use module-level functions and classes") from None
+            raise ValueError(
+                f"stage {self.stage_id}: cannot run as a {self.what}: its declaration is not picklable "
+                f"({e}); use module-level functions and classes"
+            ) from None
 
     async def start(self) -> None:
         await self._launch(self.payload())

@@ -81,8 +81,11 @@ def with_local_dependencies(names: set[str]) -> set[str]:
 
 def hidden_modules(allowed: set[str]) -> set[str]:
     """Top-level modules that only distributions outside allowed provide."""
-    return {top for top, dists in importlib.metadata.packages_distributions().items()
-            if not any(_norm(d) in allowed for d in dists)}
+    return {
+        top
+        for top, dists in importlib.metadata.packages_distributions().items()
+        if not any(_norm(d) in allowed for d in dists)
+    }
 
 
 class _ImageFinder(importlib.abc.MetaPathFinder):

@@ -19,10 +19,38 @@ pytestmark = pytest.mark.slow
 
 def run_bench(url, out_dir, *extra):
     out = out_dir / "result.json"
-    rc = cli_main(["bench", "serve", "--base-url", url, "--task", "t2i", "--num-prompts", "3",
-                   "--max-concurrency", "2", "--width", "32", "--height", "32", "--num-inference-steps", "3",
-                   "--guidance-scale", "4.0", "--warmup-requests", "1", "--slo-scale", "0", "--disable-tqdm",
-                   "--output-file", str(out), "--save-dir", str(out_dir / "images"), *extra])
+    rc = cli_main(
+        [
+            "bench",
+            "serve",
+            "--base-url",
+            url,
+            "--task",
+            "t2i",
+            "--num-prompts",
+            "3",
+            "--max-concurrency",
+            "2",
+            "--width",
+            "32",
+            "--height",
+            "32",
+            "--num-inference-steps",
+            "3",
+            "--guidance-scale",
+            "4.0",
+            "--warmup-requests",
+            "1",
+            "--slo-scale",
+            "0",
+            "--disable-tqdm",
+            "--output-file",
+            str(out),
+            "--save-dir",
+            str(out_dir / "images"),
+            *extra,
+        ]
+    )
     return rc, json.loads(out.read_text())
 
 

@@ -52,22 +52,28 @@ def make_app(state):
         body = await request.json()
         state["bodies"].append(body)
         if body["prompt"] == "FAIL":
-            return JSONResponse({"error": {"message": "bad prompt", "type": "invalid_request_error",
-                                           "param": "prompt", "code": 400}}, status_code=400)
+            return JSONResponse(
+                {"error": {"message": "bad prompt", "type": "invalid_request_error", "param": "prompt", "code": 400}},
+                status_code=400,
+            )
         await busy(0.05)
         w, h = map(int, body.get("size", "16x16").split("x"))
         out = {"created": 0, "data": [{"b64_json": png_b64(w, h)}]}
         if body.get("return_stage_metrics"):
-            out["stage_metrics"] = [{"stage_id": 0, "queue_time_s": 0.01, "run_time_s": 0.04,
-                                     "peak_memory_mb": 123.0}]
+            out["stage_metrics"] = [{"stage_id": 0, "queue_time_s": 0.01, "run_time_s": 0.04, "peak_memory_mb": 123.0}]
         return out
 
     @app.post("/v1/images/edits")
     async def edits(request: Request):
         form = await request.form()
         image = await form["image"].read()
-        state["bodies"].append({"prompt": form["prompt"], "image_size": Image.open(io.BytesIO(image)).size,
-                                "num_inference_steps": form.get("num_inference_steps")})
+        state["bodies"].append(
+            {
+                "prompt": form["prompt"],
+                "image_size": Image.open(io.BytesIO(image)).size,
+                "num_inference_steps": form.get("num_inference_steps"),
+            }
+        )
         return {"created": 0, "data": [{"b64_json": png_b64(8, 8)}]}
 
     @app.post("/v1/chat/completions")
@@ -77,8 +83,11 @@ def make_app(state):
 
         async def stream():
             def sse(delta, usage):
-                c = {"object": "chat.completion.chunk", "modality": "text",
-                     "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+                c = {
+                    "object": "chat.completion.chunk",
+                    "modality": "text",
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+                }
                 if usage is not None:
                     c["usage"] = {"prompt_tokens": 4, "completion_tokens": usage, "total_tokens": 4 + usage}
                 return f"data: {json.dumps(c)}\n\n"
@@ -140,9 +149,27 @@ def bench(url, tmp_path, *args):
 def test_t2i_concurrency_cap_outputs_and_metrics(server, tmp_path):
     url, state = server
     state["bodies"].clear()
-    rc, doc = bench(url, tmp_path, "--task", "t2i", "--num-prompts", "6", "--max-concurrency", "2",
-                    "--width", "24", "--height", "16", "--num-inference-steps", "5",
-                    "--warmup-requests", "1", "--return-stage-metrics", "--save-dir", str(tmp_path / "imgs"))
+    rc, doc = bench(
+        url,
+        tmp_path,
+        "--task",
+        "t2i",
+        "--num-prompts",
+        "6",
+        "--max-concurrency",
+        "2",
+        "--width",
+        "24",
+        "--height",
+        "16",
+        "--num-inference-steps",
+        "5",
+        "--warmup-requests",
+        "1",
+        "--return-stage-metrics",
+        "--save-dir",
+        str(tmp_path / "imgs"),
+    )
     assert rc == 0
     m = doc["metrics"]
     assert m["completed_requests"] == 6 and m["failed_requests"] == 0
@@ -165,8 +192,22 @@ def test_failed_requests_are_counted_not_raised(server, tmp_path):
     url, _ = server
     data = tmp_path / "p.jsonl"
     data.write_text('{"prompt": "ok"}\n{"prompt": "FAIL"}\n')
-    rc, doc = bench(url, tmp_path, "--task", "t2i", "--dataset", "custom", "--dataset-path", str(data),
-                    "--num-prompts", "2", "--warmup-requests", "0", "--slo", "10")
+    rc, doc = bench(
+        url,
+        tmp_path,
+        "--task",
+        "t2i",
+        "--dataset",
+        "custom",
+        "--dataset-path",
+        str(data),
+        "--num-prompts",
+        "2",
+        "--warmup-requests",
+        "0",
+        "--slo",
+        "10",
+    )
     assert rc == 0
     assert doc["metrics"]["completed_requests"] == 1 and doc["metrics"]["failed_requests"] == 1
     failed = [r for r in doc["requests"] if not r["success"]]
@@ -177,8 +218,22 @@ def test_failed_requests_are_counted_not_raised(server, tmp_path):
 def test_chat_stream_token_accounting(server, tmp_path):
     url, state = server
     state["bodies"].clear()
-    rc, doc = bench(url, tmp_path, "--task", "chat", "--num-prompts", "3", "--output-len", "4",
-                    "--warmup-requests", "0", "--slo-scale", "0", "--request-rate", "50")
+    rc, doc = bench(
+        url,
+        tmp_path,
+        "--task",
+        "chat",
+        "--num-prompts",
+        "3",
+        "--output-len",
+        "4",
+        "--warmup-requests",
+        "0",
+        "--slo-scale",
+        "0",
+        "--request-rate",
+        "50",
+    )
     assert rc == 0
     body = state["bodies"][0]
     assert body["stream"] is True and body["stream_options"]["continuous_usage_stats"] is True
@@ -197,8 +252,20 @@ def test_chat_stream_token_accounting(server, tmp_path):
 def test_omni_chat_with_audio_in_sends_an_input_audio_part(server, tmp_path):
     url, state = server
     state["bodies"].clear()
-    rc, _ = bench(url, tmp_path, "--task", "omni", "--num-prompts", "2", "--chat-audio", "0.25",
-                  "--warmup-requests", "0", "--slo-scale", "0")
+    rc, _ = bench(
+        url,
+        tmp_path,
+        "--task",
+        "omni",
+        "--num-prompts",
+        "2",
+        "--chat-audio",
+        "0.25",
+        "--warmup-requests",
+        "0",
+        "--slo-scale",
+        "0",
+    )
     assert rc == 0 and len(state["bodies"]) == 2
     body = state["bodies"][0]
     assert body["modalities"] == ["text", "audio"]
@@ -212,8 +279,24 @@ def test_omni_chat_with_audio_in_sends_an_input_audio_part(server, tmp_path):
 def test_i2i_multipart(server, tmp_path):
     url, state = server
     state["bodies"].clear()
-    rc, doc = bench(url, tmp_path, "--task", "i2i", "--num-prompts", "2", "--width", "20", "--height", "12",
-                    "--num-inference-steps", "3", "--warmup-requests", "0", "--slo-scale", "0")
+    rc, doc = bench(
+        url,
+        tmp_path,
+        "--task",
+        "i2i",
+        "--num-prompts",
+        "2",
+        "--width",
+        "20",
+        "--height",
+        "12",
+        "--num-inference-steps",
+        "3",
+        "--warmup-requests",
+        "0",
+        "--slo-scale",
+        "0",
+    )
     assert rc == 0 and doc["metrics"]["completed_requests"] == 2
     assert state["bodies"][0]["image_size"] == (20, 12) and state["bodies"][0]["num_inference_steps"] == "3"
 
@@ -221,9 +304,24 @@ def test_i2i_multipart(server, tmp_path):
 @pytest.mark.parametrize("endpoint", ["/v1/videos/sync", "/v1/videos"])
 def test_video_sync_and_job(server, tmp_path, endpoint):
     url, _ = server
-    rc, doc = bench(url, tmp_path, "--task", "t2v", "--endpoint", endpoint, "--num-prompts", "2",
-                    "--num-frames", "5", "--warmup-requests", "0", "--slo-scale", "0",
-                    "--save-dir", str(tmp_path / "vids"))
+    rc, doc = bench(
+        url,
+        tmp_path,
+        "--task",
+        "t2v",
+        "--endpoint",
+        endpoint,
+        "--num-prompts",
+        "2",
+        "--num-frames",
+        "5",
+        "--warmup-requests",
+        "0",
+        "--slo-scale",
+        "0",
+        "--save-dir",
+        str(tmp_path / "vids"),
+    )
     assert rc == 0 and doc["metrics"]["completed_requests"] == 2
     files = sorted((tmp_path / "vids").iterdir())
     assert len(files) == 2 and files[0].suffix == ".mp4" and files[0].stat().st_size > 0
@@ -231,18 +329,39 @@ def test_video_sync_and_job(server, tmp_path, endpoint):
 
 def test_tts_audio_metrics(server, tmp_path):
     url, state = server
-    rc, doc = bench(url, tmp_path, "--task", "tts", "--num-prompts", "2", "--voice", "alice",
-                    "--warmup-requests", "0", "--slo-scale", "0")
+    rc, doc = bench(
+        url,
+        tmp_path,
+        "--task",
+        "tts",
+        "--num-prompts",
+        "2",
+        "--voice",
+        "alice",
+        "--warmup-requests",
+        "0",
+        "--slo-scale",
+        "0",
+    )
     assert rc == 0
     r = doc["requests"][0]
     assert r["audio_duration"] == pytest.approx(0.5)
-    assert doc["metrics"]["audio_rtf_mean"] == pytest.approx(
-        np.mean([x["latency"] / 0.5 for x in doc["requests"]]))
+    assert doc["metrics"]["audio_rtf_mean"] == pytest.approx(np.mean([x["latency"] / 0.5 for x in doc["requests"]]))
     assert state["bodies"][-1]["voice"] == "alice"
 
 
 def test_unreachable_server_fails_cleanly(tmp_path):
-    rc, doc = bench(f"http://127.0.0.1:{free_port()}", tmp_path, "--task", "t2i", "--num-prompts", "2",
-                    "--warmup-requests", "0", "--slo-scale", "0")
+    rc, doc = bench(
+        f"http://127.0.0.1:{free_port()}",
+        tmp_path,
+        "--task",
+        "t2i",
+        "--num-prompts",
+        "2",
+        "--warmup-requests",
+        "0",
+        "--slo-scale",
+        "0",
+    )
     assert rc == 1
     assert doc["metrics"]["failed_requests"] == 2

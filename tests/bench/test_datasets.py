@@ -26,12 +26,16 @@ def test_random_chat_prompt_length():
 def test_custom_jsonl_overrides_defaults(tmp_path):
     Image.new("RGB", (8, 8)).save(tmp_path / "in.png")
     path = tmp_path / "prompts.jsonl"
-    path.write_text("\n".join([
-        json.dumps({"prompt": "a cat", "seed": 5, "num_inference_steps": 3, "image": "in.png"}),
-        "",
-        json.dumps({"prompt": "a dog", "slo_s": 1.5, "extra": {"guidance_scale": 2.0}, "image": "in.png"}),
-        json.dumps({"prompt": "unused", "image": "in.png"}),
-    ]))
+    path.write_text(
+        "\n".join(
+            [
+                json.dumps({"prompt": "a cat", "seed": 5, "num_inference_steps": 3, "image": "in.png"}),
+                "",
+                json.dumps({"prompt": "a dog", "slo_s": 1.5, "extra": {"guidance_scale": 2.0}, "image": "in.png"}),
+                json.dumps({"prompt": "unused", "image": "in.png"}),
+            ]
+        )
+    )
     reqs = load_dataset("custom", "i2i", 2, DatasetDefaults(num_inference_steps=8, seed=100), str(path))
     assert [r.prompt for r in reqs] == ["a cat", "a dog"]
     assert reqs[0].seed == 5 and reqs[0].num_inference_steps == 3
@@ -39,13 +43,16 @@ def test_custom_jsonl_overrides_defaults(tmp_path):
     assert reqs[1].image == (tmp_path / "in.png").read_bytes()
 
 
-@pytest.mark.parametrize("line, message", [
-    ('{"prompt": "x", "stepz": 3}', "unknown key"),
-    ('{"seed": 3}', "'prompt'"),
-    ('not json', "not valid JSON"),
-    ('[1, 2]', "JSON object"),
-    ('{"prompt": "x", "image": "missing.png"}', "not found"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"prompt": "x", "stepz": 3}', "unknown key"),
+        ('{"seed": 3}', "'prompt'"),
+        ("not json", "not valid JSON"),
+        ("[1, 2]", "JSON object"),
+        ('{"prompt": "x", "image": "missing.png"}', "not found"),
+    ],
+)
 def test_custom_jsonl_errors_name_the_line_and_field(tmp_path, line, message):
     path = tmp_path / "p.jsonl"
     path.write_text(line + "\n")

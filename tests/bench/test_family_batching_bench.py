@@ -20,10 +20,29 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize("family", ["flux", "z_image"])
 def test_family_flag_runs_and_reports(family, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    args = ["--family", family, "--sizes", "32", "--steps", "2", "--requests", "4", "--concurrency", "1,4",
-            "--repeats", "1", "--out", str(tmp_path)]
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "diffusion_batching.py"), *args], env=env,
-                          capture_output=True, text=True, timeout=540)
+    args = [
+        "--family",
+        family,
+        "--sizes",
+        "32",
+        "--steps",
+        "2",
+        "--requests",
+        "4",
+        "--concurrency",
+        "1,4",
+        "--repeats",
+        "1",
+        "--out",
+        str(tmp_path),
+    ]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "diffusion_batching.py"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / f"diffusion_batching_{family}.json").read_text())
     assert report["config"]["family"] == family and report["model"]["family"] == family

@@ -34,13 +34,35 @@ def test_cpu_path_of_the_gpu_check(tmp_path):
     python.chmod(0o755)
     out = tmp_path / "out"
     env = {**os.environ, "GPU_CHECK_SKIP_WHEELS": "1", "PYTHON": str(python), "OUT": str(out), "OMP_NUM_THREADS": "1"}
-    args = ["--device", "cpu", "--dtypes", "float32", "--preset", "tiny", "--sizes", "32", "--steps", "2",
-            "--requests", "4", "--concurrency", "1,2,4", "--repeats", "1"]
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), *args], env=env, capture_output=True,
-                          text=True, timeout=540)
+    args = [
+        "--device",
+        "cpu",
+        "--dtypes",
+        "float32",
+        "--preset",
+        "tiny",
+        "--sizes",
+        "32",
+        "--steps",
+        "2",
+        "--requests",
+        "4",
+        "--concurrency",
+        "1,2,4",
+        "--repeats",
+        "1",
+    ]
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu_check.sh"), *args], env=env, capture_output=True, text=True, timeout=540
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == [
-        "gpu_check.json", "gpu_check.log", "gpu_check.md", "gpu_diffusion_batching.json", "gpu_diffusion_batching.md"]
+        "gpu_check.json",
+        "gpu_check.log",
+        "gpu_check.md",
+        "gpu_diffusion_batching.json",
+        "gpu_diffusion_batching.md",
+    ]
     doc = json.loads((out / "gpu_check.json").read_text())
     assert doc["errors"] == {}
 
@@ -58,8 +80,14 @@ def test_cpu_path_of_the_gpu_check(tmp_path):
     [size] = bench["sizes"]
     assert size["size"] == 32 and size["steps"] == 2 and bench["skipped"] == []
     modes = {(r["mode"], r["concurrency"]) for r in size["runs"]}
-    assert modes == {("diffusers_sequential", 1), ("engine", 1), ("diffusers_batched_ideal", 2), ("engine", 2),
-                     ("diffusers_batched_ideal", 4), ("engine", 4)}
+    assert modes == {
+        ("diffusers_sequential", 1),
+        ("engine", 1),
+        ("diffusers_batched_ideal", 2),
+        ("engine", 2),
+        ("diffusers_batched_ideal", 4),
+        ("engine", 4),
+    }
     for r in size["runs"]:
         assert r["throughput_rps"] > 0 and 0 < r["latency_p50_s"] <= r["latency_p99_s"] and r["peak_rss_mib"] > 0
     engine4 = next(r for r in size["runs"] if r["mode"] == "engine" and r["concurrency"] == 4)
@@ -81,10 +109,12 @@ def test_budget_skips_what_does_not_fit_and_says_so():
 
 def test_targets_are_read_off_the_512_table():
     gc = _load("gpu_check")
-    report = {"sizes": [
-        {"size": 512, "ratios": {"1": {"latency_vs_solo": 1.04}, "8": {"vs_ideal": 0.95, "vs_sequential": 1.9}}},
-        {"size": 1024, "ratios": {"1": {"latency_vs_solo": 1.2}}},
-    ]}
+    report = {
+        "sizes": [
+            {"size": 512, "ratios": {"1": {"latency_vs_solo": 1.04}, "8": {"vs_ideal": 0.95, "vs_sequential": 1.9}}},
+            {"size": 1024, "ratios": {"1": {"latency_vs_solo": 1.2}}},
+        ]
+    }
     t = gc.check_targets(report)
     assert t["512"]["meets"] == {"vs_ideal>=0.9": True, "vs_sequential>=2": False, "solo_latency<=1.05": True}
     assert t["1024"] == {"engine_vs_ideal_c8": None, "engine_vs_sequential_c8": None, "solo_latency_vs_diffusers": 1.2}
@@ -94,8 +124,14 @@ def test_the_image_filter_hides_what_the_gpu_machine_lacks(tmp_path):
     """The filter the smoke test runs under is itself checked: vLLM (installed here, absent there) is hidden,
     the image's and the carried packages are not."""
     probe = tmp_path / "probe.py"
-    probe.write_text("import importlib.util as u\nprint([u.find_spec(m) is not None for m in "
-                     "('vllm', 'fastapi', 'torch', 'transformers', 'diffusers', 'pydantic', 'msgspec')])\n")
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "bench" / "device_image.py"), str(probe)],
-                          capture_output=True, text=True, timeout=120)
+    probe.write_text(
+        "import importlib.util as u\nprint([u.find_spec(m) is not None for m in "
+        "('vllm', 'fastapi', 'torch', 'transformers', 'diffusers', 'pydantic', 'msgspec')])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "bench" / "device_image.py"), str(probe)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.stdout.strip() == "[False, False, True, True, True, True, True]", proc.stderr[-2000:]

@@ -22,8 +22,13 @@ def test_cpu_path_of_every_evidence2_part(tmp_path):
     python.chmod(0o755)
     out = tmp_path / "out"
     env = {**os.environ, "GPU_CHECK_SKIP_WHEELS": "1", "PYTHON": str(python), "OUT": str(out), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--suite", "evidence2", "--tiny",
-                           "--device", "cpu"], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--suite", "evidence2", "--tiny", "--device", "cpu"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == ["gpu_check.log", "gpu_evidence.json", "gpu_evidence.md"]
     doc = json.loads((out / "gpu_evidence.json").read_text())
@@ -35,7 +40,11 @@ def test_cpu_path_of_every_evidence2_part(tmp_path):
         # fp32 on the CPU: the engine runs diffusers' operations in diffusers' order, so not one bit differs
         assert p["exactness"]["exact"] and p["exactness"]["max_abs"] == 0.0, (family, p["exactness"])
         assert {(r["mode"], r["concurrency"]) for r in p["runs"]} == {
-            ("diffusers_sequential", 1), ("engine", 1), ("diffusers_batched_ideal", 4), ("engine", 4)}, family
+            ("diffusers_sequential", 1),
+            ("engine", 1),
+            ("diffusers_batched_ideal", 4),
+            ("engine", 4),
+        }, family
         for r in p["runs"]:
             assert r["throughput_rps"] > 0 and 0 < r["latency_p50_s"] <= r["latency_p99_s"] and r["peak_rss_mib"] > 0
         engine4 = next(r for r in p["runs"] if r["mode"] == "engine" and r["concurrency"] == 4)
@@ -52,7 +61,12 @@ def test_cpu_path_of_every_evidence2_part(tmp_path):
 
     cache = doc["parts"]["step_cache"]
     assert [(r["method"], r["threshold"]) for r in cache["rows"]] == [
-        ("off", None), ("first_block", 0.25), ("first_block", 0.4), ("teacache", 0.1), ("teacache", 0.2)]
+        ("off", None),
+        ("first_block", 0.25),
+        ("first_block", 0.4),
+        ("teacache", 0.1),
+        ("teacache", 0.2),
+    ]
     for r in cache["rows"][1:]:
         assert r["speedup_solo"] > 0 and r["speedup_c8"] > 0 and 0 <= r["c8_reused_fraction"] <= 1
 
@@ -66,8 +80,10 @@ def test_cpu_path_of_every_evidence2_part(tmp_path):
 
 # The model cards' nominal sizes (Qwen-Image "20B MMDiT", FLUX.1-dev "12 billion parameter", Wan2.1 "14B" and
 # "1.3B"): a wrong width, head count or FFN size in real_shapes.py moves the count by more than the tolerance.
-@pytest.mark.parametrize("family, nominal, tol", [("qwen_image", 20e9, 0.03), ("flux", 12e9, 0.03),
-                                                  ("wan_14b", 14e9, 0.03), ("wan", 1.3e9, 0.1)])
+@pytest.mark.parametrize(
+    "family, nominal, tol",
+    [("qwen_image", 20e9, 0.03), ("flux", 12e9, 0.03), ("wan_14b", 14e9, 0.03), ("wan", 1.3e9, 0.1)],
+)
 def test_real_shapes_have_the_published_sizes(tmp_path, family, nominal, tol):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:

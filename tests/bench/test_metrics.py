@@ -23,8 +23,12 @@ def test_percentiles_interpolate_linearly():
 
 
 def test_slo_attainment_counts_failures_as_misses():
-    results = [ok("a", 1.0), ok("b", 2.5), ok("c", 3.5),
-               RequestResult("d", success=False, latency=0.1, error="HTTP 500")]
+    results = [
+        ok("a", 1.0),
+        ok("b", 2.5),
+        ok("c", 3.5),
+        RequestResult("d", success=False, latency=0.1, error="HTTP 500"),
+    ]
     assert slo_attainment(results, 3.0) == pytest.approx(2 / 4)
     assert slo_attainment(results, None) is None
 
@@ -35,8 +39,10 @@ def test_per_request_slo_overrides_the_run_slo():
 
 
 def test_aggregate_core_metrics():
-    results = [ok(str(i), float(i), peak_memory_mb=100.0 * i,
-                  stage_durations={"0": 0.1 * i, "1": 0.2 * i}) for i in range(1, 5)]
+    results = [
+        ok(str(i), float(i), peak_memory_mb=100.0 * i, stage_durations={"0": 0.1 * i, "1": 0.2 * i})
+        for i in range(1, 5)
+    ]
     results.append(RequestResult("x", success=False, error="boom"))
     m = aggregate(results, duration=8.0, slo_s=2.0)
     assert m["completed_requests"] == 4 and m["failed_requests"] == 1
@@ -52,9 +58,11 @@ def test_aggregate_core_metrics():
 
 
 def test_aggregate_text_metrics_in_ms():
-    results = [ok("a", 1.0, ttft=0.1, itl=[0.2, 0.2], tpot=0.2, output_tokens=3),
-               ok("b", 2.0, ttft=0.3, itl=[0.4], tpot=0.4, output_tokens=2),
-               ok("c", 1.5, ttft=0.2, itl=[], tpot=None, output_tokens=None)]
+    results = [
+        ok("a", 1.0, ttft=0.1, itl=[0.2, 0.2], tpot=0.2, output_tokens=3),
+        ok("b", 2.0, ttft=0.3, itl=[0.4], tpot=0.4, output_tokens=2),
+        ok("c", 1.5, ttft=0.2, itl=[], tpot=None, output_tokens=None),
+    ]
     m = aggregate(results, duration=2.0)
     assert m["total_output_tokens"] == 5
     assert m["requests_without_token_count"] == 1
@@ -73,9 +81,14 @@ def test_aggregate_audio_metrics():
 
 
 def test_stage_metrics_shapes():
-    durations, peak = parse_stage_metrics({"stage_metrics": [
-        {"stage_id": 0, "queue_time_s": 0.1, "run_time_s": 0.4, "peak_memory_mb": 50},
-        {"stage_id": 1, "duration_s": 2.0, "peak_memory_mb": 80}]})
+    durations, peak = parse_stage_metrics(
+        {
+            "stage_metrics": [
+                {"stage_id": 0, "queue_time_s": 0.1, "run_time_s": 0.4, "peak_memory_mb": 50},
+                {"stage_id": 1, "duration_s": 2.0, "peak_memory_mb": 80},
+            ]
+        }
+    )
     assert durations == {"0": pytest.approx(0.5), "1": 2.0} and peak == 80
     durations, peak = parse_stage_metrics({"metrics": {"0": {"run_time_s": 1.0}}})
     assert durations == {"0": 1.0} and peak is None

@@ -40,8 +40,7 @@ def test_naive_server_matches_pipeline_call(pipe):
     naive = load_baseline()
     with serve_app(naive.create_app(pipe, "tiny-sd3")) as srv:
         url = srv.url
-        body = {"prompt": "a red square", "size": "32x32", "num_inference_steps": 3, "seed": 11,
-                "guidance_scale": 2.0}
+        body = {"prompt": "a red square", "size": "32x32", "num_inference_steps": 3, "seed": 11, "guidance_scale": 2.0}
         resp = httpx.post(url + "/v1/images/generations", json=body, timeout=120)
         assert resp.status_code == 200
         got = np.asarray(Image.open(io.BytesIO(base64.b64decode(resp.json()["data"][0]["b64_json"]))))
@@ -51,7 +50,13 @@ def test_naive_server_matches_pipeline_call(pipe):
         missing = httpx.post(url + "/v1/images/generations", json={"size": "32x32"}, timeout=30)
         assert missing.status_code == 400 and missing.json()["error"]["param"] == "prompt"
 
-    ref = pipe(prompt="a red square", height=32, width=32, num_inference_steps=3, guidance_scale=2.0,
-               generator=torch.Generator().manual_seed(11)).images[0]
+    ref = pipe(
+        prompt="a red square",
+        height=32,
+        width=32,
+        num_inference_steps=3,
+        guidance_scale=2.0,
+        generator=torch.Generator().manual_seed(11),
+    ).images[0]
     assert got.shape == (32, 32, 3)
     assert np.array_equal(got, np.asarray(ref))

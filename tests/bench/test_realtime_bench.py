@@ -26,8 +26,21 @@ def srv(server_factory):
 
 def bench(srv, tmp_path, *args: str) -> tuple[int, dict, str]:
     out = tmp_path / "realtime.json"
-    rc = cli_main(["bench", "realtime", "--base-url", srv.url, "--api-key", KEY, "--speech-seconds", "0.5",
-                   "--output-file", str(out), *args])
+    rc = cli_main(
+        [
+            "bench",
+            "realtime",
+            "--base-url",
+            srv.url,
+            "--api-key",
+            KEY,
+            "--speech-seconds",
+            "0.5",
+            "--output-file",
+            str(out),
+            *args,
+        ]
+    )
     return rc, json.loads(out.read_text()), out.with_suffix(".md").read_text()
 
 
@@ -51,9 +64,17 @@ def test_manual_turns_at_two_concurrencies(srv, tmp_path):
     clip, _ = utterance(0.5, 16000, after_s=0.1)
     buf = io.BytesIO()
     soundfile.write(buf, clip, 16000, format="WAV", subtype="PCM_16")
-    _, pcm = chat_stream(srv.url, KEY, [{"role": "user", "content": [
-        {"type": "input_audio", "input_audio": {"data": b64(buf.getvalue()), "format": "wav"}}]}],
-        modalities=["text", "audio"])
+    _, pcm = chat_stream(
+        srv.url,
+        KEY,
+        [
+            {
+                "role": "user",
+                "content": [{"type": "input_audio", "input_audio": {"data": b64(buf.getvalue()), "format": "wav"}}],
+            }
+        ],
+        modalities=["text", "audio"],
+    )
     answer_s = len(pcm) / 2 / SAMPLE_RATE
     assert answer_s > 0
     assert [lv["concurrency"] for lv in doc["levels"]] == [1, 2]
@@ -74,8 +95,9 @@ def test_manual_turns_at_two_concurrencies(srv, tmp_path):
 
 
 def test_a_server_vad_turn_counts_the_silence_wait(srv, tmp_path):
-    rc, doc, _ = bench(srv, tmp_path, "--concurrency", "1", "--turns", "1", "--no-barge-in",
-                       "--turn-detection", "server_vad")
+    rc, doc, _ = bench(
+        srv, tmp_path, "--concurrency", "1", "--turns", "1", "--no-barge-in", "--turn-detection", "server_vad"
+    )
     assert rc == 0
     (lv,) = doc["levels"]
     assert lv["turns_answered"] == 1 and lv["barge_ins"] == 0 and lv["http_first_audio_s"] is None

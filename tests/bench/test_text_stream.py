@@ -29,11 +29,13 @@ def run(events, start=0.0):
 
 
 def test_role_chunk_then_two_single_token_chunks():
-    stats = run([
-        (0.10, chunk(role="assistant", content="", usage=0)),
-        (0.30, chunk("Hello", usage=1)),
-        (0.45, chunk(" world", usage=2)),
-    ])
+    stats = run(
+        [
+            (0.10, chunk(role="assistant", content="", usage=0)),
+            (0.30, chunk("Hello", usage=1)),
+            (0.45, chunk(" world", usage=2)),
+        ]
+    )
     assert stats.output_tokens == 2
     assert stats.ttft == pytest.approx(0.30)  # the empty role chunk does not count
     assert stats.itl == [pytest.approx(0.15)]
@@ -64,12 +66,14 @@ def test_metrics_used_when_no_usage():
 
 
 def test_metrics_only_chunk_updates_the_count():
-    stats = run([
-        (0.1, chunk("A", usage=1)),
-        (0.3, chunk("B")),          # no count: the interval runs on
-        (0.5, chunk("C")),
-        (0.6, {"choices": [], "metrics": {"num_tokens": 3}}),  # metrics-only chunk
-    ])
+    stats = run(
+        [
+            (0.1, chunk("A", usage=1)),
+            (0.3, chunk("B")),  # no count: the interval runs on
+            (0.5, chunk("C")),
+            (0.6, {"choices": [], "metrics": {"num_tokens": 3}}),  # metrics-only chunk
+        ]
+    )
     assert stats.output_tokens == 3
     assert stats.itl == [pytest.approx(0.2)] * 2  # (0.5 - 0.1) split over 2 tokens
     assert stats.e2e_text == pytest.approx(0.5)  # the metrics chunk is not text
@@ -94,20 +98,24 @@ def test_no_count_from_server_gives_no_token_timing():
 
 
 def test_chunk_without_new_tokens_merges_into_next_interval():
-    stats = run([
-        (0.1, chunk("A", usage=1)),
-        (0.2, chunk("\u00e9", usage=1)),  # text released with no new token (held-back bytes)
-        (0.4, chunk("B", usage=2)),
-    ])
+    stats = run(
+        [
+            (0.1, chunk("A", usage=1)),
+            (0.2, chunk("\u00e9", usage=1)),  # text released with no new token (held-back bytes)
+            (0.4, chunk("B", usage=2)),
+        ]
+    )
     assert stats.itl == [pytest.approx(0.3)]
 
 
 def test_audio_chunks_are_not_text():
-    stats = run([
-        (0.1, chunk("", role="assistant", usage=0)),
-        (0.2, chunk("Hi", usage=1, modality="text")),
-        (0.3, {"modality": "audio", "choices": [{"delta": {"audio": {"data": "AAAA"}}}]}),
-    ])
+    stats = run(
+        [
+            (0.1, chunk("", role="assistant", usage=0)),
+            (0.2, chunk("Hi", usage=1, modality="text")),
+            (0.3, {"modality": "audio", "choices": [{"delta": {"audio": {"data": "AAAA"}}}]}),
+        ]
+    )
     assert stats.e2e_text == pytest.approx(0.2)
     assert stats.output_tokens == 1
 

@@ -33,18 +33,26 @@ def test_defaults_are_off():
     assert acc.cache is None and acc.compile is False and acc.offload == "none" and acc.vae_tiling is False
 
 
-@pytest.mark.parametrize("acceleration, where", [
-    ({"cache": {"method": "first_block", "treshold": 0.1}}, "stages[0].acceleration.cache.treshold: unknown key"),
-    ({"cache": {"method": "fbcache", "threshold": 0.1}}, "stages[0].acceleration.cache.method"),
-    ({"cache": {"method": "first_block"}}, "stages[0].acceleration.cache.threshold"),
-    ({"cache": {"method": "first_block", "threshold": 0}}, "stages[0].acceleration.cache.threshold"),
-    ({"cache": {"method": "first_block", "threshold": 0.1, "warmup_steps": -1}}, "stages[0].acceleration.cache.warmup_steps"),
-    ({"cache": {"method": "first_block", "threshold": 0.1, "coefficients": [1.0]}},
-     "stages[0].acceleration.cache: Value error, coefficients: only the teacache method"),
-    ({"offload": "gpu"}, "stages[0].acceleration.offload"),
-    ({"compile": "yes please"}, "stages[0].acceleration.compile"),
-    ({"tiling": True}, "stages[0].acceleration.tiling: unknown key"),
-])
+@pytest.mark.parametrize(
+    "acceleration, where",
+    [
+        ({"cache": {"method": "first_block", "treshold": 0.1}}, "stages[0].acceleration.cache.treshold: unknown key"),
+        ({"cache": {"method": "fbcache", "threshold": 0.1}}, "stages[0].acceleration.cache.method"),
+        ({"cache": {"method": "first_block"}}, "stages[0].acceleration.cache.threshold"),
+        ({"cache": {"method": "first_block", "threshold": 0}}, "stages[0].acceleration.cache.threshold"),
+        (
+            {"cache": {"method": "first_block", "threshold": 0.1, "warmup_steps": -1}},
+            "stages[0].acceleration.cache.warmup_steps",
+        ),
+        (
+            {"cache": {"method": "first_block", "threshold": 0.1, "coefficients": [1.0]}},
+            "stages[0].acceleration.cache: Value error, coefficients: only the teacache method",
+        ),
+        ({"offload": "gpu"}, "stages[0].acceleration.offload"),
+        ({"compile": "yes please"}, "stages[0].acceleration.compile"),
+        ({"tiling": True}, "stages[0].acceleration.tiling: unknown key"),
+    ],
+)
 def test_bad_values_name_the_key(acceleration, where):
     with pytest.raises(ConfigError, match=re.escape(where)):
         load_deploy_config({"stages": [{"stage_id": 0, "acceleration": acceleration}]})

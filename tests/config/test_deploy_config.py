@@ -55,16 +55,20 @@ def test_path_and_dict_sources(tmp_path):
 
 def test_stage_level_parallel_sizes_are_accepted_both_ways():
     a = load_deploy_config({"stages": [{"stage_id": 0, "tensor_parallel_size": 2, "devices": "0,1"}]}).stage(0)
-    b = load_deploy_config({"stages": [{"stage_id": 0, "parallel_config": {"tensor_parallel_size": 2}, "devices": "0,1"}]}).stage(0)
+    b = load_deploy_config(
+        {"stages": [{"stage_id": 0, "parallel_config": {"tensor_parallel_size": 2}, "devices": "0,1"}]}
+    ).stage(0)
     assert a.tp_size == b.tp_size == 2 and a.devices_per_replica == b.devices_per_replica == 2
 
 
 def test_base_config_inherits_and_deep_merges(tmp_path):
     (tmp_path / "base.yaml").write_text(
         "async_chunk: true\nstages:\n  - stage_id: 0\n    max_num_seqs: 4\n    default_sampling_params: {max_tokens: 10, seed: 1}\n"
-        "  - stage_id: 1\n    max_num_seqs: 2\n")
+        "  - stage_id: 1\n    max_num_seqs: 2\n"
+    )
     (tmp_path / "child.yaml").write_text(
-        "base_config: base.yaml\nstages:\n  - stage_id: 0\n    default_sampling_params: {seed: 2}\n")
+        "base_config: base.yaml\nstages:\n  - stage_id: 0\n    default_sampling_params: {seed: 2}\n"
+    )
     cfg = load_deploy_config(tmp_path / "child.yaml")
     assert cfg.async_chunk is True
     assert cfg.stage(0).max_num_seqs == 4
@@ -105,7 +109,9 @@ stage_args:
 def test_overrides_json_and_precedence():
     yaml_text = "stages:\n  - stage_id: 1\n    max_num_seqs: 2\n    num_replicas: 1\n"
     overrides = json.dumps({"1": {"num_replicas": 2, "devices": "1,2", "max_num_seqs": 3}})
-    cfg = load_deploy_config(yaml_text, overrides, defaults={"stages": [{"stage_id": 1, "max_num_seqs": 1, "dtype": "float32"}]})
+    cfg = load_deploy_config(
+        yaml_text, overrides, defaults={"stages": [{"stage_id": 1, "max_num_seqs": 1, "dtype": "float32"}]}
+    )
     s = cfg.stage(1)
     assert s.replicas == 2 and s.replica_devices() == [["1"], ["2"]]
     assert s.max_num_seqs == 3  # overrides > YAML > defaults
@@ -115,47 +121,74 @@ def test_overrides_json_and_precedence():
     assert load_deploy_config(yaml_text, {1: {"max_num_seqs": 5}}).stage(1).max_num_seqs == 5
 
 
-@pytest.mark.parametrize("yaml_stage, override", [
-    ({"runtime": {"devices": "0,1,2,3", "num_replicas": 2}}, {"num_replicas": 2, "devices": "1,2"}),
-    ({"devices": "0,1,2,3", "num_replicas": 2}, {"runtime": {"num_replicas": 2, "devices": "1,2"}}),
-    ({"runtime": {"devices": "0,1,2,3", "num_replicas": 2}}, {"runtime": {"num_replicas": 2, "devices": "1,2"}}),
-])
+@pytest.mark.parametrize(
+    "yaml_stage, override",
+    [
+        ({"runtime": {"devices": "0,1,2,3", "num_replicas": 2}}, {"num_replicas": 2, "devices": "1,2"}),
+        ({"devices": "0,1,2,3", "num_replicas": 2}, {"runtime": {"num_replicas": 2, "devices": "1,2"}}),
+        ({"runtime": {"devices": "0,1,2,3", "num_replicas": 2}}, {"runtime": {"num_replicas": 2, "devices": "1,2"}}),
+    ],
+)
 def test_override_placement_wins_whichever_placement_either_side_uses(yaml_stage, override):
     """--stage-overrides over a YAML (or pipeline default) that places the stage the other way."""
     yaml_cfg = {"stages": [{"stage_id": 1, **yaml_stage}]}
-    for layered in (load_deploy_config(yaml_cfg, {"1": override}),
-                    load_deploy_config(None, {"1": override}, defaults=yaml_cfg)):
+    for layered in (
+        load_deploy_config(yaml_cfg, {"1": override}),
+        load_deploy_config(None, {"1": override}, defaults=yaml_cfg),
+    ):
         s = layered.stage(1)
         assert s.replicas == 2 and s.replica_devices() == [["1"], ["2"]]
 
 
-@pytest.mark.parametrize("source, overrides, message", [
-    ({"stages": [{"stage_id": 0, "max_num_seq": 2}]}, None, r"stages\[0\]\.max_num_seq: unknown key"),
-    ({"stagez": []}, None, r"stagez: unknown key"),
-    ({"stages": [{"stage_id": 0, "runtime": {"device": "0"}}]}, None, r"stages\[0\]\.runtime\.device: unknown key"),
-    ({"stages": [{"stage_id": 0, "engine_output_type": "latents"}]}, None, r"invalid output type 'latents'"),
-    ({"stages": [{"stage_id": 0, "engine_output_type": "text + audio"}]}, None, r"invalid output type 'text \+ audio'"),
-    ({"stages": [{"stage_id": 0, "runtime": {"devices": "0,1,2", "num_replicas": 2}}]}, None, r"has 3 entries; expected num_replicas \(2\)"),
-    ({"stages": [{"stage_id": 0, "devices": "0,1", "tensor_parallel_size": 1}]}, None, r"expected num_replicas"),
-    ({"stages": [{"stage_id": 0, "devices": "0,0"}]}, None, r"lists a device twice"),
-    ({"stages": [{"stage_id": 0, "devices": "0", "runtime": {"devices": "0"}}]}, None, r"both at stage level and under runtime"),
-    ({"stages": [{"stage_id": 0}, {"stage_id": 0}]}, None, r"stage_id 0 appears more than once"),
-    ({"stages": [{"max_num_seqs": 1}]}, None, r"stages\[0\]\.stage_id: Field required"),
-    ({"stages": [{"stage_id": 0, "max_num_seqs": 0}]}, None, r"max_num_seqs: Input should be greater than or equal to 1"),
-    ({"stages": [{"stage_id": 0, "connector": "nope"}]}, None, r"connector 'nope'"),
-    ({"stages": [{"stage_id": 0, "limit_mm_per_prompt": {"image": "two"}}]}, None, r"limit_mm_per_prompt"),
-    ({"stages": [{"stage_id": 0, "limit_mm_per_prompt": {"video": {"count": -1}}}]}, None,
-     r"limit_mm_per_prompt\.video: expected a count >= 0"),
-    ({"distributed_executor_backend": "slurm"}, None, r"distributed_executor_backend"),
-    ({}, "{not json", r"not valid JSON"),
-    ({}, '{"x": {}}', r"key 'x' is not a stage id"),
-    ({}, '{"0": 3}', r"expected an object"),
-    ({}, '{"0": {"bogus": 1}}', r"stages\[0\]\.bogus: unknown key"),
-    ("a: [1, 2", None, r"not valid YAML"),
-    ("- 1\n- 2\n", None, r"mapping at the top level"),
-    ("missing.yaml", None, r"does not exist"),
-    ({"stage_args": [], "stages": []}, None, r"cannot both be given"),
-])
+@pytest.mark.parametrize(
+    "source, overrides, message",
+    [
+        ({"stages": [{"stage_id": 0, "max_num_seq": 2}]}, None, r"stages\[0\]\.max_num_seq: unknown key"),
+        ({"stagez": []}, None, r"stagez: unknown key"),
+        ({"stages": [{"stage_id": 0, "runtime": {"device": "0"}}]}, None, r"stages\[0\]\.runtime\.device: unknown key"),
+        ({"stages": [{"stage_id": 0, "engine_output_type": "latents"}]}, None, r"invalid output type 'latents'"),
+        (
+            {"stages": [{"stage_id": 0, "engine_output_type": "text + audio"}]},
+            None,
+            r"invalid output type 'text \+ audio'",
+        ),
+        (
+            {"stages": [{"stage_id": 0, "runtime": {"devices": "0,1,2", "num_replicas": 2}}]},
+            None,
+            r"has 3 entries; expected num_replicas \(2\)",
+        ),
+        ({"stages": [{"stage_id": 0, "devices": "0,1", "tensor_parallel_size": 1}]}, None, r"expected num_replicas"),
+        ({"stages": [{"stage_id": 0, "devices": "0,0"}]}, None, r"lists a device twice"),
+        (
+            {"stages": [{"stage_id": 0, "devices": "0", "runtime": {"devices": "0"}}]},
+            None,
+            r"both at stage level and under runtime",
+        ),
+        ({"stages": [{"stage_id": 0}, {"stage_id": 0}]}, None, r"stage_id 0 appears more than once"),
+        ({"stages": [{"max_num_seqs": 1}]}, None, r"stages\[0\]\.stage_id: Field required"),
+        (
+            {"stages": [{"stage_id": 0, "max_num_seqs": 0}]},
+            None,
+            r"max_num_seqs: Input should be greater than or equal to 1",
+        ),
+        ({"stages": [{"stage_id": 0, "connector": "nope"}]}, None, r"connector 'nope'"),
+        ({"stages": [{"stage_id": 0, "limit_mm_per_prompt": {"image": "two"}}]}, None, r"limit_mm_per_prompt"),
+        (
+            {"stages": [{"stage_id": 0, "limit_mm_per_prompt": {"video": {"count": -1}}}]},
+            None,
+            r"limit_mm_per_prompt\.video: expected a count >= 0",
+        ),
+        ({"distributed_executor_backend": "slurm"}, None, r"distributed_executor_backend"),
+        ({}, "{not json", r"not valid JSON"),
+        ({}, '{"x": {}}', r"key 'x' is not a stage id"),
+        ({}, '{"0": 3}', r"expected an object"),
+        ({}, '{"0": {"bogus": 1}}', r"stages\[0\]\.bogus: unknown key"),
+        ("a: [1, 2", None, r"not valid YAML"),
+        ("- 1\n- 2\n", None, r"mapping at the top level"),
+        ("missing.yaml", None, r"does not exist"),
+        ({"stage_args": [], "stages": []}, None, r"cannot both be given"),
+    ],
+)
 def test_validation_errors(source, overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_deploy_config(source, overrides)

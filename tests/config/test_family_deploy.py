@@ -20,16 +20,20 @@ def test_shipped_deploy_yaml_is_valid_and_lowest(name):
     spec = pipeline.stage(stage.stage_id)
     assert stage.default_sampling_params == spec.default_params
     # the user's layers win over it
-    mine = resolve_deploy(pipeline, {"stages": [{"stage_id": stage.stage_id, "max_num_seqs": 2}]},
-                          stage_overrides={str(stage.stage_id): {"dtype": "float32"}})
+    mine = resolve_deploy(
+        pipeline,
+        {"stages": [{"stage_id": stage.stage_id, "max_num_seqs": 2}]},
+        stage_overrides={str(stage.stage_id): {"dtype": "float32"}},
+    )
     assert mine.stage(stage.stage_id).max_num_seqs == 2 and mine.stage(stage.stage_id).dtype == "float32"
     assert mine.stage(stage.stage_id).engine_args == {"max_wait_steps": 8}
     # `--distributed-executor-backend ray` reaches every stage (a family default `process` would shadow it) ...
     ray = resolve_deploy(pipeline, {"distributed_executor_backend": "ray"})
     assert [ray.stage_process(s.stage_id) for s in pipeline.stages] == ["ray"] * len(pipeline.stages)
     # ... unless the user's own layer says where a stage runs
-    pinned = resolve_deploy(pipeline, {"distributed_executor_backend": "ray"},
-                            stage_overrides={str(stage.stage_id): {"process": "mp"}})
+    pinned = resolve_deploy(
+        pipeline, {"distributed_executor_backend": "ray"}, stage_overrides={str(stage.stage_id): {"process": "mp"}}
+    )
     assert pinned.stage_process(stage.stage_id) == "mp"
 
 

@@ -21,7 +21,8 @@ DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
 requires_browser = pytest.mark.skipif(
     not CHROMIUM.exists() or not Path(DRIVER).exists(),
-    reason="headless Chromium is not installed (run scripts/install-browser.sh)")
+    reason="headless Chromium is not installed (run scripts/install-browser.sh)",
+)
 
 
 @pytest.fixture
@@ -39,11 +40,21 @@ def chromium(*flags: str) -> Iterator[Any]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--no-first-run", "--window-size=900,900",
-                 # no sound card here: audio goes to a fake output device, and may start without a gesture
-                 "--use-fake-device-for-media-stream", "--autoplay-policy=no-user-gesture-required", *flags):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=900,900",
+        # no sound card here: audio goes to a fake output device, and may start without a gesture
+        "--use-fake-device-for-media-stream",
+        "--autoplay-policy=no-user-gesture-required",
+        *flags,
+    ):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(executable_path=DRIVER), options=options)
@@ -70,8 +81,10 @@ def wait_for(driver: Any, seconds: float, condition: Callable[[Any], Any], what:
     except TimeoutException:
         error = driver.find_element("id", "error").text
         status = driver.find_element("id", "status").text
-        pytest.fail(f"timed out waiting for {what}; page error box: {error!r}; status: {status!r}; "
-                    f"console: {console_errors(driver)}")
+        pytest.fail(
+            f"timed out waiting for {what}; page error box: {error!r}; status: {status!r}; "
+            f"console: {console_errors(driver)}"
+        )
 
 
 def screenshot(driver: Any, name: str) -> Path:

@@ -32,15 +32,17 @@ def wav(x: np.ndarray) -> bytes:
 
 def expected(processor: Any, model: Any) -> dict[tuple[str, str, str], tuple[list[int], str]]:
     """Per (language, task, prompt): transformers' greedy thinker tokens and text on the family's turn."""
+
     def reference(text: str) -> tuple[list[int], str]:
         messages = [{"role": "user", "content": [{"type": "audio", "audio": "x"}, {"type": "text", "text": text}]}]
         prompt = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         inputs = processor(text=prompt, audio=[CLIP], return_tensors="pt")
         with torch.no_grad():
-            seq = model.generate(**inputs, return_audio=False, thinker_max_new_tokens=MAX_TOKENS,
-                                 thinker_do_sample=False)
+            seq = model.generate(
+                **inputs, return_audio=False, thinker_max_new_tokens=MAX_TOKENS, thinker_do_sample=False
+            )
         seq = seq[0] if isinstance(seq, tuple) else getattr(seq, "sequences", seq)
-        ids = seq[0, inputs["input_ids"].shape[1]:].tolist()
+        ids = seq[0, inputs["input_ids"].shape[1] :].tolist()
         # random weights emit byte tokens: a character cut by max_tokens is left out of the text (vLLM's
         # detokenizer holds incomplete UTF-8 back), where decode writes U+FFFD for it
         return ids, processor.tokenizer.decode(ids, skip_special_tokens=True).rstrip("\ufffd")
@@ -50,8 +52,11 @@ def expected(processor: Any, model: Any) -> dict[tuple[str, str, str], tuple[lis
 
 def stage_runs(url: str) -> dict[str, float]:
     metrics = httpx.get(url + "/metrics", timeout=30).text
-    return {line.split('stage="')[1].split('"')[0]: float(line.split()[-1]) for line in metrics.splitlines()
-            if line.startswith("omnistage_stage_run_seconds_count")}
+    return {
+        line.split('stage="')[1].split('"')[0]: float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith("omnistage_stage_run_seconds_count")
+    }
 
 
 def check_transcripts(url: str, model: str, want: dict[tuple[str, str, str], tuple[list[int], str]]) -> None:
@@ -62,8 +67,9 @@ def check_transcripts(url: str, model: str, want: dict[tuple[str, str, str], tup
 
     def text(language, prompt=""):
         kw = {"prompt": prompt} if prompt else {}
-        return client.audio.transcriptions.create(model=model, file=file, language=language, extra_body=extra,
-                                                  **kw).text
+        return client.audio.transcriptions.create(
+            model=model, file=file, language=language, extra_body=extra, **kw
+        ).text
 
     assert text("en") == want[("en", "transcribe", "")][1]
     assert text("de") == want[("de", "transcribe", "")][1]
@@ -71,8 +77,9 @@ def check_transcripts(url: str, model: str, want: dict[tuple[str, str, str], tup
     out = client.audio.translations.create(model=model, file=file, extra_body={**extra, "language": "fr"})
     assert out.text == want[("fr", "translate", "")][1]
     assert len({tuple(ids) for ids, _ in want.values()}) > 1  # the instruction reaches the model
-    verbose = client.audio.transcriptions.create(model=model, file=file, language="en", extra_body=extra,
-                                                 response_format="verbose_json")
+    verbose = client.audio.transcriptions.create(
+        model=model, file=file, language="en", extra_body=extra, response_format="verbose_json"
+    )
     ids, text_en = want[("en", "transcribe", "")]
     assert verbose.text == text_en and verbose.duration == pytest.approx(1.5)
     assert verbose.segments[0].tokens == ids  # token for token transformers' greedy generate
@@ -83,6 +90,10 @@ def check_transcripts(url: str, model: str, want: dict[tuple[str, str, str], tup
 
 
 def check_bad_language(url: str, model: str) -> None:
-    r = httpx.post(url + "/v1/audio/transcriptions", data={"model": model, "language": "xx"},
-                   files={"file": ("a.wav", wav(CLIP), "audio/wav")}, timeout=60)
+    r = httpx.post(
+        url + "/v1/audio/transcriptions",
+        data={"model": model, "language": "xx"},
+        files={"file": ("a.wav", wav(CLIP), "audio/wav")},
+        timeout=60,
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == "language"

@@ -45,13 +45,16 @@ def metrics_rows(driver) -> dict[str, dict[str, str]]:
 
 def element_bytes(driver, element) -> bytes:
     """What an element's src (a data: or blob: URL) holds, read inside the page."""
-    b64 = driver.execute_async_script("""
+    b64 = driver.execute_async_script(
+        """
         const [el, done] = arguments;
         fetch(el.src).then((r) => r.arrayBuffer()).then((buf) => {
           const u = new Uint8Array(buf); let s = "";
           for (let i = 0; i < u.length; i += 0x8000) s += String.fromCharCode(...u.subarray(i, i + 0x8000));
           done(btoa(s));
-        }).catch((e) => done("ERROR " + e));""", element)
+        }).catch((e) => done("ERROR " + e));""",
+        element,
+    )
     assert not b64.startswith("ERROR"), b64
     return base64.b64decode(b64)
 

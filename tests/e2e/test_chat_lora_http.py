@@ -30,8 +30,10 @@ def setup(tiny_model, tmp_path_factory):
 def test_model_selects_the_adapter(setup):
     chat_dir, paths, reference = setup
     engine = AsyncOmni(chat_dir, stage_overrides={"0": {"lora_modules": [f"a={paths['a']}"], **LORA}}, **ENGINE)
-    with serve_engine(engine, served_model_name="tiny-chat", allow_runtime_lora_updating=True,
-                      ready_timeout=300) as srv, srv.client() as http:
+    with (
+        serve_engine(engine, served_model_name="tiny-chat", allow_runtime_lora_updating=True, ready_timeout=300) as srv,
+        srv.client() as http,
+    ):
         client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0)
         models = {m.id: m for m in client.models.list().data}
         assert set(models) == {"tiny-chat", "a"} and models["a"].parent == "tiny-chat"

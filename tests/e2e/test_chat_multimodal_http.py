@@ -58,8 +58,7 @@ def media_dir(tmp_path_factory):
 def _server(folder, media_root=None, **kw):
     from omnistage import AsyncOmni
 
-    return serve_engine(AsyncOmni(folder, **ENGINE, **kw), ready_timeout=300,
-                        allowed_local_media_path=media_root)
+    return serve_engine(AsyncOmni(folder, **ENGINE, **kw), ready_timeout=300, allowed_local_media_path=media_root)
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +96,12 @@ def test_vlm_chat_equals_llm_chat(vlm, case):
 
 def test_vlm_streamed(vlm):
     srv, ref = vlm
-    body = {"messages": VLM_CASES["two_images"].messages, **GREEDY, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "messages": VLM_CASES["two_images"].messages,
+        **GREEDY,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     deltas, usage = [], None
     with httpx.Client(base_url=srv.url, timeout=300) as c, c.stream("POST", "/v1/chat/completions", json=body) as r:
         assert r.status_code == 200
@@ -119,8 +122,13 @@ def test_vlm_media_by_http_and_file_url(vlm, media_dir):
     root, base = media_dir
     case = VLM_CASES["earlier_turn"]
     for url in (f"{base}/c.png", f"file://{root}/c.png"):
-        messages = [dict(case.messages[0], content=[{"type": "image_url", "image_url": {"url": url}},
-                                                    case.messages[0]["content"][1]]), *case.messages[1:]]
+        messages = [
+            dict(
+                case.messages[0],
+                content=[{"type": "image_url", "image_url": {"url": url}}, case.messages[0]["content"][1]],
+            ),
+            *case.messages[1:],
+        ]
         assert_answer(chat(srv, messages), ref["earlier_turn"])
 
 
@@ -146,19 +154,43 @@ def _bad(part):
 
 
 BAD = [  # (content part, param, status, message)
-    ({"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}, "messages[0].content[1].image_url",
-     400, "not a decodable image"),
-    ({"type": "input_audio", "input_audio": {"data": b64(b"not audio at all"), "format": "wav"}},
-     "messages[0].content[1].input_audio", 400, "not decodable audio"),
-    ({"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + b64(b"\x00" * 64)}},
-     "messages[0].content[1].video_url", 400, "not a decodable video"),
-    ({"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}, "messages[0].content[1].image_url", 400,
-     "outside the allowed local media path"),
+    (
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+        "messages[0].content[1].image_url",
+        400,
+        "not a decodable image",
+    ),
+    (
+        {"type": "input_audio", "input_audio": {"data": b64(b"not audio at all"), "format": "wav"}},
+        "messages[0].content[1].input_audio",
+        400,
+        "not decodable audio",
+    ),
+    (
+        {"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + b64(b"\x00" * 64)}},
+        "messages[0].content[1].video_url",
+        400,
+        "not a decodable video",
+    ),
+    (
+        {"type": "image_url", "image_url": {"url": "file:///etc/passwd"}},
+        "messages[0].content[1].image_url",
+        400,
+        "outside the allowed local media path",
+    ),
     # decodable, but not something this model takes
-    ({"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + b64(_mp4())}},
-     "messages[0].content[1].video_url", 400, "takes no video input"),
-    ({"type": "input_audio", "input_audio": {"data": b64(CLIP), "format": "wav"}},
-     "messages[0].content[1].input_audio", 400, "takes no audio input"),
+    (
+        {"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + b64(_mp4())}},
+        "messages[0].content[1].video_url",
+        400,
+        "takes no video input",
+    ),
+    (
+        {"type": "input_audio", "input_audio": {"data": b64(CLIP), "format": "wav"}},
+        "messages[0].content[1].input_audio",
+        400,
+        "takes no audio input",
+    ),
 ]
 
 
@@ -220,8 +252,9 @@ def test_qwen2_audio_transcribes_as_transformers_hears_the_same_turn(audio_lm, t
         from transformers import AutoTokenizer
 
         parts = [{"type": "input_audio"}, {"type": "text", "text": instruction(language, task)}]
-        _, ids = _transformers_generate(folder, [{"role": "user", "content": parts}], audio=[samples],
-                                        sampling_rate=media.RATE)
+        _, ids = _transformers_generate(
+            folder, [{"role": "user", "content": parts}], audio=[samples], sampling_rate=media.RATE
+        )
         # (a character cut by max_tokens is held back by vLLM's detokenizer, written U+FFFD by decode)
         return AutoTokenizer.from_pretrained(folder).decode(ids, skip_special_tokens=True).rstrip("\ufffd")
 
@@ -230,7 +263,8 @@ def test_qwen2_audio_transcribes_as_transformers_hears_the_same_turn(audio_lm, t
     french = client.audio.translations.create(model=model, file=file, extra_body={**extra, "language": "fr"}).text
     assert (english, german, french) == (want("en", "transcribe"), want("de", "transcribe"), want("fr", "translate"))
     assert len({english, german, french}) > 1  # the instruction reaches the model
-    r = httpx.post(srv.url + "/v1/audio/transcriptions", data={"model": model, "language": "ko"},
-                   files={"file": file}, timeout=60)
+    r = httpx.post(
+        srv.url + "/v1/audio/transcriptions", data={"model": model, "language": "ko"}, files={"file": file}, timeout=60
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == "language"
     assert chat(srv, AUDIO_CASES["one_clip"].messages).status_code == 200  # chat still served

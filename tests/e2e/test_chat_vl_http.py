@@ -79,8 +79,13 @@ def test_chat_equals_llm_chat(vl, case):
 
 def test_video_streamed(vl):
     client, model, ref = vl
-    stream = client.chat.completions.create(model=model, messages=VL_CASES["image_and_video"].messages, **GREEDY,
-                                            stream=True, stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model=model,
+        messages=VL_CASES["image_and_video"].messages,
+        **GREEDY,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     deltas, usage = [], None
     for chunk in stream:
         deltas += [c.delta.content or "" for c in chunk.choices]
@@ -99,8 +104,10 @@ def test_video_by_http_and_file_url(vl, media_dir):
 
 
 BAD = [  # (content part, message)
-    ({"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + b64(b"\x00" * 64)}},
-     "not a decodable video"),
+    (
+        {"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + b64(b"\x00" * 64)}},
+        "not a decodable video",
+    ),
     ({"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + b64(CLIP)}}, "no video stream"),
     ({"type": "image_url", "image_url": {"url": "data:image/png;base64," + b64(VID_A)}}, "not a decodable image"),
     ({"type": "video_url", "video_url": {"url": "file:///etc/passwd"}}, "outside the allowed local media path"),

@@ -54,8 +54,9 @@ def pcm(resp: httpx.Response) -> np.ndarray:
 
 
 def speak(url: str, **body) -> httpx.Response:
-    return httpx.post(f"{url}/v1/audio/speech", json={"model": "tiny-csm", "response_format": "pcm", **KNOBS, **body},
-                      timeout=120)
+    return httpx.post(
+        f"{url}/v1/audio/speech", json={"model": "tiny-csm", "response_format": "pcm", **KNOBS, **body}, timeout=120
+    )
 
 
 def test_voices_are_the_speaker_ids(server):
@@ -77,7 +78,10 @@ def test_streamed_pcm_arrives_in_pieces_and_equals_the_whole(server):
     body = {"model": "tiny-csm", "input": "good morning", "voice": "1", "response_format": "pcm", **KNOBS}
     whole = pcm(speak(server, input="good morning", voice="1"))
     stream = {**body, "stream": True, "initial_codec_chunk_frames": 1}
-    with httpx.Client(base_url=server, timeout=120) as client, client.stream("POST", "/v1/audio/speech", json=stream) as r:
+    with (
+        httpx.Client(base_url=server, timeout=120) as client,
+        client.stream("POST", "/v1/audio/speech", json=stream) as r,
+    ):
         assert r.status_code == 200 and r.headers["x-sample-rate"] == "24000"
         reads = list(r.iter_raw())
     streamed = np.frombuffer(b"".join(reads), dtype="<i2").astype(np.float32) / 32768
@@ -93,8 +97,12 @@ def test_reference_clip_and_registered_voice_are_an_earlier_turn(server, ref):
     data_url = "data:audio/wav;base64," + base64.b64encode(wav_bytes(sample)).decode()
     cloned = pcm(speak(server, input="thank you", ref_audio=data_url, ref_text="a clip of my voice"))
     assert cloned.shape == expected.shape and np.abs(cloned - expected).max() <= PCM_TOL
-    added = httpx.post(f"{server}/v1/audio/voices", data={"name": "mine", "text": "a clip of my voice"},
-                       files={"audio": ("clip.wav", wav_bytes(sample), "audio/wav")}, timeout=60)
+    added = httpx.post(
+        f"{server}/v1/audio/voices",
+        data={"name": "mine", "text": "a clip of my voice"},
+        files={"audio": ("clip.wav", wav_bytes(sample), "audio/wav")},
+        timeout=60,
+    )
     assert added.status_code == 200, added.text
     assert "mine" in httpx.get(f"{server}/v1/audio/voices").json()["voices"]
     registered = pcm(speak(server, input="thank you", voice="mine"))
@@ -103,16 +111,21 @@ def test_reference_clip_and_registered_voice_are_an_earlier_turn(server, ref):
     assert httpx.get(f"{server}/v1/audio/voices").json()["voices"] == ["0", "1"]
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"input": "hi", "voice": "7"}, "voice"),
-    ({"input": "   "}, "prompt"),
-    ({"input": "hi", "ref_audio": "data:audio/wav;base64," + base64.b64encode(wav_bytes(clip(4))).decode()},
-     "ref_text"),
-    ({"input": "hi", "ref_audio": "not audio at all"}, "ref_audio"),
-    ({"input": "hi", "speed": 1.5}, "speed"),
-    ({"input": "hi", "instructions": "whisper"}, "instructions"),
-    ({"input": "hi", "response_format": "ogg"}, "response_format"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"input": "hi", "voice": "7"}, "voice"),
+        ({"input": "   "}, "prompt"),
+        (
+            {"input": "hi", "ref_audio": "data:audio/wav;base64," + base64.b64encode(wav_bytes(clip(4))).decode()},
+            "ref_text",
+        ),
+        ({"input": "hi", "ref_audio": "not audio at all"}, "ref_audio"),
+        ({"input": "hi", "speed": 1.5}, "speed"),
+        ({"input": "hi", "instructions": "whisper"}, "instructions"),
+        ({"input": "hi", "response_format": "ogg"}, "response_format"),
+    ],
+)
 def test_bad_requests_are_400_naming_the_field(server, body, param):
     resp = speak(server, **body)
     assert resp.status_code == 400, resp.text

@@ -36,8 +36,16 @@ for i, colour in enumerate(PALETTE):
             prompt = f"a {size} {colour} {shape} {PHRASES[position]}"
             if k % 3 == 0:
                 prompt += f" on a {BACKGROUNDS[(i + j) % 4]} background"
-            CASES.append({"prompt": prompt, "shape": shape, "colour": colour, "position": position, "size": size,
-                          "seed": 1000 + k})
+            CASES.append(
+                {
+                    "prompt": prompt,
+                    "shape": shape,
+                    "colour": colour,
+                    "position": position,
+                    "size": size,
+                    "seed": 1000 + k,
+                }
+            )
 REQUIRED = {"shape": 0.85, "colour": 0.95, "position": 0.95}
 
 
@@ -46,9 +54,12 @@ async def test_demo_draws_the_requested_shape_colour_and_position(demo_server):
     assert len(CASES) == 72 and len({(c["shape"], c["colour"], c["position"]) for c in CASES}) == 72
 
     async with httpx.AsyncClient(base_url=demo_server, timeout=600) as client:
+
         async def one(case: dict) -> np.ndarray:
-            resp = await client.post("/v1/images/generations", json={
-                "prompt": case["prompt"], "size": "64x64", "seed": case["seed"], "response_format": "b64_json"})
+            resp = await client.post(
+                "/v1/images/generations",
+                json={"prompt": case["prompt"], "size": "64x64", "seed": case["seed"], "response_format": "b64_json"},
+            )
             assert resp.status_code == 200, resp.text
             data = base64.b64decode(resp.json()["data"][0]["b64_json"])
             return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
@@ -58,15 +69,22 @@ async def test_demo_draws_the_requested_shape_colour_and_position(demo_server):
     rows = []
     for case, image in zip(CASES, images):
         got = analyse(image)
-        rows.append({"prompt": case["prompt"], "seed": case["seed"],
-                     **{f: got[f] for f in ("shape", "colour", "position", "size")}})
-    accuracy = {f: float(np.mean([r[f] == c[f] for r, c in zip(rows, CASES)]))
-                for f in ("shape", "colour", "position", "size")}
+        rows.append(
+            {
+                "prompt": case["prompt"],
+                "seed": case["seed"],
+                **{f: got[f] for f in ("shape", "colour", "position", "size")},
+            }
+        )
+    accuracy = {
+        f: float(np.mean([r[f] == c[f] for r, c in zip(rows, CASES)])) for f in ("shape", "colour", "position", "size")
+    }
 
     ARTIFACTS.mkdir(exist_ok=True)
-    sheet = np.concatenate([np.concatenate(images[r:r + 9], axis=1) for r in range(0, len(images), 9)], axis=0)
+    sheet = np.concatenate([np.concatenate(images[r : r + 9], axis=1) for r in range(0, len(images), 9)], axis=0)
     Image.fromarray(sheet).resize((sheet.shape[1] * 2, sheet.shape[0] * 2), Image.NEAREST).save(
-        ARTIFACTS / "demo-accuracy.png")
+        ARTIFACTS / "demo-accuracy.png"
+    )
     (ARTIFACTS / "demo-accuracy.json").write_text(json.dumps({"accuracy": accuracy, "cases": rows}, indent=2))
 
     for field, required in REQUIRED.items():

@@ -57,14 +57,31 @@ def kontext(tiny_model):
 def test_kontext_edit_equals_diffusers_call(kontext):
     folder, client = kontext
     src = Image.fromarray(np.random.default_rng(0).integers(0, 255, (48, 32, 3), dtype=np.uint8))
-    resp = client.images.edit(model="tiny-kontext", image=("in.png", png(src), "image/png"), prompt="make it red",
-                              size="48x32", extra_body={"seed": 5, "num_inference_steps": 3, "guidance_scale": 3.0,
-                                                        "max_area": 48 * 32,
-                                                        "auto_resize": False})
+    resp = client.images.edit(
+        model="tiny-kontext",
+        image=("in.png", png(src), "image/png"),
+        prompt="make it red",
+        size="48x32",
+        extra_body={
+            "seed": 5,
+            "num_inference_steps": 3,
+            "guidance_scale": 3.0,
+            "max_area": 48 * 32,
+            "auto_resize": False,
+        },
+    )
     torch.set_num_threads(1)
     ref = reference("FluxKontextPipeline", folder)(
-        image=src, prompt="make it red", height=32, width=48, num_inference_steps=3, guidance_scale=3.0,
-        max_area=48 * 32, _auto_resize=False, generator=torch.Generator().manual_seed(5))
+        image=src,
+        prompt="make it red",
+        height=32,
+        width=48,
+        num_inference_steps=3,
+        guidance_scale=3.0,
+        max_area=48 * 32,
+        _auto_resize=False,
+        generator=torch.Generator().manual_seed(5),
+    )
     (data,) = resp.data
     assert within_one_level(decode(data.b64_json), ref.images[0])
 
@@ -76,18 +93,36 @@ def test_bad_input_is_a_400_naming_the_field(dev, kontext):
     fast = {"num_inference_steps": 1}
     cases = [
         (lambda: t2i.images.generate(model="tiny-flux", prompt="a cat", size="40x32", extra_body=fast), "width"),
-        (lambda: t2i.images.generate(model="tiny-flux", prompt="a cat", size="32x32",
-                                     extra_body={**fast, "true_cfg_scale": 3.0}), "negative_prompt"),
-        (lambda: t2i.images.generate(model="tiny-flux", prompt="a cat", size="32x32",
-                                     extra_body={**fast, "max_sequence_length": 600}), "max_sequence_length"),
+        (
+            lambda: t2i.images.generate(
+                model="tiny-flux", prompt="a cat", size="32x32", extra_body={**fast, "true_cfg_scale": 3.0}
+            ),
+            "negative_prompt",
+        ),
+        (
+            lambda: t2i.images.generate(
+                model="tiny-flux", prompt="a cat", size="32x32", extra_body={**fast, "max_sequence_length": 600}
+            ),
+            "max_sequence_length",
+        ),
         # an edit to a text-to-image-only checkpoint
-        (lambda: t2i.images.edit(model="tiny-flux", image=im, prompt="a cat", size="32x32", extra_body=fast),
-         "multi_modal_data.image"),
+        (
+            lambda: t2i.images.edit(model="tiny-flux", image=im, prompt="a cat", size="32x32", extra_body=fast),
+            "multi_modal_data.image",
+        ),
         # Kontext edits one image
-        (lambda: edit.images.edit(model="tiny-kontext", image=[im, im], prompt="a cat", size="32x32",
-                                  extra_body=fast), "multi_modal_data.image"),
-        (lambda: edit.images.edit(model="tiny-kontext", image=im, prompt="a cat", size="32x32",
-                                  extra_body={**fast, "max_area": -4}), "max_area"),
+        (
+            lambda: edit.images.edit(
+                model="tiny-kontext", image=[im, im], prompt="a cat", size="32x32", extra_body=fast
+            ),
+            "multi_modal_data.image",
+        ),
+        (
+            lambda: edit.images.edit(
+                model="tiny-kontext", image=im, prompt="a cat", size="32x32", extra_body={**fast, "max_area": -4}
+            ),
+            "max_area",
+        ),
     ]
     for call, field in cases:
         with pytest.raises(openai.BadRequestError) as err:

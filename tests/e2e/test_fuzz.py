@@ -36,11 +36,20 @@ pytestmark = pytest.mark.slow
 EXAMPLES = 12  # per route and server (positive and negative examples)
 FAMILIES = {"image": "sd3", "chat": "chat", "speech": "codec_tts", "video": "wan"}
 # the route that runs the model: generated requests must reach it, not all be refused at the door
-MODEL_ROUTE = {"image": "/v1/images/generations", "chat": "/v1/chat/completions", "speech": "/v1/audio/speech",
-               "video": "/v1/videos/sync"}
+MODEL_ROUTE = {
+    "image": "/v1/images/generations",
+    "chat": "/v1/chat/completions",
+    "speech": "/v1/audio/speech",
+    "video": "/v1/videos/sync",
+}
 CAPS = dict(max_image_pixels=64 * 64, max_num_frames=9, max_inference_steps=3, max_tokens=8, max_n=2)
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
-          response_schema_conformance]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+]
 FUZZ_PHASES = [Phase.explicit, Phase.generate]  # no shrinking: a failure is reported as first found
 
 
@@ -51,8 +60,9 @@ def fuzz_server(request, tiny_model, tmp_path_factory) -> Iterator[tuple[str, Se
     if request.param == "image" or request.param == "video":
         engine = AsyncOmni(str(folder))
     else:  # a short default for the speech LM too (its own is 1024 codec tokens; deploy defaults are not capped)
-        engine = AsyncOmni(str(folder), enforce_eager=True,
-                           stage_overrides={"0": {"default_sampling_params": {"max_tokens": 16}}})
+        engine = AsyncOmni(
+            str(folder), enforce_eager=True, stage_overrides={"0": {"default_sampling_params": {"max_tokens": 16}}}
+        )
     settings_ = ServerSettings(storage={"path": str(tmp_path_factory.mktemp(f"fuzz-{request.param}"))})
     with serve_engine(engine, settings_, ready_timeout=600, **CAPS) as srv:
         yield request.param, srv
@@ -63,8 +73,14 @@ def fuzz_operation(operation, strategy, statuses: Counter, examples: int = EXAMP
     failure)."""
 
     @given(case=strategy)
-    @settings(max_examples=examples, deadline=None, derandomize=True, database=None, phases=FUZZ_PHASES,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        phases=FUZZ_PHASES,
+        suppress_health_check=list(HealthCheck),
+    )
     def run(case) -> None:
         response = case.call_and_validate(checks=CHECKS, timeout=300)
         statuses[(operation.path, response.status_code)] += 1
@@ -83,8 +99,10 @@ def test_every_route_answers_as_documented(fuzz_server):
     for operation in operations:
         # the document's own request examples first, then generated valid and invalid requests
         runs = [("example", s, 1) for s in operation.get_strategies_from_examples()]
-        runs += [(mode.value, operation.as_strategy(generation_mode=mode), EXAMPLES)
-                 for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)]
+        runs += [
+            (mode.value, operation.as_strategy(generation_mode=mode), EXAMPLES)
+            for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+        ]
         for what, strategy, count in runs:
             try:
                 fuzz_operation(operation, strategy, statuses, count)

@@ -18,8 +18,13 @@ pytestmark = pytest.mark.slow
 
 def generate(*args: str) -> list[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "omnistage.cli.main", "generate", *args], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "omnistage.cli.main", "generate", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.split()
 
@@ -35,15 +40,41 @@ def test_kontext_edit(tiny_model, tmp_path):
     folder = str(tiny_model("flux_kontext"))
     src = Image.fromarray(np.random.default_rng(1).integers(0, 255, (48, 32, 3), dtype=np.uint8))
     src.save(tmp_path / "in.png")
-    (path,) = generate(folder, "--prompt", "make it red", "--image", str(tmp_path / "in.png"), "--height", "32",
-                       "--width", "48", "--num-inference-steps", "2", "--seed", "4", "--guidance-scale", "3.0",
-                       "--extra-body", json.dumps({"max_area": 48 * 32, "auto_resize": False}),
-                       "--output", str(tmp_path / "out.png"))
+    (path,) = generate(
+        folder,
+        "--prompt",
+        "make it red",
+        "--image",
+        str(tmp_path / "in.png"),
+        "--height",
+        "32",
+        "--width",
+        "48",
+        "--num-inference-steps",
+        "2",
+        "--seed",
+        "4",
+        "--guidance-scale",
+        "3.0",
+        "--extra-body",
+        json.dumps({"max_area": 48 * 32, "auto_resize": False}),
+        "--output",
+        str(tmp_path / "out.png"),
+    )
     torch.set_num_threads(1)
     pipe = FluxKontextPipeline.from_pretrained(folder)
     pipe.set_progress_bar_config(disable=True)
-    want = pipe(image=src, prompt="make it red", height=32, width=48, num_inference_steps=2, guidance_scale=3.0,
-                max_area=48 * 32, _auto_resize=False, generator=torch.Generator().manual_seed(4)).images[0]
+    want = pipe(
+        image=src,
+        prompt="make it red",
+        height=32,
+        width=48,
+        num_inference_steps=2,
+        guidance_scale=3.0,
+        max_area=48 * 32,
+        _auto_resize=False,
+        generator=torch.Generator().manual_seed(4),
+    ).images[0]
     assert close(path, want)
 
 
@@ -51,11 +82,33 @@ def test_z_image_two_outputs(tiny_model, tmp_path):
     from diffusers import ZImagePipeline
 
     folder = str(tiny_model("z_image"))
-    paths = generate(folder, "--prompt", "a bowl of fruit", "--height", "32", "--width", "32", "-n", "2",
-                     "--num-inference-steps", "3", "--seed", "2", "--output", str(tmp_path / "z.png"))
+    paths = generate(
+        folder,
+        "--prompt",
+        "a bowl of fruit",
+        "--height",
+        "32",
+        "--width",
+        "32",
+        "-n",
+        "2",
+        "--num-inference-steps",
+        "3",
+        "--seed",
+        "2",
+        "--output",
+        str(tmp_path / "z.png"),
+    )
     torch.set_num_threads(1)
     pipe = ZImagePipeline.from_pretrained(folder)
     pipe.set_progress_bar_config(disable=True)
-    want = pipe("a bowl of fruit", height=32, width=32, num_inference_steps=3, guidance_scale=0.0,
-                num_images_per_prompt=2, generator=torch.Generator().manual_seed(2)).images
+    want = pipe(
+        "a bowl of fruit",
+        height=32,
+        width=32,
+        num_inference_steps=3,
+        guidance_scale=0.0,
+        num_images_per_prompt=2,
+        generator=torch.Generator().manual_seed(2),
+    ).images
     assert len(paths) == 2 and all(close(p, w) for p, w in zip(paths, want))

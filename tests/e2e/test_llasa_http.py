@@ -46,8 +46,18 @@ CLIP_URL = "data:audio/wav;base64," + base64.b64encode(CLIP).decode()
 def launch(model, storage, log) -> ServeProcess:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OMNISTAGE_SERVER_STORAGE__PATH", str(storage))
-        return ServeProcess.launch([str(model), "--served-model-name", "tiny-llasa", "--max-pending", "24",
-                                    "--stage-overrides", '{"0": {"max_model_len": 512, "dtype": "float32"}}'], log)
+        return ServeProcess.launch(
+            [
+                str(model),
+                "--served-model-name",
+                "tiny-llasa",
+                "--max-pending",
+                "24",
+                "--stage-overrides",
+                '{"0": {"max_model_len": 512, "dtype": "float32"}}',
+            ],
+            log,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +75,9 @@ def server(paths):
 
 
 def speak(url: str, **body) -> httpx.Response:
-    return httpx.post(f"{url}/v1/audio/speech", json={"input": "hello world", "response_format": "pcm", **KNOBS, **body},
-                      timeout=180)
+    return httpx.post(
+        f"{url}/v1/audio/speech", json={"input": "hello world", "response_format": "pcm", **KNOBS, **body}, timeout=180
+    )
 
 
 def pcm(resp: httpx.Response) -> np.ndarray:
@@ -89,8 +100,12 @@ def error(resp: httpx.Response) -> dict:
 
 def test_register_list_use_and_delete_a_cloned_voice(server):
     url = server.url
-    r = httpx.post(f"{url}/v1/audio/voices", data={"name": "anna", "text": REF_TEXT},
-                   files={"audio": ("anna.wav", CLIP, "audio/wav")}, timeout=60)
+    r = httpx.post(
+        f"{url}/v1/audio/voices",
+        data={"name": "anna", "text": REF_TEXT},
+        files={"audio": ("anna.wav", CLIP, "audio/wav")},
+        timeout=60,
+    )
     assert r.status_code == 200, r.text
     assert r.json()["name"] == "anna" and r.json()["duration_s"] == pytest.approx(1.2, abs=1e-3)
     listed = httpx.get(f"{url}/v1/audio/voices").json()
@@ -102,8 +117,14 @@ def test_register_list_use_and_delete_a_cloned_voice(server):
     assert by_name.shape == (FRAMES * 320,)
     assert same_samples(by_name, inline) and same_samples(inline, bare_b64)  # same clip, same text, greedy
     assert not same_samples(by_name, zero_shot)  # the reference changed the speech
-    assert httpx.post(f"{url}/v1/audio/voices", data={"name": "anna", "text": REF_TEXT},
-                      files={"audio": ("a.wav", CLIP, "audio/wav")}).status_code == 409
+    assert (
+        httpx.post(
+            f"{url}/v1/audio/voices",
+            data={"name": "anna", "text": REF_TEXT},
+            files={"audio": ("a.wav", CLIP, "audio/wav")},
+        ).status_code
+        == 409
+    )
     assert httpx.delete(f"{url}/v1/audio/voices/anna").json()["deleted"] is True
     assert "anna" not in httpx.get(f"{url}/v1/audio/voices").json()["voices"]
     assert httpx.delete(f"{url}/v1/audio/voices/anna").status_code == 404
@@ -112,13 +133,20 @@ def test_register_list_use_and_delete_a_cloned_voice(server):
 
 @pytest.mark.parametrize("fmt", ["pcm", "wav", "flac", "mp3"])
 def test_streamed_formats_arrive_in_pieces_and_equal_the_whole(server, fmt):
-    body = {"input": "good morning", "ref_audio": CLIP_URL, "ref_text": REF_TEXT, **KNOBS,
-            "initial_codec_chunk_frames": 2}  # a first block of 2 frames, then the folder's 8
+    body = {
+        "input": "good morning",
+        "ref_audio": CLIP_URL,
+        "ref_text": REF_TEXT,
+        **KNOBS,
+        "initial_codec_chunk_frames": 2,
+    }  # a first block of 2 frames, then the folder's 8
     with httpx.Client(base_url=server.url, timeout=180) as c:
         # the same request and block schedule, whole: what every streamed body must carry
         whole = pcm(c.post("/v1/audio/speech", json={**body, "response_format": "pcm"}))
         with c.stream("POST", "/v1/audio/speech", json={**body, "response_format": fmt, "stream": True}) as r:
-            assert r.status_code == 200 and r.headers["content-type"].startswith(f"audio/{'mpeg' if fmt == 'mp3' else fmt}")
+            assert r.status_code == 200 and r.headers["content-type"].startswith(
+                f"audio/{'mpeg' if fmt == 'mp3' else fmt}"
+            )
             reads = list(r.iter_raw())
     assert len(reads) >= 3  # several chunks, not one body at the end
     data = b"".join(reads)
@@ -136,7 +164,7 @@ def test_streamed_formats_arrive_in_pieces_and_equal_the_whole(server, fmt):
             assert len(ref) == len(whole) and len(decoded) >= LAME_DELAY + len(ref)
             # (the PCM under it may be one level off the whole's, see same_samples: measured on a 0.8 s clip,
             # 15 samples one level off move LAME's decoded output by at most 8.4e-4, mean 4e-5)
-            diff = np.abs(decoded[LAME_DELAY:LAME_DELAY + len(ref)] - ref)
+            diff = np.abs(decoded[LAME_DELAY : LAME_DELAY + len(ref)] - ref)
             assert diff.max() < 2e-3 and diff.mean() < 2e-4
             return
         got = decoded.astype(np.int32)
@@ -163,48 +191,74 @@ def test_streamed_body_equals_whole_body_with_the_same_schedule(server):
 def test_eight_concurrent_mixed_voices_equal_their_solo_runs(server):
     url = server.url
     clip2 = "data:audio/wav;base64," + base64.b64encode(wav_bytes(0.8, 410, seed=4)).decode()
-    httpx.post(f"{url}/v1/audio/voices", data={"name": "bob", "text": REF_TEXT},
-               files={"audio": ("bob.wav", wav_bytes(1.0, 300, seed=3), "audio/wav")}).raise_for_status()
-    bodies = [{"voice": "bob"}, {}, {"ref_audio": CLIP_URL, "ref_text": REF_TEXT}, {"input": "good morning"},
-              {"ref_audio": clip2, "ref_text": REF_TEXT, "input": "the lazy dog"}, {"voice": "bob", "input": "i am fine"},
-              {"input": "the quick brown fox"}, {"ref_audio": clip2, "ref_text": REF_TEXT}]
+    httpx.post(
+        f"{url}/v1/audio/voices",
+        data={"name": "bob", "text": REF_TEXT},
+        files={"audio": ("bob.wav", wav_bytes(1.0, 300, seed=3), "audio/wav")},
+    ).raise_for_status()
+    bodies = [
+        {"voice": "bob"},
+        {},
+        {"ref_audio": CLIP_URL, "ref_text": REF_TEXT},
+        {"input": "good morning"},
+        {"ref_audio": clip2, "ref_text": REF_TEXT, "input": "the lazy dog"},
+        {"voice": "bob", "input": "i am fine"},
+        {"input": "the quick brown fox"},
+        {"ref_audio": clip2, "ref_text": REF_TEXT},
+    ]
 
     async def together():
         async with httpx.AsyncClient(timeout=300) as c:
-            return await asyncio.gather(*(c.post(f"{url}/v1/audio/speech", json={
-                "input": "hello world", "response_format": "pcm", **KNOBS, **b}) for b in bodies))
+            return await asyncio.gather(
+                *(
+                    c.post(
+                        f"{url}/v1/audio/speech", json={"input": "hello world", "response_format": "pcm", **KNOBS, **b}
+                    )
+                    for b in bodies
+                )
+            )
 
     for body, resp in zip(bodies, asyncio.run(together())):
         assert same_samples(pcm(resp), pcm(speak(url, **body)))
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"voice": "nobody"}, "voice"),
-    ({"ref_audio": "data:audio/wav;base64," + base64.b64encode(b"not audio at all").decode(), "ref_text": "x"},
-     "ref_audio"),
-    ({"ref_audio": "%%%not base64", "ref_text": "x"}, "ref_audio"),
-    ({"ref_audio": "data:audio/wav;base64," + base64.b64encode(wav_bytes(31, 200, 0)).decode(), "ref_text": "x"},
-     "ref_audio"),  # longer than max_ref_audio_s (30 s)
-    ({"ref_audio": CLIP_URL}, "ref_text"),
-    ({"ref_text": "x"}, "ref_text"),
-    ({"response_format": "opus"}, "response_format"),
-    ({"response_format": "aac", "stream": True}, "response_format"),
-    ({"language": "de"}, "language"),
-    ({"instructions": "whisper"}, "instructions"),
-    ({"initial_codec_chunk_frames": 0, "stream": True}, "initial_codec_chunk_frames"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"voice": "nobody"}, "voice"),
+        (
+            {"ref_audio": "data:audio/wav;base64," + base64.b64encode(b"not audio at all").decode(), "ref_text": "x"},
+            "ref_audio",
+        ),
+        ({"ref_audio": "%%%not base64", "ref_text": "x"}, "ref_audio"),
+        (
+            {"ref_audio": "data:audio/wav;base64," + base64.b64encode(wav_bytes(31, 200, 0)).decode(), "ref_text": "x"},
+            "ref_audio",
+        ),  # longer than max_ref_audio_s (30 s)
+        ({"ref_audio": CLIP_URL}, "ref_text"),
+        ({"ref_text": "x"}, "ref_text"),
+        ({"response_format": "opus"}, "response_format"),
+        ({"response_format": "aac", "stream": True}, "response_format"),
+        ({"language": "de"}, "language"),
+        ({"instructions": "whisper"}, "instructions"),
+        ({"initial_codec_chunk_frames": 0, "stream": True}, "initial_codec_chunk_frames"),
+    ],
+)
 def test_bad_requests_are_400_naming_the_field(server, body, param):
     resp = speak(server.url, **body)
     assert resp.status_code == 400, resp.text
     assert error(resp)["param"] == param
 
 
-@pytest.mark.parametrize("data, files, param", [
-    ({"name": "x y", "text": REF_TEXT}, {"audio": ("a.wav", CLIP, "audio/wav")}, "name"),
-    ({"name": "carl"}, {"audio": ("a.wav", CLIP, "audio/wav")}, "text"),
-    ({"name": "carl", "text": REF_TEXT}, {"audio": ("a.wav", b"garbage", "audio/wav")}, "audio"),
-    ({"name": "carl", "text": REF_TEXT}, {"audio": ("a.wav", wav_bytes(31, 200, 0), "audio/wav")}, "audio"),
-])
+@pytest.mark.parametrize(
+    "data, files, param",
+    [
+        ({"name": "x y", "text": REF_TEXT}, {"audio": ("a.wav", CLIP, "audio/wav")}, "name"),
+        ({"name": "carl"}, {"audio": ("a.wav", CLIP, "audio/wav")}, "text"),
+        ({"name": "carl", "text": REF_TEXT}, {"audio": ("a.wav", b"garbage", "audio/wav")}, "audio"),
+        ({"name": "carl", "text": REF_TEXT}, {"audio": ("a.wav", wav_bytes(31, 200, 0), "audio/wav")}, "audio"),
+    ],
+)
 def test_bad_voice_uploads_are_400_naming_the_field(server, data, files, param):
     resp = httpx.post(f"{server.url}/v1/audio/voices", data=data, files=files, timeout=60)
     assert resp.status_code == 400, resp.text
@@ -218,8 +272,14 @@ def _rss_mb(proc: psutil.Process) -> float:
 def test_64_concurrent_streams_complete_or_get_a_clean_503(server):
     proc = psutil.Process(server.proc.pid)
     pids = {p.pid for p in [proc, *proc.children(recursive=True)]}
-    body = {"input": "good morning", "response_format": "pcm", "stream": True, **KNOBS, "max_tokens": 24,
-            "min_tokens": 24}
+    body = {
+        "input": "good morning",
+        "response_format": "pcm",
+        "stream": True,
+        **KNOBS,
+        "max_tokens": 24,
+        "min_tokens": 24,
+    }
 
     async def one(c: httpx.AsyncClient, i: int) -> tuple[int, int, str | None]:
         b = {**body, **({"ref_audio": CLIP_URL, "ref_text": REF_TEXT} if i % 2 else {})}
@@ -248,8 +308,11 @@ def test_64_concurrent_streams_complete_or_get_a_clean_503(server):
 
 def test_registered_voices_survive_a_restart(server, paths):
     model, storage, logs = paths
-    httpx.post(f"{server.url}/v1/audio/voices", data={"name": "dora", "text": REF_TEXT},
-               files={"audio": ("d.wav", CLIP, "audio/wav")}).raise_for_status()
+    httpx.post(
+        f"{server.url}/v1/audio/voices",
+        data={"name": "dora", "text": REF_TEXT},
+        files={"audio": ("d.wav", CLIP, "audio/wav")},
+    ).raise_for_status()
     before = pcm(speak(server.url, voice="dora"))
     server.stop()
     again = launch(model, storage, logs / "restarted.log")

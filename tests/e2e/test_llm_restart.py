@@ -23,8 +23,9 @@ MESSAGES = [{"role": "user", "content": "hello there"}]
 
 
 def greedy(url: str) -> str:
-    r = httpx.post(f"{url}/v1/chat/completions", timeout=60,
-                   json={"messages": MESSAGES, "max_tokens": 12, "temperature": 0})
+    r = httpx.post(
+        f"{url}/v1/chat/completions", timeout=60, json={"messages": MESSAGES, "max_tokens": 12, "temperature": 0}
+    )
     assert r.status_code == 200, r.text
     return r.json()["choices"][0]["message"]["content"]
 
@@ -52,7 +53,9 @@ def test_killed_engine_core_fails_cleanly_and_the_stage_comes_back(tiny_model, t
             assert resp.status_code == 200
             lines = resp.iter_lines()
             for line in lines:  # wait until tokens flow, then kill the engine core under the request
-                if line.startswith("data: {") and json.loads(line[6:]).get("choices", [{}])[0].get("delta", {}).get("content"):
+                if line.startswith("data: {") and json.loads(line[6:]).get("choices", [{}])[0].get("delta", {}).get(
+                    "content"
+                ):
                     break
             os.kill(core.pid, signal.SIGKILL)
             started = time.monotonic()

@@ -26,17 +26,27 @@ def test_edit_multipart_and_image_url_equal_diffusers_call(family_server):
 
     folder, client = family_server("longcat_image_edit")
     im = noise_image(60, 80, 1)  # 4:3 -> 1184x896 out
-    resp = client.images.edit(model="tiny-longcat_image_edit", image=("a.png", png(im), "image/png"),
-                              prompt="make it red", extra_body=BODY)
+    resp = client.images.edit(
+        model="tiny-longcat_image_edit", image=("a.png", png(im), "image/png"), prompt="make it red", extra_body=BODY
+    )
     url = "data:image/png;base64," + base64.b64encode(png(im)).decode()
-    by_url = httpx.post(f"{client.base_url}images/edits", timeout=300, json={
-        "model": "tiny-longcat_image_edit", "prompt": "make it red", "image_url": url, **BODY})
+    by_url = httpx.post(
+        f"{client.base_url}images/edits",
+        timeout=300,
+        json={"model": "tiny-longcat_image_edit", "prompt": "make it red", "image_url": url, **BODY},
+    )
     assert by_url.status_code == 200, by_url.text
     torch.set_num_threads(1)
     pipe = LongCatImageEditPipeline.from_pretrained(folder)
     pipe.set_progress_bar_config(disable=True)
-    want = pipe(image=im, prompt="make it red", negative_prompt="blurry", num_inference_steps=2, guidance_scale=3.0,
-                generator=torch.Generator().manual_seed(7)).images[0]
+    want = pipe(
+        image=im,
+        prompt="make it red",
+        negative_prompt="blurry",
+        num_inference_steps=2,
+        guidance_scale=3.0,
+        generator=torch.Generator().manual_seed(7),
+    ).images[0]
     assert want.size == (1184, 896)
     (data,) = resp.data
     assert within_one_level(decode(data.b64_json), want)
@@ -47,6 +57,11 @@ def test_edit_multipart_and_image_url_equal_diffusers_call(family_server):
 def test_size_the_image_does_not_give_is_a_400_naming_the_field(family_server):
     _, client = family_server("longcat_image_edit")
     with pytest.raises(openai.BadRequestError) as err:
-        client.images.edit(model="tiny-longcat_image_edit", image=("a.png", png(noise_image(64, 64, 0)), "image/png"),
-                           prompt="a cat", size="512x512", extra_body={"num_inference_steps": 1})
+        client.images.edit(
+            model="tiny-longcat_image_edit",
+            image=("a.png", png(noise_image(64, 64, 0)), "image/png"),
+            prompt="a cat",
+            size="512x512",
+            extra_body={"num_inference_steps": 1},
+        )
     assert err.value.body["param"] in ("height", "width") and "1024x1024" in err.value.body["message"]

@@ -47,8 +47,11 @@ def paths(tiny_model, tmp_path_factory):
     build_lora(root / "c", seed=2, rank=3, alpha=6.0)
     build_lora(root / "wide", seed=3, rank=16, alpha=16.0)
     build_flux_lora(root / "flux")
-    return {"model": str(tiny_model("sd3")), "a": str(tiny_model("sd3_lora")),
-            **{k: str(root / k) for k in ("b", "c", "wide", "flux")}}
+    return {
+        "model": str(tiny_model("sd3")),
+        "a": str(tiny_model("sd3_lora")),
+        **{k: str(root / k) for k in ("b", "c", "wide", "flux")},
+    }
 
 
 def serve_args(argv: list[str]) -> argparse.Namespace:
@@ -59,13 +62,26 @@ def serve_args(argv: list[str]) -> argparse.Namespace:
 
 @pytest.fixture(scope="module")
 def server(paths):
-    args = serve_args([paths["model"], "--lora-modules", f"a={paths['a']}", f'{{"name": "b", "path": "{paths["b"]}"}}',
-                       "--max-loras", "3", "--max-lora-rank", "8", "--allow-runtime-lora-updating",
-                       "--served-model-name", NAME])
+    args = serve_args(
+        [
+            paths["model"],
+            "--lora-modules",
+            f"a={paths['a']}",
+            f'{{"name": "b", "path": "{paths["b"]}"}}',
+            "--max-loras",
+            "3",
+            "--max-lora-rank",
+            "8",
+            "--allow-runtime-lora-updating",
+            "--served-model-name",
+            NAME,
+        ]
+    )
     engine = AsyncOmni(args.model, **serve_cli.with_lora_flags(args.model, serve_cli.engine_kwargs(args), args))
     assert engine.deploy.stage(0).max_loras == 3 and [m.name for m in engine.deploy.stage(0).lora_modules] == ["a", "b"]
-    with serve_engine(engine, served_model_name=args.served_model_name,
-                      allow_runtime_lora_updating=args.allow_runtime_lora_updating) as srv:
+    with serve_engine(
+        engine, served_model_name=args.served_model_name, allow_runtime_lora_updating=args.allow_runtime_lora_updating
+    ) as srv:
         yield srv
 
 
@@ -87,7 +103,13 @@ def ref(paths):
 
 def expected(ref, prompt: str, lora: str | None, scale: float, seed: int, steps: int = 3) -> Image.Image:
     torch.set_num_threads(1)
-    kw = dict(height=32, width=32, num_inference_steps=steps, guidance_scale=5.0, generator=torch.Generator().manual_seed(seed))
+    kw = dict(
+        height=32,
+        width=32,
+        num_inference_steps=steps,
+        guidance_scale=5.0,
+        generator=torch.Generator().manual_seed(seed),
+    )
     if lora is None:
         ref.disable_lora()
         try:
@@ -116,8 +138,12 @@ def test_models_lists_the_adapters(server, paths):
 
 
 def test_mixed_adapters_equal_diffusers(server, client, ref):
-    jobs = [("a", "a red cat", 1.0, 1), ("b", "green square", 0.5, 2), (NAME, "blue chair", None, 3),
-            ("a", "city skyline", 0.3, 4)]
+    jobs = [
+        ("a", "a red cat", 1.0, 1),
+        ("b", "green square", 0.5, 2),
+        (NAME, "blue chair", None, 3),
+        ("a", "city skyline", 0.3, 4),
+    ]
     engine = server.engine.replicas(0)[0]
     engine.forward_log.clear()
     with ThreadPoolExecutor(len(jobs)) as pool:
@@ -136,16 +162,37 @@ def test_edits_and_chat_take_the_adapter(server, client, ref):
     src = Image.fromarray(np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8))
     buf = io.BytesIO()
     src.save(buf, format="PNG")
-    resp = client.images.edit(model="a", image=("in.png", buf.getvalue(), "image/png"), prompt="a red cat",
-                              size="32x32", extra_body={**FAST, "seed": 5, "strength": 0.8, "lora_scale": 0.5})
+    resp = client.images.edit(
+        model="a",
+        image=("in.png", buf.getvalue(), "image/png"),
+        prompt="a red cat",
+        size="32x32",
+        extra_body={**FAST, "seed": 5, "strength": 0.8, "lora_scale": 0.5},
+    )
     img2img = diffusers.StableDiffusion3Img2ImgPipeline.from_pipe(ref)
     ref.set_adapters("a")
-    want = img2img("a red cat", image=src, strength=0.8, height=32, width=32, generator=torch.Generator().manual_seed(5),
-                   joint_attention_kwargs={"scale": 0.5}, **FAST).images[0]
+    want = img2img(
+        "a red cat",
+        image=src,
+        strength=0.8,
+        height=32,
+        width=32,
+        generator=torch.Generator().manual_seed(5),
+        joint_attention_kwargs={"scale": 0.5},
+        **FAST,
+    ).images[0]
     assert within_one_level(decode(resp.data[0].b64_json), want)
     with server.client() as c:
-        r = c.post("/v1/chat/completions", json={"model": "a", "messages": [{"role": "user", "content": "a red cat"}],
-                                                 "size": "32x32", "seed": 5, **FAST})
+        r = c.post(
+            "/v1/chat/completions",
+            json={
+                "model": "a",
+                "messages": [{"role": "user", "content": "a red cat"}],
+                "size": "32x32",
+                "seed": 5,
+                **FAST,
+            },
+        )
     assert r.status_code == 200, r.text
     (part,) = [p for p in r.json()["choices"][0]["message"]["content"] if p["type"] == "image_url"]
     got = decode(part["image_url"]["url"].split(",", 1)[1])
@@ -168,7 +215,11 @@ def test_runtime_load_and_bad_adapters(server, client, ref, paths):
             ({"lora_name": NAME, "lora_path": paths["c"]}, "lora_name", "conflicts with a served base model"),
             ({"lora_name": "x", "lora_path": paths["c"] + "-missing"}, "lora_path", "does not exist"),
             ({"lora_name": "x", "lora_path": paths["flux"]}, "lora_path", "another base model"),
-            ({"lora_name": "x", "lora_path": paths["wide"]}, "lora_path", "rank 16, above this server's max_lora_rank of 8"),
+            (
+                {"lora_name": "x", "lora_path": paths["wide"]},
+                "lora_path",
+                "rank 16, above this server's max_lora_rank of 8",
+            ),
             ({"lora_name": "x"}, "lora_path", "field required"),
         ]
         for body, param, message in cases:

@@ -31,10 +31,30 @@ from tests.stages.diffusion.helpers import gen, reference_pipeline
 pytestmark = pytest.mark.slow
 
 STG = {"spatio_temporal_guidance_blocks": [1]}  # the tiny DiT has 2 blocks (the release perturbs block 28)
-BODY = {"prompt": "a red cat", "size": "64x32", "num_frames": 9, "fps": 25, "num_inference_steps": 3, "seed": 4,
-        "guidance_scale": 3.0, "negative_prompt": "blurry", "max_sequence_length": 16, "extra_params": STG}
-REF = dict(width=64, height=32, num_frames=9, frame_rate=25.0, num_inference_steps=3, guidance_scale=3.0,
-           negative_prompt="blurry", max_sequence_length=16, output_type="np", **STG)
+BODY = {
+    "prompt": "a red cat",
+    "size": "64x32",
+    "num_frames": 9,
+    "fps": 25,
+    "num_inference_steps": 3,
+    "seed": 4,
+    "guidance_scale": 3.0,
+    "negative_prompt": "blurry",
+    "max_sequence_length": 16,
+    "extra_params": STG,
+}
+REF = dict(
+    width=64,
+    height=32,
+    num_frames=9,
+    frame_rate=25.0,
+    num_inference_steps=3,
+    guidance_scale=3.0,
+    negative_prompt="blurry",
+    max_sequence_length=16,
+    output_type="np",
+    **STG,
+)
 
 
 @pytest.fixture(scope="module")
@@ -86,10 +106,10 @@ def check_soundtrack(got: dict, frames: np.ndarray, wave: np.ndarray) -> None:
     want = decode_mp4(encode_mp4(frames, 25, wave, 16000))
     assert_same_video(got["frames"], want["frames"])
     assert np.abs(got["audio"] - want["audio"]).max() < 1e-3, np.abs(got["audio"] - want["audio"]).max()
-    samples = got["audio"][:, :wave.shape[1]]  # the decoder pads the last 1024-sample AAC frame
+    samples = got["audio"][:, : wave.shape[1]]  # the decoder pads the last 1024-sample AAC frame
     err = samples - wave
     assert np.abs(err).max() < 0.05
-    assert np.sqrt((err ** 2).mean()) < 0.05 * np.sqrt((wave ** 2).mean())
+    assert np.sqrt((err**2).mean()) < 0.05 * np.sqrt((wave**2).mean())
 
 
 def test_sync_mp4_holds_video_and_soundtrack(server, reference):
@@ -131,8 +151,13 @@ def test_chat_returns_the_parts_asked_for(server, reference, modalities):
     import base64
 
     _, url = server
-    body = {"model": "tiny-ltx2", "messages": [{"role": "user", "content": "a red cat"}], "modalities": modalities,
-            **{k: v for k, v in BODY.items() if k not in ("prompt", "extra_params")}, "extra_body": STG}
+    body = {
+        "model": "tiny-ltx2",
+        "messages": [{"role": "user", "content": "a red cat"}],
+        "modalities": modalities,
+        **{k: v for k, v in BODY.items() if k not in ("prompt", "extra_params")},
+        "extra_body": STG,
+    }
     r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
     assert r.status_code == 200, r.text
     message = r.json()["choices"][0]["message"]
@@ -152,12 +177,36 @@ def test_chat_returns_the_parts_asked_for(server, reference, modalities):
 def test_generate_cli_writes_one_mp4_with_both_streams(server, reference, tmp_path):
     folder, _ = server
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    args = [str(folder), "--prompt", "a red cat", "--negative-prompt", "blurry", "--height", "32", "--width", "64",
-            "--num-frames", "9", "--num-inference-steps", "3", "--seed", "4", "--guidance-scale", "3.0",
-            "--extra-body", json.dumps({"fps": 25, "max_sequence_length": 16, **STG}),
-            "--output", str(tmp_path / "out.mp4")]
-    done = subprocess.run([sys.executable, "-m", "omnistage.cli.main", "generate", *args], env=env,
-                          capture_output=True, text=True, timeout=300)
+    args = [
+        str(folder),
+        "--prompt",
+        "a red cat",
+        "--negative-prompt",
+        "blurry",
+        "--height",
+        "32",
+        "--width",
+        "64",
+        "--num-frames",
+        "9",
+        "--num-inference-steps",
+        "3",
+        "--seed",
+        "4",
+        "--guidance-scale",
+        "3.0",
+        "--extra-body",
+        json.dumps({"fps": 25, "max_sequence_length": 16, **STG}),
+        "--output",
+        str(tmp_path / "out.mp4"),
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "omnistage.cli.main", "generate", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (path,) = done.stdout.split()
     check_soundtrack(decode_mp4(open(path, "rb").read()), *reference)

@@ -90,8 +90,9 @@ def test_chat_streams_the_answer(chat_srv, browser):
     fill(browser, "chat-max-tokens", "128")
     fill(browser, "chat-temperature", "0")
     browser.find_element("id", "chat-send").click()
-    answer = wait_for(browser, 120, lambda d: d.find_elements("css selector", ".msg.assistant[data-done=true]"),
-                      "the streamed answer")[0]
+    answer = wait_for(
+        browser, 120, lambda d: d.find_elements("css selector", ".msg.assistant[data-done=true]"), "the streamed answer"
+    )[0]
     no_error(browser)
     assert answer.find_element("class name", "text").get_attribute("textContent") == text
     assert int(answer.get_attribute("data-deltas")) > 1  # it arrived in pieces, not as one body
@@ -103,10 +104,17 @@ def test_chat_streams_the_answer(chat_srv, browser):
     # the next turn carries the conversation: the server sees both user messages and the first answer
     fill(browser, "chat-input", "and again")
     browser.find_element("id", "chat-send").click()
-    wait_for(browser, 120, lambda d: len(d.find_elements("css selector", ".msg.assistant[data-done=true]")) == 2,
-             "the second answer")
-    turn2 = {**ask, "messages": ask["messages"] + [{"role": "assistant", "content": text},
-                                                   {"role": "user", "content": "and again"}]}
+    wait_for(
+        browser,
+        120,
+        lambda d: len(d.find_elements("css selector", ".msg.assistant[data-done=true]")) == 2,
+        "the second answer",
+    )
+    turn2 = {
+        **ask,
+        "messages": ask["messages"]
+        + [{"role": "assistant", "content": text}, {"role": "user", "content": "and again"}],
+    }
     with chat_srv.client(timeout=120) as c:
         want2 = c.post("/v1/chat/completions", json=turn2).json()["choices"][0]["message"]["content"]
     got2 = browser.find_elements("css selector", ".msg.assistant .text")[1].get_attribute("textContent")
@@ -126,8 +134,9 @@ def test_chat_answers_in_every_modality_the_model_has(server_factory, browser):
     assert [b.get_attribute("value") for b in boxes] == ["text", "image", "audio", "video"]
     fill(browser, "chat-input", "sing a song")
     browser.find_element("id", "chat-send").click()
-    answer = wait_for(browser, 60, lambda d: d.find_elements("css selector", ".msg.assistant[data-done=true]"),
-                      "the answer")[0]
+    answer = wait_for(
+        browser, 60, lambda d: d.find_elements("css selector", ".msg.assistant[data-done=true]"), "the answer"
+    )[0]
     no_error(browser)
     assert answer.find_element("class name", "text").get_attribute("textContent") == "echo sing a song"
     assert int(answer.get_attribute("data-deltas")) == 4  # one per word: streamed
@@ -147,8 +156,12 @@ def test_chat_answers_in_every_modality_the_model_has(server_factory, browser):
         box.click()
     fill(browser, "chat-input", "once more")
     browser.find_element("id", "chat-send").click()
-    wait_for(browser, 60, lambda d: len(d.find_elements("css selector", ".msg.assistant[data-done=true]")) == 2,
-             "the text-only answer")
+    wait_for(
+        browser,
+        60,
+        lambda d: len(d.find_elements("css selector", ".msg.assistant[data-done=true]")) == 2,
+        "the text-only answer",
+    )
     second = browser.find_elements("css selector", ".msg.assistant")[1]
     assert second.find_element("class name", "text").get_attribute("textContent") == "echo once more"
     assert second.find_elements("tag name", "img") == second.find_elements("tag name", "audio") == []
@@ -161,8 +174,12 @@ def test_a_server_with_an_api_key(server_factory, browser):
 
     srv = server_factory(AsyncOmni(pipeline=image_pipeline()), api_key="sesame")
     browser.get(srv.url + "/")
-    box = wait_for(browser, 30, lambda d: d.find_element("id", "error").is_displayed() and d.find_element("id", "error"),
-                   "the error box")
+    box = wait_for(
+        browser,
+        30,
+        lambda d: d.find_element("id", "error").is_displayed() and d.find_element("id", "error"),
+        "the error box",
+    )
     assert "Error 401" in box.text and "/?api_key=" in box.text, box.text
     open_page(browser, srv.url + "/?api_key=sesame", "test_image", "tab-image")
     browser.find_element("id", "generate").click()
@@ -184,12 +201,23 @@ def test_image_generation_shows_the_servers_image(demo_server, browser):
     fill(browser, "seed", "3")
     browser.find_element("id", "generate").click()
     img = wait_for(browser, 120, lambda d: d.find_elements("id", "result-image"), "the generated image")[0]
-    wait_for(browser, 30, lambda d: d.execute_script("return arguments[0].complete && arguments[0].naturalWidth", img),
-             "the image to decode")
+    wait_for(
+        browser,
+        30,
+        lambda d: d.execute_script("return arguments[0].complete && arguments[0].naturalWidth", img),
+        "the image to decode",
+    )
     no_error(browser)
     with httpx.Client(base_url=demo_server, timeout=120) as c:
-        want = c.post("/v1/images/generations", json={"prompt": "a large yellow square on the right", "seed": 3,
-                                                      "size": "64x64", "num_inference_steps": 20}).json()
+        want = c.post(
+            "/v1/images/generations",
+            json={
+                "prompt": "a large yellow square on the right",
+                "seed": 3,
+                "size": "64x64",
+                "num_inference_steps": 20,
+            },
+        ).json()
     got = pixels(data_url_bytes(img.get_attribute("src")))
     assert got.shape == (64, 64, 3)
     assert np.array_equal(got, pixels(base64.b64decode(want["data"][0]["b64_json"])))
@@ -212,11 +240,20 @@ def test_image_edit_from_an_upload_and_from_a_paste(demo_server, browser, tmp_pa
     def edit_and_compare(source: bytes, shot: str) -> np.ndarray:
         before = browser.find_elements("id", "result-image")
         browser.find_element("id", "generate").click()
-        img = wait_for(browser, 120, lambda d: [i for i in d.find_elements("id", "result-image") if i not in before],
-                       "the edited image")[0]
+        img = wait_for(
+            browser,
+            120,
+            lambda d: [i for i in d.find_elements("id", "result-image") if i not in before],
+            "the edited image",
+        )[0]
         no_error(browser)
-        form = {"prompt": "a small green circle", "size": "64x64", "num_inference_steps": "20", "seed": "0",
-                "strength": "0.7"}
+        form = {
+            "prompt": "a small green circle",
+            "size": "64x64",
+            "num_inference_steps": "20",
+            "seed": "0",
+            "strength": "0.7",
+        }
         with httpx.Client(base_url=demo_server, timeout=120) as c:
             r = c.post("/v1/images/edits", files={"image": ("in.png", source, "image/png")}, data=form)
         assert r.status_code == 200, r.text
@@ -227,14 +264,23 @@ def test_image_edit_from_an_upload_and_from_a_paste(demo_server, browser, tmp_pa
 
     from_red = edit_and_compare(red, "playground-edit-upload.png")
     # a pasted image (Ctrl+V anywhere on the page) replaces the one to edit
-    browser.execute_script("""
+    browser.execute_script(
+        """
         const bytes = Uint8Array.from(atob(arguments[0]), (c) => c.charCodeAt(0));
         const dt = new DataTransfer();
         dt.items.add(new File([bytes], "pasted.png", {type: "image/png"}));
         document.dispatchEvent(new ClipboardEvent("paste", {clipboardData: dt, bubbles: true}));""",
-                           base64.b64encode(blue).decode())
-    wait_for(browser, 10, lambda d: d.find_element("id", "edit-preview").get_attribute("src")
-             == "data:image/png;base64," + base64.b64encode(blue).decode(), "the pasted image's preview")
+        base64.b64encode(blue).decode(),
+    )
+    wait_for(
+        browser,
+        10,
+        lambda d: (
+            d.find_element("id", "edit-preview").get_attribute("src")
+            == "data:image/png;base64," + base64.b64encode(blue).decode()
+        ),
+        "the pasted image's preview",
+    )
     from_blue = edit_and_compare(blue, "playground-edit-paste.png")
     assert not np.array_equal(from_red, from_blue)  # the input image matters: each edit used its own
 
@@ -251,14 +297,22 @@ def test_chat_with_an_image_attachment(demo_server, browser, tmp_path):
     browser.find_element("id", "chat-attach").send_keys(str(upload))
     wait_for(browser, 10, lambda d: d.find_elements("css selector", "#chat-attachments .chip"), "the attachment chip")
     browser.find_element("id", "chat-send").click()
-    answer = wait_for(browser, 120, lambda d: d.find_elements("css selector", ".msg.assistant[data-done=true]"),
-                      "the answer")[0]
+    answer = wait_for(
+        browser, 120, lambda d: d.find_elements("css selector", ".msg.assistant[data-done=true]"), "the answer"
+    )[0]
     no_error(browser)
     got = answer.find_element("tag name", "img").get_attribute("src")
     url = "data:image/png;base64," + base64.b64encode(source).decode()
-    ask = {"messages": [{"role": "user", "content": [{"type": "text", "text": "a red circle"},
-                                                     {"type": "image_url", "image_url": {"url": url}}]}],
-           "seed": 5, "num_inference_steps": 20}
+    ask = {
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "a red circle"}, {"type": "image_url", "image_url": {"url": url}}],
+            }
+        ],
+        "seed": 5,
+        "num_inference_steps": 20,
+    }
     with httpx.Client(base_url=demo_server, timeout=120) as c:
         r = c.post("/v1/chat/completions", json=ask)
         plain = c.post("/v1/chat/completions", json={**ask, "messages": [{"role": "user", "content": "a red circle"}]})
@@ -282,8 +336,9 @@ def test_speech_streams_into_a_playable_audio_element(tts_srv, browser):
         card = c.get("/v1/models").json()["data"][0]
         whole = c.post("/v1/audio/speech", json={"input": "good morning", "voice": "bass", **knobs})
         # the same samples as 16-bit PCM the way the stream encodes them (a WAV file scales by 2^15, PCM by 2^15-1)
-        pcm = c.post("/v1/audio/speech", json={"input": "good morning", "voice": "bass", "response_format": "pcm",
-                                               **knobs})
+        pcm = c.post(
+            "/v1/audio/speech", json={"input": "good morning", "voice": "bass", "response_format": "pcm", **knobs}
+        )
     assert card["routes"] == ["audio.speech"] and card["voices"] == ["alto", "bass"] and card["sample_rate"] == 16000
     want = np.frombuffer(pcm.content, "<i2")
     assert want.shape == (frames * 320,)
@@ -297,14 +352,24 @@ def test_speech_streams_into_a_playable_audio_element(tts_srv, browser):
     fill(browser, "speech-extra", '{"temperature": 0, "max_tokens": 80, "min_tokens": 80}')
     browser.find_element("id", "speech-go").click()
     audio = browser.find_element("id", "speech-audio")
-    wait_for(browser, 120, lambda d: d.execute_script("return arguments[0].readyState >= 1 && arguments[0].duration", audio),
-             "the <audio> element to load the streamed speech")
+    wait_for(
+        browser,
+        120,
+        lambda d: d.execute_script("return arguments[0].readyState >= 1 && arguments[0].duration", audio),
+        "the <audio> element to load the streamed speech",
+    )
     no_error(browser)
     assert abs(browser.execute_script("return arguments[0].duration", audio) - frames * 320 / 16000) < 1e-3
     # playable: play() starts it and time moves on
-    assert browser.execute_async_script(
-        "const [a, done] = arguments; a.play().then(() => done(true), (e) => done(String(e)))", audio) is True
-    wait_for(browser, 10, lambda d: d.execute_script("return arguments[0].currentTime > 0", audio), "playback to advance")
+    assert (
+        browser.execute_async_script(
+            "const [a, done] = arguments; a.play().then(() => done(true), (e) => done(String(e)))", audio
+        )
+        is True
+    )
+    wait_for(
+        browser, 10, lambda d: d.execute_script("return arguments[0].currentTime > 0", audio), "playback to advance"
+    )
     got, got_rate = soundfile.read(io.BytesIO(element_bytes(browser, audio)), dtype="int16")
     assert got_rate == 16000 and got.shape == want.shape
     # the same greedy codes; streamed pieces decode to the whole clip up to float rounding (one 16-bit step)
@@ -318,9 +383,16 @@ def test_speech_streams_into_a_playable_audio_element(tts_srv, browser):
     streamed = audio.get_attribute("src")
     browser.find_element("id", "speech-stream").click()
     browser.find_element("id", "speech-go").click()
-    wait_for(browser, 120, lambda d: d.execute_script(
-        "return arguments[0].readyState >= 1 && arguments[0].src.startsWith('blob:') && arguments[0].src !== arguments[1]",
-        audio, streamed), "the non-streamed speech")
+    wait_for(
+        browser,
+        120,
+        lambda d: d.execute_script(
+            "return arguments[0].readyState >= 1 && arguments[0].src.startsWith('blob:') && arguments[0].src !== arguments[1]",
+            audio,
+            streamed,
+        ),
+        "the non-streamed speech",
+    )
     no_error(browser)
     # the WAV the server sends for this request; an earlier request for the same speech may differ by one 16-bit
     # step where its codec windows were batched or cut differently (float rounding, models/codec_tts/decoder.py)
@@ -346,8 +418,10 @@ def test_video_job_progress_then_player(wan_srv, browser):
     seen, deadline = [], time.monotonic() + 180
     while time.monotonic() < deadline:
         seen.append(int(progress.get_attribute("value")))
-        if browser.find_element("id", "status").text.startswith("video ready") or \
-                browser.find_element("id", "error").is_displayed():
+        if (
+            browser.find_element("id", "status").text.startswith("video ready")
+            or browser.find_element("id", "error").is_displayed()
+        ):
             break
         time.sleep(0.05)
     seen.append(int(progress.get_attribute("value")))  # the bar as the page left it (read after the status)
@@ -355,8 +429,12 @@ def test_video_job_progress_then_player(wan_srv, browser):
     assert seen[-1] == 100 and any(0 < p < 100 for p in seen), seen
     assert seen == sorted(seen)
     video = browser.find_element("id", "result-video")
-    wait_for(browser, 30, lambda d: d.execute_script("return arguments[0].readyState >= 2", video),
-             "the <video> element to load")
+    wait_for(
+        browser,
+        30,
+        lambda d: d.execute_script("return arguments[0].readyState >= 2", video),
+        "the <video> element to load",
+    )
     assert browser.execute_script("return arguments[0].error", video) is None
     assert browser.execute_script("return [arguments[0].videoWidth, arguments[0].videoHeight]", video) == [64, 64]
     summary = browser.find_element("id", "metrics-summary").text

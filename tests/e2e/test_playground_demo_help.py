@@ -36,7 +36,13 @@ def test_the_demo_page_says_what_it_can_draw(demo_server, browser):
     # the chat box starts with something the demo draws, not a question it cannot answer
     assert browser.find_element("id", "chat-input").get_attribute("value") == card["example_prompts"][0]
     assert [th.get_attribute("textContent") for th in browser.find_elements("css selector", "#metrics thead th")] == [
-        "Stage", "Kind", "Queue (s)", "Run (s)", "Steps", "Peak MB"]  # no llm stage: no token counts
+        "Stage",
+        "Kind",
+        "Queue (s)",
+        "Run (s)",
+        "Steps",
+        "Peak MB",
+    ]  # no llm stage: no token counts
 
 
 def test_warnings_show_and_metrics_clear_after_an_error(demo_server, browser):
@@ -47,8 +53,10 @@ def test_warnings_show_and_metrics_clear_after_an_error(demo_server, browser):
     wait_for(browser, 120, lambda d: d.find_elements("id", "result-image"), "the generated image")
     no_error(browser)
     with httpx.Client(base_url=demo_server, timeout=120) as c:
-        want = c.post("/v1/images/generations", json={"prompt": "a yellow circle at the top", "size": "64x64",
-                                                      "num_inference_steps": 2}).headers["x-omnistage-warning"]
+        want = c.post(
+            "/v1/images/generations",
+            json={"prompt": "a yellow circle at the top", "size": "64x64", "num_inference_steps": 2},
+        ).headers["x-omnistage-warning"]
     shown = browser.find_element("id", "warnings")
     assert shown.is_displayed() and shown.text == want and "'top'" in want
     assert list(metrics_rows(browser)) == ["0"] and metrics_rows(browser)["0"]["Steps"] == "2"
@@ -56,8 +64,12 @@ def test_warnings_show_and_metrics_clear_after_an_error(demo_server, browser):
 
     fill(browser, "steps", "0")  # the API refuses num_inference_steps < 1
     browser.find_element("id", "generate").click()
-    error = wait_for(browser, 60, lambda d: d.find_element("id", "error").is_displayed()
-                     and d.find_element("id", "error"), "the error box")
+    error = wait_for(
+        browser,
+        60,
+        lambda d: d.find_element("id", "error").is_displayed() and d.find_element("id", "error"),
+        "the error box",
+    )
     assert "num_inference_steps" in error.text
     assert not browser.find_element("id", "metrics").is_displayed()
     assert browser.find_elements("css selector", "#metrics-rows tr") == []

@@ -54,19 +54,26 @@ def srv(server_factory):
 
 def reply_state(driver, i: int) -> dict:
     """The page's record of reply ``i``: status, transcript, the PCM it received, the samples it played."""
-    return driver.execute_script("""
+    return driver.execute_script(
+        """
         const r = talk.replies[arguments[0]];
         if (!r) return null;
         const bytes = new Uint8Array(r.player.chunks.reduce((n, c) => n + c.byteLength, 0));
         let at = 0;
         for (const c of r.player.chunks) { bytes.set(c, at); at += c.byteLength; }
         return {status: r.status, text: r.div.querySelector(".text").textContent, pcm: bytesBase64(bytes),
-                played: r.player.played, playing: r.player.playing.size, rate: r.player.rate};""", i)
+                played: r.player.played, playing: r.player.playing.size, rate: r.player.rate};""",
+        i,
+    )
 
 
 def wait_reply(driver, i: int, status: str, seconds: float = 30) -> dict:
-    wait_for(driver, seconds, lambda d: (r := reply_state(d, i)) and r["status"] == status and r["playing"] == 0,
-             f"reply {i} {status} and played")
+    wait_for(
+        driver,
+        seconds,
+        lambda d: (r := reply_state(d, i)) and r["status"] == status and r["playing"] == 0,
+        f"reply {i} {status} and played",
+    )
     return reply_state(driver, i)
 
 
@@ -88,9 +95,14 @@ def test_talk_hears_the_microphone_plays_the_answer_and_stops_it(srv, talk_brows
 
     # server VAD: the spoken part of the looped clip is one turn, answered by itself. The first turn may be cut
     # (the fake device starts playing its file before the page's audio graph listens): the first whole one counts
-    j = wait_for(b, 30, lambda d: d.execute_script(
-        "const i = talk.turns.findIndex((t) => t.started > 0 && t.stopped !== null); return i >= 0 ? String(i) : null"),
-        "a whole spoken turn")
+    j = wait_for(
+        b,
+        30,
+        lambda d: d.execute_script(
+            "const i = talk.turns.findIndex((t) => t.started > 0 && t.stopped !== null); return i >= 0 ? String(i) : null"
+        ),
+        "a whole spoken turn",
+    )
     first = wait_reply(b, int(j), "completed")
     no_error(b)
     turn = b.execute_script("return talk.turns[arguments[0]]", int(j))
@@ -101,9 +113,19 @@ def test_talk_hears_the_microphone_plays_the_answer_and_stops_it(srv, talk_brows
 
     # the reference: the chat route for the same conversation (the word stage answers audio with "echo")
     buf = _wav(mic_clip)
-    text, pcm = chat_stream(srv.url, KEY, [{"role": "user", "content": [
-        {"type": "input_audio", "input_audio": {"data": base64.b64encode(buf).decode(), "format": "wav"}}]}],
-        modalities=["text", "audio"])
+    text, pcm = chat_stream(
+        srv.url,
+        KEY,
+        [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_audio", "input_audio": {"data": base64.b64encode(buf).decode(), "format": "wav"}}
+                ],
+            }
+        ],
+        modalities=["text", "audio"],
+    )
     assert first["text"] == text == "echo"
     got = base64.b64decode(first["pcm"])
     assert got == pcm and len(got) > 0
@@ -151,4 +173,3 @@ def _wav(x: np.ndarray) -> bytes:
     buf = io.BytesIO()
     soundfile.write(buf, x, MIC_RATE, format="WAV", subtype="PCM_16")
     return buf.getvalue()
-

@@ -22,17 +22,33 @@ def test_edit_with_two_images_equals_diffusers_call(family_server):
 
     folder, client = family_server("qwen_image_21")
     refs = [noise_image(80, 64, 1), noise_image(64, 96, 2)]
-    resp = client.images.edit(model="tiny-qwen_image_21", image=[(f"{i}.png", png(im), "image/png")
-                                                                 for i, im in enumerate(refs)],
-                              prompt="put them together", size="96x64",
-                              extra_body={"seed": 7, "num_inference_steps": 2, "true_cfg_scale": 2.0,
-                                          "negative_prompt": "blurry", "output_resolution": 128})
+    resp = client.images.edit(
+        model="tiny-qwen_image_21",
+        image=[(f"{i}.png", png(im), "image/png") for i, im in enumerate(refs)],
+        prompt="put them together",
+        size="96x64",
+        extra_body={
+            "seed": 7,
+            "num_inference_steps": 2,
+            "true_cfg_scale": 2.0,
+            "negative_prompt": "blurry",
+            "output_resolution": 128,
+        },
+    )
     torch.set_num_threads(1)
     pipe = QwenImage21Pipeline.from_pretrained(folder)
     pipe.set_progress_bar_config(disable=True)
-    want = pipe(image=refs, prompt="put them together", negative_prompt="blurry", true_cfg_scale=2.0, height=64,
-                width=96, num_inference_steps=2, output_resolution=128,
-                generator=torch.Generator().manual_seed(7)).images[0]
+    want = pipe(
+        image=refs,
+        prompt="put them together",
+        negative_prompt="blurry",
+        true_cfg_scale=2.0,
+        height=64,
+        width=96,
+        num_inference_steps=2,
+        output_resolution=128,
+        generator=torch.Generator().manual_seed(7),
+    ).images[0]
     (data,) = resp.data
     assert within_one_level(decode(data.b64_json), want)
 
@@ -40,6 +56,10 @@ def test_edit_with_two_images_equals_diffusers_call(family_server):
 def test_bad_output_resolution_is_a_400_naming_it(family_server):
     _, client = family_server("qwen_image_21")
     with pytest.raises(openai.BadRequestError) as err:
-        client.images.generate(model="tiny-qwen_image_21", prompt="a cat", size="64x64",
-                               extra_body={"num_inference_steps": 1, "output_resolution": "big"})
+        client.images.generate(
+            model="tiny-qwen_image_21",
+            prompt="a cat",
+            size="64x64",
+            extra_body={"num_inference_steps": 1, "output_resolution": "big"},
+        )
     assert err.value.body["param"] == "output_resolution"

@@ -74,8 +74,9 @@ def test_edit_with_several_images_equals_diffusers_call(plus, edit_reference):
     _, client = plus
     files = [(f"in{i}.png", png(im), "image/png") for i, im in enumerate(edit_sources())]
     body = {k: v for k, v in EDIT_KW.items() if k not in ("height", "width")}
-    resp = client.images.edit(model="tiny-qwen-edit", image=files, prompt=EDIT_PROMPT, size="64x64",
-                              extra_body={**body, "seed": EDIT_SEED})
+    resp = client.images.edit(
+        model="tiny-qwen-edit", image=files, prompt=EDIT_PROMPT, size="64x64", extra_body={**body, "seed": EDIT_SEED}
+    )
     assert len(resp.data) == 1
     assert_close(decode(resp.data[0].b64_json), edit_reference)
 
@@ -88,10 +89,36 @@ def test_cli_generate_with_several_images(plus, edit_reference, tmp_path):
         im.save(paths[-1])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "omnistage.cli.main", "generate", str(folder), "--prompt", EDIT_PROMPT, *paths,
-         "--negative-prompt", " ", "--true-cfg-scale", "2.5", "--height", "64", "--width", "64",
-         "--num-inference-steps", "2", "--seed", str(EDIT_SEED), "--output", str(tmp_path / "out.png")],
-        env=env, capture_output=True, text=True, timeout=300, check=False)
+        [
+            sys.executable,
+            "-m",
+            "omnistage.cli.main",
+            "generate",
+            str(folder),
+            "--prompt",
+            EDIT_PROMPT,
+            *paths,
+            "--negative-prompt",
+            " ",
+            "--true-cfg-scale",
+            "2.5",
+            "--height",
+            "64",
+            "--width",
+            "64",
+            "--num-inference-steps",
+            "2",
+            "--seed",
+            str(EDIT_SEED),
+            "--output",
+            str(tmp_path / "out.png"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == [str(tmp_path / "out.png")]
     assert_close(np.asarray(Image.open(tmp_path / "out.png").convert("RGB")), edit_reference)
@@ -110,16 +137,25 @@ def test_bad_requests_are_400s_naming_the_field(t2i, plus):
         gen_client.images.generate(model="tiny-qwen_image", prompt="a cat", size="40x40")
     assert _error(e)["param"] == "height"
     with pytest.raises(openai.BadRequestError) as e:  # an explicit true CFG without its negative prompt
-        gen_client.images.generate(model="tiny-qwen_image", prompt="a cat", size="32x32",
-                                   extra_body={"true_cfg_scale": 4.0, "num_inference_steps": 2})
+        gen_client.images.generate(
+            model="tiny-qwen_image",
+            prompt="a cat",
+            size="32x32",
+            extra_body={"true_cfg_scale": 4.0, "num_inference_steps": 2},
+        )
     assert _error(e)["param"] == "negative_prompt"
     with pytest.raises(openai.BadRequestError) as e:  # an edit to the text-to-image checkpoint
-        gen_client.images.edit(model="tiny-qwen_image", image=("a.png", small, "image/png"), prompt="a cat",
-                               size="32x32")
+        gen_client.images.edit(
+            model="tiny-qwen_image", image=("a.png", small, "image/png"), prompt="a cat", size="32x32"
+        )
     assert _error(e)["param"] == "multi_modal_data.image"
     with pytest.raises(openai.BadRequestError) as e:  # four input images: -2509/-2511 take 1-3
-        edit_client.images.edit(model="tiny-qwen-edit", image=[(f"{i}.png", small, "image/png") for i in range(4)],
-                                prompt="a cat", size="64x64")
+        edit_client.images.edit(
+            model="tiny-qwen-edit",
+            image=[(f"{i}.png", small, "image/png") for i in range(4)],
+            prompt="a cat",
+            size="64x64",
+        )
     assert _error(e)["param"] == "multi_modal_data.image"
     with pytest.raises(openai.BadRequestError) as e:  # an edit checkpoint without an input image
         edit_client.images.generate(model="tiny-qwen-edit", prompt="a cat", size="64x64")

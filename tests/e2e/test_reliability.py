@@ -57,8 +57,11 @@ def image(url: str, body: dict) -> httpx.Response:
 @pytest.fixture(scope="module")
 def mp_server(tiny_model, tmp_path_factory):
     log = tmp_path_factory.mktemp("mp") / "server.log"
-    server = ServeProcess.launch([str(tiny_model("sd3")), "--stage-overrides", json.dumps({"0": {"process": "mp"}}),
-                                  "--shutdown-timeout", "60"], log, ready_timeout=480)
+    server = ServeProcess.launch(
+        [str(tiny_model("sd3")), "--stage-overrides", json.dumps({"0": {"process": "mp"}}), "--shutdown-timeout", "60"],
+        log,
+        ready_timeout=480,
+    )
     yield server
     if server.proc.poll() is None:
         server.proc.kill()
@@ -114,15 +117,18 @@ def test_video_jobs_survive_a_killed_server(tiny_model, tmp_path, monkeypatch):
     first = ServeProcess.launch(args, tmp_path / "first.log", ready_timeout=480)
     try:
         c = httpx.Client(base_url=first.url, timeout=60)
-        done = c.post("/v1/videos", json={"prompt": "a cat", "size": "32x32", "num_frames": 5,
-                                          "num_inference_steps": 2, "seed": 1}).json()
+        done = c.post(
+            "/v1/videos",
+            json={"prompt": "a cat", "size": "32x32", "num_frames": 5, "num_inference_steps": 2, "seed": 1},
+        ).json()
         deadline = time.monotonic() + 120
         while c.get(f"/v1/videos/{done['id']}").json()["status"] != "completed":
             assert time.monotonic() < deadline
             time.sleep(0.1)
         content = c.get(f"/v1/videos/{done['id']}/content").content
-        running = c.post("/v1/videos", json={"prompt": "a dog", "size": "64x64", "num_frames": 9,
-                                             "num_inference_steps": 200}).json()
+        running = c.post(
+            "/v1/videos", json={"prompt": "a dog", "size": "64x64", "num_frames": 9, "num_inference_steps": 200}
+        ).json()
         while c.get(f"/v1/videos/{running['id']}").json()["status"] != "in_progress":
             assert time.monotonic() < deadline
             time.sleep(0.05)
@@ -139,4 +145,3 @@ def test_video_jobs_survive_a_killed_server(tiny_model, tmp_path, monkeypatch):
         assert jobs[running["id"]]["error"]["code"] == "server_restarted"
     finally:
         second.stop()
-

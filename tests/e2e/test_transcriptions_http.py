@@ -52,10 +52,14 @@ LONG = wav(clip(65.0, 12))  # three windows of about 30 s
 LONGEST = wav(clip(95.0, 13))  # four windows
 OTHERS = [wav(clip(1.5 + k, 20 + k)) for k in range(4)]
 # (file, language, task, prompt) -> expected window texts, filled offline before the server starts
-CASES = [(SHORT, "en", "transcribe", ""), (LONG, "en", "transcribe", ""), (LONGEST, "en", "transcribe", ""),
-         (SHORT, "de", "transcribe", ""),
-         (SHORT, "en", "transcribe", "hello world"), (SHORT, "fr", "translate", "")] + [
-    (o, "en", "transcribe", "") for o in OTHERS]
+CASES = [
+    (SHORT, "en", "transcribe", ""),
+    (LONG, "en", "transcribe", ""),
+    (LONGEST, "en", "transcribe", ""),
+    (SHORT, "de", "transcribe", ""),
+    (SHORT, "en", "transcribe", "hello world"),
+    (SHORT, "fr", "translate", ""),
+] + [(o, "en", "transcribe", "") for o in OTHERS]
 
 
 STAMPED = (LONG, LONGEST)  # clips whose windows are also asked for timestamps offline
@@ -78,12 +82,17 @@ def offline(tiny_model):
         engine = AsyncOmni(tiny_model("whisper"), **ENGINE)
         await engine.start()
         try:
+
             async def one(samples, language, task, prompt, timestamps=False):
-                req = {"prompt": prompt, "multi_modal_data": {"audio": (samples, RATE)},
-                       "additional_information": {"language": language, "task": task, "timestamps": timestamps}}
+                req = {
+                    "prompt": prompt,
+                    "multi_modal_data": {"audio": (samples, RATE)},
+                    "additional_information": {"language": language, "task": task, "timestamps": timestamps},
+                }
                 last = None
-                async for out in engine.generate(req, sampling_params_list=[{"max_tokens": MAX_TOKENS}],
-                                                 output_modalities=["text", "token_ids"]):
+                async for out in engine.generate(
+                    req, sampling_params_list=[{"max_tokens": MAX_TOKENS}], output_modalities=["text", "token_ids"]
+                ):
                     last = out
                 return last.token_ids if timestamps else last.text or ""
 
@@ -98,8 +107,9 @@ def offline(tiny_model):
                 ends = np.cumsum([p.size / RATE for p in pieces])
                 out[(i,)] = [(end - p.size / RATE, end, text) for p, end, text in zip(pieces, ends, texts)]
             for k, data in enumerate(STAMPED):
-                out["stamped", k] = await asyncio.gather(*(one(p, "en", "transcribe", "", True)
-                                                           for p in pieces_of(data)))
+                out["stamped", k] = await asyncio.gather(
+                    *(one(p, "en", "transcribe", "", True) for p in pieces_of(data))
+                )
             return out
         finally:
             await engine.shutdown()
@@ -111,8 +121,12 @@ def offline(tiny_model):
 def server(tiny_model, offline):
     from omnistage import AsyncOmni
 
-    with serve_engine(AsyncOmni(tiny_model("whisper"), **ENGINE), ready_timeout=300,
-                      served_model_name="tiny-whisper", max_media_bytes=MAX_MEDIA) as srv:
+    with serve_engine(
+        AsyncOmni(tiny_model("whisper"), **ENGINE),
+        ready_timeout=300,
+        served_model_name="tiny-whisper",
+        max_media_bytes=MAX_MEDIA,
+    ) as srv:
         yield srv
 
 
@@ -125,8 +139,14 @@ def transcribe(client, data, fmt="json", language="en", prompt="", **kw):
     extra = {"language": language} if language else {}
     if prompt:
         extra["prompt"] = prompt
-    return client.audio.transcriptions.create(model="tiny-whisper", file=("clip.wav", data, "audio/wav"),
-                                              response_format=fmt, extra_body={"max_tokens": MAX_TOKENS}, **extra, **kw)
+    return client.audio.transcriptions.create(
+        model="tiny-whisper",
+        file=("clip.wav", data, "audio/wav"),
+        response_format=fmt,
+        extra_body={"max_tokens": MAX_TOKENS},
+        **extra,
+        **kw,
+    )
 
 
 def joined(data: bytes, offline, *case) -> str:
@@ -153,13 +173,15 @@ def test_text_srt_vtt(client, offline):
     bounds = [(a, b) for a, b, _ in offline[key(LONG)]]
     assert any(all(abs(a - x) + abs(b - y) > 1e-3 for x, y in bounds) for a, b, _ in w)  # not the windows' bounds
     assert transcribe(client, LONG, "srt") == "".join(
-        f"{i + 1}\n{clock(a, ',')} --> {clock(b, ',')}\n{t.strip()}\n\n" for i, (a, b, t) in enumerate(w))
+        f"{i + 1}\n{clock(a, ',')} --> {clock(b, ',')}\n{t.strip()}\n\n" for i, (a, b, t) in enumerate(w)
+    )
     assert transcribe(client, LONG, "vtt") == "WEBVTT\n\n" + "".join(
-        f"{clock(a, '.')} --> {clock(b, '.')}\n{t.strip()}\n\n" for a, b, t in w)
+        f"{clock(a, '.')} --> {clock(b, '.')}\n{t.strip()}\n\n" for a, b, t in w
+    )
 
 
 def is_sublist(part: list[int], whole: list[int]) -> bool:
-    return any(whole[k:k + len(part)] == part for k in range(len(whole) - len(part) + 1))
+    return any(whole[k : k + len(part)] == part for k in range(len(whole) - len(part) + 1))
 
 
 @pytest.mark.parametrize("data, seconds, n", [(LONG, 65.0, 3), (LONGEST, 95.0, 4)])
@@ -184,8 +206,11 @@ def test_verbose_json_segments_inside_each_window(client, offline, data, seconds
         a, b, _ = w[k]
         assert a - 1e-3 <= s.start <= s.end <= b + 1e-3
         assert is_sublist(s.tokens, stamped[k]) and s.avg_logprob is not None and s.avg_logprob <= 0
-    inside = [s for s in segments if (s.start, s.end) != (pytest.approx(w[starts.index(s.seek)][0]),
-                                                          pytest.approx(w[starts.index(s.seek)][1]))]
+    inside = [
+        s
+        for s in segments
+        if (s.start, s.end) != (pytest.approx(w[starts.index(s.seek)][0]), pytest.approx(w[starts.index(s.seek)][1]))
+    ]
     assert inside  # times from the timestamp tokens, not the window's bounds
 
 
@@ -200,10 +225,14 @@ def test_stream_events(client, offline):
 
 def test_language_prompt_and_translation(client, offline):
     assert transcribe(client, SHORT, language="de").text == joined(SHORT, offline, "de")
-    assert transcribe(client, SHORT, prompt="hello world").text == joined(SHORT, offline, "en", "transcribe",
-                                                                          "hello world")
-    out = client.audio.translations.create(model="tiny-whisper", file=("clip.wav", SHORT, "audio/wav"),
-                                           extra_body={"language": "fr", "max_tokens": MAX_TOKENS})
+    assert transcribe(client, SHORT, prompt="hello world").text == joined(
+        SHORT, offline, "en", "transcribe", "hello world"
+    )
+    out = client.audio.translations.create(
+        model="tiny-whisper",
+        file=("clip.wav", SHORT, "audio/wav"),
+        extra_body={"language": "fr", "max_tokens": MAX_TOKENS},
+    )
     assert out.text == joined(SHORT, offline, "fr", "translate")
     assert len({joined(SHORT, offline), joined(SHORT, offline, "de"), out.text}) == 3
 
@@ -233,9 +262,16 @@ def hf_detected(tiny_model):
         feats = proc(as_heard(data), sampling_rate=RATE, return_tensors="pt").input_features
         with torch.no_grad():
             token = proc.tokenizer.convert_ids_to_tokens(int(model.detect_language(feats)[0]))
-            cut = model.generate(feats, generation_config=config, task="transcribe", do_sample=False,
-                                 max_new_tokens=MAX_TOKENS + 1, return_timestamps=True,
-                                 force_unique_generate_call=True, return_segments=True)
+            cut = model.generate(
+                feats,
+                generation_config=config,
+                task="transcribe",
+                do_sample=False,
+                max_new_tokens=MAX_TOKENS + 1,
+                return_timestamps=True,
+                force_unique_generate_call=True,
+                return_segments=True,
+            )
         segments = [(float(s["start"]), float(s["end"]), s["tokens"].tolist()) for s in cut["segments"][0]]
         out.append((token[2:-2], segments))
     return out, config.no_timestamps_token_id + 1, config.eos_token_id
@@ -255,7 +291,8 @@ def test_language_detected_as_whisper_does(client, hf_detected):
         if len(theirs) > 1 or first[-2] >= begin <= first[-1]:  # cut at timestamp pairs
             assert [(s.start, s.end, s.tokens) for s in out.segments] == [
                 (pytest.approx(min(a, seconds)), pytest.approx(min(b, seconds)), between_timestamps(t, begin))
-                for a, b, t in theirs]
+                for a, b, t in theirs
+            ]
         else:  # no pair: the window is one segment, its ids (transformers' after the <|0.00|>; with the end token)
             assert len(out.segments) == 1
             ids = out.segments[0].tokens
@@ -284,18 +321,26 @@ def test_concurrent_requests_equal_solo(client, offline):
     assert texts == solo
 
 
-@pytest.mark.parametrize("fields, files, param, status", [
-    ({"response_format": "xml"}, None, "response_format", 400),
-    ({"language": "xx"}, None, "language", 400),
-    ({}, {"file": ("a.wav", b"this is not audio", "audio/wav")}, "file", 400),
-    ({}, {"file": ("a.wav", b"\0" * (MAX_MEDIA + 10), "audio/wav")}, "file", 413),
-    ({"stream": "true", "response_format": "srt"}, None, "stream", 400),
-    ({"timestamp_granularities[]": "word", "response_format": "verbose_json"}, None, "timestamp_granularities", 400),
-    ({"temperature": "-1"}, None, "temperature", 400),
-    ({"max_tokens": "many"}, None, "max_tokens", 400),
-    ({"colour": "red"}, None, "colour", 400),
-    ({"model": "whisper-1"}, None, "model", 404),
-])
+@pytest.mark.parametrize(
+    "fields, files, param, status",
+    [
+        ({"response_format": "xml"}, None, "response_format", 400),
+        ({"language": "xx"}, None, "language", 400),
+        ({}, {"file": ("a.wav", b"this is not audio", "audio/wav")}, "file", 400),
+        ({}, {"file": ("a.wav", b"\0" * (MAX_MEDIA + 10), "audio/wav")}, "file", 413),
+        ({"stream": "true", "response_format": "srt"}, None, "stream", 400),
+        (
+            {"timestamp_granularities[]": "word", "response_format": "verbose_json"},
+            None,
+            "timestamp_granularities",
+            400,
+        ),
+        ({"temperature": "-1"}, None, "temperature", 400),
+        ({"max_tokens": "many"}, None, "max_tokens", 400),
+        ({"colour": "red"}, None, "colour", 400),
+        ({"model": "whisper-1"}, None, "model", 404),
+    ],
+)
 def test_bad_input_names_the_field(server, client, offline, fields, files, param, status):
     data = {"model": "tiny-whisper", **fields}
     with httpx.Client(base_url=server.url, timeout=60) as http:
@@ -321,8 +366,13 @@ def test_bench_asr_task_sends_what_the_official_client_sends(server, client):
     reqs = random_dataset("asr", 3, DatasetDefaults(seed=5, chat_audio_s=2.0))
     for r in reqs:
         r.extra = {"language": "en", "max_tokens": MAX_TOKENS}
-    run = asyncio.run(run_benchmark(ClientSpec(base_url=server.url, task="asr", model="tiny-whisper"), reqs,
-                                    RunConfig(max_concurrency=3, warmup_requests=0, slo_scale=0, progress=False)))
+    run = asyncio.run(
+        run_benchmark(
+            ClientSpec(base_url=server.url, task="asr", model="tiny-whisper"),
+            reqs,
+            RunConfig(max_concurrency=3, warmup_requests=0, slo_scale=0, progress=False),
+        )
+    )
     for req, out in zip(reqs, run.outcomes):
         assert out.result.success, out.result.error
         assert out.outputs[0][1].decode() == transcribe(client, req.audio).text

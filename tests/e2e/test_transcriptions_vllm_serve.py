@@ -48,9 +48,26 @@ def vllm_serve(tiny_model, tmp_path_factory):
     with the timestamp rules loaded (the child imports them from omnistage: PYTHONPATH as this process's)."""
     port = free_port()
     log = tmp_path_factory.mktemp("vllm-serve") / "log.txt"
-    args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model("whisper")),
-            "--served-model-name", MODEL, "--port", str(port), "--dtype", "float32", "--max-model-len", "448",
-            "--kv-cache-memory-bytes", str(64 << 20), "--enforce-eager", "--logits-processors", TIMESTAMP_RULES]
+    args = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(tiny_model("whisper")),
+        "--served-model-name",
+        MODEL,
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "448",
+        "--kv-cache-memory-bytes",
+        str(64 << 20),
+        "--enforce-eager",
+        "--logits-processors",
+        TIMESTAMP_RULES,
+    ]
     env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
     with open(log, "w") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -85,20 +102,28 @@ def omnistage_serve(tiny_model, vllm_serve):
         yield openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=120)
 
 
-CASES = [("transcriptions", SHORT, "en", "json"), ("transcriptions", SHORT, "de", "json"),
-         ("transcriptions", OTHERS[0], "es", "json"), ("translations", SHORT, "fr", "json"),
-         ("transcriptions", LONG, "en", "json"), ("transcriptions", OTHERS[1], "en", "json"),
-         # no language: both detect it (the tiny model hears "id", one of the 57 languages vLLM allows)
-         ("transcriptions", OTHERS[1], None, "json")]
+CASES = [
+    ("transcriptions", SHORT, "en", "json"),
+    ("transcriptions", SHORT, "de", "json"),
+    ("transcriptions", OTHERS[0], "es", "json"),
+    ("translations", SHORT, "fr", "json"),
+    ("transcriptions", LONG, "en", "json"),
+    ("transcriptions", OTHERS[1], "en", "json"),
+    # no language: both detect it (the tiny model hears "id", one of the 57 languages vLLM allows)
+    ("transcriptions", OTHERS[1], None, "json"),
+]
 
 
 @pytest.mark.parametrize("route, data, language, fmt", CASES)
 def test_same_text_as_vllm_serve(vllm_serve, omnistage_serve, route, data, language, fmt):
     def ask(client):
         api = getattr(client.audio, route)
-        out = api.create(model=MODEL, file=("clip.wav", data, "audio/wav"), response_format=fmt,
-                         extra_body={"max_completion_tokens": MAX_TOKENS,
-                                     **({"language": language} if language else {})})
+        out = api.create(
+            model=MODEL,
+            file=("clip.wav", data, "audio/wav"),
+            response_format=fmt,
+            extra_body={"max_completion_tokens": MAX_TOKENS, **({"language": language} if language else {})},
+        )
         return out if isinstance(out, str) else out.text
 
     theirs, ours = ask(vllm_serve), ask(omnistage_serve)
@@ -107,8 +132,13 @@ def test_same_text_as_vllm_serve(vllm_serve, omnistage_serve, route, data, langu
 
 
 VERBOSE_TOKENS = 24
-VERBOSE = [("transcriptions", SHORT, "en"), ("transcriptions", OTHERS[0], "es"), ("translations", SHORT, "fr"),
-           ("transcriptions", OTHERS[2], "en"), ("transcriptions", LONG, "en")]
+VERBOSE = [
+    ("transcriptions", SHORT, "en"),
+    ("transcriptions", OTHERS[0], "es"),
+    ("translations", SHORT, "fr"),
+    ("transcriptions", OTHERS[2], "en"),
+    ("transcriptions", LONG, "en"),
+]
 
 
 def window_bounds(data: bytes) -> list[tuple[float, float]]:
@@ -124,14 +154,21 @@ def window_bounds(data: bytes) -> list[tuple[float, float]]:
 @pytest.fixture(scope="module")
 def verbose_pairs(vllm_serve, omnistage_serve):
     """Per VERBOSE case: (vllm serve's segments, omnistage's segments, the windows' bounds)."""
+
     def ask(client, route, data, language, **extra):
         api = getattr(client.audio, route)
-        return api.create(model=MODEL, file=("clip.wav", data, "audio/wav"), response_format="verbose_json",
-                          extra_body={"max_completion_tokens": VERBOSE_TOKENS, "language": language, **extra}).segments
+        return api.create(
+            model=MODEL,
+            file=("clip.wav", data, "audio/wav"),
+            response_format="verbose_json",
+            extra_body={"max_completion_tokens": VERBOSE_TOKENS, "language": language, **extra},
+        ).segments
 
     rules = json.dumps({TIMESTAMPS_ARG: 1})  # (vLLM reads the form field as JSON)
-    return [(ask(vllm_serve, *case, vllm_xargs=rules), ask(omnistage_serve, *case), window_bounds(case[1]))
-            for case in VERBOSE]
+    return [
+        (ask(vllm_serve, *case, vllm_xargs=rules), ask(omnistage_serve, *case), window_bounds(case[1]))
+        for case in VERBOSE
+    ]
 
 
 def test_verbose_json_segments_as_vllm_serve(verbose_pairs):
@@ -144,8 +181,15 @@ def test_verbose_json_segments_as_vllm_serve(verbose_pairs):
                 assert [(s.start, s.end) for s in mine] == [(pytest.approx(start), pytest.approx(end))]
                 continue
             assert [(s.start, s.end, s.text, s.tokens, s.avg_logprob) for s in mine] == [
-                (pytest.approx(min(s.start, end)), pytest.approx(min(s.end, end)), s.text, s.tokens,
-                 pytest.approx(s.avg_logprob, abs=1e-4)) for s in their], k
+                (
+                    pytest.approx(min(s.start, end)),
+                    pytest.approx(min(s.end, end)),
+                    s.text,
+                    s.tokens,
+                    pytest.approx(s.avg_logprob, abs=1e-4),
+                )
+                for s in their
+            ], k
             compared += len(their)
             held += sum(s.end > end for s in their)
         assert sum(len([s for s in ours if s.seek == round(a * 100)]) for a, _ in bounds) == len(ours)

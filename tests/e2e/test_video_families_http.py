@@ -49,16 +49,36 @@ def server(request, tiny_model):
 
 def test_sync_mp4_and_bad_frame_count(server):
     fam, folder, url = server
-    body = {"prompt": "a red cat", "size": f"{fam.width}x{fam.height}", "num_frames": fam.frames, "fps": 12,
-            "num_inference_steps": 2, "seed": 4}
+    body = {
+        "prompt": "a red cat",
+        "size": f"{fam.width}x{fam.height}",
+        "num_frames": fam.frames,
+        "fps": 12,
+        "num_inference_steps": 2,
+        "seed": 4,
+    }
     r = httpx.post(f"{url}/v1/videos/sync", json=body, timeout=120)
     assert r.status_code == 200, r.text
     got = decode_mp4(r.content)
     assert got["frames"].shape == (fam.frames, fam.height, fam.width, 3) and got["fps"] == 12 and got["audio"] is None
     torch.set_num_threads(1)
     ref = reference_pipeline(fam.reference, str(folder))
-    want = (ref("a red cat", generator=gen(4), height=fam.height, width=fam.width, num_frames=fam.frames,
-                num_inference_steps=2, output_type="np").frames[0] * 255).round().astype(np.uint8)
+    want = (
+        (
+            ref(
+                "a red cat",
+                generator=gen(4),
+                height=fam.height,
+                width=fam.width,
+                num_frames=fam.frames,
+                num_inference_steps=2,
+                output_type="np",
+            ).frames[0]
+            * 255
+        )
+        .round()
+        .astype(np.uint8)
+    )
     # Exact when this module runs alone; in full runs (CI once, and 2026-12-05 here) helios's 65 frames came out a
     # little off diffusers' (mean 0.22 levels, max 24 after H.264). Cause not isolated: the server's denoiser runs
     # on another thread of this xdist worker, whose thread settings a vLLM engine that ran here earlier changes

@@ -38,8 +38,16 @@ def mp4_frames(data: bytes) -> tuple[np.ndarray, float]:
 
 def test_sync_video_is_an_mp4_of_the_requested_shape(wan_server):
     folder, url = wan_server
-    body = {"prompt": "a red cat", "size": "48x32", "num_frames": 9, "num_inference_steps": 3, "seed": 4, "fps": 8,
-            "guidance_scale": 4.0, "negative_prompt": "blurry"}
+    body = {
+        "prompt": "a red cat",
+        "size": "48x32",
+        "num_frames": 9,
+        "num_inference_steps": 3,
+        "seed": 4,
+        "fps": 8,
+        "guidance_scale": 4.0,
+        "negative_prompt": "blurry",
+    }
     r = httpx.post(f"{url}/v1/videos/sync", json=body, timeout=120)
     assert r.status_code == 200, r.text
     assert r.headers["content-type"] == "video/mp4" and r.headers["x-model"] == "tiny-wan"
@@ -55,7 +63,10 @@ def test_sync_video_is_an_mp4_of_the_requested_shape(wan_server):
 
     # what the family refuses (its stage checks it) is the same 400 for a job as for /sync, and no job is made
     jobs = httpx.get(f"{url}/v1/videos").json()["data"]
-    for bad, param, why in (({"num_frames": 6}, "num_frames", "4k+1"), ({"size": "40x32"}, "width", "not divisible by")):
+    for bad, param, why in (
+        ({"num_frames": 6}, "num_frames", "4k+1"),
+        ({"size": "40x32"}, "width", "not divisible by"),
+    ):
         for path in ("/v1/videos/sync", "/v1/videos"):
             r = httpx.post(f"{url}{path}", json={**body, **bad}, timeout=60)
             assert r.status_code == 400 and r.json()["error"]["param"] == param, (path, r.text)

@@ -22,9 +22,16 @@ def test_bad_input_is_a_400_naming_the_field(server):
     im = ("in.png", png(Image.new("RGB", (32, 32))), "image/png")
     cases = [
         (lambda: client.images.generate(model="tiny-z_image", prompt="a cat", size="32x24"), "height"),
-        (lambda: client.images.edit(model="tiny-z_image", image=im, prompt="a cat", size="32x32"), "multi_modal_data.image"),
-        (lambda: client.images.generate(model="tiny-z_image", prompt="a cat", size="32x32",
-                                        extra_body={"true_cfg_scale": 2.0}), "true_cfg_scale"),
+        (
+            lambda: client.images.edit(model="tiny-z_image", image=im, prompt="a cat", size="32x32"),
+            "multi_modal_data.image",
+        ),
+        (
+            lambda: client.images.generate(
+                model="tiny-z_image", prompt="a cat", size="32x32", extra_body={"true_cfg_scale": 2.0}
+            ),
+            "true_cfg_scale",
+        ),
     ]
     for call, field in cases:
         with pytest.raises(openai.BadRequestError) as err:

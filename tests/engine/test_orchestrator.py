@@ -83,8 +83,9 @@ async def test_streaming_edge_feeds_chunks_and_finishes_only_after_upstream():
             seen = []
 
             async def consume():
-                async for o in engine.generate("abc", request_id=rid,
-                                               sampling_params_list=[{"max_tokens": 6, "delay": 0.01}]):
+                async for o in engine.generate(
+                    "abc", request_id=rid, sampling_params_list=[{"max_tokens": 6, "delay": 0.01}]
+                ):
                     seen.append(o)
 
             def consumer_deltas() -> list:
@@ -153,6 +154,7 @@ async def test_abort_mid_flight_reaches_every_stage():
 
 async def test_failing_stage_fails_only_that_request():
     async with AsyncOmni(pipeline=tp.chain()) as engine:
+
         async def run(p):
             try:
                 return await all_outputs(engine.generate(p))
@@ -178,7 +180,9 @@ async def test_bad_input_in_a_stage_is_an_invalid_request():
 async def test_partial_params_merge_over_stage_defaults():
     p = tp.streaming()
     p.stages[0].default_params = {"max_tokens": 3, "delay": 0.0}
-    engine = AsyncOmni(pipeline=p, deploy_config={"stages": [{"stage_id": 0, "default_sampling_params": {"max_tokens": 4}}]})
+    engine = AsyncOmni(
+        pipeline=p, deploy_config={"stages": [{"stage_id": 0, "default_sampling_params": {"max_tokens": 4}}]}
+    )
     assert engine.default_sampling_params_list[0] == {"max_tokens": 4, "delay": 0.0}
     req = engine.make_request("x", sampling_params_list=[{"delay": 0.5}])
     assert req.sampling_params[0] == {"max_tokens": 4, "delay": 0.5}
@@ -196,6 +200,7 @@ async def test_a_streaming_edge_refusing_a_request_is_an_invalid_request_for_it_
     p = tp.streaming()
     p.stages[1].inputs = [Edge(0, process=tp.tokens_whole, process_chunk=_refuse_odd_requests)]
     async with AsyncOmni(pipeline=p) as engine:
+
         async def run(prompt):
             try:
                 return await all_outputs(engine.generate(prompt, sampling_params_list=[{"max_tokens": 4}]))

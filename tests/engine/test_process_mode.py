@@ -39,10 +39,19 @@ async def test_mp_stages_give_identical_results_to_inline():
 
 
 async def test_dying_child_fails_in_flight_requests_and_is_restarted():
-    p = Pipeline("test_slow_mp", [
-        StageSpec(0, kind="llm", engine=tp.TokenStreamEngine, output="token_ids", final=True,
-                  deploy_defaults={"process": "mp"}),
-    ])
+    p = Pipeline(
+        "test_slow_mp",
+        [
+            StageSpec(
+                0,
+                kind="llm",
+                engine=tp.TokenStreamEngine,
+                output="token_ids",
+                final=True,
+                deploy_defaults={"process": "mp"},
+            ),
+        ],
+    )
     async with AsyncOmni(pipeline=p) as engine:
         slow = [{"max_tokens": 1000, "delay": 0.01}]
         task = asyncio.create_task(final_output(engine.generate("x", sampling_params_list=slow)))
@@ -79,11 +88,23 @@ async def test_a_request_sent_to_a_child_that_just_died_ends_before_the_watcher_
 
 
 async def test_start_failure_shuts_down_started_stages():
-    p = Pipeline("test_bad_start", [
-        StageSpec(0, kind="generation", adapter=tp.TextEmbedAdapter, output="latent", deploy_defaults={"process": "mp"}),
-        StageSpec(1, kind="generation", adapter=tp.FailingStartAdapter, output="latent", final=True, inputs=[Edge(0)],
-                  deploy_defaults={"process": "mp"}),
-    ])
+    p = Pipeline(
+        "test_bad_start",
+        [
+            StageSpec(
+                0, kind="generation", adapter=tp.TextEmbedAdapter, output="latent", deploy_defaults={"process": "mp"}
+            ),
+            StageSpec(
+                1,
+                kind="generation",
+                adapter=tp.FailingStartAdapter,
+                output="latent",
+                final=True,
+                inputs=[Edge(0)],
+                deploy_defaults={"process": "mp"},
+            ),
+        ],
+    )
     engine = AsyncOmni(pipeline=p)
     with pytest.raises(RuntimeError, match="weights are corrupt"):
         await engine.start()
@@ -93,14 +114,19 @@ async def test_start_failure_shuts_down_started_stages():
 
 def test_invalid_output_type_fails_before_anything_starts():
     with pytest.raises(ConfigError, match="invalid output type 'latents'"):
-        AsyncOmni(pipeline=tp.chain(process="mp"),
-                  deploy_config={"stages": [{"stage_id": 1, "engine_output_type": "latents"}]})
+        AsyncOmni(
+            pipeline=tp.chain(process="mp"),
+            deploy_config={"stages": [{"stage_id": 1, "engine_output_type": "latents"}]},
+        )
     with pytest.raises(ConfigError, match="cannot produce audio"):
-        AsyncOmni(pipeline=tp.chain(process="mp"),
-                  deploy_config={"stages": [{"stage_id": 1, "engine_output_type": "audio"}]})
+        AsyncOmni(
+            pipeline=tp.chain(process="mp"), deploy_config={"stages": [{"stage_id": 1, "engine_output_type": "audio"}]}
+        )
     with pytest.raises(ConfigError, match="devices"):
-        AsyncOmni(pipeline=tp.chain(process="mp"),
-                  deploy_config={"stages": [{"stage_id": 0, "devices": "0,1", "num_replicas": 1}]})
+        AsyncOmni(
+            pipeline=tp.chain(process="mp"),
+            deploy_config={"stages": [{"stage_id": 0, "devices": "0,1", "num_replicas": 1}]},
+        )
     assert _children() == []
 
 
@@ -115,8 +141,10 @@ async def test_replicas_round_robin_with_affinity():
 
 
 async def test_shared_memory_connector_gives_identical_results():
-    shm = {"connectors": {"shm": {"name": "SharedMemoryConnector", "extra": {"threshold_bytes": 8}}},
-           "stages": [{"stage_id": 0, "connector": "shm"}, {"stage_id": 1, "connector": "shm"}]}
+    shm = {
+        "connectors": {"shm": {"name": "SharedMemoryConnector", "extra": {"threshold_bytes": 8}}},
+        "stages": [{"stage_id": 0, "connector": "shm"}, {"stage_id": 1, "connector": "shm"}],
+    }
     async with AsyncOmni(pipeline=tp.chain()) as inline:
         expected = (await final_output(inline.generate("shared memory"))).latents
     async with AsyncOmni(pipeline=tp.chain(process="mp"), deploy_config=shm) as engine:

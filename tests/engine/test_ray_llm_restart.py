@@ -39,6 +39,7 @@ async def test_engine_core_killed_inside_an_actor(ray_cluster, tiny_model):  # n
         def found_core() -> bool:
             cores[:] = [p for p in actor.children(recursive=True) if "EngineCore" in p.name() + " ".join(p.cmdline())]
             return len(cores) == 1
+
         try:
             await wait(found_core, 30)
         except AssertionError:  # say what the actor's tree holds instead

@@ -41,9 +41,21 @@ def ray_cluster(tmp_path_factory):
     lock = filelock.FileLock(Path(tempfile.gettempdir()) / "omnistage-tests-ray-cluster.lock")
     lock.acquire()
     try:
-        subprocess.run([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
-                        "--disable-usage-stats", f"--temp-dir={tmp_path_factory.mktemp('ray')}"],
-                       check=True, env=env, capture_output=True)
+        subprocess.run(
+            [
+                ray_bin,
+                "start",
+                "--head",
+                f"--port={port}",
+                "--num-cpus=2",
+                "--include-dashboard=false",
+                "--disable-usage-stats",
+                f"--temp-dir={tmp_path_factory.mktemp('ray')}",
+            ],
+            check=True,
+            env=env,
+            capture_output=True,
+        )
         os.environ["RAY_ADDRESS"] = f"127.0.0.1:{port}"
         yield os.environ["RAY_ADDRESS"]
     finally:
@@ -83,8 +95,9 @@ async def test_streaming_edge_and_bad_input_across_actors(ray_cluster):
 
 
 async def test_dying_actor_fails_in_flight_requests_and_is_restarted(ray_cluster):
-    p = Pipeline("test_slow_ray", [StageSpec(0, kind="llm", engine=tp.TokenStreamEngine, output="token_ids",
-                                             final=True)])
+    p = Pipeline(
+        "test_slow_ray", [StageSpec(0, kind="llm", engine=tp.TokenStreamEngine, output="token_ids", final=True)]
+    )
     async with AsyncOmni(pipeline=p, deploy_config=RAY) as engine:
         replica = engine.replicas(0)[0]
         old = await replica.pid()

@@ -46,8 +46,14 @@ class Req:
 
     def diffusers_kwargs(self, fam: ImageFamily, **more: Any) -> dict[str, Any]:
         p = {k: v for k, v in self.params.items() if k not in ("seed", "num_outputs_per_prompt", "extra_args")}
-        kw = {**fam.size, **p, **self._extra(fam), "num_images_per_prompt": self.n,
-              "generator": torch.Generator().manual_seed(self.params["seed"]), **more}
+        kw = {
+            **fam.size,
+            **p,
+            **self._extra(fam),
+            "num_images_per_prompt": self.n,
+            "generator": torch.Generator().manual_seed(self.params["seed"]),
+            **more,
+        }
         if self.negative_prompt is not None:
             kw["negative_prompt"] = self.negative_prompt
         return kw
@@ -95,210 +101,419 @@ def flux2_unpacked(pipe: Any, tokens: torch.Tensor, height: int, width: int) -> 
 
 FAMILIES: list[ImageFamily] = [
     ImageFamily(
-        name="sd3", diffusers_class="StableDiffusion3Pipeline", size=dict(height=32, width=48),
-        solo=(Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=7.0, seed=11), id="cfg"),
-              Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=4.0, seed=5,
-                                               num_outputs_per_prompt=2), negative_prompt="blurry",
-                  id="negative-two-outputs")),
-        concurrent=(Req("a red cat", dict(num_inference_steps=8, guidance_scale=7.0, seed=1)),
-                    Req("green square", dict(num_inference_steps=6, guidance_scale=1.0, seed=2)),
-                    Req("mountains at sunset", dict(num_inference_steps=5, guidance_scale=3.0, seed=3,
-                                                    num_outputs_per_prompt=2), negative_prompt="dark")),
-        http=Req("a red cat", dict(num_inference_steps=2, guidance_scale=5.0, seed=3, num_outputs_per_prompt=2),
-                 negative_prompt="blurry"),
+        name="sd3",
+        diffusers_class="StableDiffusion3Pipeline",
+        size=dict(height=32, width=48),
+        solo=(
+            Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=7.0, seed=11), id="cfg"),
+            Req(
+                "a red cat on a chair",
+                dict(num_inference_steps=3, guidance_scale=4.0, seed=5, num_outputs_per_prompt=2),
+                negative_prompt="blurry",
+                id="negative-two-outputs",
+            ),
+        ),
+        concurrent=(
+            Req("a red cat", dict(num_inference_steps=8, guidance_scale=7.0, seed=1)),
+            Req("green square", dict(num_inference_steps=6, guidance_scale=1.0, seed=2)),
+            Req(
+                "mountains at sunset",
+                dict(num_inference_steps=5, guidance_scale=3.0, seed=3, num_outputs_per_prompt=2),
+                negative_prompt="dark",
+            ),
+        ),
+        http=Req(
+            "a red cat",
+            dict(num_inference_steps=2, guidance_scale=5.0, seed=3, num_outputs_per_prompt=2),
+            negative_prompt="blurry",
+        ),
     ),
     ImageFamily(
         # 32x48 pixels -> a 4x6 latent -> 2x3 packed tokens; a short T5 length keeps the forwards cheap
-        name="flux", diffusers_class="FluxPipeline", size=dict(height=32, width=48, max_sequence_length=32),
-        solo=(Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=3.5, seed=11),
-                  id="guidance-embedding"),
-              Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=5.0, true_cfg_scale=4.0,
-                                               seed=11), negative_prompt="blurry", id="true-cfg"),
-              Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=2.0, seed=11,
-                                               num_outputs_per_prompt=2), id="two-outputs")),
+        name="flux",
+        diffusers_class="FluxPipeline",
+        size=dict(height=32, width=48, max_sequence_length=32),
+        solo=(
+            Req(
+                "a red cat on a chair",
+                dict(num_inference_steps=4, guidance_scale=3.5, seed=11),
+                id="guidance-embedding",
+            ),
+            Req(
+                "a red cat on a chair",
+                dict(num_inference_steps=4, guidance_scale=5.0, true_cfg_scale=4.0, seed=11),
+                negative_prompt="blurry",
+                id="true-cfg",
+            ),
+            Req(
+                "a red cat on a chair",
+                dict(num_inference_steps=4, guidance_scale=2.0, seed=11, num_outputs_per_prompt=2),
+                id="two-outputs",
+            ),
+        ),
         # different prompts, seeds, step counts, guidance embeddings and true-CFG scales (with and without)
-        concurrent=(Req("a red cat", dict(num_inference_steps=9, seed=1, guidance_scale=3.5)),
-                    Req("green square", dict(num_inference_steps=7, seed=2, guidance_scale=2.0, true_cfg_scale=4.0),
-                        negative_prompt="blurry"),
-                    Req("a watercolor painting of mountains at sunset",
-                        dict(num_inference_steps=5, seed=3, guidance_scale=6.0, num_outputs_per_prompt=2)),
-                    Req("city skyline", dict(num_inference_steps=6, seed=4, guidance_scale=1.0, true_cfg_scale=2.5),
-                        negative_prompt="dark")),
-        http=Req("a red cat", dict(num_inference_steps=3, true_cfg_scale=2.5, seed=3, num_outputs_per_prompt=2),
-                 negative_prompt="blurry"),
+        concurrent=(
+            Req("a red cat", dict(num_inference_steps=9, seed=1, guidance_scale=3.5)),
+            Req(
+                "green square",
+                dict(num_inference_steps=7, seed=2, guidance_scale=2.0, true_cfg_scale=4.0),
+                negative_prompt="blurry",
+            ),
+            Req(
+                "a watercolor painting of mountains at sunset",
+                dict(num_inference_steps=5, seed=3, guidance_scale=6.0, num_outputs_per_prompt=2),
+            ),
+            Req(
+                "city skyline",
+                dict(num_inference_steps=6, seed=4, guidance_scale=1.0, true_cfg_scale=2.5),
+                negative_prompt="dark",
+            ),
+        ),
+        http=Req(
+            "a red cat",
+            dict(num_inference_steps=3, true_cfg_scale=2.5, seed=3, num_outputs_per_prompt=2),
+            negative_prompt="blurry",
+        ),
     ),
     ImageFamily(
-        name="qwen_image", diffusers_class="QwenImagePipeline", size=dict(height=32, width=48),
-        solo=(Req("a red cat sitting on a blue chair", dict(num_inference_steps=3, true_cfg_scale=3.0, seed=11),
-                  negative_prompt="blurry, low quality", id="true-cfg"),  # other text lengths
-              # the default scale (4.0) without a negative prompt: no CFG, as diffusers
-              Req("a red cat sitting on a blue chair", dict(num_inference_steps=3, seed=11), id="no-negative"),
-              # the default scale with a negative: CFG
-              Req("a red cat sitting on a blue chair", dict(num_inference_steps=3, seed=11, num_outputs_per_prompt=2),
-                  negative_prompt=" ", id="two-outputs")),
+        name="qwen_image",
+        diffusers_class="QwenImagePipeline",
+        size=dict(height=32, width=48),
+        solo=(
+            Req(
+                "a red cat sitting on a blue chair",
+                dict(num_inference_steps=3, true_cfg_scale=3.0, seed=11),
+                negative_prompt="blurry, low quality",
+                id="true-cfg",
+            ),  # other text lengths
+            # the default scale (4.0) without a negative prompt: no CFG, as diffusers
+            Req("a red cat sitting on a blue chair", dict(num_inference_steps=3, seed=11), id="no-negative"),
+            # the default scale with a negative: CFG
+            Req(
+                "a red cat sitting on a blue chair",
+                dict(num_inference_steps=3, seed=11, num_outputs_per_prompt=2),
+                negative_prompt=" ",
+                id="two-outputs",
+            ),
+        ),
         # different prompts (text lengths, padded and masked in one forward), seeds, steps, true-CFG scales
-        concurrent=(Req("a red cat", dict(num_inference_steps=9, seed=1)),
-                    Req("green square and yellow circle", dict(num_inference_steps=7, seed=2, true_cfg_scale=4.0),
-                        negative_prompt="blurry"),
-                    Req("a watercolor painting of mountains at sunset",
-                        dict(num_inference_steps=5, seed=3, num_outputs_per_prompt=2)),
-                    Req("city skyline", dict(num_inference_steps=6, seed=4, true_cfg_scale=2.5),
-                        negative_prompt="dark, low quality, jpeg artifacts")),
-        http=Req("a red cat on a blue chair", dict(num_inference_steps=3, true_cfg_scale=3.0, seed=3,
-                                                   num_outputs_per_prompt=2), negative_prompt="blurry"),
+        concurrent=(
+            Req("a red cat", dict(num_inference_steps=9, seed=1)),
+            Req(
+                "green square and yellow circle",
+                dict(num_inference_steps=7, seed=2, true_cfg_scale=4.0),
+                negative_prompt="blurry",
+            ),
+            Req(
+                "a watercolor painting of mountains at sunset",
+                dict(num_inference_steps=5, seed=3, num_outputs_per_prompt=2),
+            ),
+            Req(
+                "city skyline",
+                dict(num_inference_steps=6, seed=4, true_cfg_scale=2.5),
+                negative_prompt="dark, low quality, jpeg artifacts",
+            ),
+        ),
+        http=Req(
+            "a red cat on a blue chair",
+            dict(num_inference_steps=3, true_cfg_scale=3.0, seed=3, num_outputs_per_prompt=2),
+            negative_prompt="blurry",
+        ),
     ),
     ImageFamily(
-        name="z_image", diffusers_class="ZImagePipeline", size=dict(height=32, width=48),  # 2x3 image tokens
-        solo=(Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=0.0, seed=11), id="turbo"),
-              # CFG runs for any positive scale (not only > 1)
-              Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=0.5, seed=11), id="small-cfg"),
-              Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=4.0, seed=11,
-                                               num_outputs_per_prompt=2), negative_prompt="blurry",
-                  id="cfg-two-outputs"),
-              Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=3.0, seed=11,
-                                               extra_args=dict(cfg_normalization=0.5, cfg_truncation=0.5)),
-                  id="normalized-truncated")),  # the cap bites
+        name="z_image",
+        diffusers_class="ZImagePipeline",
+        size=dict(height=32, width=48),  # 2x3 image tokens
+        solo=(
+            Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=0.0, seed=11), id="turbo"),
+            # CFG runs for any positive scale (not only > 1)
+            Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=0.5, seed=11), id="small-cfg"),
+            Req(
+                "a red cat on a chair",
+                dict(num_inference_steps=4, guidance_scale=4.0, seed=11, num_outputs_per_prompt=2),
+                negative_prompt="blurry",
+                id="cfg-two-outputs",
+            ),
+            Req(
+                "a red cat on a chair",
+                dict(
+                    num_inference_steps=4,
+                    guidance_scale=3.0,
+                    seed=11,
+                    extra_args=dict(cfg_normalization=0.5, cfg_truncation=0.5),
+                ),
+                id="normalized-truncated",
+            ),
+        ),  # the cap bites
         # prompts of different token lengths (masked), caption limits, CFG scales incl. none and truncated
-        concurrent=(Req("a red cat", dict(num_inference_steps=9, seed=1, guidance_scale=0.0)),
-                    Req("a watercolor painting of mountains at sunset, high detail",
-                        dict(num_inference_steps=7, seed=2, guidance_scale=4.0), negative_prompt="blurry"),
-                    Req("green square", dict(num_inference_steps=5, seed=3, guidance_scale=2.0,
-                                             num_outputs_per_prompt=2, max_sequence_length=24)),
-                    Req("city skyline at night with neon lights",
-                        dict(num_inference_steps=6, seed=4, guidance_scale=3.0,
-                             extra_args=dict(cfg_normalization=1.2, cfg_truncation=0.6)))),
-        http=Req("a red cat", dict(num_inference_steps=4, guidance_scale=2.5, seed=3, num_outputs_per_prompt=2,
-                                   extra_args=dict(cfg_normalization=1.5)), negative_prompt="blurry"),
+        concurrent=(
+            Req("a red cat", dict(num_inference_steps=9, seed=1, guidance_scale=0.0)),
+            Req(
+                "a watercolor painting of mountains at sunset, high detail",
+                dict(num_inference_steps=7, seed=2, guidance_scale=4.0),
+                negative_prompt="blurry",
+            ),
+            Req(
+                "green square",
+                dict(
+                    num_inference_steps=5, seed=3, guidance_scale=2.0, num_outputs_per_prompt=2, max_sequence_length=24
+                ),
+            ),
+            Req(
+                "city skyline at night with neon lights",
+                dict(
+                    num_inference_steps=6,
+                    seed=4,
+                    guidance_scale=3.0,
+                    extra_args=dict(cfg_normalization=1.2, cfg_truncation=0.6),
+                ),
+            ),
+        ),
+        http=Req(
+            "a red cat",
+            dict(
+                num_inference_steps=4,
+                guidance_scale=2.5,
+                seed=3,
+                num_outputs_per_prompt=2,
+                extra_args=dict(cfg_normalization=1.5),
+            ),
+            negative_prompt="blurry",
+        ),
     ),
     ImageFamily(
         # binning off: the requested size itself (binning: tests/models/pixart_sigma); 2x3 patches of 2x2 latents
-        name="pixart_sigma", diffusers_class="PixArtSigmaPipeline", size=dict(height=32, width=48),
+        name="pixart_sigma",
+        diffusers_class="PixArtSigmaPipeline",
+        size=dict(height=32, width=48),
         extra=dict(use_resolution_binning=False),
-        solo=(Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=4.5, seed=11), id="cfg"),
-              Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=1.0, seed=11), id="no-cfg"),
-              Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=3.0, seed=5,
-                                               num_outputs_per_prompt=2), negative_prompt="blurry",
-                  id="negative-two-outputs")),
+        solo=(
+            Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=4.5, seed=11), id="cfg"),
+            Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=1.0, seed=11), id="no-cfg"),
+            Req(
+                "a red cat on a chair",
+                dict(num_inference_steps=3, guidance_scale=3.0, seed=5, num_outputs_per_prompt=2),
+                negative_prompt="blurry",
+                id="negative-two-outputs",
+            ),
+        ),
         # different prompts (masked text), steps (multistep solver state per request), CFG on and off
-        concurrent=(Req("a red cat", dict(num_inference_steps=8, guidance_scale=4.5, seed=1)),
-                    Req("green square and yellow circle", dict(num_inference_steps=6, guidance_scale=1.0, seed=2)),
-                    Req("mountains at sunset", dict(num_inference_steps=5, guidance_scale=2.0, seed=3,
-                                                    num_outputs_per_prompt=2), negative_prompt="dark"),
-                    Req("city skyline", dict(num_inference_steps=7, guidance_scale=7.0, seed=4,
-                                             max_sequence_length=300))),
-        http=Req("a red cat", dict(num_inference_steps=3, guidance_scale=4.0, seed=3, num_outputs_per_prompt=2),
-                 negative_prompt="blurry"),
+        concurrent=(
+            Req("a red cat", dict(num_inference_steps=8, guidance_scale=4.5, seed=1)),
+            Req("green square and yellow circle", dict(num_inference_steps=6, guidance_scale=1.0, seed=2)),
+            Req(
+                "mountains at sunset",
+                dict(num_inference_steps=5, guidance_scale=2.0, seed=3, num_outputs_per_prompt=2),
+                negative_prompt="dark",
+            ),
+            Req("city skyline", dict(num_inference_steps=7, guidance_scale=7.0, seed=4, max_sequence_length=300)),
+        ),
+        http=Req(
+            "a red cat",
+            dict(num_inference_steps=3, guidance_scale=4.0, seed=3, num_outputs_per_prompt=2),
+            negative_prompt="blurry",
+        ),
     ),
     ImageFamily(
         # DC-AE factor 32: 64x96 pixels are a 2x3 latent; binning off (binning: tests/models/sana)
-        name="sana", diffusers_class="SanaPipeline", size=dict(height=64, width=96),
+        name="sana",
+        diffusers_class="SanaPipeline",
+        size=dict(height=64, width=96),
         extra=dict(use_resolution_binning=False),
-        solo=(Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=4.5, seed=11), id="cfg"),
-              Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=1.0, seed=11), id="no-cfg"),
-              Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=3.0, seed=5,
-                                               num_outputs_per_prompt=2), negative_prompt="blurry",
-                  id="negative-two-outputs")),
-        concurrent=(Req("a red cat", dict(num_inference_steps=8, guidance_scale=4.5, seed=1)),
-                    Req("green square and yellow circle", dict(num_inference_steps=6, guidance_scale=1.0, seed=2)),
-                    Req("mountains at sunset", dict(num_inference_steps=5, guidance_scale=2.0, seed=3,
-                                                    num_outputs_per_prompt=2), negative_prompt="dark"),
-                    Req("city skyline", dict(num_inference_steps=7, guidance_scale=7.0, seed=4))),
-        http=Req("a red cat", dict(num_inference_steps=3, guidance_scale=4.0, seed=3, num_outputs_per_prompt=2),
-                 negative_prompt="blurry"),
+        solo=(
+            Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=4.5, seed=11), id="cfg"),
+            Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=1.0, seed=11), id="no-cfg"),
+            Req(
+                "a red cat on a chair",
+                dict(num_inference_steps=3, guidance_scale=3.0, seed=5, num_outputs_per_prompt=2),
+                negative_prompt="blurry",
+                id="negative-two-outputs",
+            ),
+        ),
+        concurrent=(
+            Req("a red cat", dict(num_inference_steps=8, guidance_scale=4.5, seed=1)),
+            Req("green square and yellow circle", dict(num_inference_steps=6, guidance_scale=1.0, seed=2)),
+            Req(
+                "mountains at sunset",
+                dict(num_inference_steps=5, guidance_scale=2.0, seed=3, num_outputs_per_prompt=2),
+                negative_prompt="dark",
+            ),
+            Req("city skyline", dict(num_inference_steps=7, guidance_scale=7.0, seed=4)),
+        ),
+        http=Req(
+            "a red cat",
+            dict(num_inference_steps=3, guidance_scale=4.0, seed=3, num_outputs_per_prompt=2),
+            negative_prompt="blurry",
+        ),
     ),
     ImageFamily(
         # 32x48 pixels: a 2x3 grid of folded 2x2 latent patches; a short text length keeps the encoder cheap
-        name="flux2_klein", diffusers_class="Flux2KleinPipeline", size=dict(height=32, width=48, max_sequence_length=32),
+        name="flux2_klein",
+        diffusers_class="Flux2KleinPipeline",
+        size=dict(height=32, width=48, max_sequence_length=32),
         # diffusers feeds the first step its packed latents as a permuted (non-contiguous) view, which rounds the
         # first linear layer differently (3e-7) from the engine's concatenated CFG rows: 1.3e-6 after 3 steps
-        solo_tol=2e-6, latent_view=flux2_unpacked,
-        solo=(Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=4.0, seed=11), id="cfg"),
-              Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=1.0, seed=11,
-                                               num_outputs_per_prompt=2), id="no-cfg-two-outputs")),
-        concurrent=(Req("a red cat", dict(num_inference_steps=7, guidance_scale=4.0, seed=1)),
-                    Req("green square and yellow circle", dict(num_inference_steps=5, guidance_scale=1.0, seed=2)),
-                    Req("mountains at sunset", dict(num_inference_steps=6, guidance_scale=2.5, seed=3,
-                                                    num_outputs_per_prompt=2)),
-                    Req("city skyline", dict(num_inference_steps=4, guidance_scale=6.0, seed=4))),
+        solo_tol=2e-6,
+        latent_view=flux2_unpacked,
+        solo=(
+            Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=4.0, seed=11), id="cfg"),
+            Req(
+                "a red cat on a chair",
+                dict(num_inference_steps=3, guidance_scale=1.0, seed=11, num_outputs_per_prompt=2),
+                id="no-cfg-two-outputs",
+            ),
+        ),
+        concurrent=(
+            Req("a red cat", dict(num_inference_steps=7, guidance_scale=4.0, seed=1)),
+            Req("green square and yellow circle", dict(num_inference_steps=5, guidance_scale=1.0, seed=2)),
+            Req(
+                "mountains at sunset", dict(num_inference_steps=6, guidance_scale=2.5, seed=3, num_outputs_per_prompt=2)
+            ),
+            Req("city skyline", dict(num_inference_steps=4, guidance_scale=6.0, seed=4)),
+        ),
         http=Req("a red cat", dict(num_inference_steps=3, guidance_scale=3.0, seed=3, num_outputs_per_prompt=2)),
     ),
     ImageFamily(
         # FLUX.2 [dev]: the [klein] grid; the pipeline's system turn (~40 tiny tokens) precedes every prompt, so
         # 64 text tokens; guidance is the distilled embedding (per row, no CFG pass)
-        name="flux2", diffusers_class="Flux2Pipeline", size=dict(height=32, width=48, max_sequence_length=64),
+        name="flux2",
+        diffusers_class="Flux2Pipeline",
+        size=dict(height=32, width=48, max_sequence_length=64),
         # exact in every run but one full run (2026-12-05), where four flux2 comparisons in one xdist worker were
         # one or two float32 steps off (2.4e-7 at |x| ~ 3); not isolated: [klein]'s rounding from the permuted
         # view (its row above), or that worker's thread settings after an in-process vLLM engine (it replaces
         # torch.set_num_threads). Four steps at that magnitude.
         solo_tol=1e-6,
-        solo=(Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=4.0, seed=11), id="guidance"),
-              Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=1.5, seed=11,
-                                               num_outputs_per_prompt=2), id="two-outputs")),
+        solo=(
+            Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=4.0, seed=11), id="guidance"),
+            Req(
+                "a red cat on a chair",
+                dict(num_inference_steps=3, guidance_scale=1.5, seed=11, num_outputs_per_prompt=2),
+                id="two-outputs",
+            ),
+        ),
         # different prompts, seeds, steps and guidance embeddings in one forward
-        concurrent=(Req("a red cat", dict(num_inference_steps=7, guidance_scale=4.0, seed=1)),
-                    Req("green square and yellow circle", dict(num_inference_steps=5, guidance_scale=1.0, seed=2)),
-                    Req("mountains at sunset", dict(num_inference_steps=6, guidance_scale=2.5, seed=3,
-                                                    num_outputs_per_prompt=2)),
-                    Req("city skyline", dict(num_inference_steps=4, guidance_scale=6.0, seed=4))),
+        concurrent=(
+            Req("a red cat", dict(num_inference_steps=7, guidance_scale=4.0, seed=1)),
+            Req("green square and yellow circle", dict(num_inference_steps=5, guidance_scale=1.0, seed=2)),
+            Req(
+                "mountains at sunset", dict(num_inference_steps=6, guidance_scale=2.5, seed=3, num_outputs_per_prompt=2)
+            ),
+            Req("city skyline", dict(num_inference_steps=4, guidance_scale=6.0, seed=4)),
+        ),
         http=Req("a red cat", dict(num_inference_steps=3, guidance_scale=3.0, seed=3, num_outputs_per_prompt=2)),
     ),
     ImageFamily(
         # 32x48 pixels -> 2x3 packed tokens; a short text length keeps the Qwen3 encoder cheap
-        name="ovis_image", diffusers_class="OvisImagePipeline", size=dict(height=32, width=48, max_sequence_length=32),
-        solo=(Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=5.0, seed=11), id="cfg"),
-              Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=1.0, seed=11), id="no-cfg"),
-              Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=3.0, seed=5,
-                                               num_outputs_per_prompt=2), negative_prompt="blurry",
-                  id="negative-two-outputs")),
-        concurrent=(Req("a red cat", dict(num_inference_steps=8, guidance_scale=5.0, seed=1)),
-                    Req("green square and yellow circle", dict(num_inference_steps=6, guidance_scale=1.0, seed=2)),
-                    Req("mountains at sunset", dict(num_inference_steps=5, guidance_scale=2.0, seed=3,
-                                                    num_outputs_per_prompt=2), negative_prompt="dark"),
-                    Req("city skyline", dict(num_inference_steps=7, guidance_scale=7.0, seed=4))),
-        http=Req("a red cat", dict(num_inference_steps=3, guidance_scale=4.0, seed=3, num_outputs_per_prompt=2),
-                 negative_prompt="blurry"),
+        name="ovis_image",
+        diffusers_class="OvisImagePipeline",
+        size=dict(height=32, width=48, max_sequence_length=32),
+        solo=(
+            Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=5.0, seed=11), id="cfg"),
+            Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=1.0, seed=11), id="no-cfg"),
+            Req(
+                "a red cat on a chair",
+                dict(num_inference_steps=3, guidance_scale=3.0, seed=5, num_outputs_per_prompt=2),
+                negative_prompt="blurry",
+                id="negative-two-outputs",
+            ),
+        ),
+        concurrent=(
+            Req("a red cat", dict(num_inference_steps=8, guidance_scale=5.0, seed=1)),
+            Req("green square and yellow circle", dict(num_inference_steps=6, guidance_scale=1.0, seed=2)),
+            Req(
+                "mountains at sunset",
+                dict(num_inference_steps=5, guidance_scale=2.0, seed=3, num_outputs_per_prompt=2),
+                negative_prompt="dark",
+            ),
+            Req("city skyline", dict(num_inference_steps=7, guidance_scale=7.0, seed=4)),
+        ),
+        http=Req(
+            "a red cat",
+            dict(num_inference_steps=3, guidance_scale=4.0, seed=3, num_outputs_per_prompt=2),
+            negative_prompt="blurry",
+        ),
     ),
     ImageFamily(
         # 32x48 pixels -> 2x3 packed tokens; every prompt is 512 text tokens (the pipeline's fixed padding)
-        name="longcat_image", diffusers_class="LongCatImagePipeline", size=dict(height=32, width=48),
+        name="longcat_image",
+        diffusers_class="LongCatImagePipeline",
+        size=dict(height=32, width=48),
         # diffusers' default rewrites the prompt with the text encoder (off here unless asked: adapter.py)
         extra=dict(enable_prompt_rewrite=False),
-        solo=(Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=4.5, seed=11), id="cfg-renorm"),
-              Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=1.0, seed=11), id="no-cfg"),
-              Req("a sign that says 'hi'", dict(num_inference_steps=3, guidance_scale=3.0, seed=5,
-                                                num_outputs_per_prompt=2,
-                                                extra_args=dict(enable_cfg_renorm=False)),
-                  negative_prompt="blurry", id="negative-two-outputs-no-renorm"),
-              Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=6.0, seed=5,
-                                               extra_args=dict(cfg_renorm_min=0.5)), id="renorm-min")),
-        concurrent=(Req("a red cat", dict(num_inference_steps=8, guidance_scale=4.5, seed=1)),
-                    Req("green square and yellow circle", dict(num_inference_steps=6, guidance_scale=1.0, seed=2)),
-                    Req("mountains at sunset", dict(num_inference_steps=5, guidance_scale=2.0, seed=3,
-                                                    num_outputs_per_prompt=2), negative_prompt="dark"),
-                    Req("city skyline", dict(num_inference_steps=7, guidance_scale=7.0, seed=4,
-                                             extra_args=dict(enable_cfg_renorm=False)))),
-        http=Req("a red cat", dict(num_inference_steps=3, guidance_scale=4.0, seed=3, num_outputs_per_prompt=2),
-                 negative_prompt="blurry"),
+        solo=(
+            Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=4.5, seed=11), id="cfg-renorm"),
+            Req("a red cat on a chair", dict(num_inference_steps=3, guidance_scale=1.0, seed=11), id="no-cfg"),
+            Req(
+                "a sign that says 'hi'",
+                dict(
+                    num_inference_steps=3,
+                    guidance_scale=3.0,
+                    seed=5,
+                    num_outputs_per_prompt=2,
+                    extra_args=dict(enable_cfg_renorm=False),
+                ),
+                negative_prompt="blurry",
+                id="negative-two-outputs-no-renorm",
+            ),
+            Req(
+                "a red cat on a chair",
+                dict(num_inference_steps=3, guidance_scale=6.0, seed=5, extra_args=dict(cfg_renorm_min=0.5)),
+                id="renorm-min",
+            ),
+        ),
+        concurrent=(
+            Req("a red cat", dict(num_inference_steps=8, guidance_scale=4.5, seed=1)),
+            Req("green square and yellow circle", dict(num_inference_steps=6, guidance_scale=1.0, seed=2)),
+            Req(
+                "mountains at sunset",
+                dict(num_inference_steps=5, guidance_scale=2.0, seed=3, num_outputs_per_prompt=2),
+                negative_prompt="dark",
+            ),
+            Req(
+                "city skyline",
+                dict(num_inference_steps=7, guidance_scale=7.0, seed=4, extra_args=dict(enable_cfg_renorm=False)),
+            ),
+        ),
+        http=Req(
+            "a red cat",
+            dict(num_inference_steps=3, guidance_scale=4.0, seed=3, num_outputs_per_prompt=2),
+            negative_prompt="blurry",
+        ),
     ),
     ImageFamily(
         # VAE factor 16 and 2x2 slots: 64x96 pixels are a 4x6 latent grid (2x3 slots)
-        name="qwen_image_21", diffusers_class="QwenImage21Pipeline", size=dict(height=64, width=96),
-        solo=(Req("a red cat sitting on a blue chair", dict(num_inference_steps=3, true_cfg_scale=3.0, seed=11),
-                  negative_prompt="blurry, low quality", id="true-cfg"),  # other text lengths
-              # the default scale (1.0): no CFG, as diffusers
-              Req("a red cat sitting on a blue chair", dict(num_inference_steps=3, seed=11, num_outputs_per_prompt=2),
-                  id="no-cfg-two-outputs")),
+        name="qwen_image_21",
+        diffusers_class="QwenImage21Pipeline",
+        size=dict(height=64, width=96),
+        solo=(
+            Req(
+                "a red cat sitting on a blue chair",
+                dict(num_inference_steps=3, true_cfg_scale=3.0, seed=11),
+                negative_prompt="blurry, low quality",
+                id="true-cfg",
+            ),  # other text lengths
+            # the default scale (1.0): no CFG, as diffusers
+            Req(
+                "a red cat sitting on a blue chair",
+                dict(num_inference_steps=3, seed=11, num_outputs_per_prompt=2),
+                id="no-cfg-two-outputs",
+            ),
+        ),
         # different prompts, seeds, steps, true-CFG scales; RoPE puts the image after the text, so only prompts of
         # one token length share a forward (the batch key): 28 tiny tokens each, the negatives 23
         # (a CFG request's key holds its negative's length too: the two of each kind arrive one after the other)
-        concurrent=(Req("blue circle", dict(num_inference_steps=8, seed=1)),
-                    Req("green square", dict(num_inference_steps=5, seed=3, num_outputs_per_prompt=2)),
-                    Req("city skyline", dict(num_inference_steps=6, seed=2, true_cfg_scale=4.0),
-                        negative_prompt="dark"),
-                    Req("low quality", dict(num_inference_steps=7, seed=4, true_cfg_scale=2.5),
-                        negative_prompt="ugly")),
-        http=Req("a red cat on a blue chair", dict(num_inference_steps=3, true_cfg_scale=3.0, seed=3,
-                                                   num_outputs_per_prompt=2), negative_prompt="blurry"),
+        concurrent=(
+            Req("blue circle", dict(num_inference_steps=8, seed=1)),
+            Req("green square", dict(num_inference_steps=5, seed=3, num_outputs_per_prompt=2)),
+            Req("city skyline", dict(num_inference_steps=6, seed=2, true_cfg_scale=4.0), negative_prompt="dark"),
+            Req("low quality", dict(num_inference_steps=7, seed=4, true_cfg_scale=2.5), negative_prompt="ugly"),
+        ),
+        http=Req(
+            "a red cat on a blue chair",
+            dict(num_inference_steps=3, true_cfg_scale=3.0, seed=3, num_outputs_per_prompt=2),
+            negative_prompt="blurry",
+        ),
     ),
 ]
 

@@ -76,8 +76,11 @@ async def test_solo_equals_diffusers_call(name, case, engines, refs):
     omni, ref = await engines(name), refs(name)
     out = await generate_final(omni, req.engine_prompt(), req.engine_params(fam, output_type="latent"))
     expected = ref(prompt=req.prompt, **req.diffusers_kwargs(fam, output_type="latent")).images
-    got = out.latents if fam.latent_view is None else fam.latent_view(ref, out.latents, fam.size["height"],
-                                                                        fam.size["width"])
+    got = (
+        out.latents
+        if fam.latent_view is None
+        else fam.latent_view(ref, out.latents, fam.size["height"], fam.size["width"])
+    )
     assert got.shape == expected.shape and expected.shape[0] == req.n
     assert max_diff(got, expected) <= fam.solo_tol
     out = await generate_final(omni, req.engine_prompt(), req.engine_params(fam))

@@ -34,23 +34,47 @@ class LoraRow:
 
 
 ROWS = [
-    LoraRow("sana", "sana_lora", "attention_kwargs", (  # CFG and not, the adapter at two scales and none
-        (Req("a red cat", dict(num_inference_steps=3, seed=1, guidance_scale=4.5)), "a", 1.0),
-        (Req("green square", dict(num_inference_steps=2, seed=2, guidance_scale=1.0)), None, 1.0),
-        (Req("city skyline", dict(num_inference_steps=3, seed=3, guidance_scale=3.0)), "a", 0.5))),
-    LoraRow("flux2_klein", "flux2_lora", "attention_kwargs", (  # [klein]: CFG (separate passes) above scale 1
-        (Req("a red cat", dict(num_inference_steps=2, seed=1, guidance_scale=4.0)), "a", 1.0),
-        (Req("green square", dict(num_inference_steps=2, seed=2, guidance_scale=1.0)), None, 1.0),
-        (Req("city skyline", dict(num_inference_steps=2, seed=3, guidance_scale=1.0)), "a", 0.5))),
-    LoraRow("flux2", "flux2_lora", "attention_kwargs", (  # [dev]: guidance embedding, the same adapter file
-        (Req("a red cat", dict(num_inference_steps=2, seed=1, guidance_scale=4.0)), "a", 1.0),
-        (Req("green square", dict(num_inference_steps=2, seed=2, guidance_scale=2.5)), None, 1.0),
-        (Req("city skyline", dict(num_inference_steps=2, seed=3, guidance_scale=1.5)), "a", 0.5))),
+    LoraRow(
+        "sana",
+        "sana_lora",
+        "attention_kwargs",
+        (  # CFG and not, the adapter at two scales and none
+            (Req("a red cat", dict(num_inference_steps=3, seed=1, guidance_scale=4.5)), "a", 1.0),
+            (Req("green square", dict(num_inference_steps=2, seed=2, guidance_scale=1.0)), None, 1.0),
+            (Req("city skyline", dict(num_inference_steps=3, seed=3, guidance_scale=3.0)), "a", 0.5),
+        ),
+    ),
+    LoraRow(
+        "flux2_klein",
+        "flux2_lora",
+        "attention_kwargs",
+        (  # [klein]: CFG (separate passes) above scale 1
+            (Req("a red cat", dict(num_inference_steps=2, seed=1, guidance_scale=4.0)), "a", 1.0),
+            (Req("green square", dict(num_inference_steps=2, seed=2, guidance_scale=1.0)), None, 1.0),
+            (Req("city skyline", dict(num_inference_steps=2, seed=3, guidance_scale=1.0)), "a", 0.5),
+        ),
+    ),
+    LoraRow(
+        "flux2",
+        "flux2_lora",
+        "attention_kwargs",
+        (  # [dev]: guidance embedding, the same adapter file
+            (Req("a red cat", dict(num_inference_steps=2, seed=1, guidance_scale=4.0)), "a", 1.0),
+            (Req("green square", dict(num_inference_steps=2, seed=2, guidance_scale=2.5)), None, 1.0),
+            (Req("city skyline", dict(num_inference_steps=2, seed=3, guidance_scale=1.5)), "a", 0.5),
+        ),
+    ),
     # only prompts of one token length share a forward (the batch key): one prompt, three seeds
-    LoraRow("qwen_image_21", "qwen_image_21_lora", "attention_kwargs", (
-        (Req("a red cat", dict(num_inference_steps=2, seed=1)), "a", 1.0),
-        (Req("a red cat", dict(num_inference_steps=2, seed=2)), None, 1.0),
-        (Req("a red cat", dict(num_inference_steps=2, seed=3)), "a", 0.5))),
+    LoraRow(
+        "qwen_image_21",
+        "qwen_image_21_lora",
+        "attention_kwargs",
+        (
+            (Req("a red cat", dict(num_inference_steps=2, seed=1)), "a", 1.0),
+            (Req("a red cat", dict(num_inference_steps=2, seed=2)), None, 1.0),
+            (Req("a red cat", dict(num_inference_steps=2, seed=3)), "a", 0.5),
+        ),
+    ),
 ]
 
 
@@ -86,9 +110,12 @@ async def test_mixed_adapters_equal_diffusers_load_lora_weights(row, tiny_model)
         return {**({"prompt": p} if isinstance(p, str) else p), **({"lora": adapter} if adapter else {})}
 
     async with AsyncOmni(base, deploy_config=deploy) as omni:
-        outs = await asyncio.gather(*(
-            generate_final(omni, prompt(req, a), req.engine_params(fam, output_type="latent", lora_scale=s))
-            for req, a, s in row.cases))
+        outs = await asyncio.gather(
+            *(
+                generate_final(omni, prompt(req, a), req.engine_params(fam, output_type="latent", lora_scale=s))
+                for req, a, s in row.cases
+            )
+        )
         forwards = [ids for _, ids in omni.replicas(0)[0].forward_log]
     assert max(len(ids) for ids in forwards) == len(row.cases)  # the adapter, another scale and none in one forward
     h, w = fam.size["height"], fam.size["width"]

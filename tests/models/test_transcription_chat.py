@@ -21,8 +21,11 @@ SAMPLES = np.random.default_rng(0).standard_normal(8000).astype(np.float32) * 0.
 
 
 def request(language="en", task="transcribe", prompt="", **info):
-    return {"prompt": prompt, "multi_modal_data": {"audio": (SAMPLES, 16000)},
-            "additional_information": {"language": language, "task": task, **info}}
+    return {
+        "prompt": prompt,
+        "multi_modal_data": {"audio": (SAMPLES, 16000)},
+        "additional_information": {"language": language, "task": task, **info},
+    }
 
 
 def test_a_recogniser_request_becomes_one_chat_turn():
@@ -37,12 +40,15 @@ def test_a_recogniser_request_becomes_one_chat_turn():
     assert params == [{"temperature": 0.0, "max_tokens": 448}]
 
 
-@pytest.mark.parametrize("args, words", [
-    (("de", "transcribe", ""), "Transcribe this audio into German."),
-    (("en", "transcribe", "Hello, Anna."), "Transcribe this audio into English. Hello, Anna."),
-    (("fr", "translate", ""), "Translate this audio from French into English."),
-    (("en", "translate", ""), "Translate this audio into English."),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (("de", "transcribe", ""), "Transcribe this audio into German."),
+        (("en", "transcribe", "Hello, Anna."), "Transcribe this audio into English. Hello, Anna."),
+        (("fr", "translate", ""), "Translate this audio from French into English."),
+        (("en", "translate", ""), "Translate this audio into English."),
+    ],
+)
 def test_instruction_wording(args, words):
     prompt = request(*args)
     to_transcription_chat(prompt, [{"temperature": 0.7, "max_tokens": 5}])
@@ -57,20 +63,25 @@ def test_the_request_keeps_its_own_knobs_and_other_information():
 
 
 def test_chat_requests_pass_unchanged():
-    for prompt in ({"prompt": "hi"}, {"messages": [{"role": "user", "content": "hi"}]},
-                   {"prompt": "x", "multi_modal_data": {"audio": (SAMPLES, 16000)},
-                    "additional_information": {"voice": "Ethan"}}):
+    for prompt in (
+        {"prompt": "hi"},
+        {"messages": [{"role": "user", "content": "hi"}]},
+        {"prompt": "x", "multi_modal_data": {"audio": (SAMPLES, 16000)}, "additional_information": {"voice": "Ethan"}},
+    ):
         before = copy.deepcopy(prompt)
         to_transcription_chat(prompt, [{}])
         assert repr(prompt) == repr(before)
 
 
-@pytest.mark.parametrize("prompt, field", [
-    (request(language="xx"), "language"),
-    (request(task="summarise"), "task"),
-    ({"prompt": "", "additional_information": {"task": "transcribe"}}, "multi_modal_data.audio"),
-    (request(prompt=3), "prompt"),
-])
+@pytest.mark.parametrize(
+    "prompt, field",
+    [
+        (request(language="xx"), "language"),
+        (request(task="summarise"), "task"),
+        ({"prompt": "", "additional_information": {"task": "transcribe"}}, "multi_modal_data.audio"),
+        (request(prompt=3), "prompt"),
+    ],
+)
 def test_bad_requests_name_the_field(prompt, field):
     with pytest.raises(InvalidRequestError) as e:
         to_transcription_chat(prompt, [{}])

@@ -74,11 +74,21 @@ class WordEngine:
                     yield StageOutput(req.request_id, self.stage_id, {}, finished=True, finish_reason="abort")
                     return
                 await asyncio.sleep(0.001)
-                yield StageOutput(req.request_id, self.stage_id,
-                                  {"text": (" " if i else "") + w, "token_ids": [zlib.crc32(w.encode()) % 1000]}, False)
+                yield StageOutput(
+                    req.request_id,
+                    self.stage_id,
+                    {"text": (" " if i else "") + w, "token_ids": [zlib.crc32(w.encode()) % 1000]},
+                    False,
+                )
             reason = "length" if n < len(words) else "stop"
-            yield StageOutput(req.request_id, self.stage_id, {"prompt_token_ids": list(range(len(text.split()) + 3))},
-                              finished=True, metrics=StageMetrics(num_tokens=n), finish_reason=reason)
+            yield StageOutput(
+                req.request_id,
+                self.stage_id,
+                {"prompt_token_ids": list(range(len(text.split()) + 3))},
+                finished=True,
+                metrics=StageMetrics(num_tokens=n),
+                finish_reason=reason,
+            )
         finally:
             self._running.discard(req.request_id)
             self._aborted.discard(req.request_id)
@@ -176,11 +186,23 @@ def omni_pipeline() -> Pipeline:
         name="test_omni",
         stages=[
             StageSpec(0, kind="llm", engine=WordEngine, output="text", final=True),
-            StageSpec(1, kind="generation", adapter=ToneAdapter, output="audio", final=True,
-                      inputs=[Edge(0, process=lambda src, req: {"text": src.get("text", "")}, process_chunk=text_chunk)]),
+            StageSpec(
+                1,
+                kind="generation",
+                adapter=ToneAdapter,
+                output="audio",
+                final=True,
+                inputs=[Edge(0, process=lambda src, req: {"text": src.get("text", "")}, process_chunk=text_chunk)],
+            ),
             StageSpec(2, kind="generation", adapter=ImageAdapter, output="image", final=True),
-            StageSpec(3, kind="generation", adapter=VideoAdapter, output="video", final=True,
-                      default_params={"num_frames": 4, "fps": 8}),
+            StageSpec(
+                3,
+                kind="generation",
+                adapter=VideoAdapter,
+                output="video",
+                final=True,
+                default_params={"num_frames": 4, "fps": 8},
+            ),
         ],
         extra_body_params={"style": str},
         info={"voices": ["alto", "bass"]},
@@ -195,5 +217,6 @@ def talking_pipeline() -> Pipeline:
 
 
 def image_pipeline() -> Pipeline:
-    return Pipeline(name="test_image", stages=[
-        StageSpec(0, kind="generation", adapter=ImageAdapter, output="image", final=True)])
+    return Pipeline(
+        name="test_image", stages=[StageSpec(0, kind="generation", adapter=ImageAdapter, output="image", final=True)]
+    )

@@ -80,8 +80,13 @@ async def read_reply(conn: Any, on_event: Any = None) -> Reply:
 def chat_stream(url: str, key: str, messages: list[dict], **body: Any) -> tuple[str, bytes]:
     """/v1/chat/completions streamed: the text and the PCM16 audio it sends."""
     text, pcm = "", b""
-    with httpx.stream("POST", f"{url}/v1/chat/completions", timeout=300, headers={"Authorization": f"Bearer {key}"},
-                      json={"messages": messages, "stream": True, **body}) as r:
+    with httpx.stream(
+        "POST",
+        f"{url}/v1/chat/completions",
+        timeout=300,
+        headers={"Authorization": f"Bearer {key}"},
+        json={"messages": messages, "stream": True, **body},
+    ) as r:
         assert r.status_code == 200, r.read()
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":

@@ -64,6 +64,7 @@ def test_saturated_server_answers_503_with_retry_after(srv):
 def test_disconnect_aborts_nonstreaming_request(srv):
     aborted = metric(srv, "omnistage_requests_aborted_total")
     with ThreadPoolExecutor(1) as pool:
+
         def call():
             with pytest.raises(httpx.ReadTimeout):
                 httpx.post(f"{srv.url}/v1/chat/completions", json=BLOCKED_CHAT, timeout=3)
@@ -89,8 +90,11 @@ def test_disconnect_aborts_streaming_request(srv):
             wait_for(lambda: word_engines(srv)[0]._running)  # the request is inside the stage, blocked
         # leaving the block closes the connection mid-stream
     # The stage saw the abort (its loop ended) without the gate ever opening.
-    wait_for(lambda: not word_engines(srv)[0]._running and not srv.engine.running_requests()
-             and srv.state.admission.pending == 0)
+    wait_for(
+        lambda: (
+            not word_engines(srv)[0]._running and not srv.engine.running_requests() and srv.state.admission.pending == 0
+        )
+    )
     assert not GATE.is_set()
     assert metric(srv, "omnistage_requests_aborted_total") == aborted + 1
     assert srv.client().get("/health").status_code == 200
@@ -99,8 +103,12 @@ def test_disconnect_aborts_streaming_request(srv):
 def test_video_job_in_progress_then_cancelled(srv):
     c = srv.client()
     job = c.post("/v1/videos", json={"prompt": "block: v", "num_frames": 2}).json()
-    wait_for(lambda: c.get(f"/v1/videos/{job['id']}").json()["status"] in ("queued", "in_progress")
-             and srv.engine.running_requests())
+    wait_for(
+        lambda: (
+            c.get(f"/v1/videos/{job['id']}").json()["status"] in ("queued", "in_progress")
+            and srv.engine.running_requests()
+        )
+    )
     r = c.get(f"/v1/videos/{job['id']}/content")
     assert r.status_code == 409 and error_of(r)["code"] == "video_not_ready"
     assert c.delete(f"/v1/videos/{job['id']}").json() == {"id": job["id"], "object": "video.deleted", "deleted": True}

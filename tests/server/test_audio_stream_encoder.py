@@ -28,7 +28,7 @@ def clip() -> np.ndarray:
 def streamed(fmt: str, audio: np.ndarray) -> list[bytes]:
     enc, out, i = AudioStreamEncoder(fmt, RATE), [], 0
     for n in SIZES:
-        out.append(enc.encode(audio[i:i + n]))
+        out.append(enc.encode(audio[i : i + n]))
         i += n
     return out + [enc.close()]
 
@@ -85,7 +85,7 @@ def test_mp3_streamed_equals_the_clip_encoded_at_once():
     assert len(ref) == len(audio)
     # A streamed body cannot seek back to write the LAME header, so the encoder's delay stays in front.
     assert len(got) >= LAME_DELAY + len(ref)
-    assert np.array_equal(got[LAME_DELAY:LAME_DELAY + len(ref)], ref)
+    assert np.array_equal(got[LAME_DELAY : LAME_DELAY + len(ref)], ref)
     assert np.corrcoef(ref, audio)[0, 1] > 0.95  # and it is the clip
 
 

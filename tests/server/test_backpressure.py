@@ -44,8 +44,11 @@ class ToneSteps(StepEngine):
         words = r.req.inputs["prompt"].split()
         t = torch.arange(SAMPLE_RATE // 100) / SAMPLE_RATE
         audio = 0.2 * torch.sin(2 * torch.pi * (200 + 50 * r.tokens) * t)
-        return Emit({"audio": audio, "sample_rate": SAMPLE_RATE}, tokens=1,
-                    finish="stop" if r.tokens + 1 >= len(words) else None)
+        return Emit(
+            {"audio": audio, "sample_rate": SAMPLE_RATE},
+            tokens=1,
+            finish="stop" if r.tokens + 1 >= len(words) else None,
+        )
 
     def prefill(self, r: ARRequest) -> Emit:
         if r.req.inputs["prompt"].startswith("block:"):
@@ -60,10 +63,13 @@ class ToneSteps(StepEngine):
 
 
 def _pipeline() -> Pipeline:
-    return Pipeline(name="test_backpressure", stages=[
-        StageSpec(0, kind="generation", adapter=ImageAdapter, output="image", final=True),
-        StageSpec(1, kind="generation", engine=ToneSteps, output="audio", final=True),
-    ])
+    return Pipeline(
+        name="test_backpressure",
+        stages=[
+            StageSpec(0, kind="generation", adapter=ImageAdapter, output="image", final=True),
+            StageSpec(1, kind="generation", engine=ToneSteps, output="audio", final=True),
+        ],
+    )
 
 
 OVERRIDES = {"0": {"max_num_seqs": CAP}, "1": {"max_num_seqs": CAP}}
@@ -87,8 +93,9 @@ def srv(server_factory):
 def limited(server_factory):
     from omnistage import AsyncOmni
 
-    return server_factory(AsyncOmni(pipeline=_pipeline(), stage_overrides=OVERRIDES), max_pending=CAP + 1,
-                          retry_after_s=4)
+    return server_factory(
+        AsyncOmni(pipeline=_pipeline(), stage_overrides=OVERRIDES), max_pending=CAP + 1, retry_after_s=4
+    )
 
 
 def stage_metric(srv, name: str, stage: int) -> float:
@@ -116,12 +123,14 @@ def speech(srv, prompt: str) -> httpx.Response:
 def test_far_above_the_cap_queues_on_metrics_and_completes(srv, call, stage):
     with ThreadPoolExecutor(N) as pool:
         futures = [pool.submit(call, srv, f"block: request number {i}") for i in range(N)]
+
         # the first batch holds (at most CAP), the rest wait in the stage's queue, as /metrics says: every
         # request is either running or counted as waiting
         def counted():
             depth = stage_metric(srv, "omnistage_stage_queue_depth", stage)
             running = stage_metric(srv, "omnistage_stage_running", stage)
             return running >= 1 and depth + running == N
+
         wait_for(counted)
         assert 1 <= stage_metric(srv, "omnistage_stage_running", stage) <= CAP
         assert httpx.get(f"{srv.url}/health", timeout=10).json()["in_flight"] == N
@@ -162,8 +171,12 @@ def test_diffusion_engine_queues_far_above_its_rows(server_factory, tiny_model):
     body = {"prompt": "a red cat", "size": "32x32", "num_inference_steps": 30, "guidance_scale": 1.0}
     depths, running = [], []
     with ThreadPoolExecutor(N) as pool:
-        futures = [pool.submit(lambda i: httpx.post(f"{srv.url}/v1/images/generations", json={**body, "seed": i},
-                                                    timeout=300), i) for i in range(N)]
+        futures = [
+            pool.submit(
+                lambda i: httpx.post(f"{srv.url}/v1/images/generations", json={**body, "seed": i}, timeout=300), i
+            )
+            for i in range(N)
+        ]
         while not all(f.done() for f in futures):
             depths.append(stage_metric(srv, "omnistage_stage_queue_depth", 0))
             running.append(stage_metric(srv, "omnistage_stage_running", 0))
@@ -181,11 +194,21 @@ def test_llm_engine_queues_far_above_max_num_seqs(server_factory, tiny_model):
     scheduler queues them; the stage's queue depth on /metrics shows the excess), the engine stays healthy."""
     from omnistage import AsyncOmni
 
-    engine = AsyncOmni(tiny_model("chat"), max_model_len=512, dtype="float32", enforce_eager=True,
-                       stage_overrides={"0": {"max_num_seqs": CAP}})
+    engine = AsyncOmni(
+        tiny_model("chat"),
+        max_model_len=512,
+        dtype="float32",
+        enforce_eager=True,
+        stage_overrides={"0": {"max_num_seqs": CAP}},
+    )
     srv = server_factory(engine, ready_timeout=300)
-    body = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 48, "temperature": 0,
-            "ignore_eos": True, "stream": True}
+    body = {
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": 48,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
 
     def chat(i: int) -> tuple[int, str]:
         with httpx.stream("POST", f"{srv.url}/v1/chat/completions", json={**body, "seed": i}, timeout=300) as r:

@@ -22,9 +22,11 @@ from omnistage.testing.server import ServeProcess
 pytestmark = pytest.mark.slow
 
 BODY = {"input": "hello there friend", "response_format": "pcm", "temperature": 0, "max_tokens": 24}
-BAD = [("/v1/audio/speech", {"json": {"input": "hi", "voice": "7"}}, 400),
-       ("/v1/audio/speech", {"json": {"input": ""}}, 400),
-       ("/v1/audio/speech", {"content": b"{oops", "headers": {"content-type": "application/json"}}, 400)]
+BAD = [
+    ("/v1/audio/speech", {"json": {"input": "hi", "voice": "7"}}, 400),
+    ("/v1/audio/speech", {"json": {"input": ""}}, 400),
+    ("/v1/audio/speech", {"content": b"{oops", "headers": {"content-type": "application/json"}}, 400),
+]
 
 
 def wait_for_ok(load: ch.Load, timeout: float = 120.0) -> None:
@@ -36,8 +38,16 @@ def wait_for_ok(load: ch.Load, timeout: float = 120.0) -> None:
 
 def test_ar_step_process_killed_twice_under_mixed_load(tiny_model, tmp_path, monkeypatch):
     monkeypatch.setenv("OMNISTAGE_SERVER_STORAGE__PATH", str(tmp_path / "storage"))
-    server = ServeProcess.launch([str(tiny_model("csm")), "--served-model-name", "csm",
-                                  "--stage-overrides", json.dumps({"0": {"process": "mp"}})], tmp_path / "server.log")
+    server = ServeProcess.launch(
+        [
+            str(tiny_model("csm")),
+            "--served-model-name",
+            "csm",
+            "--stage-overrides",
+            json.dumps({"0": {"process": "mp"}}),
+        ],
+        tmp_path / "server.log",
+    )
     try:
         with httpx.Client(base_url=server.url, timeout=60) as c:
             before = c.post("/v1/audio/speech", json=BODY)
@@ -49,15 +59,24 @@ def test_ar_step_process_killed_twice_under_mixed_load(tiny_model, tmp_path, mon
             got = np.frombuffer(r.content, dtype="<i2").astype(np.int32)
             return got.shape == expected.shape and int(np.abs(got - expected).max()) <= 4
 
-        load = ch.Load("csm", server.url, [
-            ("speech_sse", ch.speech_sse(BODY)), ("speech_raw", ch.speech_raw(BODY, len(before.content))),
-            ("speech_whole", ch.post_json("/v1/audio/speech", BODY, same_speech, seed=False)),
-            ("abandoned", ch.abandon("/v1/audio/speech", {**BODY, "stream_format": "sse"})), ("bad", ch.bad(BAD)),
-        ], threads=3).start()
+        load = ch.Load(
+            "csm",
+            server.url,
+            [
+                ("speech_sse", ch.speech_sse(BODY)),
+                ("speech_raw", ch.speech_raw(BODY, len(before.content))),
+                ("speech_whole", ch.post_json("/v1/audio/speech", BODY, same_speech, seed=False)),
+                ("abandoned", ch.abandon("/v1/audio/speech", {**BODY, "stream_format": "sse"})),
+                ("bad", ch.bad(BAD)),
+            ],
+            threads=3,
+        ).start()
         try:
             wait_for_ok(load)  # on a loaded machine the first kill could otherwise land before any request ended
-            kills = [ch.kill_and_recover("csm", server.url, server.proc.pid, "ar_step_process", pr.stage_children)
-                     for _ in range(2)]
+            kills = [
+                ch.kill_and_recover("csm", server.url, server.proc.pid, "ar_step_process", pr.stage_children)
+                for _ in range(2)
+            ]
         finally:
             load.stop()
         summary = ch.summary(load.outcomes)

@@ -23,15 +23,41 @@ def test_defaults_are_the_documented_ones():
 
 
 def test_flags_reach_the_options_and_the_limits():
-    o = serve.serve_options(parse("--max-image-pixels", "4096", "--max-num-frames", "9", "--max-inference-steps", "8",
-                                  "--max-tokens", "64", "--request-timeout", "2.5", "--max-download-mb", "0.5",
-                                  "--media-fetch-timeout", "3", "--allowed-media-domains", "Example.com", "cdn.test"))
+    o = serve.serve_options(
+        parse(
+            "--max-image-pixels",
+            "4096",
+            "--max-num-frames",
+            "9",
+            "--max-inference-steps",
+            "8",
+            "--max-tokens",
+            "64",
+            "--request-timeout",
+            "2.5",
+            "--max-download-mb",
+            "0.5",
+            "--media-fetch-timeout",
+            "3",
+            "--allowed-media-domains",
+            "Example.com",
+            "cdn.test",
+        )
+    )
     assert isinstance(o, ServeOptions)
     limits = o.request_limits()
     assert (limits.max_image_pixels, limits.max_num_frames, limits.max_inference_steps, limits.max_tokens) == (
-        4096, 9, 8, 64)
+        4096,
+        9,
+        8,
+        64,
+    )
     media = o.media_limits()
     assert media.allowed_media_domains == frozenset({"example.com", "cdn.test"})  # host names compare lower-case
     assert (media.max_download_bytes, media.fetch_timeout_s, media.max_image_pixels, media.max_video_frames) == (
-        1 << 19, 3.0, 4096, 9)
+        1 << 19,
+        3.0,
+        4096,
+        9,
+    )
     assert o.request_timeout_s == 2.5

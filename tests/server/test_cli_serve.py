@@ -19,8 +19,17 @@ def parse(*argv: str) -> argparse.Namespace:
 def test_flags_reach_the_deploy_config(tmp_path):
     yaml = tmp_path / "deploy.yaml"
     yaml.write_text("stages:\n  - stage_id: 0\n    max_num_seqs: 2\n    seed: 5\n")
-    args = parse("--deploy-config", str(yaml), "--max-num-seqs", "4", "--enforce-eager",
-                 "--distributed-executor-backend", "mp", "--stage-overrides", '{"0": {"num_threads": 1}}')
+    args = parse(
+        "--deploy-config",
+        str(yaml),
+        "--max-num-seqs",
+        "4",
+        "--enforce-eager",
+        "--distributed-executor-backend",
+        "mp",
+        "--stage-overrides",
+        '{"0": {"num_threads": 1}}',
+    )
     kwargs = serve.engine_kwargs(args)
     kwargs.pop("pipeline")
     engine = AsyncOmni(pipeline=image_pipeline(), **kwargs)
@@ -70,8 +79,11 @@ def test_serve_logs_the_layout_of_each_multi_device_replica(caplog):
 
     from omnistage.models.sd3 import PIPELINE
 
-    deploy = {"stages": [{"stage_id": 0, "num_replicas": 2, "devices": [0, 1, 2, 3],
-                          "parallel_config": {"cfg_parallel_size": 2}}]}
+    deploy = {
+        "stages": [
+            {"stage_id": 0, "num_replicas": 2, "devices": [0, 1, 2, 3], "parallel_config": {"cfg_parallel_size": 2}}
+        ]
+    }
     engine = AsyncOmni(pipeline=PIPELINE, deploy_config=deploy)
     with caplog.at_level(logging.INFO, logger="omnistage.serve"):
         serve.log_parallel_layouts(engine)
@@ -80,8 +92,10 @@ def test_serve_logs_the_layout_of_each_multi_device_replica(caplog):
         devices, backend = ["cuda:0,cuda:1", "cuda:2,cuda:3"], "cpu:gloo,cuda:nccl"
     else:
         devices, backend = ["cpu,cpu", "cpu,cpu"], "cpu:gloo"
-    assert lines == [f"stage 0 replica {i}: 2 ranks, cfg_parallel_size=2 x ulysses_degree=1, devices {d}, "
-                     f"backend {backend}" for i, d in enumerate(devices)]
+    assert lines == [
+        f"stage 0 replica {i}: 2 ranks, cfg_parallel_size=2 x ulysses_degree=1, devices {d}, backend {backend}"
+        for i, d in enumerate(devices)
+    ]
     assert not engine.started  # nothing was started to say it
 
     caplog.clear()

@@ -26,8 +26,12 @@ def srv(server_factory, tmp_path_factory):
     outside = tmp_path_factory.mktemp("outside")
     (outside / "secret.png").write_bytes(_png())
     os.symlink(outside / "secret.png", media / "link.png")  # a symlink may not escape the allowlist
-    s = server_factory(new_engine(omni_pipeline()), allowed_local_media_path=str(media),
-                       max_media_bytes=MAX_MEDIA, max_body_bytes=MAX_BODY)
+    s = server_factory(
+        new_engine(omni_pipeline()),
+        allowed_local_media_path=str(media),
+        max_media_bytes=MAX_MEDIA,
+        max_body_bytes=MAX_BODY,
+    )
     s.outside = outside
     return s
 
@@ -63,8 +67,12 @@ JSON_CASES = [
     ("/v1/images/generations", {"json": {**IMG, "seed": -1}}, 400, "seed"),
     ("/v1/images/generations", {"json": {**IMG, "extra_body": {"seed": -5}}}, 400, "extra_body.seed"),
     ("/v1/chat/completions", {"json": {**CHAT, "seed": -1}}, 400, "seed"),
-    ("/v1/chat/completions", {"json": {**CHAT, "sampling_params_list": [{"seed": -2}]}}, 400,
-     "sampling_params_list[0].seed"),
+    (
+        "/v1/chat/completions",
+        {"json": {**CHAT, "sampling_params_list": [{"seed": -2}]}},
+        400,
+        "sampling_params_list[0].seed",
+    ),
     ("/v1/images/generations", {"json": {**IMG, "num_inference_steps": 0}}, 400, "num_inference_steps"),
     ("/v1/images/generations", {"json": {**IMG, "guidance_scale": "high"}}, 400, "guidance_scale"),
     ("/v1/images/generations", {"json": {**IMG, "model": "nope"}}, 404, "model"),
@@ -76,23 +84,60 @@ JSON_CASES = [
     ("/v1/images/edits", {"data": {"prompt": "p"}, "files": {"other": ("a.txt", b"x")}}, 400, "other"),
     ("/v1/images/edits", {"data": {"prompt": "p"}}, 415, None),  # urlencoded form: not multipart / JSON
     ("/v1/images/edits", {"json": {"prompt": "p"}}, 400, "image"),
-    ("/v1/images/edits", {"files": {"image": ("a.png", b"not an image", "image/png")}, "data": {"prompt": "p"}}, 400, "image"),
-    ("/v1/images/edits", {"files": {"image": ("a.png", _png(), "image/png"), "mask": ("m.png", _png(), "image/png")},
-                          "data": {"prompt": "p"}}, 400, "mask"),
-    ("/v1/images/edits", {"files": {"image": ("a.png", _png(), "image/png")}, "data": {"prompt": "p", "n": "0"}}, 400, "n"),
+    (
+        "/v1/images/edits",
+        {"files": {"image": ("a.png", b"not an image", "image/png")}, "data": {"prompt": "p"}},
+        400,
+        "image",
+    ),
+    (
+        "/v1/images/edits",
+        {
+            "files": {"image": ("a.png", _png(), "image/png"), "mask": ("m.png", _png(), "image/png")},
+            "data": {"prompt": "p"},
+        },
+        400,
+        "mask",
+    ),
+    (
+        "/v1/images/edits",
+        {"files": {"image": ("a.png", _png(), "image/png")}, "data": {"prompt": "p", "n": "0"}},
+        400,
+        "n",
+    ),
     ("/v1/images/edits", {"json": {"prompt": "p", "image_url": "ftp://host/a.png"}}, 400, "image_url"),
     ("/v1/images/edits", {"json": {"prompt": "p", "image_url": "data:image/png;base64,@@@"}}, 400, "image_url"),
     ("/v1/images/edits", {"json": {"prompt": "p", "image_url": "file:///etc/passwd"}}, 400, "image_url"),
-    ("/v1/images/edits", {"content": b"--xx\r\nbroken", "headers": {"content-type": "multipart/form-data; boundary=xx"}},
-     400, None),
+    (
+        "/v1/images/edits",
+        {"content": b"--xx\r\nbroken", "headers": {"content-type": "multipart/form-data; boundary=xx"}},
+        400,
+        None,
+    ),
     ("/v1/chat/completions", {"json": {"modalities": ["text"]}}, 400, "messages"),
     ("/v1/chat/completions", {"json": {"messages": "hi"}}, 400, "messages"),
     ("/v1/chat/completions", {"json": {"messages": [{"role": "wizard", "content": "x"}]}}, 400, "messages[0].role"),
-    ("/v1/chat/completions", {"json": {"messages": [{"role": "user", "content": [{"type": "smell"}]}]}}, 400,
-     "messages[0].content"),
-    ("/v1/chat/completions", {"json": {"messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}}, 400,
-     "messages[0].content[0].image_url"),
+    (
+        "/v1/chat/completions",
+        {"json": {"messages": [{"role": "user", "content": [{"type": "smell"}]}]}},
+        400,
+        "messages[0].content",
+    ),
+    (
+        "/v1/chat/completions",
+        {
+            "json": {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}],
+                    }
+                ]
+            }
+        },
+        400,
+        "messages[0].content[0].image_url",
+    ),
     ("/v1/chat/completions", {"json": {**CHAT, "modalities": ["smell"]}}, 400, "modalities"),
     ("/v1/chat/completions", {"json": {**CHAT, "temperature": "hot"}}, 400, "temperature"),
     ("/v1/chat/completions", {"json": {**CHAT, "temperature": 9}}, 400, "temperature"),  # refused by the stage
@@ -101,8 +146,12 @@ JSON_CASES = [
     ("/v1/chat/completions", {"json": {**CHAT, "sampling_params_list": [{}] * 5}}, 400, "sampling_params_list"),
     ("/v1/chat/completions", {"json": {**CHAT, "stream": True, "top_p": 3}}, 400, "top_p"),
     ("/v1/chat/completions", {"json": {**CHAT, "model": "gpt-4"}}, 404, "model"),
-    ("/v1/chat/completions", {"json": {**CHAT, "modalities": ["image"], "num_inference_steps": 0}}, 400,
-     "num_inference_steps"),
+    (
+        "/v1/chat/completions",
+        {"json": {**CHAT, "modalities": ["image"], "num_inference_steps": 0}},
+        400,
+        "num_inference_steps",
+    ),
     ("/v1/audio/speech", {"json": {"voice": "alto"}}, 400, "input"),
     ("/v1/audio/speech", {"json": {"input": "x", "speed": 10}}, 400, "speed"),
     ("/v1/audio/speech", {"json": {"input": "x", "speed": 2}}, 400, "speed"),  # model does not support it
@@ -111,14 +160,28 @@ JSON_CASES = [
     ("/v1/audio/speech", {"json": {"input": "x", "stream": True, "response_format": "ogg"}}, 400, "response_format"),
     ("/v1/audio/speech", {"json": {"input": "x", "ref_audio": "UklGRg==", "ref_text": "x"}}, 400, "ref_audio"),
     ("/v1/audio/speech", {"json": {"input": "x", "initial_codec_chunk_frames": 0}}, 400, "initial_codec_chunk_frames"),
-    ("/v1/videos", {"data": {"prompt": "p", "image_reference": "data:image/png;base64,AAAA"},
-                    "files": {"input_reference": ("r.png", _png(), "image/png")}}, 400, "input_reference"),
+    (
+        "/v1/videos",
+        {
+            "data": {"prompt": "p", "image_reference": "data:image/png;base64,AAAA"},
+            "files": {"input_reference": ("r.png", _png(), "image/png")},
+        },
+        400,
+        "input_reference",
+    ),
     ("/v1/videos", {"json": {"prompt": "p", "input_reference": "x"}}, 400, "input_reference"),
     ("/v1/videos", {"json": {"prompt": "p", "size": "abc"}}, 400, "size"),
     ("/v1/videos", {"json": {"prompt": "p", "num_frames": 0}}, 400, "num_frames"),
     ("/v1/videos", {"json": {"prompt": "p", "colour": "red"}}, 400, "colour"),
-    ("/v1/videos", {"data": {"prompt": "p", "extra_params": "{not json"},
-                    "files": {"input_reference": ("r.png", _png(), "image/png")}}, 400, "extra_params"),
+    (
+        "/v1/videos",
+        {
+            "data": {"prompt": "p", "extra_params": "{not json"},
+            "files": {"input_reference": ("r.png", _png(), "image/png")},
+        },
+        400,
+        "extra_params",
+    ),
     ("/v1/videos/sync", {"json": {"prompt": "p", "num_inference_steps": -1}}, 400, "num_inference_steps"),
     ("/v1/videos/sync", {"json": {"prompt": "p", "model": "nope"}}, 404, "model"),
 ]
@@ -137,8 +200,11 @@ def test_invalid_input_names_the_field(srv, path, kwargs, status, param):
 
 def test_local_file_outside_allowlist_and_symlink_escape(srv):
     c = srv.client()
-    for url in (f"file://{srv.outside}/secret.png", f"file://{srv.state.media.allowed_local_media_path}/link.png",
-                f"file://{srv.state.media.allowed_local_media_path}/../{srv.outside.name}/secret.png"):
+    for url in (
+        f"file://{srv.outside}/secret.png",
+        f"file://{srv.state.media.allowed_local_media_path}/link.png",
+        f"file://{srv.state.media.allowed_local_media_path}/../{srv.outside.name}/secret.png",
+    ):
         r = c.post("/v1/images/edits", json={"prompt": "p", "image_url": url})
         err = error_of(r)
         assert r.status_code == 400 and err["code"] == "local_media_not_allowed", err
@@ -150,7 +216,9 @@ def test_oversized_upload_and_body(srv):
     assert MAX_MEDIA < len(big) < MAX_BODY
     r = c.post("/v1/images/edits", files={"image": ("a.png", big, "image/png")}, data={"prompt": "p"})
     assert r.status_code == 413 and error_of(r)["param"] == "image"
-    r = c.post("/v1/images/edits", files={"image": ("a.png", b"x" * (MAX_BODY + 10), "image/png")}, data={"prompt": "p"})
+    r = c.post(
+        "/v1/images/edits", files={"image": ("a.png", b"x" * (MAX_BODY + 10), "image/png")}, data={"prompt": "p"}
+    )
     assert r.status_code == 413 and error_of(r)
     data_url = "data:image/png;base64," + base64.b64encode(big).decode()
     r = c.post("/v1/images/edits", json={"prompt": "p", "image_url": data_url})
@@ -166,9 +234,15 @@ def test_chunked_oversized_body_is_refused(srv):
     assert r.status_code == 413 and error_of(r)
 
 
-@pytest.mark.parametrize("method,path", [("get", "/v1/videos/video_" + "0" * 32), ("get", "/v1/videos/nope/content"),
-                                         ("delete", "/v1/videos/video_" + "1" * 32),
-                                         ("get", "/v1/videos/..%2F..%2Fetc%2Fpasswd/content")])
+@pytest.mark.parametrize(
+    "method,path",
+    [
+        ("get", "/v1/videos/video_" + "0" * 32),
+        ("get", "/v1/videos/nope/content"),
+        ("delete", "/v1/videos/video_" + "1" * 32),
+        ("get", "/v1/videos/..%2F..%2Fetc%2Fpasswd/content"),
+    ],
+)
 def test_unknown_video_id(srv, method, path):
     r = getattr(srv.client(), method)(path)
     assert r.status_code == 404
@@ -206,10 +280,12 @@ def test_raw_audio_stream_cut_by_a_stage_fault_breaks_off(srv, fmt):
 
 
 def test_server_healthy_and_good_requests_complete_among_bad_ones(srv):
-    good = [("/v1/images/generations", {"json": {**IMG, "n": 2}}),
-            ("/v1/chat/completions", {"json": CHAT}),
-            ("/v1/audio/speech", {"json": {"input": "a b"}}),
-            ("/v1/videos/sync", {"json": {"prompt": "p", "num_frames": 2}})] * 3
+    good = [
+        ("/v1/images/generations", {"json": {**IMG, "n": 2}}),
+        ("/v1/chat/completions", {"json": CHAT}),
+        ("/v1/audio/speech", {"json": {"input": "a b"}}),
+        ("/v1/videos/sync", {"json": {"prompt": "p", "num_frames": 2}}),
+    ] * 3
     bad = [(p, kw) for p, kw, _, _ in JSON_CASES[:12]]
 
     def send(item):
@@ -230,8 +306,11 @@ def test_server_healthy_and_good_requests_complete_among_bad_ones(srv):
 
 def test_routes_refuse_modalities_the_model_lacks(image_only):
     c = image_only.client(headers={"Authorization": "Bearer sekret"})
-    for path, body in (("/v1/audio/speech", {"input": "x"}), ("/v1/videos", {"prompt": "p"}),
-                       ("/v1/videos/sync", {"prompt": "p"})):
+    for path, body in (
+        ("/v1/audio/speech", {"input": "x"}),
+        ("/v1/videos", {"prompt": "p"}),
+        ("/v1/videos/sync", {"prompt": "p"}),
+    ):
         r = c.post(path, json=body)
         err = error_of(r)
         assert r.status_code == 400 and "does not produce" in err["message"] and "test_image" in err["message"], err

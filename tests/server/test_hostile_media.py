@@ -52,14 +52,19 @@ def png(size=(64, 64)) -> bytes:
 
 def png_bomb(side: int = 60000, rows: int = 1000) -> bytes:
     """An RGB PNG whose IHDR declares side x side pixels; its IDAT inflates to ``rows`` zero rows."""
+
     def chunk(kind: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
     z = zlib.compressobj(9)
     row = bytes(1 + 3 * side)
     idat = b"".join(z.compress(row) for _ in range(rows)) + z.flush()
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", idat)
+        + chunk(b"IEND", b"")
+    )
 
 
 def wav(seconds: float, rate: int = 8000) -> bytes:
@@ -70,9 +75,15 @@ def wav(seconds: float, rate: int = 8000) -> bytes:
 
 
 def wav_header(rate: int, data_bytes: int) -> bytes:
-    return (b"RIFF" + struct.pack("<I", min(data_bytes + 36, 0xFFFFFFFF)) + b"WAVE"
-            + b"fmt " + struct.pack("<IHHIIHH", 16, 1, 1, rate, rate * 2, 2, 16)
-            + b"data" + struct.pack("<I", data_bytes))
+    return (
+        b"RIFF"
+        + struct.pack("<I", min(data_bytes + 36, 0xFFFFFFFF))
+        + b"WAVE"
+        + b"fmt "
+        + struct.pack("<IHHIIHH", 16, 1, 1, rate, rate * 2, 2, 16)
+        + b"data"
+        + struct.pack("<I", data_bytes)
+    )
 
 
 def wav_claiming(seconds: float, rate: int = 48000, holds_s: float = 0.1) -> bytes:
@@ -102,12 +113,12 @@ def mp4(frames: int = 4, h: int = 32, w: int = 32) -> bytes:
     return encode_mp4(np.random.default_rng(2).integers(0, 255, (frames, h, w, 3), dtype=np.uint8), 8)
 
 
-def mp4_claiming_frames(count: int = 10 ** 9) -> bytes:
+def mp4_claiming_frames(count: int = 10**9) -> bytes:
     """A 4-frame MP4 whose single ``stts`` entry declares ``count`` samples (FFmpeg's nb_frames)."""
     data = bytearray(mp4())
     i = data.find(b"stts")
-    assert struct.unpack(">II", data[i + 4:i + 12]) == (0, 1)  # version/flags, one entry
-    data[i + 12:i + 16] = struct.pack(">I", count)
+    assert struct.unpack(">II", data[i + 4 : i + 12]) == (0, 1)  # version/flags, one entry
+    data[i + 12 : i + 16] = struct.pack(">I", count)
     return bytes(data)
 
 
@@ -123,10 +134,19 @@ def files() -> dict[str, bytes]:
     bomb = png_bomb()
     assert 50_000 < len(bomb) < 1_000_000  # "a few hundred KB"
     return {
-        "png": png(), "png_bomb": bomb, "png_text": TEXT, "png_truncated": half(png()),
-        "wav": wav(1.0), "wav_10h": wav_claiming(10 * 3600), "wav_unknown_long": wav_unknown_length(MAX_AUDIO_S + 10),
-        "wav_truncated": half(wav(2.0)), "flac_10h": flac_claiming(10 * 3600),
-        "mp4": mp4(), "mp4_frames": mp4_claiming_frames(), "mp4_pixels": mp4(2, 240, 320), "mp4_truncated": half(mp4()),
+        "png": png(),
+        "png_bomb": bomb,
+        "png_text": TEXT,
+        "png_truncated": half(png()),
+        "wav": wav(1.0),
+        "wav_10h": wav_claiming(10 * 3600),
+        "wav_unknown_long": wav_unknown_length(MAX_AUDIO_S + 10),
+        "wav_truncated": half(wav(2.0)),
+        "flac_10h": flac_claiming(10 * 3600),
+        "mp4": mp4(),
+        "mp4_frames": mp4_claiming_frames(),
+        "mp4_pixels": mp4(2, 240, 320),
+        "mp4_truncated": half(mp4()),
     }
 
 
@@ -136,8 +156,12 @@ def files() -> dict[str, bytes]:
 def _llm_first_pipeline():
     """The omni test pipeline (its first stage an llm) with voice cloning and a transcription route."""
     p = omni_pipeline()
-    info = {**p.info, "supports_voice_cloning": True, "max_ref_audio_s": 20.0,
-            "transcription": {"sample_rate": 16000, "languages": ["en"], "max_audio_s": MAX_AUDIO_S}}
+    info = {
+        **p.info,
+        "supports_voice_cloning": True,
+        "max_ref_audio_s": 20.0,
+        "transcription": {"sample_rate": 16000, "languages": ["en"], "max_audio_s": MAX_AUDIO_S},
+    }
     return dataclasses.replace(p, info=info)
 
 
@@ -212,18 +236,25 @@ def chat_part(kind: str, data: bytes, mime: str) -> dict:
 
 
 def chat(srv, part: dict):
-    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "describe"}, part]}],
-            "modalities": ["text"] if srv.engine.pipeline.name == "test_omni" else None}
+    body = {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "describe"}, part]}],
+        "modalities": ["text"] if srv.engine.pipeline.name == "test_omni" else None,
+    }
     body = {k: v for k, v in body.items() if v is not None}
     return srv.client().post("/v1/chat/completions", json=body)
 
 
-CHAT_CASES = ([("image_url", f, "image/png", c) for f, c in IMAGE_CASES.items()]
-              + [("audio_url", f, "audio/wav", c) for f, c in AUDIO_CASES.items()]
-              + [("input_audio", f, "audio/wav", c) for f, c in AUDIO_CASES.items()]
-              + [("video_url", f, "video/mp4", c) for f, c in VIDEO_CASES.items()]
-              + [("image_url", "png", "audio/wav", WRONG_MIME), ("audio_url", "wav", "image/png", WRONG_MIME),
-                 ("video_url", "mp4", "text/plain", WRONG_MIME)])
+CHAT_CASES = (
+    [("image_url", f, "image/png", c) for f, c in IMAGE_CASES.items()]
+    + [("audio_url", f, "audio/wav", c) for f, c in AUDIO_CASES.items()]
+    + [("input_audio", f, "audio/wav", c) for f, c in AUDIO_CASES.items()]
+    + [("video_url", f, "video/mp4", c) for f, c in VIDEO_CASES.items()]
+    + [
+        ("image_url", "png", "audio/wav", WRONG_MIME),
+        ("audio_url", "wav", "image/png", WRONG_MIME),
+        ("video_url", "mp4", "text/plain", WRONG_MIME),
+    ]
+)
 
 
 @pytest.mark.parametrize("server", ["llm_srv", "decoding_srv"])
@@ -235,8 +266,12 @@ def test_chat_parts(request, server, files, kind, name, mime, expected):
 
 
 def test_valid_chat_parts_pass(llm_srv, decoding_srv, files):
-    for kind, name, mime in (("image_url", "png", "image/png"), ("audio_url", "wav", "audio/wav"),
-                             ("input_audio", "wav", "audio/wav"), ("video_url", "mp4", "video/mp4")):
+    for kind, name, mime in (
+        ("image_url", "png", "image/png"),
+        ("audio_url", "wav", "audio/wav"),
+        ("input_audio", "wav", "audio/wav"),
+        ("video_url", "mp4", "video/mp4"),
+    ):
         assert chat(llm_srv, chat_part(kind, files[name], mime)).status_code == 200, kind
     assert chat(decoding_srv, chat_part("image_url", files["png"], "image/png")).status_code == 200
 
@@ -244,59 +279,102 @@ def test_valid_chat_parts_pass(llm_srv, decoding_srv, files):
 # --------------------------------------------------------------------------- images edits, video references
 
 
-@pytest.mark.parametrize("name, mime, expected", [*[(n, "image/png", c) for n, c in IMAGE_CASES.items()],
-                                                   ("png", "text/plain", WRONG_MIME)])
+@pytest.mark.parametrize(
+    "name, mime, expected", [*[(n, "image/png", c) for n, c in IMAGE_CASES.items()], ("png", "text/plain", WRONG_MIME)]
+)
 def test_image_uploads(llm_srv, files, name, mime, expected):
     c = llm_srv.client()
-    r = bounded(lambda: c.post("/v1/images/edits", data={"prompt": "x", "size": "32x32"},
-                               files={"image": ("in.png", files[name], mime)}))
+    r = bounded(
+        lambda: c.post(
+            "/v1/images/edits", data={"prompt": "x", "size": "32x32"}, files={"image": ("in.png", files[name], mime)}
+        )
+    )
     expect(r, expected[0], "image", expected[1])
-    r = bounded(lambda: c.post("/v1/images/edits", json={"prompt": "x", "size": "32x32",
-                                                         "image_url": data_url(files[name], mime)}))
+    r = bounded(
+        lambda: c.post(
+            "/v1/images/edits", json={"prompt": "x", "size": "32x32", "image_url": data_url(files[name], mime)}
+        )
+    )
     expect(r, expected[0], "image_url", expected[1])
-    r = bounded(lambda: c.post("/v1/videos", data={"prompt": "x", "size": "32x32"},
-                               files={"input_reference": ("in.png", files[name], mime)}))
+    r = bounded(
+        lambda: c.post(
+            "/v1/videos",
+            data={"prompt": "x", "size": "32x32"},
+            files={"input_reference": ("in.png", files[name], mime)},
+        )
+    )
     expect(r, expected[0], "input_reference", expected[1])
-    r = bounded(lambda: c.post("/v1/videos", json={"prompt": "x", "size": "32x32",
-                                                   "image_reference": data_url(files[name], mime)}))
+    r = bounded(
+        lambda: c.post(
+            "/v1/videos", json={"prompt": "x", "size": "32x32", "image_reference": data_url(files[name], mime)}
+        )
+    )
     expect(r, expected[0], "image_reference", expected[1])
 
 
 def test_valid_image_uploads_pass(llm_srv, files):
     c = llm_srv.client()
-    r = c.post("/v1/images/edits", data={"prompt": "x", "size": "32x32"},
-               files={"image": ("in.png", files["png"], "image/png")})
+    r = c.post(
+        "/v1/images/edits",
+        data={"prompt": "x", "size": "32x32"},
+        files={"image": ("in.png", files["png"], "image/png")},
+    )
     assert r.status_code == 200, r.text
-    r = c.post("/v1/videos", data={"prompt": "x", "size": "32x32", "num_frames": "2"},
-               files={"input_reference": ("in.png", files["png"], "image/png")})
+    r = c.post(
+        "/v1/videos",
+        data={"prompt": "x", "size": "32x32", "num_frames": "2"},
+        files={"input_reference": ("in.png", files["png"], "image/png")},
+    )
     assert r.status_code == 200, r.text
 
 
 # --------------------------------------------------------------------------- speech ref_audio, voices, transcriptions
 
 
-@pytest.mark.parametrize("name, mime, expected", [*[(n, "audio/wav", c) for n, c in AUDIO_CASES.items()],
-                                                   ("wav", "image/png", WRONG_MIME)])
+@pytest.mark.parametrize(
+    "name, mime, expected", [*[(n, "audio/wav", c) for n, c in AUDIO_CASES.items()], ("wav", "image/png", WRONG_MIME)]
+)
 def test_audio_uploads(llm_srv, files, name, mime, expected):
     c = llm_srv.client()
-    r = bounded(lambda: c.post("/v1/audio/speech", json={"input": "hi", "ref_audio": data_url(files[name], mime),
-                                                         "ref_text": "hello"}))
+    r = bounded(
+        lambda: c.post(
+            "/v1/audio/speech", json={"input": "hi", "ref_audio": data_url(files[name], mime), "ref_text": "hello"}
+        )
+    )
     expect(r, expected[0], "ref_audio", expected[1])
-    r = bounded(lambda: c.post("/v1/audio/voices", data={"name": "v1", "text": "hello"},
-                               files={"audio": ("clip.wav", files[name], mime)}))
+    r = bounded(
+        lambda: c.post(
+            "/v1/audio/voices", data={"name": "v1", "text": "hello"}, files={"audio": ("clip.wav", files[name], mime)}
+        )
+    )
     expect(r, expected[0], "audio", expected[1])
-    r = bounded(lambda: c.post("/v1/audio/transcriptions", data={"model": llm_srv.state.model_name},
-                               files={"file": ("clip.wav", files[name], mime)}))
+    r = bounded(
+        lambda: c.post(
+            "/v1/audio/transcriptions",
+            data={"model": llm_srv.state.model_name},
+            files={"file": ("clip.wav", files[name], mime)},
+        )
+    )
     expect(r, expected[0], "file", expected[1])
 
 
 def test_valid_audio_uploads_pass(llm_srv, files):
     c = llm_srv.client()
-    r = c.post("/v1/audio/speech", json={"input": "hi", "ref_audio": data_url(files["wav"], "audio/wav"),
-                                         "ref_text": "hello", "response_format": "pcm"})
+    r = c.post(
+        "/v1/audio/speech",
+        json={
+            "input": "hi",
+            "ref_audio": data_url(files["wav"], "audio/wav"),
+            "ref_text": "hello",
+            "response_format": "pcm",
+        },
+    )
     assert r.status_code == 200, r.text
-    r = c.post("/v1/audio/voices", data={"name": "ok1", "text": "hello"},
-               files={"audio": ("clip.wav", files["wav"], "audio/wav")})
+    r = c.post(
+        "/v1/audio/voices",
+        data={"name": "ok1", "text": "hello"},
+        files={"audio": ("clip.wav", files["wav"], "audio/wav")},
+    )
     assert r.status_code == 200, r.text
 
 
@@ -327,23 +405,42 @@ def url_entries(srv, origin: str, name: str, declared: str):
     yield f"messages[0].content[1].{kind}", chat(srv, {"type": kind, kind: {"url": url}})
     if kind == "image_url":
         yield "image_url", c.post("/v1/images/edits", json={"prompt": "x", "size": "32x32", "image_url": url})
-        yield "image_reference", c.post("/v1/videos", json={"prompt": "x", "size": "32x32", "num_frames": 2,
-                                                            "image_reference": url})
+        yield (
+            "image_reference",
+            c.post("/v1/videos", json={"prompt": "x", "size": "32x32", "num_frames": 2, "image_reference": url}),
+        )
     if kind == "audio_url":
-        yield "ref_audio", c.post("/v1/audio/speech", json={"input": "hi", "ref_audio": url, "ref_text": "hello",
-                                                           "response_format": "pcm"})
+        yield (
+            "ref_audio",
+            c.post(
+                "/v1/audio/speech",
+                json={"input": "hi", "ref_audio": url, "ref_text": "hello", "response_format": "pcm"},
+            ),
+        )
 
 
-@pytest.mark.parametrize("name, declared", [("png", "text/html"), ("png", "audio/wav"), ("wav", "image/png"),
-                                            ("wav", "text/plain; charset=utf-8"), ("mp4", "image/gif")])
+@pytest.mark.parametrize(
+    "name, declared",
+    [
+        ("png", "text/html"),
+        ("png", "audio/wav"),
+        ("wav", "image/png"),
+        ("wav", "text/plain; charset=utf-8"),
+        ("mp4", "image/gif"),
+    ],
+)
 def test_a_fetched_url_of_the_wrong_content_type_is_415(llm_srv, decoding_srv, origin, name, declared):
     for srv in (llm_srv, decoding_srv) if name == "png" else (llm_srv,):  # chat parts decoded by the server too
-        for field, r in url_entries(srv, origin, name, declared):  # the bytes are the valid file: the declared type is refused
+        for field, r in url_entries(
+            srv, origin, name, declared
+        ):  # the bytes are the valid file: the declared type is refused
             expect(r, *WRONG_MIME[:1], field, f"declared as {declared.split(';')[0]!r}, which is not")
 
 
-@pytest.mark.parametrize("name, declared", [("png", "image/png"), ("png", "application/octet-stream"),
-                                            ("wav", "audio/wav"), ("mp4", "video/mp4")])
+@pytest.mark.parametrize(
+    "name, declared",
+    [("png", "image/png"), ("png", "application/octet-stream"), ("wav", "audio/wav"), ("mp4", "video/mp4")],
+)
 def test_a_fetched_url_of_its_kind_or_a_generic_type_passes(llm_srv, origin, name, declared):
     for field, r in url_entries(llm_srv, origin, name, declared):
         assert r.status_code == 200, (field, r.text)
@@ -355,14 +452,17 @@ def test_a_fetched_url_of_its_kind_or_a_generic_type_passes(llm_srv, origin, nam
 DEEP = 100_000
 
 
-@pytest.mark.parametrize("path, body, field", [
-    ("/v1/chat/completions", lambda deep: f'{{"messages": {deep}}}', "messages"),
-    ("/v1/images/generations", lambda deep: f'{{"prompt": "x", "extra_body": {deep}}}', "extra_body"),
-    ("/v1/images/edits", lambda deep: f'{{"prompt": "x", "image_url": {deep}}}', "image_url"),
-    ("/v1/audio/speech", lambda deep: f'{{"input": "x", "extra_body": {{"a": {deep}}}}}', "extra_body"),
-    ("/v1/videos", lambda deep: f'{{"prompt": "x", "extra_params": {deep}}}', "extra_params"),
-    ("/v1/chat/completions", lambda deep: deep, None),
-])
+@pytest.mark.parametrize(
+    "path, body, field",
+    [
+        ("/v1/chat/completions", lambda deep: f'{{"messages": {deep}}}', "messages"),
+        ("/v1/images/generations", lambda deep: f'{{"prompt": "x", "extra_body": {deep}}}', "extra_body"),
+        ("/v1/images/edits", lambda deep: f'{{"prompt": "x", "image_url": {deep}}}', "image_url"),
+        ("/v1/audio/speech", lambda deep: f'{{"input": "x", "extra_body": {{"a": {deep}}}}}', "extra_body"),
+        ("/v1/videos", lambda deep: f'{{"prompt": "x", "extra_params": {deep}}}', "extra_params"),
+        ("/v1/chat/completions", lambda deep: deep, None),
+    ],
+)
 def test_deep_json_bodies(llm_srv, path, body, field):
     deep = "[" * DEEP + "]" * DEEP
     for headers in ({"content-type": "application/json"}, {}):  # FastAPI parses a body without a type as JSON
@@ -373,8 +473,13 @@ def test_deep_json_bodies(llm_srv, path, body, field):
 
 def test_deep_json_in_a_form_field(llm_srv):
     deep = '{"a": ' * 200 + "1" + "}" * 200
-    r = bounded(lambda: llm_srv.client().post("/v1/videos", data={"prompt": "x", "extra_params": deep},
-                                              files={"input_reference": ("in.png", png(), "image/png")}))
+    r = bounded(
+        lambda: llm_srv.client().post(
+            "/v1/videos",
+            data={"prompt": "x", "extra_params": deep},
+            files={"input_reference": ("in.png", png(), "image/png")},
+        )
+    )
     expect(r, 400, "extra_params", "nested more than")
 
 

@@ -24,8 +24,12 @@ def test_folder_sizes_equal_the_loaded_models(which, tiny_model):
 
 def test_choices_stay_within_the_limits():
     demo = image_sizes({}, str(WEIGHTS), {"width": 64, "height": 64}, 4096 * 4096)
-    assert demo == {"native": "64x64", "max_side": 256, "multiple": 4,
-                    "choices": ["32x32", "64x64", "128x128", "256x256"]}
+    assert demo == {
+        "native": "64x64",
+        "max_side": 256,
+        "multiple": 4,
+        "choices": ["32x32", "64x64", "128x128", "256x256"],
+    }
     # the server's --max-image-pixels bounds the list too; the native size is always offered
     assert image_sizes({}, str(WEIGHTS), {"width": 64, "height": 64}, 64 * 64)["choices"] == ["32x32", "64x64"]
     # no folder: a family's declared sizes, a non-square native size scaled on both sides

@@ -45,8 +45,11 @@ def test_whole_and_streamed_text_are_vllm_serves(text):
     assert strip_whole(text) == want
     for cut in range(len(text) + 1):
         ref = VllmQwen3ASR.get_streaming_post_processor_cls()()
-        deltas = [ref.process_delta(text[:cut], False), ref.process_delta(text[cut:], False),
-                  ref.process_delta("", True)]
+        deltas = [
+            ref.process_delta(text[:cut], False),
+            ref.process_delta(text[cut:], False),
+            ref.process_delta("", True),
+        ]
         assert strip_streamed(text, cut) == "".join(deltas), cut
         p = LanguagePrefix(**LANGUAGE_PREFIX)  # delta by delta, the same pieces as vLLM's at each step
         assert [p.feed(text[:cut]), p.feed(text[cut:]), p.feed("", finished=True)] == deltas, cut

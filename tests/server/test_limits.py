@@ -17,19 +17,25 @@ def srv(server_factory):
     return server_factory(new_engine(omni_pipeline()), **CAPS)
 
 
-@pytest.mark.parametrize("route,body,param", [
-    ("/v1/images/generations", {"size": "48x48"}, "size"),
-    ("/v1/images/generations", {"width": 48, "height": 48}, "height"),
-    ("/v1/images/generations", {"extra_body": {"width": 64}}, "width"),
-    ("/v1/images/generations", {"num_inference_steps": 11}, "num_inference_steps"),
-    ("/v1/videos/sync", {"num_frames": 7}, "num_frames"),
-    ("/v1/videos/sync", {"size": "64x32"}, "size"),
-    ("/v1/videos", {"num_frames": 7}, "num_frames"),
-    ("/v1/chat/completions", {"max_tokens": 6, "modalities": ["text"]}, "max_tokens"),
-    ("/v1/chat/completions", {"max_completion_tokens": 6, "modalities": ["text"]}, "max_completion_tokens"),
-    ("/v1/chat/completions", {"sampling_params_list": [{"max_tokens": 9}], "modalities": ["text"]},
-     "sampling_params_list[0].max_tokens"),
-])
+@pytest.mark.parametrize(
+    "route,body,param",
+    [
+        ("/v1/images/generations", {"size": "48x48"}, "size"),
+        ("/v1/images/generations", {"width": 48, "height": 48}, "height"),
+        ("/v1/images/generations", {"extra_body": {"width": 64}}, "width"),
+        ("/v1/images/generations", {"num_inference_steps": 11}, "num_inference_steps"),
+        ("/v1/videos/sync", {"num_frames": 7}, "num_frames"),
+        ("/v1/videos/sync", {"size": "64x32"}, "size"),
+        ("/v1/videos", {"num_frames": 7}, "num_frames"),
+        ("/v1/chat/completions", {"max_tokens": 6, "modalities": ["text"]}, "max_tokens"),
+        ("/v1/chat/completions", {"max_completion_tokens": 6, "modalities": ["text"]}, "max_completion_tokens"),
+        (
+            "/v1/chat/completions",
+            {"sampling_params_list": [{"max_tokens": 9}], "modalities": ["text"]},
+            "sampling_params_list[0].max_tokens",
+        ),
+    ],
+)
 def test_above_a_cap_is_400_naming_the_field_before_any_work(srv, route, body, param):
     if route == "/v1/chat/completions":
         body = {"messages": [{"role": "user", "content": "crash: now"}], **body}
@@ -49,8 +55,10 @@ def test_requests_at_the_caps_run(srv):
     assert r.status_code == 200 and r.json()["size"] == "48x32"
     r = c.post("/v1/videos/sync", json={"prompt": "x", "size": "48x32", "num_frames": 6})
     assert r.status_code == 200 and r.headers["content-type"] == "video/mp4"
-    r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "a b c d e f g"}],
-                                             "max_tokens": 5, "modalities": ["text"]})
+    r = c.post(
+        "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "a b c d e f g"}], "max_tokens": 5, "modalities": ["text"]},
+    )
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 5
 
 

@@ -22,15 +22,17 @@ STAMP = ".venv/.installed"  # make -o: the install step counts as done (this tes
 
 
 def make(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "-s", "-o", STAMP, *args], cwd=REPO, capture_output=True, text=True, timeout=60,
-                          **kw)
+    return subprocess.run(
+        ["make", "-s", "-o", STAMP, *args], cwd=REPO, capture_output=True, text=True, timeout=60, **kw
+    )
 
 
 def test_make_passes_port_host_and_args():
     out = make("-n", "serve", "PORT=9999").stdout
     assert "omnistage serve" in out and "--port 9999" in out and "--host 0.0.0.0" in out
-    out = make("-n", "serve", "PORT=8123", "HOST=127.0.0.1", "ARGS=--api-key secret --max-pending 4",
-               "MODEL=/models/x").stdout
+    out = make(
+        "-n", "serve", "PORT=8123", "HOST=127.0.0.1", "ARGS=--api-key secret --max-pending 4", "MODEL=/models/x"
+    ).stdout
     assert "omnistage serve /models/x --host 127.0.0.1 --port 8123 --api-key secret --max-pending 4" in out
     assert out.lstrip().startswith("exec ")  # the server replaces the shell: signals reach it, not a wrapper
 
@@ -38,8 +40,14 @@ def test_make_passes_port_host_and_args():
 def _serve(log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(["make", "-o", STAMP, "serve", f"PORT={port}", f"HOST={HOST}"], cwd=REPO, env=env,
-                            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        ["make", "-o", STAMP, "serve", f"PORT={port}", f"HOST={HOST}"],
+        cwd=REPO,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://{HOST}:{port}"
     deadline = time.monotonic() + 240
     while True:

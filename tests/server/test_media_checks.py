@@ -57,15 +57,31 @@ def test_audio_soundfile_cannot_read_falls_back_to_pyav():
     check_audio(aac, "f")
 
 
-@pytest.mark.parametrize("check, data, message", [
-    (lambda d: check_image(d, "messages[0].content[1].image_url", MediaLimits()), b"\x89PNG broken",
-     "not a decodable image"),
-    (lambda d: check_audio(d, "messages[0].content[1].image_url"), b"RIFF....WAVEfmt nonsense", "not decodable audio"),
-    (lambda d: check_video(d, "messages[0].content[1].image_url"), b"\x00\x00\x00\x18ftypmp42" + b"\x00" * 40,
-     "not a decodable video"),
-    (lambda d: check_video(d, "messages[0].content[1].image_url"), encode_audio(np.zeros(800, np.float32), 16000),
-     "no video stream"),
-])
+@pytest.mark.parametrize(
+    "check, data, message",
+    [
+        (
+            lambda d: check_image(d, "messages[0].content[1].image_url", MediaLimits()),
+            b"\x89PNG broken",
+            "not a decodable image",
+        ),
+        (
+            lambda d: check_audio(d, "messages[0].content[1].image_url"),
+            b"RIFF....WAVEfmt nonsense",
+            "not decodable audio",
+        ),
+        (
+            lambda d: check_video(d, "messages[0].content[1].image_url"),
+            b"\x00\x00\x00\x18ftypmp42" + b"\x00" * 40,
+            "not a decodable video",
+        ),
+        (
+            lambda d: check_video(d, "messages[0].content[1].image_url"),
+            encode_audio(np.zeros(800, np.float32), 16000),
+            "no video stream",
+        ),
+    ],
+)
 def test_undecodable_media_name_the_field(check, data, message):
     with pytest.raises(APIError) as e:
         check(data)

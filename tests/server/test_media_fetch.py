@@ -38,6 +38,7 @@ async def _drip(request: Request) -> Response:
         while True:  # one byte every 0.2 s, never ending: only an overall deadline stops it
             yield b"x"
             await asyncio.sleep(0.2)
+
     return StreamingResponse(forever(), media_type="image/png")
 
 
@@ -46,6 +47,7 @@ async def _flood(request: Request) -> Response:
         while True:  # no Content-Length, no end: only a cap counted while streaming stops it
             yield b"\0" * 65536
             await asyncio.sleep(0)
+
     return StreamingResponse(forever(), media_type="image/png")
 
 
@@ -67,9 +69,17 @@ async def _missing(request: Request) -> Response:
 
 @pytest.fixture(scope="module")
 def origin():
-    app = Starlette(routes=[Route("/img.png", _img), Route("/drip", _drip), Route("/flood", _flood),
-                            Route("/declared", _declared), Route("/redirect", _redirect), Route("/missing", _missing),
-                            Route("/png-as-text", _png_as_text)])
+    app = Starlette(
+        routes=[
+            Route("/img.png", _img),
+            Route("/drip", _drip),
+            Route("/flood", _flood),
+            Route("/declared", _declared),
+            Route("/redirect", _redirect),
+            Route("/missing", _missing),
+            Route("/png-as-text", _png_as_text),
+        ]
+    )
     with serve_app(app) as srv:
         yield srv.url  # http://127.0.0.1:PORT
 
@@ -151,13 +161,19 @@ async def test_file_urls_stay_inside_the_allowed_folder(tmp_path):
         assert e.value.status == 400 and e.value.code == "local_media_not_allowed", url
         assert str(outside) not in e.value.message  # where a link points is not told
     with pytest.raises(APIError) as e:
-        await fetch_bytes(f"file://{root}/ok.png", "image_url", MediaLimits(allowed_local_media_path=root, max_bytes=10))
+        await fetch_bytes(
+            f"file://{root}/ok.png", "image_url", MediaLimits(allowed_local_media_path=root, max_bytes=10)
+        )
     assert e.value.status == 413
 
 
 def test_route_refuses_bad_media_before_the_stage_runs(server_factory, origin):
-    srv = server_factory(new_engine(image_pipeline()), allowed_media_domains=["127.0.0.1"],
-                         max_download_bytes=100_000, media_fetch_timeout_s=1.5)
+    srv = server_factory(
+        new_engine(image_pipeline()),
+        allowed_media_domains=["127.0.0.1"],
+        max_download_bytes=100_000,
+        media_fetch_timeout_s=1.5,
+    )
     c = srv.client()
 
     def edit(url: str):

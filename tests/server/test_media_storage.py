@@ -45,13 +45,16 @@ async def test_data_and_file_urls(tmp_path):
     assert img.size == (6, 4)
 
 
-@pytest.mark.parametrize("url,code", [
-    ("file:///etc/hostname", "local_media_not_allowed"),
-    ("file://otherhost/x.png", "local_media_not_allowed"),
-    ("gopher://x", None),
-    ("data:image/png;base64,***", None),
-    ("data:nocomma", None),
-])
+@pytest.mark.parametrize(
+    "url,code",
+    [
+        ("file:///etc/hostname", "local_media_not_allowed"),
+        ("file://otherhost/x.png", "local_media_not_allowed"),
+        ("gopher://x", None),
+        ("data:image/png;base64,***", None),
+        ("data:nocomma", None),
+    ],
+)
 async def test_bad_urls_are_400_naming_the_field(tmp_path, url, code):
     with pytest.raises(APIError) as e:
         await fetch_bytes(url, "image_url", MediaLimits(allowed_local_media_path=tmp_path))
@@ -122,7 +125,9 @@ async def test_storage_save_open_delete(tmp_path):
 
 async def test_ttl_sweeper_deletes_expired_files(tmp_path):
     expired_names = []
-    storage = FileStorage(StorageSettings(path=str(tmp_path), file_ttl=60, ttl_sweep_interval=1), on_expired=expired_names.extend)
+    storage = FileStorage(
+        StorageSettings(path=str(tmp_path), file_ttl=60, ttl_sweep_interval=1), on_expired=expired_names.extend
+    )
     await storage.start()
     try:
         await storage.save("old.mp4", b"1")

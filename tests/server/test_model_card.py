@@ -17,9 +17,19 @@ from tests.server.pipelines import SAMPLE_RATE, ImageAdapter, omni_pipeline
 
 
 def image_pipeline_with_defaults() -> Pipeline:
-    return Pipeline(name="test_image_defaults", stages=[
-        StageSpec(0, kind="generation", adapter=ImageAdapter, output="image", final=True,
-                  default_params={"height": 48, "width": 80, "num_inference_steps": 7, "guidance_scale": 1.5})])
+    return Pipeline(
+        name="test_image_defaults",
+        stages=[
+            StageSpec(
+                0,
+                kind="generation",
+                adapter=ImageAdapter,
+                output="image",
+                final=True,
+                default_params={"height": 48, "width": 80, "num_inference_steps": 7, "guidance_scale": 1.5},
+            )
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +56,11 @@ def test_card_of_a_model_with_every_output(omni):
     assert card["output_modalities"] == ["text", "image", "audio", "video"]
     assert card["routes"] == ["chat", "images.generations", "images.edits", "audio.speech", "videos"]
     assert [(s["stage_id"], s["kind"], s["output"], s["final"], s["inputs"]) for s in card["stages"]] == [
-        (0, "llm", "text", True, []), (1, "generation", "audio", True, [0]),
-        (2, "generation", "image", True, []), (3, "generation", "video", True, [])]
+        (0, "llm", "text", True, []),
+        (1, "generation", "audio", True, [0]),
+        (2, "generation", "image", True, []),
+        (3, "generation", "video", True, []),
+    ]
     assert card["voices"] == ["alto", "bass"]
     # the video stage's declared defaults (no diffusion stage: the final generation stages take the knobs)
     assert card["defaults"] == {"num_frames": 4, "fps": 8}
@@ -58,8 +71,13 @@ def test_card_of_an_image_model(image_only):
     assert card["id"] == "pictures"
     assert card["routes"] == ["chat", "images.generations", "images.edits"]
     assert "voices" not in card
-    assert card["defaults"] == {"height": 48, "width": 80, "size": "80x48", "num_inference_steps": 7,
-                                "guidance_scale": 1.5}
+    assert card["defaults"] == {
+        "height": 48,
+        "width": 80,
+        "size": "80x48",
+        "num_inference_steps": 7,
+        "guidance_scale": 1.5,
+    }
 
 
 def test_a_pipeline_can_refuse_chat(server_factory):
@@ -73,8 +91,11 @@ def test_the_page_and_its_static_files(image_only):
     with image_only.client() as c:
         page = c.get("/")
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-        for name, ctype in (("playground.js", "text/javascript"), ("playground.css", "text/css"),
-                            ("playground-talk.js", "text/javascript")):
+        for name, ctype in (
+            ("playground.js", "text/javascript"),
+            ("playground.css", "text/css"),
+            ("playground-talk.js", "text/javascript"),
+        ):
             assert f"/static/{name}" in page.text
             r = c.get(f"/static/{name}")
             assert r.status_code == 200 and r.headers["content-type"].startswith(ctype) and len(r.text) > 500
@@ -128,6 +149,8 @@ def test_video_job_and_sync_return_stage_metrics_when_asked(omni):
         plain = c.post("/v1/videos", json={"prompt": "a ball", "size": "32x16"}).json()
         assert plain["stage_metrics"] is None
 
-        sync = c.post("/v1/videos/sync", files={"prompt": (None, "a ball"), "size": (None, "32x16"),
-                                                "return_stage_metrics": (None, "true")})
+        sync = c.post(
+            "/v1/videos/sync",
+            files={"prompt": (None, "a ball"), "size": (None, "32x16"), "return_stage_metrics": (None, "true")},
+        )
         assert sync.status_code == 200 and _stage_ids(json.loads(sync.headers["x-stage-metrics"])) == ["3"]

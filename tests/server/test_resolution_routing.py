@@ -55,7 +55,7 @@ class TokensToImage:
     def run(self, items: list[GenerationItem]) -> list[Any]:
         out = []
         for it in items:
-            (h, w), = it.inputs["grid"]
+            ((h, w),) = it.inputs["grid"]
             with torch.no_grad():
                 x = self.embed(torch.as_tensor(it.inputs["token_ids"])).reshape(h, w, 3)
             pixels = (x.sigmoid() * 255).to(torch.uint8).repeat_interleave(8, 0).repeat_interleave(8, 1)
@@ -67,11 +67,21 @@ def tokens_to_prior(outputs: dict[str, Any], request: Any) -> dict[str, Any]:
     return {"token_ids": outputs["token_ids"], "grid": outputs["grid"]}
 
 
-PIPELINE = Pipeline("test_ar_grid", [
-    StageSpec(0, kind="llm", engine=GridTokenEngine, output="token_ids"),
-    StageSpec(1, kind="generation", adapter=TokensToImage, output="image", final=True,
-              inputs=[Edge(0, process=tokens_to_prior)]),
-], shape_request=size_for_ar_stage)
+PIPELINE = Pipeline(
+    "test_ar_grid",
+    [
+        StageSpec(0, kind="llm", engine=GridTokenEngine, output="token_ids"),
+        StageSpec(
+            1,
+            kind="generation",
+            adapter=TokensToImage,
+            output="image",
+            final=True,
+            inputs=[Edge(0, process=tokens_to_prior)],
+        ),
+    ],
+    shape_request=size_for_ar_stage,
+)
 
 
 def test_size_reaches_the_ar_stage(server_factory):
@@ -85,8 +95,9 @@ def test_size_reaches_the_ar_stage(server_factory):
         from PIL import Image
 
         assert Image.open(BytesIO(b64decode(r.json()["data"][0]["b64_json"]))).size == (48, 24)
-        r = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}],
-                                                     "height": 16, "width": 32})
+        r = http.post(
+            "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "height": 16, "width": 32}
+        )
         assert r.status_code == 200, r.text
         r = http.post("/v1/images/generations", json={"prompt": "x"})  # no size: the AR stage says so
         assert r.status_code == 400 and "additional_information" in r.json()["error"]["message"]

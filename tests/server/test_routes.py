@@ -67,14 +67,24 @@ def test_images_output_formats(srv):
 
 
 def test_images_edit_multipart_several_images(oai, srv):
-    resp = oai.images.edit(image=[("a.png", png_bytes(), "image/png"), ("b.png", png_bytes((0, 0, 255)), "image/png")],
-                           prompt="make it blue", size="24x40", n=2)
+    resp = oai.images.edit(
+        image=[("a.png", png_bytes(), "image/png"), ("b.png", png_bytes((0, 0, 255)), "image/png")],
+        prompt="make it blue",
+        size="24x40",
+        n=2,
+    )
     assert [decode_png(d.b64_json).size for d in resp.data] == [(24, 40)] * 2
     # The input image reached the stage: red and blue inputs give different outputs.
-    r1 = srv.client().post("/v1/images/edits", files={"image": ("a.png", png_bytes((255, 0, 0)), "image/png")},
-                           data={"prompt": "p", "size": "16x16"})
-    r2 = srv.client().post("/v1/images/edits", files={"image": ("a.png", png_bytes((0, 0, 255)), "image/png")},
-                           data={"prompt": "p", "size": "16x16"})
+    r1 = srv.client().post(
+        "/v1/images/edits",
+        files={"image": ("a.png", png_bytes((255, 0, 0)), "image/png")},
+        data={"prompt": "p", "size": "16x16"},
+    )
+    r2 = srv.client().post(
+        "/v1/images/edits",
+        files={"image": ("a.png", png_bytes((0, 0, 255)), "image/png")},
+        data={"prompt": "p", "size": "16x16"},
+    )
     assert r1.status_code == r2.status_code == 200
     assert r1.json()["data"][0]["b64_json"] != r2.json()["data"][0]["b64_json"]
 
@@ -84,29 +94,42 @@ def test_images_edit_by_url(srv):
     r = srv.client().post("/v1/images/edits", json={"prompt": "p", "image_url": data_url, "size": "16x16"})
     assert r.status_code == 200, r.text
     (srv.media_dir / "in.png").write_bytes(png_bytes())
-    r = srv.client().post("/v1/images/edits", json={"prompt": "p", "image_url": [f"file://{srv.media_dir}/in.png", data_url]})
+    r = srv.client().post(
+        "/v1/images/edits", json={"prompt": "p", "image_url": [f"file://{srv.media_dir}/in.png", data_url]}
+    )
     assert r.status_code == 200, r.text
 
 
 def test_chat_text_nonstream(oai):
-    resp = oai.chat.completions.create(model="test_omni", messages=[{"role": "user", "content": "hello big world"}],
-                                       extra_body={"modalities": ["text"]})
+    resp = oai.chat.completions.create(
+        model="test_omni",
+        messages=[{"role": "user", "content": "hello big world"}],
+        extra_body={"modalities": ["text"]},
+    )
     assert resp.choices[0].message.content == "echo hello big world"
     assert resp.choices[0].finish_reason == "stop"
     assert resp.usage.completion_tokens == 4 and resp.usage.prompt_tokens == 6
 
 
 def test_chat_max_tokens_routed_to_llm_stage(oai):
-    resp = oai.chat.completions.create(model="test_omni", messages=[{"role": "user", "content": "a b c d e"}],
-                                       max_tokens=2, extra_body={"modalities": ["text"]})
+    resp = oai.chat.completions.create(
+        model="test_omni",
+        messages=[{"role": "user", "content": "a b c d e"}],
+        max_tokens=2,
+        extra_body={"modalities": ["text"]},
+    )
     assert resp.choices[0].message.content == "echo a"
     assert resp.choices[0].finish_reason == "length"
 
 
 def test_chat_stream_with_usage(oai):
-    stream = oai.chat.completions.create(model="test_omni", messages=[{"role": "user", "content": "one two three"}],
-                                         stream=True, stream_options={"include_usage": True},
-                                         extra_body={"modalities": ["text"]})
+    stream = oai.chat.completions.create(
+        model="test_omni",
+        messages=[{"role": "user", "content": "one two three"}],
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"modalities": ["text"]},
+    )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "echo one two three"
@@ -133,8 +156,13 @@ def test_chat_stream_text_and_audio(srv):
 
 
 def test_chat_image_output_as_content_items_with_stage_metrics(srv):
-    body = {"messages": [{"role": "user", "content": "draw"}], "modalities": ["image"], "size": "20x10",
-            "extra_body": {"n": 2}, "return_stage_metrics": True}
+    body = {
+        "messages": [{"role": "user", "content": "draw"}],
+        "modalities": ["image"],
+        "size": "20x10",
+        "extra_body": {"n": 2},
+        "return_stage_metrics": True,
+    }
     r = srv.client().post("/v1/chat/completions", json=body)
     assert r.status_code == 200, r.text
     content = r.json()["choices"][0]["message"]["content"]
@@ -154,17 +182,26 @@ def test_chat_extra_body_nested_equals_top_level(srv):
 
 
 def test_chat_sampling_params_list(srv):
-    body = {"messages": [{"role": "user", "content": "a b c"}], "modalities": ["text"],
-            "sampling_params_list": [{"max_tokens": 1}]}
+    body = {
+        "messages": [{"role": "user", "content": "a b c"}],
+        "modalities": ["text"],
+        "sampling_params_list": [{"max_tokens": 1}],
+    }
     r = srv.client().post("/v1/chat/completions", json=body)
     assert r.json()["choices"][0]["message"]["content"] == "echo"
 
 
 def test_chat_image_input_and_audio_output(srv):
     data_url = "data:image/png;base64," + base64.b64encode(png_bytes()).decode()
-    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "say hi"},
-                                                      {"type": "image_url", "image_url": {"url": data_url}}]}],
-            "modalities": ["text", "audio"]}
+    body = {
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "say hi"}, {"type": "image_url", "image_url": {"url": data_url}}],
+            }
+        ],
+        "modalities": ["text", "audio"],
+    }
     r = srv.client().post("/v1/chat/completions", json=body)
     assert r.status_code == 200, r.text
     msg = r.json()["choices"][0]["message"]
@@ -193,8 +230,11 @@ def _frames(mp4: bytes) -> list[np.ndarray]:
 
 def test_video_job_lifecycle(srv):
     c = srv.client()
-    r = c.post("/v1/videos", data={"prompt": "waves", "size": "32x16", "num_frames": "5", "fps": "10"},
-               files={"input_reference": ("ref.png", png_bytes(), "image/png")})
+    r = c.post(
+        "/v1/videos",
+        data={"prompt": "waves", "size": "32x16", "num_frames": "5", "fps": "10"},
+        files={"input_reference": ("ref.png", png_bytes(), "image/png")},
+    )
     assert r.status_code == 200, r.text
     job = r.json()
     assert job["status"] == "queued" and job["object"] == "video" and job["id"].startswith("video_")
@@ -228,15 +268,21 @@ def test_video_sync(srv):
 
 def test_request_id_echoed_and_metrics(srv):
     c = srv.client()
-    r = c.post("/v1/images/generations", json={"prompt": "x", "size": "8x8", "n": 2}, headers={"X-Request-Id": "my-id-1"})
+    r = c.post(
+        "/v1/images/generations", json={"prompt": "x", "size": "8x8", "n": 2}, headers={"X-Request-Id": "my-id-1"}
+    )
     assert r.headers["x-request-id"] == "my-id-1"
     text = c.get("/metrics").text
     assert 'omnistage_requests_total{route="/v1/images/generations",status="200"}' in text
     assert "omnistage_request_latency_seconds_bucket" in text
     assert 'omnistage_stage_queue_depth{stage="2"}' in text and 'omnistage_stage_running{stage="0"}' in text
-    images = [float(line.split()[-1]) for line in text.splitlines() if line.startswith("omnistage_images_generated_total")]
+    images = [
+        float(line.split()[-1]) for line in text.splitlines() if line.startswith("omnistage_images_generated_total")
+    ]
     assert images and images[0] >= 2
-    tokens = [float(line.split()[-1]) for line in text.splitlines() if line.startswith("omnistage_generation_tokens_total")]
+    tokens = [
+        float(line.split()[-1]) for line in text.splitlines() if line.startswith("omnistage_generation_tokens_total")
+    ]
     assert tokens and tokens[0] > 0
 
 

@@ -62,27 +62,33 @@ def test_mp3_within_codec_tolerance(srv, expected):
     got = ffmpeg_int16(speech(srv, "mp3")).astype(np.float64) / 32768
     ref = expected.astype(np.float64) / 32768
     # FFmpeg keeps the encoder's delay in front when no LAME header says it: align on the best lag
-    lag = max(range(0, 2400), key=lambda k: float(np.dot(got[k:k + ref.size], ref[:got[k:].size])))
-    part = got[lag:lag + ref.size]
+    lag = max(range(0, 2400), key=lambda k: float(np.dot(got[k : k + ref.size], ref[: got[k:].size])))
+    part = got[lag : lag + ref.size]
     assert part.size >= 0.95 * ref.size
-    assert np.corrcoef(part, ref[:part.size])[0, 1] > 0.98
+    assert np.corrcoef(part, ref[: part.size])[0, 1] > 0.98
 
 
 def test_sse_and_chat_audio_use_the_same_conversion(srv, expected):
     c = srv.client()
-    with c.stream("POST", "/v1/audio/speech", json={"input": TEXT, "voice": "alto", "stream": True,
-                                                     "stream_format": "sse"}) as r:
+    with c.stream(
+        "POST", "/v1/audio/speech", json={"input": TEXT, "voice": "alto", "stream": True, "stream_format": "sse"}
+    ) as r:
         events = [json.loads(line[5:]) for line in r.iter_lines() if line.startswith("data:")]
-    sse = np.frombuffer(b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta"),
-                        "<i2")
+    sse = np.frombuffer(
+        b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta"), "<i2"
+    )
     assert np.array_equal(sse, expected)
 
-    body = {"messages": [{"role": "user", "content": TEXT}], "modalities": ["text", "audio"],
-            "audio": {"voice": "alto", "format": "wav"}}
+    body = {
+        "messages": [{"role": "user", "content": TEXT}],
+        "modalities": ["text", "audio"],
+        "audio": {"voice": "alto", "format": "wav"},
+    }
     r = c.post("/v1/chat/completions", json=body)
     assert r.status_code == 200, r.text
-    wav, _ = soundfile.read(io.BytesIO(base64.b64decode(r.json()["choices"][0]["message"]["audio"]["data"])),
-                            dtype="int16")
+    wav, _ = soundfile.read(
+        io.BytesIO(base64.b64decode(r.json()["choices"][0]["message"]["audio"]["data"])), dtype="int16"
+    )
     assert np.array_equal(wav, expected)
     deltas = []
     with c.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:

@@ -26,8 +26,9 @@ def vllm_segments(tok, ids, logprobs, start):
 
     serving = SimpleNamespace(tokenizer=tok)  # the one attribute the method reads
     flat = [{t: Logprob(lp)} for t, lp in zip(ids, logprobs)]
-    return SpeechToTextBaseServing._get_verbose_segments(serving, tuple(ids), flat, SimpleNamespace(temperature=0.0),
-                                                         TranscriptionSegment, start_time=start)
+    return SpeechToTextBaseServing._get_verbose_segments(
+        serving, tuple(ids), flat, SimpleNamespace(temperature=0.0), TranscriptionSegment, start_time=start
+    )
 
 
 def random_window(rng, begin, eos):
@@ -63,7 +64,8 @@ def test_segments_equal_vllm_serves(tok):
         compared += 1
         assert [(s.start, s.end, s.text, s.tokens, s.avg_logprob, s.seek) for s in ours] == [
             (pytest.approx(s.start), pytest.approx(s.end), s.text, list(s.tokens), pytest.approx(s.avg_logprob), 7)
-            for s in theirs], ids
+            for s in theirs
+        ], ids
     assert compared > 100 and whole >= 5
 
 
@@ -73,7 +75,13 @@ def test_times_past_the_window_are_held_at_its_end(tok):
     ids = [5, 6, begin + 100, begin + 150, 7, begin + 400, begin + 1000, 8, begin + 1200, eos]  # 2 s, 3 s, 8 s, ...
     ours = window_segments(ids, None, 60.0, 65.0, "", spec, tok.decode, eos, seek=6000)
     assert [(s.start, s.end, s.tokens, s.avg_logprob) for s in ours] == [
-        (60.0, pytest.approx(62.0), [5, 6], None), (pytest.approx(63.0), 65.0, [7], None), (65.0, 65.0, [8], None)]
+        (60.0, pytest.approx(62.0), [5, 6], None),
+        (pytest.approx(63.0), 65.0, [7], None),
+        (65.0, 65.0, [8], None),
+    ]
     theirs = vllm_segments(tok, ids, [0.0] * len(ids), 60.0)
-    assert [(s.start, s.end) for s in theirs] == [(60.0, pytest.approx(62.0)), (pytest.approx(63.0), 68.0),
-                                                  (80.0, 84.0)]
+    assert [(s.start, s.end) for s in theirs] == [
+        (60.0, pytest.approx(62.0)),
+        (pytest.approx(63.0), 68.0),
+        (80.0, 84.0),
+    ]

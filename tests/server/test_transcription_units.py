@@ -53,8 +53,9 @@ def test_decoder_keeps_16k_pcm_samples_and_resamples_others():
     np.testing.assert_allclose(decode_audio(data, "file", 16000, 60), expected, atol=1e-6)
 
 
-@pytest.mark.parametrize("data, words", [(b"not audio at all", "not a decodable audio file"),
-                                         (b"", "not a decodable audio file")])
+@pytest.mark.parametrize(
+    "data, words", [(b"not audio at all", "not a decodable audio file"), (b"", "not a decodable audio file")]
+)
 def test_decoder_refuses_what_is_not_audio(data, words):
     with pytest.raises(APIError) as e:
         decode_audio(data, "file", 16000, 60)
@@ -72,10 +73,13 @@ def test_formats():
     t = Transcript("transcribe", "en", 61.5, [Segment(0.0, 29.5, " hello"), Segment(29.5, 61.5, " world", [7])])
     assert t.text == " hello  world"
     assert t.render("text") == " hello  world"
-    assert t.render("srt") == ("1\n00:00:00,000 --> 00:00:29,500\nhello\n\n"
-                               "2\n00:00:29,500 --> 00:01:01,500\nworld\n\n")
-    assert t.render("vtt") == "WEBVTT\n\n00:00:00.000 --> 00:00:29.500\nhello\n\n00:00:29.500 --> 00:01:01.500\nworld\n\n"
+    assert t.render("srt") == ("1\n00:00:00,000 --> 00:00:29,500\nhello\n\n2\n00:00:29,500 --> 00:01:01,500\nworld\n\n")
+    assert (
+        t.render("vtt") == "WEBVTT\n\n00:00:00.000 --> 00:00:29.500\nhello\n\n00:00:29.500 --> 00:01:01.500\nworld\n\n"
+    )
     v = t.render("verbose_json")
-    assert [(s["id"], s["start"], s["end"], s["tokens"]) for s in v["segments"]] == [(0, 0.0, 29.5, []),
-                                                                                     (1, 29.5, 61.5, [7])]
+    assert [(s["id"], s["start"], s["end"], s["tokens"]) for s in v["segments"]] == [
+        (0, 0.0, 29.5, []),
+        (1, 29.5, 61.5, [7]),
+    ]
     assert t.render("json") == {"text": " hello  world", "usage": {"type": "duration", "seconds": 61.5}}

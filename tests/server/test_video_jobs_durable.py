@@ -93,8 +93,15 @@ async def test_a_job_running_when_the_process_died_is_failed_with_the_reason(tmp
     """What a killed process leaves behind: a row still ``in_progress`` (the e2e test kills a real one)."""
     store = JobStore(tmp_path)
     await store.open()
-    record = {"id": "video_" + "a" * 32, "object": "video", "model": "omni", "prompt": "p", "status": "in_progress",
-              "progress": 40, "created_at": 1}
+    record = {
+        "id": "video_" + "a" * 32,
+        "object": "video",
+        "model": "omni",
+        "prompt": "p",
+        "status": "in_progress",
+        "progress": 40,
+        "created_at": 1,
+    }
     other = {**record, "id": "video_" + "b" * 32, "model": "another-model"}  # another server's job: left alone
     await store.put("video", record["id"], "in_progress", 1, record)
     await store.put("video", other["id"], "in_progress", 1, other)

@@ -25,8 +25,14 @@ def wav(seconds: float, rate: int = 16000) -> bytes:
 
 def voice(name: str, data: bytes, created_at: int) -> Voice:
     samples, rate = clip_from_bytes(data, "audio", 30.0)
-    return Voice(name=name, text=f"the words {name} says", data=data, sample_rate=rate,
-                 duration_s=samples.size / rate, created_at=created_at)
+    return Voice(
+        name=name,
+        text=f"the words {name} says",
+        data=data,
+        sample_rate=rate,
+        duration_s=samples.size / rate,
+        created_at=created_at,
+    )
 
 
 async def test_voices_persist_list_and_delete(tmp_path):
@@ -74,11 +80,14 @@ def test_good_names_pass():
     assert check_name("anna.v2_final-1") == "anna.v2_final-1"
 
 
-@pytest.mark.parametrize("data, why", [
-    (b"not audio at all", "not decodable"),
-    (wav(31.0), "at most 30 s"),
-    (wav(0.0), "no samples"),
-])
+@pytest.mark.parametrize(
+    "data, why",
+    [
+        (b"not audio at all", "not decodable"),
+        (wav(31.0), "at most 30 s"),
+        (wav(0.0), "no samples"),
+    ],
+)
 def test_bad_clips_are_400_naming_the_field(data, why):
     with pytest.raises(APIError) as e:
         clip_from_bytes(data, "ref_audio", 30.0)

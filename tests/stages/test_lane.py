@@ -186,6 +186,7 @@ def test_plain_calls_start_once_the_follow_up_time_is_over():
 def test_a_plain_call_after_an_urgent_one_always_starts(loop_factory):
     """The server runs on uvloop (a cached millisecond clock) and tests on asyncio (timers run up to a clock tick
     early): however the hold's timer lands, the plain call waiting behind it starts (once this hung a server)."""
+
     async def main():
         for _ in range(300):
             await run_on("cpu", time.sleep, 0, urgent=True)

@@ -41,8 +41,10 @@ class Counter(StepEngine):
         return None if r.req.inputs.get("wait") else True
 
     def step(self, rs, items):
-        emits = [Emit({"n": r.tokens}, tokens=1, finish="stop" if r.tokens + 1 >= r.req.inputs["count"] else None)
-                 for r in rs]
+        emits = [
+            Emit({"n": r.tokens}, tokens=1, finish="stop" if r.tokens + 1 >= r.req.inputs["count"] else None)
+            for r in rs
+        ]
         return emits[:-1] if any(r.req.inputs.get("short_step") for r in rs) else emits
 
 
@@ -65,6 +67,7 @@ async def collect(e: Counter, rid: str, **inputs):
 def run(main):
     async def wrapped():
         return await asyncio.wait_for(main(), 20)  # a hung loop fails the test instead of hanging it
+
     return asyncio.run(wrapped())
 
 
@@ -104,6 +107,7 @@ def test_a_step_with_too_few_results_fails_its_batch_not_the_engine():
 def test_an_abort_frees_its_place_in_a_full_batch_at_once():
     """One place: a request waiting for input holds it; aborting it lets the queued request in, though nothing
     else happens that would wake the loop."""
+
     async def main():
         e = engine(max_num_seqs=1)
         await e.start()

@@ -54,9 +54,18 @@ def test_large_buffers_go_through_shared_memory_and_are_unlinked():
 def test_messages_decode_into_their_types():
     """A StageOutput crosses as a StageOutput: nested metrics/error typed, progress a tuple, tensors intact."""
     audio = torch.randn(1, 7)
-    msg = Output(StageOutput("r1", 1, {"audio": audio}, True, metrics=StageMetrics(run_time_s=2.0),
-                             error=StageError("height: too big", bad_input=True, field="height"), progress=(3, 4),
-                             finish_reason="stop"))
+    msg = Output(
+        StageOutput(
+            "r1",
+            1,
+            {"audio": audio},
+            True,
+            metrics=StageMetrics(run_time_s=2.0),
+            error=StageError("height: too big", bad_input=True, field="height"),
+            progress=(3, 4),
+            finish_reason="stop",
+        )
+    )
     got = Codec(Event).decode(Codec().encode(msg))
     assert isinstance(got, Output) and isinstance(got.output.metrics, StageMetrics)
     assert got.output.error == StageError("height: too big", bad_input=True, field="height")

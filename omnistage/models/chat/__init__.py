@@ -74,5 +74,11 @@ CHAT = Pipeline(
     folder_info=folder_info,
 )
 PIPELINES = [CHAT]
-TINY = {"chat": tiny.build, "vlm": tiny_vlm.build, "audio_lm": tiny_audio.build, "chat_lora": tiny_lora.build,
-        "qwen2_5_vl": tiny_qwen_vl.build_qwen2_5_vl, "qwen3_vl": tiny_qwen_vl.build_qwen3_vl}
+TINY = {
+    "chat": tiny.build,
+    "vlm": tiny_vlm.build,
+    "audio_lm": tiny_audio.build,
+    "chat_lora": tiny_lora.build,
+    "qwen2_5_vl": tiny_qwen_vl.build_qwen2_5_vl,
+    "qwen3_vl": tiny_qwen_vl.build_qwen3_vl,
+}

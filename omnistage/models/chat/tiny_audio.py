@@ -37,8 +37,9 @@ CHAT_TEMPLATE = (
 )
 
 
-def build(outdir: Path, *, seed: int = 0, head_dim: int = 32, num_layers: int = 2,
-          max_position_embeddings: int = 2048) -> None:
+def build(
+    outdir: Path, *, seed: int = 0, head_dim: int = 32, num_layers: int = 2, max_position_embeddings: int = 2048
+) -> None:
     import torch
     from transformers import (
         GenerationConfig,
@@ -55,19 +56,38 @@ def build(outdir: Path, *, seed: int = 0, head_dim: int = 32, num_layers: int = 
     hidden = 2 * head_dim
     frames = CHUNK_S * SAMPLE_RATE // HOP
     config = Qwen2AudioConfig(
-        audio_config=dict(num_mel_bins=MEL_BINS, encoder_layers=num_layers, encoder_attention_heads=2,
-                          encoder_ffn_dim=2 * hidden, d_model=hidden, max_source_positions=frames // 2,
-                          initializer_range=0.3),
+        audio_config=dict(
+            num_mel_bins=MEL_BINS,
+            encoder_layers=num_layers,
+            encoder_attention_heads=2,
+            encoder_ffn_dim=2 * hidden,
+            d_model=hidden,
+            max_source_positions=frames // 2,
+            initializer_range=0.3,
+        ),
         text_config=dict(
-            model_type="qwen2", vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
-            num_hidden_layers=num_layers, num_attention_heads=2, num_key_value_heads=1, head_dim=head_dim,
+            model_type="qwen2",
+            vocab_size=len(tok),
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_hidden_layers=num_layers,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=head_dim,
             max_position_embeddings=max_position_embeddings,
             # A wide init gives peaked logits, so greedy choices are not near-ties.
-            initializer_range=0.3, bos_token_id=bos, eos_token_id=eos, pad_token_id=bos, tie_word_embeddings=False,
+            initializer_range=0.3,
+            bos_token_id=bos,
+            eos_token_id=eos,
+            pad_token_id=bos,
+            tie_word_embeddings=False,
         ),
-        audio_token_index=tok.convert_tokens_to_ids("<|AUDIO|>"), pad_token_id=bos,
+        audio_token_index=tok.convert_tokens_to_ids("<|AUDIO|>"),
+        pad_token_id=bos,
         # Untied: vLLM ties the LM head only on text_config's flag, transformers on the root's.
-        tie_word_embeddings=False, torch_dtype="float32", architectures=["Qwen2AudioForConditionalGeneration"],
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+        architectures=["Qwen2AudioForConditionalGeneration"],
     )
     torch.manual_seed(seed)
     model = Qwen2AudioForConditionalGeneration(config).to(torch.float32).eval()
@@ -75,8 +95,9 @@ def build(outdir: Path, *, seed: int = 0, head_dim: int = 32, num_layers: int = 
     _hub_layout(outdir / "model.safetensors")
     GenerationConfig(eos_token_id=eos, bos_token_id=bos, pad_token_id=bos).save_pretrained(outdir)
 
-    features = WhisperFeatureExtractor(feature_size=MEL_BINS, sampling_rate=SAMPLE_RATE, hop_length=HOP,
-                                       chunk_length=CHUNK_S, n_fft=400)
+    features = WhisperFeatureExtractor(
+        feature_size=MEL_BINS, sampling_rate=SAMPLE_RATE, hop_length=HOP, chunk_length=CHUNK_S, n_fft=400
+    )
     tok.chat_template = CHAT_TEMPLATE
     processor = Qwen2AudioProcessor(feature_extractor=features, tokenizer=tok, chat_template=CHAT_TEMPLATE)
     processor.save_pretrained(outdir)
@@ -91,5 +112,11 @@ def _hub_layout(path: Path) -> None:
 
     doubled = "language_model.model.model."
     weights = load_file(path)
-    save_file({(k.replace(doubled, "language_model.model.", 1) if k.startswith(doubled) else k): v
-               for k, v in weights.items()}, path, metadata={"format": "pt"})
+    save_file(
+        {
+            (k.replace(doubled, "language_model.model.", 1) if k.startswith(doubled) else k): v
+            for k, v in weights.items()
+        },
+        path,
+        metadata={"format": "pt"},
+    )

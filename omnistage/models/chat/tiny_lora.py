@@ -12,8 +12,16 @@ from pathlib import Path
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def build(outdir: Path, *, seed: int = 0, rank: int = 8, alpha: int = 16, std: float = 0.2,
-          targets: list[str] | None = None, **model: int) -> None:
+def build(
+    outdir: Path,
+    *,
+    seed: int = 0,
+    rank: int = 8,
+    alpha: int = 16,
+    std: float = 0.2,
+    targets: list[str] | None = None,
+    **model: int,
+) -> None:
     """``model``: the size arguments the base model was built with (``tiny.build``'s)."""
     import torch
     from peft import LoraConfig, get_peft_model
@@ -23,8 +31,9 @@ def build(outdir: Path, *, seed: int = 0, rank: int = 8, alpha: int = 16, std: f
 
     config = model_config(train_tokenizer(), **model)
     base = Qwen2ForCausalLM(config).eval()  # only its shapes matter: the adapter is saved alone
-    peft_model = get_peft_model(base, LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets or TARGETS,
-                                                 init_lora_weights=False))
+    peft_model = get_peft_model(
+        base, LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets or TARGETS, init_lora_weights=False)
+    )
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in peft_model.named_parameters():

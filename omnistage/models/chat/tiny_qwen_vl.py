@@ -46,19 +46,34 @@ def _tokenizer():
     tok = train_tokenizer(extra_special_tokens=VISION_TOKENS)
     tok.chat_template = CHAT_TEMPLATE
     ids = {t: tok.convert_tokens_to_ids(t) for t in VISION_TOKENS}
-    special = {"image_token_id": ids["<|image_pad|>"], "video_token_id": ids["<|video_pad|>"],
-               "vision_start_token_id": ids["<|vision_start|>"], "vision_end_token_id": ids["<|vision_end|>"]}
+    special = {
+        "image_token_id": ids["<|image_pad|>"],
+        "video_token_id": ids["<|video_pad|>"],
+        "vision_start_token_id": ids["<|vision_start|>"],
+        "vision_end_token_id": ids["<|vision_end|>"],
+    }
     return tok, special
 
 
 def _text_config(tok, hidden: int, num_layers: int, max_position_embeddings: int, **extra):
     bos, eos = tok.convert_tokens_to_ids("<|endoftext|>"), tok.convert_tokens_to_ids("<|im_end|>")
-    return dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=num_layers,
-                num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=max_position_embeddings,
-                rms_norm_eps=1e-6,
-                # A wide init gives peaked logits, so greedy choices are not near-ties.
-                initializer_range=0.3, bos_token_id=bos, eos_token_id=eos, pad_token_id=bos,
-                tie_word_embeddings=False, **extra)
+    return dict(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=num_layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=max_position_embeddings,
+        rms_norm_eps=1e-6,
+        # A wide init gives peaked logits, so greedy choices are not near-ties.
+        initializer_range=0.3,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        pad_token_id=bos,
+        tie_word_embeddings=False,
+        **extra,
+    )
 
 
 def _save(outdir: Path, model, tok, processor) -> None:
@@ -66,14 +81,16 @@ def _save(outdir: Path, model, tok, processor) -> None:
 
     model.save_pretrained(outdir)
     text = model.config.text_config
-    GenerationConfig(eos_token_id=text.eos_token_id, bos_token_id=text.bos_token_id,
-                     pad_token_id=text.pad_token_id).save_pretrained(outdir)
+    GenerationConfig(
+        eos_token_id=text.eos_token_id, bos_token_id=text.bos_token_id, pad_token_id=text.pad_token_id
+    ).save_pretrained(outdir)
     processor.save_pretrained(outdir)
     tok.save_pretrained(outdir)
 
 
-def build_qwen2_5_vl(outdir: Path, *, seed: int = 0, head_dim: int = 32, num_layers: int = 2,
-                     max_position_embeddings: int = 2048) -> None:
+def build_qwen2_5_vl(
+    outdir: Path, *, seed: int = 0, head_dim: int = 32, num_layers: int = 2, max_position_embeddings: int = 2048
+) -> None:
     import torch
     from transformers import (
         Qwen2_5_VLConfig,
@@ -89,13 +106,34 @@ def build_qwen2_5_vl(outdir: Path, *, seed: int = 0, head_dim: int = 32, num_lay
     hidden = 2 * head_dim  # two heads; the LM's head size is hidden / heads
     half = head_dim // 2  # M-RoPE splits the rotary half of each head into (t, h, w) sections
     config = Qwen2_5_VLConfig(
-        vision_config=dict(depth=num_layers, hidden_size=hidden, intermediate_size=2 * hidden, num_heads=2,
-                           patch_size=patch, spatial_merge_size=MERGE, temporal_patch_size=2,
-                           window_size=2 * factor, out_hidden_size=hidden, fullatt_block_indexes=[num_layers - 1],
-                           tokens_per_second=2, initializer_range=0.3),
-        text_config=_text_config(tok, hidden, num_layers, max_position_embeddings, rope_parameters={
-            "rope_type": "default", "rope_theta": 1e6, "mrope_section": [half // 4, 3 * half // 8, 3 * half // 8]}),
-        **special, tie_word_embeddings=False, torch_dtype="float32",
+        vision_config=dict(
+            depth=num_layers,
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_heads=2,
+            patch_size=patch,
+            spatial_merge_size=MERGE,
+            temporal_patch_size=2,
+            window_size=2 * factor,
+            out_hidden_size=hidden,
+            fullatt_block_indexes=[num_layers - 1],
+            tokens_per_second=2,
+            initializer_range=0.3,
+        ),
+        text_config=_text_config(
+            tok,
+            hidden,
+            num_layers,
+            max_position_embeddings,
+            rope_parameters={
+                "rope_type": "default",
+                "rope_theta": 1e6,
+                "mrope_section": [half // 4, 3 * half // 8, 3 * half // 8],
+            },
+        ),
+        **special,
+        tie_word_embeddings=False,
+        torch_dtype="float32",
         architectures=["Qwen2_5_VLForConditionalGeneration"],
     )
     torch.manual_seed(seed)
@@ -103,12 +141,17 @@ def build_qwen2_5_vl(outdir: Path, *, seed: int = 0, head_dim: int = 32, num_lay
     common = dict(patch_size=patch, merge_size=MERGE, temporal_patch_size=2)
     images = Qwen2VLImageProcessor(min_pixels=factor**2, max_pixels=4 * factor**2, **common)
     videos = Qwen2VLVideoProcessor(min_pixels=factor**2, max_pixels=6 * factor**2, **common)  # per frame
-    _save(Path(outdir), model, tok, Qwen2_5_VLProcessor(image_processor=images, tokenizer=tok,
-                                                         video_processor=videos, chat_template=CHAT_TEMPLATE))
+    _save(
+        Path(outdir),
+        model,
+        tok,
+        Qwen2_5_VLProcessor(image_processor=images, tokenizer=tok, video_processor=videos, chat_template=CHAT_TEMPLATE),
+    )
 
 
-def build_qwen3_vl(outdir: Path, *, seed: int = 0, head_dim: int = 32, num_layers: int = 2,
-                   max_position_embeddings: int = 2048) -> None:
+def build_qwen3_vl(
+    outdir: Path, *, seed: int = 0, head_dim: int = 32, num_layers: int = 2, max_position_embeddings: int = 2048
+) -> None:
     import torch
     from transformers import (
         Qwen2VLImageProcessor,
@@ -125,21 +168,48 @@ def build_qwen3_vl(outdir: Path, *, seed: int = 0, head_dim: int = 32, num_layer
     half = head_dim // 2
     t_sec = half - 2 * (5 * half // 16)  # the released (24, 20, 20) of 64, scaled
     config = Qwen3VLConfig(
-        vision_config=dict(depth=num_layers, hidden_size=hidden, intermediate_size=2 * hidden, num_heads=2,
-                           patch_size=patch, spatial_merge_size=MERGE, temporal_patch_size=2, out_hidden_size=hidden,
-                           num_position_embeddings=64, deepstack_visual_indexes=[0], initializer_range=0.3),
-        text_config=_text_config(tok, hidden, num_layers, max_position_embeddings, head_dim=head_dim, rope_parameters={
-            "rope_type": "default", "rope_theta": 5e6, "mrope_interleaved": True,
-            "mrope_section": [t_sec, 5 * half // 16, 5 * half // 16]}),
-        **special, tie_word_embeddings=False, torch_dtype="float32", architectures=["Qwen3VLForConditionalGeneration"],
+        vision_config=dict(
+            depth=num_layers,
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_heads=2,
+            patch_size=patch,
+            spatial_merge_size=MERGE,
+            temporal_patch_size=2,
+            out_hidden_size=hidden,
+            num_position_embeddings=64,
+            deepstack_visual_indexes=[0],
+            initializer_range=0.3,
+        ),
+        text_config=_text_config(
+            tok,
+            hidden,
+            num_layers,
+            max_position_embeddings,
+            head_dim=head_dim,
+            rope_parameters={
+                "rope_type": "default",
+                "rope_theta": 5e6,
+                "mrope_interleaved": True,
+                "mrope_section": [t_sec, 5 * half // 16, 5 * half // 16],
+            },
+        ),
+        **special,
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+        architectures=["Qwen3VLForConditionalGeneration"],
     )
     torch.manual_seed(seed)
     model = Qwen3VLForConditionalGeneration(config).to(torch.float32).eval()
-    common = dict(patch_size=patch, merge_size=MERGE, temporal_patch_size=2, image_mean=[0.5] * 3,
-                  image_std=[0.5] * 3)
+    common = dict(patch_size=patch, merge_size=MERGE, temporal_patch_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3)
     images = Qwen2VLImageProcessor(min_pixels=factor**2, max_pixels=4 * factor**2, **common)
     # Qwen3-VL's video budget counts all sampled frames together (frames x height x width)
-    videos = Qwen3VLVideoProcessor(size={"shortest_edge": factor**2, "longest_edge": 16 * factor**2}, fps=2,
-                                   min_frames=2, max_frames=8, **common)
-    _save(Path(outdir), model, tok, Qwen3VLProcessor(image_processor=images, tokenizer=tok,
-                                                     video_processor=videos, chat_template=CHAT_TEMPLATE))
+    videos = Qwen3VLVideoProcessor(
+        size={"shortest_edge": factor**2, "longest_edge": 16 * factor**2}, fps=2, min_frames=2, max_frames=8, **common
+    )
+    _save(
+        Path(outdir),
+        model,
+        tok,
+        Qwen3VLProcessor(image_processor=images, tokenizer=tok, video_processor=videos, chat_template=CHAT_TEMPLATE),
+    )

@@ -26,7 +26,8 @@ TILE, PATCH, SCALE = 32, 8, 2  # tile side (px), vision patch (px), pixel-shuffl
 TOKENS_PER_TILE = (TILE // PATCH) ** 2 // SCALE**2
 MAX_TILES_PER_SIDE = 2
 IMAGE_TOKENS = ["<fake_token_around_image>", "<image>", "<global-img>"] + [
-    f"<row_{r}_col_{c}>" for r in range(1, MAX_TILES_PER_SIDE + 1) for c in range(1, MAX_TILES_PER_SIDE + 1)]
+    f"<row_{r}_col_{c}>" for r in range(1, MAX_TILES_PER_SIDE + 1) for c in range(1, MAX_TILES_PER_SIDE + 1)
+]
 
 CHAT_TEMPLATE = (
     "{% set image_count = namespace(value=0) %}"
@@ -41,8 +42,9 @@ CHAT_TEMPLATE = (
 )
 
 
-def build(outdir: Path, *, seed: int = 0, head_dim: int = 32, num_layers: int = 2,
-          max_position_embeddings: int = 2048) -> None:
+def build(
+    outdir: Path, *, seed: int = 0, head_dim: int = 32, num_layers: int = 2, max_position_embeddings: int = 2048
+) -> None:
     import torch
     from transformers import (
         GenerationConfig,
@@ -58,28 +60,52 @@ def build(outdir: Path, *, seed: int = 0, head_dim: int = 32, num_layers: int = 
     bos = tok.convert_tokens_to_ids("<|endoftext|>")
     hidden = 2 * head_dim
     config = Idefics3Config(
-        vision_config=dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=num_layers,
-                           num_attention_heads=2, image_size=TILE, patch_size=PATCH, initializer_range=0.3),
-        text_config=dict(
-            model_type="llama", vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
-            num_hidden_layers=num_layers, num_attention_heads=2, num_key_value_heads=1, head_dim=head_dim,
-            max_position_embeddings=max_position_embeddings, rms_norm_eps=1e-5,
-            # A wide init gives peaked logits, so greedy choices are not near-ties.
-            initializer_range=0.3, bos_token_id=bos, eos_token_id=eos, pad_token_id=bos, tie_word_embeddings=False,
+        vision_config=dict(
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_hidden_layers=num_layers,
+            num_attention_heads=2,
+            image_size=TILE,
+            patch_size=PATCH,
+            initializer_range=0.3,
         ),
-        scale_factor=SCALE, image_token_id=tok.convert_tokens_to_ids("<image>"), pad_token_id=bos,
+        text_config=dict(
+            model_type="llama",
+            vocab_size=len(tok),
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_hidden_layers=num_layers,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=head_dim,
+            max_position_embeddings=max_position_embeddings,
+            rms_norm_eps=1e-5,
+            # A wide init gives peaked logits, so greedy choices are not near-ties.
+            initializer_range=0.3,
+            bos_token_id=bos,
+            eos_token_id=eos,
+            pad_token_id=bos,
+            tie_word_embeddings=False,
+        ),
+        scale_factor=SCALE,
+        image_token_id=tok.convert_tokens_to_ids("<image>"),
+        pad_token_id=bos,
         # Untied: vLLM ties the LM head only on text_config's flag, transformers on the root's.
-        tie_word_embeddings=False, torch_dtype="float32", architectures=["Idefics3ForConditionalGeneration"],
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+        architectures=["Idefics3ForConditionalGeneration"],
     )
     torch.manual_seed(seed)
     model = Idefics3ForConditionalGeneration(config).to(torch.float32).eval()
     model.save_pretrained(outdir)
     GenerationConfig(eos_token_id=eos, bos_token_id=bos, pad_token_id=bos).save_pretrained(outdir)
 
-    images = Idefics3ImageProcessorPil(size={"longest_edge": MAX_TILES_PER_SIDE * TILE},
-                                       max_image_size={"longest_edge": TILE}, do_image_splitting=True)
+    images = Idefics3ImageProcessorPil(
+        size={"longest_edge": MAX_TILES_PER_SIDE * TILE}, max_image_size={"longest_edge": TILE}, do_image_splitting=True
+    )
     tok.chat_template = CHAT_TEMPLATE
-    processor = Idefics3Processor(image_processor=images, tokenizer=tok, image_seq_len=TOKENS_PER_TILE,
-                                  chat_template=CHAT_TEMPLATE)
+    processor = Idefics3Processor(
+        image_processor=images, tokenizer=tok, image_seq_len=TOKENS_PER_TILE, chat_template=CHAT_TEMPLATE
+    )
     processor.save_pretrained(outdir)
     tok.save_pretrained(outdir)

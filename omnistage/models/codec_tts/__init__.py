@@ -92,11 +92,29 @@ PIPELINE = Pipeline(
     description="codec-token LM (vLLM) streams codes to a codec decoder (text -> speech)",
     matches=None,  # selected by omnistage.json {"pipeline": "codec_tts"}
     stages=[
-        StageSpec(0, kind="llm", name="speech_lm", output="token_ids", engine=speech_lm_engine,
-                  default_params={"temperature": 0.7, "top_p": 0.95, "repetition_penalty": 1.1,
-                                  "max_tokens": 1024, "detokenize": False}),
-        StageSpec(1, kind="generation", name="codec", output="audio", final=True, adapter=codec_adapter,
-                  inputs=[Edge(0, process=whole_codes, process_chunk=codes_every_n_frames)]),
+        StageSpec(
+            0,
+            kind="llm",
+            name="speech_lm",
+            output="token_ids",
+            engine=speech_lm_engine,
+            default_params={
+                "temperature": 0.7,
+                "top_p": 0.95,
+                "repetition_penalty": 1.1,
+                "max_tokens": 1024,
+                "detokenize": False,
+            },
+        ),
+        StageSpec(
+            1,
+            kind="generation",
+            name="codec",
+            output="audio",
+            final=True,
+            adapter=codec_adapter,
+            inputs=[Edge(0, process=whole_codes, process_chunk=codes_every_n_frames)],
+        ),
     ],
     # chat: False: the speech LM speaks a plain prompt, not chat messages (/v1/audio/speech serves it)
     info={"supports_speed": False, "chat": False, "supports_voice_cloning": False},

@@ -88,7 +88,9 @@ class Xcodec2Codec:
     def encode(self, audio: np.ndarray) -> torch.Tensor:
         """Mono float32 audio at ``sample_rate`` -> codes [1, frames] (``Xcodec2Model.encode``)."""
         values, features, mask = self.features(np.asarray(audio, dtype=np.float32))
-        out = self.model.encode(values.to(self.device), features.to(self.device), input_features_mask=mask.to(self.device))
+        out = self.model.encode(
+            values.to(self.device), features.to(self.device), input_features_mask=mask.to(self.device)
+        )
         return out.audio_codes[0].long().cpu()
 
     def features(self, audio: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -122,7 +124,7 @@ def mimi_receptive_frames(cfg) -> int:
         frames += math.ceil((2 * ratio - 1) / ratio) / rate  # transposed conv, kernel 2*ratio
         rate *= ratio
         for j in range(cfg.num_residual_layers):
-            frames += (cfg.residual_kernel_size - 1) * cfg.dilation_growth_rate ** j / rate
+            frames += (cfg.residual_kernel_size - 1) * cfg.dilation_growth_rate**j / rate
     frames += (cfg.last_kernel_size - 1) / rate
     return math.ceil(frames) + 1
 
@@ -163,7 +165,9 @@ def codec_type(folder: Path) -> str:
         raise ValueError(f"{folder}: no codec config.json (expected a transformers codec folder)")
     model_type = json.loads(config.read_text()).get("model_type")
     if model_type not in SUPPORTED:
-        raise ValueError(f"{config}: model_type {model_type!r} is not a supported codec (supported: {', '.join(SUPPORTED)})")
+        raise ValueError(
+            f"{config}: model_type {model_type!r} is not a supported codec (supported: {', '.join(SUPPORTED)})"
+        )
     return model_type
 
 

@@ -89,7 +89,9 @@ def _check(cfg: TTSConfig, path: Path) -> None:
     rest = cfg.prompt_template.replace("{text}", "").replace("{voice}", "").replace("{ref_codes}", "")
     if "{" in rest and "}" in rest.split("{", 1)[1]:
         raise bad("prompt_template", "only the placeholders {text}, {voice} and {ref_codes} are supported")
-    if not isinstance(cfg.voices, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in cfg.voices.items()):
+    if not isinstance(cfg.voices, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in cfg.voices.items()
+    ):
         raise bad("voices", "expected an object mapping voice names to prompt text")
     if cfg.voices and "{voice}" not in cfg.prompt_template:
         raise bad("voices", "the prompt_template has no '{voice}' placeholder to put them in")
@@ -98,7 +100,10 @@ def _check(cfg: TTSConfig, path: Path) -> None:
     for key in ("codec_token_offset", "codebook_size", "num_quantizers", "chunk_frames"):
         value = getattr(cfg, key)
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "codec_token_offset" else 1):
-            raise bad(key, f"expected a {'non-negative' if key == 'codec_token_offset' else 'positive'} integer, got {value!r}")
+            raise bad(
+                key,
+                f"expected a {'non-negative' if key == 'codec_token_offset' else 'positive'} integer, got {value!r}",
+            )
     for key in ("initial_chunk_frames", "decode_context_frames", "decode_lookahead_frames"):
         value = getattr(cfg, key)
         low = 1 if key == "initial_chunk_frames" else 0
@@ -123,8 +128,12 @@ def lookahead_frames(cfg: TTSConfig, codec_model_type: str) -> int:
 def folder_info(folder: Path) -> dict[str, Any]:
     """What the HTTP server shows before engines start: voices and the output sample rate."""
     cfg = load_tts_config(folder)
-    info: dict[str, Any] = {"voices": list(cfg.voices), "default_voice": cfg.default_voice,
-                            "supports_voice_cloning": cfg.can_clone, "max_ref_audio_s": float(cfg.max_ref_audio_s)}
+    info: dict[str, Any] = {
+        "voices": list(cfg.voices),
+        "default_voice": cfg.default_voice,
+        "supports_voice_cloning": cfg.can_clone,
+        "max_ref_audio_s": float(cfg.max_ref_audio_s),
+    }
     codec_config = folder / "codec" / "config.json"
     if codec_config.is_file():
         rate = json.loads(codec_config.read_text()).get("sampling_rate")

@@ -57,10 +57,14 @@ class CodecDecoderAdapter:
         self.config = load_tts_config(folder)
         device = f"cuda:{ctx.devices[0]}" if ctx.devices and torch.cuda.is_available() else "cpu"
         self.codec = load_codec(folder / "codec", device)
-        if self.codec.num_quantizers != self.config.num_quantizers or self.codec.codebook_size != self.config.codebook_size:
+        if (
+            self.codec.num_quantizers != self.config.num_quantizers
+            or self.codec.codebook_size != self.config.codebook_size
+        ):
             raise ValueError(
                 f"{folder / 'omnistage.json'}: num_quantizers/codebook_size ({self.config.num_quantizers}, "
-                f"{self.config.codebook_size}) do not match the codec ({self.codec.num_quantizers}, {self.codec.codebook_size})")
+                f"{self.config.codebook_size}) do not match the codec ({self.codec.num_quantizers}, {self.codec.codebook_size})"
+            )
         left, ahead = (self.codec.receptive_frames, 0) if self.codec.causal else NON_CAUSAL_CONTEXT
         cfg = self.config
         self.context = left if cfg.decode_context_frames is None else cfg.decode_context_frames
@@ -74,8 +78,11 @@ class CodecDecoderAdapter:
         params = item.params if isinstance(item.params, dict) else {}
         unknown = sorted(set(params) - PARAM_KEYS)
         if unknown:
-            raise InvalidRequestError("sampling_params", f"unknown field(s) {', '.join(unknown)} for the codec stage "
-                                      f"(it accepts {', '.join(sorted(PARAM_KEYS))})")
+            raise InvalidRequestError(
+                "sampling_params",
+                f"unknown field(s) {', '.join(unknown)} for the codec stage "
+                f"(it accepts {', '.join(sorted(PARAM_KEYS))})",
+            )
         chunk = positive_int(params, "chunk_frames") or self.config.chunk_frames
         first = positive_int(params, "initial_codec_chunk_frames") or self.config.initial_chunk_frames or chunk
         codes = self._codes(item.inputs.get("codes"), "codes")
@@ -88,7 +95,9 @@ class CodecDecoderAdapter:
             return torch.empty(k, 0, dtype=torch.long)
         codes = torch.as_tensor(codes)
         if codes.dim() != 2 or codes.shape[0] != k or codes.dtype not in (torch.int64, torch.int32):
-            raise InvalidRequestError(field, f"expected an integer tensor [{k}, frames], got {tuple(codes.shape)} {codes.dtype}")
+            raise InvalidRequestError(
+                field, f"expected an integer tensor [{k}, frames], got {tuple(codes.shape)} {codes.dtype}"
+            )
         if codes.numel() and (codes.min() < 0 or codes.max() >= self.codec.codebook_size):
             raise InvalidRequestError(field, f"values must be in 0..{self.codec.codebook_size - 1}")
         return codes.long()
@@ -136,16 +145,21 @@ class CodecDecoderAdapter:
             if "codes" not in state:
                 ctx = context if context is not None else codes[:, :0]
                 n = ctx.shape[1]
-                state.update(codes=ctx, base=0, emitted=n, boundary=n + first,
-                             # one piece that is also the last and not marked streamed: the whole sequence
-                             streamed=bool(item.inputs.get("streamed", not item.last)))
+                state.update(
+                    codes=ctx,
+                    base=0,
+                    emitted=n,
+                    boundary=n + first,
+                    # one piece that is also the last and not marked streamed: the whole sequence
+                    streamed=bool(item.inputs.get("streamed", not item.last)),
+                )
             state["codes"] = torch.cat([state["codes"], codes], dim=1)
             results[i] = {}
             for lo, start, end, hi in self.blocks(state, item.last, state["streamed"], chunk):
                 base = state["base"]
-                windows.append((i, state["codes"][:, lo - base: hi - base], start - lo, end - lo))
+                windows.append((i, state["codes"][:, lo - base : hi - base], start - lo, end - lo))
             keep = max(state["base"], state["emitted"] - self.context)  # what later blocks can still need
-            state["codes"] = state["codes"][:, keep - state["base"]:]
+            state["codes"] = state["codes"][:, keep - state["base"] :]
             state["base"] = keep
         pieces: dict[int, list[torch.Tensor]] = defaultdict(list)
         for i, audio in self._decode(windows):
@@ -176,5 +190,5 @@ class CodecDecoderAdapter:
             self.calls.append(len(group))
             for row, j in enumerate(group):
                 i, _, keep_from, keep_to = windows[j]
-                out[j] = (i, audio[row, keep_from * spf: keep_to * spf].clone())
+                out[j] = (i, audio[row, keep_from * spf : keep_to * spf].clone())
         return [out[j] for j in range(len(windows))]

@@ -44,8 +44,9 @@ def tokens_to_codes(ids: list[int], layout: dict[str, Any], start: int = 0):
         q = (start + i) % k
         lo = offset + (q * size if per_codebook else 0)
         if not lo <= tok < lo + size:
-            raise ValueError(f"token_ids[{start + i}]: {tok} is not a codec token of codebook {q} "
-                             f"(expected {lo}..{lo + size - 1})")
+            raise ValueError(
+                f"token_ids[{start + i}]: {tok} is not a codec token of codebook {q} (expected {lo}..{lo + size - 1})"
+            )
         codes[q, i // k] = tok - lo
     return codes
 

@@ -61,8 +61,10 @@ class CodecLMEngine(LLMStageEngine):
         last = cfg.codec_token_offset + cfg.num_codec_tokens
         if last > self.vocab_size:
             await self.shutdown()
-            raise ValueError(f"omnistage.json: codec tokens {cfg.codec_token_offset}..{last - 1} exceed the LM's "
-                             f"vocabulary ({self.vocab_size})")
+            raise ValueError(
+                f"omnistage.json: codec tokens {cfg.codec_token_offset}..{last - 1} exceed the LM's "
+                f"vocabulary ({self.vocab_size})"
+            )
         self.end_id = end
         if cfg.can_clone:
             import torch
@@ -73,10 +75,16 @@ class CodecLMEngine(LLMStageEngine):
 
     def layout(self) -> dict[str, Any]:
         cfg = self.config
-        return {"codec_token_offset": cfg.codec_token_offset, "codebook_size": cfg.codebook_size,
-                "num_quantizers": cfg.num_quantizers, "layout": cfg.layout, "end_id": self.end_id,
-                "chunk_frames": cfg.chunk_frames, "initial_chunk_frames": cfg.initial_chunk_frames,
-                "lookahead_frames": self.lookahead}
+        return {
+            "codec_token_offset": cfg.codec_token_offset,
+            "codebook_size": cfg.codebook_size,
+            "num_quantizers": cfg.num_quantizers,
+            "layout": cfg.layout,
+            "end_id": self.end_id,
+            "chunk_frames": cfg.chunk_frames,
+            "initial_chunk_frames": cfg.initial_chunk_frames,
+            "lookahead_frames": self.lookahead,
+        }
 
     # ------------------------------------------------------------------ reference clips
 
@@ -94,8 +102,11 @@ class CodecLMEngine(LLMStageEngine):
     async def reference_codes(self, ref_audio: Any) -> list[list[int]]:
         """A reference clip ``(samples, sample_rate)`` -> its codes [K, frames] (cached by content)."""
         if self.encoder is None:
-            raise InvalidRequestError("ref_audio", "this model cannot clone voices (its prompt_template has no "
-                                      "{ref_codes}); use one of the voices listed by /v1/audio/voices")
+            raise InvalidRequestError(
+                "ref_audio",
+                "this model cannot clone voices (its prompt_template has no "
+                "{ref_codes}); use one of the voices listed by /v1/audio/voices",
+            )
         if not isinstance(ref_audio, (tuple, list)) or len(ref_audio) != 2:
             raise InvalidRequestError("ref_audio", "expected (samples, sample_rate)")
         samples, rate = ref_audio
@@ -109,8 +120,9 @@ class CodecLMEngine(LLMStageEngine):
             raise InvalidRequestError("ref_audio", "the clip is empty or has non-finite samples")
         seconds = audio.size / int(rate)
         if seconds > self.config.max_ref_audio_s:
-            raise InvalidRequestError("ref_audio", f"the clip is {seconds:.1f} s long; at most "
-                                      f"{self.config.max_ref_audio_s:g} s is accepted")
+            raise InvalidRequestError(
+                "ref_audio", f"the clip is {seconds:.1f} s long; at most {self.config.max_ref_audio_s:g} s is accepted"
+            )
         key = hashlib.sha256(audio.tobytes() + int(rate).to_bytes(8, "little")).hexdigest()
         codes = self._ref_cache.get(key)
         if codes is None:
@@ -132,11 +144,18 @@ class CodecLMEngine(LLMStageEngine):
     def _ref_codes(self, codes: Any) -> list[list[int]]:
         cfg = self.config
         k, size = cfg.num_quantizers, cfg.codebook_size
-        ok = (isinstance(codes, (list, tuple)) and len(codes) == k and all(isinstance(r, (list, tuple)) for r in codes)
-              and len({len(r) for r in codes}) == 1 and len(codes[0]) > 0
-              and all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < size for r in codes for c in r))
+        ok = (
+            isinstance(codes, (list, tuple))
+            and len(codes) == k
+            and all(isinstance(r, (list, tuple)) for r in codes)
+            and len({len(r) for r in codes}) == 1
+            and len(codes[0]) > 0
+            and all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < size for r in codes for c in r)
+        )
         if not ok:
-            raise InvalidRequestError("ref_codes", f"expected {k} equally long non-empty lists of codes in 0..{size - 1}")
+            raise InvalidRequestError(
+                "ref_codes", f"expected {k} equally long non-empty lists of codes in 0..{size - 1}"
+            )
         return [list(r) for r in codes]
 
     # ------------------------------------------------------------------ prompt
@@ -145,10 +164,15 @@ class CodecLMEngine(LLMStageEngine):
         """Token ids of the family's prompt around the text (+ the voice prefix or a cloned voice's
         transcript and codes), its text form (codes shown as ``{ref_codes}``), and the reference codes."""
         if inputs.get("prompt_token_ids") is not None or inputs.get("messages") is not None:
-            raise InvalidRequestError("prompt", "codec_tts speaks a text 'prompt'; prompt_token_ids and messages are not supported")
+            raise InvalidRequestError(
+                "prompt", "codec_tts speaks a text 'prompt'; prompt_token_ids and messages are not supported"
+            )
         if inputs.get("multi_modal_data"):  # a reference voice clip goes in additional_information.ref_audio
-            raise InvalidRequestError("multi_modal_data", "codec_tts takes text only (a reference clip for voice "
-                                      "cloning goes in additional_information.ref_audio)")
+            raise InvalidRequestError(
+                "multi_modal_data",
+                "codec_tts takes text only (a reference clip for voice "
+                "cloning goes in additional_information.ref_audio)",
+            )
         text = inputs.get("prompt")
         if not isinstance(text, str) or not text.strip():
             raise InvalidRequestError("prompt", "the text to speak is empty")
@@ -170,8 +194,11 @@ class CodecLMEngine(LLMStageEngine):
         ref_codes, ref_text = info.get("ref_codes"), info.get("ref_text")
         if ref_codes is not None:
             if not cfg.can_clone:
-                raise InvalidRequestError("ref_audio", "this model cannot clone voices (its prompt_template has no "
-                                          "{ref_codes}); use one of the voices listed by /v1/audio/voices")
+                raise InvalidRequestError(
+                    "ref_audio",
+                    "this model cannot clone voices (its prompt_template has no "
+                    "{ref_codes}); use one of the voices listed by /v1/audio/voices",
+                )
             if voice is not None:
                 raise InvalidRequestError("voice", "give a voice or a reference clip (ref_audio), not both")
             if not isinstance(ref_text, str) or not ref_text.strip():
@@ -181,7 +208,9 @@ class CodecLMEngine(LLMStageEngine):
             prefix = ""
         else:
             if ref_text is not None:
-                raise InvalidRequestError("ref_text", "ref_text is the transcript of a reference clip; ref_audio is missing")
+                raise InvalidRequestError(
+                    "ref_text", "ref_text is the transcript of a reference clip; ref_audio is missing"
+                )
             try:
                 prefix = cfg.voice_prefix(voice)
             except ValueError as e:
@@ -195,8 +224,10 @@ class CodecLMEngine(LLMStageEngine):
             if "{ref_codes}" not in part:
                 return tok.encode(part, add_special_tokens=False), part
             a, b = part.split("{ref_codes}")
-            return (tok.encode(a, add_special_tokens=False) + codec_ids + tok.encode(b, add_special_tokens=False),
-                    part if ref_codes is not None else a + b)
+            return (
+                tok.encode(a, add_special_tokens=False) + codec_ids + tok.encode(b, add_special_tokens=False),
+                part if ref_codes is not None else a + b,
+            )
 
         (ids_before, text_before), (ids_after, text_after) = literal(before), literal(after)
         ids = ids_before + tok.encode(text, add_special_tokens=False, split_special_tokens=True) + ids_after
@@ -206,8 +237,11 @@ class CodecLMEngine(LLMStageEngine):
         """Codes [K, n] as the LM's codec tokens, frame-major (as the LM generates them)."""
         cfg = self.config
         per = cfg.layout == "per_codebook"
-        return [cfg.codec_token_offset + (q * cfg.codebook_size if per else 0) + codes[q][t]
-                for t in range(len(codes[0])) for q in range(cfg.num_quantizers)]
+        return [
+            cfg.codec_token_offset + (q * cfg.codebook_size if per else 0) + codes[q][t]
+            for t in range(len(codes[0]))
+            for q in range(cfg.num_quantizers)
+        ]
 
     def sampling_defaults(self, params: Any) -> Any:
         """Stop at the end token and (unless the folder says otherwise) sample only codec tokens;
@@ -223,8 +257,9 @@ class CodecLMEngine(LLMStageEngine):
 
     def prepare(self, req: StageRequest) -> Prepared:
         ids, text, ref_codes = self.prompt_ids(req.inputs)
-        prep = super().prepare(replace(req, inputs={"prompt_token_ids": ids, "prompt": text},
-                                       params=self.sampling_defaults(req.params)))
+        prep = super().prepare(
+            replace(req, inputs={"prompt_token_ids": ids, "prompt": text}, params=self.sampling_defaults(req.params))
+        )
         prep.extra[LAYOUT_KEY] = {**self.layout(), "context_codes": ref_codes}
         return prep
 

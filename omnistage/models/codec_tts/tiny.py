@@ -43,18 +43,30 @@ def build_lm(outdir: Path, *, seed: int = 0, head_dim: int = 32) -> int:
     assert tok.convert_tokens_to_ids("<|c_0|>") == offset
     end = tok.convert_tokens_to_ids("<|speech_end|>")
     config = Qwen2Config(
-        vocab_size=len(tok), hidden_size=2 * head_dim, intermediate_size=4 * head_dim, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=head_dim, max_position_embeddings=2048,
-        tie_word_embeddings=True, initializer_range=0.3,  # peaked logits: greedy choices are not near-ties
-        bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), eos_token_id=end, pad_token_id=tok.pad_token_id,
-        torch_dtype="float32", architectures=["Qwen2ForCausalLM"],
+        vocab_size=len(tok),
+        hidden_size=2 * head_dim,
+        intermediate_size=4 * head_dim,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=head_dim,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        initializer_range=0.3,  # peaked logits: greedy choices are not near-ties
+        bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
+        eos_token_id=end,
+        pad_token_id=tok.pad_token_id,
+        torch_dtype="float32",
+        architectures=["Qwen2ForCausalLM"],
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config).to(torch.float32).eval()
     with torch.no_grad():  # a zero (tied) embedding: the end token's logit is 0, so random weights rarely stop at once
         model.get_input_embeddings().weight[end] = 0
     model.save_pretrained(outdir)
-    GenerationConfig(eos_token_id=end, bos_token_id=config.bos_token_id, pad_token_id=config.pad_token_id).save_pretrained(outdir)
+    GenerationConfig(
+        eos_token_id=end, bos_token_id=config.bos_token_id, pad_token_id=config.pad_token_id
+    ).save_pretrained(outdir)
     tok.save_pretrained(outdir)
     return offset
 
@@ -64,10 +76,23 @@ def build_codec(outdir: Path, *, seed: int = 0) -> None:
     from transformers import MimiConfig, MimiModel
 
     config = MimiConfig(
-        sampling_rate=16000, hidden_size=32, num_filters=4, upsampling_ratios=[8, 5, 4],
-        codebook_size=CODEBOOK_SIZE, codebook_dim=16, num_quantizers=NUM_QUANTIZERS, num_semantic_quantizers=1,
-        vector_quantization_hidden_dimension=16, upsample_groups=32, num_hidden_layers=2, intermediate_size=64,
-        num_attention_heads=2, num_key_value_heads=2, head_dim=16, sliding_window=8, max_position_embeddings=8192,
+        sampling_rate=16000,
+        hidden_size=32,
+        num_filters=4,
+        upsampling_ratios=[8, 5, 4],
+        codebook_size=CODEBOOK_SIZE,
+        codebook_dim=16,
+        num_quantizers=NUM_QUANTIZERS,
+        num_semantic_quantizers=1,
+        vector_quantization_hidden_dimension=16,
+        upsample_groups=32,
+        num_hidden_layers=2,
+        intermediate_size=64,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=16,
+        sliding_window=8,
+        max_position_embeddings=8192,
         layer_scale_initial_scale=1.0,  # the transformer matters, so the streamed context is really exercised
     )
     torch.manual_seed(seed)
@@ -85,9 +110,14 @@ def build(outdir: Path) -> None:
     meta = {
         "pipeline": "codec_tts",
         "prompt_template": "<|text_start|>{voice}{text}<|text_end|><|speech_start|>",
-        "voices": VOICES, "default_voice": "alto", "speech_end_token": "<|speech_end|>",
-        "codec_token_offset": offset, "codebook_size": CODEBOOK_SIZE, "num_quantizers": NUM_QUANTIZERS,
-        "layout": "shared", "chunk_frames": 4,
+        "voices": VOICES,
+        "default_voice": "alto",
+        "speech_end_token": "<|speech_end|>",
+        "codec_token_offset": offset,
+        "codebook_size": CODEBOOK_SIZE,
+        "num_quantizers": NUM_QUANTIZERS,
+        "layout": "shared",
+        "chunk_frames": 4,
     }
     (outdir / "omnistage.json").write_text(json.dumps(meta, indent=2) + "\n")
 
@@ -97,19 +127,30 @@ def build(outdir: Path) -> None:
 # per XCodec2 frame) and a tiny XCodec2 codec (one FSQ codebook of 4*4*4 = 64 codes, 50 frames/s at
 # 16 kHz). Its prompt_template is the text of Llasa's chat prompt, so voice cloning works the Llasa way.
 
-LLASA_SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
-                 "<|TEXT_UNDERSTANDING_START|>", "<|TEXT_UNDERSTANDING_END|>", "<|SPEECH_GENERATION_START|>",
-                 "<|SPEECH_GENERATION_END|>"]
+LLASA_SPECIAL = [
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+    "<|TEXT_UNDERSTANDING_START|>",
+    "<|TEXT_UNDERSTANDING_END|>",
+    "<|SPEECH_GENERATION_START|>",
+    "<|SPEECH_GENERATION_END|>",
+]
 LLASA_LEVELS = [4, 4, 4]
 LLASA_CODES = 64
 # Llama 3's chat template, reduced to what Llasa uses (no system prompt)
 LLASA_CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n"
     "{{ message['content'] | trim }}<|eot_id|>{% endfor %}"
-    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
-LLASA_TEMPLATE = ("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nConvert the text to speech:"
-                  "<|TEXT_UNDERSTANDING_START|>{text}<|TEXT_UNDERSTANDING_END|><|eot_id|>"
-                  "<|start_header_id|>assistant<|end_header_id|>\n\n<|SPEECH_GENERATION_START|>{ref_codes}")
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+LLASA_TEMPLATE = (
+    "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nConvert the text to speech:"
+    "<|TEXT_UNDERSTANDING_START|>{text}<|TEXT_UNDERSTANDING_END|><|eot_id|>"
+    "<|start_header_id|>assistant<|end_header_id|>\n\n<|SPEECH_GENERATION_START|>{ref_codes}"
+)
 _LLASA_CORPUS = _CORPUS + ["user assistant Convert the text to speech:", "a reference clip, spoken by someone."]
 
 
@@ -126,18 +167,30 @@ def build_llasa_lm(outdir: Path, *, seed: int = 0, head_dim: int = 32) -> int:
     tok.chat_template = LLASA_CHAT_TEMPLATE
     end = tok.convert_tokens_to_ids("<|SPEECH_GENERATION_END|>")
     config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=2 * head_dim, intermediate_size=4 * head_dim, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=head_dim, max_position_embeddings=2048,
-        tie_word_embeddings=True, initializer_range=0.3,  # peaked logits: greedy choices are not near-ties
-        bos_token_id=tok.bos_token_id, eos_token_id=end, pad_token_id=tok.pad_token_id,
-        torch_dtype="float32", architectures=["LlamaForCausalLM"],
+        vocab_size=len(tok),
+        hidden_size=2 * head_dim,
+        intermediate_size=4 * head_dim,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=head_dim,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        initializer_range=0.3,  # peaked logits: greedy choices are not near-ties
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=end,
+        pad_token_id=tok.pad_token_id,
+        torch_dtype="float32",
+        architectures=["LlamaForCausalLM"],
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).to(torch.float32).eval()
     with torch.no_grad():  # a zero (tied) embedding: the end token's logit is 0, so random weights rarely stop at once
         model.get_input_embeddings().weight[end] = 0
     model.save_pretrained(outdir)
-    GenerationConfig(eos_token_id=end, bos_token_id=config.bos_token_id, pad_token_id=config.pad_token_id).save_pretrained(outdir)
+    GenerationConfig(
+        eos_token_id=end, bos_token_id=config.bos_token_id, pad_token_id=config.pad_token_id
+    ).save_pretrained(outdir)
     tok.save_pretrained(outdir)
     return offset
 
@@ -146,14 +199,31 @@ def build_xcodec2(outdir: Path, *, seed: int = 0) -> None:
     import torch
     from transformers import Xcodec2Config, Xcodec2Model
 
-    semantic = {"model_type": "wav2vec2-bert", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
-                "intermediate_size": 64, "feature_projection_input_dim": 160, "conv_depthwise_kernel_size": 5,
-                "left_max_position_embeddings": 8, "right_max_position_embeddings": 2}
+    semantic = {
+        "model_type": "wav2vec2-bert",
+        "hidden_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "feature_projection_input_dim": 160,
+        "conv_depthwise_kernel_size": 5,
+        "left_max_position_embeddings": 8,
+        "right_max_position_embeddings": 2,
+    }
     # hidden_size 64: the decoder's GroupNorm has 32 groups; hop 2*2*4*4*5 = 320 samples (50 frames/s)
     config = Xcodec2Config(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-        head_dim=32, encoder_hidden_size=2, semantic_model_config=semantic, quantization_dim=64 + 32,
-        quantization_levels=LLASA_LEVELS, max_position_embeddings=64, sampling_rate=16000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=32,
+        encoder_hidden_size=2,
+        semantic_model_config=semantic,
+        quantization_dim=64 + 32,
+        quantization_levels=LLASA_LEVELS,
+        max_position_embeddings=64,
+        sampling_rate=16000,
         initializer_range=0.1,  # at 0.02 the encoder's output is ~0 (every clip one code) and the audio ~0.02 peak
     )
     torch.manual_seed(seed)
@@ -165,8 +235,14 @@ def build_llasa(outdir: Path) -> None:
     offset = build_llasa_lm(outdir / "lm")
     build_xcodec2(outdir / "codec")
     meta = {
-        "pipeline": "codec_tts", "prompt_template": LLASA_TEMPLATE, "speech_end_token": "<|SPEECH_GENERATION_END|>",
-        "codec_token_offset": offset, "codebook_size": LLASA_CODES, "num_quantizers": 1, "layout": "shared",
-        "chunk_frames": 8, "initial_chunk_frames": 4,
+        "pipeline": "codec_tts",
+        "prompt_template": LLASA_TEMPLATE,
+        "speech_end_token": "<|SPEECH_GENERATION_END|>",
+        "codec_token_offset": offset,
+        "codebook_size": LLASA_CODES,
+        "num_quantizers": 1,
+        "layout": "shared",
+        "chunk_frames": 8,
+        "initial_chunk_frames": 4,
     }
     (outdir / "omnistage.json").write_text(json.dumps(meta, indent=2) + "\n")

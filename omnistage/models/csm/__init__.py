@@ -49,12 +49,25 @@ PIPELINE = Pipeline(
     matches=lambda folder: folder.omnistage_pipeline is None and ARCHITECTURE in folder.architectures,
     stages=[
         StageSpec(0, kind="llm", name="backbone", output="token_ids", engine=backbone_engine),
-        StageSpec(1, kind="generation", name="codec", output="audio", final=True, adapter=codec_adapter,
-                  inputs=[Edge(0, process=whole_codes, process_chunk=codes_in_chunks)]),
+        StageSpec(
+            1,
+            kind="generation",
+            name="codec",
+            output="audio",
+            final=True,
+            adapter=codec_adapter,
+            inputs=[Edge(0, process=whole_codes, process_chunk=codes_in_chunks)],
+        ),
     ],
     default_deploy={"async_chunk": True},
-    info={"sample_rate": SAMPLE_RATE, "chat": False, "supports_speed": False, "supports_voice_cloning": True,
-          "voices": VOICES, "default_voice": VOICES[0]},
+    info={
+        "sample_rate": SAMPLE_RATE,
+        "chat": False,
+        "supports_speed": False,
+        "supports_voice_cloning": True,
+        "voices": VOICES,
+        "default_voice": VOICES[0],
+    },
     shape_request=chunk_sizes_to_codec_stage,
 )
 PIPELINES = [PIPELINE]

@@ -38,7 +38,11 @@ class CsmCodecAdapter(CodecDecoderAdapter):
             raise ValueError("csm needs a model folder")
         device = f"cuda:{ctx.devices[0]}" if ctx.devices and torch.cuda.is_available() else "cpu"
         self.codec = CsmMimi(Path(ctx.model), device)
-        self.config = TTSConfig(codebook_size=self.codec.codebook_size, num_quantizers=self.codec.num_quantizers,
-                                chunk_frames=CHUNK_FRAMES, initial_chunk_frames=INITIAL_CHUNK_FRAMES)
+        self.config = TTSConfig(
+            codebook_size=self.codec.codebook_size,
+            num_quantizers=self.codec.num_quantizers,
+            chunk_frames=CHUNK_FRAMES,
+            initial_chunk_frames=INITIAL_CHUNK_FRAMES,
+        )
         self.context, self.lookahead = self.codec.receptive_frames, 0  # causal: exact with left context only
         self.calls: list[int] = []

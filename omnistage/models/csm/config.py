@@ -28,8 +28,11 @@ def is_csm(folder: Path) -> bool:
 
 def _sampler(gen: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     get = {k: gen.get(prefix + k, v) for k, v in _GENERATE_DEFAULTS.items()}
-    return {"temperature": float(get["temperature"]) if get["do_sample"] else 0.0,
-            "top_k": int(get["top_k"] or 0), "top_p": float(get["top_p"] if get["top_p"] is not None else 1.0)}
+    return {
+        "temperature": float(get["temperature"]) if get["do_sample"] else 0.0,
+        "top_k": int(get["top_k"] or 0),
+        "top_p": float(get["top_p"] if get["top_p"] is not None else 1.0),
+    }
 
 
 @dataclass(frozen=True)
@@ -41,8 +44,16 @@ class CsmParams:
 
 
 # vLLM-style keys of the backbone (the stage is llm-kind: request knobs arrive here) + the depth decoder's
-PARAM_KEYS = {"temperature", "top_k", "top_p", "max_tokens", "seed",
-              DEPTH + "temperature", DEPTH + "top_k", DEPTH + "top_p"}
+PARAM_KEYS = {
+    "temperature",
+    "top_k",
+    "top_p",
+    "max_tokens",
+    "seed",
+    DEPTH + "temperature",
+    DEPTH + "top_k",
+    DEPTH + "top_p",
+}
 
 
 def checkpoint_defaults(folder: Path) -> dict[str, Any]:

@@ -26,5 +26,6 @@ def whole_codes(source: dict[str, Any], request: Any) -> dict[str, Any]:
 
 
 def codes_in_chunks(delta: dict[str, Any], request: Any, state: dict[str, Any]) -> dict[str, Any] | None:
-    return frames_in_chunks(delta, request, state, first_default=INITIAL_CHUNK_FRAMES, every_default=CHUNK_FRAMES,
-                            no_frames=NO_FRAMES)
+    return frames_in_chunks(
+        delta, request, state, first_default=INITIAL_CHUNK_FRAMES, every_default=CHUNK_FRAMES, no_frames=NO_FRAMES
+    )

@@ -95,8 +95,11 @@ class CsmEngine(StepEngine):
         embeds = self.model.prompt_embeds(r.turns)
         limit = self.model.max_positions
         if embeds.shape[0] + r.params.max_tokens > limit:  # RoPE would run past what the model was trained on
-            raise InvalidRequestError("max_tokens", f"the prompt ({embeds.shape[0]} positions, context included) "
-                                      f"plus max_tokens ({r.params.max_tokens} frames) exceed the model's {limit}")
+            raise InvalidRequestError(
+                "max_tokens",
+                f"the prompt ({embeds.shape[0]} positions, context included) "
+                f"plus max_tokens ({r.params.max_tokens} frames) exceed the model's {limit}",
+            )
         self.model.prefill(r.row, embeds)
         return Emit()
 

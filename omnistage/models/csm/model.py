@@ -73,8 +73,14 @@ class CsmModel:
     @torch.no_grad()
     def prompt_embeds(self, turns: list[Turn]) -> torch.Tensor:
         """The prompt as backbone inputs [L, H]."""
-        conversation = [{"role": t.speaker, "content": [{"type": "text", "text": t.text}]
-                         + ([{"type": "audio", "path": t.audio}] if t.audio is not None else [])} for t in turns]
+        conversation = [
+            {
+                "role": t.speaker,
+                "content": [{"type": "text", "text": t.text}]
+                + ([{"type": "audio", "path": t.audio}] if t.audio is not None else []),
+            }
+            for t in turns
+        ]
         inputs = self.processor.apply_chat_template(conversation, tokenize=True, return_dict=True)
         ids = inputs["input_ids"][0].to(self.device)
         m, cfg = self.model, self.model.config
@@ -83,8 +89,10 @@ class CsmModel:
         if audio_at.any():
             values = inputs["input_values"][0].to(self.device, self.dtype)  # [1, samples of all clips]
             cuts = [0] + [int(c) for c in inputs["input_values_cutoffs"][0] if c >= 0]
-            frames = [m.codec_model.encode(values[..., a:b].unsqueeze(0)).audio_codes[0].T  # [T, K]
-                      for a, b in pairwise(cuts)]
+            frames = [
+                m.codec_model.encode(values[..., a:b].unsqueeze(0)).audio_codes[0].T  # [T, K]
+                for a, b in pairwise(cuts)
+            ]
             runs = _runs(audio_at)  # each clip's audio-token positions, in order
             if len(runs) != len(frames) or any(len(r) > f.shape[0] for r, f in zip(runs, frames)):
                 raise ValueError("the processor's audio token count does not match the codec's frames")
@@ -104,8 +112,13 @@ class CsmModel:
         cache = StepCache([r.kv for r in rows], embeds.shape[1])
         t = torch.arange(embeds.shape[1], device=self.device)
         pos = torch.stack([s + t for s in cache.starts])
-        out = self.model.backbone_model(inputs_embeds=embeds, position_ids=pos, attention_mask=cache.mask(self.device),
-                                        past_key_values=cache, use_cache=True)
+        out = self.model.backbone_model(
+            inputs_embeds=embeds,
+            position_ids=pos,
+            attention_mask=cache.mask(self.device),
+            past_key_values=cache,
+            use_cache=True,
+        )
         cache.commit()
         hidden = out.last_hidden_state[:, -1]
         logits = self.model.lm_head(hidden).float()
@@ -128,11 +141,21 @@ class CsmModel:
         cache = DynamicCache(config=decoder.config)
         codes = [code0]
         for g in range(1, self.num_codebooks):
-            out = decoder(input_ids=ids, backbone_last_hidden_state=hidden if g == 1 else None,
-                          past_key_values=cache, use_cache=True, logits_to_keep=1)
+            out = decoder(
+                input_ids=ids,
+                backbone_last_hidden_state=hidden if g == 1 else None,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
             logits = out.logits[:, -1].float()
-            nxt = torch.tensor([draw(logits[i], r.depth.temperature, r.depth.top_k, r.depth.top_p, r.generator)
-                                for i, r in enumerate(rows)], device=self.device)
+            nxt = torch.tensor(
+                [
+                    draw(logits[i], r.depth.temperature, r.depth.top_k, r.depth.top_p, r.generator)
+                    for i, r in enumerate(rows)
+                ],
+                device=self.device,
+            )
             codes.append(nxt)
             ids = nxt.unsqueeze(1)
         return torch.stack(codes, dim=1)
@@ -161,7 +184,12 @@ def _runs(mask: torch.Tensor) -> list[list[int]]:
 
 def check_turn(speaker: Any, text: Any, where: str) -> None:
     if not isinstance(speaker, str) or not speaker.isdigit():
-        raise InvalidRequestError(f"{where}speaker" if where else "voice",
-                                  f"a CSM speaker is a non-negative integer id such as '0', got {speaker!r}")
+        raise InvalidRequestError(
+            f"{where}speaker" if where else "voice",
+            f"a CSM speaker is a non-negative integer id such as '0', got {speaker!r}",
+        )
     if not isinstance(text, str) or not text.strip():
-        raise InvalidRequestError(f"{where}text" if where else "prompt", "the text to speak is empty" if not where else "expected non-empty text")
+        raise InvalidRequestError(
+            f"{where}text" if where else "prompt",
+            "the text to speak is empty" if not where else "expected non-empty text",
+        )

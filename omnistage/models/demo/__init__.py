@@ -28,15 +28,29 @@ DEFAULT_PARAMS = {
 PIPELINE = Pipeline(
     name="demo",
     description="built-in demo: 64x64 coloured shapes (SD3-style MMDiT trained by demo/train_shapes.py); "
-                "it draws " + "; ".join(f"{kind}: {', '.join(words)}" for kind, words in VOCABULARY.items()),
+    "it draws " + "; ".join(f"{kind}: {', '.join(words)}" for kind, words in VOCABULARY.items()),
     # The weights folder names this pipeline in its omnistage.json; no other folder matches.
     matches=None,
-    stages=[StageSpec(0, kind="diffusion", adapter=DemoAdapter, output="image", can_output="image,latent", final=True,
-                      default_params=dict(DEFAULT_PARAMS))],
+    stages=[
+        StageSpec(
+            0,
+            kind="diffusion",
+            adapter=DemoAdapter,
+            output="image",
+            can_output="image,latent",
+            final=True,
+            default_params=dict(DEFAULT_PARAMS),
+        )
+    ],
     # vocabulary / filler_words: every word it was trained on (the server warns about others);
     # example_prompts: the playground offers them
-    info={"default_model": str(WEIGHTS), "served_model_name": "omnistage-demo", "vocabulary": VOCABULARY,
-          "filler_words": FILLER_WORDS, "example_prompts": EXAMPLE_PROMPTS},
+    info={
+        "default_model": str(WEIGHTS),
+        "served_model_name": "omnistage-demo",
+        "vocabulary": VOCABULARY,
+        "filler_words": FILLER_WORDS,
+        "example_prompts": EXAMPLE_PROMPTS,
+    },
     deploy_file=DEPLOY,
 )
 PIPELINES = [PIPELINE]

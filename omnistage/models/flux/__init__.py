@@ -32,8 +32,15 @@ def _guidance_embeds(folder: ModelFolder) -> bool | None:
 
 
 def _stage(default_params: dict, adapter: type[FluxAdapter] = FluxAdapter) -> StageSpec:
-    return StageSpec(0, kind="diffusion", adapter=adapter, output="image", can_output="image,latent", final=True,
-                     default_params=default_params)
+    return StageSpec(
+        0,
+        kind="diffusion",
+        adapter=adapter,
+        output="image",
+        can_output="image,latent",
+        final=True,
+        default_params=default_params,
+    )
 
 
 PIPELINE = Pipeline(

@@ -74,8 +74,10 @@ class FluxAdapter(DiffusersAdapter):
 
     def validate(self, job: DiffusionJob) -> None:
         if job.images:
-            raise InvalidRequestError("multi_modal_data.image", "this FLUX.1 checkpoint is text-to-image only; "
-                                      "edits need a FLUX.1-Kontext checkpoint")
+            raise InvalidRequestError(
+                "multi_modal_data.image",
+                "this FLUX.1 checkpoint is text-to-image only; edits need a FLUX.1-Kontext checkpoint",
+            )
         self.validate_common(job)
         self.validate_rows(job)
 
@@ -84,13 +86,17 @@ class FluxAdapter(DiffusersAdapter):
         self.validate_size(job, f"VAE factor {self.pipe.vae_scale_factor} x 2x2 packing")
         msl = int(p.max_sequence_length or MAX_SEQUENCE_LENGTH)
         if not 1 <= msl <= MAX_SEQUENCE_LENGTH:
-            raise InvalidRequestError("max_sequence_length", f"{msl} is outside 1..{MAX_SEQUENCE_LENGTH} (FLUX's T5 limit)")
+            raise InvalidRequestError(
+                "max_sequence_length", f"{msl} is outside 1..{MAX_SEQUENCE_LENGTH} (FLUX's T5 limit)"
+            )
         job.extra["max_sequence_length"] = msl
         true_cfg = p.true_cfg_scale if p.true_cfg_scale is not None else 1.0
         if true_cfg > 1 and job.negative_prompt is None:
             # diffusers would silently skip the negative pass; say so instead of ignoring the knob
-            raise InvalidRequestError("negative_prompt", f"true_cfg_scale={true_cfg} > 1 needs a negative prompt "
-                                      "(FLUX's true CFG runs a second pass on it)")
+            raise InvalidRequestError(
+                "negative_prompt",
+                f"true_cfg_scale={true_cfg} > 1 needs a negative prompt (FLUX's true CFG runs a second pass on it)",
+            )
         job.cfg = true_cfg > 1  # guidance_scale is the distilled-guidance embedding, never CFG
         job.cfg_scale = true_cfg
 
@@ -105,9 +111,13 @@ class FluxAdapter(DiffusersAdapter):
     # ------------------------------------------------------------- preparation
 
     def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
-        embeds, pooled, _ = self.pipe.encode_prompt(prompt=prompts, prompt_2=None, device=self.device,
-                                                    num_images_per_prompt=1,
-                                                    max_sequence_length=jobs[0].extra["max_sequence_length"])
+        embeds, pooled, _ = self.pipe.encode_prompt(
+            prompt=prompts,
+            prompt_2=None,
+            device=self.device,
+            num_images_per_prompt=1,
+            max_sequence_length=jobs[0].extra["max_sequence_length"],
+        )
         return {"encoder_hidden_states": embeds, "pooled_projections": pooled}
 
     def add_conditioning(self, jobs: list[DiffusionJob]) -> None:
@@ -124,8 +134,9 @@ class FluxAdapter(DiffusersAdapter):
         ids = position_ids(h // 2, w // 2, 0.0, job.cond["encoder_hidden_states"].dtype, self.device)
         out = {"img_ids": ids.expand(job.rows, *ids.shape)}
         if self.guidance_embeds:
-            out["guidance"] = torch.full([job.rows], float(job.params.guidance_scale), device=self.device,
-                                         dtype=torch.float32)
+            out["guidance"] = torch.full(
+                [job.rows], float(job.params.guidance_scale), device=self.device, dtype=torch.float32
+            )
         return out
 
     def timesteps(self, job: DiffusionJob) -> None:
@@ -158,10 +169,15 @@ class FluxAdapter(DiffusersAdapter):
         n = x.shape[1]
         hidden = torch.cat([x, cond["image_latents"]], dim=1) if "image_latents" in cond else x
         out = self.pipe.transformer(
-            hidden_states=hidden, timestep=t.to(x.dtype) / 1000, guidance=cond.get("guidance"),
-            pooled_projections=cond["pooled_projections"], encoder_hidden_states=text,
-            txt_ids=self.txt_ids(text.shape[1], self.text_ids_dtype()), img_ids=cond["img_ids"][0],
-            return_dict=False)[0]
+            hidden_states=hidden,
+            timestep=t.to(x.dtype) / 1000,
+            guidance=cond.get("guidance"),
+            pooled_projections=cond["pooled_projections"],
+            encoder_hidden_states=text,
+            txt_ids=self.txt_ids(text.shape[1], self.text_ids_dtype()),
+            img_ids=cond["img_ids"][0],
+            return_dict=False,
+        )[0]
         return out[:, :n] if out.shape[1] != n else out
 
     def block_layouts(self) -> list[BlockLayout]:
@@ -187,8 +203,9 @@ class FluxKontextAdapter(FluxAdapter):
 
     def validate(self, job: DiffusionJob) -> None:
         if job.images and len(job.images) != 1:
-            raise InvalidRequestError("multi_modal_data.image", f"FLUX.1 Kontext edits one input image, got "
-                                      f"{len(job.images)}")
+            raise InvalidRequestError(
+                "multi_modal_data.image", f"FLUX.1 Kontext edits one input image, got {len(job.images)}"
+            )
         if job.params.strength is not None:
             raise InvalidRequestError("strength", "not used by Kontext edits (the image conditions, it is not noised)")
         self.validate_common(job)
@@ -209,8 +226,9 @@ class FluxKontextAdapter(FluxAdapter):
         w, h = round((max_area * aspect) ** 0.5), round((max_area / aspect) ** 0.5)
         w, h = w // m * m, h // m * m
         if not (h and w):
-            raise InvalidRequestError("max_area", f"{max_area} is too small for a {width}x{height} aspect ratio "
-                                      f"at multiples of {m}")
+            raise InvalidRequestError(
+                "max_area", f"{max_area} is too small for a {width}x{height} aspect ratio at multiples of {m}"
+            )
         return h, w
 
     def image_size(self, image: Any, auto_resize: bool) -> tuple[int, int]:
@@ -246,7 +264,9 @@ class FluxKontextAdapter(FluxAdapter):
         dtype = job.cond["encoder_hidden_states"].dtype
         z = self.normalize_latents(self.pipe.vae.encode(image.to(device=self.device, dtype=dtype)).latent_dist.mode())
         tokens = pack(z)
-        ids = torch.cat([job.cond["img_ids"][0], position_ids(z.shape[2] // 2, z.shape[3] // 2, 1.0, dtype, self.device)])
+        ids = torch.cat(
+            [job.cond["img_ids"][0], position_ids(z.shape[2] // 2, z.shape[3] // 2, 1.0, dtype, self.device)]
+        )
         for cond in (job.cond, job.uncond):
             if cond is not None:
                 cond["image_latents"] = tokens.expand(job.rows, *tokens.shape[1:])

@@ -7,22 +7,38 @@ from pathlib import Path
 from omnistage.stages.diffusion import tiny_parts as parts
 
 # FLUX.1-dev's scheduler config (dynamic shift on the packed image length); schnell turns the shift off
-_DEV_SCHEDULER = dict(shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15,
-                      base_image_seq_len=256, max_image_seq_len=4096)
+_DEV_SCHEDULER = dict(
+    shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096
+)
 _SCHNELL_SCHEDULER = dict(shift=1.0, use_dynamic_shifting=False)
 
 
-def transformer(*, guidance_embeds: bool, layers: int = 1, single_layers: int = 1, heads: int = 2,
-                head_dim: int = 16, latent_channels: int = 4):
+def transformer(
+    *,
+    guidance_embeds: bool,
+    layers: int = 1,
+    single_layers: int = 1,
+    heads: int = 2,
+    head_dim: int = 16,
+    latent_channels: int = 4,
+):
     from diffusers import FluxTransformer2DModel
 
     # RoPE axes split the head dim as FLUX's (16, 56, 56) does: one small axis, two equal ones
     third = (head_dim - head_dim // 4) // 2
     axes = (head_dim - 2 * third, third, third)
     return FluxTransformer2DModel(
-        patch_size=1, in_channels=latent_channels * 4, num_layers=layers, num_single_layers=single_layers,
-        attention_head_dim=head_dim, num_attention_heads=heads, joint_attention_dim=32, pooled_projection_dim=32,
-        guidance_embeds=guidance_embeds, axes_dims_rope=axes).eval()
+        patch_size=1,
+        in_channels=latent_channels * 4,
+        num_layers=layers,
+        num_single_layers=single_layers,
+        attention_head_dim=head_dim,
+        num_attention_heads=heads,
+        joint_attention_dim=32,
+        pooled_projection_dim=32,
+        guidance_embeds=guidance_embeds,
+        axes_dims_rope=axes,
+    ).eval()
 
 
 def vae(latent_channels: int = 4):
@@ -30,20 +46,35 @@ def vae(latent_channels: int = 4):
 
     # four blocks: spatial factor 8 as FLUX's VAE (sizes are multiples of 16 after 2x2 packing); FLUX's
     # scaling/shift factors, no quant convs
-    return AutoencoderKL(block_out_channels=(4, 4, 4, 4), in_channels=3, out_channels=3,
-                         down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
-                         latent_channels=latent_channels, layers_per_block=1, norm_num_groups=1, sample_size=32,
-                         use_quant_conv=False, use_post_quant_conv=False, shift_factor=0.1159,
-                         scaling_factor=0.3611).eval()
+    return AutoencoderKL(
+        block_out_channels=(4, 4, 4, 4),
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",) * 4,
+        up_block_types=("UpDecoderBlock2D",) * 4,
+        latent_channels=latent_channels,
+        layers_per_block=1,
+        norm_num_groups=1,
+        sample_size=32,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+        shift_factor=0.1159,
+        scaling_factor=0.3611,
+    ).eval()
 
 
 def _components(guidance_embeds: bool, schnell: bool = False) -> dict:
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    return dict(scheduler=FlowMatchEulerDiscreteScheduler(**(_SCHNELL_SCHEDULER if schnell else _DEV_SCHEDULER)),
-                vae=vae(), text_encoder=parts.clip_text_model(with_projection=False),
-                tokenizer=parts.clip_tokenizer(), text_encoder_2=parts.t5_encoder(),
-                tokenizer_2=parts.t5_tokenizer(), transformer=transformer(guidance_embeds=guidance_embeds))
+    return dict(
+        scheduler=FlowMatchEulerDiscreteScheduler(**(_SCHNELL_SCHEDULER if schnell else _DEV_SCHEDULER)),
+        vae=vae(),
+        text_encoder=parts.clip_text_model(with_projection=False),
+        tokenizer=parts.clip_tokenizer(),
+        text_encoder_2=parts.t5_encoder(),
+        tokenizer_2=parts.t5_tokenizer(),
+        transformer=transformer(guidance_embeds=guidance_embeds),
+    )
 
 
 def build(outdir: Path) -> None:
@@ -75,12 +106,21 @@ def build_kontext(outdir: Path) -> None:
 
 
 # attention projections of the double-stream blocks, attention and MLP projections of the single-stream ones
-LORA_TARGETS = (r"transformer_blocks\.\d+\.attn\.(to_q|to_k|to_v|to_out\.0|add_q_proj|add_k_proj|add_v_proj|to_add_out)"
-                r"|single_transformer_blocks\.\d+\.(attn\.(to_q|to_k|to_v)|proj_mlp|proj_out)")
+LORA_TARGETS = (
+    r"transformer_blocks\.\d+\.attn\.(to_q|to_k|to_v|to_out\.0|add_q_proj|add_k_proj|add_v_proj|to_add_out)"
+    r"|single_transformer_blocks\.\d+\.(attn\.(to_q|to_k|to_v)|proj_mlp|proj_out)"
+)
 
 
-def build_lora(outdir: Path, *, seed: int = 0, rank: int = 4, single_rank: int = 2, alpha: float = 3.0,
-               guidance_embeds: bool = True) -> None:
+def build_lora(
+    outdir: Path,
+    *,
+    seed: int = 0,
+    rank: int = 4,
+    single_rank: int = 2,
+    alpha: float = 3.0,
+    guidance_embeds: bool = True,
+) -> None:
     """A LoRA for the model ``build`` writes (``build_schnell``'s with ``guidance_embeds=False``): random
     non-zero A and B, rank ``rank`` in the double-stream blocks and ``single_rank`` in the single-stream
     ones, with a kohya-style network alpha per layer (no metadata: diffusers derives the scaling from
@@ -92,5 +132,8 @@ def build_lora(outdir: Path, *, seed: int = 0, rank: int = 4, single_rank: int =
     def ranks(name: str) -> int:
         return single_rank if name.startswith("single_") else rank
 
-    save(FluxPipeline, Path(outdir), random_lora(transformer(guidance_embeds=guidance_embeds), LORA_TARGETS, ranks,
-                                                 seed, alpha=alpha))
+    save(
+        FluxPipeline,
+        Path(outdir),
+        random_lora(transformer(guidance_embeds=guidance_embeds), LORA_TARGETS, ranks, seed, alpha=alpha),
+    )

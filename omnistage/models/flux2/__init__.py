@@ -22,17 +22,35 @@ KLEIN = Pipeline(
     name="flux2_klein",
     description="FLUX.2 [klein]: Qwen3 -> Flux2Transformer2DModel (CFG unless distilled; reference-image edits) -> VAE",
     matches=lambda f: f.diffusers_class == "Flux2KleinPipeline",
-    stages=[StageSpec(0, kind="diffusion", adapter=Flux2KleinAdapter, output="image", can_output="image,latent",
-                      final=True, default_params={"num_inference_steps": 50, "guidance_scale": 4.0})],
+    stages=[
+        StageSpec(
+            0,
+            kind="diffusion",
+            adapter=Flux2KleinAdapter,
+            output="image",
+            can_output="image,latent",
+            final=True,
+            default_params={"num_inference_steps": 50, "guidance_scale": 4.0},
+        )
+    ],
     deploy_file=DEPLOY,
 )
 DEV = Pipeline(
     name="flux2",
     description="FLUX.2 [dev]: Mistral3 -> Flux2Transformer2DModel (distilled guidance embedding; reference-image "
-                "edits) -> VAE",
+    "edits) -> VAE",
     matches=lambda f: f.diffusers_class == "Flux2Pipeline",
-    stages=[StageSpec(0, kind="diffusion", adapter=Flux2Adapter, output="image", can_output="image,latent",
-                      final=True, default_params={"num_inference_steps": 50, "guidance_scale": 4.0})],
+    stages=[
+        StageSpec(
+            0,
+            kind="diffusion",
+            adapter=Flux2Adapter,
+            output="image",
+            can_output="image,latent",
+            final=True,
+            default_params={"num_inference_steps": 50, "guidance_scale": 4.0},
+        )
+    ],
     deploy_file=DEPLOY,
 )
 PIPELINES = [DEV, KLEIN]

@@ -61,7 +61,9 @@ class Flux2KleinAdapter(DiffusersAdapter):
     def validate(self, job: DiffusionJob) -> None:
         p = job.params
         if p.strength is not None:
-            raise InvalidRequestError("strength", "not used by FLUX.2 (reference images condition, they are not noised)")
+            raise InvalidRequestError(
+                "strength", "not used by FLUX.2 (reference images condition, they are not noised)"
+            )
         if p.true_cfg_scale is not None:
             raise InvalidRequestError("true_cfg_scale", "FLUX.2 [klein] has no true CFG; guidance_scale > 1 is CFG")
         msl = int(p.max_sequence_length or MAX_SEQUENCE_LENGTH)
@@ -75,8 +77,9 @@ class Flux2KleinAdapter(DiffusersAdapter):
         for name, default in (("height", first[0]), ("width", first[1])):
             value = getattr(p, name) or default
             if value % m:
-                raise InvalidRequestError(name, f"{value} is not divisible by {m} (VAE factor "
-                                          f"{self.pipe.vae_scale_factor} x 2x2 folding)")
+                raise InvalidRequestError(
+                    name, f"{value} is not divisible by {m} (VAE factor {self.pipe.vae_scale_factor} x 2x2 folding)"
+                )
             setattr(job, name, int(value))
         job.cfg = float(p.guidance_scale) > 1 and not self.distilled  # diffusers' do_classifier_free_guidance
         job.rows = p.num_outputs_per_prompt  # reference images condition; they are not a batch of inputs
@@ -86,8 +89,10 @@ class Flux2KleinAdapter(DiffusersAdapter):
         if not job.images:
             return []
         if len(job.images) > MAX_REFERENCE_IMAGES:
-            raise InvalidRequestError("multi_modal_data.image", f"{len(job.images)} reference images; FLUX.2 takes "
-                                      f"at most {MAX_REFERENCE_IMAGES}")
+            raise InvalidRequestError(
+                "multi_modal_data.image",
+                f"{len(job.images)} reference images; FLUX.2 takes at most {MAX_REFERENCE_IMAGES}",
+            )
         processor, m = self.pipe.image_processor, self.size_multiple()
         sizes = []
         for i, image in enumerate(job.images):
@@ -104,8 +109,13 @@ class Flux2KleinAdapter(DiffusersAdapter):
 
     def batch_key(self, job: DiffusionJob) -> Hashable:
         # one position-id table per forward: output size, text length and reference sizes must all match
-        return (type(self).__name__, job.height, job.width, job.extra["max_sequence_length"],
-                tuple(job.extra["reference_sizes"]))
+        return (
+            type(self).__name__,
+            job.height,
+            job.width,
+            job.extra["max_sequence_length"],
+            tuple(job.extra["reference_sizes"]),
+        )
 
     def latent_grid(self, job: DiffusionJob) -> tuple[int, int]:
         """The folded latent grid (tokens per column and row)."""
@@ -115,8 +125,12 @@ class Flux2KleinAdapter(DiffusersAdapter):
     # ------------------------------------------------------------- preparation
 
     def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
-        embeds, _ = self.pipe.encode_prompt(prompt=prompts, device=self.device, num_images_per_prompt=1,
-                                            max_sequence_length=jobs[0].extra["max_sequence_length"])
+        embeds, _ = self.pipe.encode_prompt(
+            prompt=prompts,
+            device=self.device,
+            num_images_per_prompt=1,
+            max_sequence_length=jobs[0].extra["max_sequence_length"],
+        )
         return {TEXT: embeds}
 
     def add_conditioning(self, jobs: list[DiffusionJob]) -> None:
@@ -150,10 +164,13 @@ class Flux2KleinAdapter(DiffusersAdapter):
     def add_references(self, job: DiffusionJob) -> None:
         """The reference images' packed latents and their ids (T = 10, 20, ...) join both passes."""
         processor = self.pipe.image_processor
-        images = [processor.preprocess(im, height=h, width=w, resize_mode="crop")
-                  for im, (h, w) in zip(job.images, job.extra["reference_sizes"])]
-        tokens, ids = self.pipe.prepare_image_latents(images=images, batch_size=job.rows, generator=job.generator,
-                                                      device=self.device, dtype=self.pipe.vae.dtype)
+        images = [
+            processor.preprocess(im, height=h, width=w, resize_mode="crop")
+            for im, (h, w) in zip(job.images, job.extra["reference_sizes"])
+        ]
+        tokens, ids = self.pipe.prepare_image_latents(
+            images=images, batch_size=job.rows, generator=job.generator, device=self.device, dtype=self.pipe.vae.dtype
+        )
         for cond in (job.cond, job.uncond):
             if cond is not None:
                 cond["image_latents"] = tokens
@@ -171,15 +188,23 @@ class Flux2KleinAdapter(DiffusersAdapter):
         n = x.shape[1]
         tr = self.pipe.transformer
         hidden = torch.cat([x, cond["image_latents"]], dim=1) if "image_latents" in cond else x
-        out = tr(hidden_states=hidden.to(tr.dtype), timestep=t.to(x.dtype) / 1000, guidance=cond.get("guidance"),
-                 encoder_hidden_states=cond[TEXT], txt_ids=self.txt_ids(cond[TEXT].shape[1]),
-                 img_ids=cond["img_ids"][0], return_dict=False)[0]
+        out = tr(
+            hidden_states=hidden.to(tr.dtype),
+            timestep=t.to(x.dtype) / 1000,
+            guidance=cond.get("guidance"),
+            encoder_hidden_states=cond[TEXT],
+            txt_ids=self.txt_ids(cond[TEXT].shape[1]),
+            img_ids=cond["img_ids"][0],
+            return_dict=False,
+        )[0]
         return out[:, :n]
 
     def block_layouts(self) -> list[BlockLayout]:
         tr = self.pipe.transformer
-        blocks = [*((b, DOUBLE_BLOCK) for b in tr.transformer_blocks),
-                  *((b, SINGLE_BLOCK) for b in tr.single_transformer_blocks)]
+        blocks = [
+            *((b, DOUBLE_BLOCK) for b in tr.transformer_blocks),
+            *((b, SINGLE_BLOCK) for b in tr.single_transformer_blocks),
+        ]
         return [BlockLayout(tr, tuple(blocks), probe=modulated_input)] if tr.transformer_blocks else []
 
     def decode(self, jobs: list[DiffusionJob]) -> list[list[np.ndarray]]:
@@ -215,16 +240,21 @@ class Flux2Adapter(Flux2KleinAdapter):
 
     def validate(self, job: DiffusionJob) -> None:
         if job.negative_prompt is not None:
-            raise InvalidRequestError("negative_prompt", "FLUX.2 [dev] runs no CFG (guidance_scale is its "
-                                      "distilled guidance embedding), so it has no negative prompt")
+            raise InvalidRequestError(
+                "negative_prompt",
+                "FLUX.2 [dev] runs no CFG (guidance_scale is its "
+                "distilled guidance embedding), so it has no negative prompt",
+            )
         if job.params.true_cfg_scale is not None:
-            raise InvalidRequestError("true_cfg_scale", "FLUX.2 [dev] has no true CFG; guidance_scale is its "
-                                      "distilled guidance embedding")
+            raise InvalidRequestError(
+                "true_cfg_scale", "FLUX.2 [dev] has no true CFG; guidance_scale is its distilled guidance embedding"
+            )
         super().validate(job)
         job.cfg = False
 
     def add_conditioning(self, jobs: list[DiffusionJob]) -> None:
         super().add_conditioning(jobs)
         for j in jobs:  # float32 whatever the model dtype, as __call__ builds it
-            j.cond["guidance"] = torch.full([j.rows], float(j.params.guidance_scale), device=self.device,
-                                            dtype=torch.float32)
+            j.cond["guidance"] = torch.full(
+                [j.rows], float(j.params.guidance_scale), device=self.device, dtype=torch.float32
+            )

@@ -6,17 +6,25 @@ from __future__ import annotations
 from pathlib import Path
 
 # FLUX.2 [klein]'s scheduler config (the shift exponent mu comes from the pipeline's empirical rule)
-SCHEDULER = dict(shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15, base_image_seq_len=256,
-                 max_image_seq_len=4096)
+SCHEDULER = dict(
+    shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096
+)
 TEXT_LAYERS = 27  # the pipeline stacks hidden states 9, 18 and 27
 
 
 def text_encoder(vocab_size: int, hidden: int = 16):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    cfg = Qwen3Config(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
-                      num_hidden_layers=TEXT_LAYERS, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
-                      max_position_embeddings=1024)
+    cfg = Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=TEXT_LAYERS,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        max_position_embeddings=1024,
+    )
     return Qwen3ForCausalLM(cfg).eval()
 
 
@@ -25,17 +33,30 @@ def transformer(*, text_dim: int, latent_channels: int = 4, guidance_embeds: boo
 
     # RoPE over four axes (T, H, W, L) splitting the head dim equally, as FLUX.2's (32, 32, 32, 32)
     return Flux2Transformer2DModel(
-        patch_size=1, in_channels=latent_channels * 4, num_layers=1, num_single_layers=1, attention_head_dim=16,
-        num_attention_heads=2, joint_attention_dim=3 * text_dim, timestep_guidance_channels=32,
-        axes_dims_rope=(4, 4, 4, 4), guidance_embeds=guidance_embeds).eval()
+        patch_size=1,
+        in_channels=latent_channels * 4,
+        num_layers=1,
+        num_single_layers=1,
+        attention_head_dim=16,
+        num_attention_heads=2,
+        joint_attention_dim=3 * text_dim,
+        timestep_guidance_channels=32,
+        axes_dims_rope=(4, 4, 4, 4),
+        guidance_embeds=guidance_embeds,
+    ).eval()
 
 
 def vae(latent_channels: int = 4):
     import torch
     from diffusers import AutoencoderKLFlux2
 
-    model = AutoencoderKLFlux2(block_out_channels=(4, 4, 4, 4), latent_channels=latent_channels, layers_per_block=1,
-                               norm_num_groups=1, sample_size=32).eval()
+    model = AutoencoderKLFlux2(
+        block_out_channels=(4, 4, 4, 4),
+        latent_channels=latent_channels,
+        layers_per_block=1,
+        norm_num_groups=1,
+        sample_size=32,
+    ).eval()
     # non-trivial batch-norm statistics (fresh ones are 0 and 1), so (de)normalisation is exercised
     g = torch.Generator().manual_seed(1)
     model.bn.running_mean.copy_(torch.randn(model.bn.running_mean.shape, generator=g) * 0.1)
@@ -53,9 +74,14 @@ def build_klein(outdir: Path) -> None:
     torch.manual_seed(0)
     tok = tokenizer()
     encoder = text_encoder(len(tok))
-    pipe = Flux2KleinPipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=vae(), text_encoder=encoder,
-                              tokenizer=tok, transformer=transformer(text_dim=encoder.config.hidden_size),
-                              is_distilled=False)
+    pipe = Flux2KleinPipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER),
+        vae=vae(),
+        text_encoder=encoder,
+        tokenizer=tok,
+        transformer=transformer(text_dim=encoder.config.hidden_size),
+        is_distilled=False,
+    )
     pipe.save_pretrained(outdir, safe_serialization=True)
 
 
@@ -70,7 +96,8 @@ MISTRAL_TEMPLATE = (
     "{% if m['role'] == 'system' %}[SYSTEM_PROMPT]{{ text }}[/SYSTEM_PROMPT]"
     "{% elif m['role'] == 'user' %}[INST]{% if m['content'] is not string %}"
     "{% for c in m['content'] if c['type'] == 'image' %}[IMG]{% endfor %}{% endif %}{{ text }}[/INST]"
-    "{% else %}{{ text }}{{ eos_token }}{% endif %}{% endfor %}")
+    "{% else %}{{ text }}{{ eos_token }}{% endif %}{% endfor %}"
+)
 MISTRAL_LAYERS = 30  # the pipeline stacks hidden states 10, 20 and 30
 
 
@@ -82,23 +109,43 @@ def mistral_processor(vocab_size: int = 400):
 
     from omnistage.stages.diffusion.tiny_parts import _CORPUS
 
-    tok = LlamaTokenizer().train_new_from_iterator((_CORPUS + [SYSTEM_MESSAGE]) * 4, vocab_size=vocab_size,
-                                                   new_special_tokens=MISTRAL_SPECIAL)
+    tok = LlamaTokenizer().train_new_from_iterator(
+        (_CORPUS + [SYSTEM_MESSAGE]) * 4, vocab_size=vocab_size, new_special_tokens=MISTRAL_SPECIAL
+    )
     tok.pad_token = tok.unk_token
-    return PixtralProcessor(image_processor=PixtralImageProcessor(patch_size=8), tokenizer=tok, patch_size=8,
-                            chat_template=MISTRAL_TEMPLATE)
+    return PixtralProcessor(
+        image_processor=PixtralImageProcessor(patch_size=8), tokenizer=tok, patch_size=8, chat_template=MISTRAL_TEMPLATE
+    )
 
 
 def mistral_encoder(vocab_size: int, hidden: int = 16):
     from transformers import Mistral3Config, Mistral3ForConditionalGeneration
 
-    text = dict(model_type="mistral", vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
-                num_hidden_layers=MISTRAL_LAYERS, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
-                max_position_embeddings=1024, sliding_window=None)
-    vision = dict(model_type="pixtral", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                  num_attention_heads=2, head_dim=8, patch_size=8, image_size=64)
-    return Mistral3ForConditionalGeneration(Mistral3Config(text_config=text, vision_config=vision,
-                                                           spatial_merge_size=1)).eval()
+    text = dict(
+        model_type="mistral",
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=MISTRAL_LAYERS,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        max_position_embeddings=1024,
+        sliding_window=None,
+    )
+    vision = dict(
+        model_type="pixtral",
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        head_dim=8,
+        patch_size=8,
+        image_size=64,
+    )
+    return Mistral3ForConditionalGeneration(
+        Mistral3Config(text_config=text, vision_config=vision, spatial_merge_size=1)
+    ).eval()
 
 
 def build_dev(outdir: Path) -> None:
@@ -110,17 +157,22 @@ def build_dev(outdir: Path) -> None:
     torch.manual_seed(0)
     processor = mistral_processor()
     encoder = mistral_encoder(len(processor.tokenizer))
-    pipe = Flux2Pipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=vae(), text_encoder=encoder,
-                         tokenizer=processor,
-                         transformer=transformer(text_dim=encoder.config.text_config.hidden_size,
-                                                 guidance_embeds=True))
+    pipe = Flux2Pipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER),
+        vae=vae(),
+        text_encoder=encoder,
+        tokenizer=processor,
+        transformer=transformer(text_dim=encoder.config.text_config.hidden_size, guidance_embeds=True),
+    )
     pipe.save_pretrained(outdir, safe_serialization=True)
 
 
 # every attention projection of both block kinds (the joint blocks' image and text streams, the single blocks'
 # fused QKV + MLP input and output)
-LORA_TARGETS = (r"(single_)?transformer_blocks\.\d+\.attn\."
-                r"(to_q|to_k|to_v|to_out(\.0)?|add_[qkv]_proj|to_add_out|to_qkv_mlp_proj)")
+LORA_TARGETS = (
+    r"(single_)?transformer_blocks\.\d+\.attn\."
+    r"(to_q|to_k|to_v|to_out(\.0)?|add_[qkv]_proj|to_add_out|to_qkv_mlp_proj)"
+)
 
 
 def build_lora(outdir: Path, *, seed: int = 0, rank: int = 4) -> None:

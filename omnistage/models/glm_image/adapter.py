@@ -62,13 +62,16 @@ class GlmImageAdapter(DiffusersAdapter):
     def validate(self, job: DiffusionJob) -> None:
         p = job.params
         if job.negative_prompt:
-            raise InvalidRequestError("negative_prompt", "GLM-Image does not take a negative prompt (its uncond pass uses \"\")")
+            raise InvalidRequestError(
+                "negative_prompt", 'GLM-Image does not take a negative prompt (its uncond pass uses "")'
+            )
         ids, grid = job.inputs.get("prior_token_ids"), job.inputs.get("prior_grid")
         if ids is None or grid is None:
-            raise InvalidRequestError("prior_token_ids", "the GLM-Image diffusion stage needs the AR stage's prior tokens "
-                             "(prior_token_ids and prior_grid)")
-        if (not isinstance(grid, (list, tuple)) or len(grid) != 2
-                or not all(isinstance(g, int) and g > 0 for g in grid)):
+            raise InvalidRequestError(
+                "prior_token_ids",
+                "the GLM-Image diffusion stage needs the AR stage's prior tokens (prior_token_ids and prior_grid)",
+            )
+        if not isinstance(grid, (list, tuple)) or len(grid) != 2 or not all(isinstance(g, int) and g > 0 for g in grid):
             raise InvalidRequestError("prior_grid", f"expected [token_h, token_w] positive integers, got {grid!r}")
         th, tw = grid
         ids = torch.as_tensor(ids, dtype=torch.long).flatten()
@@ -91,28 +94,46 @@ class GlmImageAdapter(DiffusersAdapter):
 
     def _validate_sources(self, job: DiffusionJob) -> list[tuple[Any, torch.Tensor]] | None:
         """Image-to-image inputs -> [(source image, its upsampled prior ids)], or None for text-to-image."""
-        ids, grids, images = (job.inputs.get("prior_token_image_ids"), job.inputs.get("source_image_grid_thw"),
-                              job.images)
+        ids, grids, images = (
+            job.inputs.get("prior_token_image_ids"),
+            job.inputs.get("source_image_grid_thw"),
+            job.images,
+        )
         if ids is None and grids is None and not images:
             return None
         if not images:
-            raise InvalidRequestError("multi_modal_data.image", "prior_token_image_ids/source_image_grid_thw are given but "
-                             "the request has no source image")
+            raise InvalidRequestError(
+                "multi_modal_data.image",
+                "prior_token_image_ids/source_image_grid_thw are given but the request has no source image",
+            )
         for name, value in (("prior_token_image_ids", ids), ("source_image_grid_thw", grids)):
             if value is None:
-                raise InvalidRequestError(name, "image-to-image needs the AR stage's source-image tokens "
-                                 "(prior_token_image_ids and source_image_grid_thw)")
+                raise InvalidRequestError(
+                    name,
+                    "image-to-image needs the AR stage's source-image tokens "
+                    "(prior_token_image_ids and source_image_grid_thw)",
+                )
         if job.params.strength is not None:
-            raise InvalidRequestError("strength", "GLM-Image image-to-image does not take a strength (the source image "
-                             "conditions through the attention cache, it is not noised)")
-        if (not isinstance(grids, (list, tuple))
-                or not all(isinstance(g, (list, tuple)) and len(g) == 3
-                           and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in g)
-                           and g[0] == 1 for g in grids)):
-            raise InvalidRequestError("source_image_grid_thw", f"expected [[1, h, w], ...] positive integers, got {grids!r}")
+            raise InvalidRequestError(
+                "strength",
+                "GLM-Image image-to-image does not take a strength (the source image "
+                "conditions through the attention cache, it is not noised)",
+            )
+        if not isinstance(grids, (list, tuple)) or not all(
+            isinstance(g, (list, tuple))
+            and len(g) == 3
+            and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in g)
+            and g[0] == 1
+            for g in grids
+        ):
+            raise InvalidRequestError(
+                "source_image_grid_thw", f"expected [[1, h, w], ...] positive integers, got {grids!r}"
+            )
         if len(grids) != len(images):
-            raise InvalidRequestError("source_image_grid_thw", f"{len(grids)} grids for {len(images)} source images "
-                             "(multi_modal_data.image); one grid per image")
+            raise InvalidRequestError(
+                "source_image_grid_thw",
+                f"{len(grids)} grids for {len(images)} source images (multi_modal_data.image); one grid per image",
+            )
         try:
             ids = torch.as_tensor(ids)
         except (TypeError, ValueError, RuntimeError):
@@ -122,16 +143,20 @@ class GlmImageAdapter(DiffusersAdapter):
         ids = ids.to(torch.long).flatten()
         sizes = [h * w for _, h, w in grids]
         if ids.numel() != sum(sizes):
-            raise InvalidRequestError("prior_token_image_ids", f"{ids.numel()} ids do not fill source_image_grid_thw "
-                             f"({sum(sizes)} tokens)")
+            raise InvalidRequestError(
+                "prior_token_image_ids", f"{ids.numel()} ids do not fill source_image_grid_thw ({sum(sizes)} tokens)"
+            )
         codebook = self.pipe.transformer.config.prior_vq_quantizer_codebook_size
         if not (0 <= int(ids.min()) and int(ids.max()) < codebook):
             raise InvalidRequestError("prior_token_image_ids", f"ids must lie in 0..{codebook - 1}")
         sources = []
         for i, (image, (_, h, w), part) in enumerate(zip(images, grids, torch.split(ids, sizes))):
             if image.size != (w * AR_FACTOR, h * AR_FACTOR):
-                raise InvalidRequestError(f"multi_modal_data.image[{i}]", f"is {image.size[0]}x{image.size[1]} px, but "
-                                 f"source_image_grid_thw[{i}] = [1, {h}, {w}] means {w * AR_FACTOR}x{h * AR_FACTOR}")
+                raise InvalidRequestError(
+                    f"multi_modal_data.image[{i}]",
+                    f"is {image.size[0]}x{image.size[1]} px, but "
+                    f"source_image_grid_thw[{i}] = [1, {h}, {w}] means {w * AR_FACTOR}x{h * AR_FACTOR}",
+                )
             # diffusers upsamples each source image's ids on its own grid, then flattens them
             sources.append((image, upsample_prior(part, h, w).view(-1).to(self.device)))
         return sources
@@ -158,8 +183,9 @@ class GlmImageAdapter(DiffusersAdapter):
 
     def _glyph_embeds(self, prompt: str, msl: int) -> torch.Tensor:
         """One prompt's glyph embeddings, as ``__call__`` computes them (no CFG: the uncond pass encodes "")."""
-        return self.pipe.encode_prompt([prompt], do_classifier_free_guidance=False, device=self.device,
-                                       dtype=self.dtype, max_sequence_length=msl)[0]
+        return self.pipe.encode_prompt(
+            [prompt], do_classifier_free_guidance=False, device=self.device, dtype=self.dtype, max_sequence_length=msl
+        )[0]
 
     def encode(self, jobs: list[DiffusionJob]) -> None:
         empty = None
@@ -169,16 +195,21 @@ class GlmImageAdapter(DiffusersAdapter):
             embeds = self._glyph_embeds(j.prompt, msl)
             dtype = embeds.dtype
             size = torch.tensor([[j.height, j.width]], dtype=dtype, device=self.device)
-            common = {"prior_token_id": self.repeat_rows(j.extra["prior"], j.rows),
-                      "target_size": self.repeat_rows(size, j.rows),
-                      "crop_coords": torch.zeros((j.rows, 2), dtype=dtype, device=self.device)}
+            common = {
+                "prior_token_id": self.repeat_rows(j.extra["prior"], j.rows),
+                "target_size": self.repeat_rows(size, j.rows),
+                "crop_coords": torch.zeros((j.rows, 2), dtype=dtype, device=self.device),
+            }
             drop = torch.zeros_like(common["prior_token_id"], dtype=torch.bool)
             j.cond = {"encoder_hidden_states": self.repeat_rows(embeds, j.rows), "prior_token_drop": drop, **common}
             if j.do_cfg:
                 if empty is None or empty[0] != msl:
                     empty = (msl, self._glyph_embeds("", msl))
-                j.uncond = {"encoder_hidden_states": self.repeat_rows(empty[1], j.rows),
-                            "prior_token_drop": torch.ones_like(drop), **common}
+                j.uncond = {
+                    "encoder_hidden_states": self.repeat_rows(empty[1], j.rows),
+                    "prior_token_drop": torch.ones_like(drop),
+                    **common,
+                }
 
     def timesteps(self, job: DiffusionJob) -> None:
         from diffusers.pipelines.glm_image.pipeline_glm_image import calculate_shift
@@ -190,10 +221,12 @@ class GlmImageAdapter(DiffusersAdapter):
         # the pipeline's own table: integer timesteps from num_train_timesteps down, sigmas = t / T
         timesteps = np.linspace(cfg.num_train_timesteps, 1.0, steps + 1)[:-1].astype(np.int64).astype(np.float32)
         sigmas = timesteps / cfg.num_train_timesteps
-        mu = calculate_shift(seq_len, cfg.get("base_image_seq_len", 256), cfg.get("base_shift", 0.25),
-                             cfg.get("max_shift", 0.75))
-        job.sampler_state = self.sampler.make_state(steps, 0, device=self.device, timesteps=timesteps,
-                                                    sigmas=sigmas, mu=mu)
+        mu = calculate_shift(
+            seq_len, cfg.get("base_image_seq_len", 256), cfg.get("base_shift", 0.25), cfg.get("max_shift", 0.75)
+        )
+        job.sampler_state = self.sampler.make_state(
+            steps, 0, device=self.device, timesteps=timesteps, sigmas=sigmas, mu=mu
+        )
 
     def init_latents(self, job: DiffusionJob) -> None:
         f = self.pipe.vae_scale_factor
@@ -216,28 +249,42 @@ class GlmImageAdapter(DiffusersAdapter):
         cache.set_mode("write")
         for image, ids in job.extra["source"]:
             w, h = image.size
-            pixels = self.pipe.image_processor.preprocess(image, height=h // multiple * multiple,
-                                                          width=w // multiple * multiple)
+            pixels = self.pipe.image_processor.preprocess(
+                image, height=h // multiple * multiple, width=w // multiple * multiple
+            )
             pixels = pixels.to(device=self.device, dtype=dtype)
             latent = self.normalize_latents(vae.encode(pixels).latent_dist.mode())  # diffusers' "argmax"
             # the arguments diffusers passes: no text, no prior drop, t = 0, the image's own size
-            tr(hidden_states=latent, encoder_hidden_states=no_text, prior_token_id=ids,
-               prior_token_drop=torch.zeros_like(ids, dtype=torch.bool), timestep=torch.zeros((1,), device=self.device),
-               target_size=torch.tensor([pixels.shape[-2:]], device=self.device),
-               crop_coords=torch.zeros((1, 2), device=self.device), kv_caches=cache)
+            tr(
+                hidden_states=latent,
+                encoder_hidden_states=no_text,
+                prior_token_id=ids,
+                prior_token_drop=torch.zeros_like(ids, dtype=torch.bool),
+                timestep=torch.zeros((1,), device=self.device),
+                target_size=torch.tensor([pixels.shape[-2:]], device=self.device),
+                crop_coords=torch.zeros((1, 2), device=self.device),
+                kv_caches=cache,
+            )
         # one sample per layer, several images concatenated along the sequence by store()
-        return torch.stack([torch.stack([cache[i].k_caches[0][0], cache[i].v_caches[0][0]])
-                            for i in range(cache.num_layers)])
+        return torch.stack(
+            [torch.stack([cache[i].k_caches[0][0], cache[i].v_caches[0][0]]) for i in range(cache.num_layers)]
+        )
 
     # ------------------------------------------------------------- the batched parts
 
     def predict(self, x: torch.Tensor, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
         tr = self.pipe.transformer
-        return tr(hidden_states=x.to(tr.dtype), encoder_hidden_states=cond["encoder_hidden_states"],
-                  prior_token_id=cond["prior_token_id"], prior_token_drop=cond["prior_token_drop"],
-                  timestep=t - 1,  # the pipeline feeds t - 1
-                  target_size=cond["target_size"], crop_coords=cond["crop_coords"], return_dict=False,
-                  kv_caches=self._read_cache(cond.get("source_kv")))[0].float()
+        return tr(
+            hidden_states=x.to(tr.dtype),
+            encoder_hidden_states=cond["encoder_hidden_states"],
+            prior_token_id=cond["prior_token_id"],
+            prior_token_drop=cond["prior_token_drop"],
+            timestep=t - 1,  # the pipeline feeds t - 1
+            target_size=cond["target_size"],
+            crop_coords=cond["crop_coords"],
+            return_dict=False,
+            kv_caches=self._read_cache(cond.get("source_kv")),
+        )[0].float()
 
     @staticmethod
     def _read_cache(source_kv: torch.Tensor | None) -> Any:
@@ -288,5 +335,6 @@ def _modulated_input(block: Any, args: Any) -> torch.Tensor:
 
 # GlmImageTransformerBlock(hidden_states, encoder_hidden_states, temb, image_rotary_emb, attention_mask,
 # attention_kwargs, kv_cache) -> (hidden_states, encoder_hidden_states)
-GLM_BLOCK = BlockIO(returns=("hidden_states", "encoder_hidden_states"), per_row=("temb", "kv_cache"),
-                    slicers={"kv_cache": _kv_rows})
+GLM_BLOCK = BlockIO(
+    returns=("hidden_states", "encoder_hidden_states"), per_row=("temb", "kv_cache"), slicers={"kv_cache": _kv_rows}
+)

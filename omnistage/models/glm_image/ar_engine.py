@@ -61,9 +61,14 @@ class GlmImageAREngine(LLMStageEngine):
     def processor_inputs(self, prompt: str, height: int, width: int, images: list[Any]) -> Mapping[str, Any]:
         content = [{"type": "image", "image": im} for im in images] + [{"type": "text", "text": prompt}]
         try:
-            return self.processor.apply_chat_template([[{"role": "user", "content": content}]], tokenize=True,
-                                                      target_h=height, target_w=width, return_dict=True,
-                                                      return_tensors="pt")
+            return self.processor.apply_chat_template(
+                [[{"role": "user", "content": content}]],
+                tokenize=True,
+                target_h=height,
+                target_w=width,
+                return_dict=True,
+                return_tensors="pt",
+            )
         except ValueError as e:  # e.g. a source image too small or too elongated for the processor
             raise InvalidRequestError("multi_modal_data.image", f"{e}") from None
 
@@ -74,20 +79,24 @@ class GlmImageAREngine(LLMStageEngine):
             raise InvalidRequestError("prompt", "GLM-Image needs a non-empty text prompt")
         params = dict(req.params) if isinstance(req.params, Mapping) else {}
         if not isinstance(req.params, (Mapping, type(None))):
-            raise InvalidRequestError("sampling_params", "pass a dict for the GLM-Image AR stage (height/width ride along)")
+            raise InvalidRequestError(
+                "sampling_params", "pass a dict for the GLM-Image AR stage (height/width ride along)"
+            )
         images = source_images(inputs)
         height, width = requested_size(inputs, params)
         params.pop("height", None)
         params.pop("width", None)
         _, needed = generated_layout(height, width, image_to_image=bool(images))
         if params.get("max_tokens") not in (None, needed):
-            raise InvalidRequestError("max_tokens", f"a {height}x{width} GLM-Image takes exactly {needed} AR tokens; leave it unset")
+            raise InvalidRequestError(
+                "max_tokens", f"a {height}x{width} GLM-Image takes exactly {needed} AR tokens; leave it unset"
+            )
         params["max_tokens"] = needed
         hf = self.processor_inputs(prompt, height, width, images)
         ids = hf["input_ids"][0].tolist()
         prep = super().prepare(replace(req, inputs={"prompt_token_ids": ids, "prompt": prompt}, params=params))
         if images:
-            grids = hf["image_grid_thw"][:len(images)]  # the source grids; the target grid comes last
+            grids = hf["image_grid_thw"][: len(images)]  # the source grids; the target grid comes last
             vq = self.source_tokenizer.tokenize(hf["pixel_values"], grids)
             prep.mm_data = {"image": {"image_token_ids": vq, "image_grid_thw": grids}}
             prep.extra = {"prior_token_image_ids": vq.tolist(), "source_image_grid_thw": grids.tolist()}

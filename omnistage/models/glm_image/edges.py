@@ -77,10 +77,14 @@ def ar_tokens_to_prior(source: dict[str, Any], request: Any) -> dict[str, Any]:
     offset, needed = generated_layout(height, width, i2i)
     (th, tw), _ = target_grids(height, width)
     if len(ids) < offset + th * tw:
-        raise ValueError(f"the AR stage generated {len(ids)} image tokens, {offset + th * tw} are needed for "
-                         f"{height}x{width}")
-    out: dict[str, Any] = {"prompt": request.prompt.get("prompt", ""),
-                           "prior_token_ids": ids[offset:offset + th * tw], "prior_grid": [th, tw]}
+        raise ValueError(
+            f"the AR stage generated {len(ids)} image tokens, {offset + th * tw} are needed for {height}x{width}"
+        )
+    out: dict[str, Any] = {
+        "prompt": request.prompt.get("prompt", ""),
+        "prior_token_ids": ids[offset : offset + th * tw],
+        "prior_grid": [th, tw],
+    }
     if i2i:
         grids = source["source_image_grid_thw"]
         out["prior_token_image_ids"] = source["prior_token_image_ids"]

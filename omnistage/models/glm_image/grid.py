@@ -27,7 +27,9 @@ def target_grids(height: int, width: int) -> tuple[tuple[int, int], tuple[int, i
 def check_size(height: object, width: object, where: str = "") -> tuple[int, int]:
     for name, v in (("height", height), ("width", width)):
         if not isinstance(v, int) or isinstance(v, bool) or v < AR_FACTOR or v % AR_FACTOR:
-            raise InvalidRequestError(f"{where}{name}", f"{v!r} must be a positive multiple of {AR_FACTOR} for GLM-Image")
+            raise InvalidRequestError(
+                f"{where}{name}", f"{v!r} must be a positive multiple of {AR_FACTOR} for GLM-Image"
+            )
     return int(height), int(width)
 
 

@@ -22,8 +22,9 @@ def _weights(folder: Path, prefixes: tuple[str, ...]) -> dict[str, torch.Tensor]
     from safetensors import safe_open
 
     index = folder / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() \
-        else ["model.safetensors"]
+    files = (
+        sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
+    )
     out = {}
     for name in files:
         with safe_open(str(folder / name), "pt") as f:
@@ -53,8 +54,9 @@ class SourceImageTokenizer:
         state = _weights(folder, tuple(f"model.{p}." for p in _PARTS))
         for part in _PARTS:
             prefix = f"model.{part}."
-            getattr(model, part).load_state_dict({k[len(prefix):]: v for k, v in state.items()
-                                                  if k.startswith(prefix)}, strict=True)
+            getattr(model, part).load_state_dict(
+                {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}, strict=True
+            )
             getattr(model, part).to(dtype).eval()
         return cls(model)
 

@@ -52,8 +52,14 @@ class _Layer(nn.Module):
         self.self_attn.k_proj = nn.Linear(h, self.kv_heads * self.head_dim, bias=bias)
         self.self_attn.v_proj = nn.Linear(h, self.kv_heads * self.head_dim, bias=bias)
         self.self_attn.o_proj = nn.Linear(self.heads * self.head_dim, h, bias=False)
-        self.self_attn.attn = Attention(self.heads, self.head_dim, self.head_dim**-0.5, num_kv_heads=self.kv_heads,
-                                        cache_config=vllm_config.cache_config, prefix=f"{prefix}.self_attn.attn")
+        self.self_attn.attn = Attention(
+            self.heads,
+            self.head_dim,
+            self.head_dim**-0.5,
+            num_kv_heads=self.kv_heads,
+            cache_config=vllm_config.cache_config,
+            prefix=f"{prefix}.self_attn.attn",
+        )
         self.mlp = nn.Module()
         self.mlp.gate_up_proj = nn.Linear(h, 2 * cfg.intermediate_size, bias=False)
         self.mlp.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
@@ -88,14 +94,15 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     """Half-split (neox) rotation of the first ``cos.shape[-1]`` dims, as transformers' GLM-Image."""
     d = cos.shape[-1]
     rot, rest = x[..., :d], x[..., d:]
-    x1, x2 = rot[..., : d // 2], rot[..., d // 2:]
+    x1, x2 = rot[..., : d // 2], rot[..., d // 2 :]
     rotated = torch.cat((-x2, x1), dim=-1)
     cos, sin = cos[:, None, :], sin[:, None, :]
     return torch.cat([rot * cos + rotated * sin, rest], dim=-1)
 
 
-@MULTIMODAL_REGISTRY.register_processor(GlmImageMultiModalProcessor, info=GlmImageProcessingInfo,
-                                        dummy_inputs=GlmImageDummyInputs)
+@MULTIMODAL_REGISTRY.register_processor(
+    GlmImageMultiModalProcessor, info=GlmImageProcessingInfo, dummy_inputs=GlmImageDummyInputs
+)
 class GlmImageARForVLLM(nn.Module, SupportsMRoPE, SupportsMultiModal):
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
         super().__init__()
@@ -107,16 +114,18 @@ class GlmImageARForVLLM(nn.Module, SupportsMRoPE, SupportsMultiModal):
         self.model = nn.Module()
         lm = self.model.language_model = nn.Module()
         lm.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        lm.layers = nn.ModuleList(_Layer(cfg, vllm_config, f"model.language_model.layers.{i}")
-                                  for i in range(cfg.num_hidden_layers))
+        lm.layers = nn.ModuleList(
+            _Layer(cfg, vllm_config, f"model.language_model.layers.{i}") for i in range(cfg.num_hidden_layers)
+        )
         lm.norm = _RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vision_vocab_size, bias=False)
 
         rope = cfg.rope_parameters
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         dim = int(head_dim * rope.get("partial_rotary_factor", 1.0))
-        self.register_buffer("inv_freq", 1.0 / (rope["rope_theta"] ** (torch.arange(0, dim, 2).float() / dim)),
-                             persistent=False)
+        self.register_buffer(
+            "inv_freq", 1.0 / (rope["rope_theta"] ** (torch.arange(0, dim, 2).float() / dim)), persistent=False
+        )
         self.mrope_section = list(rope.get("mrope_section", [8, 12, 12]))
 
         from transformers import AutoTokenizer
@@ -139,7 +148,7 @@ class GlmImageARForVLLM(nn.Module, SupportsMRoPE, SupportsMultiModal):
             if end == 0 or tokens[end - 1] != self._eop:
                 break
             start = max(i for i in range(end) if tokens[i] == self._sop)
-            h, w = self._tokenizer.decode(tokens[start + 1:end - 1]).split()
+            h, w = self._tokenizer.decode(tokens[start + 1 : end - 1]).split()
             grids.append((int(h), int(w)))
             end = start
         if len(grids) != count:
@@ -187,16 +196,28 @@ class GlmImageARForVLLM(nn.Module, SupportsMRoPE, SupportsMultiModal):
             ids = ids.flatten().split(sizes)
         return tuple(self.model.language_model.embed_tokens(i.flatten().long()) for i in ids)
 
-    def embed_input_ids(self, input_ids: torch.Tensor, multimodal_embeddings: Any = None, *,
-                        is_multimodal: torch.Tensor | None = None, **_: Any) -> torch.Tensor:
+    def embed_input_ids(
+        self,
+        input_ids: torch.Tensor,
+        multimodal_embeddings: Any = None,
+        *,
+        is_multimodal: torch.Tensor | None = None,
+        **_: Any,
+    ) -> torch.Tensor:
         x = self.model.language_model.embed_tokens(input_ids)
         if multimodal_embeddings is not None and len(multimodal_embeddings) and is_multimodal is not None:
             x = x.clone()
             x[is_multimodal] = torch.cat(list(multimodal_embeddings)).to(x.dtype)
         return x
 
-    def forward(self, input_ids: torch.Tensor | None, positions: torch.Tensor, intermediate_tensors: Any = None,
-                inputs_embeds: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        positions: torch.Tensor,
+        intermediate_tensors: Any = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
         x = inputs_embeds if inputs_embeds is not None else self.embed_input_ids(input_ids)
         if positions.ndim == 1:
             positions = positions.expand(3, -1)

@@ -36,15 +36,19 @@ FIELDS = frozenset({"image_token_ids", "image_grid_thw"})
 
 def _fields(data: Mapping[str, torch.Tensor]) -> Mapping[str, MultiModalFieldConfig]:
     grids = data.get("image_grid_thw", torch.empty((0, 3), dtype=torch.long))
-    return {"image_token_ids": MultiModalFieldConfig.flat_from_sizes("image", grids.prod(-1)),
-            "image_grid_thw": MultiModalFieldConfig.batched("image", keep_on_cpu=True)}
+    return {
+        "image_token_ids": MultiModalFieldConfig.flat_from_sizes("image", grids.prod(-1)),
+        "image_grid_thw": MultiModalFieldConfig.batched("image", keep_on_cpu=True),
+    }
 
 
 class _Parser(MultiModalDataParser):
     def _parse_image_data(self, data: Any):
         if not isinstance(data, Mapping):
-            raise ValueError("GLM-Image on vLLM takes source images as VQ token ids "
-                             "({'image_token_ids', 'image_grid_thw'}); omnistage's AR stage computes them")
+            raise ValueError(
+                "GLM-Image on vLLM takes source images as VQ token ids "
+                "({'image_token_ids', 'image_grid_thw'}); omnistage's AR stage computes them"
+            )
         return DictEmbeddingItems(data, modality="image", required_fields=FIELDS, fields_factory=_fields)
 
 
@@ -80,17 +84,26 @@ class GlmImageDummyInputs(BaseDummyInputsBuilder[GlmImageProcessingInfo]):
         count, n = self._size(mm_counts)
         if not count:
             return {}
-        return {"image": {"image_token_ids": torch.zeros(n * count, dtype=torch.long),
-                          "image_grid_thw": torch.tensor([[1, 1, n]] * count)}}
+        return {
+            "image": {
+                "image_token_ids": torch.zeros(n * count, dtype=torch.long),
+                "image_grid_thw": torch.tensor([[1, 1, n]] * count),
+            }
+        }
 
 
 class GlmImageMultiModalProcessor(BaseMultiModalProcessor[GlmImageProcessingInfo]):
-    def _get_mm_fields_config(self, hf_inputs: Any, hf_processor_mm_kwargs: Mapping[str, object]
-                              ) -> Mapping[str, MultiModalFieldConfig]:
+    def _get_mm_fields_config(
+        self, hf_inputs: Any, hf_processor_mm_kwargs: Mapping[str, object]
+    ) -> Mapping[str, MultiModalFieldConfig]:
         return _fields(hf_inputs)
 
-    def _get_prompt_updates(self, mm_items: MultiModalDataItems, hf_processor_mm_kwargs: Mapping[str, object],
-                            out_mm_kwargs: MultiModalKwargsItems) -> Sequence[PromptUpdate]:
+    def _get_prompt_updates(
+        self,
+        mm_items: MultiModalDataItems,
+        hf_processor_mm_kwargs: Mapping[str, object],
+        out_mm_kwargs: MultiModalKwargsItems,
+    ) -> Sequence[PromptUpdate]:
         token = self.info.image_token_id()
         sizes = [int(item["image_grid_thw"].data.prod()) for item in out_mm_kwargs.get("image", [])]
         run = lambda i: [token] * sizes[i]  # noqa: E731 - the placeholder run of image i, kept as is

@@ -15,15 +15,26 @@ DEFAULT_NUM_FRAMES = frames_made(CALL_NUM_FRAMES, 4)
 
 def _stage(adapter: type, steps: int) -> StageSpec:
     # HeliosPipeline.__call__'s defaults (and the pyramid's: 10 steps per stage)
-    return StageSpec(0, kind="diffusion", adapter=adapter, output="video", can_output="video,latent", final=True,
-                     default_params={"num_inference_steps": steps, "num_frames": DEFAULT_NUM_FRAMES,
-                                     "guidance_scale": 5.0, "fps": DEFAULT_FPS})
+    return StageSpec(
+        0,
+        kind="diffusion",
+        adapter=adapter,
+        output="video",
+        can_output="video,latent",
+        final=True,
+        default_params={
+            "num_inference_steps": steps,
+            "num_frames": DEFAULT_NUM_FRAMES,
+            "guidance_scale": 5.0,
+            "fps": DEFAULT_FPS,
+        },
+    )
 
 
 PIPELINE = Pipeline(
     name="helios",
     description="Helios text-to-video: UMT5 -> HeliosTransformer3DModel (chunks of 33 frames on multi-term "
-                "history, UniPC) -> AutoencoderKLWan",
+    "history, UniPC) -> AutoencoderKLWan",
     matches=lambda f: f.diffusers_class == "HeliosPipeline",
     stages=[_stage(HeliosAdapter, DEFAULT_STEPS)],
     deploy_file=DEPLOY,
@@ -32,7 +43,7 @@ PIPELINE = Pipeline(
 PYRAMID = Pipeline(
     name="helios_pyramid",
     description="Helios pyramid text-to-video: as helios, each chunk denoised in resolution stages "
-                "(num_inference_steps per stage)",
+    "(num_inference_steps per stage)",
     matches=lambda f: f.diffusers_class == "HeliosPyramidPipeline",
     stages=[_stage(HeliosPyramidAdapter, DEFAULT_STAGE_STEPS)],
     deploy_file=DEPLOY,

@@ -96,8 +96,10 @@ class HeliosAdapter(DiffusersAdapter):
         self.sampler = PhaseSampler(pipe.scheduler)
         kind = pipe.scheduler.config.get("scheduler_type")
         if type(pipe.scheduler).__name__ != "HeliosScheduler" or kind not in ("unipc", "euler"):
-            raise ValueError(f"{type(pipe.scheduler).__name__} (scheduler_type={kind!r}): only HeliosScheduler's "
-                             "UniPC / Euler sampling is supported (a distilled model's DMD sampling is not yet)")
+            raise ValueError(
+                f"{type(pipe.scheduler).__name__} (scheduler_type={kind!r}): only HeliosScheduler's "
+                "UniPC / Euler sampling is supported (a distilled model's DMD sampling is not yet)"
+            )
         self.model_dtype = pipe.transformer.dtype
         self.channels = pipe.transformer.config.in_channels
         self.patch = tuple(pipe.transformer.config.patch_size)
@@ -105,31 +107,44 @@ class HeliosAdapter(DiffusersAdapter):
         sizes = list(HISTORY_SIZES)
         parts = torch.arange(0, sum([1, *sizes, CHUNK_LATENT_FRAMES])).split([1, *sizes, CHUNK_LATENT_FRAMES])
         prefix, long, mid, x1, hidden = parts  # keep_first_frame: the first frame prefixes the short history
-        self.indices = {"indices_hidden_states": hidden[None], "indices_latents_history_short": torch.cat([prefix, x1])[None],
-                        "indices_latents_history_mid": mid[None], "indices_latents_history_long": long[None]}
+        self.indices = {
+            "indices_hidden_states": hidden[None],
+            "indices_latents_history_short": torch.cat([prefix, x1])[None],
+            "indices_latents_history_mid": mid[None],
+            "indices_latents_history_long": long[None],
+        }
 
     # ------------------------------------------------------------- request checks
 
     def validate(self, job: DiffusionJob) -> None:
         if job.images:
-            raise InvalidRequestError("multi_modal_data.image", "Helios image-to-video is not supported yet; this "
-                                                                 "stage makes text-to-video")
+            raise InvalidRequestError(
+                "multi_modal_data.image", "Helios image-to-video is not supported yet; this stage makes text-to-video"
+            )
         p = job.params
         for name, default in (("height", DEFAULT_HEIGHT), ("width", DEFAULT_WIDTH)):
             value = int(getattr(p, name) or default)
             if value % self.size_multiple():
-                raise InvalidRequestError(name, f"{value} is not divisible by {self.size_multiple()} ({self.size_rule})")
+                raise InvalidRequestError(
+                    name, f"{value} is not divisible by {self.size_multiple()} ({self.size_rule})"
+                )
             setattr(job, name, value)
         ft = self.pipe.vae_scale_factor_temporal
         frames = p.num_frames or frames_made(CALL_NUM_FRAMES, ft)
         if frames_made(frames, ft) != frames:
             made = [frames_made(k * self.window, ft) for k in range(1, (frames + self.window - 1) // self.window + 2)]
             near = [m for m in made if m < frames][-1:] + [m for m in made if m > frames][:1]
-            raise InvalidRequestError("num_frames", f"{frames} is not a length Helios makes (chunks of {self.window} "
-                                                    f"frames, trimmed to {ft}k+1); try {' or '.join(map(str, near))}")
+            raise InvalidRequestError(
+                "num_frames",
+                f"{frames} is not a length Helios makes (chunks of {self.window} "
+                f"frames, trimmed to {ft}k+1); try {' or '.join(map(str, near))}",
+            )
         if p.num_outputs_per_prompt != 1:
-            raise InvalidRequestError("num_outputs_per_prompt", f"{p.num_outputs_per_prompt}; a video request makes "
-                                      "one video (send several requests: they share the forwards)")
+            raise InvalidRequestError(
+                "num_outputs_per_prompt",
+                f"{p.num_outputs_per_prompt}; a video request makes "
+                "one video (send several requests: they share the forwards)",
+            )
         for name in ("guidance_scale_2", "true_cfg_scale"):
             if getattr(p, name) is not None:
                 raise InvalidRequestError(name, "not used by Helios")
@@ -155,9 +170,13 @@ class HeliosAdapter(DiffusersAdapter):
     # ------------------------------------------------------------- preparation
 
     def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
-        embeds, _ = self.pipe.encode_prompt(prompt=prompts, do_classifier_free_guidance=False, num_videos_per_prompt=1,
-                                            max_sequence_length=jobs[0].extra["max_sequence_length"],
-                                            device=self.device)
+        embeds, _ = self.pipe.encode_prompt(
+            prompt=prompts,
+            do_classifier_free_guidance=False,
+            num_videos_per_prompt=1,
+            max_sequence_length=jobs[0].extra["max_sequence_length"],
+            device=self.device,
+        )
         return {"encoder_hidden_states": embeds.to(self.model_dtype)}
 
     def timesteps(self, job: DiffusionJob) -> None:
@@ -166,39 +185,67 @@ class HeliosAdapter(DiffusersAdapter):
     def init_latents(self, job: DiffusionJob) -> None:
         f = self.pipe.vae_scale_factor_spatial
         run: HeliosRun = job.extra["helios"]
-        run.history = torch.zeros(1, self.channels, sum(HISTORY_SIZES), job.height // f, job.width // f,
-                                  device=self.device, dtype=torch.float32)
+        run.history = torch.zeros(
+            1,
+            self.channels,
+            sum(HISTORY_SIZES),
+            job.height // f,
+            job.width // f,
+            device=self.device,
+            dtype=torch.float32,
+        )
         self.start_chunk(job)
 
     def start_chunk(self, job: DiffusionJob) -> None:
         """The chunk's history conditioning (as HeliosPipeline slices it), its noise, and its schedule."""
         run: HeliosRun = job.extra["helios"]
-        long, mid, x1 = run.history[:, :, -sum(HISTORY_SIZES):].split(list(HISTORY_SIZES), dim=2)
-        prefix = run.prefix if run.prefix is not None else torch.zeros(
-            (1, self.channels, 1, x1.shape[-2], x1.shape[-1]), device=self.device, dtype=x1.dtype)
-        history = {"latents_history_short": torch.cat([prefix, x1], dim=2).to(self.model_dtype),
-                   "latents_history_mid": mid.to(self.model_dtype), "latents_history_long": long.to(self.model_dtype),
-                   **{k: v.to(self.device) for k, v in self.indices.items()}}
+        long, mid, x1 = run.history[:, :, -sum(HISTORY_SIZES) :].split(list(HISTORY_SIZES), dim=2)
+        prefix = (
+            run.prefix
+            if run.prefix is not None
+            else torch.zeros((1, self.channels, 1, x1.shape[-2], x1.shape[-1]), device=self.device, dtype=x1.dtype)
+        )
+        history = {
+            "latents_history_short": torch.cat([prefix, x1], dim=2).to(self.model_dtype),
+            "latents_history_mid": mid.to(self.model_dtype),
+            "latents_history_long": long.to(self.model_dtype),
+            **{k: v.to(self.device) for k, v in self.indices.items()},
+        }
         for c in (job.cond, job.uncond):
             if c is not None:
                 c.update(history)
-        noise = self.pipe.prepare_latents(1, self.channels, job.height, job.width, self.window, dtype=torch.float32,
-                                          device=self.device, generator=job.generator)
+        noise = self.pipe.prepare_latents(
+            1,
+            self.channels,
+            job.height,
+            job.width,
+            self.window,
+            dtype=torch.float32,
+            device=self.device,
+            generator=job.generator,
+        )
         self.start_phase(job, noise, chunk_start=True)
 
     def start_phase(self, job: DiffusionJob, noise: torch.Tensor, chunk_start: bool) -> None:
         f = self.pipe.vae_scale_factor_spatial
         seq = CHUNK_LATENT_FRAMES * (job.height // f) * (job.width // f) // int(np.prod(self.patch))
         n = job.params.num_inference_steps
-        state = self.sampler.make_state(n, device=self.device, sigmas=np.linspace(0.999, 0.0, n + 1)[:-1],
-                                        mu=self.dynamic_shift_mu(seq))
+        state = self.sampler.make_state(
+            n, device=self.device, sigmas=np.linspace(0.999, 0.0, n + 1)[:-1], mu=self.dynamic_shift_mu(seq)
+        )
         self.set_phase(job, state)
         job.latents = noise
 
     def set_phase(self, job: DiffusionJob, state: SamplerState) -> None:
         run: HeliosRun = job.extra["helios"]
-        job.sampler_state = PhaseState(state.scheduler, state.timesteps, state.begin, state.sigmas,
-                                       first_step=job.step, total=run.chunks * self.steps_per_chunk(job))
+        job.sampler_state = PhaseState(
+            state.scheduler,
+            state.timesteps,
+            state.begin,
+            state.sigmas,
+            first_step=job.step,
+            total=run.chunks * self.steps_per_chunk(job),
+        )
 
     # ------------------------------------------------------------- the batched parts
 
@@ -206,9 +253,14 @@ class HeliosAdapter(DiffusersAdapter):
         # every row of a batch shares the history layout (one batch key): the indices of its first row serve all
         indices = {k: cond[k][:1] for k in self.indices}
         history = {k: cond[k] for k in ("latents_history_short", "latents_history_mid", "latents_history_long")}
-        return self.pipe.transformer(hidden_states=x.to(self.model_dtype), timestep=self.model_timestep(t),
-                                     encoder_hidden_states=cond["encoder_hidden_states"], **indices, **history,
-                                     return_dict=False)[0]
+        return self.pipe.transformer(
+            hidden_states=x.to(self.model_dtype),
+            timestep=self.model_timestep(t),
+            encoder_hidden_states=cond["encoder_hidden_states"],
+            **indices,
+            **history,
+            return_dict=False,
+        )[0]
 
     def model_timestep(self, t: torch.Tensor) -> torch.Tensor:
         return t
@@ -233,12 +285,12 @@ class HeliosAdapter(DiffusersAdapter):
             run.prefix = latents[:, :, 0:1, :, :]
         run.generated += latents.shape[2]
         run.history = torch.cat([run.history, latents], dim=2)
-        run.done.append(run.history[:, :, -latents.shape[2]:])
+        run.done.append(run.history[:, :, -latents.shape[2] :])
         run.chunk += 1
         if run.chunk < run.chunks:
             self.start_chunk(job)
         else:
-            job.latents = run.history[:, :, -run.generated:]
+            job.latents = run.history[:, :, -run.generated :]
 
     def denoisers(self) -> list[torch.nn.Module]:
         return [self.pipe.transformer]
@@ -253,10 +305,11 @@ class HeliosAdapter(DiffusersAdapter):
         out = []
         for j in jobs:  # each chunk its own decode, as the pipeline does (the VAE's causal cache starts afresh)
             run: HeliosRun = j.extra["helios"]
-            video = torch.cat([vae.decode(c.to(vae.dtype) / inv_std + mean, return_dict=False)[0] for c in run.done],
-                              dim=2)
+            video = torch.cat(
+                [vae.decode(c.to(vae.dtype) / inv_std + mean, return_dict=False)[0] for c in run.done], dim=2
+            )
             ft = self.pipe.vae_scale_factor_temporal
-            video = video[:, :, :(video.size(2) - 1) // ft * ft + 1]
+            video = video[:, :, : (video.size(2) - 1) // ft * ft + 1]
             frames = self.pipe.video_processor.postprocess_video(video, output_type="np")  # [1, T, H, W, 3] in [0, 1]
             out.append([np.ascontiguousarray((frames[0] * 255).round().astype(np.uint8))])
         return out

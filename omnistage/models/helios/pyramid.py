@@ -29,9 +29,13 @@ class HeliosPyramidAdapter(HeliosAdapter):
 
     def __init__(self, pipe: Any, dtype: torch.dtype, device: torch.device):
         super().__init__(pipe, dtype, device)
-        for flag, what in (("is_distilled", "a distilled pyramid (DMD sampling)"),
-                           ("is_cfg_zero_star", "CFG-zero* guidance (diffusers' own path for it fails: it views "
-                                                "the DiT's non-contiguous output)")):
+        for flag, what in (
+            ("is_distilled", "a distilled pyramid (DMD sampling)"),
+            (
+                "is_cfg_zero_star",
+                "CFG-zero* guidance (diffusers' own path for it fails: it views the DiT's non-contiguous output)",
+            ),
+        ):
             if pipe.config.get(flag, False):
                 raise ValueError(f"HeliosPyramidPipeline with {flag}=True: {what} is not supported yet")
         self.stages = pipe.scheduler.config.stages
@@ -70,9 +74,13 @@ class HeliosPyramidAdapter(HeliosAdapter):
         # the shift comes from the latent size before the stage's upsampling, as the pipeline computes it
         x = job.latents
         seq = x.shape[-1] * x.shape[-2] * x.shape[-3] // math.prod(self.patch)
-        state = self.sampler.make_state(job.params.num_inference_steps, device=self.device,
-                                        stage_index=job.extra["stage"], mu=self.dynamic_shift_mu(seq),
-                                        is_amplify_first_chunk=False)
+        state = self.sampler.make_state(
+            job.params.num_inference_steps,
+            device=self.device,
+            stage_index=job.extra["stage"],
+            mu=self.dynamic_shift_mu(seq),
+            is_amplify_first_chunk=False,
+        )
         self.set_phase(job, state)
 
     def end_phase(self, job: DiffusionJob) -> None:

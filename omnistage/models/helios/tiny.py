@@ -15,8 +15,17 @@ def transformer():
 
     # rope_dim splits the head (t, h, w) as the release's (44, 42, 42) splits 128
     return HeliosTransformer3DModel(
-        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=16, out_channels=16,
-        text_dim=32, freq_dim=256, ffn_dim=32, num_layers=2, rope_dim=(4, 4, 4)).eval()
+        patch_size=(1, 2, 2),
+        num_attention_heads=2,
+        attention_head_dim=12,
+        in_channels=16,
+        out_channels=16,
+        text_dim=32,
+        freq_dim=256,
+        ffn_dim=32,
+        num_layers=2,
+        rope_dim=(4, 4, 4),
+    ).eval()
 
 
 def components(stages: int = 1, gamma: float = 1 / 3) -> dict:
@@ -25,8 +34,13 @@ def components(stages: int = 1, gamma: float = 1 / 3) -> dict:
 
     torch.manual_seed(0)
     # the released configs: UniPC on flow sigmas; one stage for HeliosPipeline, three for the pyramid
-    return dict(tokenizer=parts.t5_tokenizer(), text_encoder=wan_tiny.umt5_encoder(), vae=wan_tiny.vae(),
-                scheduler=HeliosScheduler(stages=stages, shift=1.0, gamma=gamma), transformer=transformer())
+    return dict(
+        tokenizer=parts.t5_tokenizer(),
+        text_encoder=wan_tiny.umt5_encoder(),
+        vae=wan_tiny.vae(),
+        scheduler=HeliosScheduler(stages=stages, shift=1.0, gamma=gamma),
+        transformer=transformer(),
+    )
 
 
 def build(outdir: Path) -> None:

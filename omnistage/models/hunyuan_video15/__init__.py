@@ -19,12 +19,20 @@ CLASSES = {"HunyuanVideo15Pipeline", "HunyuanVideo15ImageToVideoPipeline"}
 PIPELINE = Pipeline(
     name="hunyuan_video15",
     description="HunyuanVideo-1.5 text/image-to-video: Qwen2.5-VL + ByT5 -> HunyuanVideo15Transformer3DModel "
-                "(flow Euler) -> AutoencoderKLHunyuanVideo15",
+    "(flow Euler) -> AutoencoderKLHunyuanVideo15",
     matches=lambda f: f.diffusers_class in CLASSES,
     # HunyuanVideo15Pipeline.__call__'s defaults; guidance_scale is the folder guider's unless a request sets one
-    stages=[StageSpec(0, kind="diffusion", adapter=HunyuanVideo15Adapter, output="video", can_output="video,latent",
-                      final=True, default_params={"num_inference_steps": DEFAULT_STEPS,
-                                                  "num_frames": DEFAULT_NUM_FRAMES, "fps": DEFAULT_FPS})],
+    stages=[
+        StageSpec(
+            0,
+            kind="diffusion",
+            adapter=HunyuanVideo15Adapter,
+            output="video",
+            can_output="video,latent",
+            final=True,
+            default_params={"num_inference_steps": DEFAULT_STEPS, "num_frames": DEFAULT_NUM_FRAMES, "fps": DEFAULT_FPS},
+        )
+    ],
     deploy_file=DEPLOY,
 )
 

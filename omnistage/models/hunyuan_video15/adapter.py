@@ -39,8 +39,10 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
 
         guider = pipe.guider
         if type(guider) is not ClassifierFreeGuidance or (guider._start, guider._stop) != (0.0, 1.0):
-            raise ValueError(f"{type(guider).__name__} (start {guider._start}, stop {guider._stop}): only a "
-                             "ClassifierFreeGuidance guider over every step is supported")
+            raise ValueError(
+                f"{type(guider).__name__} (start {guider._start}, stop {guider._stop}): only a "
+                "ClassifierFreeGuidance guider over every step is supported"
+            )
         if pipe.transformer.config.get("use_meanflow", False):
             raise ValueError("a meanflow (step-distilled) HunyuanVideo-1.5 transformer is not supported yet")
         self.model_dtype = pipe.transformer.dtype
@@ -50,15 +52,20 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
 
     def validate(self, job: DiffusionJob) -> None:
         if job.images:
-            raise InvalidRequestError("multi_modal_data.image", "this is a text-to-video model; it takes no input "
-                                                                 "image (serve a HunyuanVideo15ImageToVideoPipeline)")
+            raise InvalidRequestError(
+                "multi_modal_data.image",
+                "this is a text-to-video model; it takes no input image (serve a HunyuanVideo15ImageToVideoPipeline)",
+            )
         p = job.params
         if (p.height is None) != (p.width is None):
-            raise InvalidRequestError("height" if p.height is None else "width", "give both height and width "
-                                      "(or neither, for the model's default 16:9 size)")
+            raise InvalidRequestError(
+                "height" if p.height is None else "width",
+                "give both height and width (or neither, for the model's default 16:9 size)",
+            )
         if p.height is None:
             job.height, job.width = self.pipe.video_processor.calculate_default_height_width(
-                self.pipe.default_aspect_ratio[1], self.pipe.default_aspect_ratio[0], self.pipe.target_size)
+                self.pipe.default_aspect_ratio[1], self.pipe.default_aspect_ratio[0], self.pipe.target_size
+            )
         else:
             job.height, job.width = int(p.height), int(p.width)
         self.validate_video(job)
@@ -68,21 +75,33 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
         m = pipe.vae_scale_factor_spatial * self.patch[1]
         for name in ("height", "width"):
             if getattr(job, name) % m:
-                raise InvalidRequestError(name, f"{getattr(job, name)} is not divisible by {m} "
-                                                f"(VAE factor {pipe.vae_scale_factor_spatial} x patch {self.patch[1]})")
+                raise InvalidRequestError(
+                    name,
+                    f"{getattr(job, name)} is not divisible by {m} "
+                    f"(VAE factor {pipe.vae_scale_factor_spatial} x patch {self.patch[1]})",
+                )
         ft = pipe.vae_scale_factor_temporal
         frames = p.num_frames or DEFAULT_NUM_FRAMES
         if (frames - 1) % ft:
             lower = (frames - 1) // ft * ft + 1
-            raise InvalidRequestError("num_frames", f"{frames} is not of the form {ft}k+1 (VAE temporal factor {ft}); "
-                                                    f"try {lower} or {lower + ft}")
+            raise InvalidRequestError(
+                "num_frames",
+                f"{frames} is not of the form {ft}k+1 (VAE temporal factor {ft}); try {lower} or {lower + ft}",
+            )
         if p.num_outputs_per_prompt != 1:
-            raise InvalidRequestError("num_outputs_per_prompt", f"{p.num_outputs_per_prompt}; a video request makes "
-                                      "one video (send several requests: they share the forwards)")
+            raise InvalidRequestError(
+                "num_outputs_per_prompt",
+                f"{p.num_outputs_per_prompt}; a video request makes "
+                "one video (send several requests: they share the forwards)",
+            )
         for name in ("guidance_scale_2", "true_cfg_scale", "max_sequence_length"):
             if getattr(p, name) is not None:
-                raise InvalidRequestError(name, "not used by HunyuanVideo-1.5 (its prompts have fixed padded lengths)"
-                                          if name == "max_sequence_length" else "not used by HunyuanVideo-1.5")
+                raise InvalidRequestError(
+                    name,
+                    "not used by HunyuanVideo-1.5 (its prompts have fixed padded lengths)"
+                    if name == "max_sequence_length"
+                    else "not used by HunyuanVideo-1.5",
+                )
         job.extra["num_frames"] = frames
         guider = pipe.guider
         # the folder's guider scale unless the request sets one
@@ -101,10 +120,15 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
     # ------------------------------------------------------------- preparation
 
     def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
-        e, m, e2, m2 = self.pipe.encode_prompt(prompt=prompts, device=self.device, dtype=self.model_dtype,
-                                               batch_size=len(prompts))
-        return {"encoder_hidden_states": e, "encoder_attention_mask": m, "encoder_hidden_states_2": e2,
-                "encoder_attention_mask_2": m2}
+        e, m, e2, m2 = self.pipe.encode_prompt(
+            prompt=prompts, device=self.device, dtype=self.model_dtype, batch_size=len(prompts)
+        )
+        return {
+            "encoder_hidden_states": e,
+            "encoder_attention_mask": m,
+            "encoder_hidden_states_2": e2,
+            "encoder_attention_mask_2": m2,
+        }
 
     def embed_negatives(self, jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
         # diffusers passes the request's negative_prompt as it is; encode_prompt turns None into ""
@@ -115,15 +139,28 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
         job.sampler_state = self.sampler.make_state(n, device=self.device, sigmas=np.linspace(1.0, 0.0, n + 1)[:-1])
 
     def init_latents(self, job: DiffusionJob) -> None:
-        latents = self.pipe.prepare_latents(1, self.pipe.num_channels_latents, job.height, job.width,
-                                            job.extra["num_frames"], self.model_dtype, self.device, job.generator)
+        latents = self.pipe.prepare_latents(
+            1,
+            self.pipe.num_channels_latents,
+            job.height,
+            job.width,
+            job.extra["num_frames"],
+            self.model_dtype,
+            self.device,
+            job.generator,
+        )
         job.latents = latents
         self.add_condition(job, latents)
 
     def add_condition(self, job: DiffusionJob, latents: torch.Tensor) -> None:
         cond, mask = self.pipe.prepare_cond_latents_and_mask(latents, self.model_dtype, self.device)
-        image_embeds = torch.zeros(1, self.pipe.vision_num_semantic_tokens, self.pipe.vision_states_dim,
-                                   dtype=self.model_dtype, device=self.device)
+        image_embeds = torch.zeros(
+            1,
+            self.pipe.vision_num_semantic_tokens,
+            self.pipe.vision_states_dim,
+            dtype=self.model_dtype,
+            device=self.device,
+        )
         self.set_condition(job, torch.cat([cond, mask], dim=1), image_embeds)
 
     @staticmethod
@@ -137,10 +174,15 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
     def predict(self, x: torch.Tensor, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
         hidden = torch.cat([x, cond["condition"]], dim=1)
         return self.pipe.transformer(
-            hidden_states=hidden, image_embeds=cond["image_embeds"], timestep=t.to(hidden.dtype),
-            encoder_hidden_states=cond["encoder_hidden_states"], encoder_attention_mask=cond["encoder_attention_mask"],
+            hidden_states=hidden,
+            image_embeds=cond["image_embeds"],
+            timestep=t.to(hidden.dtype),
+            encoder_hidden_states=cond["encoder_hidden_states"],
+            encoder_attention_mask=cond["encoder_attention_mask"],
             encoder_hidden_states_2=cond["encoder_hidden_states_2"],
-            encoder_attention_mask_2=cond["encoder_attention_mask_2"], return_dict=False)[0]
+            encoder_attention_mask_2=cond["encoder_attention_mask_2"],
+            return_dict=False,
+        )[0]
 
     def combine_guidance(self, u: torch.Tensor | None, c: torch.Tensor, job: DiffusionJob) -> torch.Tensor:
         from diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion import rescale_noise_cfg
@@ -183,16 +225,23 @@ class HunyuanVideo15I2VAdapter(HunyuanVideo15Adapter):
                 raise InvalidRequestError(name, "not used by image-to-video (the input image sets the size)")
         image = job.images[0]
         job.height, job.width = self.pipe.video_processor.calculate_default_height_width(
-            height=image.size[1], width=image.size[0], target_size=self.pipe.target_size)
+            height=image.size[1], width=image.size[0], target_size=self.pipe.target_size
+        )
         self.validate_video(job)
 
     def add_condition(self, job: DiffusionJob, latents: torch.Tensor) -> None:
         pipe = self.pipe
         image = pipe.video_processor.resize(job.images[0], height=job.height, width=job.width, resize_mode="crop")
         image_embeds = pipe.encode_image(image=image, batch_size=1, device=self.device, dtype=self.model_dtype)
-        cond, mask = pipe.prepare_cond_latents_and_mask(latents=latents, image=image, batch_size=1,
-                                                        height=job.height, width=job.width, dtype=self.model_dtype,
-                                                        device=self.device)
+        cond, mask = pipe.prepare_cond_latents_and_mask(
+            latents=latents,
+            image=image,
+            batch_size=1,
+            height=job.height,
+            width=job.width,
+            dtype=self.model_dtype,
+            device=self.device,
+        )
         self.set_condition(job, torch.cat([cond, mask], dim=1), image_embeds)
 
 

@@ -21,8 +21,15 @@ DEFAULT_PARAMS = {"num_inference_steps": 50, "guidance_scale": 4.5}  # both pipe
 
 
 def _stage(adapter: type[LongCatImageAdapter]) -> StageSpec:
-    return StageSpec(0, kind="diffusion", adapter=adapter, output="image", can_output="image,latent", final=True,
-                     default_params=dict(DEFAULT_PARAMS))
+    return StageSpec(
+        0,
+        kind="diffusion",
+        adapter=adapter,
+        output="image",
+        can_output="image,latent",
+        final=True,
+        default_params=dict(DEFAULT_PARAMS),
+    )
 
 
 PIPELINE = Pipeline(

@@ -46,8 +46,10 @@ class LongCatImageAdapter(OvisImageAdapter):
     def validate(self, job: DiffusionJob) -> None:
         p = job.params
         if job.images:
-            raise InvalidRequestError("multi_modal_data.image", "LongCat-Image is text-to-image only; edits need a "
-                                      "LongCat-Image-Edit checkpoint")
+            raise InvalidRequestError(
+                "multi_modal_data.image",
+                "LongCat-Image is text-to-image only; edits need a LongCat-Image-Edit checkpoint",
+            )
         self.validate_common(job)
         self.validate_size(job, f"VAE factor {self.pipe.vae_scale_factor} x 2x2 packing")
         extra = p.extra_args
@@ -66,8 +68,9 @@ class LongCatImageAdapter(OvisImageAdapter):
         if p.true_cfg_scale is not None:
             raise InvalidRequestError("true_cfg_scale", "LongCat-Image has no true CFG; guidance_scale > 1 is CFG")
         if p.max_sequence_length not in (None, TEXT_TOKENS):
-            raise InvalidRequestError("max_sequence_length", f"LongCat-Image pads every prompt to {TEXT_TOKENS} "
-                                      "tokens; it cannot be changed")
+            raise InvalidRequestError(
+                "max_sequence_length", f"LongCat-Image pads every prompt to {TEXT_TOKENS} tokens; it cannot be changed"
+            )
         job.rows = p.num_outputs_per_prompt
 
     def batch_key(self, job: DiffusionJob) -> Hashable:
@@ -91,8 +94,7 @@ class LongCatImageAdapter(OvisImageAdapter):
         return {TEXT: embeds}
 
     def image_ids(self, job: DiffusionJob, h: int, w: int) -> torch.Tensor:
-        return pos_ids(modality_id=1, type="image", start=(TEXT_TOKENS, TEXT_TOKENS), height=h,
-                       width=w).to(self.device)
+        return pos_ids(modality_id=1, type="image", start=(TEXT_TOKENS, TEXT_TOKENS), height=h, width=w).to(self.device)
 
     def text_ids_dtype(self) -> torch.dtype:
         return torch.float32  # prepare_pos_ids' dtype

@@ -41,22 +41,28 @@ class LongCatImageEditAdapter(LongCatImageAdapter):
 
         p = job.params
         if len(job.images or []) != 1:
-            raise InvalidRequestError("multi_modal_data.image", f"LongCat-Image-Edit edits one input image, got "
-                                      f"{len(job.images or [])}")
+            raise InvalidRequestError(
+                "multi_modal_data.image", f"LongCat-Image-Edit edits one input image, got {len(job.images or [])}"
+            )
         if p.strength is not None:
-            raise InvalidRequestError("strength", "not used by LongCat-Image-Edit (the image conditions, it is "
-                                      "not noised)")
+            raise InvalidRequestError(
+                "strength", "not used by LongCat-Image-Edit (the image conditions, it is not noised)"
+            )
         self.validate_common(job)
         w, h = job.images[0].size
         if max(w, h) > MAX_ASPECT * min(w, h):
-            raise InvalidRequestError("multi_modal_data.image", f"a {w}x{h} image is more elongated than "
-                                      f"{MAX_ASPECT}:1")
+            raise InvalidRequestError(
+                "multi_modal_data.image", f"a {w}x{h} image is more elongated than {MAX_ASPECT}:1"
+            )
         width, height = calculate_dimensions(OUTPUT_AREA, w / h)
         for name, value in (("height", height), ("width", width)):
             asked = getattr(p, name)
             if asked is not None and asked != value:
-                raise InvalidRequestError(name, f"LongCat-Image-Edit's output size follows the input image: "
-                                          f"{width}x{height} for a {w}x{h} image (leave size out or send it)")
+                raise InvalidRequestError(
+                    name,
+                    f"LongCat-Image-Edit's output size follows the input image: "
+                    f"{width}x{height} for a {w}x{h} image (leave size out or send it)",
+                )
         job.height, job.width = height, width
         job.extra.update(cfg_renorm=False, rewrite=False)
 
@@ -76,8 +82,10 @@ class LongCatImageEditAdapter(LongCatImageAdapter):
 
     def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
         # the pipeline encodes one prompt (and its image) per call
-        embeds = [self.pipe.encode_prompt(prompt=[p], image=j.extra["prompt_image"], num_images_per_prompt=1)[0]
-                  for p, j in zip(prompts, jobs)]
+        embeds = [
+            self.pipe.encode_prompt(prompt=[p], image=j.extra["prompt_image"], num_images_per_prompt=1)[0]
+            for p, j in zip(prompts, jobs)
+        ]
         return {TEXT: torch.cat(embeds)}
 
     def image_ids(self, job: DiffusionJob, h: int, w: int) -> torch.Tensor:
@@ -104,4 +112,4 @@ class LongCatImageEditAdapter(LongCatImageAdapter):
     # ------------------------------------------------------------- the batched part
 
     def predict(self, x: torch.Tensor, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
-        return super().predict(torch.cat([x, cond["image_latents"]], dim=1), t, cond)[:, :x.shape[1]]
+        return super().predict(torch.cat([x, cond["image_latents"]], dim=1), t, cond)[:, : x.shape[1]]

@@ -12,12 +12,16 @@ from pathlib import Path
 
 # the pipelines' system templates, in the corpus so that they tokenize compactly
 _CORPUS = [
-    ("<|im_start|>system\nAs an image captioning expert, generate a descriptive text prompt based on an image "
-     "content, suitable for input to a text-to-image model.<|im_end|>\n<|im_start|>user\n"),
-    ("<|im_start|>system\nAs an image editing expert, first analyze the content and attributes of the input "
-     "image(s). Then, based on the user's editing instructions, clearly and precisely determine how to modify the "
-     "given image(s), ensuring that only the specified parts are altered and all other aspects remain consistent "
-     "with the original(s).<|im_end|>\n<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>"),
+    (
+        "<|im_start|>system\nAs an image captioning expert, generate a descriptive text prompt based on an image "
+        "content, suitable for input to a text-to-image model.<|im_end|>\n<|im_start|>user\n"
+    ),
+    (
+        "<|im_start|>system\nAs an image editing expert, first analyze the content and attributes of the input "
+        "image(s). Then, based on the user's editing instructions, clearly and precisely determine how to modify the "
+        "given image(s), ensuring that only the specified parts are altered and all other aspects remain consistent "
+        "with the original(s).<|im_end|>\n<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>"
+    ),
     "<|im_end|>\n<|im_start|>assistant\n",
     "a photo of a red cat sitting on a blue chair, the sign says 'hello'",
     "make the cat green and add a hat; replace the background with a beach",
@@ -27,9 +31,11 @@ _CORPUS = [
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% for c in m['content'] %}{% if c['type'] == 'text' %}"
     "{{ c['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-SCHEDULER = dict(shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15, base_image_seq_len=256,
-                 max_image_seq_len=4096)
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+SCHEDULER = dict(
+    shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096
+)
 
 
 def tokenizer():
@@ -54,21 +60,38 @@ def transformer(*, text_dim: int, layers: int = 1, single_layers: int = 1, heads
     from diffusers import LongCatImageTransformer2DModel
 
     # head dim 16 split over RoPE's three axes as LongCat's (16, 56, 56): one small axis, two equal ones
-    return LongCatImageTransformer2DModel(patch_size=1, in_channels=64, num_layers=layers,
-                                          num_single_layers=single_layers, attention_head_dim=16,
-                                          num_attention_heads=heads, joint_attention_dim=text_dim,
-                                          pooled_projection_dim=text_dim, axes_dims_rope=[4, 6, 6]).eval()
+    return LongCatImageTransformer2DModel(
+        patch_size=1,
+        in_channels=64,
+        num_layers=layers,
+        num_single_layers=single_layers,
+        attention_head_dim=16,
+        num_attention_heads=heads,
+        joint_attention_dim=text_dim,
+        pooled_projection_dim=text_dim,
+        axes_dims_rope=[4, 6, 6],
+    ).eval()
 
 
 def vae(stages: int):
     from diffusers import AutoencoderKL
 
     # 16 latent channels (the pipelines hard-code them), FLUX.1's scaling and shift, x2**(stages-1)
-    return AutoencoderKL(block_out_channels=(4,) * stages, in_channels=3, out_channels=3,
-                         down_block_types=("DownEncoderBlock2D",) * stages, up_block_types=("UpDecoderBlock2D",) * stages,
-                         latent_channels=16, layers_per_block=1, norm_num_groups=1, sample_size=32,
-                         use_quant_conv=False, use_post_quant_conv=False, shift_factor=0.1159,
-                         scaling_factor=0.3611).eval()
+    return AutoencoderKL(
+        block_out_channels=(4,) * stages,
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",) * stages,
+        up_block_types=("UpDecoderBlock2D",) * stages,
+        latent_channels=16,
+        layers_per_block=1,
+        norm_num_groups=1,
+        sample_size=32,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+        shift_factor=0.1159,
+        scaling_factor=0.3611,
+    ).eval()
 
 
 def _build(outdir: Path, class_name: str, vae_stages: int) -> None:
@@ -81,8 +104,13 @@ def _build(outdir: Path, class_name: str, vae_stages: int) -> None:
     tok = tokenizer()
     encoder = text_encoder(tok)
     pipe = getattr(diffusers, class_name)(
-        scheduler=diffusers.FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=vae(vae_stages), text_encoder=encoder,
-        tokenizer=tok, text_processor=processor(tok), transformer=transformer(text_dim=encoder.config.text_config.hidden_size))
+        scheduler=diffusers.FlowMatchEulerDiscreteScheduler(**SCHEDULER),
+        vae=vae(vae_stages),
+        text_encoder=encoder,
+        tokenizer=tok,
+        text_processor=processor(tok),
+        transformer=transformer(text_dim=encoder.config.text_config.hidden_size),
+    )
     pipe.save_pretrained(outdir, safe_serialization=True)
 
 

@@ -14,13 +14,25 @@ LTX2_CLASSES = {"LTX2Pipeline", "LTX2ImageToVideoPipeline"}
 PIPELINE = Pipeline(
     name="ltx2",
     description="LTX-2 text/image-to-video with audio: Gemma3 -> LTX2VideoTransformer3DModel (flow Euler) -> "
-                "AutoencoderKLLTX2Video + AutoencoderKLLTX2Audio + vocoder",
+    "AutoencoderKLLTX2Video + AutoencoderKLLTX2Audio + vocoder",
     matches=lambda f: f.diffusers_class in LTX2_CLASSES,
-    stages=[StageSpec(0, kind="diffusion", adapter=LTX2Adapter, output="video+audio", can_output="video,audio,latent",
-                      final=True,
-                      # LTX2Pipeline.__call__'s defaults (frame_rate is its fps)
-                      default_params={"num_inference_steps": 30, "guidance_scale": 3.0,
-                                      "num_frames": DEFAULT_NUM_FRAMES, "fps": DEFAULT_FPS})],
+    stages=[
+        StageSpec(
+            0,
+            kind="diffusion",
+            adapter=LTX2Adapter,
+            output="video+audio",
+            can_output="video,audio,latent",
+            final=True,
+            # LTX2Pipeline.__call__'s defaults (frame_rate is its fps)
+            default_params={
+                "num_inference_steps": 30,
+                "guidance_scale": 3.0,
+                "num_frames": DEFAULT_NUM_FRAMES,
+                "fps": DEFAULT_FPS,
+            },
+        )
+    ],
     extra_body_params=EXTRA_PARAMS,
     deploy_file=DEPLOY,
 )

@@ -33,12 +33,24 @@ DEFAULT_WIDTH = 768
 DEFAULT_NUM_FRAMES = 121
 DEFAULT_FPS = 24
 MAX_SEQUENCE_LENGTH = 1024
-GUIDANCE = {"audio_guidance_scale": 7.0, "stg_scale": 1.0, "audio_stg_scale": 1.0, "modality_scale": 3.0,
-            "audio_modality_scale": 3.0, "guidance_rescale": 0.7, "audio_guidance_rescale": 0.7}
+GUIDANCE = {
+    "audio_guidance_scale": 7.0,
+    "stg_scale": 1.0,
+    "audio_stg_scale": 1.0,
+    "modality_scale": 3.0,
+    "audio_modality_scale": 3.0,
+    "guidance_rescale": 0.7,
+    "audio_guidance_rescale": 0.7,
+}
 STG_BLOCKS = (28,)
 # the model-specific request keys (extra_body), with their types
-EXTRA_PARAMS: dict[str, type] = {**{k: float for k in GUIDANCE}, "spatio_temporal_guidance_blocks": list[int],
-                                 "use_cross_timestep": bool, "motion_speed": float, "image_crf": int}
+EXTRA_PARAMS: dict[str, type] = {
+    **{k: float for k in GUIDANCE},
+    "spatio_temporal_guidance_blocks": list[int],
+    "use_cross_timestep": bool,
+    "motion_speed": float,
+    "image_crf": int,
+}
 
 PLAIN, STG, ISOLATED = 0, 1, 2  # the three predictions predict() returns per row
 
@@ -60,8 +72,10 @@ class LTX2Adapter(DiffusersAdapter):
 
     def validate(self, job: DiffusionJob) -> None:
         if job.images:
-            raise InvalidRequestError("multi_modal_data.image", "this is a text-to-video model; it takes no input "
-                                                                 "image (serve an LTX2ImageToVideoPipeline folder)")
+            raise InvalidRequestError(
+                "multi_modal_data.image",
+                "this is a text-to-video model; it takes no input image (serve an LTX2ImageToVideoPipeline folder)",
+            )
         self.validate_video(job)
 
     def validate_video(self, job: DiffusionJob) -> None:
@@ -77,11 +91,16 @@ class LTX2Adapter(DiffusersAdapter):
         frames = p.num_frames or DEFAULT_NUM_FRAMES
         if (frames - 1) % ft:
             lower = (frames - 1) // ft * ft + 1
-            raise InvalidRequestError("num_frames", f"{frames} is not of the form {ft}k+1 (VAE temporal factor {ft}); "
-                                                    f"try {lower} or {lower + ft}")
+            raise InvalidRequestError(
+                "num_frames",
+                f"{frames} is not of the form {ft}k+1 (VAE temporal factor {ft}); try {lower} or {lower + ft}",
+            )
         if p.num_outputs_per_prompt != 1:
-            raise InvalidRequestError("num_outputs_per_prompt", f"{p.num_outputs_per_prompt}; a video request makes "
-                                      "one video (send several requests: they share the forwards)")
+            raise InvalidRequestError(
+                "num_outputs_per_prompt",
+                f"{p.num_outputs_per_prompt}; a video request makes "
+                "one video (send several requests: they share the forwards)",
+            )
         if p.guidance_scale_2 is not None or p.true_cfg_scale is not None:
             name = "guidance_scale_2" if p.guidance_scale_2 is not None else "true_cfg_scale"
             raise InvalidRequestError(name, "not used by LTX-2 (audio_guidance_scale sets the audio's CFG scale)")
@@ -98,17 +117,29 @@ class LTX2Adapter(DiffusersAdapter):
         if not isinstance(blocks, list) or not all(isinstance(b, int) and 0 <= b for b in blocks):
             raise InvalidRequestError("spatio_temporal_guidance_blocks", "expected a list of block indices")
         if (scales["stg_scale"] > 0 or scales["audio_stg_scale"] > 0) and not blocks:
-            raise InvalidRequestError("spatio_temporal_guidance_blocks", "STG is on (stg_scale > 0) but no blocks "
-                                                                         "are given")
+            raise InvalidRequestError(
+                "spatio_temporal_guidance_blocks", "STG is on (stg_scale > 0) but no blocks are given"
+            )
         speed = float(extra.get("motion_speed", 1.0))
         if speed <= 0:
             raise InvalidRequestError("motion_speed", f"{speed} must be positive")
         fps = p.fps or DEFAULT_FPS
-        job.extra.update(num_frames=frames, fps=fps, scales=scales, stg_blocks=tuple(blocks),
-                         cross=bool(extra.get("use_cross_timestep", True)), rope_fps=fps / speed,
-                         max_sequence_length=p.max_sequence_length or MAX_SEQUENCE_LENGTH,
-                         audio_frames=round(frames / fps * pipe.audio_sampling_rate / pipe.audio_hop_length
-                                            / float(pipe.audio_vae_temporal_compression_ratio)))
+        job.extra.update(
+            num_frames=frames,
+            fps=fps,
+            scales=scales,
+            stg_blocks=tuple(blocks),
+            cross=bool(extra.get("use_cross_timestep", True)),
+            rope_fps=fps / speed,
+            max_sequence_length=p.max_sequence_length or MAX_SEQUENCE_LENGTH,
+            audio_frames=round(
+                frames
+                / fps
+                * pipe.audio_sampling_rate
+                / pipe.audio_hop_length
+                / float(pipe.audio_vae_temporal_compression_ratio)
+            ),
+        )
         job.cfg = g > 1.0 or scales["audio_guidance_scale"] > 1.0  # diffusers' do_classifier_free_guidance
         job.rows = 1
 
@@ -117,8 +148,16 @@ class LTX2Adapter(DiffusersAdapter):
         # dense latents (video and audio lengths), one RoPE frame rate and cross-timestep mode per forward; the
         # Gemma prompt is padded to max_sequence_length (masked), which must match. (STG blocks may differ: the
         # STG forward runs once per set of blocks.)
-        return ("ltx2", job.height, job.width, self.latent_frames(job), e["audio_frames"], e["rope_fps"], e["cross"],
-                e["max_sequence_length"])
+        return (
+            "ltx2",
+            job.height,
+            job.width,
+            self.latent_frames(job),
+            e["audio_frames"],
+            e["rope_fps"],
+            e["cross"],
+            e["max_sequence_length"],
+        )
 
     def latent_frames(self, job: DiffusionJob) -> int:
         return (job.extra["num_frames"] - 1) // self.pipe.vae_temporal_compression_ratio + 1
@@ -135,8 +174,9 @@ class LTX2Adapter(DiffusersAdapter):
         pipe, n = self.pipe, jobs[0].extra["max_sequence_length"]
 
         def gemma(prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-            embeds, mask, _, _ = pipe.encode_prompt(prompts, do_classifier_free_guidance=False, max_sequence_length=n,
-                                                    device=self.device)
+            embeds, mask, _, _ = pipe.encode_prompt(
+                prompts, do_classifier_free_guidance=False, max_sequence_length=n, device=self.device
+            )
             return embeds, mask
 
         embeds, mask = gemma([j.prompt for j in jobs])
@@ -144,8 +184,9 @@ class LTX2Adapter(DiffusersAdapter):
         if cfg:
             neg, neg_mask = gemma([j.negative_prompt or "" for j in cfg])
             embeds, mask = torch.cat([neg, embeds]), torch.cat([neg_mask, mask])
-        video, audio, conn_mask = pipe.connectors(embeds, mask, padding_side=getattr(pipe.tokenizer, "padding_side",
-                                                                                      "left"))
+        video, audio, conn_mask = pipe.connectors(
+            embeds, mask, padding_side=getattr(pipe.tokenizer, "padding_side", "left")
+        )
         rows = [(j, "uncond") for j in cfg] + [(j, "cond") for j in jobs]
         for i, (j, kind) in enumerate(rows):
             flags = torch.zeros(1, 3, dtype=torch.bool)  # which predictions this row asks for
@@ -153,31 +194,57 @@ class LTX2Adapter(DiffusersAdapter):
                 s = j.extra["scales"]
                 flags[0, STG] = s["stg_scale"] > 0 or s["audio_stg_scale"] > 0
                 flags[0, ISOLATED] = s["modality_scale"] > 1 or s["audio_modality_scale"] > 1
-            cond = {"video_embeds": video[i:i + 1], "audio_embeds": audio[i:i + 1], "mask": conn_mask[i:i + 1],
-                    "passes": flags, "geometry": self.geometry(j), "stg_blocks": self.stg_mask(j)}
+            cond = {
+                "video_embeds": video[i : i + 1],
+                "audio_embeds": audio[i : i + 1],
+                "mask": conn_mask[i : i + 1],
+                "passes": flags,
+                "geometry": self.geometry(j),
+                "stg_blocks": self.stg_mask(j),
+            }
             setattr(j, kind, cond)
 
     def timesteps(self, job: DiffusionJob) -> None:
         from diffusers.pipelines.ltx2.pipeline_ltx2 import calculate_shift
 
         n, cfg = job.params.num_inference_steps, self.pipe.scheduler.config
-        mu = calculate_shift(self.video_tokens(job), cfg.get("base_image_seq_len", 1024),
-                             cfg.get("max_image_seq_len", 4096), cfg.get("base_shift", 0.95),
-                             cfg.get("max_shift", 2.05))
+        mu = calculate_shift(
+            self.video_tokens(job),
+            cfg.get("base_image_seq_len", 1024),
+            cfg.get("max_image_seq_len", 4096),
+            cfg.get("base_shift", 0.95),
+            cfg.get("max_shift", 2.05),
+        )
         state = self.sampler.make_state(n, device=self.device, sigmas=np.linspace(1.0, 1 / n, n), mu=mu)
         state.scheduler.set_begin_index(0)
         job.sampler_state = state
 
     def init_latents(self, job: DiffusionJob) -> None:
-        video = self.pipe.prepare_latents(1, self.model.config.in_channels, job.height, job.width,
-                                          job.extra["num_frames"], 0.0, torch.float32, self.device, job.generator)
+        video = self.pipe.prepare_latents(
+            1,
+            self.model.config.in_channels,
+            job.height,
+            job.width,
+            job.extra["num_frames"],
+            0.0,
+            torch.float32,
+            self.device,
+            job.generator,
+        )
         self.set_latents(job, video)
 
     def set_latents(self, job: DiffusionJob, video: torch.Tensor) -> None:
         """The packed video latents, then the audio noise (drawn after the video's, as diffusers draws it)."""
-        audio = self.pipe.prepare_audio_latents(1, self.audio_channels, job.extra["audio_frames"],
-                                                self.pipe.audio_vae.config.mel_bins, 0.0, torch.float32, self.device,
-                                                job.generator)
+        audio = self.pipe.prepare_audio_latents(
+            1,
+            self.audio_channels,
+            job.extra["audio_frames"],
+            self.pipe.audio_vae.config.mel_bins,
+            0.0,
+            torch.float32,
+            self.device,
+            job.generator,
+        )
         job.extra["shapes"] = self.shapes(self.geometry(job)[0].tolist())
         job.latents = torch.cat([video.flatten(1), audio.flatten(1)], dim=1)
 
@@ -188,8 +255,19 @@ class LTX2Adapter(DiffusersAdapter):
         latent frames, height, width, audio length, RoPE frame rate, cross-timestep flag."""
         f = self.pipe.vae_spatial_compression_ratio
         e = job.extra
-        return torch.tensor([[self.latent_frames(job), job.height // f, job.width // f, e["audio_frames"],
-                              e["rope_fps"], float(e["cross"])]], dtype=torch.float64)
+        return torch.tensor(
+            [
+                [
+                    self.latent_frames(job),
+                    job.height // f,
+                    job.width // f,
+                    e["audio_frames"],
+                    e["rope_fps"],
+                    float(e["cross"]),
+                ]
+            ],
+            dtype=torch.float64,
+        )
 
     def stg_mask(self, job: DiffusionJob) -> torch.Tensor:
         mask = torch.zeros(1, self.model.config.num_layers, dtype=torch.bool)
@@ -209,7 +287,7 @@ class LTX2Adapter(DiffusersAdapter):
     def split(x: torch.Tensor, shapes: tuple[tuple[int, int], tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Flat rows -> packed video [rows, tokens, width] and audio [rows, length, width] (views)."""
         (s, d), (length, da) = shapes
-        return x[:, :s * d].reshape(-1, s, d), x[:, s * d:].reshape(-1, length, da)
+        return x[:, : s * d].reshape(-1, s, d), x[:, s * d :].reshape(-1, length, da)
 
     def _forward(self, x: torch.Tensor, t: torch.Tensor, cond: dict[str, torch.Tensor], **flags: Any) -> torch.Tensor:
         g = cond["geometry"][0].tolist()
@@ -218,14 +296,26 @@ class LTX2Adapter(DiffusersAdapter):
         video, audio = self.split(x, self.shapes(g))
         n = x.shape[0]
         v, a = self.model(
-            hidden_states=video.to(self.model_dtype), audio_hidden_states=audio.to(self.model_dtype),
-            encoder_hidden_states=cond["video_embeds"], audio_encoder_hidden_states=cond["audio_embeds"],
-            timestep=self.video_timestep(t, cond), audio_timestep=t, sigma=t,
-            encoder_attention_mask=cond["mask"], audio_encoder_attention_mask=cond["mask"],
-            num_frames=frames, height=h, width=w, fps=rope_fps, audio_num_frames=length,
+            hidden_states=video.to(self.model_dtype),
+            audio_hidden_states=audio.to(self.model_dtype),
+            encoder_hidden_states=cond["video_embeds"],
+            audio_encoder_hidden_states=cond["audio_embeds"],
+            timestep=self.video_timestep(t, cond),
+            audio_timestep=t,
+            sigma=t,
+            encoder_attention_mask=cond["mask"],
+            audio_encoder_attention_mask=cond["mask"],
+            num_frames=frames,
+            height=h,
+            width=w,
+            fps=rope_fps,
+            audio_num_frames=length,
             video_coords=self.model.rope.prepare_video_coords(n, frames, h, w, x.device, fps=rope_fps),
             audio_coords=self.model.audio_rope.prepare_audio_coords(n, length, x.device),
-            use_cross_timestep=cross, return_dict=False, **flags)
+            use_cross_timestep=cross,
+            return_dict=False,
+            **flags,
+        )
         return torch.cat([v.float().flatten(1), a.float().flatten(1)], dim=1)
 
     def video_timestep(self, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -297,8 +387,14 @@ class LTX2Adapter(DiffusersAdapter):
         videos, audios = [], []
         for j in jobs:
             v, a = self.split(j.latents, j.extra["shapes"])
-            v = pipe._unpack_latents(v, self.latent_frames(j), j.height // f, j.width // f,
-                                     pipe.transformer_spatial_patch_size, pipe.transformer_temporal_patch_size)
+            v = pipe._unpack_latents(
+                v,
+                self.latent_frames(j),
+                j.height // f,
+                j.width // f,
+                pipe.transformer_spatial_patch_size,
+                pipe.transformer_temporal_patch_size,
+            )
             v = v.to(self.model_dtype)
             timestep = None
             if pipe.vae.config.timestep_conditioning:  # decode_timestep 0.0, diffusers' default: noise x 0
@@ -306,8 +402,14 @@ class LTX2Adapter(DiffusersAdapter):
                 timestep = torch.tensor([0.0], device=self.device, dtype=v.dtype)
                 scale = torch.tensor([0.0], device=self.device, dtype=v.dtype)[:, None, None, None, None]
                 v = (1 - scale) * v + scale * noise
-            videos.append((pipe._denormalize_latents(v, pipe.vae.latents_mean, pipe.vae.latents_std,
-                                                     pipe.vae.config.scaling_factor), timestep))
+            videos.append(
+                (
+                    pipe._denormalize_latents(
+                        v, pipe.vae.latents_mean, pipe.vae.latents_std, pipe.vae.config.scaling_factor
+                    ),
+                    timestep,
+                )
+            )
             a = pipe._denormalize_audio_latents(a, pipe.audio_vae.latents_mean, pipe.audio_vae.latents_std)
             audios.append(pipe._unpack_audio_latents(a, j.extra["audio_frames"], num_mel_bins=self.mel_bins))
         latents = torch.cat([v for v, _ in videos]).to(pipe.vae.dtype)
@@ -318,8 +420,9 @@ class LTX2Adapter(DiffusersAdapter):
         out: list[list[Any]] = [[np.ascontiguousarray(frames[i])] for i in range(len(jobs))]
         idx = [i for i, j in enumerate(jobs) if self.wants_audio(j)]
         if idx:
-            mel = pipe.audio_vae.decode(torch.cat([audios[i] for i in idx]).to(pipe.audio_vae.dtype),
-                                        return_dict=False)[0]
+            mel = pipe.audio_vae.decode(
+                torch.cat([audios[i] for i in idx]).to(pipe.audio_vae.dtype), return_dict=False
+            )[0]
             wave = pipe.vocoder(mel).float().cpu().numpy()  # [B, channels, samples]
             for k, i in enumerate(idx):
                 out[i].append(np.ascontiguousarray(wave[k]))
@@ -366,8 +469,18 @@ class LTX2I2VAdapter(LTX2Adapter):
             image = Image.fromarray(apply_image_conditioning_crf(np.array(image.convert("RGB")), crf))
         image = pipe.video_processor.preprocess(image, height=job.height, width=job.width)
         image = image.to(device=self.device, dtype=self.model_dtype)
-        video, mask = pipe.prepare_latents(image, 1, self.model.config.in_channels, job.height, job.width,
-                                           job.extra["num_frames"], 0.0, torch.float32, self.device, job.generator)
+        video, mask = pipe.prepare_latents(
+            image,
+            1,
+            self.model.config.in_channels,
+            job.height,
+            job.width,
+            job.extra["num_frames"],
+            0.0,
+            torch.float32,
+            self.device,
+            job.generator,
+        )
         for cond in (job.cond, job.uncond):
             if cond is not None:
                 cond["frame_mask"] = mask
@@ -378,7 +491,7 @@ class LTX2I2VAdapter(LTX2Adapter):
 
     def keep_given_frames(self, velocity: torch.Tensor, job: DiffusionJob) -> None:
         f = self.pipe.vae_spatial_compression_ratio
-        velocity[:, :(job.height // f) * (job.width // f) * self.model.config.in_channels] = 0.0  # x + dt * 0 == x
+        velocity[:, : (job.height // f) * (job.width // f) * self.model.config.in_channels] = 0.0  # x + dt * 0 == x
 
 
 LTX2Adapter.variants = {"LTX2ImageToVideoPipeline": LTX2I2VAdapter}  # one entry point for T2V and I2V folders

@@ -20,11 +20,20 @@ def gemma_tokenizer():
 def gemma3(vocab_size: int = 300):
     from transformers import Gemma3Config, Gemma3ForConditionalGeneration
 
-    text = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, head_dim=8, vocab_size=vocab_size, max_position_embeddings=1024,
-                sliding_window=64)
-    vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=32,
-                  patch_size=16)
+    text = dict(
+        hidden_size=32,
+        intermediate_size=37,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        vocab_size=vocab_size,
+        max_position_embeddings=1024,
+        sliding_window=64,
+    )
+    vision = dict(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=16
+    )
     cfg = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4)
     return Gemma3ForConditionalGeneration(cfg).eval()
 
@@ -45,39 +54,112 @@ def components():
     hidden, layers = text_encoder.config.text_config.hidden_size, text_encoder.config.text_config.num_hidden_layers
     torch.manual_seed(0)
     transformer = LTX2VideoTransformer3DModel(
-        in_channels=4, out_channels=4, patch_size=1, patch_size_t=1, num_attention_heads=2, attention_head_dim=8,
-        cross_attention_dim=16, audio_in_channels=4, audio_out_channels=4, audio_num_attention_heads=2,
-        audio_attention_head_dim=4, audio_cross_attention_dim=8, num_layers=2, qk_norm="rms_norm_across_heads",
+        in_channels=4,
+        out_channels=4,
+        patch_size=1,
+        patch_size_t=1,
+        num_attention_heads=2,
+        attention_head_dim=8,
+        cross_attention_dim=16,
+        audio_in_channels=4,
+        audio_out_channels=4,
+        audio_num_attention_heads=2,
+        audio_attention_head_dim=4,
+        audio_cross_attention_dim=8,
+        num_layers=2,
+        qk_norm="rms_norm_across_heads",
         # perturbed_attn: the LTX-2.3 blocks whose self-attention STG can skip (else STG changes nothing)
-        caption_channels=hidden, rope_double_precision=False, rope_type="split", perturbed_attn=True).eval()
+        caption_channels=hidden,
+        rope_double_precision=False,
+        rope_type="split",
+        perturbed_attn=True,
+    ).eval()
     connectors = LTX2TextConnectors(
-        caption_channels=hidden, text_proj_in_factor=layers + 1, video_connector_num_attention_heads=4,
-        video_connector_attention_head_dim=8, video_connector_num_layers=1,
-        video_connector_num_learnable_registers=None, audio_connector_num_attention_heads=4,
-        audio_connector_attention_head_dim=8, audio_connector_num_layers=1,
-        audio_connector_num_learnable_registers=None, connector_rope_base_seq_len=32, rope_theta=10000.0,
-        rope_double_precision=False, causal_temporal_positioning=False, rope_type="split").eval()
+        caption_channels=hidden,
+        text_proj_in_factor=layers + 1,
+        video_connector_num_attention_heads=4,
+        video_connector_attention_head_dim=8,
+        video_connector_num_layers=1,
+        video_connector_num_learnable_registers=None,
+        audio_connector_num_attention_heads=4,
+        audio_connector_attention_head_dim=8,
+        audio_connector_num_layers=1,
+        audio_connector_num_learnable_registers=None,
+        connector_rope_base_seq_len=32,
+        rope_theta=10000.0,
+        rope_double_precision=False,
+        causal_temporal_positioning=False,
+        rope_type="split",
+    ).eval()
     vae = AutoencoderKLLTX2Video(
-        in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8,), decoder_block_out_channels=(8,),
-        layers_per_block=(1,), decoder_layers_per_block=(1, 1), spatio_temporal_scaling=(True,),
-        decoder_spatio_temporal_scaling=(True,), decoder_inject_noise=(False, False), downsample_type=("spatial",),
-        upsample_residual=(False,), upsample_factor=(1,), timestep_conditioning=False, patch_size=1, patch_size_t=1,
-        encoder_causal=True, decoder_causal=False).eval()
+        in_channels=3,
+        out_channels=3,
+        latent_channels=4,
+        block_out_channels=(8,),
+        decoder_block_out_channels=(8,),
+        layers_per_block=(1,),
+        decoder_layers_per_block=(1, 1),
+        spatio_temporal_scaling=(True,),
+        decoder_spatio_temporal_scaling=(True,),
+        decoder_inject_noise=(False, False),
+        downsample_type=("spatial",),
+        upsample_residual=(False,),
+        upsample_factor=(1,),
+        timestep_conditioning=False,
+        patch_size=1,
+        patch_size_t=1,
+        encoder_causal=True,
+        decoder_causal=False,
+    ).eval()
     audio_vae = AutoencoderKLLTX2Audio(
-        base_channels=4, output_channels=2, ch_mult=(1,), num_res_blocks=1, attn_resolutions=None, in_channels=2,
-        resolution=32, latent_channels=2, norm_type="pixel", causality_axis="height", dropout=0.0,
-        mid_block_add_attention=False, sample_rate=16000, mel_hop_length=160, is_causal=True, mel_bins=8).eval()
+        base_channels=4,
+        output_channels=2,
+        ch_mult=(1,),
+        num_res_blocks=1,
+        attn_resolutions=None,
+        in_channels=2,
+        resolution=32,
+        latent_channels=2,
+        norm_type="pixel",
+        causality_axis="height",
+        dropout=0.0,
+        mid_block_add_attention=False,
+        sample_rate=16000,
+        mel_hop_length=160,
+        is_causal=True,
+        mel_bins=8,
+    ).eval()
     vocoder = LTX2Vocoder(
         # upsampling 10 x 4 x 4 = the mel hop (160): the waveform lasts as long as the video, as in the release
-        in_channels=audio_vae.config.output_channels * audio_vae.config.mel_bins, hidden_channels=32, out_channels=2,
-        upsample_kernel_sizes=[20, 8, 8], upsample_factors=[10, 4, 4], resnet_kernel_sizes=[3],
+        in_channels=audio_vae.config.output_channels * audio_vae.config.mel_bins,
+        hidden_channels=32,
+        out_channels=2,
+        upsample_kernel_sizes=[20, 8, 8],
+        upsample_factors=[10, 4, 4],
+        resnet_kernel_sizes=[3],
         resnet_dilations=[[1, 3, 5]],
-        leaky_relu_negative_slope=0.1, output_sampling_rate=16000).eval()
+        leaky_relu_negative_slope=0.1,
+        output_sampling_rate=16000,
+    ).eval()
     # the released checkpoints' scheduler: dynamic (resolution-dependent) shift, as LTX-2's scheduler_config
-    scheduler = FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True, base_shift=0.95, max_shift=2.05,
-                                                base_image_seq_len=1024, max_image_seq_len=4096, shift_terminal=0.1)
-    return dict(transformer=transformer, vae=vae, audio_vae=audio_vae, scheduler=scheduler, text_encoder=text_encoder,
-                tokenizer=gemma_tokenizer(), connectors=connectors, vocoder=vocoder)
+    scheduler = FlowMatchEulerDiscreteScheduler(
+        use_dynamic_shifting=True,
+        base_shift=0.95,
+        max_shift=2.05,
+        base_image_seq_len=1024,
+        max_image_seq_len=4096,
+        shift_terminal=0.1,
+    )
+    return dict(
+        transformer=transformer,
+        vae=vae,
+        audio_vae=audio_vae,
+        scheduler=scheduler,
+        text_encoder=text_encoder,
+        tokenizer=gemma_tokenizer(),
+        connectors=connectors,
+        vocoder=vocoder,
+    )
 
 
 def build(outdir: Path) -> None:

@@ -16,8 +16,17 @@ PIPELINE = Pipeline(
     name="ovis_image",
     description="Ovis-Image: Qwen3 -> OvisImageTransformer2DModel (MMDiT, CFG, flow matching) -> VAE",
     matches=lambda f: f.diffusers_class == "OvisImagePipeline",
-    stages=[StageSpec(0, kind="diffusion", adapter=OvisImageAdapter, output="image", can_output="image,latent",
-                      final=True, default_params={"num_inference_steps": 50, "guidance_scale": 5.0})],
+    stages=[
+        StageSpec(
+            0,
+            kind="diffusion",
+            adapter=OvisImageAdapter,
+            output="image",
+            can_output="image,latent",
+            final=True,
+            default_params={"num_inference_steps": 50, "guidance_scale": 5.0},
+        )
+    ],
     deploy_file=DEPLOY,
 )
 PIPELINES = [PIPELINE]

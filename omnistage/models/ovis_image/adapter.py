@@ -70,9 +70,13 @@ class OvisImageAdapter(DiffusersAdapter):
     # ------------------------------------------------------------- preparation
 
     def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
-        embeds, _, _, _ = self.pipe.encode_prompt(prompt=prompts, do_classifier_free_guidance=False,
-                                                  device=self.device, num_images_per_prompt=1,
-                                                  max_sequence_length=jobs[0].extra["max_sequence_length"])
+        embeds, _, _, _ = self.pipe.encode_prompt(
+            prompt=prompts,
+            do_classifier_free_guidance=False,
+            device=self.device,
+            num_images_per_prompt=1,
+            max_sequence_length=jobs[0].extra["max_sequence_length"],
+        )
         return {TEXT: embeds}
 
     def add_conditioning(self, jobs: list[DiffusionJob]) -> None:
@@ -120,9 +124,14 @@ class OvisImageAdapter(DiffusersAdapter):
 
     def predict(self, x: torch.Tensor, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
         text = cond[TEXT]
-        out = self.pipe.transformer(hidden_states=x, timestep=t.to(x.dtype) / 1000, encoder_hidden_states=text,
-                                    txt_ids=self.txt_ids(text.shape[1]), img_ids=cond["img_ids"][0],
-                                    return_dict=False)[0]
+        out = self.pipe.transformer(
+            hidden_states=x,
+            timestep=t.to(x.dtype) / 1000,
+            encoder_hidden_states=text,
+            txt_ids=self.txt_ids(text.shape[1]),
+            img_ids=cond["img_ids"][0],
+            return_dict=False,
+        )[0]
         return out
 
     def block_layouts(self) -> list[BlockLayout]:

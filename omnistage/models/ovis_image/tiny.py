@@ -9,8 +9,10 @@ from omnistage.stages.diffusion import tiny_parts as parts
 
 # the pipeline's captioning instruction, in the corpus so that the chat-templated prompt stays short (32 tokens
 # before the user's text; the pipeline drops the first 28, as many as Qwen3's own tokenizer makes of it)
-INSTRUCTION = ("Describe the image by detailing the color, quantity, text, shape, size, texture, spatial "
-               "relationships of the objects and background: ")
+INSTRUCTION = (
+    "Describe the image by detailing the color, quantity, text, shape, size, texture, spatial "
+    "relationships of the objects and background: "
+)
 TEXT_DIM = 32
 
 
@@ -19,8 +21,9 @@ def tokenizer():
 
     from omnistage.models.z_image.tiny import CHAT_TEMPLATE, SPECIAL_TOKENS
 
-    tok = Qwen2Tokenizer().train_new_from_iterator((parts._CORPUS + [INSTRUCTION]) * 8, vocab_size=600,
-                                                   new_special_tokens=SPECIAL_TOKENS)
+    tok = Qwen2Tokenizer().train_new_from_iterator(
+        (parts._CORPUS + [INSTRUCTION]) * 8, vocab_size=600, new_special_tokens=SPECIAL_TOKENS
+    )
     tok.pad_token = "<|endoftext|>"
     tok.chat_template = CHAT_TEMPLATE  # Qwen3's, with enable_thinking
     return tok
@@ -29,9 +32,16 @@ def tokenizer():
 def text_encoder(vocab_size: int):
     from transformers import Qwen3Config, Qwen3Model
 
-    cfg = Qwen3Config(vocab_size=vocab_size, hidden_size=TEXT_DIM, intermediate_size=2 * TEXT_DIM,
-                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
-                      max_position_embeddings=1024)
+    cfg = Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=TEXT_DIM,
+        intermediate_size=2 * TEXT_DIM,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=1024,
+    )
     return Qwen3Model(cfg).eval()
 
 
@@ -41,9 +51,16 @@ def transformer(*, layers: int = 1, single_layers: int = 1, heads: int = 2, head
     # RoPE axes split the head dim as Ovis-Image's (16, 56, 56) does: one small axis, two equal ones
     third = (head_dim - head_dim // 4) // 2
     return OvisImageTransformer2DModel(
-        patch_size=1, in_channels=16, out_channels=16, num_layers=layers, num_single_layers=single_layers,
-        attention_head_dim=head_dim, num_attention_heads=heads, joint_attention_dim=TEXT_DIM,
-        axes_dims_rope=(head_dim - 2 * third, third, third)).eval()
+        patch_size=1,
+        in_channels=16,
+        out_channels=16,
+        num_layers=layers,
+        num_single_layers=single_layers,
+        attention_head_dim=head_dim,
+        num_attention_heads=heads,
+        joint_attention_dim=TEXT_DIM,
+        axes_dims_rope=(head_dim - 2 * third, third, third),
+    ).eval()
 
 
 def build(outdir: Path) -> None:
@@ -56,6 +73,11 @@ def build(outdir: Path) -> None:
 
     torch.manual_seed(0)
     tok = tokenizer()
-    pipe = OvisImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(**_DEV_SCHEDULER), vae=vae(),
-                             text_encoder=text_encoder(len(tok)), tokenizer=tok, transformer=transformer())
+    pipe = OvisImagePipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(**_DEV_SCHEDULER),
+        vae=vae(),
+        text_encoder=text_encoder(len(tok)),
+        tokenizer=tok,
+        transformer=transformer(),
+    )
     pipe.save_pretrained(outdir, safe_serialization=True)

@@ -21,8 +21,17 @@ PIPELINE = Pipeline(
     name="pixart_sigma",
     description="PixArt-Σ: T5 -> PixArtTransformer2DModel (CFG, DPM-Solver++) -> VAE",
     matches=lambda f: f.diffusers_class == "PixArtSigmaPipeline",
-    stages=[StageSpec(0, kind="diffusion", adapter=PixArtSigmaAdapter, output="image", can_output="image,latent",
-                      final=True, default_params=dict(DEFAULT_PARAMS))],
+    stages=[
+        StageSpec(
+            0,
+            kind="diffusion",
+            adapter=PixArtSigmaAdapter,
+            output="image",
+            can_output="image,latent",
+            final=True,
+            default_params=dict(DEFAULT_PARAMS),
+        )
+    ],
     # use_resolution_binning: serve from the nearest trained aspect-ratio bin, resized back (default true)
     extra_body_params={"use_resolution_binning": bool},
     deploy_file=DEPLOY,

@@ -36,8 +36,9 @@ TEXT_LIMIT = 512  # longer than the encoders' training length is refused rather 
 
 # PixArt's BasicTransformerBlock and Sana's SanaTransformerBlock: the image tokens in and out; the text, its
 # mask and the timestep embedding are per-row inputs
-DIT_BLOCK = BlockIO(returns="hidden_states", per_row=("attention_mask", "encoder_hidden_states",
-                                                      "encoder_attention_mask", "timestep"))
+DIT_BLOCK = BlockIO(
+    returns="hidden_states", per_row=("attention_mask", "encoder_hidden_states", "encoder_attention_mask", "timestep")
+)
 
 
 class PixArtSigmaAdapter(DiffusersAdapter):
@@ -58,8 +59,12 @@ class PixArtSigmaAdapter(DiffusersAdapter):
         from diffusers.pipelines.pixart_alpha import pipeline_pixart_alpha as alpha
         from diffusers.pipelines.pixart_alpha import pipeline_pixart_sigma as sigma
 
-        tables = {256: sigma.ASPECT_RATIO_2048_BIN, 128: alpha.ASPECT_RATIO_1024_BIN,
-                  64: alpha.ASPECT_RATIO_512_BIN, 32: alpha.ASPECT_RATIO_256_BIN}
+        tables = {
+            256: sigma.ASPECT_RATIO_2048_BIN,
+            128: alpha.ASPECT_RATIO_1024_BIN,
+            64: alpha.ASPECT_RATIO_512_BIN,
+            32: alpha.ASPECT_RATIO_256_BIN,
+        }
         return tables.get(self.pipe.transformer.config.sample_size, {})
 
     def binning(self, job: DiffusionJob) -> bool:
@@ -81,9 +86,12 @@ class PixArtSigmaAdapter(DiffusersAdapter):
         if self.binning(job):
             bins = self.aspect_ratio_bins()
             if not bins:
-                raise InvalidRequestError("use_resolution_binning", "this checkpoint's sample size "
-                                          f"{self.pipe.transformer.config.sample_size} has no resolution bins; "
-                                          "send use_resolution_binning=false")
+                raise InvalidRequestError(
+                    "use_resolution_binning",
+                    "this checkpoint's sample size "
+                    f"{self.pipe.transformer.config.sample_size} has no resolution bins; "
+                    "send use_resolution_binning=false",
+                )
             for name in ("height", "width"):
                 value = getattr(p, name) or self.default_size()
                 if value < 1:
@@ -92,8 +100,9 @@ class PixArtSigmaAdapter(DiffusersAdapter):
             job.extra["output_size"] = (job.height, job.width)
             job.height, job.width = self.pipe.image_processor.classify_height_width_bin(job.height, job.width, bins)
         else:
-            self.validate_size(job, f"VAE factor {self.pipe.vae_scale_factor} x patch size "
-                                    f"{self.pipe.transformer.config.patch_size}")
+            self.validate_size(
+                job, f"VAE factor {self.pipe.vae_scale_factor} x patch size {self.pipe.transformer.config.patch_size}"
+            )
         job.rows = p.num_outputs_per_prompt
 
     def batch_key(self, job: DiffusionJob) -> Hashable:
@@ -103,10 +112,14 @@ class PixArtSigmaAdapter(DiffusersAdapter):
     # ------------------------------------------------------------- preparation
 
     def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
-        embeds, mask, _, _ = self.pipe.encode_prompt(prompts, do_classifier_free_guidance=False,
-                                                     device=self.device, num_images_per_prompt=1,
-                                                     clean_caption=self.clean_caption,
-                                                     max_sequence_length=jobs[0].extra["max_sequence_length"])
+        embeds, mask, _, _ = self.pipe.encode_prompt(
+            prompts,
+            do_classifier_free_guidance=False,
+            device=self.device,
+            num_images_per_prompt=1,
+            clean_caption=self.clean_caption,
+            max_sequence_length=jobs[0].extra["max_sequence_length"],
+        )
         return {TEXT: embeds, MASK: mask}
 
     def timesteps(self, job: DiffusionJob) -> None:
@@ -123,9 +136,14 @@ class PixArtSigmaAdapter(DiffusersAdapter):
     # ------------------------------------------------------------- the batched part
 
     def predict(self, x: torch.Tensor, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
-        out = self.pipe.transformer(x, encoder_hidden_states=cond[TEXT], encoder_attention_mask=cond[MASK],
-                                    timestep=t, added_cond_kwargs={"resolution": None, "aspect_ratio": None},
-                                    return_dict=False)[0]
+        out = self.pipe.transformer(
+            x,
+            encoder_hidden_states=cond[TEXT],
+            encoder_attention_mask=cond[MASK],
+            timestep=t,
+            added_cond_kwargs={"resolution": None, "aspect_ratio": None},
+            return_dict=False,
+        )[0]
         return self.drop_learned_sigma(out)
 
     def drop_learned_sigma(self, out: torch.Tensor) -> torch.Tensor:
@@ -144,7 +162,7 @@ class PixArtSigmaAdapter(DiffusersAdapter):
         images = vae.decode(latents / vae.config.scaling_factor, return_dict=False)[0]
         out, pos = [], 0
         for j in jobs:
-            part = images[pos:pos + j.rows]
+            part = images[pos : pos + j.rows]
             pos += j.rows
             if "output_size" in j.extra:  # back from the bin to the requested size
                 h, w = j.extra["output_size"]

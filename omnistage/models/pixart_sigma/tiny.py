@@ -13,19 +13,35 @@ def transformer(*, sample_size: int = 32, layers: int = 1, heads: int = 2, head_
     # learned variance (out_channels = 2 x in_channels) as the released checkpoints; sample size 32 selects
     # diffusers' 256-pixel resolution bins
     return PixArtTransformer2DModel(
-        num_attention_heads=heads, attention_head_dim=head_dim, in_channels=4, out_channels=8, num_layers=layers,
-        cross_attention_dim=heads * head_dim, sample_size=sample_size, patch_size=2, caption_channels=caption_dim,
-        norm_num_groups=1).eval()
+        num_attention_heads=heads,
+        attention_head_dim=head_dim,
+        in_channels=4,
+        out_channels=8,
+        num_layers=layers,
+        cross_attention_dim=heads * head_dim,
+        sample_size=sample_size,
+        patch_size=2,
+        caption_channels=caption_dim,
+        norm_num_groups=1,
+    ).eval()
 
 
 def vae():
     from diffusers import AutoencoderKL
 
     # spatial factor 8 (four blocks) and the SDXL VAE's scaling factor, as PixArt-Σ ships
-    return AutoencoderKL(block_out_channels=(4, 4, 4, 4), in_channels=3, out_channels=3,
-                         down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
-                         latent_channels=4, layers_per_block=1, norm_num_groups=1, sample_size=32,
-                         scaling_factor=0.13025).eval()
+    return AutoencoderKL(
+        block_out_channels=(4, 4, 4, 4),
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",) * 4,
+        up_block_types=("UpDecoderBlock2D",) * 4,
+        latent_channels=4,
+        layers_per_block=1,
+        norm_num_groups=1,
+        sample_size=32,
+        scaling_factor=0.13025,
+    ).eval()
 
 
 def build(outdir: Path) -> None:
@@ -34,6 +50,11 @@ def build(outdir: Path) -> None:
     from diffusers import DPMSolverMultistepScheduler, PixArtSigmaPipeline
 
     torch.manual_seed(0)
-    pipe = PixArtSigmaPipeline(tokenizer=parts.t5_tokenizer(), text_encoder=parts.t5_encoder(), vae=vae(),
-                               transformer=transformer(), scheduler=DPMSolverMultistepScheduler())
+    pipe = PixArtSigmaPipeline(
+        tokenizer=parts.t5_tokenizer(),
+        text_encoder=parts.t5_encoder(),
+        vae=vae(),
+        transformer=transformer(),
+        scheduler=DPMSolverMultistepScheduler(),
+    )
     pipe.save_pretrained(outdir, safe_serialization=True)

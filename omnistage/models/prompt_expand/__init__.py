@@ -69,8 +69,10 @@ def build_image_stage(ctx: StageContext):
     family = resolve_pipeline(folder)
     diffusion = [s for s in family.stages if s.kind == "diffusion"]
     if len(family.stages) != 1 or not diffusion:
-        raise ValueError(f"stages[1].model: {folder} resolves to pipeline {family.name!r}, "
-                         "which is not a one-stage image diffusion family")
+        raise ValueError(
+            f"stages[1].model: {folder} resolves to pipeline {family.name!r}, "
+            "which is not a one-stage image diffusion family"
+        )
     spec = replace(ctx.spec, adapter=diffusion[0].adapter, engine=None, model_subfolder=None)
     return DiffusionStageEngine(replace(ctx, spec=spec, model=str(folder)))
 
@@ -101,10 +103,26 @@ PIPELINE = Pipeline(
     # Selected by omnistage.json {"pipeline": "prompt_expand"}: two models cannot be guessed from one folder.
     matches=None,
     stages=[
-        StageSpec(0, kind="llm", name="expander", output="text", can_output="text+token_ids", final=True,
-                  engine=build_llm_stage, default_params={"temperature": 0.0, "max_tokens": 96}),
-        StageSpec(1, kind="diffusion", name="image", output="image", can_output="image,latent", final=True,
-                  engine=build_image_stage, inputs=[Edge(0, process=expanded_to_image_prompt)]),
+        StageSpec(
+            0,
+            kind="llm",
+            name="expander",
+            output="text",
+            can_output="text+token_ids",
+            final=True,
+            engine=build_llm_stage,
+            default_params={"temperature": 0.0, "max_tokens": 96},
+        ),
+        StageSpec(
+            1,
+            kind="diffusion",
+            name="image",
+            output="image",
+            can_output="image,latent",
+            final=True,
+            engine=build_image_stage,
+            inputs=[Edge(0, process=expanded_to_image_prompt)],
+        ),
     ],
     folder_extra_body_params=image_family_extras,
 )

@@ -73,8 +73,9 @@ def folder_info(folder: Path) -> dict[str, Any]:
 
 
 def _thinker(output: str, engine: Any) -> StageSpec:
-    return StageSpec(0, kind="llm", name="thinker", output=output, can_output="text+token_ids", final=True,
-                     engine=engine)
+    return StageSpec(
+        0, kind="llm", name="thinker", output=output, can_output="text+token_ids", final=True, engine=engine
+    )
 
 
 QWEN2_5_OMNI = Pipeline(
@@ -83,15 +84,27 @@ QWEN2_5_OMNI = Pipeline(
     matches=lambda folder: _omni_folder(folder) and _speaks(folder),
     stages=[
         _thinker("text+token_ids", speaking_thinker_engine),  # the reply's ids feed the talker
-        StageSpec(1, kind="generation", name="talker", output="token_ids", engine=make_talker_engine,
-                  inputs=[Edge(0, process=thinker_to_talker, process_chunk=thinker_to_talker_chunks)]),
-        StageSpec(2, kind="generation", name="token2wav", output="audio", final=True, adapter=token2wav_adapter,
-                  inputs=[Edge(1, process=talker_to_token2wav)]),
+        StageSpec(
+            1,
+            kind="generation",
+            name="talker",
+            output="token_ids",
+            engine=make_talker_engine,
+            inputs=[Edge(0, process=thinker_to_talker, process_chunk=thinker_to_talker_chunks)],
+        ),
+        StageSpec(
+            2,
+            kind="generation",
+            name="token2wav",
+            output="audio",
+            final=True,
+            adapter=token2wav_adapter,
+            inputs=[Edge(1, process=talker_to_token2wav)],
+        ),
     ],
     extra_body_params={"speaker": str},
     default_deploy={"async_chunk": True},  # the talker starts with the thinker's second token (edges.py)
-    info={"sample_rate": SAMPLE_RATE, "chat": True, "supports_speed": False,
-          "transcription": TRANSCRIPTION_INFO},
+    info={"sample_rate": SAMPLE_RATE, "chat": True, "supports_speed": False, "transcription": TRANSCRIPTION_INFO},
     shape_request=to_transcription_chat,  # a recogniser request becomes a chat turn (transcription.py)
     folder_info=folder_info,
 )

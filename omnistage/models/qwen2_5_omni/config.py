@@ -18,8 +18,13 @@ SPEAKER_FILE = "spk_dict.pt"
 
 # transformers' generate() defaults for the talker (talker_max_new_tokens, talker_do_sample, talker_top_k,
 # talker_top_p, talker_temperature, talker_repetition_penalty), as vLLM SamplingParams keys
-TALKER_DEFAULTS: dict[str, Any] = {"max_tokens": 4096, "temperature": 0.9, "top_k": 40, "top_p": 0.8,
-                                   "repetition_penalty": 1.05}
+TALKER_DEFAULTS: dict[str, Any] = {
+    "max_tokens": 4096,
+    "temperature": 0.9,
+    "top_k": 40,
+    "top_p": 0.8,
+    "repetition_penalty": 1.05,
+}
 # generate(talker_eos_token_id=[8292, 8294]): codec pad and codec end both end the speech
 TALKER_EOS = (8292, 8294)
 
@@ -52,8 +57,9 @@ class Omni25Config:
         name = DEFAULT_SPEAKER if name is None else name
         found = {k.lower(): k for k in self.speakers}
         if not isinstance(name, str) or name.lower() not in found:
-            raise InvalidRequestError("speaker", f"{name!r} is not one of this model's speakers "
-                                                 f"({', '.join(self.voices) or 'none'})")
+            raise InvalidRequestError(
+                "speaker", f"{name!r} is not one of this model's speakers ({', '.join(self.voices) or 'none'})"
+            )
         return found[name.lower()]
 
     def sampling_defaults(self, stage: str) -> dict[str, Any]:
@@ -65,10 +71,18 @@ def load_omni25_config(folder: str | Path) -> Omni25Config:
     folder = Path(folder)
     raw = read_json(folder / "config.json")
     if ARCHITECTURE not in (raw.get("architectures") or []):
-        raise ValueError(f"{folder / 'config.json'}: architectures {raw.get('architectures')} "
-                         f"does not name {ARCHITECTURE}")
-    enable = bool(raw.get("enable_audio_output", True)) and bool(raw.get("talker_config")) \
-        and bool(raw.get("token2wav_config")) and (folder / SPEAKER_FILE).exists()
-    return Omni25Config(folder=folder, enable_audio_output=enable,
-                        generation=read_json(folder / "generation_config.json"),
-                        dtype=raw.get("dtype") or raw.get("torch_dtype"))
+        raise ValueError(
+            f"{folder / 'config.json'}: architectures {raw.get('architectures')} does not name {ARCHITECTURE}"
+        )
+    enable = (
+        bool(raw.get("enable_audio_output", True))
+        and bool(raw.get("talker_config"))
+        and bool(raw.get("token2wav_config"))
+        and (folder / SPEAKER_FILE).exists()
+    )
+    return Omni25Config(
+        folder=folder,
+        enable_audio_output=enable,
+        generation=read_json(folder / "generation_config.json"),
+        dtype=raw.get("dtype") or raw.get("torch_dtype"),
+    )

@@ -46,9 +46,13 @@ def _ids(value: Any) -> list[int]:
 
 def thinker_to_talker(source: dict[str, Any], request: Any) -> dict[str, Any]:
     """Async chunk off: the whole reply at once."""
-    return {"prompt_token_ids": _ids(_first(source.get("prompt_token_ids"))),
-            "token_ids": _ids(source.get("token_ids")), "rows": source.get("talker_rows"), "media": _first(source.get("talker_media")),
-            "speaker": request_speaker(request)}
+    return {
+        "prompt_token_ids": _ids(_first(source.get("prompt_token_ids"))),
+        "token_ids": _ids(source.get("token_ids")),
+        "rows": source.get("talker_rows"),
+        "media": _first(source.get("talker_media")),
+        "speaker": request_speaker(request),
+    }
 
 
 def thinker_to_talker_chunks(delta: dict[str, Any], request: Any, state: dict[str, Any]) -> dict[str, Any] | None:

@@ -64,14 +64,18 @@ class TalkerEngine(StepEngine):
         from omnistage.models.qwen2_5_omni.talker_model import Row
 
         sampling, max_tokens, speaker = talker_sampling(req.params, self.config.sampling_defaults("talker"))
-        r = _Req(req, speaker=self.config.speaker(speaker), max_tokens=max_tokens,
-                 row=Row(RequestKV(self.model.num_layers), sampling))
+        r = _Req(
+            req,
+            speaker=self.config.speaker(speaker),
+            max_tokens=max_tokens,
+            row=Row(RequestKV(self.model.num_layers), sampling),
+        )
         self._add(r, req.inputs or {}, last=not req.stream_inputs)
         return r
 
     def _add(self, r: _Req, chunk: Mapping[str, Any], last: bool) -> None:
         if chunk.get("speaker") is not None:  # the request's voice (edges.py): checked at prefill, where a bad one
-            r.voice = chunk["speaker"]        # fails this request alone
+            r.voice = chunk["speaker"]  # fails this request alone
         if chunk.get("prompt_token_ids") is not None:
             r.prompt_ids = [int(t) for t in chunk["prompt_token_ids"]]
         if chunk.get("media") is not None:
@@ -100,7 +104,7 @@ class TalkerEngine(StepEngine):
         if len(r.rows) <= n:
             raise ValueError(f"the thinker sent {len(r.rows)} hidden states for a {n}-token prompt and a reply")
         bos = int(self.config.speakers[self.config.speaker(r.voice) if r.voice else r.speaker]["bos_token"])
-        embeds, positions, delta = self.model.prefill_input(r.prompt_ids, r.reply[0], r.rows[:n + 1], bos, r.media)
+        embeds, positions, delta = self.model.prefill_input(r.prompt_ids, r.reply[0], r.rows[: n + 1], bos, r.media)
         return self._emit(r, self.model.prefill(r.row, embeds, positions, delta))
 
     def ready(self, r: _Req) -> Any:

@@ -51,8 +51,11 @@ class TalkerModel:
         self.embed = load_thinker_embedding(folder, dtype, device)
         tc = config.talker_config
         self.num_layers = tc.num_hidden_layers
-        self.codec_bos, self.codec_pad, self.codec_mask = (tc.tts_codec_start_token_id, tc.tts_codec_pad_token_id,
-                                                           tc.tts_codec_mask_token_id)
+        self.codec_bos, self.codec_pad, self.codec_mask = (
+            tc.tts_codec_start_token_id,
+            tc.tts_codec_pad_token_id,
+            tc.tts_codec_mask_token_id,
+        )
         self.eos = set(TALKER_EOS)
         th = config.thinker_config
         self.media_ids = torch.tensor(sorted({th.audio_token_index, th.image_token_index, th.video_token_index}))
@@ -62,8 +65,9 @@ class TalkerModel:
             self.codec = self.talker.get_input_embeddings()
 
     @torch.no_grad()
-    def prefill_input(self, prompt_ids: list[int], first: int, hidden: list[torch.Tensor], bos_token: int,
-                      media: dict | None) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def prefill_input(
+        self, prompt_ids: list[int], first: int, hidden: list[torch.Tensor], bos_token: int, media: dict | None
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
         """(embeds [L+2, H] before the projection, positions [3, L+2], rope delta). ``hidden``: the thinker's hidden
         states ([D] rows) of ``prompt_ids + [first]`` (the first reply token)."""
         n_prompt = len(prompt_ids)
@@ -79,9 +83,14 @@ class TalkerModel:
         text_ids = torch.tensor([prompt_ids + [bos_token, first]], device=self.device)
         media = media or {}
         positions, delta = self.talker.get_rope_index(
-            text_ids, _on(media.get("image_grid_thw"), self.device), _on(media.get("video_grid_thw"), self.device),
-            torch.ones_like(text_ids), bool(media.get("use_audio_in_video")),
-            _on(media.get("audio_feature_lengths"), self.device), _on(media.get("video_second_per_grid"), self.device))
+            text_ids,
+            _on(media.get("image_grid_thw"), self.device),
+            _on(media.get("video_grid_thw"), self.device),
+            torch.ones_like(text_ids),
+            bool(media.get("use_audio_in_video")),
+            _on(media.get("audio_feature_lengths"), self.device),
+            _on(media.get("video_second_per_grid"), self.device),
+        )
         return prefill, positions[:, 0], int(delta.reshape(-1)[0])
 
     def _text(self, item: Any) -> torch.Tensor:
@@ -101,8 +110,13 @@ class TalkerModel:
             t = torch.arange(embeds.shape[1], device=self.device)
             pos = torch.stack([s + r.rope_delta + t for s, r in zip(cache.starts, rows)])  # [B, T]
             positions = pos.unsqueeze(0).expand(3, -1, -1)
-        out = self.talker.model(inputs_embeds=self.talker.thinker_to_talker_proj(embeds), position_ids=positions,
-                                attention_mask=cache.mask(self.device), past_key_values=cache, use_cache=True)
+        out = self.talker.model(
+            inputs_embeds=self.talker.thinker_to_talker_proj(embeds),
+            position_ids=positions,
+            attention_mask=cache.mask(self.device),
+            past_key_values=cache,
+            use_cache=True,
+        )
         cache.commit()
         return self.talker.codec_head(out.last_hidden_state[:, -1]).float()
 

@@ -34,20 +34,40 @@ MEL_BINS = 128  # the audio encoder's input (Whisper features)
 MEL_DIM = 80  # token2wav's mel spectrogram
 PATCH = 14
 SPEAKERS = ("Chelsie", "Ethan")
-CODEC = {"tts_codec_pad_token_id": 8292, "tts_codec_start_token_id": 8293, "tts_codec_end_token_id": 8294,
-         "tts_codec_mask_token_id": 8296}
+CODEC = {
+    "tts_codec_pad_token_id": 8292,
+    "tts_codec_start_token_id": 8293,
+    "tts_codec_end_token_id": 8294,
+    "tts_codec_mask_token_id": 8296,
+}
 TALKER_VOCAB = 8448
 
 SPECIAL_TOKENS = [
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>",
-    "<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>",
-    "<|vision_bos|>", "<|vision_eos|>", "<|vision_pad|>", "<|IMAGE|>", "<|VIDEO|>",
-    "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>", "<|spk_chelsie|>", "<|spk_ethan|>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|AUDIO|>",
+    "<|audio_bos|>",
+    "<|audio_eos|>",
+    "<|vision_bos|>",
+    "<|vision_eos|>",
+    "<|vision_pad|>",
+    "<|IMAGE|>",
+    "<|VIDEO|>",
+    "<tts_pad>",
+    "<tts_text_bos>",
+    "<tts_text_eod>",
+    "<|spk_chelsie|>",
+    "<|spk_ethan|>",
 ]
 NAMED_TOKENS = {  # tokenizer attributes Qwen2_5OmniProcessor reads
-    "image_token": "<|IMAGE|>", "audio_token": "<|AUDIO|>", "video_token": "<|VIDEO|>",
-    "vision_bos_token": "<|vision_bos|>", "vision_eos_token": "<|vision_eos|>",
-    "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>",
+    "image_token": "<|IMAGE|>",
+    "audio_token": "<|AUDIO|>",
+    "video_token": "<|VIDEO|>",
+    "vision_bos_token": "<|vision_bos|>",
+    "vision_eos_token": "<|vision_eos|>",
+    "audio_bos_token": "<|audio_bos|>",
+    "audio_eos_token": "<|audio_eos|>",
 }
 
 # The release's template, cut to what the tiny model needs: ChatML turns and the media placeholders the
@@ -77,8 +97,9 @@ _CORPUS = [
 def train_tokenizer(vocab_size: int = 400):
     from transformers import Qwen2Tokenizer
 
-    tok = Qwen2Tokenizer().train_new_from_iterator(_CORPUS * 40, vocab_size=vocab_size,
-                                                   new_special_tokens=SPECIAL_TOKENS)
+    tok = Qwen2Tokenizer().train_new_from_iterator(
+        _CORPUS * 40, vocab_size=vocab_size, new_special_tokens=SPECIAL_TOKENS
+    )
     tok.chat_template = CHAT_TEMPLATE
     tok.eos_token = "<|im_end|>"  # as the release's tokenizer: the turn ends the reply
     tok.pad_token = "<|endoftext|>"
@@ -91,48 +112,128 @@ def build_config(tok):
     ids = tok.convert_tokens_to_ids
     wide = 0.3  # a wide init gives peaked logits, so greedy choices are not near-ties
     rope = {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [4, 6, 6]}  # sums to head_dim / 2
-    media = {"audio_token_index": ids("<|AUDIO|>"), "image_token_index": ids("<|IMAGE|>"),
-             "video_token_index": ids("<|VIDEO|>")}
+    media = {
+        "audio_token_index": ids("<|AUDIO|>"),
+        "image_token_index": ids("<|IMAGE|>"),
+        "video_token_index": ids("<|VIDEO|>"),
+    }
     starts = {"audio_start_token_id": ids("<|audio_bos|>"), "audio_end_token_id": ids("<|audio_eos|>")}
     eos, pad = ids("<|im_end|>"), ids("<|endoftext|>")
     thinker = dict(
-        audio_config=dict(num_mel_bins=MEL_BINS, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64,
-                          d_model=HIDDEN, output_dim=HIDDEN, n_window=50, max_source_positions=1500,
-                          initializer_range=wide),
-        vision_config=dict(depth=2, hidden_size=HIDDEN, intermediate_size=64, num_heads=2, patch_size=PATCH,
-                           spatial_merge_size=2, temporal_patch_size=2, window_size=56, fullatt_block_indexes=[1],
-                           out_hidden_size=HIDDEN, in_channels=3, initializer_range=wide,
-                           # in the release's config; vLLM's use_audio_in_video and M-RoPE read it
-                           tokens_per_second=25),
-        text_config=dict(vocab_size=len(tok), hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
-                         rope_parameters=dict(rope), initializer_range=wide, tie_word_embeddings=False,
-                         pad_token_id=pad, eos_token_id=eos),
-        vision_start_token_id=ids("<|vision_bos|>"), vision_end_token_id=ids("<|vision_eos|>"),
-        position_id_per_seconds=25, seconds_per_chunk=2, user_token_id=tok.encode("user", add_special_tokens=False)[0],
-        initializer_range=wide, pad_token_id=pad, **media, **starts,
+        audio_config=dict(
+            num_mel_bins=MEL_BINS,
+            encoder_layers=1,
+            encoder_attention_heads=2,
+            encoder_ffn_dim=64,
+            d_model=HIDDEN,
+            output_dim=HIDDEN,
+            n_window=50,
+            max_source_positions=1500,
+            initializer_range=wide,
+        ),
+        vision_config=dict(
+            depth=2,
+            hidden_size=HIDDEN,
+            intermediate_size=64,
+            num_heads=2,
+            patch_size=PATCH,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            window_size=56,
+            fullatt_block_indexes=[1],
+            out_hidden_size=HIDDEN,
+            in_channels=3,
+            initializer_range=wide,
+            # in the release's config; vLLM's use_audio_in_video and M-RoPE read it
+            tokens_per_second=25,
+        ),
+        text_config=dict(
+            vocab_size=len(tok),
+            hidden_size=HIDDEN,
+            intermediate_size=2 * HIDDEN,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=4096,
+            rope_parameters=dict(rope),
+            initializer_range=wide,
+            tie_word_embeddings=False,
+            pad_token_id=pad,
+            eos_token_id=eos,
+        ),
+        vision_start_token_id=ids("<|vision_bos|>"),
+        vision_end_token_id=ids("<|vision_eos|>"),
+        position_id_per_seconds=25,
+        seconds_per_chunk=2,
+        user_token_id=tok.encode("user", add_special_tokens=False)[0],
+        initializer_range=wide,
+        pad_token_id=pad,
+        **media,
+        **starts,
     )
     talker = dict(
-        vocab_size=TALKER_VOCAB, embedding_size=HIDDEN, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
-        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=HEAD_DIM,
-        max_position_embeddings=4096, rope_parameters=dict(rope), initializer_range=wide,
-        tts_text_start_token_id=ids("<tts_text_bos>"), tts_text_end_token_id=ids("<tts_text_eod>"),
-        tts_text_pad_token_id=ids("<tts_pad>"), vision_start_token_id=ids("<|vision_bos|>"),
-        vision_end_token_id=ids("<|vision_eos|>"), position_id_per_seconds=25, seconds_per_chunk=2,
-        spatial_merge_size=2, **media, **starts, **CODEC,
+        vocab_size=TALKER_VOCAB,
+        embedding_size=HIDDEN,
+        hidden_size=HIDDEN,
+        intermediate_size=2 * HIDDEN,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=HEAD_DIM,
+        max_position_embeddings=4096,
+        rope_parameters=dict(rope),
+        initializer_range=wide,
+        tts_text_start_token_id=ids("<tts_text_bos>"),
+        tts_text_end_token_id=ids("<tts_text_eod>"),
+        tts_text_pad_token_id=ids("<tts_pad>"),
+        vision_start_token_id=ids("<|vision_bos|>"),
+        vision_end_token_id=ids("<|vision_eos|>"),
+        position_id_per_seconds=25,
+        seconds_per_chunk=2,
+        spatial_merge_size=2,
+        **media,
+        **starts,
+        **CODEC,
     )
-    dit = dict(hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=2, head_dim=HEAD_DIM, ff_mult=2,
-               emb_dim=32, num_embeds=TALKER_VOCAB, mel_dim=MEL_DIM, repeats=2, block_size=24,
-               look_ahead_layers=[1], look_backward_layers=[0], enc_emb_dim=32, enc_dim=32,
-               enc_channels=[32, 32, 32, 64], enc_kernel_sizes=[5, 3, 3, 1], enc_dilations=[1, 2, 3, 1],
-               enc_attention_channels=16, enc_res2net_scale=2, enc_se_channels=16, initializer_range=wide)
-    bigvgan = dict(mel_dim=MEL_DIM, upsample_initial_channel=128, resblock_kernel_sizes=[3],
-                   resblock_dilation_sizes=[[1, 3, 5]], upsample_rates=[5, 3, 2, 2, 2, 2],
-                   upsample_kernel_sizes=[11, 7, 4, 4, 4, 4])
-    return Qwen2_5OmniConfig(thinker_config=thinker, talker_config=talker,
-                             token2wav_config={"dit_config": dit, "bigvgan_config": bigvgan},
-                             enable_audio_output=True, torch_dtype="float32",
-                             architectures=["Qwen2_5OmniForConditionalGeneration"])
+    dit = dict(
+        hidden_size=HIDDEN,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        head_dim=HEAD_DIM,
+        ff_mult=2,
+        emb_dim=32,
+        num_embeds=TALKER_VOCAB,
+        mel_dim=MEL_DIM,
+        repeats=2,
+        block_size=24,
+        look_ahead_layers=[1],
+        look_backward_layers=[0],
+        enc_emb_dim=32,
+        enc_dim=32,
+        enc_channels=[32, 32, 32, 64],
+        enc_kernel_sizes=[5, 3, 3, 1],
+        enc_dilations=[1, 2, 3, 1],
+        enc_attention_channels=16,
+        enc_res2net_scale=2,
+        enc_se_channels=16,
+        initializer_range=wide,
+    )
+    bigvgan = dict(
+        mel_dim=MEL_DIM,
+        upsample_initial_channel=128,
+        resblock_kernel_sizes=[3],
+        resblock_dilation_sizes=[[1, 3, 5]],
+        upsample_rates=[5, 3, 2, 2, 2, 2],
+        upsample_kernel_sizes=[11, 7, 4, 4, 4, 4],
+    )
+    return Qwen2_5OmniConfig(
+        thinker_config=thinker,
+        talker_config=talker,
+        token2wav_config={"dit_config": dit, "bigvgan_config": bigvgan},
+        enable_audio_output=True,
+        torch_dtype="float32",
+        architectures=["Qwen2_5OmniForConditionalGeneration"],
+    )
 
 
 def build(outdir: Path, *, seed: int = 0) -> None:
@@ -151,8 +252,9 @@ def build(outdir: Path, *, seed: int = 0) -> None:
             if isinstance(module, (torch.nn.Conv1d, torch.nn.ConvTranspose1d)):
                 module.reset_parameters()
     model.save_pretrained(outdir)
-    GenerationConfig(eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
-                     pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>")).save_pretrained(outdir)
+    GenerationConfig(
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"), pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>")
+    ).save_pretrained(outdir)
     tok.save_pretrained(outdir)
     # the processor reads these names off the tokenizer (image_token, audio_bos_token, ...), as in the release
     AutoTokenizer.from_pretrained(str(outdir), extra_special_tokens=NAMED_TOKENS).save_pretrained(outdir)
@@ -167,28 +269,57 @@ def _speakers(outdir: Path, tok, config, seed: int) -> None:
 
     dit = config.token2wav_config.dit_config
     g = torch.Generator().manual_seed(seed + 1)
-    speakers = {name: {"bos_token": tok.convert_tokens_to_ids(f"<|spk_{name.lower()}|>"),
-                       "cond": torch.randn(1, dit.enc_emb_dim, generator=g),
-                       "ref_mel": torch.randn(1, 64, dit.mel_dim, generator=g)}
-                for name in SPEAKERS}
+    speakers = {
+        name: {
+            "bos_token": tok.convert_tokens_to_ids(f"<|spk_{name.lower()}|>"),
+            "cond": torch.randn(1, dit.enc_emb_dim, generator=g),
+            "ref_mel": torch.randn(1, 64, dit.mel_dim, generator=g),
+        }
+        for name in SPEAKERS
+    }
     torch.save(speakers, outdir / "spk_dict.pt")
 
 
 def _processor_files(outdir: Path) -> None:
     preprocessor = {
         "processor_class": "Qwen2_5OmniProcessor",
-        "feature_extractor_type": "WhisperFeatureExtractor", "feature_size": MEL_BINS, "sampling_rate": 16000,
-        "hop_length": 160, "chunk_length": 300, "n_fft": 400, "n_samples": 4800000, "nb_max_frames": 30000,
-        "padding_side": "right", "padding_value": 0.0, "return_attention_mask": True, "dither": 0.0,
-        "image_processor_type": "Qwen2VLImageProcessor", "patch_size": PATCH, "temporal_patch_size": 2,
-        "merge_size": 2, "min_pixels": 28 * 28, "max_pixels": 56 * 56,
-        "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711],
-        "do_resize": True, "do_rescale": True, "do_normalize": True, "do_convert_rgb": True,
+        "feature_extractor_type": "WhisperFeatureExtractor",
+        "feature_size": MEL_BINS,
+        "sampling_rate": 16000,
+        "hop_length": 160,
+        "chunk_length": 300,
+        "n_fft": 400,
+        "n_samples": 4800000,
+        "nb_max_frames": 30000,
+        "padding_side": "right",
+        "padding_value": 0.0,
+        "return_attention_mask": True,
+        "dither": 0.0,
+        "image_processor_type": "Qwen2VLImageProcessor",
+        "patch_size": PATCH,
+        "temporal_patch_size": 2,
+        "merge_size": 2,
+        "min_pixels": 28 * 28,
+        "max_pixels": 56 * 56,
+        "image_mean": [0.48145466, 0.4578275, 0.40821073],
+        "image_std": [0.26862954, 0.26130258, 0.27577711],
+        "do_resize": True,
+        "do_rescale": True,
+        "do_normalize": True,
+        "do_convert_rgb": True,
     }
-    video = {"video_processor_type": "Qwen2VLVideoProcessor", "processor_class": "Qwen2_5OmniProcessor",
-             "patch_size": PATCH, "temporal_patch_size": 2, "merge_size": 2, "min_pixels": 28 * 28,
-             "max_pixels": 56 * 56, "size": {"shortest_edge": 28 * 28, "longest_edge": 56 * 56},
-             "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711]}
+    video = {
+        "video_processor_type": "Qwen2VLVideoProcessor",
+        "processor_class": "Qwen2_5OmniProcessor",
+        "patch_size": PATCH,
+        "temporal_patch_size": 2,
+        "merge_size": 2,
+        "min_pixels": 28 * 28,
+        "max_pixels": 56 * 56,
+        "size": {"shortest_edge": 28 * 28, "longest_edge": 56 * 56},
+        "image_mean": [0.48145466, 0.4578275, 0.40821073],
+        "image_std": [0.26862954, 0.26130258, 0.27577711],
+    }
     (outdir / "preprocessor_config.json").write_text(json.dumps(preprocessor, indent=2) + "\n")
     (outdir / "video_preprocessor_config.json").write_text(json.dumps(video, indent=2) + "\n")
     (outdir / "chat_template.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}, indent=2) + "\n")

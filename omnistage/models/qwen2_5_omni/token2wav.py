@@ -47,8 +47,10 @@ class Token2WavAdapter:
         params = item.params if isinstance(item.params, dict) else {}
         unknown = sorted(set(params) - PARAM_KEYS)
         if unknown:
-            raise InvalidRequestError("sampling_params_list[2]", f"unknown field(s) {', '.join(unknown)} for "
-                                      f"token2wav (it takes {', '.join(sorted(PARAM_KEYS))})")
+            raise InvalidRequestError(
+                "sampling_params_list[2]",
+                f"unknown field(s) {', '.join(unknown)} for token2wav (it takes {', '.join(sorted(PARAM_KEYS))})",
+            )
         out = {**DEFAULTS, **{k: v for k, v in params.items() if v is not None and k != "seed"}}
         n = out["num_steps"]
         if isinstance(n, bool) or not isinstance(n, int) or n < 2:
@@ -69,8 +71,10 @@ class Token2WavAdapter:
         if codes.min() < 0 or codes.max() >= self.num_codes:
             raise InvalidRequestError("codes", f"values must be in 0..{self.num_codes - 1}")
         if codes.numel() * self.dit.repeats > self.dit.config.max_position_embeddings:
-            raise InvalidRequestError("codes", f"{codes.numel()} codes exceed the DiT's "
-                                      f"{self.dit.config.max_position_embeddings // self.dit.repeats}")
+            raise InvalidRequestError(
+                "codes",
+                f"{codes.numel()} codes exceed the DiT's {self.dit.config.max_position_embeddings // self.dit.repeats}",
+            )
         return codes.long()
 
     def run(self, items: list[GenerationItem]) -> list[Any]:
@@ -95,16 +99,36 @@ class Token2WavAdapter:
             generator.seed()
         else:
             generator.manual_seed(params["seed"])
-        noise = torch.randn([1, codes.shape[1] * self.dit.repeats, self.dit.mel_dim], dtype=ref_mel.dtype,
-                            device=self.device, generator=generator)
-        mel = sample(self.dit, cond, ref_mel, codes, noise, params["num_steps"], params["guidance_scale"],
-                     params["sway_coefficient"])
+        noise = torch.randn(
+            [1, codes.shape[1] * self.dit.repeats, self.dit.mel_dim],
+            dtype=ref_mel.dtype,
+            device=self.device,
+            generator=generator,
+        )
+        mel = sample(
+            self.dit,
+            cond,
+            ref_mel,
+            codes,
+            noise,
+            params["num_steps"],
+            params["guidance_scale"],
+            params["sway_coefficient"],
+        )
         self.calls += 1
         return self.model.code2wav_bigvgan_model(mel).reshape(-1).float()
 
 
-def sample(dit, cond: torch.Tensor, ref_mel: torch.Tensor, codes: torch.Tensor, noise: torch.Tensor, num_steps: int,
-           guidance_scale: float, sway_coefficient: float | None) -> torch.Tensor:
+def sample(
+    dit,
+    cond: torch.Tensor,
+    ref_mel: torch.Tensor,
+    codes: torch.Tensor,
+    noise: torch.Tensor,
+    num_steps: int,
+    guidance_scale: float,
+    sway_coefficient: float | None,
+) -> torch.Tensor:
     """transformers' ``Qwen2_5OmniToken2WavDiTModel.sample`` from the initial state ``noise``; the mel [B, mel, T]."""
     from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import RungeKutta4ODESolver
 
@@ -112,10 +136,24 @@ def sample(dit, cond: torch.Tensor, ref_mel: torch.Tensor, codes: torch.Tensor, 
 
     def velocity(t, x):
         if guidance_scale < 1e-5:
-            return dit(hidden_states=x, speaker_embedding=cond, condition_vector=ref_mel, quantized_code=codes,
-                       time_step=t, drop_audio_conditioning=False, drop_code=False, apply_cfg=False)
-        out = dit(hidden_states=x, quantized_code=codes, speaker_embedding=cond, condition_vector=ref_mel,
-                  time_step=t, apply_cfg=True)
+            return dit(
+                hidden_states=x,
+                speaker_embedding=cond,
+                condition_vector=ref_mel,
+                quantized_code=codes,
+                time_step=t,
+                drop_audio_conditioning=False,
+                drop_code=False,
+                apply_cfg=False,
+            )
+        out = dit(
+            hidden_states=x,
+            quantized_code=codes,
+            speaker_embedding=cond,
+            condition_vector=ref_mel,
+            time_step=t,
+            apply_cfg=True,
+        )
         guided, null = torch.chunk(out, 2, dim=0)
         return guided + (guided - null) * guidance_scale
 

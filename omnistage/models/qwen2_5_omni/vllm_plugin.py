@@ -10,7 +10,9 @@ def register() -> None:
     from vllm import ModelRegistry
 
     known = ModelRegistry.get_supported_archs()
-    for name, where in ((THINKER_ARCHITECTURE, "vllm_thinker:Qwen2_5OmniThinkerForVLLM"),
-                        (SPEAKING_ARCHITECTURE, "vllm_speaking:Qwen2_5OmniThinkerSpeakingForVLLM")):
+    for name, where in (
+        (THINKER_ARCHITECTURE, "vllm_thinker:Qwen2_5OmniThinkerForVLLM"),
+        (SPEAKING_ARCHITECTURE, "vllm_speaking:Qwen2_5OmniThinkerSpeakingForVLLM"),
+    ):
         if name not in known:
             ModelRegistry.register_model(name, f"omnistage.models.qwen2_5_omni.{where}")

@@ -40,8 +40,9 @@ class Qwen2_5OmniThinkerForVLLM(Qwen2_5OmniThinkerForConditionalGeneration):
         # model init writes attention settings into its config
         self._rope_index = _RopeIndex(copy.deepcopy(self.config)).get_rope_index
 
-    def get_mrope_input_positions(self, input_tokens: list[int],
-                                  mm_features: list[MultiModalFeatureSpec]) -> tuple[torch.Tensor, int]:
+    def get_mrope_input_positions(
+        self, input_tokens: list[int], mm_features: list[MultiModalFeatureSpec]
+    ) -> tuple[torch.Tensor, int]:
         def value(feature: MultiModalFeatureSpec, key: str) -> torch.Tensor | None:
             item = feature.data.get(key) if feature.data is not None else None
             return None if item is None else torch.as_tensor(item.data)
@@ -60,9 +61,12 @@ class Qwen2_5OmniThinkerForVLLM(Qwen2_5OmniThinkerForConditionalGeneration):
         in_video = [value(f, "use_audio_in_video") for f in by["video"]]
         ids = torch.tensor([input_tokens], dtype=torch.long)
         positions, delta = self._rope_index(
-            input_ids=ids, image_grid_thw=stacked("image", "image_grid_thw"), video_grid_thw=grids,
+            input_ids=ids,
+            image_grid_thw=stacked("image", "image_grid_thw"),
+            video_grid_thw=grids,
             attention_mask=torch.ones_like(ids),  # its text-only path (no image or video) needs the mask
             use_audio_in_video=any(v is not None and bool(v.item()) for v in in_video),
             audio_seqlens=stacked("audio", "audio_feature_lengths").reshape(-1) if by["audio"] else None,
-            second_per_grids=None if seconds is None else seconds.reshape(-1))
+            second_per_grids=None if seconds is None else seconds.reshape(-1),
+        )
         return positions[:, 0], int(delta.reshape(-1)[0])

@@ -32,11 +32,22 @@ QWEN3_ASR = Pipeline(
     name="qwen3_asr",
     description="Qwen3-ASR speech recognition (audio encoder + Qwen3 LM, one llm stage on vLLM)",
     matches=matches,
-    stages=[StageSpec(0, kind="llm", name="recognizer", output="text+token_ids", final=True,
-                      default_params={"temperature": 0.0})],
+    stages=[
+        StageSpec(
+            0, kind="llm", name="recognizer", output="text+token_ids", final=True, default_params={"temperature": 0.0}
+        )
+    ],
     shape_request=to_chat_prompt,
-    info={"transcription": {"sample_rate": SAMPLE_RATE, "window_s": WINDOW_S, "languages": list(LANGUAGES),
-                            "tasks": ["transcribe"], "default_language": "en", "language_prefix": LANGUAGE_PREFIX}},
+    info={
+        "transcription": {
+            "sample_rate": SAMPLE_RATE,
+            "window_s": WINDOW_S,
+            "languages": list(LANGUAGES),
+            "tasks": ["transcribe"],
+            "default_language": "en",
+            "language_prefix": LANGUAGE_PREFIX,
+        }
+    },
 )
 PIPELINES = [QWEN3_ASR]
 TINY = {"qwen3_asr": tiny.build}

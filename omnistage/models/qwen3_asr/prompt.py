@@ -25,11 +25,36 @@ AUDIO = "<|audio_start|><|audio_pad|><|audio_end|>"
 # The languages Qwen3-ASR was trained on, by the names its forced-language prefix uses
 # (tests/models/qwen3_asr compares the table with transformers' LANGUAGE_CODE_TO_NAME).
 LANGUAGES = {
-    "zh": "Chinese", "en": "English", "yue": "Cantonese", "ar": "Arabic", "de": "German", "fr": "French",
-    "es": "Spanish", "pt": "Portuguese", "id": "Indonesian", "it": "Italian", "ko": "Korean", "ru": "Russian",
-    "th": "Thai", "vi": "Vietnamese", "ja": "Japanese", "tr": "Turkish", "hi": "Hindi", "ms": "Malay",
-    "nl": "Dutch", "sv": "Swedish", "da": "Danish", "fi": "Finnish", "pl": "Polish", "cs": "Czech",
-    "fil": "Filipino", "fa": "Persian", "el": "Greek", "hu": "Hungarian", "mk": "Macedonian", "ro": "Romanian",
+    "zh": "Chinese",
+    "en": "English",
+    "yue": "Cantonese",
+    "ar": "Arabic",
+    "de": "German",
+    "fr": "French",
+    "es": "Spanish",
+    "pt": "Portuguese",
+    "id": "Indonesian",
+    "it": "Italian",
+    "ko": "Korean",
+    "ru": "Russian",
+    "th": "Thai",
+    "vi": "Vietnamese",
+    "ja": "Japanese",
+    "tr": "Turkish",
+    "hi": "Hindi",
+    "ms": "Malay",
+    "nl": "Dutch",
+    "sv": "Swedish",
+    "da": "Danish",
+    "fi": "Finnish",
+    "pl": "Polish",
+    "cs": "Czech",
+    "fil": "Filipino",
+    "fa": "Persian",
+    "el": "Greek",
+    "hu": "Hungarian",
+    "mk": "Macedonian",
+    "ro": "Romanian",
 }
 # the previous text must not open turns of its own (as vLLM sanitises it)
 _CONTROL = re.compile(r"<\|[^|]+\|>|<asr_text>")
@@ -37,8 +62,11 @@ _CONTROL = re.compile(r"<\|[^|]+\|>|<asr_text>")
 
 # with no language forced the model writes it first (``language German<asr_text>...``): what the transcription
 # routes strip (omnistage.server.transcripts.LanguagePrefix; names lowercase, matched case-blind)
-LANGUAGE_PREFIX = {"tag": "<asr_text>", "lead": "language ",
-                   "names": {name.lower(): code for code, name in LANGUAGES.items()}}
+LANGUAGE_PREFIX = {
+    "tag": "<asr_text>",
+    "lead": "language ",
+    "names": {name.lower(): code for code, name in LANGUAGES.items()},
+}
 
 
 def chat_prompt(language: str | None, previous: str = "") -> str:
@@ -63,8 +91,9 @@ def to_chat_prompt(prompt: dict[str, Any], params: list[Any]) -> None:
         raise InvalidRequestError("additional_information", f"expected an object, got {type(info).__name__}")
     language = info.get("language")  # None: the model names it before the transcript (LANGUAGE_PREFIX)
     if language is not None and (not isinstance(language, str) or language.lower() not in LANGUAGES):
-        raise InvalidRequestError("language", f"{language!r} is not a language Qwen3-ASR knows "
-                                              f"({', '.join(LANGUAGES)})")
+        raise InvalidRequestError(
+            "language", f"{language!r} is not a language Qwen3-ASR knows ({', '.join(LANGUAGES)})"
+        )
     if (info.get("task") or "transcribe") != "transcribe":
         raise InvalidRequestError("task", "Qwen3-ASR only transcribes")
     previous = prompt.get("prompt") or ""

@@ -19,13 +19,23 @@ HIDDEN = 2 * HEAD_DIM
 MEL_BINS = 128
 SAMPLE_RATE = 16000
 
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|audio_start|>", "<|audio_end|>",
-                  "<|audio_pad|>", "<timestamp>"]
+SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|audio_start|>",
+    "<|audio_end|>",
+    "<|audio_pad|>",
+    "<timestamp>",
+]
 # added but not special, as in the released tokenizer: decoded text keeps it (vLLM's server and transformers'
 # ``parse_output`` find the language prefix's end by it in text decoded without special tokens)
 TEXT_TOKENS = ["<asr_text>"]
-NAMED_TOKENS = {"audio_token": "<|audio_pad|>", "audio_bos_token": "<|audio_start|>",
-                "audio_eos_token": "<|audio_end|>"}  # attributes Qwen3ASRProcessor reads off the tokenizer
+NAMED_TOKENS = {
+    "audio_token": "<|audio_pad|>",
+    "audio_bos_token": "<|audio_start|>",
+    "audio_eos_token": "<|audio_end|>",
+}  # attributes Qwen3ASRProcessor reads off the tokenizer
 # ChatML turns; an audio part is the placeholder the processor expands
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
@@ -47,8 +57,9 @@ _CORPUS = [
 def train_tokenizer(vocab_size: int = 400):
     from transformers import Qwen2Tokenizer
 
-    tok = Qwen2Tokenizer().train_new_from_iterator(_CORPUS * 40, vocab_size=vocab_size,
-                                                   new_special_tokens=SPECIAL_TOKENS)
+    tok = Qwen2Tokenizer().train_new_from_iterator(
+        _CORPUS * 40, vocab_size=vocab_size, new_special_tokens=SPECIAL_TOKENS
+    )
     tok.add_tokens(TEXT_TOKENS)
     tok.chat_template = CHAT_TEMPLATE
     tok.eos_token = "<|im_end|>"
@@ -73,18 +84,44 @@ def build(outdir: Path, *, seed: int = 0) -> None:
     eos, pad = ids("<|im_end|>"), ids("<|endoftext|>")
     wide = 0.3  # a wide init gives peaked logits, so greedy choices are not near-ties
     config = Qwen3ASRConfig(
-        audio_config=dict(num_mel_bins=MEL_BINS, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64,
-                          d_model=HEAD_DIM, output_dim=HIDDEN, n_window=50, n_window_infer=800,
-                          downsample_hidden_size=8, initializer_range=wide,
-                          # read by vLLM's encoder (transformers' takes its defaults)
-                          max_source_positions=1500, conv_chunksize=500),
-        text_config=dict(vocab_size=len(tok), hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=HEAD_DIM, max_position_embeddings=2048,
-                         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, initializer_range=wide,
-                         pad_token_id=pad, eos_token_id=eos, tie_word_embeddings=True),
-        audio_token_id=ids("<|audio_pad|>"), timestamp_token_id=ids("<timestamp>"), pad_token_id=pad,
-        eos_token_id=[pad, eos], initializer_range=wide, tie_word_embeddings=True,
-        torch_dtype="float32", architectures=["Qwen3ASRForConditionalGeneration"],
+        audio_config=dict(
+            num_mel_bins=MEL_BINS,
+            encoder_layers=1,
+            encoder_attention_heads=2,
+            encoder_ffn_dim=64,
+            d_model=HEAD_DIM,
+            output_dim=HIDDEN,
+            n_window=50,
+            n_window_infer=800,
+            downsample_hidden_size=8,
+            initializer_range=wide,
+            # read by vLLM's encoder (transformers' takes its defaults)
+            max_source_positions=1500,
+            conv_chunksize=500,
+        ),
+        text_config=dict(
+            vocab_size=len(tok),
+            hidden_size=HIDDEN,
+            intermediate_size=2 * HIDDEN,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=HEAD_DIM,
+            max_position_embeddings=2048,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            initializer_range=wide,
+            pad_token_id=pad,
+            eos_token_id=eos,
+            tie_word_embeddings=True,
+        ),
+        audio_token_id=ids("<|audio_pad|>"),
+        timestamp_token_id=ids("<timestamp>"),
+        pad_token_id=pad,
+        eos_token_id=[pad, eos],
+        initializer_range=wide,
+        tie_word_embeddings=True,
+        torch_dtype="float32",
+        architectures=["Qwen3ASRForConditionalGeneration"],
     )
     torch.manual_seed(seed)
     model = Qwen3ASRForConditionalGeneration(config).to(torch.float32).eval()

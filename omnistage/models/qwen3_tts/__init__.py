@@ -56,16 +56,28 @@ def decoder_adapter(ctx: StageContext) -> Any:
 PIPELINE = Pipeline(
     name="qwen3_tts",
     description="Qwen3-TTS: talker + code predictor stream 12 Hz codes to the speech tokenizer's decoder "
-                "(text -> 24 kHz speech; preset voices, voice design, voice cloning)",
+    "(text -> 24 kHz speech; preset voices, voice design, voice cloning)",
     matches=lambda folder: folder.omnistage_pipeline is None and ARCHITECTURE in folder.architectures,
     stages=[
         StageSpec(0, kind="llm", name="talker", output="token_ids", engine=talker_engine),
-        StageSpec(1, kind="generation", name="decoder", output="audio", final=True, adapter=decoder_adapter,
-                  inputs=[Edge(0, process=whole_codes, process_chunk=codes_in_chunks)]),
+        StageSpec(
+            1,
+            kind="generation",
+            name="decoder",
+            output="audio",
+            final=True,
+            adapter=decoder_adapter,
+            inputs=[Edge(0, process=whole_codes, process_chunk=codes_in_chunks)],
+        ),
     ],
     default_deploy={"async_chunk": True},
-    info={"sample_rate": SAMPLE_RATE, "chat": True, "supports_speed": False, "supports_voice_cloning": False,
-          "voices_case_insensitive": True},
+    info={
+        "sample_rate": SAMPLE_RATE,
+        "chat": True,
+        "supports_speed": False,
+        "supports_voice_cloning": False,
+        "voices_case_insensitive": True,
+    },
     folder_info=folder_info,
     shape_request=shape_request,
 )

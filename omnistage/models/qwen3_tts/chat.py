@@ -25,8 +25,9 @@ def _text_of(message: Mapping[str, Any], i: int) -> str | None:
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, Mapping) else None
         if kind not in TEXT_PARTS:  # a TTS model hears no images or audio: say so rather than drop them
-            raise InvalidRequestError(f"messages[{i}].content[{j}]", f"this speech model speaks text; a {kind!r} "
-                                      "part is not taken")
+            raise InvalidRequestError(
+                f"messages[{i}].content[{j}]", f"this speech model speaks text; a {kind!r} part is not taken"
+            )
         texts.append(part.get("text") or "")
     return "\n".join(texts)
 

@@ -19,11 +19,30 @@ INITIAL_CHUNK_FRAMES = 1  # the first piece: one frame (80 ms), so the first aud
 MIN_NEW_TOKENS = 2  # the package's talker rule: the end of speech cannot be among the first two tokens
 SUB = "subtalker_"
 # the package's hard defaults for what generation_config.json leaves out
-_DEFAULTS = {"do_sample": True, "top_k": 50, "top_p": 1.0, "temperature": 0.9, "repetition_penalty": 1.05,
-             "subtalker_dosample": True, "subtalker_top_k": 50, "subtalker_top_p": 1.0,
-             "subtalker_temperature": 0.9, "max_new_tokens": 2048}
-PARAM_KEYS = {"temperature", "top_k", "top_p", "repetition_penalty", "max_tokens", "min_tokens", "seed",
-              SUB + "temperature", SUB + "top_k", SUB + "top_p"}
+_DEFAULTS = {
+    "do_sample": True,
+    "top_k": 50,
+    "top_p": 1.0,
+    "temperature": 0.9,
+    "repetition_penalty": 1.05,
+    "subtalker_dosample": True,
+    "subtalker_top_k": 50,
+    "subtalker_top_p": 1.0,
+    "subtalker_temperature": 0.9,
+    "max_new_tokens": 2048,
+}
+PARAM_KEYS = {
+    "temperature",
+    "top_k",
+    "top_p",
+    "repetition_penalty",
+    "max_tokens",
+    "min_tokens",
+    "seed",
+    SUB + "temperature",
+    SUB + "top_k",
+    SUB + "top_p",
+}
 
 
 def is_qwen3_tts(folder: Path) -> bool:
@@ -57,21 +76,29 @@ def read_checkpoint(folder: Path) -> Checkpoint:
     if kind not in MODEL_TYPES:
         raise ValueError(f"{folder / 'config.json'}: tts_model_type {kind!r} is not one of {', '.join(MODEL_TYPES)}")
     if cfg.get("tokenizer_type", "qwen3_tts_tokenizer_12hz") != "qwen3_tts_tokenizer_12hz":
-        raise ValueError(f"{folder}: tokenizer_type {cfg.get('tokenizer_type')!r} is not supported "
-                         "(the 12 Hz speech tokenizer is)")
-    return Checkpoint(kind, str(cfg.get("tts_model_size", "1b7")),
-                      {k.lower(): int(v) for k, v in (tc.get("spk_id") or {}).items()},
-                      {k.lower(): v for k, v in (tc.get("spk_is_dialect") or {}).items()},
-                      {k.lower(): int(v) for k, v in (tc.get("codec_language_id") or {}).items()})
+        raise ValueError(
+            f"{folder}: tokenizer_type {cfg.get('tokenizer_type')!r} is not supported (the 12 Hz speech tokenizer is)"
+        )
+    return Checkpoint(
+        kind,
+        str(cfg.get("tts_model_size", "1b7")),
+        {k.lower(): int(v) for k, v in (tc.get("spk_id") or {}).items()},
+        {k.lower(): v for k, v in (tc.get("spk_is_dialect") or {}).items()},
+        {k.lower(): int(v) for k, v in (tc.get("codec_language_id") or {}).items()},
+    )
 
 
 def folder_info(folder: Path) -> dict[str, Any]:
     """Per-checkpoint additions to the pipeline's info: its preset voices, whether it clones."""
     ck = read_checkpoint(folder)
     voices = sorted(ck.speakers)
-    return {"voices": voices, "default_voice": voices[0] if voices else None,
-            "supports_voice_cloning": ck.model_type == "base", "tts_model_type": ck.model_type,
-            "languages": ck.public_languages}
+    return {
+        "voices": voices,
+        "default_voice": voices[0] if voices else None,
+        "supports_voice_cloning": ck.model_type == "base",
+        "tts_model_type": ck.model_type,
+        "languages": ck.public_languages,
+    }
 
 
 @dataclass(frozen=True)
@@ -86,11 +113,16 @@ class TalkerParams:
 
 def checkpoint_defaults(folder: Path) -> dict[str, Any]:
     gen = {**_DEFAULTS, **read_json(folder / "generation_config.json")}
-    return {"temperature": float(gen["temperature"]) if gen["do_sample"] else 0.0, "top_k": int(gen["top_k"] or 0),
-            "top_p": float(gen["top_p"]), "repetition_penalty": float(gen["repetition_penalty"]),
-            SUB + "temperature": float(gen[SUB + "temperature"]) if gen[SUB + "dosample"] else 0.0,
-            SUB + "top_k": int(gen[SUB + "top_k"] or 0), SUB + "top_p": float(gen[SUB + "top_p"]),
-            "max_tokens": int(gen["max_new_tokens"])}
+    return {
+        "temperature": float(gen["temperature"]) if gen["do_sample"] else 0.0,
+        "top_k": int(gen["top_k"] or 0),
+        "top_p": float(gen["top_p"]),
+        "repetition_penalty": float(gen["repetition_penalty"]),
+        SUB + "temperature": float(gen[SUB + "temperature"]) if gen[SUB + "dosample"] else 0.0,
+        SUB + "top_k": int(gen[SUB + "top_k"] or 0),
+        SUB + "top_p": float(gen[SUB + "top_p"]),
+        "max_tokens": int(gen["max_new_tokens"]),
+    }
 
 
 def parse_params(params: Any, defaults: Mapping[str, Any]) -> TalkerParams:
@@ -98,5 +130,11 @@ def parse_params(params: Any, defaults: Mapping[str, Any]) -> TalkerParams:
     greedy in the code predictor too."""
     p = StageParams(params, defaults, PARAM_KEYS, "Qwen3-TTS's talker stage", SUB)
     min_tokens = int(p.number("min_tokens", 0, integer=True)) if "min_tokens" in p.merged else 0
-    return TalkerParams(p.sampler(), p.sampler(SUB), float(p.number("repetition_penalty", 0, strict=True)),
-                        int(p.number("max_tokens", 1, integer=True)), max(MIN_NEW_TOKENS, min_tokens), p.seed())
+    return TalkerParams(
+        p.sampler(),
+        p.sampler(SUB),
+        float(p.number("repetition_penalty", 0, strict=True)),
+        int(p.number("max_tokens", 1, integer=True)),
+        max(MIN_NEW_TOKENS, min_tokens),
+        p.seed(),
+    )

@@ -99,8 +99,14 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(h, self.kv_heads * d, bias=bias)
         self.o_proj = nn.Linear(self.heads * d, h, bias=bias)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
-                past: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor,
+        past: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """(output, the keys/values attended: ``past``'s rotated keys/values, then this input's)."""
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
@@ -110,8 +116,9 @@ class Attention(nn.Module):
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         rep = self.heads // self.kv_heads
-        out = F.scaled_dot_product_attention(q, k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1),
-                                             attn_mask=mask)
+        out = F.scaled_dot_product_attention(
+            q, k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1), attn_mask=mask
+        )
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1)), (k, v)
 
 
@@ -159,8 +166,11 @@ class Transformer(nn.Module):
         self.output_proj = nn.Linear(cfg["hidden_size"], cfg["latent_dim"])
         self.window = int(cfg["sliding_window"])
         d = cfg["head_dim"]
-        self.register_buffer("inv_freq", 1.0 / (float(cfg.get("rope_theta", 10000)) ** (torch.arange(0, d, 2).float() / d)),
-                             persistent=False)
+        self.register_buffer(
+            "inv_freq",
+            1.0 / (float(cfg.get("rope_theta", 10000)) ** (torch.arange(0, d, 2).float() / d)),
+            persistent=False,
+        )
 
     def forward(self, x: torch.Tensor, state: dict[str, Any] | None = None) -> torch.Tensor:
         """x [B, T, latent] -> [B, T, latent]. With ``state`` (one row), x continues the frames it has seen:
@@ -181,7 +191,7 @@ class Transformer(nn.Module):
         kept = []
         for i, layer in enumerate(self.layers):
             h, (k, v) = layer(h, cos, sin, mask, past[i] if past else None)
-            kept.append((k[:, :, -(self.window - 1):], v[:, :, -(self.window - 1):]))
+            kept.append((k[:, :, -(self.window - 1) :], v[:, :, -(self.window - 1) :]))
         if state is not None:
             state["pos"], state["kv"] = start + t, kept
         return self.output_proj(self.norm(h))
@@ -250,8 +260,9 @@ class ResidualUnit(nn.Module):
 class DecoderBlock(nn.Module):
     def __init__(self, cin: int, cout: int, rate: int):
         super().__init__()
-        self.block = nn.ModuleList([SnakeBeta(cin), CausalTransConv(cin, cout, 2 * rate, rate),
-                                    *(ResidualUnit(cout, d) for d in (1, 3, 9))])
+        self.block = nn.ModuleList(
+            [SnakeBeta(cin), CausalTransConv(cin, cout, 2 * rate, rate), *(ResidualUnit(cout, d) for d in (1, 3, 9))]
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for m in self.block:

@@ -42,8 +42,9 @@ def codes_in_chunks(delta: dict[str, Any], request: Any, state: dict[str, Any]) 
     if delta.get("ref_codes") is not None:
         state["context"] = _context(delta["ref_codes"])
     first = state.get("sent", 0) == 0
-    out = frames_in_chunks(delta, request, state, first_default=INITIAL_CHUNK_FRAMES, every_default=CHUNK_FRAMES,
-                           no_frames=NO_FRAMES)
+    out = frames_in_chunks(
+        delta, request, state, first_default=INITIAL_CHUNK_FRAMES, every_default=CHUNK_FRAMES, no_frames=NO_FRAMES
+    )
     if out is not None and first and state.get("context") is not None:
         out["context"] = state["context"]
     return out

@@ -97,8 +97,11 @@ def _clip(value: Any) -> np.ndarray:
         raise InvalidRequestError("ref_audio", "samples must be finite")
     audio = resample(audio, sr, SAMPLE_RATE)
     if audio.size < MIN_REF_SAMPLES:  # the speaker encoder's STFT needs a window's worth of samples
-        raise InvalidRequestError("ref_audio", f"the clip is {audio.size / SAMPLE_RATE:.3f} s long; at least "
-                                               f"{MIN_REF_SAMPLES / SAMPLE_RATE:.2f} s is needed")
+        raise InvalidRequestError(
+            "ref_audio",
+            f"the clip is {audio.size / SAMPLE_RATE:.3f} s long; at least "
+            f"{MIN_REF_SAMPLES / SAMPLE_RATE:.2f} s is needed",
+        )
     return audio
 
 
@@ -118,24 +121,31 @@ def request_spoken(inputs: Mapping[str, Any], ck: Checkpoint, tokens: Any) -> Sp
     spoken = Spoken(tokens(f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n"))
     language = info.get("language") or "auto"
     if not isinstance(language, str) or language.lower() not in ck.public_languages:
-        raise InvalidRequestError("language", f"{language!r} is not one of {', '.join(ck.public_languages)} "
-                                              "(case-insensitive)")
+        raise InvalidRequestError(
+            "language", f"{language!r} is not one of {', '.join(ck.public_languages)} (case-insensitive)"
+        )
     spoken.language = language.lower()
     voice = info.get("voice", info.get("speaker"))
     if kind == "custom_voice":
         voice = voice if voice is not None else sorted(ck.speakers)[0]
         if not isinstance(voice, str) or voice.lower() not in ck.speakers:
-            raise InvalidRequestError("voice", f"{voice!r} is not one of this model's voices: "
-                                               f"{', '.join(sorted(ck.speakers))} (case-insensitive)")
+            raise InvalidRequestError(
+                "voice",
+                f"{voice!r} is not one of this model's voices: {', '.join(sorted(ck.speakers))} (case-insensitive)",
+            )
         spoken.speaker = voice.lower()
     elif voice is not None:
-        raise InvalidRequestError("voice", f"this Qwen3-TTS {kind} checkpoint has no preset voices"
-                                  + (" (clone one with ref_audio)" if kind == "base" else " (describe one in instructions)"))
+        raise InvalidRequestError(
+            "voice",
+            f"this Qwen3-TTS {kind} checkpoint has no preset voices"
+            + (" (clone one with ref_audio)" if kind == "base" else " (describe one in instructions)"),
+        )
     instructions = info.get("instructions")
     if instructions is not None and instructions != "":
         if not ck.takes_instructions:
-            raise InvalidRequestError("instructions", f"this Qwen3-TTS {kind} ({ck.model_size}) checkpoint takes no "
-                                                      "instructions")
+            raise InvalidRequestError(
+                "instructions", f"this Qwen3-TTS {kind} ({ck.model_size}) checkpoint takes no instructions"
+            )
         spoken.instruct_ids = tokens(f"<|im_start|>user\n{_text(instructions, 'instructions')}<|im_end|>\n")
     ref_audio, ref_text = info.get("ref_audio"), info.get("ref_text")
     x_only = info.get("x_vector_only_mode", False)
@@ -143,17 +153,23 @@ def request_spoken(inputs: Mapping[str, Any], ck: Checkpoint, tokens: Any) -> Sp
         raise InvalidRequestError("x_vector_only_mode", f"expected a boolean, got {x_only!r}")
     if kind == "base":
         if ref_audio is None:
-            raise InvalidRequestError("ref_audio", "Qwen3-TTS Base clones a voice: give ref_audio with its ref_text "
-                                                   "(or x_vector_only_mode), or a registered voice")
+            raise InvalidRequestError(
+                "ref_audio",
+                "Qwen3-TTS Base clones a voice: give ref_audio with its ref_text "
+                "(or x_vector_only_mode), or a registered voice",
+            )
         spoken.ref_audio = _clip(ref_audio)
         if not x_only:
             if ref_text is None or ref_text == "":
-                raise InvalidRequestError("ref_text", "the transcript of ref_audio is needed to clone in context "
-                                                      "(or set x_vector_only_mode)")
+                raise InvalidRequestError(
+                    "ref_text", "the transcript of ref_audio is needed to clone in context (or set x_vector_only_mode)"
+                )
             spoken.ref_ids = tokens(f"<|im_start|>assistant\n{_text(ref_text, 'ref_text')}<|im_end|>\n")
     elif ref_audio is not None or x_only:
-        raise InvalidRequestError("ref_audio" if ref_audio is not None else "x_vector_only_mode",
-                                  f"this Qwen3-TTS {kind} checkpoint cannot clone voices (a Base checkpoint does)")
+        raise InvalidRequestError(
+            "ref_audio" if ref_audio is not None else "x_vector_only_mode",
+            f"this Qwen3-TTS {kind} checkpoint cannot clone voices (a Base checkpoint does)",
+        )
     elif ref_text is not None:
         raise InvalidRequestError("ref_text", "given without ref_audio")
     non_streaming = info.get("non_streaming_mode", kind != "base")
@@ -181,8 +197,14 @@ class Qwen3TTSEngine(StepEngine):
         params = parse_params(req.params, self.defaults)
         spoken = request_spoken(req.inputs or {}, self.checkpoint, self.model.tokens)
         generator = request_generator(max(params.talker.temperature, params.sub.temperature), params.seed)
-        row = Row(RequestKV(self.model.talker.num_layers), params.talker, params.sub, params.repetition_penalty,
-                  generator, min_tokens=params.min_tokens)
+        row = Row(
+            RequestKV(self.model.talker.num_layers),
+            params.talker,
+            params.sub,
+            params.repetition_penalty,
+            generator,
+            min_tokens=params.min_tokens,
+        )
         return TTSRequest(req, spoken=spoken, params=params, row=row)
 
     def _prompt(self, r: TTSRequest) -> torch.Tensor:
@@ -199,13 +221,22 @@ class Qwen3TTSEngine(StepEngine):
             if s.ref_ids is not None:
                 ref_codes = self.model.codes.encode(s.ref_audio)
                 r.extras["ref_codes"] = ref_codes
-        embeds, r.row.trailing = m.prompt(s.ids, instruct_ids=s.instruct_ids, language_id=language_id,
-                                          speaker=speaker, non_streaming=s.non_streaming, ref_ids=s.ref_ids,
-                                          ref_codes=ref_codes)
+        embeds, r.row.trailing = m.prompt(
+            s.ids,
+            instruct_ids=s.instruct_ids,
+            language_id=language_id,
+            speaker=speaker,
+            non_streaming=s.non_streaming,
+            ref_ids=s.ref_ids,
+            ref_codes=ref_codes,
+        )
         limit = m.max_positions
         if embeds.shape[0] + r.params.max_tokens > limit:  # RoPE would run past what the model was trained on
-            raise InvalidRequestError("max_tokens", f"the prompt ({embeds.shape[0]} positions) plus max_tokens "
-                                                    f"({r.params.max_tokens}) exceed the model's {limit}")
+            raise InvalidRequestError(
+                "max_tokens",
+                f"the prompt ({embeds.shape[0]} positions) plus max_tokens "
+                f"({r.params.max_tokens}) exceed the model's {limit}",
+            )
         return embeds
 
     def prefill_batch(self, rs: list[TTSRequest]) -> list[Emit | Exception]:
@@ -223,8 +254,9 @@ class Qwen3TTSEngine(StepEngine):
         for i in ok:
             r = rs[i]
             ref = r.extras.get("ref_codes")
-            out[i] = Emit({"ref_codes": ref} if ref is not None else None,
-                          finish="length" if r.params.max_tokens <= 1 else None)  # N tokens make N - 1 frames
+            out[i] = Emit(
+                {"ref_codes": ref} if ref is not None else None, finish="length" if r.params.max_tokens <= 1 else None
+            )  # N tokens make N - 1 frames
         return out
 
     def step(self, rs: list[TTSRequest], items: list[Any]) -> list[Emit]:
@@ -235,7 +267,9 @@ class Qwen3TTSEngine(StepEngine):
         for i, r in enumerate(rs):
             # N tokens make N - 1 frames: the last token's frame is never completed, so it is not drawn
             done = len(r.row.history) + 1 >= r.params.max_tokens
-            emits.append(Emit({"token_ids": frames[i].unsqueeze(0).clone()}, tokens=1, finish="length" if done else None))
+            emits.append(
+                Emit({"token_ids": frames[i].unsqueeze(0).clone()}, tokens=1, finish="length" if done else None)
+            )
             if not done:
                 going.append(i)
         if going:

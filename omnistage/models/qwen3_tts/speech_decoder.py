@@ -52,11 +52,12 @@ class SpeechDecoder(nn.Module):
         self.quantizer = SplitRVQ(self.num_quantizers, self.codebook_size, cfg["codebook_dim"])
         self.pre_conv = CausalConv(cfg["codebook_dim"], latent, 3)
         self.pre_transformer = Transformer(cfg)
-        self.upsample = nn.ModuleList(nn.ModuleList([CausalTransConv(latent, latent, f, f), ConvNeXt(latent)])
-                                      for f in cfg["upsampling_ratios"])
+        self.upsample = nn.ModuleList(
+            nn.ModuleList([CausalTransConv(latent, latent, f, f), ConvNeXt(latent)]) for f in cfg["upsampling_ratios"]
+        )
         rates = list(cfg["upsample_rates"])
         blocks: list[nn.Module] = [CausalConv(latent, dim, 7)]
-        blocks += [DecoderBlock(dim // 2 ** i, dim // 2 ** (i + 1), r) for i, r in enumerate(rates)]
+        blocks += [DecoderBlock(dim // 2**i, dim // 2 ** (i + 1), r) for i, r in enumerate(rates)]
         out = dim // 2 ** len(rates)
         blocks += [SnakeBeta(out), CausalConv(out, 1, 7)]
         self.decoder = nn.ModuleList(blocks)
@@ -78,7 +79,7 @@ class SpeechDecoder(nn.Module):
         if tail is None:  # the causal conv's zero padding in front of the first frame
             tail = q.new_zeros(q.shape[0], q.shape[1], self.pre_conv.padding)
         x = torch.cat([tail, q], dim=2)
-        state["pre_conv"] = x[:, :, x.shape[2] - self.pre_conv.padding:]
+        state["pre_conv"] = x[:, :, x.shape[2] - self.pre_conv.padding :]
         h = self.pre_conv.conv(x).transpose(1, 2)
         return self.pre_transformer(h, state).transpose(1, 2)
 
@@ -94,8 +95,8 @@ class SpeechDecoder(nn.Module):
             past = [row[j] if len(row) > j else x.new_zeros(1, x.shape[1], width) for row in states]
             full = torch.cat([torch.cat(past), x], dim=2)
             for b, row in enumerate(states):
-                tail = full[b: b + 1, :, full.shape[2] - width:]
-                row[j:j + 1] = [tail]
+                tail = full[b : b + 1, :, full.shape[2] - width :]
+                row[j : j + 1] = [tail]
             j += 1
             return full
 
@@ -106,7 +107,7 @@ class SpeechDecoder(nn.Module):
 
         def transposed(m: CausalTransConv, x: torch.Tensor) -> torch.Tensor:
             r, n = m.conv.stride[0], x.shape[2]
-            return m.conv(carried(x, 1))[..., r: (n + 1) * r]  # the previous input's overlap, without its own
+            return m.conv(carried(x, 1))[..., r : (n + 1) * r]  # the previous input's overlap, without its own
 
         for up, block in self.upsample:
             h = transposed(up, h)
@@ -181,8 +182,10 @@ class SpeechTokenizerDecoder:
         self.codebook_size = self.model.codebook_size
         self.samples_per_frame = int(cfg.get("decode_upsample_rate", self.model.samples_per_frame))
         if self.samples_per_frame != self.model.samples_per_frame:
-            raise ValueError(f"{folder}: decode_upsample_rate {self.samples_per_frame} != the decoder's "
-                             f"upsampling ({self.model.samples_per_frame})")
+            raise ValueError(
+                f"{folder}: decode_upsample_rate {self.samples_per_frame} != the decoder's "
+                f"upsampling ({self.model.samples_per_frame})"
+            )
         self.receptive_frames = self.model.receptive_frames
         self.conv_frames = self.model.conv_frames
 
@@ -213,8 +216,12 @@ def decoder_adapter(ctx: Any) -> Any:
                 raise ValueError("qwen3_tts needs a model folder")
             device = f"cuda:{ctx.devices[0]}" if ctx.devices and torch.cuda.is_available() else "cpu"
             self.codec = SpeechTokenizerDecoder(Path(ctx.model) / "speech_tokenizer", device)
-            self.config = TTSConfig(codebook_size=self.codec.codebook_size, num_quantizers=self.codec.num_quantizers,
-                                    chunk_frames=CHUNK_FRAMES, initial_chunk_frames=INITIAL_CHUNK_FRAMES)
+            self.config = TTSConfig(
+                codebook_size=self.codec.codebook_size,
+                num_quantizers=self.codec.num_quantizers,
+                chunk_frames=CHUNK_FRAMES,
+                initial_chunk_frames=INITIAL_CHUNK_FRAMES,
+            )
             self.context, self.lookahead = 0, 0  # stateful: no frame is re-decoded
             self.calls: list[int] = []  # rows of each vocoder call (tests look at it)
 
@@ -232,8 +239,9 @@ def decoder_adapter(ctx: Any) -> Any:
                 state, results[i] = item.state, {}
                 if "streamed" not in state:  # the first piece: an in-context clone's reference codes go first
                     ahead = context if context is not None else codes[:, :0]
-                    state.update(streamed=bool(item.inputs.get("streamed", not item.last)), skip=ahead.shape[1],
-                                 vocoder=[])
+                    state.update(
+                        streamed=bool(item.inputs.get("streamed", not item.last)), skip=ahead.shape[1], vocoder=[]
+                    )
                     codes = torch.cat([ahead, codes], dim=1)
                     state["codes"] = codes[:, :0] if state["streamed"] else codes
                 elif not state["streamed"]:
@@ -242,7 +250,7 @@ def decoder_adapter(ctx: Any) -> Any:
                     if item.last and state["codes"].shape[1] > state["skip"]:
                         audio = self.codec.decode(state["codes"][None])[0]
                         self.calls.append(1)
-                        results[i] = {"audio": audio[state["skip"] * spf:], "sample_rate": self.codec.sample_rate}
+                        results[i] = {"audio": audio[state["skip"] * spf :], "sample_rate": self.codec.sample_rate}
                     continue
                 if codes.shape[1] == 0:
                     continue
@@ -260,7 +268,7 @@ def decoder_adapter(ctx: Any) -> Any:
                 audio = audio[:, 0].float().cpu()
                 for row, k in enumerate(group):
                     i, _, skip = pieces[k]
-                    piece = audio[row, skip * spf:].clone()
+                    piece = audio[row, skip * spf :].clone()
                     if piece.numel():
                         results[i] = {"audio": piece, "sample_rate": self.codec.sample_rate}
             return results

@@ -40,7 +40,9 @@ class MimiEncoder:
         missing, unexpected = self.model.load_state_dict(weights, strict=False)
         missing = [k for k in missing if not k.startswith(("decoder.", "decoder_transformer.", "upsample."))]
         if missing or unexpected:
-            raise ValueError(f"{folder}: speech tokenizer encoder weights: missing {missing[:4]}, unexpected {unexpected[:4]}")
+            raise ValueError(
+                f"{folder}: speech tokenizer encoder weights: missing {missing[:4]}, unexpected {unexpected[:4]}"
+            )
         self.model = self.model.to(device=device, dtype=dtype).eval()
         self.device, self.dtype = device, dtype
         self.valid = int(cfg["encoder_valid_num_quantizers"])
@@ -75,7 +77,9 @@ class Res2Net(nn.Module):
     def __init__(self, channels: int, scale: int, kernel: int, dilation: int):
         super().__init__()
         self.scale = scale
-        self.blocks = nn.ModuleList(Tdnn(channels // scale, channels // scale, kernel, dilation) for _ in range(scale - 1))
+        self.blocks = nn.ModuleList(
+            Tdnn(channels // scale, channels // scale, kernel, dilation) for _ in range(scale - 1)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         parts = list(torch.chunk(x, self.scale, dim=1))
@@ -133,11 +137,14 @@ class SpeakerEncoder(nn.Module):
         super().__init__()
         ch, ks, dil = cfg["enc_channels"], cfg["enc_kernel_sizes"], cfg["enc_dilations"]
         if not len(ch) == len(ks) == len(dil):
-            raise ValueError("speaker_encoder_config: enc_channels, enc_kernel_sizes and enc_dilations differ in length")
+            raise ValueError(
+                "speaker_encoder_config: enc_channels, enc_kernel_sizes and enc_dilations differ in length"
+            )
         self.blocks = nn.ModuleList([Tdnn(cfg["mel_dim"], ch[0], ks[0], dil[0])])
         for i in range(1, len(ch) - 1):
-            self.blocks.append(SERes2NetBlock(ch[i - 1], ch[i], cfg["enc_res2net_scale"], cfg["enc_se_channels"],
-                                              ks[i], dil[i]))
+            self.blocks.append(
+                SERes2NetBlock(ch[i - 1], ch[i], cfg["enc_res2net_scale"], cfg["enc_se_channels"], ks[i], dil[i])
+            )
         self.mfa = Tdnn(ch[-1], ch[-1], ks[-1], dil[-1])
         self.asp = AttentiveStatsPool(ch[-1], cfg["enc_attention_channels"])
         self.fc = _conv(ch[-1] * 2, cfg["enc_dim"], 1)
@@ -165,9 +172,15 @@ class XVectorExtractor:
         self.model.load_state_dict(read_tensors(folder, "speaker_encoder."), strict=True)
         self.model = self.model.to(device=device, dtype=dtype).eval()
         self.device, self.dtype = device, dtype
-        bank = mel_filter_bank(num_frequency_bins=self.N_FFT // 2 + 1, num_mel_filters=self.MELS, min_frequency=0.0,
-                               max_frequency=self.sample_rate / 2, sampling_rate=self.sample_rate, norm="slaney",
-                               mel_scale="slaney")
+        bank = mel_filter_bank(
+            num_frequency_bins=self.N_FFT // 2 + 1,
+            num_mel_filters=self.MELS,
+            min_frequency=0.0,
+            max_frequency=self.sample_rate / 2,
+            sampling_rate=self.sample_rate,
+            norm="slaney",
+            mel_scale="slaney",
+        )
         self.mel_basis = torch.from_numpy(bank.T.astype(np.float32))  # [mels, bins]
 
     def mels(self, audio: np.ndarray) -> torch.Tensor:
@@ -175,8 +188,17 @@ class XVectorExtractor:
         y = torch.as_tensor(audio, dtype=torch.float32).view(1, 1, -1)
         pad = (self.N_FFT - self.HOP) // 2
         y = F.pad(y, (pad, pad), mode="reflect").view(1, -1)
-        spec = torch.stft(y, self.N_FFT, hop_length=self.HOP, win_length=self.WIN, window=torch.hann_window(self.WIN),
-                          center=False, normalized=False, onesided=True, return_complex=True)
+        spec = torch.stft(
+            y,
+            self.N_FFT,
+            hop_length=self.HOP,
+            win_length=self.WIN,
+            window=torch.hann_window(self.WIN),
+            center=False,
+            normalized=False,
+            onesided=True,
+            return_complex=True,
+        )
         mag = torch.sqrt(torch.view_as_real(spec).pow(2).sum(-1) + 1e-9)
         return torch.log(torch.clamp(self.mel_basis @ mag, min=1e-5)).transpose(1, 2)
 

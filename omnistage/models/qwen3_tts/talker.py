@@ -62,12 +62,19 @@ def _qwen3(cfg: dict, vocab: int) -> Qwen3Model:
     if rope.get("rope_type", rope.get("type", "default")) != "default":
         raise ValueError(f"talker rope_scaling {rope!r}: only the default RoPE is supported")
     config = Qwen3Config(
-        vocab_size=vocab, hidden_size=cfg["hidden_size"], intermediate_size=cfg["intermediate_size"],
-        num_hidden_layers=cfg["num_hidden_layers"], num_attention_heads=cfg["num_attention_heads"],
-        num_key_value_heads=cfg["num_key_value_heads"], head_dim=cfg.get("head_dim"),
-        hidden_act=cfg.get("hidden_act", "silu"), max_position_embeddings=cfg.get("max_position_embeddings", 32768),
-        rms_norm_eps=cfg.get("rms_norm_eps", 1e-6), attention_bias=cfg.get("attention_bias", False),
-        rope_parameters={"rope_type": "default", "rope_theta": float(cfg.get("rope_theta", 10000))})
+        vocab_size=vocab,
+        hidden_size=cfg["hidden_size"],
+        intermediate_size=cfg["intermediate_size"],
+        num_hidden_layers=cfg["num_hidden_layers"],
+        num_attention_heads=cfg["num_attention_heads"],
+        num_key_value_heads=cfg["num_key_value_heads"],
+        head_dim=cfg.get("head_dim"),
+        hidden_act=cfg.get("hidden_act", "silu"),
+        max_position_embeddings=cfg.get("max_position_embeddings", 32768),
+        rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
+        attention_bias=cfg.get("attention_bias", False),
+        rope_parameters={"rope_type": "default", "rope_theta": float(cfg.get("rope_theta", 10000))},
+    )
     config._attn_implementation = "sdpa"  # the engine passes boolean 4-D masks (padded per-request caches)
     return Qwen3Model(config)
 
@@ -79,8 +86,11 @@ class _Weights:
         self.tensors, self.used = tensors, set()
 
     def take(self, prefix: str, but: str | None = None) -> dict[str, torch.Tensor]:
-        out = {k[len(prefix):]: v for k, v in self.tensors.items()
-               if k.startswith(prefix) and not (but and k.startswith(prefix + but))}
+        out = {
+            k[len(prefix) :]: v
+            for k, v in self.tensors.items()
+            if k.startswith(prefix) and not (but and k.startswith(prefix + but))
+        }
         self.used.update(prefix + k for k in out)
         return out
 
@@ -145,15 +155,25 @@ class TalkerModel:
         for m in self._modules():
             m.to(device=device, dtype=dtype).eval()
         self.suppress = torch.zeros(self.vocab, dtype=torch.bool, device=device)
-        self.suppress[self.vocab - 1024:] = True  # control ids are never sampled, except the end of speech
+        self.suppress[self.vocab - 1024 :] = True  # control ids are never sampled, except the end of speech
         self.suppress[self.codec_eos] = False
         with torch.no_grad():
-            bos, eos, pad = self.project_text([cfg["tts_bos_token_id"], cfg["tts_eos_token_id"], cfg["tts_pad_token_id"]])
+            bos, eos, pad = self.project_text(
+                [cfg["tts_bos_token_id"], cfg["tts_eos_token_id"], cfg["tts_pad_token_id"]]
+            )
         self.tts_bos, self.tts_eos, self.tts_pad = bos, eos, pad
 
     def _modules(self) -> list[nn.Module]:
-        return [self.lm, self.text_embedding, self.text_projection, self.codec_head, self.predictor,
-                self.predictor_embeddings, self.predictor_heads, self.to_predictor]
+        return [
+            self.lm,
+            self.text_embedding,
+            self.text_projection,
+            self.codec_head,
+            self.predictor,
+            self.predictor_embeddings,
+            self.predictor_heads,
+            self.to_predictor,
+        ]
 
     # ------------------------------------------------------------------ inputs
 
@@ -174,15 +194,26 @@ class TalkerModel:
         return total
 
     @torch.no_grad()
-    def prompt(self, ids: list[int], *, instruct_ids: list[int] | None, language_id: int | None,
-               speaker: torch.Tensor | None, non_streaming: bool, ref_ids: list[int] | None = None,
-               ref_codes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def prompt(
+        self,
+        ids: list[int],
+        *,
+        instruct_ids: list[int] | None,
+        language_id: int | None,
+        speaker: torch.Tensor | None,
+        non_streaming: bool,
+        ref_ids: list[int] | None = None,
+        ref_codes: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(prefill inputs [L, H], trailing text [n, H]). ``ids``: the tokenized assistant turn
         (``<|im_start|>assistant\\n{text}<|im_end|>\\n<|im_start|>assistant\\n``); ``ref_ids`` (the reference
         turn ``<|im_start|>assistant\\n{ref_text}<|im_end|>\\n``) and ``ref_codes`` [T, G]: an in-context clone."""
         tc = self.tc
-        think = ([tc["codec_nothink_id"], tc["codec_think_bos_id"], tc["codec_think_eos_id"]] if language_id is None
-                 else [tc["codec_think_id"], tc["codec_think_bos_id"], language_id, tc["codec_think_eos_id"]])
+        think = (
+            [tc["codec_nothink_id"], tc["codec_think_bos_id"], tc["codec_think_eos_id"]]
+            if language_id is None
+            else [tc["codec_think_id"], tc["codec_think_bos_id"], language_id, tc["codec_think_eos_id"]]
+        )
         control = [self.codec(think)]
         if speaker is not None:
             control.append(speaker.to(self.device, self.dtype).view(1, -1))
@@ -198,15 +229,19 @@ class TalkerModel:
             parts.append(body)
         elif non_streaming:
             all_text = torch.cat([self.project_text(text), self.tts_eos.unsqueeze(0)])
-            parts += [all_text + self.codec([tc["codec_pad_id"]] * all_text.shape[0]),
-                      self.tts_pad.unsqueeze(0) + control[-1:]]
+            parts += [
+                all_text + self.codec([tc["codec_pad_id"]] * all_text.shape[0]),
+                self.tts_pad.unsqueeze(0) + control[-1:],
+            ]
             trailing = self.tts_pad.unsqueeze(0)
         else:
             parts.append(self.project_text(text[:1]) + control[-1:])
             trailing = torch.cat([self.project_text(text[1:]), self.tts_eos.unsqueeze(0)])
         return torch.cat(parts), trailing
 
-    def _icl(self, text_ids: list[int], ref_codes: torch.Tensor, non_streaming: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def _icl(
+        self, text_ids: list[int], ref_codes: torch.Tensor, non_streaming: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         tc = self.tc
         text = torch.cat([self.project_text(text_ids), self.tts_eos.unsqueeze(0)])
         codec = torch.cat([self.codec([tc["codec_bos_id"]]), self.frame_embeddings(ref_codes)])
@@ -215,7 +250,7 @@ class TalkerModel:
             body = torch.cat([text + self.codec([tc["codec_pad_id"]] * text.shape[0]), codec + pad])
             return body, pad
         if text.shape[0] > codec.shape[0]:
-            return text[: codec.shape[0]] + codec, text[codec.shape[0]:]
+            return text[: codec.shape[0]] + codec, text[codec.shape[0] :]
         padded = torch.cat([text, pad.expand(codec.shape[0] - text.shape[0], -1)])
         return padded + codec, pad
 
@@ -227,8 +262,13 @@ class TalkerModel:
         cache = StepCache([r.kv for r in rows], lengths or embeds.shape[1])
         t = torch.arange(embeds.shape[1], device=self.device)
         pos = torch.stack([s + t for s in cache.starts])
-        out = self.lm(inputs_embeds=embeds, position_ids=pos, attention_mask=cache.mask(self.device),
-                      past_key_values=cache, use_cache=True)
+        out = self.lm(
+            inputs_embeds=embeds,
+            position_ids=pos,
+            attention_mask=cache.mask(self.device),
+            past_key_values=cache,
+            use_cache=True,
+        )
         cache.commit()
         if lengths is None:
             return out.last_hidden_state[:, -1]
@@ -274,8 +314,10 @@ class TalkerModel:
         for g in range(self.num_groups - 1):
             h = self.predictor(inputs_embeds=x, past_key_values=cache, use_cache=True).last_hidden_state[:, -1]
             logits = self.predictor_heads[g](h).float()
-            nxt = torch.tensor([draw(logits[i], r.sub.temperature, r.sub.top_k, r.sub.top_p, r.generator)
-                                for i, r in enumerate(rows)], device=self.device)
+            nxt = torch.tensor(
+                [draw(logits[i], r.sub.temperature, r.sub.top_k, r.sub.top_p, r.generator) for i, r in enumerate(rows)],
+                device=self.device,
+            )
             codes.append(nxt)
             x = self.to_predictor(self.predictor_embeddings[g](nxt)).unsqueeze(1)
         return torch.stack(codes, dim=1)

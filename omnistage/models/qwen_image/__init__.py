@@ -27,8 +27,15 @@ DEFAULT_PARAMS = {"num_inference_steps": 50}  # the pipelines' __call__ default 
 
 
 def _stage(adapter: type[QwenImageAdapter]) -> StageSpec:
-    return StageSpec(0, kind="diffusion", adapter=adapter, output="image", can_output="image,latent", final=True,
-                     default_params=dict(DEFAULT_PARAMS))
+    return StageSpec(
+        0,
+        kind="diffusion",
+        adapter=adapter,
+        output="image",
+        can_output="image,latent",
+        final=True,
+        default_params=dict(DEFAULT_PARAMS),
+    )
 
 
 PIPELINE = Pipeline(
@@ -50,7 +57,7 @@ EDIT = Pipeline(
 
 EDIT_PLUS = Pipeline(
     name="qwen_image_edit_plus",
-    description="Qwen-Image-Edit-2509/-2511: 1-3 input images (\"Picture i\") -> edited / composed image",
+    description='Qwen-Image-Edit-2509/-2511: 1-3 input images ("Picture i") -> edited / composed image',
     matches=lambda f: f.diffusers_class == "QwenImageEditPlusPipeline",
     stages=[_stage(QwenImageEditPlusAdapter)],
     deploy_file=DEPLOY,

@@ -46,7 +46,6 @@ TEXT_LIMIT = 1024  # check_inputs refuses longer
 EDIT_AREA = 1024 * 1024  # QwenImageEditPipeline.__call__: the input image (and default output) area
 
 
-
 def _doubled_rows(temb: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """zero_cond_t (-2511): ``temb`` holds every row's embedding, then every row's t = 0 embedding."""
     return torch.cat([temb.index_select(0, idx), temb.index_select(0, idx + temb.shape[0] // 2)])
@@ -54,10 +53,13 @@ def _doubled_rows(temb: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 
 # QwenImageTransformerBlock(hidden_states, encoder_hidden_states, encoder_hidden_states_mask, temb,
 # image_rotary_emb, joint_attention_kwargs, modulate_index) -> (encoder_hidden_states, hidden_states)
-QWEN_BLOCK = BlockIO(returns=("encoder_hidden_states", "hidden_states"),
-                     per_row=("encoder_hidden_states_mask", "temb", "modulate_index"))
-QWEN_BLOCK_ZERO_COND_T = BlockIO(returns=QWEN_BLOCK.returns, per_row=QWEN_BLOCK.per_row,
-                                 slicers={"temb": _doubled_rows})
+QWEN_BLOCK = BlockIO(
+    returns=("encoder_hidden_states", "hidden_states"), per_row=("encoder_hidden_states_mask", "temb", "modulate_index")
+)
+QWEN_BLOCK_ZERO_COND_T = BlockIO(
+    returns=QWEN_BLOCK.returns, per_row=QWEN_BLOCK.per_row, slicers={"temb": _doubled_rows}
+)
+
 
 class QwenImageAdapter(DiffusersAdapter):
     pipeline_class_name = "QwenImagePipeline"
@@ -79,8 +81,10 @@ class QwenImageAdapter(DiffusersAdapter):
 
     def validate(self, job: DiffusionJob) -> None:
         if job.images:
-            raise InvalidRequestError("multi_modal_data.image", "this Qwen-Image checkpoint is text-to-image only; "
-                                      "edits need a Qwen-Image-Edit checkpoint")
+            raise InvalidRequestError(
+                "multi_modal_data.image",
+                "this Qwen-Image checkpoint is text-to-image only; edits need a Qwen-Image-Edit checkpoint",
+            )
         self.validate_common(job)
         self.validate_size(job, f"VAE factor {self.pipe.vae_scale_factor} x 2x2 packing")
         job.extra["max_sequence_length"] = self.max_sequence_length(job)
@@ -88,19 +92,26 @@ class QwenImageAdapter(DiffusersAdapter):
     def validate_common(self, job: DiffusionJob) -> None:
         p = job.params
         if p.strength is not None:
-            raise InvalidRequestError("strength", "not used by Qwen-Image (input images condition the edit, they are "
-                                      "not noised)")
+            raise InvalidRequestError(
+                "strength", "not used by Qwen-Image (input images condition the edit, they are not noised)"
+            )
         msl = self.max_sequence_length(job)
         if msl > TEXT_LIMIT:
             raise InvalidRequestError("max_sequence_length", f"{msl} exceeds Qwen-Image's limit of {TEXT_LIMIT}")
         if p.true_cfg_scale is not None and p.true_cfg_scale > 1 and job.negative_prompt is None:
             # diffusers would quietly skip the negative pass; an explicit scale without one is refused instead
-            raise InvalidRequestError("negative_prompt", f"true_cfg_scale={p.true_cfg_scale} > 1 needs a negative "
-                                      "prompt (Qwen-Image's true CFG runs a second pass on it; \" \" will do)")
+            raise InvalidRequestError(
+                "negative_prompt",
+                f"true_cfg_scale={p.true_cfg_scale} > 1 needs a negative "
+                'prompt (Qwen-Image\'s true CFG runs a second pass on it; " " will do)',
+            )
         if p.num_inference_steps == 1 and self.pipe.scheduler.config.get("shift_terminal"):
             # the stretch to the terminal sigma divides by zero for a one-sigma table (diffusers returns NaN)
-            raise InvalidRequestError("num_inference_steps", "1 step has no schedule with this scheduler's "
-                                      f"shift_terminal={self.pipe.scheduler.config.shift_terminal}; use 2 or more")
+            raise InvalidRequestError(
+                "num_inference_steps",
+                "1 step has no schedule with this scheduler's "
+                f"shift_terminal={self.pipe.scheduler.config.shift_terminal}; use 2 or more",
+            )
         scale = p.true_cfg_scale if p.true_cfg_scale is not None else DEFAULT_TRUE_CFG
         job.cfg = scale > 1 and job.negative_prompt is not None  # diffusers' do_true_cfg
         job.cfg_scale = scale
@@ -137,17 +148,20 @@ class QwenImageAdapter(DiffusersAdapter):
     def embed_texts(self, prompts: list[str], jobs: list[DiffusionJob]) -> list[torch.Tensor]:
         """One batched text-encoder call; per prompt its own ``[1, length, dim]`` embeddings (diffusers pads a
         batch and masks; here each request keeps its unpadded rows, cut at its ``max_sequence_length``)."""
-        embeds, mask = self.pipe.encode_prompt(prompt=prompts, device=self.device, num_images_per_prompt=1,
-                                               max_sequence_length=TEXT_LIMIT)
+        embeds, mask = self.pipe.encode_prompt(
+            prompt=prompts, device=self.device, num_images_per_prompt=1, max_sequence_length=TEXT_LIMIT
+        )
         lengths = [embeds.shape[1]] * len(prompts) if mask is None else mask.sum(dim=1).tolist()
-        return [embeds[i:i + 1, :min(n, j.extra["max_sequence_length"])]
-                for i, (n, j) in enumerate(zip(lengths, jobs))]
+        return [
+            embeds[i : i + 1, : min(n, j.extra["max_sequence_length"])] for i, (n, j) in enumerate(zip(lengths, jobs))
+        ]
 
     def img_shapes(self, job: DiffusionJob) -> torch.Tensor:
         """The (frames, rows, columns) of every token grid in the sequence: the output, then input images."""
         h, w = self.latent_grid(job.height, job.width)
-        grids = [(1, h // 2, w // 2)] + [(1, ih // 2, iw // 2) for ih, iw in
-                                         (self.latent_grid(*s) for s in job.extra.get("vae_sizes", []))]
+        grids = [(1, h // 2, w // 2)] + [
+            (1, ih // 2, iw // 2) for ih, iw in (self.latent_grid(*s) for s in job.extra.get("vae_sizes", []))
+        ]
         return torch.tensor(grids, dtype=torch.long)
 
     def collate(self, conds: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -159,8 +173,9 @@ class QwenImageAdapter(DiffusersAdapter):
         if all(t.shape[1] == longest for t in texts):
             out[TEXT] = torch.cat(texts)
             return out
-        out[TEXT] = torch.cat([torch.cat([t, t.new_zeros(t.shape[0], longest - t.shape[1], t.shape[2])], dim=1)
-                               for t in texts])
+        out[TEXT] = torch.cat(
+            [torch.cat([t, t.new_zeros(t.shape[0], longest - t.shape[1], t.shape[2])], dim=1) for t in texts]
+        )
         positions = torch.arange(longest, device=texts[0].device)
         out[MASK] = torch.cat([(positions < t.shape[1]).expand(t.shape[0], longest) for t in texts])
         return out
@@ -170,8 +185,9 @@ class QwenImageAdapter(DiffusersAdapter):
     def timesteps(self, job: DiffusionJob) -> None:
         n = job.params.num_inference_steps
         h, w = self.latent_grid(job.height, job.width)
-        state = self.sampler.make_state(n, device=self.device, sigmas=np.linspace(1.0, 1 / n, n),
-                                        mu=self.dynamic_shift_mu((h // 2) * (w // 2)))
+        state = self.sampler.make_state(
+            n, device=self.device, sigmas=np.linspace(1.0, 1 / n, n), mu=self.dynamic_shift_mu((h // 2) * (w // 2))
+        )
         state.scheduler.set_begin_index(0)  # as the pipeline does before its loop
         job.sampler_state = state
 
@@ -188,9 +204,15 @@ class QwenImageAdapter(DiffusersAdapter):
         hidden = torch.cat([x, cond["image_latents"]], dim=1) if "image_latents" in cond else x
         shapes = [tuple(s) for s in cond["img_shapes"][0].tolist()]
         out = self.pipe.transformer(
-            hidden_states=hidden, timestep=t.to(x.dtype) / 1000, guidance=None,
-            encoder_hidden_states_mask=cond.get(MASK), encoder_hidden_states=cond[TEXT],
-            img_shapes=[shapes] * x.shape[0], attention_kwargs={}, return_dict=False)[0]
+            hidden_states=hidden,
+            timestep=t.to(x.dtype) / 1000,
+            guidance=None,
+            encoder_hidden_states_mask=cond.get(MASK),
+            encoder_hidden_states=cond[TEXT],
+            img_shapes=[shapes] * x.shape[0],
+            attention_kwargs={},
+            return_dict=False,
+        )[0]
         return out[:, :n] if out.shape[1] != n else out
 
     def block_layouts(self) -> list[BlockLayout]:
@@ -206,8 +228,9 @@ class QwenImageAdapter(DiffusersAdapter):
     def decode(self, jobs: list[DiffusionJob]) -> list[list[np.ndarray]]:
         job = jobs[0]  # one batch key per decode: one output size
         vae = self.pipe.vae
-        latents = self.pipe._unpack_latents(torch.cat([j.latents for j in jobs]), job.height, job.width,
-                                            self.pipe.vae_scale_factor).to(vae.dtype)
+        latents = self.pipe._unpack_latents(
+            torch.cat([j.latents for j in jobs]), job.height, job.width, self.pipe.vae_scale_factor
+        ).to(vae.dtype)
         mean, std = self.channel_stats(latents)
         latents = latents / (1.0 / std) + mean  # diffusers divides by 1/std
         return self.to_uint8(vae.decode(latents, return_dict=False)[0][:, :, 0], jobs)
@@ -221,11 +244,14 @@ class QwenImageEditAdapter(QwenImageAdapter):
 
     def validate(self, job: DiffusionJob) -> None:
         if not job.images:
-            raise InvalidRequestError("multi_modal_data.image", "Qwen-Image-Edit needs an input image "
-                                      "(POST /v1/images/edits)")
+            raise InvalidRequestError(
+                "multi_modal_data.image", "Qwen-Image-Edit needs an input image (POST /v1/images/edits)"
+            )
         if len(job.images) > self.max_images:
-            raise InvalidRequestError("multi_modal_data.image", f"{len(job.images)} input images; this checkpoint "
-                                      f"takes at most {self.max_images}")
+            raise InvalidRequestError(
+                "multi_modal_data.image",
+                f"{len(job.images)} input images; this checkpoint takes at most {self.max_images}",
+            )
         self.validate_common(job)
         self.image_sizes(job)
         # the default output size is the (last) input image's ~1024x1024 px size; an explicit one must divide
@@ -234,8 +260,9 @@ class QwenImageEditAdapter(QwenImageAdapter):
         for name, default in (("height", h), ("width", w)):
             value = getattr(job.params, name) or default
             if value % m:
-                raise InvalidRequestError(name, f"{value} is not divisible by {m} (VAE factor "
-                                          f"{self.pipe.vae_scale_factor} x 2x2 packing)")
+                raise InvalidRequestError(
+                    name, f"{value} is not divisible by {m} (VAE factor {self.pipe.vae_scale_factor} x 2x2 packing)"
+                )
             setattr(job, name, int(value))
 
     def image_sizes(self, job: DiffusionJob) -> None:
@@ -251,11 +278,11 @@ class QwenImageEditAdapter(QwenImageAdapter):
 
     def condition_images(self, job: DiffusionJob) -> Any:
         """What the vision tower sees with the prompt (Qwen-Image-Edit: the resized image itself)."""
-        (h, w), = job.extra["condition_sizes"]
+        ((h, w),) = job.extra["condition_sizes"]
         return self.pipe.image_processor.resize(job.images[0], h, w)
 
     def vae_images(self, job: DiffusionJob) -> list[torch.Tensor]:
-        (h, w), = job.extra["vae_sizes"]
+        ((h, w),) = job.extra["vae_sizes"]
         image = self.pipe.image_processor.resize(job.images[0], h, w)
         return [self.pipe.image_processor.preprocess(image, h, w).unsqueeze(2)]
 
@@ -263,9 +290,10 @@ class QwenImageEditAdapter(QwenImageAdapter):
         # per request: each prompt is encoded with its own input images (diffusers' edit pipelines take one prompt)
         out = []
         for prompt, job in zip(prompts, jobs):
-            embeds, mask = self.pipe.encode_prompt(prompt=[prompt], image=self.condition_images(job),
-                                                   device=self.device, num_images_per_prompt=1)
-            out.append(embeds if mask is None else embeds[:, :int(mask.sum())])
+            embeds, mask = self.pipe.encode_prompt(
+                prompt=[prompt], image=self.condition_images(job), device=self.device, num_images_per_prompt=1
+            )
+            out.append(embeds if mask is None else embeds[:, : int(mask.sum())])
         return out
 
     def init_latents(self, job: DiffusionJob) -> None:
@@ -310,13 +338,19 @@ class QwenImageEditPlusAdapter(QwenImageEditAdapter):
         job.extra.update(vae_sizes=vae_sizes, condition_sizes=condition_sizes, default_size=(h, w))
 
     def condition_images(self, job: DiffusionJob) -> Any:
-        return [self.pipe.image_processor.resize(im, h, w) for im, (h, w) in zip(job.images, job.extra["condition_sizes"])]
+        return [
+            self.pipe.image_processor.resize(im, h, w) for im, (h, w) in zip(job.images, job.extra["condition_sizes"])
+        ]
 
     def vae_images(self, job: DiffusionJob) -> list[torch.Tensor]:
-        return [self.pipe.image_processor.preprocess(im, h, w).unsqueeze(2)
-                for im, (h, w) in zip(job.images, job.extra["vae_sizes"])]
+        return [
+            self.pipe.image_processor.preprocess(im, h, w).unsqueeze(2)
+            for im, (h, w) in zip(job.images, job.extra["vae_sizes"])
+        ]
 
 
 # one entry point: the folder's pipeline class picks text-to-image or edit
-QwenImageAdapter.variants = {"QwenImageEditPipeline": QwenImageEditAdapter,
-                             "QwenImageEditPlusPipeline": QwenImageEditPlusAdapter}
+QwenImageAdapter.variants = {
+    "QwenImageEditPipeline": QwenImageEditAdapter,
+    "QwenImageEditPlusPipeline": QwenImageEditPlusAdapter,
+}

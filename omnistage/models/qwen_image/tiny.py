@@ -25,23 +25,46 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-                  "<|image_pad|>", "<|video_pad|>"]
+SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
 TEXT_DIM = 32  # text encoder hidden size = the transformer's joint_attention_dim
 MERGE = 2  # Qwen2-VL merges 2x2 vision patches into one token
 PATCH = 14
 # The released Qwen-Image scheduler config (exponential time shift with a terminal sigma).
-SCHEDULER = dict(base_image_seq_len=256, base_shift=0.5, invert_sigmas=False, max_image_seq_len=8192, max_shift=0.9,
-                 num_train_timesteps=1000, shift=1.0, shift_terminal=0.02, stochastic_sampling=False,
-                 time_shift_type="exponential", use_beta_sigmas=False, use_dynamic_shifting=True,
-                 use_exponential_sigmas=False, use_karras_sigmas=False)
+SCHEDULER = dict(
+    base_image_seq_len=256,
+    base_shift=0.5,
+    invert_sigmas=False,
+    max_image_seq_len=8192,
+    max_shift=0.9,
+    num_train_timesteps=1000,
+    shift=1.0,
+    shift_terminal=0.02,
+    stochastic_sampling=False,
+    time_shift_type="exponential",
+    use_beta_sigmas=False,
+    use_dynamic_shifting=True,
+    use_exponential_sigmas=False,
+    use_karras_sigmas=False,
+)
 _CORPUS = [
-    ("<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, text, "
-     "spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n"),
-    ("<|im_start|>system\nDescribe the key features of the input image (color, shape, size, texture, objects, "
-     "background), then explain how the user's text instruction should alter or modify the image. Generate a new "
-     "image that meets the user's requirements while maintaining consistency with the original input where "
-     "appropriate.<|im_end|>\n<|im_start|>user\n"),
+    (
+        "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, text, "
+        "spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n"
+    ),
+    (
+        "<|im_start|>system\nDescribe the key features of the input image (color, shape, size, texture, objects, "
+        "background), then explain how the user's text instruction should alter or modify the image. Generate a new "
+        "image that meets the user's requirements while maintaining consistency with the original input where "
+        "appropriate.<|im_end|>\n<|im_start|>user\n"
+    ),
     "<|im_end|>\n<|im_start|>assistant\n Picture 1: Picture 2: Picture 3:",
     "a photo of a red cat sitting on a blue chair",
     "make the cat green and add a hat; replace the background with a beach",
@@ -62,18 +85,44 @@ def text_encoder(tok, seed: int = 0):
     import torch
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-    text = dict(vocab_size=len(tok), hidden_size=TEXT_DIM, intermediate_size=64, num_hidden_layers=2,
-                num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
-                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
-                pad_token_id=tok.pad_token_id, bos_token_id=tok.pad_token_id, eos_token_id=tok.pad_token_id)
-    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=TEXT_DIM,
-                  patch_size=PATCH, spatial_merge_size=MERGE, temporal_patch_size=2, window_size=112,
-                  fullatt_block_indexes=[0], in_channels=3)
-    ids = {name: tok.convert_tokens_to_ids(t) for name, t in (
-        ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
-        ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
-    config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids,
-                              architectures=["Qwen2_5_VLForConditionalGeneration"])
+    text = dict(
+        vocab_size=len(tok),
+        hidden_size=TEXT_DIM,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=4096,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.pad_token_id,
+        eos_token_id=tok.pad_token_id,
+    )
+    vision = dict(
+        depth=1,
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=2,
+        out_hidden_size=TEXT_DIM,
+        patch_size=PATCH,
+        spatial_merge_size=MERGE,
+        temporal_patch_size=2,
+        window_size=112,
+        fullatt_block_indexes=[0],
+        in_channels=3,
+    )
+    ids = {
+        name: tok.convert_tokens_to_ids(t)
+        for name, t in (
+            ("image_token_id", "<|image_pad|>"),
+            ("video_token_id", "<|video_pad|>"),
+            ("vision_start_token_id", "<|vision_start|>"),
+            ("vision_end_token_id", "<|vision_end|>"),
+        )
+    }
+    config = Qwen2_5_VLConfig(
+        text_config=text, vision_config=vision, **ids, architectures=["Qwen2_5_VLForConditionalGeneration"]
+    )
     torch.manual_seed(seed)
     return Qwen2_5_VLForConditionalGeneration(config).to(torch.float32).eval()
 
@@ -84,9 +133,17 @@ def transformer(*, zero_cond_t: bool = False, layers: int = 2, heads: int = 2, s
 
     torch.manual_seed(seed)
     # head dim 16 = the three RoPE axes (frame, height, width)
-    return QwenImageTransformer2DModel(patch_size=2, in_channels=64, out_channels=16, num_layers=layers,
-                                       attention_head_dim=16, num_attention_heads=heads, joint_attention_dim=TEXT_DIM,
-                                       axes_dims_rope=(4, 6, 6), zero_cond_t=zero_cond_t).eval()
+    return QwenImageTransformer2DModel(
+        patch_size=2,
+        in_channels=64,
+        out_channels=16,
+        num_layers=layers,
+        attention_head_dim=16,
+        num_attention_heads=heads,
+        joint_attention_dim=TEXT_DIM,
+        axes_dims_rope=(4, 6, 6),
+        zero_cond_t=zero_cond_t,
+    ).eval()
 
 
 def vae(*, stages: int, res_blocks: int, seed: int = 0):
@@ -95,8 +152,13 @@ def vae(*, stages: int, res_blocks: int, seed: int = 0):
     from diffusers import AutoencoderKLQwenImage
 
     torch.manual_seed(seed)
-    return AutoencoderKLQwenImage(base_dim=4, z_dim=16, dim_mult=[1] * stages, num_res_blocks=res_blocks,
-                                  temperal_downsample=[False] + [True] * (stages - 2)).eval()
+    return AutoencoderKLQwenImage(
+        base_dim=4,
+        z_dim=16,
+        dim_mult=[1] * stages,
+        num_res_blocks=res_blocks,
+        temperal_downsample=[False] + [True] * (stages - 2),
+    ).eval()
 
 
 def processor(tok):
@@ -105,10 +167,16 @@ def processor(tok):
     most 16 merged vision tokens per image (the real cap is 16384)."""
     from transformers import Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor
 
-    sizes = dict(min_pixels=4 * (PATCH * MERGE) ** 2, max_pixels=16 * (PATCH * MERGE) ** 2, patch_size=PATCH,
-                 merge_size=MERGE, temporal_patch_size=2)
-    return Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(**sizes), tokenizer=tok,
-                            video_processor=Qwen2VLVideoProcessor(**sizes))
+    sizes = dict(
+        min_pixels=4 * (PATCH * MERGE) ** 2,
+        max_pixels=16 * (PATCH * MERGE) ** 2,
+        patch_size=PATCH,
+        merge_size=MERGE,
+        temporal_patch_size=2,
+    )
+    return Qwen2VLProcessor(
+        image_processor=Qwen2VLImageProcessor(**sizes), tokenizer=tok, video_processor=Qwen2VLVideoProcessor(**sizes)
+    )
 
 
 def build(outdir: Path, *, seed: int = 0, layers: int = 2, heads: int = 2) -> None:
@@ -117,9 +185,13 @@ def build(outdir: Path, *, seed: int = 0, layers: int = 2, heads: int = 2) -> No
     from diffusers import FlowMatchEulerDiscreteScheduler, QwenImagePipeline
 
     tok = tokenizer()
-    pipe = QwenImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=vae(stages=4, res_blocks=1),
-                             text_encoder=text_encoder(tok, seed), tokenizer=tok,
-                             transformer=transformer(layers=layers, heads=heads, seed=seed))
+    pipe = QwenImagePipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER),
+        vae=vae(stages=4, res_blocks=1),
+        text_encoder=text_encoder(tok, seed),
+        tokenizer=tok,
+        transformer=transformer(layers=layers, heads=heads, seed=seed),
+    )
     pipe.save_pretrained(outdir, safe_serialization=True)
 
 
@@ -128,9 +200,13 @@ def _build_edit(outdir: Path, class_name: str, *, zero_cond_t: bool, seed: int, 
 
     tok = tokenizer()
     pipe = getattr(diffusers, class_name)(
-        scheduler=diffusers.FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=vae(stages=5, res_blocks=0),
-        text_encoder=text_encoder(tok, seed), tokenizer=tok, processor=processor(tok),
-        transformer=transformer(zero_cond_t=zero_cond_t, layers=layers, heads=heads, seed=seed))
+        scheduler=diffusers.FlowMatchEulerDiscreteScheduler(**SCHEDULER),
+        vae=vae(stages=5, res_blocks=0),
+        text_encoder=text_encoder(tok, seed),
+        tokenizer=tok,
+        processor=processor(tok),
+        transformer=transformer(zero_cond_t=zero_cond_t, layers=layers, heads=heads, seed=seed),
+    )
     pipe.save_pretrained(outdir, safe_serialization=True)
 
 

@@ -18,10 +18,19 @@ DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deploym
 PIPELINE = Pipeline(
     name="qwen_image_21",
     description="Qwen-Image-2.1: Qwen3-VL -> QwenImage21Transformer2DModel (block-causal, true CFG; "
-                "condition-image edits) -> VAE",
+    "condition-image edits) -> VAE",
     matches=lambda f: f.diffusers_class == "QwenImage21Pipeline",
-    stages=[StageSpec(0, kind="diffusion", adapter=QwenImage21Adapter, output="image", can_output="image,latent",
-                      final=True, default_params={"num_inference_steps": 40})],
+    stages=[
+        StageSpec(
+            0,
+            kind="diffusion",
+            adapter=QwenImage21Adapter,
+            output="image",
+            can_output="image,latent",
+            final=True,
+            default_params={"num_inference_steps": 40},
+        )
+    ],
     # output_resolution: the default side length and the area condition images are resized to (default 1024)
     extra_body_params={"output_resolution": int},
     deploy_file=DEPLOY,

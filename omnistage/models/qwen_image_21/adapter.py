@@ -77,13 +77,16 @@ class QwenImage21Adapter(DiffusersAdapter):
         if p.strength is not None:
             raise InvalidRequestError("strength", "not used by Qwen-Image-2.1 (no image-to-image)")
         if p.max_sequence_length is not None:
-            raise InvalidRequestError("max_sequence_length", "Qwen-Image-2.1 encodes the whole prompt (no limit "
-                                      "to set)")
+            raise InvalidRequestError(
+                "max_sequence_length", "Qwen-Image-2.1 encodes the whole prompt (no limit to set)"
+            )
         scale = p.true_cfg_scale if p.true_cfg_scale is not None else DEFAULT_TRUE_CFG
         if scale > 1 and job.negative_prompt is None:
             # diffusers would quietly skip the negative pass; an explicit scale without one is refused instead
-            raise InvalidRequestError("negative_prompt", f"true_cfg_scale={scale} > 1 needs a negative prompt "
-                                      "(true CFG runs a second pass on it; \" \" will do)")
+            raise InvalidRequestError(
+                "negative_prompt",
+                f'true_cfg_scale={scale} > 1 needs a negative prompt (true CFG runs a second pass on it; " " will do)',
+            )
         job.extra["inputs"] = self.condition_images(job) if job.images else []
         self.check_size(job)
         job.cfg = scale > 1 and job.negative_prompt is not None
@@ -104,23 +107,28 @@ class QwenImage21Adapter(DiffusersAdapter):
         for name, default in (("height", height), ("width", width)):
             value = getattr(job.params, name) or default
             if value % m or value <= 0:
-                raise InvalidRequestError(name, f"{value} is not a positive multiple of {m} (VAE factor "
-                                          f"{self.pipe.vae_scale_factor} x 2x2 slots)")
+                raise InvalidRequestError(
+                    name,
+                    f"{value} is not a positive multiple of {m} (VAE factor {self.pipe.vae_scale_factor} x 2x2 slots)",
+                )
             setattr(job, name, int(value))
 
     def condition_images(self, job: DiffusionJob) -> list[tuple[Any, int, int]]:
         """Each condition image as the pipeline prepares it (RGBA), with its fitted size (width, height)."""
         if len(job.images) > MAX_IMAGES:
-            raise InvalidRequestError("multi_modal_data.image", f"{len(job.images)} condition images; at most "
-                                      f"{MAX_IMAGES}")
+            raise InvalidRequestError(
+                "multi_modal_data.image", f"{len(job.images)} condition images; at most {MAX_IMAGES}"
+            )
         area = job.extra["resolution"] ** 2
         out = []
         for image in job.images:
             image = image if image.mode == "RGBA" else image.convert("RGBA")
             w, h = fit(area, image.size[0] / image.size[1])
             if not (w and h):
-                raise InvalidRequestError("multi_modal_data.image", f"a {image.size[0]}x{image.size[1]} image "
-                                          "fits no size at this output_resolution")
+                raise InvalidRequestError(
+                    "multi_modal_data.image",
+                    f"a {image.size[0]}x{image.size[1]} image fits no size at this output_resolution",
+                )
             out.append((image, w, h))
         return out
 
@@ -130,7 +138,7 @@ class QwenImage21Adapter(DiffusersAdapter):
         pipe = self.pipe
         images = [self.encoder_image(im, w, h) for im, w, h in job.extra["inputs"]]
         ids = pipe.processor(text=[self.template(prompt, len(images))], images=images or None)["input_ids"][0]
-        return tuple(int(i) == pipe._img_token_id for i in ids[pipe._drop_idx:])
+        return tuple(int(i) == pipe._img_token_id for i in ids[pipe._drop_idx :])
 
     def template(self, prompt: str, n_images: int) -> str:
         """The pipeline's chat template with ``n_images`` image placeholders; "" is encoded as " ", as diffusers."""
@@ -138,8 +146,9 @@ class QwenImage21Adapter(DiffusersAdapter):
         if not n_images:
             return pipe.prompt_template_t2i.format(prompt or " ")
         slot = "<image1><|vision_start|><|image_pad|><|vision_end|>"
-        slots = slot + "".join(f" <image{i}><|vision_start|><|image_pad|><|vision_end|>"
-                               for i in range(2, n_images + 1))
+        slots = slot + "".join(
+            f" <image{i}><|vision_start|><|image_pad|><|vision_end|>" for i in range(2, n_images + 1)
+        )
         return pipe.prompt_template_ti2i.replace(slot, slots).format(prompt or " ")
 
     def encoder_image(self, image: Any, width: int, height: int) -> Any:
@@ -224,9 +233,15 @@ class QwenImage21Adapter(DiffusersAdapter):
         tr = self.pipe.transformer
         shapes = [(1, int(h), int(w)) for h, w in cond[GRID][0]]
         hidden = torch.cat([cond[IMAGES], x], dim=1) if IMAGES in cond else x  # condition images first
-        out = tr(hidden_states=hidden, timestep=t.to(x.dtype) / 1000, encoder_hidden_states=cond[TEXT],
-                 img_shapes=[shapes] * x.shape[0], img_mask=cond[SLOTS], return_dict=False)[0]
-        return out[:, -x.shape[1]:]
+        out = tr(
+            hidden_states=hidden,
+            timestep=t.to(x.dtype) / 1000,
+            encoder_hidden_states=cond[TEXT],
+            img_shapes=[shapes] * x.shape[0],
+            img_mask=cond[SLOTS],
+            return_dict=False,
+        )[0]
+        return out[:, -x.shape[1] :]
 
     def block_layouts(self) -> list[BlockLayout]:
         """One stream of joint tokens (text, condition images, target) through every block; the shared

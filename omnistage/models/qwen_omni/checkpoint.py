@@ -43,7 +43,7 @@ def read_tensors(folder: str | Path, prefix: str) -> dict[str, torch.Tensor]:
     for path, names in by_file.items():
         with safe_open(str(path), "pt") as f:
             for name in names:
-                out[name[len(prefix):]] = f.get_tensor(name)
+                out[name[len(prefix) :]] = f.get_tensor(name)
     return out
 
 

@@ -61,8 +61,10 @@ class Code2WavAdapter:
         params = item.params if isinstance(item.params, dict) else {}
         unknown = sorted(set(params) - PARAM_KEYS)
         if unknown:
-            raise InvalidRequestError("sampling_params_list[2]", f"unknown field(s) {', '.join(unknown)} for code2wav "
-                                      f"(it takes {', '.join(sorted(PARAM_KEYS))})")
+            raise InvalidRequestError(
+                "sampling_params_list[2]",
+                f"unknown field(s) {', '.join(unknown)} for code2wav (it takes {', '.join(sorted(PARAM_KEYS))})",
+            )
         for key in ("chunk_frames", "initial_codec_chunk_frames"):
             n = params.get(key)
             if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
@@ -73,8 +75,9 @@ class Code2WavAdapter:
             return torch.empty(k, 0, dtype=torch.long)
         codes = torch.as_tensor(codes)
         if codes.dim() != 2 or codes.shape[0] != k or codes.dtype not in (torch.int64, torch.int32):
-            raise InvalidRequestError("codes", f"expected an integer tensor [{k}, frames], got {tuple(codes.shape)} "
-                                      f"{codes.dtype}")
+            raise InvalidRequestError(
+                "codes", f"expected an integer tensor [{k}, frames], got {tuple(codes.shape)} {codes.dtype}"
+            )
         if codes.numel() and (codes.min() < 0 or codes.max() >= self.codebook_size):
             raise InvalidRequestError("codes", f"values must be in 0..{self.codebook_size - 1}")
         return codes.long()
@@ -92,8 +95,9 @@ class Code2WavAdapter:
             if "history" not in st:
                 # frames from `origin` on (the current chunk's window), frames received, current chunk, its
                 # samples already sent
-                st.update(history=torch.empty(self.num_quantizers, 0, dtype=torch.long), origin=0, frames=0,
-                          chunk=0, sent=0)
+                st.update(
+                    history=torch.empty(self.num_quantizers, 0, dtype=torch.long), origin=0, frames=0, chunk=0, sent=0
+                )
             if codes.shape[1] == 0:
                 results[i] = {}
                 continue
@@ -107,14 +111,14 @@ class Code2WavAdapter:
             later = []
             for i, wav in zip(todo, audio):
                 st = items[i].state
-                chunk_audio = wav[self._context(st["chunk"]) * self.upsample:]
-                results[i]["audio"].append(chunk_audio[st["sent"]:])
+                chunk_audio = wav[self._context(st["chunk"]) * self.upsample :]
+                results[i]["audio"].append(chunk_audio[st["sent"] :])
                 st["sent"] = chunk_audio.shape[0]
                 if min(st["frames"], (st["chunk"] + 1) * CHUNK) == (st["chunk"] + 1) * CHUNK:  # chunk complete
                     st["chunk"] += 1
                     st["sent"] = 0
                     start = st["chunk"] * CHUNK - self._context(st["chunk"])
-                    st["history"] = st["history"][:, start - st["origin"]:]
+                    st["history"] = st["history"][:, start - st["origin"] :]
                     st["origin"] = start
                     if st["frames"] > st["chunk"] * CHUNK:
                         later.append(i)
@@ -133,7 +137,7 @@ class Code2WavAdapter:
         """The current chunk's frames received so far, with its left context."""
         start = st["chunk"] * CHUNK - self._context(st["chunk"])
         end = min(st["frames"], (st["chunk"] + 1) * CHUNK)
-        return st["history"][:, start - st["origin"]: end - st["origin"]]
+        return st["history"][:, start - st["origin"] : end - st["origin"]]
 
     @torch.no_grad()
     def _decode(self, windows: list[torch.Tensor]) -> list[torch.Tensor]:

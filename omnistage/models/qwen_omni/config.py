@@ -15,11 +15,21 @@ SAMPLE_RATE = 24000  # code2wav's output rate in the release (1920 samples per 1
 
 # transformers' generate() defaults for the talker (talker_max_new_tokens, talker_do_sample, talker_top_k,
 # talker_top_p, talker_temperature, talker_repetition_penalty), as vLLM SamplingParams keys.
-TALKER_DEFAULTS: dict[str, Any] = {"max_tokens": 4096, "temperature": 0.9, "top_k": 50, "top_p": 1.0,
-                                   "repetition_penalty": 1.05}
+TALKER_DEFAULTS: dict[str, Any] = {
+    "max_tokens": 4096,
+    "temperature": 0.9,
+    "top_k": 50,
+    "top_p": 1.0,
+    "repetition_penalty": 1.05,
+}
 # generation_config.json keys (transformers' names) -> SamplingParams keys
-_GENERATION_KEYS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p",
-                    "repetition_penalty": "repetition_penalty", "max_new_tokens": "max_tokens"}
+_GENERATION_KEYS = {
+    "temperature": "temperature",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "repetition_penalty": "repetition_penalty",
+    "max_new_tokens": "max_tokens",
+}
 
 
 @dataclass(frozen=True)
@@ -42,8 +52,9 @@ class OmniConfig:
 
         name = DEFAULT_SPEAKER if name is None else name
         if not isinstance(name, str) or name.lower() not in self.speakers:
-            raise InvalidRequestError("speaker", f"{name!r} is not one of this model's speakers "
-                                                 f"({', '.join(self.voices) or 'none'})")
+            raise InvalidRequestError(
+                "speaker", f"{name!r} is not one of this model's speakers ({', '.join(self.voices) or 'none'})"
+            )
         return self.speakers[name.lower()]
 
     def sampling_defaults(self, stage: str) -> dict[str, Any]:
@@ -68,12 +79,19 @@ def load_omni_config(folder: str | Path) -> OmniConfig:
     folder = Path(folder)
     raw = read_json(folder / "config.json")
     if ARCHITECTURE not in (raw.get("architectures") or []):
-        raise ValueError(f"{folder / 'config.json'}: architectures {raw.get('architectures')} does not name {ARCHITECTURE}")
+        raise ValueError(
+            f"{folder / 'config.json'}: architectures {raw.get('architectures')} does not name {ARCHITECTURE}"
+        )
     talker = raw.get("talker_config") or {}
     speakers = {str(k).lower(): int(v) for k, v in (talker.get("speaker_id") or {}).items()}
     enable = bool(raw.get("enable_audio_output", True)) and bool(talker)
     thinker = raw.get("thinker_config") or {}
     media = frozenset(int(thinker[k]) for k in ("audio_token_id", "image_token_id", "video_token_id") if k in thinker)
-    return OmniConfig(speakers=speakers, enable_audio_output=enable, generation=read_json(folder / "generation_config.json"),
-                      dtype=raw.get("dtype") or raw.get("torch_dtype"), media_token_ids=media,
-                      accept_hidden_layer=int(talker.get("accept_hidden_layer", 0)))
+    return OmniConfig(
+        speakers=speakers,
+        enable_audio_output=enable,
+        generation=read_json(folder / "generation_config.json"),
+        dtype=raw.get("dtype") or raw.get("torch_dtype"),
+        media_token_ids=media,
+        accept_hidden_layer=int(talker.get("accept_hidden_layer", 0)),
+    )

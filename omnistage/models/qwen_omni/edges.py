@@ -53,8 +53,12 @@ def thinker_to_talker(source: dict[str, Any], request: Any) -> dict[str, Any]:
     media = source.get("talker_media")
     if isinstance(media, list):
         media = media[0] if media else None
-    return {"prompt_token_ids": _ids(prompt), "token_ids": _ids(source.get("token_ids")),
-            "speaker": request_speaker(request), "media": media}
+    return {
+        "prompt_token_ids": _ids(prompt),
+        "token_ids": _ids(source.get("token_ids")),
+        "speaker": request_speaker(request),
+        "media": media,
+    }
 
 
 def first_chunk(delta: dict[str, Any], state: dict[str, Any], speaker: str | None) -> dict[str, Any]:

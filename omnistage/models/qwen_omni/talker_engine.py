@@ -50,8 +50,10 @@ def talker_sampling(params: Any, defaults: Mapping[str, Any] = TALKER_DEFAULTS):
     params = dict(params or {})
     unknown = sorted(set(params) - PARAM_KEYS)
     if unknown:
-        raise InvalidRequestError("sampling_params_list[1]", f"unknown field(s) {', '.join(unknown)} for the talker "
-                                  f"(it takes {', '.join(sorted(PARAM_KEYS))})")
+        raise InvalidRequestError(
+            "sampling_params_list[1]",
+            f"unknown field(s) {', '.join(unknown)} for the talker (it takes {', '.join(sorted(PARAM_KEYS))})",
+        )
     merged = {**defaults, **{k: v for k, v in params.items() if v is not None}}
 
     def number(name: str, lo: float | None = None, strict_lo: bool = False, integer: bool = False) -> Any:
@@ -70,8 +72,9 @@ def talker_sampling(params: Any, defaults: Mapping[str, Any] = TALKER_DEFAULTS):
     penalty = float(number("repetition_penalty", 0, strict_lo=True))
     max_tokens = int(number("max_tokens", 1, integer=True))
     generator = request_generator(temperature, merged.get("seed"))
-    sampling = Sampling(temperature=temperature, top_k=max(0, top_k), top_p=top_p,
-                        repetition_penalty=penalty, generator=generator)
+    sampling = Sampling(
+        temperature=temperature, top_k=max(0, top_k), top_p=top_p, repetition_penalty=penalty, generator=generator
+    )
     return sampling, max_tokens, merged.get("speaker")
 
 
@@ -143,7 +146,7 @@ class TalkerEngine(StepEngine):
         said more follow (``reply_continues``, thinker.py); otherwise the talker reads it once the next exists."""
         cfg = self.model.config
         start = self.model.assistant_start(r.prompt_ids, cfg.im_start_token_id, cfg.assistant_token_id)
-        return r.prompt_ids[start:] + r.reply[:max(len(r.reply) - 1, r.fed)]
+        return r.prompt_ids[start:] + r.reply[: max(len(r.reply) - 1, r.fed)]
 
     def _head(self, r: _Req) -> list[int] | None:
         """The assistant turn's first 4 tokens, once known."""
@@ -233,7 +236,7 @@ class TalkerEngine(StepEngine):
         for i, r in enumerate(rs):
             r.step += 1
             r.sampled += 1
-            emits.append(Emit({"token_ids": frames[i:i + 1].clone()}, tokens=1, finish=self._finish_reason(r)))
+            emits.append(Emit({"token_ids": frames[i : i + 1].clone()}, tokens=1, finish=self._finish_reason(r)))
         return emits
 
     def _finish_reason(self, r: _Req) -> str | None:

@@ -69,11 +69,12 @@ class TalkerModel:
         self.num_layers = tc.text_config.num_hidden_layers
         vocab = tc.text_config.vocab_size
         self.suppress = torch.zeros(vocab, dtype=torch.bool, device=device)
-        self.suppress[vocab - 1024:] = True  # control codes are never sampled, except the end of speech
+        self.suppress[vocab - 1024 :] = True  # control codes are never sampled, except the end of speech
         self.suppress[self.codec_eos] = False
         with torch.no_grad():
-            bos, eos, pad = self.project_text([config.tts_bos_token_id, config.tts_eos_token_id,
-                                               config.tts_pad_token_id])
+            bos, eos, pad = self.project_text(
+                [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]
+            )
         self.tts_bos, self.tts_eos, self.tts_pad = bos, eos, pad
         th = config.thinker_config
         self.media_id_set = {th.audio_token_id, th.image_token_id, th.video_token_id}
@@ -129,8 +130,9 @@ class TalkerModel:
                 return i
         raise ValueError("the thinker prompt has no '<|im_start|>assistant' turn to speak")
 
-    def prefill_input(self, prompt_ids: list[int], head: list[int], speaker_id: int,
-                      media: dict | None = None) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+    def prefill_input(
+        self, prompt_ids: list[int], head: list[int], speaker_id: int, media: dict | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
         """(embeds [L, H], positions [3, L] or None for plain text positions, rope delta): user part +
         assistant head (``head``: the 4 first tokens of the assistant turn). With media the positions are the
         talker's own ``get_rope_index`` over its input ids (user ids + ``tts_pad`` for the head) and the media
@@ -140,34 +142,59 @@ class TalkerModel:
         user, user_ids = self.user_part(prompt_ids, media)
         text = self.project_text(head)
         text = torch.cat([text[:3], self.tts_pad.expand(4, -1), self.tts_bos.unsqueeze(0), text[3:4]], dim=0)
-        codes = torch.tensor([tc.codec_nothink_id, tc.codec_think_bos_id, tc.codec_think_eos_id, speaker_id,
-                              tc.codec_pad_id, tc.codec_bos_id], device=self.device)
+        codes = torch.tensor(
+            [
+                tc.codec_nothink_id,
+                tc.codec_think_bos_id,
+                tc.codec_think_eos_id,
+                speaker_id,
+                tc.codec_pad_id,
+                tc.codec_bos_id,
+            ],
+            device=self.device,
+        )
         codec = torch.cat([text.new_zeros(3, text.shape[-1]), self.talker.get_input_embeddings()(codes)], dim=0)
         embeds = torch.cat([user, text + codec], dim=0)
         if media is None or not any(t in self.media_id_set for t in user_ids):
             return embeds, None, 0
         ids = torch.tensor([user_ids + [self.config.tts_pad_token_id] * text.shape[0]], device=self.device)
         positions, delta = self.talker.get_rope_index(
-            ids, _on(media.get("image_grid_thw"), self.device), _on(media.get("video_grid_thw"), self.device),
-            torch.ones_like(ids), False, _on(media.get("audio_feature_lengths"), self.device),
-            _on(media.get("video_second_per_grid"), self.device))
+            ids,
+            _on(media.get("image_grid_thw"), self.device),
+            _on(media.get("video_grid_thw"), self.device),
+            torch.ones_like(ids),
+            False,
+            _on(media.get("audio_feature_lengths"), self.device),
+            _on(media.get("video_second_per_grid"), self.device),
+        )
         return embeds, positions[:, 0], int(delta.reshape(-1)[0])
 
     # ------------------------------------------------------------------ steps
 
-    def _forward(self, rows: list[Row], embeds: torch.Tensor, positions: torch.Tensor | None = None,
-                 lengths: list[int] | None = None) -> torch.Tensor:
+    def _forward(
+        self,
+        rows: list[Row],
+        embeds: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        lengths: list[int] | None = None,
+    ) -> torch.Tensor:
         """One talker forward of ``embeds`` [B, T, H] (row i continues its own cache; ``positions`` [3, B, T]
         when given, else each row's next text positions; ``lengths``: row i's real tokens when the rows are
         right-padded to T); returns each row's last real position's normed hidden state [B, H]."""
         cache = StepCache([r.kv for r in rows], lengths or embeds.shape[1])
         if positions is None:
             t = torch.arange(embeds.shape[1], device=self.device)
-            pos = torch.stack([torch.tensor(s + r.rope_delta, device=self.device) + t
-                               for s, r in zip(cache.starts, rows)])  # [B, T]
+            pos = torch.stack(
+                [torch.tensor(s + r.rope_delta, device=self.device) + t for s, r in zip(cache.starts, rows)]
+            )  # [B, T]
             positions = pos.unsqueeze(0).expand(3, -1, -1)
-        out = self.talker.model(inputs_embeds=embeds, position_ids=positions,
-                                attention_mask=cache.mask(self.device), past_key_values=cache, use_cache=True)
+        out = self.talker.model(
+            inputs_embeds=embeds,
+            position_ids=positions,
+            attention_mask=cache.mask(self.device),
+            past_key_values=cache,
+            use_cache=True,
+        )
         cache.commit()
         if lengths is None:
             return out.last_hidden_state[:, -1]
@@ -183,7 +210,9 @@ class TalkerModel:
             row.hidden = hidden[i]
 
     @torch.no_grad()
-    def prefill(self, row: Row, embeds: torch.Tensor, positions: torch.Tensor | None = None, rope_delta: int = 0) -> None:
+    def prefill(
+        self, row: Row, embeds: torch.Tensor, positions: torch.Tensor | None = None, rope_delta: int = 0
+    ) -> None:
         """Run one request's prefill (``embeds`` [L, H]; ``positions`` [3, L], or None for text positions) and
         sample its first codebook-0 code; later steps sit at cache length + ``rope_delta`` on every axis."""
         self.prefill_batch([row], [(embeds, positions, rope_delta)])
@@ -204,7 +233,7 @@ class TalkerModel:
                 positions[:, i] = t
             else:  # the row's M-RoPE positions, then (padding, never attended) counting on
                 positions[:, i, : lengths[i]] = pos
-                positions[:, i, lengths[i]:] = pos[:, -1:] + 1 + t[: longest - lengths[i]]
+                positions[:, i, lengths[i] :] = pos[:, -1:] + 1 + t[: longest - lengths[i]]
         self._sample_code0(rows, self._forward(rows, batch, positions, lengths))
 
     @torch.no_grad()
@@ -232,8 +261,10 @@ class TalkerModel:
         for g in range(self.num_groups - 1):
             h = predictor.model(inputs_embeds=x, past_key_values=cache, use_cache=True).last_hidden_state[:, -1]
             logits = predictor.lm_head[g](h).float()
-            nxt = torch.tensor([sample(logits[i], r.sampling, None, None, predictor_defaults=True)
-                                for i, r in enumerate(rows)], device=self.device)
+            nxt = torch.tensor(
+                [sample(logits[i], r.sampling, None, None, predictor_defaults=True) for i, r in enumerate(rows)],
+                device=self.device,
+            )
             codes.append(nxt)
             emb = embedding[g](nxt)
             embeds.append(emb)
@@ -246,8 +277,13 @@ def _on(value, device: str) -> torch.Tensor | None:
     return None if value is None else torch.as_tensor(value).to(device)
 
 
-def sample(logits: torch.Tensor, s: Sampling, history: list[int] | None, suppress: torch.Tensor | None,
-           predictor_defaults: bool = False) -> int:
+def sample(
+    logits: torch.Tensor,
+    s: Sampling,
+    history: list[int] | None,
+    suppress: torch.Tensor | None,
+    predictor_defaults: bool = False,
+) -> int:
     """One token from float32 ``logits`` [V] in transformers' processor order (repetition penalty,
     suppressed tokens, temperature, top-k, top-p). The code predictor samples with transformers'
     defaults for it (top-k 50, top-p 0.8, temperature 1) whenever the talker samples."""

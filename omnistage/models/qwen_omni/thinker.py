@@ -75,10 +75,13 @@ def media_grids(engine_input: Mapping[str, Any]) -> dict[str, Any]:
         return torch.stack([torch.as_tensor(v) for v in found]) if found else None
 
     in_video = values("video", "use_audio_in_video")
-    return {"image_grid_thw": stacked("image", "image_grid_thw"), "video_grid_thw": stacked("video", "video_grid_thw"),
-            "video_second_per_grid": stacked("video", "second_per_grid_ts"),
-            "audio_feature_lengths": stacked("audio", "audio_feature_lengths"),
-            "use_audio_in_video": bool(in_video and bool(in_video[0]))}
+    return {
+        "image_grid_thw": stacked("image", "image_grid_thw"),
+        "video_grid_thw": stacked("video", "video_grid_thw"),
+        "video_second_per_grid": stacked("video", "second_per_grid_ts"),
+        "audio_feature_lengths": stacked("audio", "audio_feature_lengths"),
+        "use_audio_in_video": bool(in_video and bool(in_video[0])),
+    }
 
 
 class OmniThinkerEngine(LLMStageEngine):
@@ -90,8 +93,11 @@ class OmniThinkerEngine(LLMStageEngine):
     def __init__(self, ctx: StageContext, defaults: dict[str, Any], feeds_talker: bool):
         super().__init__(ctx)
         self.defaults = defaults
-        self.rows_dir = tempfile.mkdtemp(prefix="omnistage-thinker-rows-", dir=_SHM if os.path.isdir(_SHM) else None) \
-            if feeds_talker else None
+        self.rows_dir = (
+            tempfile.mkdtemp(prefix="omnistage-thinker-rows-", dir=_SHM if os.path.isdir(_SHM) else None)
+            if feeds_talker
+            else None
+        )
         self._rows: dict[str, str] = {}  # request id -> its rows' file
         self._grids: dict[str, dict[str, Any]] = {}  # request id -> its media grids, until taken
         self.rows_read = 0  # requests whose rows went to the talker
@@ -139,8 +145,12 @@ class OmniThinkerEngine(LLMStageEngine):
         if isinstance(req.params, Mapping):  # the checkpoint's generation config under the request's values
             req = replace(req, params={**self.defaults, **req.params})
         inputs = req.inputs
-        if isinstance(inputs.get("prompt"), str) and inputs.get("messages") is None \
-                and inputs.get("prompt_token_ids") is None and not inputs.get("multi_modal_data"):
+        if (
+            isinstance(inputs.get("prompt"), str)
+            and inputs.get("messages") is None
+            and inputs.get("prompt_token_ids") is None
+            and not inputs.get("multi_modal_data")
+        ):
             chat = {k: v for k, v in inputs.items() if k != "prompt"}
             chat["messages"] = [{"role": "user", "content": inputs["prompt"]}]
             req = replace(req, inputs=chat)

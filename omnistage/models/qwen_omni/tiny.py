@@ -28,8 +28,14 @@ import string
 from pathlib import Path
 
 SPEAKERS = {"chelsie": 2301, "ethan": 2302, "aiden": 2303}  # the release's talker speaker ids
-CODEC = {"codec_pad_id": 2148, "codec_bos_id": 2149, "codec_eos_token_id": 2150,
-         "codec_nothink_id": 2155, "codec_think_bos_id": 2156, "codec_think_eos_id": 2157}
+CODEC = {
+    "codec_pad_id": 2148,
+    "codec_bos_id": 2149,
+    "codec_eos_token_id": 2150,
+    "codec_nothink_id": 2155,
+    "codec_think_bos_id": 2156,
+    "codec_think_eos_id": 2157,
+}
 TALKER_VOCAB = 3072
 CODEBOOK = 2048
 CODE_GROUPS = 4
@@ -40,15 +46,29 @@ MEL_BINS = 128
 N_WINDOW = 50
 
 SPECIAL_TOKENS = [
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>",
-    "<|audio_start|>", "<|audio_end|>", "<|audio_pad|>",
-    "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>",
-    "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>", "<tts_text_bos_single>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|audio_start|>",
+    "<|audio_end|>",
+    "<|audio_pad|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tts_pad>",
+    "<tts_text_bos>",
+    "<tts_text_eod>",
+    "<tts_text_bos_single>",
 ]
 NAMED_TOKENS = {  # tokenizer attributes Qwen3OmniMoeProcessor reads
-    "image_token": "<|image_pad|>", "audio_token": "<|audio_pad|>", "video_token": "<|video_pad|>",
-    "vision_bos_token": "<|vision_start|>", "vision_eos_token": "<|vision_end|>",
-    "audio_bos_token": "<|audio_start|>", "audio_eos_token": "<|audio_end|>",
+    "image_token": "<|image_pad|>",
+    "audio_token": "<|audio_pad|>",
+    "video_token": "<|video_pad|>",
+    "vision_bos_token": "<|vision_start|>",
+    "vision_eos_token": "<|vision_end|>",
+    "audio_bos_token": "<|audio_start|>",
+    "audio_eos_token": "<|audio_end|>",
 }
 
 # The release's template, cut to what the tiny model needs: ChatML turns, media placeholders
@@ -80,8 +100,9 @@ def train_tokenizer(vocab_size: int = 400):
     the release: the talker finds the user turns by the token after ``<|im_start|>``."""
     from transformers import Qwen2Tokenizer
 
-    tok = Qwen2Tokenizer().train_new_from_iterator(_CORPUS * 40, vocab_size=vocab_size,
-                                                   new_special_tokens=SPECIAL_TOKENS)
+    tok = Qwen2Tokenizer().train_new_from_iterator(
+        _CORPUS * 40, vocab_size=vocab_size, new_special_tokens=SPECIAL_TOKENS
+    )
     for role in ("system", "user", "assistant"):
         ids = tok.encode(role, add_special_tokens=False)
         if len(ids) != 1:
@@ -96,59 +117,158 @@ def build_config(tok):
     from transformers import Qwen3OmniMoeConfig
 
     ids = tok.convert_tokens_to_ids
+
     def role(r):
         return tok.encode(r, add_special_tokens=False)[0]
-    rope = {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [6, 5, 5],
-            "interleaved": True, "mrope_interleaved": True}
-    media = {"audio_token_id": ids("<|audio_pad|>"), "image_token_id": ids("<|image_pad|>"),
-             "video_token_id": ids("<|video_pad|>")}
+
+    rope = {
+        "rope_type": "default",
+        "rope_theta": 1000000.0,
+        "mrope_section": [6, 5, 5],
+        "interleaved": True,
+        "mrope_interleaved": True,
+    }
+    media = {
+        "audio_token_id": ids("<|audio_pad|>"),
+        "image_token_id": ids("<|image_pad|>"),
+        "video_token_id": ids("<|video_pad|>"),
+    }
     eos = ids("<|im_end|>")
     pad = ids("<|endoftext|>")
     wide = 0.3  # a wide init gives peaked logits, so greedy choices are not near-ties
     thinker = dict(
-        audio_config=dict(num_mel_bins=MEL_BINS, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64,
-                          d_model=HEAD_DIM, output_dim=HIDDEN, n_window=N_WINDOW, n_window_infer=400,
-                          downsample_hidden_size=8, max_source_positions=1500, conv_chunksize=500,
-                          initializer_range=wide),
-        vision_config=dict(depth=2, hidden_size=HEAD_DIM, intermediate_size=64, num_heads=2, patch_size=16,
-                           spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=HIDDEN,
-                           num_position_embeddings=64, deepstack_visual_indexes=[0], initializer_range=wide,
-                           # both in the release's config; vLLM's vision tower reads them (transformers does not)
-                           image_size=8 * 16, apply_vit_abs_pos_embed=True),
-        text_config=dict(vocab_size=len(tok), hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=3,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=HEAD_DIM, moe_intermediate_size=32,
-                         num_experts=4, num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=2048,
-                         rope_parameters=dict(rope), initializer_range=wide, pad_token_id=pad, eos_token_id=eos,
-                         tie_word_embeddings=False),
-        audio_start_token_id=ids("<|audio_start|>"), vision_start_token_id=ids("<|vision_start|>"),
+        audio_config=dict(
+            num_mel_bins=MEL_BINS,
+            encoder_layers=1,
+            encoder_attention_heads=2,
+            encoder_ffn_dim=64,
+            d_model=HEAD_DIM,
+            output_dim=HIDDEN,
+            n_window=N_WINDOW,
+            n_window_infer=400,
+            downsample_hidden_size=8,
+            max_source_positions=1500,
+            conv_chunksize=500,
+            initializer_range=wide,
+        ),
+        vision_config=dict(
+            depth=2,
+            hidden_size=HEAD_DIM,
+            intermediate_size=64,
+            num_heads=2,
+            patch_size=16,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            out_hidden_size=HIDDEN,
+            num_position_embeddings=64,
+            deepstack_visual_indexes=[0],
+            initializer_range=wide,
+            # both in the release's config; vLLM's vision tower reads them (transformers does not)
+            image_size=8 * 16,
+            apply_vit_abs_pos_embed=True,
+        ),
+        text_config=dict(
+            vocab_size=len(tok),
+            hidden_size=HIDDEN,
+            intermediate_size=2 * HIDDEN,
+            num_hidden_layers=3,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=HEAD_DIM,
+            moe_intermediate_size=32,
+            num_experts=4,
+            num_experts_per_tok=2,
+            norm_topk_prob=True,
+            max_position_embeddings=2048,
+            rope_parameters=dict(rope),
+            initializer_range=wide,
+            pad_token_id=pad,
+            eos_token_id=eos,
+            tie_word_embeddings=False,
+        ),
+        audio_start_token_id=ids("<|audio_start|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
         # in the release's config and read by vLLM's use_audio_in_video processing (transformers does not)
-        audio_end_token_id=ids("<|audio_end|>"), vision_end_token_id=ids("<|vision_end|>"), seconds_per_chunk=2,
-        user_token_id=role("user"), position_id_per_seconds=13, initializer_range=wide, **media,
+        audio_end_token_id=ids("<|audio_end|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
+        seconds_per_chunk=2,
+        user_token_id=role("user"),
+        position_id_per_seconds=13,
+        initializer_range=wide,
+        **media,
     )
     talker = dict(
-        text_config=dict(vocab_size=TALKER_VOCAB, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=HEAD_DIM,
-                         moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=4,
-                         num_experts_per_tok=2, norm_topk_prob=False, max_position_embeddings=4096,
-                         rope_parameters=dict(rope), initializer_range=wide),
-        code_predictor_config=dict(vocab_size=CODEBOOK, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
-                                   num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                                   head_dim=HEAD_DIM, num_code_groups=CODE_GROUPS, max_position_embeddings=64,
-                                   initializer_range=wide),
-        num_code_groups=CODE_GROUPS, thinker_hidden_size=HIDDEN, accept_hidden_layer=2, speaker_id=dict(SPEAKERS),
-        vision_start_token_id=ids("<|vision_start|>"), audio_start_token_id=ids("<|audio_start|>"),
-        position_id_per_seconds=13, spatial_merge_size=2, initializer_range=wide, **media, **CODEC,
+        text_config=dict(
+            vocab_size=TALKER_VOCAB,
+            hidden_size=HIDDEN,
+            intermediate_size=2 * HIDDEN,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=HEAD_DIM,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+            num_experts=4,
+            num_experts_per_tok=2,
+            norm_topk_prob=False,
+            max_position_embeddings=4096,
+            rope_parameters=dict(rope),
+            initializer_range=wide,
+        ),
+        code_predictor_config=dict(
+            vocab_size=CODEBOOK,
+            hidden_size=HIDDEN,
+            intermediate_size=2 * HIDDEN,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=HEAD_DIM,
+            num_code_groups=CODE_GROUPS,
+            max_position_embeddings=64,
+            initializer_range=wide,
+        ),
+        num_code_groups=CODE_GROUPS,
+        thinker_hidden_size=HIDDEN,
+        accept_hidden_layer=2,
+        speaker_id=dict(SPEAKERS),
+        vision_start_token_id=ids("<|vision_start|>"),
+        audio_start_token_id=ids("<|audio_start|>"),
+        position_id_per_seconds=13,
+        spatial_merge_size=2,
+        initializer_range=wide,
+        **media,
+        **CODEC,
     )
-    code2wav = dict(codebook_size=CODEBOOK, hidden_size=HEAD_DIM, num_attention_heads=2, num_key_value_heads=2,
-                    num_hidden_layers=1, intermediate_size=64, sliding_window=72, num_quantizers=CODE_GROUPS,
-                    upsample_rates=[8, 5, 4, 3], upsampling_ratios=[2, 2], decoder_dim=32,
-                    max_position_embeddings=8000, initializer_range=wide)
+    code2wav = dict(
+        codebook_size=CODEBOOK,
+        hidden_size=HEAD_DIM,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        num_hidden_layers=1,
+        intermediate_size=64,
+        sliding_window=72,
+        num_quantizers=CODE_GROUPS,
+        upsample_rates=[8, 5, 4, 3],
+        upsampling_ratios=[2, 2],
+        decoder_dim=32,
+        max_position_embeddings=8000,
+        initializer_range=wide,
+    )
     return Qwen3OmniMoeConfig(
-        thinker_config=thinker, talker_config=talker, code2wav_config=code2wav, enable_audio_output=True,
-        im_start_token_id=ids("<|im_start|>"), im_end_token_id=eos, tts_pad_token_id=ids("<tts_pad>"),
-        tts_bos_token_id=ids("<tts_text_bos>"), tts_eos_token_id=ids("<tts_text_eod>"),
-        system_token_id=role("system"), user_token_id=role("user"), assistant_token_id=role("assistant"),
-        torch_dtype="float32", architectures=["Qwen3OmniMoeForConditionalGeneration"],
+        thinker_config=thinker,
+        talker_config=talker,
+        code2wav_config=code2wav,
+        enable_audio_output=True,
+        im_start_token_id=ids("<|im_start|>"),
+        im_end_token_id=eos,
+        tts_pad_token_id=ids("<tts_pad>"),
+        tts_bos_token_id=ids("<tts_text_bos>"),
+        tts_eos_token_id=ids("<tts_text_eod>"),
+        system_token_id=role("system"),
+        user_token_id=role("user"),
+        assistant_token_id=role("assistant"),
+        torch_dtype="float32",
+        architectures=["Qwen3OmniMoeForConditionalGeneration"],
     )
 
 
@@ -194,17 +314,40 @@ def _processor_files(outdir: Path, tok) -> None:
     ``preprocessor_config.json``, the video processor, the chat template)."""
     preprocessor = {
         "processor_class": "Qwen3OmniMoeProcessor",
-        "feature_extractor_type": "WhisperFeatureExtractor", "feature_size": MEL_BINS, "sampling_rate": 16000,
-        "hop_length": 160, "chunk_length": 300, "n_fft": 400, "padding_side": "right", "padding_value": 0.0,
-        "return_attention_mask": True, "dither": 0.0,
-        "image_processor_type": "Qwen2VLImageProcessor", "patch_size": 16, "temporal_patch_size": 2,
-        "merge_size": 2, "min_pixels": 32 * 32, "max_pixels": 64 * 64,
-        "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
-        "do_resize": True, "do_rescale": True, "do_normalize": True, "do_convert_rgb": True,
+        "feature_extractor_type": "WhisperFeatureExtractor",
+        "feature_size": MEL_BINS,
+        "sampling_rate": 16000,
+        "hop_length": 160,
+        "chunk_length": 300,
+        "n_fft": 400,
+        "padding_side": "right",
+        "padding_value": 0.0,
+        "return_attention_mask": True,
+        "dither": 0.0,
+        "image_processor_type": "Qwen2VLImageProcessor",
+        "patch_size": 16,
+        "temporal_patch_size": 2,
+        "merge_size": 2,
+        "min_pixels": 32 * 32,
+        "max_pixels": 64 * 64,
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+        "do_resize": True,
+        "do_rescale": True,
+        "do_normalize": True,
+        "do_convert_rgb": True,
     }
-    video = {"video_processor_type": "Qwen2VLVideoProcessor", "processor_class": "Qwen3OmniMoeProcessor",
-             "patch_size": 16, "temporal_patch_size": 2, "merge_size": 2, "min_pixels": 32 * 32,
-             "max_pixels": 64 * 64, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}
+    video = {
+        "video_processor_type": "Qwen2VLVideoProcessor",
+        "processor_class": "Qwen3OmniMoeProcessor",
+        "patch_size": 16,
+        "temporal_patch_size": 2,
+        "merge_size": 2,
+        "min_pixels": 32 * 32,
+        "max_pixels": 64 * 64,
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+    }
     (outdir / "preprocessor_config.json").write_text(json.dumps(preprocessor, indent=2) + "\n")
     (outdir / "video_preprocessor_config.json").write_text(json.dumps(video, indent=2) + "\n")
     (outdir / "chat_template.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}, indent=2) + "\n")

@@ -8,5 +8,6 @@ def register() -> None:
     from vllm import ModelRegistry
 
     if SPEAKING_ARCHITECTURE not in ModelRegistry.get_supported_archs():
-        ModelRegistry.register_model(SPEAKING_ARCHITECTURE,
-                                     "omnistage.models.qwen_omni.vllm_speaking:Qwen3OmniThinkerSpeakingForVLLM")
+        ModelRegistry.register_model(
+            SPEAKING_ARCHITECTURE, "omnistage.models.qwen_omni.vllm_speaking:Qwen3OmniThinkerSpeakingForVLLM"
+        )

@@ -29,8 +29,9 @@ class Qwen3OmniThinkerSpeakingForVLLM(Qwen3OmniMoeThinkerForConditionalGeneratio
         self.set_aux_hidden_state_layers((config.talker_config.accept_hidden_layer,))
         text = self.config.text_config
         # (named as the connector finds it; vLLM orders cache layers by the integer: this one after the decoder's)
-        self.talker_hidden = CacheOnlyAttentionLayer(num_heads=1, head_size=text.hidden_size,
-                                                     prefix=maybe_prefix(prefix, f"{LAYER}.{text.num_hidden_layers}"))
+        self.talker_hidden = CacheOnlyAttentionLayer(
+            num_heads=1, head_size=text.hidden_size, prefix=maybe_prefix(prefix, f"{LAYER}.{text.num_hidden_layers}")
+        )
 
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None, **kwargs) -> torch.Tensor:
         hidden, (accepted,) = super().forward(input_ids, positions, intermediate_tensors, inputs_embeds, **kwargs)

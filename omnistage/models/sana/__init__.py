@@ -21,8 +21,17 @@ PIPELINE = Pipeline(
     name="sana",
     description="Sana: Gemma-2 -> SanaTransformer2DModel (linear attention, CFG, flow DPM-Solver++) -> DC-AE",
     matches=lambda f: f.diffusers_class == "SanaPipeline",
-    stages=[StageSpec(0, kind="diffusion", adapter=SanaAdapter, output="image", can_output="image,latent",
-                      final=True, default_params=dict(DEFAULT_PARAMS))],
+    stages=[
+        StageSpec(
+            0,
+            kind="diffusion",
+            adapter=SanaAdapter,
+            output="image",
+            can_output="image,latent",
+            final=True,
+            default_params=dict(DEFAULT_PARAMS),
+        )
+    ],
     # use_resolution_binning: serve from the nearest trained aspect-ratio bin, resized back (default true)
     extra_body_params={"use_resolution_binning": bool},
     deploy_file=DEPLOY,

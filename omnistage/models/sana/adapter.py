@@ -43,16 +43,24 @@ class SanaAdapter(PixArtSigmaAdapter):
         from diffusers.pipelines.pixart_alpha import pipeline_pixart_sigma as sigma
         from diffusers.pipelines.sana import pipeline_sana as sana
 
-        tables = {128: sana.ASPECT_RATIO_4096_BIN, 64: sigma.ASPECT_RATIO_2048_BIN,
-                  32: alpha.ASPECT_RATIO_1024_BIN, 16: alpha.ASPECT_RATIO_512_BIN}
+        tables = {
+            128: sana.ASPECT_RATIO_4096_BIN,
+            64: sigma.ASPECT_RATIO_2048_BIN,
+            32: alpha.ASPECT_RATIO_1024_BIN,
+            16: alpha.ASPECT_RATIO_512_BIN,
+        }
         return tables.get(self.pipe.transformer.config.sample_size, {})
 
     def _encode(self, prompts: list[str], jobs: list[DiffusionJob], instruction: Any) -> dict[str, torch.Tensor]:
-        embeds, mask, _, _ = self.pipe.encode_prompt(prompts, do_classifier_free_guidance=False,
-                                                     num_images_per_prompt=1, device=self.device,
-                                                     clean_caption=self.clean_caption,
-                                                     max_sequence_length=jobs[0].extra["max_sequence_length"],
-                                                     complex_human_instruction=instruction)
+        embeds, mask, _, _ = self.pipe.encode_prompt(
+            prompts,
+            do_classifier_free_guidance=False,
+            num_images_per_prompt=1,
+            device=self.device,
+            clean_caption=self.clean_caption,
+            max_sequence_length=jobs[0].extra["max_sequence_length"],
+            complex_human_instruction=instruction,
+        )
         return {TEXT: embeds, MASK: mask}
 
     def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
@@ -67,6 +75,11 @@ class SanaAdapter(PixArtSigmaAdapter):
 
     def predict(self, x: torch.Tensor, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
         tr = self.pipe.transformer
-        out = tr(x.to(dtype=tr.dtype), encoder_hidden_states=cond[TEXT].to(dtype=tr.dtype),
-                 encoder_attention_mask=cond[MASK], timestep=t * tr.config.timestep_scale, return_dict=False)[0]
+        out = tr(
+            x.to(dtype=tr.dtype),
+            encoder_hidden_states=cond[TEXT].to(dtype=tr.dtype),
+            encoder_attention_mask=cond[MASK],
+            timestep=t * tr.config.timestep_scale,
+            return_dict=False,
+        )[0]
         return self.drop_learned_sigma(out.float())

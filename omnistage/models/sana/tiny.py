@@ -19,8 +19,16 @@ def text_encoder(vocab_size: int, hidden: int = 32):
 
     # long positions: the prompt is prefixed with the pipeline's complex_human_instruction, which a tiny
     # vocabulary splits into many tokens
-    cfg = Gemma2Config(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
-                       num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=8192)
+    cfg = Gemma2Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=8192,
+    )
     return Gemma2Model(cfg).eval()
 
 
@@ -29,9 +37,18 @@ def transformer(*, sample_size: int = 16, caption_dim: int = 32):
 
     # sample size 16 selects diffusers' 512-pixel resolution bins (Sana-600M-512px's)
     return SanaTransformer2DModel(
-        in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=8, num_layers=1,
-        num_cross_attention_heads=2, cross_attention_head_dim=8, cross_attention_dim=16, caption_channels=caption_dim,
-        sample_size=sample_size, patch_size=1).eval()
+        in_channels=4,
+        out_channels=4,
+        num_attention_heads=2,
+        attention_head_dim=8,
+        num_layers=1,
+        num_cross_attention_heads=2,
+        cross_attention_head_dim=8,
+        cross_attention_dim=16,
+        caption_channels=caption_dim,
+        sample_size=sample_size,
+        patch_size=1,
+    ).eval()
 
 
 def vae():
@@ -39,12 +56,18 @@ def vae():
 
     # six stages: DC-AE's spatial factor 32 (sizes are multiples of 32); attention only in the deepest ones
     return AutoencoderDC(
-        latent_channels=4, attention_head_dim=4, encoder_block_out_channels=(4, 4, 4, 8, 8, 8),
-        decoder_block_out_channels=(4, 4, 4, 8, 8, 8), encoder_layers_per_block=(1,) * 6,
-        decoder_layers_per_block=(1,) * 6, encoder_block_types=("ResBlock",) * 3 + ("EfficientViTBlock",) * 3,
+        latent_channels=4,
+        attention_head_dim=4,
+        encoder_block_out_channels=(4, 4, 4, 8, 8, 8),
+        decoder_block_out_channels=(4, 4, 4, 8, 8, 8),
+        encoder_layers_per_block=(1,) * 6,
+        decoder_layers_per_block=(1,) * 6,
+        encoder_block_types=("ResBlock",) * 3 + ("EfficientViTBlock",) * 3,
         decoder_block_types=("ResBlock",) * 3 + ("EfficientViTBlock",) * 3,
-        encoder_qkv_multiscales=((),) * 3 + ((5,),) * 3, decoder_qkv_multiscales=((),) * 3 + ((5,),) * 3,
-        scaling_factor=0.41407).eval()
+        encoder_qkv_multiscales=((),) * 3 + ((5,),) * 3,
+        decoder_qkv_multiscales=((),) * 3 + ((5,),) * 3,
+        scaling_factor=0.41407,
+    ).eval()
 
 
 def build(outdir: Path) -> None:
@@ -55,8 +78,9 @@ def build(outdir: Path) -> None:
     torch.manual_seed(0)
     tok = tokenizer()
     scheduler = DPMSolverMultistepScheduler(flow_shift=3.0, use_flow_sigmas=True, prediction_type="flow_prediction")
-    pipe = SanaPipeline(tokenizer=tok, text_encoder=text_encoder(len(tok)), vae=vae(), transformer=transformer(),
-                        scheduler=scheduler)
+    pipe = SanaPipeline(
+        tokenizer=tok, text_encoder=text_encoder(len(tok)), vae=vae(), transformer=transformer(), scheduler=scheduler
+    )
     pipe.save_pretrained(outdir, safe_serialization=True)
 
 

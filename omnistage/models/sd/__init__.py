@@ -8,15 +8,28 @@ from omnistage.pipeline import Pipeline, StageSpec
 
 DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment
 
-SD_CLASSES = {"StableDiffusionPipeline", "StableDiffusionImg2ImgPipeline",
-              "StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline"}
+SD_CLASSES = {
+    "StableDiffusionPipeline",
+    "StableDiffusionImg2ImgPipeline",
+    "StableDiffusionXLPipeline",
+    "StableDiffusionXLImg2ImgPipeline",
+}
 
 PIPELINE = Pipeline(
     name="sd",
     description="Stable Diffusion 1.5 / SDXL: CLIP text encoder(s) -> UNet -> VAE",
     matches=lambda f: f.diffusers_class in SD_CLASSES,
-    stages=[StageSpec(0, kind="diffusion", adapter=SDAdapter, output="image", can_output="image,latent", final=True,
-                      default_params={"num_inference_steps": 30, "guidance_scale": 7.5})],
+    stages=[
+        StageSpec(
+            0,
+            kind="diffusion",
+            adapter=SDAdapter,
+            output="image",
+            can_output="image,latent",
+            final=True,
+            default_params={"num_inference_steps": 30, "guidance_scale": 7.5},
+        )
+    ],
     # SDXL micro-conditioning, each a pair of ints (defaults: the output size and (0, 0))
     extra_body_params={"original_size": list, "crops_coords_top_left": list, "target_size": list},
     deploy_file=DEPLOY,

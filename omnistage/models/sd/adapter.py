@@ -37,7 +37,9 @@ class SDAdapter(DiffusersAdapter):
         t_start = 0
         if job.images:
             steps = p.num_inference_steps
-            t_start = max(steps - min(int(steps * job.strength), steps), 0)  # StableDiffusionImg2ImgPipeline.get_timesteps
+            t_start = max(
+                steps - min(int(steps * job.strength), steps), 0
+            )  # StableDiffusionImg2ImgPipeline.get_timesteps
         job.extra["t_start"] = t_start
         self.check_steps(job, t_start)
 
@@ -57,8 +59,9 @@ class SDAdapter(DiffusersAdapter):
         return {"encoder_hidden_states": embeds}
 
     def timesteps(self, job: DiffusionJob) -> None:
-        job.sampler_state = self.sampler.make_state(job.params.num_inference_steps, job.extra["t_start"],
-                                                    device=self.device)
+        job.sampler_state = self.sampler.make_state(
+            job.params.num_inference_steps, job.extra["t_start"], device=self.device
+        )
 
     def init_latents(self, job: DiffusionJob) -> None:
         f = self.pipe.vae_scale_factor
@@ -76,8 +79,15 @@ class SDAdapter(DiffusersAdapter):
 
     def predict(self, x: torch.Tensor, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
         added = {"text_embeds": cond["text_embeds"], "time_ids": cond["time_ids"]} if "time_ids" in cond else None
-        return self.pipe.unet(x, t, encoder_hidden_states=cond["encoder_hidden_states"], timestep_cond=None,
-                              cross_attention_kwargs=None, added_cond_kwargs=added, return_dict=False)[0]
+        return self.pipe.unet(
+            x,
+            t,
+            encoder_hidden_states=cond["encoder_hidden_states"],
+            timestep_cond=None,
+            cross_attention_kwargs=None,
+            added_cond_kwargs=added,
+            return_dict=False,
+        )[0]
 
 
 class SDXLAdapter(SDAdapter):
@@ -89,8 +99,10 @@ class SDXLAdapter(SDAdapter):
         if te2 is not None:  # the six micro-conditioning ids + the pooled text embedding feed add_embedding
             passed = 6 * unet.config.addition_time_embed_dim + te2.config.projection_dim
             if passed != unet.add_embedding.linear_1.in_features:
-                raise ValueError(f"SDXL folder: the UNet's added embedding takes {unet.add_embedding.linear_1.in_features} "
-                                 f"features, but time ids + text_encoder_2 give {passed}")
+                raise ValueError(
+                    f"SDXL folder: the UNet's added embedding takes {unet.add_embedding.linear_1.in_features} "
+                    f"features, but time ids + text_encoder_2 give {passed}"
+                )
 
     def validate_extra(self, job: DiffusionJob) -> None:
         for k in XL_KNOBS:
@@ -99,8 +111,9 @@ class SDXLAdapter(SDAdapter):
                 raise InvalidRequestError(f"extra_args.{k}", f"expected two integers, got {v!r}")
 
     def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
-        embeds, _, pooled, _ = self.pipe.encode_prompt(prompts, device=self.device, num_images_per_prompt=1,
-                                                       do_classifier_free_guidance=False)
+        embeds, _, pooled, _ = self.pipe.encode_prompt(
+            prompts, device=self.device, num_images_per_prompt=1, do_classifier_free_guidance=False
+        )
         return {"encoder_hidden_states": embeds, "text_embeds": pooled}
 
     def embed_negatives(self, jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
@@ -122,8 +135,11 @@ class SDXLAdapter(SDAdapter):
             size = (j.height, j.width)
             extra = j.params.extra_args
             # SDXL's micro-conditioning: original size, crop corner, target size, six ints per row
-            time_ids = [*(extra.get("original_size") or size), *(extra.get("crops_coords_top_left") or (0, 0)),
-                        *(extra.get("target_size") or size)]
+            time_ids = [
+                *(extra.get("original_size") or size),
+                *(extra.get("crops_coords_top_left") or (0, 0)),
+                *(extra.get("target_size") or size),
+            ]
             ids = self.repeat_rows(torch.tensor([time_ids], dtype=pooled.dtype, device=self.device), j.rows)
             j.cond["time_ids"] = ids
             if j.uncond is not None:

@@ -10,17 +10,32 @@ from pathlib import Path
 
 from omnistage.stages.diffusion import tiny_parts as parts
 
-_UNET = dict(block_out_channels=(4, 8), layers_per_block=1, sample_size=32, in_channels=4, out_channels=4,
-             down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"), up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
-             norm_num_groups=2)
+_UNET = dict(
+    block_out_channels=(4, 8),
+    layers_per_block=1,
+    sample_size=32,
+    in_channels=4,
+    out_channels=4,
+    down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+    up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+    norm_num_groups=2,
+)
 
 
 def _vae():
     from diffusers import AutoencoderKL
 
-    return AutoencoderKL(block_out_channels=(4, 4), in_channels=3, out_channels=3, latent_channels=4,
-                         down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
-                         layers_per_block=1, norm_num_groups=1, sample_size=64).eval()
+    return AutoencoderKL(
+        block_out_channels=(4, 4),
+        in_channels=3,
+        out_channels=3,
+        latent_channels=4,
+        down_block_types=("DownEncoderBlock2D",) * 2,
+        up_block_types=("UpDecoderBlock2D",) * 2,
+        layers_per_block=1,
+        norm_num_groups=1,
+        sample_size=64,
+    ).eval()
 
 
 def build_sd15(outdir: Path) -> None:
@@ -29,11 +44,24 @@ def build_sd15(outdir: Path) -> None:
 
     torch.manual_seed(0)
     unet = UNet2DConditionModel(cross_attention_dim=32, attention_head_dim=2, **_UNET).eval()
-    scheduler = PNDMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", skip_prk_steps=True,
-                              steps_offset=1, set_alpha_to_one=False)
-    pipe = StableDiffusionPipeline(vae=_vae(), text_encoder=parts.clip_text_model(with_projection=False),
-                                   tokenizer=parts.clip_tokenizer(), unet=unet, scheduler=scheduler,
-                                   safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+    scheduler = PNDMScheduler(
+        beta_start=0.00085,
+        beta_end=0.012,
+        beta_schedule="scaled_linear",
+        skip_prk_steps=True,
+        steps_offset=1,
+        set_alpha_to_one=False,
+    )
+    pipe = StableDiffusionPipeline(
+        vae=_vae(),
+        text_encoder=parts.clip_text_model(with_projection=False),
+        tokenizer=parts.clip_tokenizer(),
+        unet=unet,
+        scheduler=scheduler,
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
+    )
     pipe.save_pretrained(outdir, safe_serialization=True)
 
 
@@ -46,14 +74,29 @@ def build_sdxl(outdir: Path) -> None:
     )
 
     torch.manual_seed(0)
-    unet = UNet2DConditionModel(cross_attention_dim=64, addition_embed_type="text_time", addition_time_embed_dim=8,
-                                projection_class_embeddings_input_dim=80, attention_head_dim=(2, 4),
-                                use_linear_projection=True, transformer_layers_per_block=(1, 2), **_UNET).eval()
-    scheduler = EulerDiscreteScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
-                                       steps_offset=1, timestep_spacing="leading")
+    unet = UNet2DConditionModel(
+        cross_attention_dim=64,
+        addition_embed_type="text_time",
+        addition_time_embed_dim=8,
+        projection_class_embeddings_input_dim=80,
+        attention_head_dim=(2, 4),
+        use_linear_projection=True,
+        transformer_layers_per_block=(1, 2),
+        **_UNET,
+    ).eval()
+    scheduler = EulerDiscreteScheduler(
+        beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", steps_offset=1, timestep_spacing="leading"
+    )
     tok = parts.clip_tokenizer()
-    pipe = StableDiffusionXLPipeline(vae=_vae(), text_encoder=parts.clip_text_model(with_projection=False),
-                                     text_encoder_2=parts.clip_text_model(with_projection=True), tokenizer=tok,
-                                     tokenizer_2=tok, unet=unet, scheduler=scheduler, force_zeros_for_empty_prompt=True,
-                                     add_watermarker=False)
+    pipe = StableDiffusionXLPipeline(
+        vae=_vae(),
+        text_encoder=parts.clip_text_model(with_projection=False),
+        text_encoder_2=parts.clip_text_model(with_projection=True),
+        tokenizer=tok,
+        tokenizer_2=tok,
+        unet=unet,
+        scheduler=scheduler,
+        force_zeros_for_empty_prompt=True,
+        add_watermarker=False,
+    )
     pipe.save_pretrained(outdir, safe_serialization=True)

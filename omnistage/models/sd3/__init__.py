@@ -14,8 +14,17 @@ PIPELINE = Pipeline(
     name="sd3",
     description="Stable Diffusion 3/3.5: CLIP-L + CLIP-G + T5 -> MMDiT (flow matching) -> VAE",
     matches=lambda f: f.diffusers_class in SD3_CLASSES,
-    stages=[StageSpec(0, kind="diffusion", adapter=SD3Adapter, output="image", can_output="image,latent", final=True,
-                      default_params={"num_inference_steps": 28, "guidance_scale": 7.0})],
+    stages=[
+        StageSpec(
+            0,
+            kind="diffusion",
+            adapter=SD3Adapter,
+            output="image",
+            can_output="image,latent",
+            final=True,
+            default_params={"num_inference_steps": 28, "guidance_scale": 7.0},
+        )
+    ],
     # mu: the flow-matching shift exponent (used when the scheduler has dynamic shifting)
     extra_body_params={"mu": float},
     deploy_file=DEPLOY,

@@ -36,14 +36,18 @@ class SD3Adapter(DiffusersAdapter):
 
     def validate(self, job: DiffusionJob) -> None:
         p = job.params
-        self.validate_size(job, f"VAE factor {self.pipe.vae_scale_factor} x patch size "
-                                f"{self.pipe.transformer.config.patch_size}")
+        self.validate_size(
+            job, f"VAE factor {self.pipe.vae_scale_factor} x patch size {self.pipe.transformer.config.patch_size}"
+        )
         limit = self.max_side()
         for name in ("height", "width"):
             if limit is not None and getattr(job, name) > limit:
-                raise InvalidRequestError(name, f"{getattr(job, name)} exceeds this model's maximum of {limit} "
-                                                f"(pos_embed_max_size {self.pipe.transformer.config.pos_embed_max_size} "
-                                                f"patches x {self.size_multiple()} pixels)")
+                raise InvalidRequestError(
+                    name,
+                    f"{getattr(job, name)} exceeds this model's maximum of {limit} "
+                    f"(pos_embed_max_size {self.pipe.transformer.config.pos_embed_max_size} "
+                    f"patches x {self.size_multiple()} pixels)",
+                )
         msl = p.max_sequence_length or MAX_SEQUENCE_LENGTH
         if msl > T5_LIMIT:
             raise InvalidRequestError("max_sequence_length", f"{msl} exceeds the T5 limit of {T5_LIMIT}")
@@ -67,8 +71,14 @@ class SD3Adapter(DiffusersAdapter):
 
     def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
         embeds, _, pooled, _ = self.pipe.encode_prompt(
-            prompt=prompts, prompt_2=None, prompt_3=None, do_classifier_free_guidance=False, device=self.device,
-            num_images_per_prompt=1, max_sequence_length=jobs[0].extra["max_sequence_length"])
+            prompt=prompts,
+            prompt_2=None,
+            prompt_3=None,
+            do_classifier_free_guidance=False,
+            device=self.device,
+            num_images_per_prompt=1,
+            max_sequence_length=jobs[0].extra["max_sequence_length"],
+        )
         return {"encoder_hidden_states": embeds, "pooled_projections": pooled}
 
     def timesteps(self, job: DiffusionJob) -> None:
@@ -80,8 +90,9 @@ class SD3Adapter(DiffusersAdapter):
             mu = self.dynamic_shift_mu((job.height // f // patch) * (job.width // f // patch))
         if mu is not None:
             kwargs["mu"] = mu
-        job.sampler_state = self.sampler.make_state(job.params.num_inference_steps, job.extra["t_start"],
-                                                    device=self.device, **kwargs)
+        job.sampler_state = self.sampler.make_state(
+            job.params.num_inference_steps, job.extra["t_start"], device=self.device, **kwargs
+        )
 
     def init_latents(self, job: DiffusionJob) -> None:
         f = self.pipe.vae_scale_factor
@@ -98,8 +109,13 @@ class SD3Adapter(DiffusersAdapter):
     # ------------------------------------------------------------- the batched part
 
     def predict(self, x: torch.Tensor, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.pipe.transformer(hidden_states=x, timestep=t, encoder_hidden_states=cond["encoder_hidden_states"],
-                                     pooled_projections=cond["pooled_projections"], return_dict=False)[0]
+        return self.pipe.transformer(
+            hidden_states=x,
+            timestep=t,
+            encoder_hidden_states=cond["encoder_hidden_states"],
+            pooled_projections=cond["pooled_projections"],
+            return_dict=False,
+        )[0]
 
     def block_layouts(self) -> list[BlockLayout]:
         tr = self.pipe.transformer

@@ -45,11 +45,21 @@ PIPELINE = Pipeline(
     matches=None,  # three models: chosen by name, never guessed from a folder
     stages=[
         replace(_recognizer, stage_id=0, output="text", can_output="text+token_ids", final=False),
-        StageSpec(1, kind="llm", name="chat", output="text", can_output="text+token_ids", final=True,
-                  inputs=[Edge(0, process=transcript_into_messages)]),
+        StageSpec(
+            1,
+            kind="llm",
+            name="chat",
+            output="text",
+            can_output="text+token_ids",
+            final=True,
+            inputs=[Edge(0, process=transcript_into_messages)],
+        ),
         replace(_tts_lm, stage_id=2, inputs=[Edge(1, process=reply_to_speech)]),
-        replace(_tts_codec, stage_id=3, inputs=[Edge(2, process=_tts_codec.inputs[0].process,
-                                                     process_chunk=_tts_codec.inputs[0].process_chunk)]),
+        replace(
+            _tts_codec,
+            stage_id=3,
+            inputs=[Edge(2, process=_tts_codec.inputs[0].process, process_chunk=_tts_codec.inputs[0].process_chunk)],
+        ),
     ],
     info={"chat": True, "supports_speed": False, "supports_voice_cloning": False},
     shape_request=to_recognizer,

@@ -31,11 +31,17 @@ def _audio_part(messages: list[Any]) -> tuple[int, int, dict[str, Any]]:
         raise InvalidRequestError("messages", "speech_chat needs a user message with an audio part")
     i = users[-1]
     content = messages[i].get("content")
-    found = [(j, p) for j, p in enumerate(content if isinstance(content, list) else [])
-             if isinstance(p, Mapping) and p.get("type") in AUDIO_PARTS]
+    found = [
+        (j, p)
+        for j, p in enumerate(content if isinstance(content, list) else [])
+        if isinstance(p, Mapping) and p.get("type") in AUDIO_PARTS
+    ]
     if len(found) != 1:
-        raise InvalidRequestError(f"messages[{i}].content", "speech_chat needs exactly one audio part "
-                                  f"(input_audio or audio_url) in the last user message, found {len(found)}")
+        raise InvalidRequestError(
+            f"messages[{i}].content",
+            "speech_chat needs exactly one audio part "
+            f"(input_audio or audio_url) in the last user message, found {len(found)}",
+        )
     return i, found[0][0], found[0][1]
 
 
@@ -100,13 +106,17 @@ def to_recognizer(prompt: dict[str, Any], params: list[Any]) -> None:
         messages = [{"role": "user", "content": [{"type": "input_audio"}]}]
     prompt.pop("prompt", None)
     language = info.get("language") or "en"
-    recognizer = {"multi_modal_data": {"audio": (samples, SAMPLE_RATE)},
-                  "additional_information": {"language": language, "task": "transcribe"}}
+    recognizer = {
+        "multi_modal_data": {"audio": (samples, SAMPLE_RATE)},
+        "additional_information": {"language": language, "task": "transcribe"},
+    }
     to_encoder_decoder(recognizer, params)  # Whisper's own hook: its prompt, its max_tokens default
     prompt.pop("multi_modal_data", None)
     prompt.update(recognizer)
-    prompt["additional_information"] = {**{k: v for k, v in info.items() if k != "language"},
-                                        CONVERSATION_KEY: messages}
+    prompt["additional_information"] = {
+        **{k: v for k, v in info.items() if k != "language"},
+        CONVERSATION_KEY: messages,
+    }
 
 
 def transcript_into_messages(source: dict[str, Any], request: Any) -> dict[str, Any]:

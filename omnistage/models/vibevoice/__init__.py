@@ -46,7 +46,7 @@ def shape_request(prompt: dict[str, Any], params: list[Any]) -> None:
 PIPELINE = Pipeline(
     name="vibevoice",
     description="VibeVoice: LM + diffusion head stream latent frames through the acoustic decoder "
-                "(multi-speaker scripts -> 24 kHz speech)",
+    "(multi-speaker scripts -> 24 kHz speech)",
     matches=lambda folder: folder.omnistage_pipeline is None and ARCHITECTURE in folder.architectures,
     stages=[StageSpec(0, kind="llm", name="speech", output="audio", final=True, engine=speech_engine)],
     info={"sample_rate": SAMPLE_RATE, "chat": True, "supports_speed": False, "supports_voice_cloning": True},

@@ -32,17 +32,22 @@ class VibeVoiceParams:
 
 def checkpoint_defaults(folder: Path) -> dict[str, Any]:
     gen = read_json(folder / "generation_config.json")
-    return {"max_tokens": int(gen.get("max_new_tokens") or MAX_TOKENS),
-            "guidance_scale": float(gen.get("guidance_scale") or 1.0),
-            "num_diffusion_steps": int(gen.get("num_diffusion_steps") or 10)}
+    return {
+        "max_tokens": int(gen.get("max_new_tokens") or MAX_TOKENS),
+        "guidance_scale": float(gen.get("guidance_scale") or 1.0),
+        "num_diffusion_steps": int(gen.get("num_diffusion_steps") or 10),
+    }
 
 
 def parse_params(params: Any, defaults: Mapping[str, Any]) -> VibeVoiceParams:
     p = StageParams(params, defaults, PARAM_KEYS, "VibeVoice's stage", "")
     temperature = p.merged.get("temperature")
     if temperature not in (None, 0, 0.0):  # say so rather than ignore it, as transformers does with a warning
-        raise InvalidRequestError("temperature", "VibeVoice picks its tokens greedily; only temperature 0 is taken "
-                                  "(the seed sets the diffusion head's noise)")
+        raise InvalidRequestError(
+            "temperature",
+            "VibeVoice picks its tokens greedily; only temperature 0 is taken "
+            "(the seed sets the diffusion head's noise)",
+        )
     max_tokens = int(p.number("max_tokens", 1, integer=True))
     steps = int(p.number("num_diffusion_steps", 1, integer=True))
     return VibeVoiceParams(max_tokens, p.seed(), float(p.number("guidance_scale", 0.0)), steps)

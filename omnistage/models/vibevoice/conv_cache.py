@@ -49,6 +49,6 @@ def split(cache: Any, n: int) -> list[PaddingCache]:
     rows = []
     for i in range(n):
         row = PaddingCache()
-        row.layers = {key: _layer(layer.cache[i:i + 1].clone(), layer) for key, layer in cache.layers.items()}
+        row.layers = {key: _layer(layer.cache[i : i + 1].clone(), layer) for key, layer in cache.layers.items()}
         rows.append(row)
     return rows

@@ -52,21 +52,28 @@ class VibeVoiceEngine(StepEngine):
             raise InvalidRequestError("additional_information", "expected an object")
         for name in ("voice", "speaker", "instructions"):
             if info.get(name) is not None:  # no preset voices: a voice is a clip (ref_audio or a registered voice)
-                raise InvalidRequestError(name, "VibeVoice has no preset voices; speakers are 'Speaker N:' lines in "
-                                          "the input, and ref_audio (or a registered voice) voices the first one")
+                raise InvalidRequestError(
+                    name,
+                    "VibeVoice has no preset voices; speakers are 'Speaker N:' lines in "
+                    "the input, and ref_audio (or a registered voice) voices the first one",
+                )
         voice = None
         if info.get("ref_audio") is not None:  # ref_text is not needed: VibeVoice's voice prompt is the clip alone
             if self.model.voice_rate is None:
-                raise InvalidRequestError("ref_audio", "this checkpoint has no processor (feature extractor) for voice "
-                                          "prompts")
+                raise InvalidRequestError(
+                    "ref_audio", "this checkpoint has no processor (feature extractor) for voice prompts"
+                )
             voice = mono_clip(info["ref_audio"], "ref_audio", self.model.voice_rate)
         steps = int(self.model.scheduler.config.num_train_timesteps)  # more cannot be scheduled (diffusers raises)
         if params.num_diffusion_steps > steps:
             raise InvalidRequestError("num_diffusion_steps", f"must be <= {steps}, got {params.num_diffusion_steps}")
         ids, values = self.model.prompt(script_turns(inputs.get("prompt")), voice)
         if len(ids) + params.max_tokens > self.model.max_positions:
-            raise InvalidRequestError("max_tokens", f"the prompt ({len(ids)} tokens) plus max_tokens "
-                                      f"({params.max_tokens}) exceed the model's {self.model.max_positions} positions")
+            raise InvalidRequestError(
+                "max_tokens",
+                f"the prompt ({len(ids)} tokens) plus max_tokens "
+                f"({params.max_tokens}) exceed the model's {self.model.max_positions} positions",
+            )
         generator = torch.Generator()
         if params.seed is None:
             generator.seed()

@@ -87,8 +87,10 @@ class VibeVoiceModel:
         import diffusers  # transformers' default scheduler is diffusers', named by the generation config
 
         name = gen.get("noise_scheduler_class") or "DPMSolverMultistepScheduler"
-        cfg = gen.get("noise_scheduler_config") or {"beta_schedule": "squaredcos_cap_v2",
-                                                    "prediction_type": "v_prediction"}
+        cfg = gen.get("noise_scheduler_config") or {
+            "beta_schedule": "squaredcos_cap_v2",
+            "prediction_type": "v_prediction",
+        }
         return getattr(diffusers, name)(**cfg)
 
     @property
@@ -104,21 +106,36 @@ class VibeVoiceModel:
             conversation = [{"role": s, "content": t} for s, t in turns]
             ids = self.tokenizer.apply_chat_template(conversation, tokenize=True, return_dict=True)["input_ids"]
             return list(ids), None
-        conversation = [{"role": s, "content": [{"type": "text", "text": t}] + ([{"type": "audio", "audio": voice}]
-                                                                                 if i == 0 else [])}
-                        for i, (s, t) in enumerate(turns)]
+        conversation = [
+            {
+                "role": s,
+                "content": [{"type": "text", "text": t}] + ([{"type": "audio", "audio": voice}] if i == 0 else []),
+            }
+            for i, (s, t) in enumerate(turns)
+        ]
         inputs = self.processor.apply_chat_template(conversation, tokenize=True, return_dict=True, return_tensors="pt")
         return inputs["input_ids"][0].tolist(), inputs["input_values"]
 
     def new_row(self, params: VibeVoiceParams, generator: torch.Generator) -> Row:
-        return Row(params, generator, RequestKV(self.num_layers), RequestKV(self.num_layers),
-                   RequestKV(self.num_layers), torch.ones(1, dtype=torch.bool, device=self.device))
+        return Row(
+            params,
+            generator,
+            RequestKV(self.num_layers),
+            RequestKV(self.num_layers),
+            RequestKV(self.num_layers),
+            torch.ones(1, dtype=torch.bool, device=self.device),
+        )
 
     def _embed(self, ids: list[int]) -> torch.Tensor:
         return self.net.get_input_embeddings()(torch.tensor(ids, device=self.device))
 
-    def _lm(self, kvs: list[RequestKV], embeds: torch.Tensor, counts: list[int] | None = None,
-            attend: list[torch.Tensor] | None = None) -> torch.Tensor:
+    def _lm(
+        self,
+        kvs: list[RequestKV],
+        embeds: torch.Tensor,
+        counts: list[int] | None = None,
+        attend: list[torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """One LM forward of ``embeds`` [B, T, H], row i on its own cache (adding ``counts[i]`` tokens, all T by
         default) and, with ``attend``, seeing only the cached slots its bool vector marks."""
         cache = StepCache(kvs, counts if counts is not None else embeds.shape[1])
@@ -130,8 +147,9 @@ class VibeVoiceModel:
             for i, a in enumerate(attend):
                 seen[i, : a.shape[0]] = a
             mask = mask & seen[:, None, None, :]
-        out = self.net.model.language_model(inputs_embeds=embeds, attention_mask=mask, position_ids=positions,
-                                            past_key_values=cache, use_cache=True)
+        out = self.net.model.language_model(
+            inputs_embeds=embeds, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+        )
         cache.commit()
         return out.last_hidden_state
 
@@ -241,12 +259,17 @@ class VibeVoiceModel:
             idx = list(group)
             latent[idx] = self._latents([rows[i] for i in idx], pos_hidden[idx], neg_hidden[idx], steps)
         scaled = latent / net.latent_scaling_factor - net.latent_bias_factor
-        decoded = net.audio_tower.decode(scaled, padding_cache=conv_cache.stack([r.acoustic_cache for r in rows]),
-                                         use_cache=True)
-        semantic = net.semantic_tokenizer_encoder(decoded.audio, use_cache=True,
-                                                  padding_cache=conv_cache.stack([r.semantic_cache for r in rows]))
-        for r, a, s in zip(rows, conv_cache.split(decoded.padding_cache, len(rows)),
-                           conv_cache.split(semantic.padding_cache, len(rows))):
+        decoded = net.audio_tower.decode(
+            scaled, padding_cache=conv_cache.stack([r.acoustic_cache for r in rows]), use_cache=True
+        )
+        semantic = net.semantic_tokenizer_encoder(
+            decoded.audio, use_cache=True, padding_cache=conv_cache.stack([r.semantic_cache for r in rows])
+        )
+        for r, a, s in zip(
+            rows,
+            conv_cache.split(decoded.padding_cache, len(rows)),
+            conv_cache.split(semantic.padding_cache, len(rows)),
+        ):
             r.acoustic_cache, r.semantic_cache = a, s
         embeds = net.multi_modal_projector(latent) + net.semantic_connector(semantic.latents)
         audio = [decoded.audio[i].reshape(-1).float().cpu() for i in range(len(rows))]
@@ -260,8 +283,13 @@ class VibeVoiceModel:
         noise = [torch.randn(2, self.latent_size, generator=r.generator) for r in rows]  # each request's own draw
         noisy = torch.cat([torch.stack([x[0] for x in noise]), torch.stack([x[1] for x in noise])]).to(condition)
         scales = {r.params.guidance_scale for r in rows}
-        g: Any = scales.pop() if len(scales) == 1 else torch.tensor(
-            [r.params.guidance_scale for r in rows], dtype=condition.dtype, device=self.device).unsqueeze(1)
+        g: Any = (
+            scales.pop()
+            if len(scales) == 1
+            else torch.tensor(
+                [r.params.guidance_scale for r in rows], dtype=condition.dtype, device=self.device
+            ).unsqueeze(1)
+        )
         sched = self.scheduler  # per-element arithmetic; set_timesteps resets its multistep state every frame
         sched.set_timesteps(num_inference_steps=steps)
         for t in sched.timesteps:

@@ -51,15 +51,30 @@ def build(outdir: Path, *, seed: int = 0) -> None:
     hidden = 64
     codec = dict(hidden_size=8, num_filters=4, downsampling_ratios=[2, 4], depths=[1, 1, 1], kernel_size=3)
     config = VibeVoiceConfig(
-        text_config=dict(model_type="qwen2", vocab_size=len(tok), hidden_size=hidden, intermediate_size=96,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
-                         max_position_embeddings=1024, tie_word_embeddings=False),
-        audio_config=codec, semantic_model_config=dict(codec),
-        diffusion_head_config=dict(hidden_size=hidden, latent_size=8, num_hidden_layers=1, intermediate_size=96,
-                                   frequency_embedding_size=32),
-        pad_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|endoftext|>"],
-        audio_bos_token_id=ids["<|vision_start|>"], audio_eos_token_id=ids["<|vision_end|>"],
-        audio_token_id=ids["<|vision_pad|>"], architectures=["VibeVoiceForConditionalGeneration"])
+        text_config=dict(
+            model_type="qwen2",
+            vocab_size=len(tok),
+            hidden_size=hidden,
+            intermediate_size=96,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=32,
+            max_position_embeddings=1024,
+            tie_word_embeddings=False,
+        ),
+        audio_config=codec,
+        semantic_model_config=dict(codec),
+        diffusion_head_config=dict(
+            hidden_size=hidden, latent_size=8, num_hidden_layers=1, intermediate_size=96, frequency_embedding_size=32
+        ),
+        pad_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|endoftext|>"],
+        audio_bos_token_id=ids["<|vision_start|>"],
+        audio_eos_token_id=ids["<|vision_end|>"],
+        audio_token_id=ids["<|vision_pad|>"],
+        architectures=["VibeVoiceForConditionalGeneration"],
+    )
     torch.manual_seed(seed)
     model = VibeVoiceForConditionalGeneration(config).to(torch.float32).eval()
     with torch.no_grad():  # the other rows stay 0: audio_bos wins when both turn negative (a new speech segment)
@@ -70,10 +85,15 @@ def build(outdir: Path, *, seed: int = 0) -> None:
         for p in model.model.audio_tower.decoder.head.parameters():  # random weights speak at ~1e-5, which 16-bit
             p.mul_(DECODER_GAIN)  # output rounds to silence: louder, the HTTP tests compare real samples
     model.save_pretrained(outdir)
-    GenerationConfig(eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id, max_new_tokens=64,
-                     guidance_scale=1.3, num_diffusion_steps=4, noise_scheduler_class="DPMSolverMultistepScheduler",
-                     noise_scheduler_config={"beta_schedule": "squaredcos_cap_v2",
-                                             "prediction_type": "v_prediction"}).save_pretrained(outdir)
+    GenerationConfig(
+        eos_token_id=config.eos_token_id,
+        pad_token_id=config.pad_token_id,
+        max_new_tokens=64,
+        guidance_scale=1.3,
+        num_diffusion_steps=4,
+        noise_scheduler_class="DPMSolverMultistepScheduler",
+        noise_scheduler_config={"beta_schedule": "squaredcos_cap_v2", "prediction_type": "v_prediction"},
+    ).save_pretrained(outdir)
     # voice prompts: the processor pads a clip to whole frames of the acoustic encoder (its hop)
     features = VibeVoiceAcousticTokenizerFeatureExtractor(pad_to_multiple_of=config.audio_config.hop_length)
     VibeVoiceProcessor(features, tok, chat_template=CHAT_TEMPLATE).save_pretrained(outdir)

@@ -34,11 +34,28 @@ VOXTRAL = Pipeline(
     name="voxtral",
     description="Voxtral speech recognition (Whisper encoder + Mistral LM, one llm stage on vLLM, Mistral layout)",
     matches=matches,
-    stages=[StageSpec(0, kind="llm", name="recognizer", output="text+token_ids", final=True,
-                      default_params={"temperature": 0.0}, deploy_defaults={"engine_args": dict(ENGINE_ARGS)})],
+    stages=[
+        StageSpec(
+            0,
+            kind="llm",
+            name="recognizer",
+            output="text+token_ids",
+            final=True,
+            default_params={"temperature": 0.0},
+            deploy_defaults={"engine_args": dict(ENGINE_ARGS)},
+        )
+    ],
     folder_shape_request=request_hook,
-    info={"transcription": {"sample_rate": SAMPLE_RATE, "window_s": WINDOW_S, "languages": list(LANGUAGES),
-                            "tasks": ["transcribe"], "default_language": "en", "unforced_language": True}},
+    info={
+        "transcription": {
+            "sample_rate": SAMPLE_RATE,
+            "window_s": WINDOW_S,
+            "languages": list(LANGUAGES),
+            "tasks": ["transcribe"],
+            "default_language": "en",
+            "unforced_language": True,
+        }
+    },
 )
 PIPELINES = [VOXTRAL]
 TINY = {"voxtral": tiny.build}

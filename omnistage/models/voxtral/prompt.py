@@ -26,8 +26,17 @@ WINDOW_S = 30  # the tokenizer's chunk_length_s: vLLM's server cuts long audio i
 DEFAULT_MAX_TOKENS = 256
 # the languages Voxtral's model card lists, as vLLM 0.32's Voxtral names them (its supported_languages;
 # tests/models/voxtral compares the two)
-LANGUAGES = {"ar": "Arabic", "nl": "Dutch", "en": "English", "fr": "French", "de": "German", "hi": "Hindi",
-             "it": "Italian", "pt": "Portuguese", "es": "Spanish"}
+LANGUAGES = {
+    "ar": "Arabic",
+    "nl": "Dutch",
+    "en": "English",
+    "fr": "French",
+    "de": "German",
+    "hi": "Hindi",
+    "it": "Italian",
+    "pt": "Portuguese",
+    "es": "Spanish",
+}
 # vLLM's load of Mistral's layout (the only one its Voxtral reads): params.json, tekken.json, consolidated.safetensors
 ENGINE_ARGS = {"tokenizer_mode": "mistral", "config_format": "mistral", "load_format": "mistral"}
 
@@ -48,9 +57,12 @@ def transcription_prompt(folder: str | Path, samples: Any, rate: int, language: 
     tokenizer = _instruct_tokenizer(str(Path(folder) / "tekken.json"))
     audio = Audio(np.asarray(samples, dtype=np.float32).reshape(-1), int(rate), format="wav")
     tokenized = tokenizer.encode_transcription(
-        TranscriptionRequest(model=str(folder), audio=audio.to_base64("wav"), language=language))
-    return {"prompt_token_ids": list(tokenized.tokens),
-            "multi_modal_data": {"audio": [(a.audio_array, a.sampling_rate) for a in tokenized.audios]}}
+        TranscriptionRequest(model=str(folder), audio=audio.to_base64("wav"), language=language)
+    )
+    return {
+        "prompt_token_ids": list(tokenized.tokens),
+        "multi_modal_data": {"audio": [(a.audio_array, a.sampling_rate) for a in tokenized.audios]},
+    }
 
 
 def check_language(language: Any) -> str | None:
@@ -73,8 +85,9 @@ def request_hook(folder: Path) -> Callable[[dict[str, Any], list[Any]], None]:
         mm = prompt.get("multi_modal_data")
         audio = mm.get("audio") if isinstance(mm, Mapping) else None
         if not (isinstance(audio, (tuple, list)) and len(audio) == 2 and isinstance(audio[1], int)):
-            raise InvalidRequestError("multi_modal_data.audio", "a Voxtral request needs the audio to transcribe, "
-                                                                "as (samples, rate)")
+            raise InvalidRequestError(
+                "multi_modal_data.audio", "a Voxtral request needs the audio to transcribe, as (samples, rate)"
+            )
         info = prompt.pop("additional_information") or {}
         if not isinstance(info, Mapping):
             raise InvalidRequestError("additional_information", f"expected an object, got {type(info).__name__}")

@@ -35,16 +35,40 @@ ENC_DIM = 2 * HEAD_DIM
 HIDDEN = 2 * HEAD_DIM
 N_SPECIAL = 100
 # the ranks the released tekken.json gives them (transformers' VoxtralProcessor hard-codes [AUDIO] = 24)
-NAMED_SPECIAL = {0: "<unk>", 1: "<s>", 2: "</s>", 3: "[INST]", 4: "[/INST]", 5: "[AVAILABLE_TOOLS]",
-                 6: "[/AVAILABLE_TOOLS]", 7: "[TOOL_RESULTS]", 8: "[/TOOL_RESULTS]", 9: "[TOOL_CALLS]", 10: "[IMG]",
-                 11: "<pad>", 12: "[IMG_BREAK]", 13: "[IMG_END]", 14: "[PREFIX]", 15: "[MIDDLE]", 16: "[SUFFIX]",
-                 17: "[SYSTEM_PROMPT]", 18: "[/SYSTEM_PROMPT]", 19: "[TOOL_CONTENT]", 20: "[ARGS]", 21: "[CALL_ID]",
-                 24: "[AUDIO]", 25: "[BEGIN_AUDIO]", 34: "[TRANSCRIBE]"}
+NAMED_SPECIAL = {
+    0: "<unk>",
+    1: "<s>",
+    2: "</s>",
+    3: "[INST]",
+    4: "[/INST]",
+    5: "[AVAILABLE_TOOLS]",
+    6: "[/AVAILABLE_TOOLS]",
+    7: "[TOOL_RESULTS]",
+    8: "[/TOOL_RESULTS]",
+    9: "[TOOL_CALLS]",
+    10: "[IMG]",
+    11: "<pad>",
+    12: "[IMG_BREAK]",
+    13: "[IMG_END]",
+    14: "[PREFIX]",
+    15: "[MIDDLE]",
+    16: "[SUFFIX]",
+    17: "[SYSTEM_PROMPT]",
+    18: "[/SYSTEM_PROMPT]",
+    19: "[TOOL_CONTENT]",
+    20: "[ARGS]",
+    21: "[CALL_ID]",
+    24: "[AUDIO]",
+    25: "[BEGIN_AUDIO]",
+    34: "[TRANSCRIBE]",
+}
 NAMED_SPECIAL_ID = {name: rank for rank, name in NAMED_SPECIAL.items()}
 # Tekken's pre-tokenizer pattern (words, numbers, punctuation runs, whitespace)
-PATTERN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"
-           r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+"
-           r"[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+PATTERN = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+"
+    r"[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 
 # transformers' parameter name -> Mistral's (consolidated.safetensors), as regex and replacement; the encoder's
 # sinusoidal position table has no Mistral name (vLLM computes it)
@@ -61,16 +85,26 @@ MISTRAL_NAMES = [
     (r"lm_head\.weight", "output.weight"),
     (r"model\.audio_tower\.conv1\.(weight|bias)", rf"{_ENC}.conv_layers.0.\1"),
     (r"model\.audio_tower\.conv2\.(weight|bias)", rf"{_ENC}.conv_layers.1.\1"),
-    (r"model\.audio_tower\.layers\.(\d+)\.self_attn\.([qkv])_proj\.(weight|bias)",
-     rf"{_ENC}.transformer.layers.\1.attention.w\2.\3"),
-    (r"model\.audio_tower\.layers\.(\d+)\.self_attn\.out_proj\.(weight|bias)",
-     rf"{_ENC}.transformer.layers.\1.attention.wo.\2"),
-    (r"model\.audio_tower\.layers\.(\d+)\.self_attn_layer_norm\.(weight|bias)",
-     rf"{_ENC}.transformer.layers.\1.attention_norm.\2"),
-    (r"model\.audio_tower\.layers\.(\d+)\.final_layer_norm\.(weight|bias)",
-     rf"{_ENC}.transformer.layers.\1.ffn_norm.\2"),
-    (r"model\.audio_tower\.layers\.(\d+)\.fc([12])\.(weight|bias)",
-     rf"{_ENC}.transformer.layers.\1.feed_forward.w\2.\3"),
+    (
+        r"model\.audio_tower\.layers\.(\d+)\.self_attn\.([qkv])_proj\.(weight|bias)",
+        rf"{_ENC}.transformer.layers.\1.attention.w\2.\3",
+    ),
+    (
+        r"model\.audio_tower\.layers\.(\d+)\.self_attn\.out_proj\.(weight|bias)",
+        rf"{_ENC}.transformer.layers.\1.attention.wo.\2",
+    ),
+    (
+        r"model\.audio_tower\.layers\.(\d+)\.self_attn_layer_norm\.(weight|bias)",
+        rf"{_ENC}.transformer.layers.\1.attention_norm.\2",
+    ),
+    (
+        r"model\.audio_tower\.layers\.(\d+)\.final_layer_norm\.(weight|bias)",
+        rf"{_ENC}.transformer.layers.\1.ffn_norm.\2",
+    ),
+    (
+        r"model\.audio_tower\.layers\.(\d+)\.fc([12])\.(weight|bias)",
+        rf"{_ENC}.transformer.layers.\1.feed_forward.w\2.\3",
+    ),
     (r"model\.audio_tower\.layer_norm\.(weight|bias)", rf"{_ENC}.transformer.norm.\1"),
     (r"model\.multi_modal_projector\.linear_1\.weight", "mm_whisper_embeddings.audio_language_projection.0.weight"),
     (r"model\.multi_modal_projector\.linear_2\.weight", "mm_whisper_embeddings.audio_language_projection.2.weight"),
@@ -107,17 +141,29 @@ def to_mistral(state: dict[str, Any], n_heads: int, n_kv_heads: int) -> dict[str
 
 def tekken(audio: bool = True) -> dict[str, Any]:
     """A byte-level tekken.json: the special tokens, then the 256 bytes as the whole text vocabulary."""
-    specials = [{"rank": i, "token_str": NAMED_SPECIAL.get(i, f"<SPECIAL_{i}>"), "is_control": True}
-                for i in range(N_SPECIAL)]
+    specials = [
+        {"rank": i, "token_str": NAMED_SPECIAL.get(i, f"<SPECIAL_{i}>"), "is_control": True} for i in range(N_SPECIAL)
+    ]
     vocab = [{"rank": i, "token_bytes": base64.b64encode(bytes([i])).decode(), "token_str": None} for i in range(256)]
     data: dict[str, Any] = {
-        "config": {"pattern": PATTERN, "num_vocab_tokens": len(vocab), "default_vocab_size": N_SPECIAL + len(vocab),
-                   "default_num_special_tokens": N_SPECIAL, "version": "v7"},
-        "vocab": vocab, "special_tokens": specials}
+        "config": {
+            "pattern": PATTERN,
+            "num_vocab_tokens": len(vocab),
+            "default_vocab_size": N_SPECIAL + len(vocab),
+            "default_num_special_tokens": N_SPECIAL,
+            "version": "v7",
+        },
+        "vocab": vocab,
+        "special_tokens": specials,
+    }
     if audio:
-        data["audio"] = {"sampling_rate": SAMPLE_RATE, "frame_rate": FRAME_RATE, "chunk_length_s": float(CHUNK_S),
-                         "transcription_format": "instruct",
-                         "audio_encoding_config": {"num_mel_bins": MEL_BINS, "hop_length": HOP, "window_size": N_FFT}}
+        data["audio"] = {
+            "sampling_rate": SAMPLE_RATE,
+            "frame_rate": FRAME_RATE,
+            "chunk_length_s": float(CHUNK_S),
+            "transcription_format": "instruct",
+            "audio_encoding_config": {"num_mel_bins": MEL_BINS, "hop_length": HOP, "window_size": N_FFT},
+        }
     return data
 
 
@@ -125,20 +171,38 @@ def params_json(config) -> dict[str, Any]:
     """Mistral's params.json for a transformers VoxtralConfig (the keys vLLM's Mistral config reader maps)."""
     text, audio = config.text_config, config.audio_config
     return {
-        "dim": text.hidden_size, "n_layers": text.num_hidden_layers, "head_dim": text.head_dim,
-        "hidden_dim": text.intermediate_size, "n_heads": text.num_attention_heads,
-        "n_kv_heads": text.num_key_value_heads, "rope_theta": text.rope_parameters["rope_theta"],
-        "norm_eps": text.rms_norm_eps, "vocab_size": text.vocab_size, "tied_embeddings": False,
-        "max_seq_len": text.max_position_embeddings, "max_position_embeddings": text.max_position_embeddings,
-        "multimodal": {"whisper_model_args": {
-            "encoder_args": {
-                "audio_encoding_args": {"sampling_rate": SAMPLE_RATE, "num_mel_bins": audio.num_mel_bins,
-                                        "hop_length": HOP, "window_size": N_FFT},
-                "dim": audio.hidden_size, "n_layers": audio.num_hidden_layers,
-                "head_dim": audio.hidden_size // audio.num_attention_heads, "hidden_dim": audio.intermediate_size,
-                "n_heads": audio.num_attention_heads, "vocab_size": audio.vocab_size,
-                "max_source_positions": audio.max_source_positions},
-            "downsample_args": {"downsample_factor": DOWNSAMPLE}}},
+        "dim": text.hidden_size,
+        "n_layers": text.num_hidden_layers,
+        "head_dim": text.head_dim,
+        "hidden_dim": text.intermediate_size,
+        "n_heads": text.num_attention_heads,
+        "n_kv_heads": text.num_key_value_heads,
+        "rope_theta": text.rope_parameters["rope_theta"],
+        "norm_eps": text.rms_norm_eps,
+        "vocab_size": text.vocab_size,
+        "tied_embeddings": False,
+        "max_seq_len": text.max_position_embeddings,
+        "max_position_embeddings": text.max_position_embeddings,
+        "multimodal": {
+            "whisper_model_args": {
+                "encoder_args": {
+                    "audio_encoding_args": {
+                        "sampling_rate": SAMPLE_RATE,
+                        "num_mel_bins": audio.num_mel_bins,
+                        "hop_length": HOP,
+                        "window_size": N_FFT,
+                    },
+                    "dim": audio.hidden_size,
+                    "n_layers": audio.num_hidden_layers,
+                    "head_dim": audio.hidden_size // audio.num_attention_heads,
+                    "hidden_dim": audio.intermediate_size,
+                    "n_heads": audio.num_attention_heads,
+                    "vocab_size": audio.vocab_size,
+                    "max_source_positions": audio.max_source_positions,
+                },
+                "downsample_args": {"downsample_factor": DOWNSAMPLE},
+            }
+        },
     }
 
 
@@ -153,15 +217,34 @@ def build(outdir: Path, *, seed: int = 0) -> None:
     frames = CHUNK_S * SAMPLE_RATE // HOP  # 3000 mel frames a window; the conv stride halves them
     wide = 0.3  # a wide init gives peaked logits, so greedy choices are not near-ties
     config = VoxtralConfig(
-        audio_config=dict(hidden_size=ENC_DIM, intermediate_size=ENC_DIM * DOWNSAMPLE, num_hidden_layers=1,
-                          num_attention_heads=2, num_mel_bins=MEL_BINS, max_source_positions=frames // 2,
-                          initializer_range=wide),  # (its vocab_size stays Whisper's, as released: unused)
-        text_config=dict(vocab_size=vocab, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=HEAD_DIM, max_position_embeddings=2048,
-                         rope_parameters={"rope_type": "default", "rope_theta": 100000000.0}, rms_norm_eps=1e-5,
-                         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=11,
-                         initializer_range=wide),
-        audio_token_id=NAMED_SPECIAL_ID["[AUDIO]"], torch_dtype="float32",
+        audio_config=dict(
+            hidden_size=ENC_DIM,
+            intermediate_size=ENC_DIM * DOWNSAMPLE,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_mel_bins=MEL_BINS,
+            max_source_positions=frames // 2,
+            initializer_range=wide,
+        ),  # (its vocab_size stays Whisper's, as released: unused)
+        text_config=dict(
+            vocab_size=vocab,
+            hidden_size=HIDDEN,
+            intermediate_size=2 * HIDDEN,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=HEAD_DIM,
+            max_position_embeddings=2048,
+            rope_parameters={"rope_type": "default", "rope_theta": 100000000.0},
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=11,
+            initializer_range=wide,
+        ),
+        audio_token_id=NAMED_SPECIAL_ID["[AUDIO]"],
+        torch_dtype="float32",
         architectures=["VoxtralForConditionalGeneration"],
     )
     torch.manual_seed(seed)
@@ -177,14 +260,21 @@ def build(outdir: Path, *, seed: int = 0) -> None:
                 p.copy_(torch.randn(p.shape, generator=gen) * wide)
         # a random head would write control tokens and stray bytes as often as text; small rows keep it to
         # printable ASCII and </s>, as a trained model writes text (the bytes are ids N_SPECIAL + byte)
-        quiet = [i for i in range(vocab) if i != NAMED_SPECIAL_ID["</s>"]
-                 and not (i >= N_SPECIAL and 32 <= i - N_SPECIAL < 127)]
+        quiet = [
+            i
+            for i in range(vocab)
+            if i != NAMED_SPECIAL_ID["</s>"] and not (i >= N_SPECIAL and 32 <= i - N_SPECIAL < 127)
+        ]
         model.lm_head.weight[quiet] *= 0.05
     model.save_pretrained(outdir)
     text = config.text_config
-    save_file(to_mistral(model.state_dict(), text.num_attention_heads, text.num_key_value_heads),
-              str(outdir / "consolidated.safetensors"), metadata={"format": "pt"})
+    save_file(
+        to_mistral(model.state_dict(), text.num_attention_heads, text.num_key_value_heads),
+        str(outdir / "consolidated.safetensors"),
+        metadata={"format": "pt"},
+    )
     (outdir / "params.json").write_text(json.dumps(params_json(config), indent=2) + "\n")
     (outdir / "tekken.json").write_text(json.dumps(tekken()) + "\n")
-    WhisperFeatureExtractor(feature_size=MEL_BINS, sampling_rate=SAMPLE_RATE, hop_length=HOP, chunk_length=CHUNK_S,
-                            n_fft=N_FFT).save_pretrained(outdir)
+    WhisperFeatureExtractor(
+        feature_size=MEL_BINS, sampling_rate=SAMPLE_RATE, hop_length=HOP, chunk_length=CHUNK_S, n_fft=N_FFT
+    ).save_pretrained(outdir)

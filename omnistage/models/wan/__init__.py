@@ -14,10 +14,23 @@ PIPELINE = Pipeline(
     name="wan",
     description="Wan2.1/2.2 text/image-to-video: UMT5 -> WanTransformer3DModel (UniPC flow) -> AutoencoderKLWan",
     matches=lambda f: f.diffusers_class in WAN_CLASSES,
-    stages=[StageSpec(0, kind="diffusion", adapter=WanAdapter, output="video", can_output="video,latent", final=True,
-                      # WanPipeline.__call__'s defaults; 16 fps is what the Wan releases export at
-                      default_params={"num_inference_steps": 50, "guidance_scale": 5.0,
-                                      "num_frames": DEFAULT_NUM_FRAMES, "fps": DEFAULT_FPS})],
+    stages=[
+        StageSpec(
+            0,
+            kind="diffusion",
+            adapter=WanAdapter,
+            output="video",
+            can_output="video,latent",
+            final=True,
+            # WanPipeline.__call__'s defaults; 16 fps is what the Wan releases export at
+            default_params={
+                "num_inference_steps": 50,
+                "guidance_scale": 5.0,
+                "num_frames": DEFAULT_NUM_FRAMES,
+                "fps": DEFAULT_FPS,
+            },
+        )
+    ],
     deploy_file=DEPLOY,
 )
 

@@ -50,32 +50,44 @@ class WanAdapter(DiffusersAdapter):
 
     def validate(self, job: DiffusionJob) -> None:
         if job.images:
-            raise InvalidRequestError("multi_modal_data.image", "this is a text-to-video model; it takes no input image")
+            raise InvalidRequestError(
+                "multi_modal_data.image", "this is a text-to-video model; it takes no input image"
+            )
         self.validate_video(job)
 
     def validate_video(self, job: DiffusionJob) -> None:
         p = job.params
         f = self.pipe.vae_scale_factor_spatial
-        for name, multiple, default in (("height", f * self.patch[1], DEFAULT_HEIGHT),
-                                        ("width", f * self.patch[2], DEFAULT_WIDTH)):
+        for name, multiple, default in (
+            ("height", f * self.patch[1], DEFAULT_HEIGHT),
+            ("width", f * self.patch[2], DEFAULT_WIDTH),
+        ):
             value = getattr(p, name) or default
             if value % multiple:
-                raise InvalidRequestError(name, f"{value} is not divisible by {multiple} "
-                                 f"(VAE factor {f} x patch size {multiple // f})")
+                raise InvalidRequestError(
+                    name, f"{value} is not divisible by {multiple} (VAE factor {f} x patch size {multiple // f})"
+                )
             setattr(job, name, int(value))
         ft = self.pipe.vae_scale_factor_temporal
         frames = p.num_frames or DEFAULT_NUM_FRAMES
         if (frames - 1) % ft:
             lower = (frames - 1) // ft * ft + 1
-            raise InvalidRequestError("num_frames", f"{frames} is not of the form {ft}k+1 (VAE temporal factor {ft}); "
-                             f"try {lower} or {lower + ft}")
+            raise InvalidRequestError(
+                "num_frames",
+                f"{frames} is not of the form {ft}k+1 (VAE temporal factor {ft}); try {lower} or {lower + ft}",
+            )
         job.extra["num_frames"] = frames
         self.check_rope_range(job)
         if p.num_outputs_per_prompt != 1:
-            raise InvalidRequestError("num_outputs_per_prompt", f"{p.num_outputs_per_prompt}; a video request makes one video "
-                             "(send several requests: they share the forwards)")
+            raise InvalidRequestError(
+                "num_outputs_per_prompt",
+                f"{p.num_outputs_per_prompt}; a video request makes one video "
+                "(send several requests: they share the forwards)",
+            )
         if p.guidance_scale_2 is not None and self.boundary is None:
-            raise InvalidRequestError("guidance_scale_2", "this model has no low-noise expert (boundary_ratio is not set)")
+            raise InvalidRequestError(
+                "guidance_scale_2", "this model has no low-noise expert (boundary_ratio is not set)"
+            )
         job.extra["max_sequence_length"] = p.max_sequence_length or MAX_SEQUENCE_LENGTH
         job.rows = 1
 
@@ -86,13 +98,17 @@ class WanAdapter(DiffusersAdapter):
         most = model.config.rope_max_seq_len
         f, ft = self.pipe.vae_scale_factor_spatial, self.pipe.vae_scale_factor_temporal
         pt, ph, pw = self.patch
-        for name, value, unit in (("num_frames", job.extra["num_frames"], None), ("height", job.height, f * ph),
-                                  ("width", job.width, f * pw)):
+        for name, value, unit in (
+            ("num_frames", job.extra["num_frames"], None),
+            ("height", job.height, f * ph),
+            ("width", job.width, f * pw),
+        ):
             patches = self.latent_frames(job) // pt if unit is None else value // unit
             if patches > most:
                 top = (most * pt - 1) * ft + 1 if unit is None else most * unit
-                raise InvalidRequestError(name, f"{value} exceeds this model's maximum of {top} "
-                                                f"(rope_max_seq_len {most} patches per axis)")
+                raise InvalidRequestError(
+                    name, f"{value} exceeds this model's maximum of {top} (rope_max_seq_len {most} patches per axis)"
+                )
 
     def batch_key(self, job: DiffusionJob) -> Hashable:
         # dense latents, and no text mask in the DiT: the UMT5 length must match inside a batch too
@@ -104,9 +120,13 @@ class WanAdapter(DiffusersAdapter):
     # ------------------------------------------------------------- preparation
 
     def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
-        embeds, _ = self.pipe.encode_prompt(prompt=prompts, do_classifier_free_guidance=False, num_videos_per_prompt=1,
-                                            max_sequence_length=jobs[0].extra["max_sequence_length"],
-                                            device=self.device)
+        embeds, _ = self.pipe.encode_prompt(
+            prompt=prompts,
+            do_classifier_free_guidance=False,
+            num_videos_per_prompt=1,
+            max_sequence_length=jobs[0].extra["max_sequence_length"],
+            device=self.device,
+        )
         return {"encoder_hidden_states": embeds.to(self.model_dtype)}
 
     def timesteps(self, job: DiffusionJob) -> None:
@@ -135,9 +155,13 @@ class WanAdapter(DiffusersAdapter):
             # Wan2.2 TI2V: one timestep per latent token (all equal for text-to-video)
             seq = x.shape[2] * (x.shape[3] // self.patch[1]) * (x.shape[4] // self.patch[2])
             t = t.to(torch.float32)[:, None].expand(-1, seq)
-        return model(hidden_states=self.model_input(x, cond).to(self.model_dtype), timestep=t,
-                     encoder_hidden_states=cond["encoder_hidden_states"],
-                     encoder_hidden_states_image=cond.get("encoder_hidden_states_image"), return_dict=False)[0]
+        return model(
+            hidden_states=self.model_input(x, cond).to(self.model_dtype),
+            timestep=t,
+            encoder_hidden_states=cond["encoder_hidden_states"],
+            encoder_hidden_states_image=cond.get("encoder_hidden_states_image"),
+            return_dict=False,
+        )[0]
 
     def predict(self, x: torch.Tensor, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
         if self.boundary is None:
@@ -149,8 +173,10 @@ class WanAdapter(DiffusersAdapter):
         if not bool(high.any()):
             return self._forward(self.pipe.transformer_2, x, t, cond)
         out = None
-        for model, idx in ((self.pipe.transformer, high.nonzero().squeeze(1)),
-                           (self.pipe.transformer_2, (~high).nonzero().squeeze(1))):
+        for model, idx in (
+            (self.pipe.transformer, high.nonzero().squeeze(1)),
+            (self.pipe.transformer_2, (~high).nonzero().squeeze(1)),
+        ):
             with row_subset(idx):  # the step cache learns whose rows each expert gets
                 part = self._forward(model, x[idx], t[idx], {k: v[idx] for k, v in cond.items()})
             out = part.new_empty((x.shape[0], *part.shape[1:])) if out is None else out
@@ -159,8 +185,11 @@ class WanAdapter(DiffusersAdapter):
 
     def block_layouts(self) -> list[BlockLayout]:
         # TeaCache4Wan2.1 compares the timestep projection (the blocks' ``temb``) between steps
-        return [BlockLayout.uniform(m, m.blocks, WAN_BLOCK, probe=lambda block, args: args["temb"])
-                for m in (self.pipe.transformer, self.pipe.transformer_2) if m is not None]
+        return [
+            BlockLayout.uniform(m, m.blocks, WAN_BLOCK, probe=lambda block, args: args["temb"])
+            for m in (self.pipe.transformer, self.pipe.transformer_2)
+            if m is not None
+        ]
 
     def decode(self, jobs: list[DiffusionJob]) -> list[list[np.ndarray]]:
         vae = self.pipe.vae
@@ -195,8 +224,10 @@ class WanI2VAdapter(WanAdapter):
         self.validate_video(job)
         if self.uses_clip and job.extra["max_sequence_length"] != MAX_SEQUENCE_LENGTH:
             # the DiT takes everything before the last 512 context tokens as image tokens
-            raise InvalidRequestError("max_sequence_length", f"this model needs {MAX_SEQUENCE_LENGTH} "
-                             f"(its transformer splits image and text tokens there)")
+            raise InvalidRequestError(
+                "max_sequence_length",
+                f"this model needs {MAX_SEQUENCE_LENGTH} (its transformer splits image and text tokens there)",
+            )
 
     def encode(self, jobs: list[DiffusionJob]) -> None:
         super().encode(jobs)
@@ -206,13 +237,21 @@ class WanI2VAdapter(WanAdapter):
         for i, j in enumerate(jobs):
             for cond in (j.cond, j.uncond):
                 if cond is not None:
-                    cond["encoder_hidden_states_image"] = embeds[i:i + 1]
+                    cond["encoder_hidden_states_image"] = embeds[i : i + 1]
 
     def init_latents(self, job: DiffusionJob) -> None:
         image = self.pipe.video_processor.preprocess(job.images[0], height=job.height, width=job.width)
         latents, condition = self.pipe.prepare_latents(
-            image.to(self.device, dtype=torch.float32), job.rows, self.pipe.vae.config.z_dim, job.height, job.width,
-            job.extra["num_frames"], torch.float32, self.device, job.generator)
+            image.to(self.device, dtype=torch.float32),
+            job.rows,
+            self.pipe.vae.config.z_dim,
+            job.height,
+            job.width,
+            job.extra["num_frames"],
+            torch.float32,
+            self.device,
+            job.generator,
+        )
         job.latents = latents
         for cond in (job.cond, job.uncond):
             if cond is not None:

@@ -10,36 +10,58 @@ from omnistage.stages.diffusion import tiny_parts as parts
 def umt5_encoder(d_model: int = 32, vocab_size: int = 1000):
     from transformers import UMT5Config, UMT5EncoderModel
 
-    cfg = UMT5Config(d_model=d_model, d_kv=8, d_ff=37, num_layers=2, num_heads=4, relative_attention_num_buckets=8,
-                     vocab_size=vocab_size)
+    cfg = UMT5Config(
+        d_model=d_model,
+        d_kv=8,
+        d_ff=37,
+        num_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        vocab_size=vocab_size,
+    )
     return UMT5EncoderModel(cfg).eval()
 
 
-def transformer(layers: int = 2, heads: int = 2, head_dim: int = 12, in_channels: int = 16, image_dim: int | None = None):
+def transformer(
+    layers: int = 2, heads: int = 2, head_dim: int = 12, in_channels: int = 16, image_dim: int | None = None
+):
     from diffusers import WanTransformer3DModel
 
     # image_dim: the CLIP vision width of Wan2.1 I2V, whose image tokens get their own K/V projections
     return WanTransformer3DModel(
-        patch_size=(1, 2, 2), num_attention_heads=heads, attention_head_dim=head_dim, in_channels=in_channels,
-        out_channels=16, text_dim=32, freq_dim=256, ffn_dim=32, num_layers=layers, cross_attn_norm=True,
-        qk_norm="rms_norm_across_heads", rope_max_seq_len=32, image_dim=image_dim,
-        added_kv_proj_dim=None if image_dim is None else heads * head_dim).eval()
+        patch_size=(1, 2, 2),
+        num_attention_heads=heads,
+        attention_head_dim=head_dim,
+        in_channels=in_channels,
+        out_channels=16,
+        text_dim=32,
+        freq_dim=256,
+        ffn_dim=32,
+        num_layers=layers,
+        cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads",
+        rope_max_seq_len=32,
+        image_dim=image_dim,
+        added_kv_proj_dim=None if image_dim is None else heads * head_dim,
+    ).eval()
 
 
 def vae():
     from diffusers import AutoencoderKLWan
 
     # spatial factor 8 (three downsamples), temporal factor 4 (two of them temporal)
-    return AutoencoderKLWan(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
-                            temperal_downsample=[False, True, True]).eval()
+    return AutoencoderKLWan(
+        base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]
+    ).eval()
 
 
 def scheduler(flow_shift: float = 3.0):
     from diffusers import UniPCMultistepScheduler
 
     # what the Wan2.1 T2V checkpoints ship: UniPC on flow sigmas
-    return UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=flow_shift,
-                                   num_train_timesteps=1000)
+    return UniPCMultistepScheduler(
+        prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=flow_shift, num_train_timesteps=1000
+    )
 
 
 def build(outdir: Path, *, boundary_ratio: float | None = None) -> None:
@@ -53,8 +75,14 @@ def build(outdir: Path, *, boundary_ratio: float | None = None) -> None:
     kwargs = {}
     if boundary_ratio is not None:
         kwargs = {"transformer_2": transformer(), "boundary_ratio": boundary_ratio}
-    pipe = WanPipeline(tokenizer=parts.t5_tokenizer(), text_encoder=umt5_encoder(), vae=vae(), scheduler=scheduler(),
-                       transformer=transformer(), **kwargs)
+    pipe = WanPipeline(
+        tokenizer=parts.t5_tokenizer(),
+        text_encoder=umt5_encoder(),
+        vae=vae(),
+        scheduler=scheduler(),
+        transformer=transformer(),
+        **kwargs,
+    )
     pipe.save_pretrained(outdir, safe_serialization=True)
 
 
@@ -70,10 +98,24 @@ def build_i2v(outdir: Path) -> None:
     from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
 
     torch.manual_seed(0)
-    clip = CLIPVisionModel(CLIPVisionConfig(hidden_size=32, intermediate_size=37, num_attention_heads=4,
-                                            num_hidden_layers=2, image_size=32, patch_size=8)).eval()
+    clip = CLIPVisionModel(
+        CLIPVisionConfig(
+            hidden_size=32,
+            intermediate_size=37,
+            num_attention_heads=4,
+            num_hidden_layers=2,
+            image_size=32,
+            patch_size=8,
+        )
+    ).eval()
     processor = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
-    pipe = WanImageToVideoPipeline(tokenizer=parts.t5_tokenizer(), text_encoder=umt5_encoder(), vae=vae(),
-                                   scheduler=scheduler(), image_processor=processor, image_encoder=clip,
-                                   transformer=transformer(in_channels=36, image_dim=32))
+    pipe = WanImageToVideoPipeline(
+        tokenizer=parts.t5_tokenizer(),
+        text_encoder=umt5_encoder(),
+        vae=vae(),
+        scheduler=scheduler(),
+        image_processor=processor,
+        image_encoder=clip,
+        transformer=transformer(in_channels=36, image_dim=32),
+    )
     pipe.save_pretrained(outdir, safe_serialization=True)

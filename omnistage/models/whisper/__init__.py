@@ -33,8 +33,13 @@ def matches(folder: ModelFolder) -> bool:
     return folder.is_checkpoint_of(ARCHITECTURES)
 
 
-TRANSCRIPTION = {"sample_rate": SAMPLE_RATE, "window_s": WINDOW_S, "languages": list(LANGUAGES), "tasks": list(TASKS),
-                 "default_language": "en"}
+TRANSCRIPTION = {
+    "sample_rate": SAMPLE_RATE,
+    "window_s": WINDOW_S,
+    "languages": list(LANGUAGES),
+    "tasks": list(TASKS),
+    "default_language": "en",
+}
 # vLLM's "<module>:<class>" name of the timestamp rules (a string: this module imports neither torch nor vLLM)
 TIMESTAMP_RULES = "omnistage.models.whisper.timestamps:WhisperTimestampRules"
 SECONDS_PER_TIMESTAMP = 0.02  # <|0.00|>, <|0.02|>, ... <|30.00|>
@@ -48,8 +53,11 @@ def folder_info(folder: Path) -> dict[str, Any]:
     ids = {code: lang_to_id[f"<|{code}|>"] for code in LANGUAGES if f"<|{code}|>" in lang_to_id}
     extra: dict[str, Any] = {"language_token_ids": ids} if ids else {}
     if isinstance(config.get("no_timestamps_token_id"), int):
-        extra["timestamps"] = {"timestamp_begin": config["no_timestamps_token_id"] + 1,
-                               "seconds_per_timestamp": SECONDS_PER_TIMESTAMP, "tokenizer": str(folder)}
+        extra["timestamps"] = {
+            "timestamp_begin": config["no_timestamps_token_id"] + 1,
+            "seconds_per_timestamp": SECONDS_PER_TIMESTAMP,
+            "tokenizer": str(folder),
+        }
     return {"transcription": {**TRANSCRIPTION, **extra}} if extra else {}
 
 
@@ -57,10 +65,18 @@ WHISPER = Pipeline(
     name="whisper",
     description="Whisper speech recognition / translation to English (encoder-decoder llm stage on vLLM)",
     matches=matches,
-    stages=[StageSpec(0, kind="llm", name="recognizer", output="text+token_ids", final=True,
-                      default_params={"temperature": 0.0},
-                      # inert unless a request asks (extra_args): other requests sample as before
-                      deploy_defaults={"engine_args": {"logits_processors": [TIMESTAMP_RULES]}})],
+    stages=[
+        StageSpec(
+            0,
+            kind="llm",
+            name="recognizer",
+            output="text+token_ids",
+            final=True,
+            default_params={"temperature": 0.0},
+            # inert unless a request asks (extra_args): other requests sample as before
+            deploy_defaults={"engine_args": {"logits_processors": [TIMESTAMP_RULES]}},
+        )
+    ],
     shape_request=to_encoder_decoder,  # (token ids out too: verbose_json lists each segment's tokens)
     info={"transcription": TRANSCRIPTION},
     folder_info=folder_info,

@@ -83,15 +83,15 @@ class TimestampRules:
             if penultimate_ts:  # a pair (or the first timestamp) was just closed: text comes next
                 logits[begin:] = neg
             else:  # a timestamp closed text: the next is a timestamp or the end
-                logits[:self.t.eos] = neg
+                logits[: self.t.eos] = neg
         latest = next((t for t in reversed(output_ids) if t >= begin), given[0] if given else None)
         if latest is not None:
             # never back in time; a timestamp opening a segment is later than the one that closed the last
-            logits[begin:latest if last_ts and not penultimate_ts else latest + 1] = neg
+            logits[begin : latest if last_ts and not penultimate_ts else latest + 1] = neg
         if not given and not output_ids:  # the first sampled token: a timestamp, not too late
             logits[:begin] = neg
             if self.t.max_initial_index is not None:
-                logits[begin + self.t.max_initial_index + 1:] = neg
+                logits[begin + self.t.max_initial_index + 1 :] = neg
         logprobs = torch.log_softmax(logits.float(), dim=-1)
         if logprobs[begin:].logsumexp(dim=-1) > logprobs[:begin].max():
             logits[:begin] = neg
@@ -105,8 +105,9 @@ class WhisperTimestampRules(AdapterLogitsProcessor):
         super().__init__(vllm_config, device, is_pin_memory)
         self.tokens = TimestampTokens.from_generation_config(vllm_config.model_config.try_get_generation_config())
         if self.tokens is None:  # the engine still serves; folder_info offers no timestamps for such a folder
-            logger.warning("Whisper timestamp rules off: the generation_config has no no_timestamps_token_id / "
-                           "eos_token_id")
+            logger.warning(
+                "Whisper timestamp rules off: the generation_config has no no_timestamps_token_id / eos_token_id"
+            )
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:

@@ -33,10 +33,13 @@ _CORPUS = [
 
 def special_tokens() -> list[str]:
     """Whisper's special tokens in the released checkpoints' order."""
-    return (["<|endoftext|>", "<|startoftranscript|>"] + [f"<|{code}|>" for code in LANGUAGES]
-            + ["<|translate|>", "<|transcribe|>"]
-            + ["<|startoflm|>", "<|startofprev|>", "<|nospeech|>", "<|notimestamps|>"]
-            + [f"<|{i * 0.02:.2f}|>" for i in range(1501)])
+    return (
+        ["<|endoftext|>", "<|startoftranscript|>"]
+        + [f"<|{code}|>" for code in LANGUAGES]
+        + ["<|translate|>", "<|transcribe|>"]
+        + ["<|startoflm|>", "<|startofprev|>", "<|nospeech|>", "<|notimestamps|>"]
+        + [f"<|{i * 0.02:.2f}|>" for i in range(1501)]
+    )
 
 
 def train_tokenizer():
@@ -49,9 +52,15 @@ def train_tokenizer():
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.train_from_iterator(_CORPUS * 20, trainers.BpeTrainer(
-        vocab_size=_TEXT_VOCAB, special_tokens=[], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False))
+    bpe.train_from_iterator(
+        _CORPUS * 20,
+        trainers.BpeTrainer(
+            vocab_size=_TEXT_VOCAB,
+            special_tokens=[],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
     model = json.loads(bpe.to_str())["model"]
     merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
     tok = WhisperTokenizer(vocab=model["vocab"], merges=merges)  # adds <|endoftext|> right after the text
@@ -76,14 +85,28 @@ def build(outdir: Path, *, seed: int = 0, head_dim: int = 32, num_layers: int = 
     d_model = 2 * head_dim
     frames = CHUNK_S * SAMPLE_RATE // HOP
     config = WhisperConfig(
-        vocab_size=len(tok), num_mel_bins=MEL_BINS, d_model=d_model,
-        encoder_layers=num_layers, encoder_attention_heads=2, encoder_ffn_dim=2 * d_model,
-        decoder_layers=num_layers, decoder_attention_heads=2, decoder_ffn_dim=2 * d_model,
-        max_source_positions=frames // 2, max_target_positions=448,
+        vocab_size=len(tok),
+        num_mel_bins=MEL_BINS,
+        d_model=d_model,
+        encoder_layers=num_layers,
+        encoder_attention_heads=2,
+        encoder_ffn_dim=2 * d_model,
+        decoder_layers=num_layers,
+        decoder_attention_heads=2,
+        decoder_ffn_dim=2 * d_model,
+        max_source_positions=frames // 2,
+        max_target_positions=448,
         # A wide init gives peaked logits, so greedy choices are not near-ties.
-        init_std=0.3, pad_token_id=eot, bos_token_id=eot, eos_token_id=eot, decoder_start_token_id=sot,
-        begin_suppress_tokens=None, suppress_tokens=None, tie_word_embeddings=True,
-        torch_dtype="float32", architectures=["WhisperForConditionalGeneration"],
+        init_std=0.3,
+        pad_token_id=eot,
+        bos_token_id=eot,
+        eos_token_id=eot,
+        decoder_start_token_id=sot,
+        begin_suppress_tokens=None,
+        suppress_tokens=None,
+        tie_word_embeddings=True,
+        torch_dtype="float32",
+        architectures=["WhisperForConditionalGeneration"],
     )
     torch.manual_seed(seed)
     model = WhisperForConditionalGeneration(config).to(torch.float32).eval()
@@ -93,24 +116,31 @@ def build(outdir: Path, *, seed: int = 0, head_dim: int = 32, num_layers: int = 
             if name.endswith("embed_positions.weight") and "encoder" in name:
                 continue  # the encoder's sinusoidal table is fixed, not learnt
             if p.dim() == 1:
-                p.copy_(torch.ones_like(p) if "layer_norm" in name and name.endswith("weight")
-                        else torch.zeros_like(p))
+                p.copy_(torch.ones_like(p) if "layer_norm" in name and name.endswith("weight") else torch.zeros_like(p))
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
         # A real Whisper never writes a timestamp token after <|notimestamps|>; a random one would (they are
         # 1501 of the ~2000 ids), and transformers' generate would then seek as if segments ended there.
         # Small rows in the tied embedding keep their logits low.
         first_ts = ids("<|0.00|>")
-        model.model.decoder.embed_tokens.weight[first_ts:first_ts + 1501] *= 0.05
+        model.model.decoder.embed_tokens.weight[first_ts : first_ts + 1501] *= 0.05
     model.save_pretrained(outdir)
     GenerationConfig(
-        decoder_start_token_id=sot, eos_token_id=eot, pad_token_id=eot, bos_token_id=eot, max_length=448,
-        is_multilingual=True, lang_to_id={f"<|{c}|>": ids(f"<|{c}|>") for c in LANGUAGES},
+        decoder_start_token_id=sot,
+        eos_token_id=eot,
+        pad_token_id=eot,
+        bos_token_id=eot,
+        max_length=448,
+        is_multilingual=True,
+        lang_to_id={f"<|{c}|>": ids(f"<|{c}|>") for c in LANGUAGES},
         task_to_id={t: ids(f"<|{t}|>") for t in ("translate", "transcribe")},
         no_timestamps_token_id=ids("<|notimestamps|>"),
-        prev_sot_token_id=ids("<|startofprev|>"), suppress_tokens=[], begin_suppress_tokens=[],
+        prev_sot_token_id=ids("<|startofprev|>"),
+        suppress_tokens=[],
+        begin_suppress_tokens=[],
     ).save_pretrained(outdir)
-    features = WhisperFeatureExtractor(feature_size=MEL_BINS, sampling_rate=SAMPLE_RATE, hop_length=HOP,
-                                       chunk_length=CHUNK_S, n_fft=400)
+    features = WhisperFeatureExtractor(
+        feature_size=MEL_BINS, sampling_rate=SAMPLE_RATE, hop_length=HOP, chunk_length=CHUNK_S, n_fft=400
+    )
     WhisperProcessor(feature_extractor=features, tokenizer=tok).save_pretrained(outdir)
     tok.save_pretrained(outdir)

@@ -17,8 +17,17 @@ PIPELINE = Pipeline(
     name="z_image",
     description="Z-Image(-Turbo): Qwen3 -> ZImageTransformer2DModel (few-step flow matching) -> VAE",
     matches=lambda f: f.diffusers_class == "ZImagePipeline",
-    stages=[StageSpec(0, kind="diffusion", adapter=ZImageAdapter, output="image", can_output="image,latent", final=True,
-                      default_params={"num_inference_steps": 9, "guidance_scale": 0.0})],
+    stages=[
+        StageSpec(
+            0,
+            kind="diffusion",
+            adapter=ZImageAdapter,
+            output="image",
+            can_output="image,latent",
+            final=True,
+            default_params={"num_inference_steps": 9, "guidance_scale": 0.0},
+        )
+    ],
     # cfg_normalization: cap the guided prediction's norm at this multiple of the cond one (0: off);
     # cfg_truncation: no CFG once (1000 - t) / 1000 exceeds it (1: never) — ZImagePipeline's knobs;
     extra_body_params={"cfg_normalization": float, "cfg_truncation": float},

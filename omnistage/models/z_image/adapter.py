@@ -32,8 +32,12 @@ MAX_SEQUENCE_LENGTH = 512  # its default caption length
 
 # ZImageTransformerBlock(x, attn_mask, freqs_cis, adaln_input, noise_mask, adaln_noisy, adaln_clean) -> x, on the
 # padded unified (caption + image) sequence; TeaCache compares the timestep embedding (``adaln_input``)
-ZIMAGE_BLOCK = BlockIO(returns="x", hidden="x", per_row=("attn_mask", "freqs_cis", "adaln_input", "noise_mask",
-                                                          "adaln_noisy", "adaln_clean"))
+ZIMAGE_BLOCK = BlockIO(
+    returns="x",
+    hidden="x",
+    per_row=("attn_mask", "freqs_cis", "adaln_input", "noise_mask", "adaln_noisy", "adaln_clean"),
+)
+
 
 class ZImageAdapter(DiffusersAdapter):
     pipeline_class_name = "ZImagePipeline"
@@ -53,7 +57,9 @@ class ZImageAdapter(DiffusersAdapter):
     def validate(self, job: DiffusionJob) -> None:
         p = job.params
         if job.images:
-            raise InvalidRequestError("multi_modal_data.image", "Z-Image is text-to-image only; it takes no input image")
+            raise InvalidRequestError(
+                "multi_modal_data.image", "Z-Image is text-to-image only; it takes no input image"
+            )
         if p.true_cfg_scale is not None:
             raise InvalidRequestError("true_cfg_scale", "not used by Z-Image: guidance_scale > 0 runs its CFG")
         self.validate_size(job, f"VAE factor {self.pipe.vae_scale_factor} x patch size 2")
@@ -87,8 +93,12 @@ class ZImageAdapter(DiffusersAdapter):
         out: list[torch.Tensor | None] = [None] * len(prompts)
         for msl in sorted({j.extra["max_sequence_length"] for j in jobs}):
             idx = [i for i, j in enumerate(jobs) if j.extra["max_sequence_length"] == msl]
-            embeds, _ = self.pipe.encode_prompt(prompt=[prompts[i] for i in idx], device=self.device,
-                                                do_classifier_free_guidance=False, max_sequence_length=msl)
+            embeds, _ = self.pipe.encode_prompt(
+                prompt=[prompts[i] for i in idx],
+                device=self.device,
+                do_classifier_free_guidance=False,
+                max_sequence_length=msl,
+            )
             for i, e in zip(idx, embeds):
                 out[i] = e
         return out
@@ -110,7 +120,7 @@ class ZImageAdapter(DiffusersAdapter):
         padded = feats[0].new_zeros(sum(f.shape[0] for f in feats), longest, feats[0].shape[2])
         lengths, pos = [], 0
         for f in feats:
-            padded[pos:pos + f.shape[0], :f.shape[1]] = f
+            padded[pos : pos + f.shape[0], : f.shape[1]] = f
             lengths += [f.shape[1]] * f.shape[0]
             pos += f.shape[0]
         return {"cap_feats": padded, "cap_len": torch.tensor(lengths)}
@@ -119,8 +129,9 @@ class ZImageAdapter(DiffusersAdapter):
         n = job.params.num_inference_steps
         h, w = self.latent_grid(job)
         sigmas = torch.linspace(1.0, 1 / n, n).tolist()  # get_default_z_image_sigmas
-        state = self.sampler.make_state(n, device=self.device, sigmas=sigmas,
-                                        mu=self.dynamic_shift_mu((h // 2) * (w // 2)))
+        state = self.sampler.make_state(
+            n, device=self.device, sigmas=sigmas, mu=self.dynamic_shift_mu((h // 2) * (w // 2))
+        )
         if hasattr(state.scheduler, "set_begin_index"):
             state.scheduler.set_begin_index(0)  # as the pipeline does before its loop
         job.sampler_state = state

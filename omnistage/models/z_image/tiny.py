@@ -18,8 +18,9 @@ CHAT_TEMPLATE = (
 def tokenizer(vocab_size: int = 300):
     from transformers import Qwen2Tokenizer
 
-    tok = Qwen2Tokenizer().train_new_from_iterator(parts._CORPUS * 4, vocab_size=vocab_size,
-                                                   new_special_tokens=SPECIAL_TOKENS)
+    tok = Qwen2Tokenizer().train_new_from_iterator(
+        parts._CORPUS * 4, vocab_size=vocab_size, new_special_tokens=SPECIAL_TOKENS
+    )
     tok.pad_token = "<|endoftext|>"
     tok.chat_template = CHAT_TEMPLATE
     return tok
@@ -28,22 +29,46 @@ def tokenizer(vocab_size: int = 300):
 def text_encoder(vocab_size: int, hidden: int = 32):
     from transformers import Qwen3Config, Qwen3Model
 
-    cfg = Qwen3Config(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=1024)
+    cfg = Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=1024,
+    )
     return Qwen3Model(cfg).eval()
 
 
-def transformer(*, layers: int = 1, refiner_layers: int = 1, heads: int = 2, head_dim: int = 16,
-                latent_channels: int = 4, cap_dim: int = 32):
+def transformer(
+    *,
+    layers: int = 1,
+    refiner_layers: int = 1,
+    heads: int = 2,
+    head_dim: int = 16,
+    latent_channels: int = 4,
+    cap_dim: int = 32,
+):
     from diffusers import ZImageTransformer2DModel
 
     # RoPE axes (frame, row, column) split the head dim as Z-Image's (32, 48, 48) does
     third = (head_dim - head_dim // 4) // 2
     axes = [head_dim - 2 * third, third, third]
     return ZImageTransformer2DModel(
-        all_patch_size=(2,), all_f_patch_size=(1,), in_channels=latent_channels, dim=heads * head_dim,
-        n_layers=layers, n_refiner_layers=refiner_layers, n_heads=heads, n_kv_heads=heads, cap_feat_dim=cap_dim,
-        axes_dims=axes, axes_lens=[256, 64, 64]).eval()
+        all_patch_size=(2,),
+        all_f_patch_size=(1,),
+        in_channels=latent_channels,
+        dim=heads * head_dim,
+        n_layers=layers,
+        n_refiner_layers=refiner_layers,
+        n_heads=heads,
+        n_kv_heads=heads,
+        cap_feat_dim=cap_dim,
+        axes_dims=axes,
+        axes_lens=[256, 64, 64],
+    ).eval()
 
 
 def build(outdir: Path) -> None:
@@ -55,6 +80,11 @@ def build(outdir: Path) -> None:
 
     torch.manual_seed(0)
     tok = tokenizer()
-    pipe = ZImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0, use_dynamic_shifting=False),
-                          vae=vae(), text_encoder=text_encoder(len(tok)), tokenizer=tok, transformer=transformer())
+    pipe = ZImagePipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0, use_dynamic_shifting=False),
+        vae=vae(),
+        text_encoder=text_encoder(len(tok)),
+        tokenizer=tok,
+        transformer=transformer(),
+    )
     pipe.save_pretrained(outdir, safe_serialization=True)

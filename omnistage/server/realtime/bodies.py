@@ -16,19 +16,39 @@ if TYPE_CHECKING:
     from omnistage.server.realtime.session import ConversationItem, Session
 
 # body fields the session itself sets: not for extra_body
-OWNED = frozenset({"messages", "model", "stream", "stream_options", "modalities", "audio", "n",
-                   "input", "voice", "response_format", "stream_format"})
+OWNED = frozenset(
+    {
+        "messages",
+        "model",
+        "stream",
+        "stream_options",
+        "modalities",
+        "audio",
+        "n",
+        "input",
+        "voice",
+        "response_format",
+        "stream_format",
+    }
+)
 
 
 def speech_body(session: Session, params: ResponseParams | None, event_id: str | None) -> SpeechRequest:
     """For a speech model: /v1/audio/speech's body speaking the last user item's text."""
     params = params or ResponseParams()
-    items = session.items if params.input is None else [
-        session.item_from(it, f"response.input[{i}]", event_id) for i, it in enumerate(params.input)]
+    items = (
+        session.items
+        if params.input is None
+        else [session.item_from(it, f"response.input[{i}]", event_id) for i, it in enumerate(params.input)]
+    )
     text = _speech_text(items)
     if text is None:
-        raise ProtocolError("the last user item has no text to speak (this model speaks text: input_text)", None,
-                            "conversation_empty", event_id)
+        raise ProtocolError(
+            "the last user item has no text to speak (this model speaks text: input_text)",
+            None,
+            "conversation_empty",
+            event_id,
+        )
     if params.output_modalities is not None:
         session.check_modalities(params.output_modalities, "response.output_modalities", event_id)
     extra = dict(session.extra_body)
@@ -36,8 +56,11 @@ def speech_body(session: Session, params: ResponseParams | None, event_id: str |
         extra.update(check_extra_body(params.extra_body, "response.extra_body", event_id, SpeechRequest))
     body: dict[str, Any] = {**extra, "model": None, "input": text, "response_format": "pcm"}
     out = params.audio.output if params.audio is not None else None
-    voice = session.check_voice(out.voice, "response.audio.output.voice", event_id) if (
-        out is not None and out.voice is not None) else session.voice
+    voice = (
+        session.check_voice(out.voice, "response.audio.output.voice", event_id)
+        if (out is not None and out.voice is not None)
+        else session.voice
+    )
     if voice is not None:
         body["voice"] = voice
     instructions = session.instructions if params.instructions is None else params.instructions
@@ -60,24 +83,30 @@ def chat_body(session: Session, params: ResponseParams | None, event_id: str | N
     response's own ``input``), the session's knobs under the response's overrides."""
     params = params or ResponseParams()
     if params.conversation not in (None, "auto", "none"):
-        raise ProtocolError("response.conversation: 'auto' or 'none'", "response.conversation", "invalid_value",
-                            event_id)
+        raise ProtocolError(
+            "response.conversation: 'auto' or 'none'", "response.conversation", "invalid_value", event_id
+        )
     items = session.items
     if params.input is not None:
         items = [session.item_from(it, f"response.input[{i}]", event_id) for i, it in enumerate(params.input)]
     instructions = session.instructions if params.instructions is None else params.instructions
-    messages = ([{"role": "system", "content": instructions}] if instructions else []) + [
-        it.message() for it in items]
+    messages = ([{"role": "system", "content": instructions}] if instructions else []) + [it.message() for it in items]
     if not any(m["role"] == "user" for m in messages):
-        raise ProtocolError("the conversation has no user item to respond to", None, "conversation_empty",
-                            event_id)
-    modalities = session.output_modalities if params.output_modalities is None else session.check_modalities(
-        params.output_modalities, "response.output_modalities", event_id)
+        raise ProtocolError("the conversation has no user item to respond to", None, "conversation_empty", event_id)
+    modalities = (
+        session.output_modalities
+        if params.output_modalities is None
+        else session.check_modalities(params.output_modalities, "response.output_modalities", event_id)
+    )
     extra = dict(session.extra_body)
     if params.extra_body is not None:
         extra.update(check_extra_body(params.extra_body, "response.extra_body", event_id, ChatCompletionRequest))
-    body: dict[str, Any] = {**extra, "model": None, "messages": messages,
-                            "modalities": ["text", "audio"] if modalities == ["audio"] else ["text"]}
+    body: dict[str, Any] = {
+        **extra,
+        "model": None,
+        "messages": messages,
+        "modalities": ["text", "audio"] if modalities == ["audio"] else ["text"],
+    }
     voice = session.voice
     out = params.audio.output if params.audio is not None else None
     if out is not None and out.voice is not None:
@@ -104,20 +133,26 @@ def _speech_text(items: list[ConversationItem]) -> str | None:
     return None
 
 
-def check_extra_body(extra: dict[str, Any], param: str, event_id: str | None,
-                     body: type[ChatCompletionRequest] | type[SpeechRequest]) -> dict[str, Any]:
+def check_extra_body(
+    extra: dict[str, Any], param: str, event_id: str | None, body: type[ChatCompletionRequest] | type[SpeechRequest]
+) -> dict[str, Any]:
     """Fields of the HTTP body a response runs as, typed as that route types them (errors name
     ``param``.<field>)."""
     owned = sorted(OWNED & extra.keys())
     if owned:
-        raise ProtocolError(f"{param}.{owned[0]}: set by the session, not by extra_body", f"{param}.{owned[0]}",
-                            "invalid_value", event_id)
+        raise ProtocolError(
+            f"{param}.{owned[0]}: set by the session, not by extra_body",
+            f"{param}.{owned[0]}",
+            "invalid_value",
+            event_id,
+        )
     required = {"messages": [{"role": "user", "content": "x"}]} if body is ChatCompletionRequest else {"input": "x"}
     try:
         body.model_validate({**extra, **required})
     except ValidationError as e:
         message, field_name = describe_validation(list(e.errors()))
         where = f"{param}.{field_name}" if field_name else param
-        raise ProtocolError(f"{param}.{message}" if field_name else f"{param}: {message}", where, "invalid_value",
-                            event_id) from None
+        raise ProtocolError(
+            f"{param}.{message}" if field_name else f"{param}: {message}", where, "invalid_value", event_id
+        ) from None
     return dict(extra)

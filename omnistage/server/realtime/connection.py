@@ -68,13 +68,23 @@ class Response:
     finishing: bool = False  # the closing events are being sent: too late to cancel
 
     def public(self, status: str, details: dict[str, Any] | None = None, final: bool = False) -> dict[str, Any]:
-        out = {"id": self.id, "object": "realtime.response", "status": status, "status_details": details,
-               "output": [self.item.public()] if final else [], "conversation_id": None,
-               "output_modalities": ["audio" if self.audio else "text"], "metadata": self.metadata,
-               "usage": None}
+        out = {
+            "id": self.id,
+            "object": "realtime.response",
+            "status": status,
+            "status_details": details,
+            "output": [self.item.public()] if final else [],
+            "conversation_id": None,
+            "output_modalities": ["audio" if self.audio else "text"],
+            "metadata": self.metadata,
+            "usage": None,
+        }
         if final:
-            out["usage"] = {"total_tokens": self.prompt_tokens + self.output_tokens, "input_tokens": self.prompt_tokens,
-                            "output_tokens": self.output_tokens}
+            out["usage"] = {
+                "total_tokens": self.prompt_tokens + self.output_tokens,
+                "input_tokens": self.prompt_tokens,
+                "output_tokens": self.output_tokens,
+            }
         return out
 
     def where(self) -> dict[str, Any]:
@@ -137,18 +147,30 @@ class Connection:
             except Exception as e:  # noqa: BLE001 - a fault handling one event must not end the session
                 logger.exception("realtime session %s: event failed", self.session.id)
                 err = from_engine_error(e)
-                await self.error(ProtocolError(err.message, err.param, err.code or "server_error",
-                                               event.event_id if event is not None else None, type=err.type))
+                await self.error(
+                    ProtocolError(
+                        err.message,
+                        err.param,
+                        err.code or "server_error",
+                        event.event_id if event is not None else None,
+                        type=err.type,
+                    )
+                )
 
     async def _expire(self, session_over: bool) -> None:
         """Past --realtime-max-session-seconds or --realtime-idle-timeout: say which, then close."""
         o = self.state.options
         if session_over:
-            err = ProtocolError(f"the session reached this server's limit of {o.realtime_max_session_s:g} s "
-                                "(--realtime-max-session-seconds)", None, "session_expired")
+            err = ProtocolError(
+                f"the session reached this server's limit of {o.realtime_max_session_s:g} s "
+                "(--realtime-max-session-seconds)",
+                None,
+                "session_expired",
+            )
         else:
-            err = ProtocolError(f"no client event for {o.realtime_idle_timeout_s:g} s (--realtime-idle-timeout)",
-                                None, "idle_timeout")
+            err = ProtocolError(
+                f"no client event for {o.realtime_idle_timeout_s:g} s (--realtime-idle-timeout)", None, "idle_timeout"
+            )
         await self.close()  # a response still running is aborted first
         try:
             await self.error(err)
@@ -191,8 +213,12 @@ class Connection:
             await self._item_added(item, previous)
         elif isinstance(event, ItemDelete):
             if self.response is not None and event.item_id == self.response.item.id:
-                raise ProtocolError("item_id: the item of the response in progress; cancel the response first",
-                                    "item_id", "invalid_value", eid)
+                raise ProtocolError(
+                    "item_id: the item of the response in progress; cancel the response first",
+                    "item_id",
+                    "invalid_value",
+                    eid,
+                )
             s.delete(event.item_id, eid)
             await self.send("conversation.item.deleted", item_id=event.item_id)
         elif isinstance(event, ResponseCreate):
@@ -200,9 +226,12 @@ class Connection:
         elif isinstance(event, ResponseCancel):
             active = self.response
             if active is None or (event.response_id is not None and event.response_id != active.id):
-                raise ProtocolError("no response in progress" + (f" with id {event.response_id!r}"
-                                                                 if event.response_id else ""),
-                                    "response_id" if event.response_id else None, "response_cancel_not_active", eid)
+                raise ProtocolError(
+                    "no response in progress" + (f" with id {event.response_id!r}" if event.response_id else ""),
+                    "response_id" if event.response_id else None,
+                    "response_cancel_not_active",
+                    eid,
+                )
             await self.cancel(active, "client_cancelled")
 
     async def _speech_started(self, ms: int) -> None:
@@ -234,8 +263,12 @@ class Connection:
     async def create_response(self, event: ResponseCreate) -> None:
         eid = event.event_id
         if self.response is not None:
-            raise ProtocolError(f"response {self.response.id!r} is in progress; cancel it or wait for response.done",
-                                None, "conversation_already_has_active_response", eid)
+            raise ProtocolError(
+                f"response {self.response.id!r} is in progress; cancel it or wait for response.done",
+                None,
+                "conversation_already_has_active_response",
+                eid,
+            )
         params = event.response
         rid = new_id("resp")
         spoken: str | None = None  # a speech model's transcript: the text it speaks
@@ -253,8 +286,13 @@ class Connection:
         except APIError as e:  # what the HTTP route would answer 400 for, as an error event
             raise ProtocolError(e.message, e.param, e.code or "invalid_request_error", eid) from None
         item = ConversationItem(new_id("item"), "assistant", [], [], status="in_progress")
-        resp = Response(rid, item, audio, params is None or params.conversation != "none",
-                        metadata=params.metadata if params is not None else None)
+        resp = Response(
+            rid,
+            item,
+            audio,
+            params is None or params.conversation != "none",
+            metadata=params.metadata if params is not None else None,
+        )
         self.response = resp
         previous = self.session.insert(item, None, eid) if resp.in_conversation else None
         await self.send("response.created", response=resp.public("in_progress"))
@@ -295,17 +333,22 @@ class Connection:
             raise  # cancel(): the stream's cleanup aborted the request; cancel() ends the response
         except Exception as e:  # noqa: BLE001 - a failed request fails this response, not the session
             err = from_engine_error(e)
-            await self.error(ProtocolError(err.message, err.param, err.code or "server_error", eid,
-                                           type=err.type))
-            await self._finish(resp, "failed", {"type": "failed", "error": {"type": err.type, "code": err.code,
-                                                                            "message": err.message}})
+            await self.error(ProtocolError(err.message, err.param, err.code or "server_error", eid, type=err.type))
+            await self._finish(
+                resp,
+                "failed",
+                {"type": "failed", "error": {"type": err.type, "code": err.code, "message": err.message}},
+            )
             return
         state.record(result)
         resp.prompt_tokens = result.prompt_tokens or resp.prompt_tokens
         resp.output_tokens = result.completion_tokens or resp.output_tokens
         incomplete = result.finish_reason == "length"
-        await self._finish(resp, "incomplete" if incomplete else "completed",
-                           {"type": "incomplete", "reason": "max_output_tokens"} if incomplete else None)
+        await self._finish(
+            resp,
+            "incomplete" if incomplete else "completed",
+            {"type": "incomplete", "reason": "max_output_tokens"} if incomplete else None,
+        )
 
     async def cancel(self, resp: Response, reason: str) -> None:
         assert resp.task is not None

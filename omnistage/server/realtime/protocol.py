@@ -25,14 +25,25 @@ MAX_ID = 64  # OpenAI's limit on client-chosen ids
 class ProtocolError(Exception):
     """A client event the server cannot take; becomes an ``error`` server event."""
 
-    def __init__(self, message: str, param: str | None = None, code: str = "invalid_request_error",
-                 event_id: str | None = None, type: str = "invalid_request_error"):
+    def __init__(
+        self,
+        message: str,
+        param: str | None = None,
+        code: str = "invalid_request_error",
+        event_id: str | None = None,
+        type: str = "invalid_request_error",
+    ):
         super().__init__(message)
         self.message, self.param, self.code, self.event_id, self.type = message, param, code, event_id, type
 
     def error(self) -> dict[str, Any]:
-        return {"type": self.type, "code": self.code, "message": self.message, "param": self.param,
-                "event_id": self.event_id}
+        return {
+            "type": self.type,
+            "code": self.code,
+            "message": self.message,
+            "param": self.param,
+            "event_id": self.event_id,
+        }
 
 
 class _Model(BaseModel):
@@ -169,12 +180,22 @@ class ResponseCancel(_Event):
     response_id: Id | None = None
 
 
-ClientEvent = (SessionUpdate | AudioAppend | AudioCommit | AudioClear | ItemCreate | ItemDelete | ResponseCreate
-               | ResponseCancel)
+ClientEvent = (
+    SessionUpdate | AudioAppend | AudioCommit | AudioClear | ItemCreate | ItemDelete | ResponseCreate | ResponseCancel
+)
 EVENTS: dict[str, TypeAdapter[Any]] = {
     m.model_fields["type"].annotation.__args__[0]: TypeAdapter(m)  # type: ignore[union-attr]
-    for m in (SessionUpdate, AudioAppend, AudioCommit, AudioClear, ItemCreate, ItemDelete, ResponseCreate,
-              ResponseCancel)}
+    for m in (
+        SessionUpdate,
+        AudioAppend,
+        AudioCommit,
+        AudioClear,
+        ItemCreate,
+        ItemDelete,
+        ResponseCreate,
+        ResponseCancel,
+    )
+}
 # OpenAI client events this server knows but does not serve yet: said so, not "unknown"
 NOT_YET = {"conversation.item.retrieve", "conversation.item.truncate", "output_audio_buffer.clear"}
 
@@ -182,12 +203,14 @@ NOT_YET = {"conversation.item.retrieve", "conversation.item.truncate", "output_a
 def parse(frame: str | bytes, max_bytes: int) -> ClientEvent:
     """One WebSocket frame -> one client event, or ``ProtocolError``."""
     if len(frame) > max_bytes:
-        raise ProtocolError(f"event is {len(frame)} bytes, larger than this server's limit of {max_bytes}",
-                            code="event_too_large")
+        raise ProtocolError(
+            f"event is {len(frame)} bytes, larger than this server's limit of {max_bytes}", code="event_too_large"
+        )
     key = json_too_deep(frame)
     if key is not None:
-        raise ProtocolError(f"{key or 'event'}: JSON nested more than {MAX_JSON_DEPTH} levels deep", key or None,
-                            "json_too_deep")
+        raise ProtocolError(
+            f"{key or 'event'}: JSON nested more than {MAX_JSON_DEPTH} levels deep", key or None, "json_too_deep"
+        )
     try:
         raw = json.loads(frame)
     except (ValueError, RecursionError) as e:
@@ -199,12 +222,14 @@ def parse(frame: str | bytes, max_bytes: int) -> ClientEvent:
     if not isinstance(kind, str):
         raise ProtocolError("type: field required (a string naming the event)", "type", "invalid_event", event_id)
     if kind in NOT_YET:
-        raise ProtocolError(f"type: {kind!r} is not supported by this server yet", "type", "unsupported_event",
-                            event_id)
+        raise ProtocolError(
+            f"type: {kind!r} is not supported by this server yet", "type", "unsupported_event", event_id
+        )
     adapter = EVENTS.get(kind)
     if adapter is None:
-        raise ProtocolError(f"type: unknown client event {kind!r} (one of {', '.join(EVENTS)})", "type",
-                            "invalid_event_type", event_id)
+        raise ProtocolError(
+            f"type: unknown client event {kind!r} (one of {', '.join(EVENTS)})", "type", "invalid_event_type", event_id
+        )
     try:
         return adapter.validate_python(raw)
     except ValidationError as e:

@@ -25,8 +25,15 @@ from omnistage.server.realtime.protocol import (
 from omnistage.server.realtime.vad import FRAME_MS, START_FRAMES, VoiceActivity
 
 DEFAULT_INPUT_RATE = 24000  # OpenAI's default input format: PCM16 24 kHz mono
-SERVER_VAD = {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": 500,
-              "create_response": True, "interrupt_response": True, "idle_timeout_ms": None}  # OpenAI's defaults
+SERVER_VAD = {
+    "type": "server_vad",
+    "threshold": 0.5,
+    "prefix_padding_ms": 300,
+    "silence_duration_ms": 500,
+    "create_response": True,
+    "interrupt_response": True,
+    "idle_timeout_ms": None,
+}  # OpenAI's defaults
 
 
 def new_id(prefix: str) -> str:
@@ -61,8 +68,14 @@ class ConversationItem:
     status: str = "completed"
 
     def public(self) -> dict[str, Any]:
-        return {"id": self.id, "object": "realtime.item", "type": "message", "role": self.role,
-                "status": self.status, "content": copy.deepcopy(self.content)}
+        return {
+            "id": self.id,
+            "object": "realtime.item",
+            "type": "message",
+            "role": self.role,
+            "status": self.status,
+            "content": copy.deepcopy(self.content),
+        }
 
     def message(self) -> dict[str, Any]:
         if self.role == "assistant" or all(p["type"] == "text" for p in self.parts):
@@ -99,17 +112,31 @@ class Session:
 
     def public(self) -> dict[str, Any]:
         out_format = {"type": "audio/pcm", "rate": self.info.output_rate} if self.info.speaks else None
-        return {"type": "realtime", "object": "realtime.session", "id": self.id, "model": self.info.name,
-                "output_modalities": list(self.output_modalities), "instructions": self.instructions,
-                "audio": {"input": {"format": {"type": "audio/pcm", "rate": self.input_rate},
-                                    "turn_detection": copy.deepcopy(self.turn_detection), "transcription": None,
-                                    "noise_reduction": None},
-                          "output": {"format": out_format, "voice": self.voice, "speed": self.speed}},
-                "max_output_tokens": self.max_output_tokens, "tools": [], "tool_choice": "auto",
-                "extra_body": copy.deepcopy(self.extra_body)}
+        return {
+            "type": "realtime",
+            "object": "realtime.session",
+            "id": self.id,
+            "model": self.info.name,
+            "output_modalities": list(self.output_modalities),
+            "instructions": self.instructions,
+            "audio": {
+                "input": {
+                    "format": {"type": "audio/pcm", "rate": self.input_rate},
+                    "turn_detection": copy.deepcopy(self.turn_detection),
+                    "transcription": None,
+                    "noise_reduction": None,
+                },
+                "output": {"format": out_format, "voice": self.voice, "speed": self.speed},
+            },
+            "max_output_tokens": self.max_output_tokens,
+            "tools": [],
+            "tool_choice": "auto",
+            "extra_body": copy.deepcopy(self.extra_body),
+        }
 
     def update(self, params: SessionParams, event_id: str | None) -> None:
         """Apply the fields present in ``params``; nothing changes when one of them is refused."""
+
         def fail(message: str, param: str, code: str = "invalid_value") -> ProtocolError:
             return ProtocolError(f"{param}: {message}", param, code, event_id)
 
@@ -121,8 +148,9 @@ class Session:
         if params.instructions is not None:
             new["instructions"] = params.instructions
         if params.output_modalities is not None:
-            new["output_modalities"] = self.check_modalities(params.output_modalities, "session.output_modalities",
-                                                        event_id)
+            new["output_modalities"] = self.check_modalities(
+                params.output_modalities, "session.output_modalities", event_id
+            )
         if params.max_output_tokens is not None:
             new["max_output_tokens"] = params.max_output_tokens
         if params.extra_body is not None:
@@ -132,8 +160,9 @@ class Session:
             if "turn_detection" in audio.input.model_fields_set:
                 new["turn_detection"] = self._turn_detection(audio.input.turn_detection, event_id)
             if audio.input.transcription is not None:
-                raise fail("input transcription is not supported yet", "session.audio.input.transcription",
-                           "unsupported_value")
+                raise fail(
+                    "input transcription is not supported yet", "session.audio.input.transcription", "unsupported_value"
+                )
             if audio.input.format is not None and audio.input.format.rate is not None:
                 new["input_rate"] = audio.input.format.rate
         if audio is not None and audio.output is not None:
@@ -144,8 +173,11 @@ class Session:
                 new["voice"] = self.check_voice(out.voice, "session.audio.output.voice", event_id)
             if out.speed is not None:
                 if out.speed != 1.0 and not self.info.supports_speed:
-                    raise fail("this model does not support changing the speed", "session.audio.output.speed",
-                               "unsupported_value")
+                    raise fail(
+                        "this model does not support changing the speed",
+                        "session.audio.output.speed",
+                        "unsupported_value",
+                    )
                 new["speed"] = out.speed
         rate_changed = "input_rate" in new and new["input_rate"] != self.input_rate
         for key, value in new.items():
@@ -162,11 +194,16 @@ class Session:
         if td is None:
             return None
         if td.type != "server_vad":
-            raise ProtocolError(f"{param}.type: {td.type!r} is not supported yet (null or 'server_vad')",
-                                f"{param}.type", "unsupported_value", event_id)
+            raise ProtocolError(
+                f"{param}.type: {td.type!r} is not supported yet (null or 'server_vad')",
+                f"{param}.type",
+                "unsupported_value",
+                event_id,
+            )
         if td.idle_timeout_ms is not None:
-            raise ProtocolError(f"{param}.idle_timeout_ms: not supported yet", f"{param}.idle_timeout_ms",
-                                "unsupported_value", event_id)
+            raise ProtocolError(
+                f"{param}.idle_timeout_ms: not supported yet", f"{param}.idle_timeout_ms", "unsupported_value", event_id
+            )
         given = {k: v for k, v in td.model_dump().items() if v is not None}
         return {**SERVER_VAD, **given}
 
@@ -217,16 +254,18 @@ class Session:
         keep = self._sample(self.turn_detection["prefix_padding_ms"] + (START_FRAMES + 2) * FRAME_MS)
         drop = len(self.buffer) // 2 - keep
         if drop > 0:
-            del self.buffer[:drop * 2]
+            del self.buffer[: drop * 2]
             self.buffer_start += drop
 
     def check_modalities(self, asked: list[str], param: str, event_id: str | None) -> list[str]:
         if "audio" in asked and not self.info.speaks:
-            raise ProtocolError(f"{param}: model {self.info.name!r} does not produce audio", param, "invalid_value",
-                                event_id)
+            raise ProtocolError(
+                f"{param}: model {self.info.name!r} does not produce audio", param, "invalid_value", event_id
+            )
         if "text" in asked and not self.info.writes_text:
-            raise ProtocolError(f"{param}: model {self.info.name!r} only speaks (use ['audio'])", param,
-                                "invalid_value", event_id)
+            raise ProtocolError(
+                f"{param}: model {self.info.name!r} only speaks (use ['audio'])", param, "invalid_value", event_id
+            )
         return list(asked)
 
     def check_voice(self, voice: Any, param: str, event_id: str | None) -> str:
@@ -234,8 +273,12 @@ class Session:
             raise ProtocolError(f"{param}: custom voice ids are not supported", param, "unsupported_value", event_id)
         names = {v.lower(): v for v in self.info.voices}
         if voice.lower() not in names:
-            raise ProtocolError(f"{param}: {voice!r} is not one of this model's voices "
-                                f"({', '.join(self.info.voices) or 'none'})", param, "invalid_value", event_id)
+            raise ProtocolError(
+                f"{param}: {voice!r} is not one of this model's voices ({', '.join(self.info.voices) or 'none'})",
+                param,
+                "invalid_value",
+                event_id,
+            )
         return names[voice.lower()]
 
     # ------------------------------------------------------------------ input audio
@@ -245,9 +288,13 @@ class Session:
         the server's media bytes) are checked from the base64 length, before decoding."""
         limit = int(self.max_buffer_s * self.input_rate) * 2
         if len(self.buffer) + base64_size(data) > limit:
-            raise ProtocolError(f"audio: the input audio buffer would exceed {self.max_buffer_s:g} s "
-                                f"({limit} bytes at {self.input_rate} Hz); commit or clear it first", "audio",
-                                "input_audio_buffer_full", event_id)
+            raise ProtocolError(
+                f"audio: the input audio buffer would exceed {self.max_buffer_s:g} s "
+                f"({limit} bytes at {self.input_rate} Hz); commit or clear it first",
+                "audio",
+                "input_audio_buffer_full",
+                event_id,
+            )
         pcm = decode_pcm16(data, "audio", event_id, self.limits.max_bytes)
         self.buffer += pcm
         self.samples_seen += len(pcm) // 2
@@ -260,11 +307,16 @@ class Session:
 
     def commit_audio(self, event_id: str | None) -> ConversationItem:
         if not self.buffer:
-            raise ProtocolError("the input audio buffer is empty: append audio before committing", None,
-                                "input_audio_buffer_commit_empty", event_id)
+            raise ProtocolError(
+                "the input audio buffer is empty: append audio before committing",
+                None,
+                "input_audio_buffer_commit_empty",
+                event_id,
+            )
         item_id = self.turn[0] if self.turn is not None else new_id("item")
-        item = ConversationItem(item_id, "user", [{"type": "input_audio", "transcript": None}],
-                                [self._audio_part(bytes(self.buffer))])
+        item = ConversationItem(
+            item_id, "user", [{"type": "input_audio", "transcript": None}], [self._audio_part(bytes(self.buffer))]
+        )
         self.clear_audio()
         return item
 
@@ -277,21 +329,33 @@ class Session:
     def item_from(self, item: Item, param: str, event_id: str | None) -> ConversationItem:
         """A client's ``conversation.item.create`` item as a conversation item (its audio decoded once)."""
         if item.type != "message":
-            raise ProtocolError(f"{param}.type: {item.type!r} items are not supported yet (only messages)",
-                                f"{param}.type", "unsupported_value", event_id)
+            raise ProtocolError(
+                f"{param}.type: {item.type!r} items are not supported yet (only messages)",
+                f"{param}.type",
+                "unsupported_value",
+                event_id,
+            )
         if item.role is None:
             raise ProtocolError(f"{param}.role: field required", f"{param}.role", "invalid_value", event_id)
         if item.id is not None and self.find(item.id) is not None:
-            raise ProtocolError(f"{param}.id: an item {item.id!r} already exists", f"{param}.id", "invalid_value",
-                                event_id)
+            raise ProtocolError(
+                f"{param}.id: an item {item.id!r} already exists", f"{param}.id", "invalid_value", event_id
+            )
         content, parts = [], []
-        allowed = {"user": ("input_text", "input_audio"), "system": ("input_text",),
-                   "assistant": ("output_text", "text", "output_audio")}[item.role]
+        allowed = {
+            "user": ("input_text", "input_audio"),
+            "system": ("input_text",),
+            "assistant": ("output_text", "text", "output_audio"),
+        }[item.role]
         for i, part in enumerate(item.content):
             where = f"{param}.content[{i}]"
             if part.type not in allowed:
-                raise ProtocolError(f"{where}.type: a {item.role} item takes {', '.join(allowed)}", f"{where}.type",
-                                    "invalid_value", event_id)
+                raise ProtocolError(
+                    f"{where}.type: a {item.role} item takes {', '.join(allowed)}",
+                    f"{where}.type",
+                    "invalid_value",
+                    event_id,
+                )
             if part.type == "input_audio":
                 if part.audio is None:
                     raise ProtocolError(f"{where}.audio: field required", f"{where}.audio", "invalid_value", event_id)
@@ -308,8 +372,9 @@ class Session:
             parts.append({"type": "text", "text": text})
             content.append({"type": part.type, ("transcript" if part.type == "output_audio" else "text"): text})
         if not parts:
-            raise ProtocolError(f"{param}.content: at least one content part", f"{param}.content", "invalid_value",
-                                event_id)
+            raise ProtocolError(
+                f"{param}.content: at least one content part", f"{param}.content", "invalid_value", event_id
+            )
         return ConversationItem(item.id or new_id("item"), item.role, content, parts)
 
     def find(self, item_id: str) -> int | None:
@@ -324,8 +389,12 @@ class Session:
         else:
             index = self.find(previous_item_id)
             if index is None:
-                raise ProtocolError(f"previous_item_id: no item {previous_item_id!r} in the conversation",
-                                    "previous_item_id", "item_not_found", event_id)
+                raise ProtocolError(
+                    f"previous_item_id: no item {previous_item_id!r} in the conversation",
+                    "previous_item_id",
+                    "item_not_found",
+                    event_id,
+                )
             at = index + 1
         self.items.insert(at, item)
         return self.items[at - 1].id if at else None
@@ -333,6 +402,7 @@ class Session:
     def delete(self, item_id: str, event_id: str | None) -> None:
         index = self.find(item_id)
         if index is None:
-            raise ProtocolError(f"item_id: no item {item_id!r} in the conversation", "item_id", "item_not_found",
-                                event_id)
+            raise ProtocolError(
+                f"item_id: no item {item_id!r} in the conversation", "item_id", "item_not_found", event_id
+            )
         del self.items[index]

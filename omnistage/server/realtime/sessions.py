@@ -11,11 +11,16 @@ class RealtimeSessions:
         self.limit = limit
         self.open = 0
         self.opened = Counter("omnistage_realtime_sessions", "realtime sessions opened", registry=registry)
-        self.refused = Counter("omnistage_realtime_sessions_refused", "realtime sessions refused", ["reason"],
-                               registry=registry)
+        self.refused = Counter(
+            "omnistage_realtime_sessions_refused", "realtime sessions refused", ["reason"], registry=registry
+        )
         self.active = Gauge("omnistage_realtime_sessions_active", "realtime sessions open now", registry=registry)
-        self.events = Counter("omnistage_realtime_events", "realtime events by direction and type",
-                              ["direction", "type"], registry=registry)
+        self.events = Counter(
+            "omnistage_realtime_events",
+            "realtime events by direction and type",
+            ["direction", "type"],
+            registry=registry,
+        )
         self.errors = Counter("omnistage_realtime_errors", "error events sent, by code", ["code"], registry=registry)
 
     def try_open(self) -> bool:

@@ -52,7 +52,7 @@ class VoiceActivity:
         events: list[tuple[str, int]] = []
         n = len(data) // self._frame_bytes
         for k in range(n):
-            frame = data[k * self._frame_bytes:(k + 1) * self._frame_bytes]
+            frame = data[k * self._frame_bytes : (k + 1) * self._frame_bytes]
             voiced = self._vad.is_speech(frame, self.rate)
             index, self._frames = self._frames, self._frames + 1
             if not self.speaking:
@@ -68,5 +68,5 @@ class VoiceActivity:
                     self.speaking = False
                     self._window.clear()
                     events.append(("stop", (index - self._silent_run + 1) * FRAME_MS))
-        self._pending = data[n * self._frame_bytes:]
+        self._pending = data[n * self._frame_bytes :]
         return events

@@ -70,8 +70,11 @@ def _max_ref_s(state: ServerState) -> float:
 
 def _require_cloning(state: ServerState, field: str) -> None:
     if not state.engine.pipeline.info.get("supports_voice_cloning"):
-        raise bad_request(f"{field}: model {state.model_name!r} cannot clone voices; use one of the voices listed "
-                          "by /v1/audio/voices", field)
+        raise bad_request(
+            f"{field}: model {state.model_name!r} cannot clone voices; use one of the voices listed "
+            "by /v1/audio/voices",
+            field,
+        )
 
 
 # --------------------------------------------------------------------------- voices
@@ -89,14 +92,14 @@ async def voices(state: ServerState = Depends(get_state)) -> dict:
     return {"object": "list", "model": state.model_name, "voices": presets + [v.name for v in cloned], "data": data}
 
 
-@router.post("/audio/voices", responses=error_responses(409, 413, 415),
-             openapi_extra=_VOICE_FORM)
+@router.post("/audio/voices", responses=error_responses(409, 413, 415), openapi_extra=_VOICE_FORM)
 async def add_voice(request: Request, state: ServerState = Depends(get_state)) -> dict:
     """Register a cloned voice (multipart: ``name``, ``audio`` file, ``text`` = the clip's transcript)."""
     state.require(OutputModality.AUDIO, "audio")
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
-        raise APIError(415, "Content-Type must be multipart/form-data (fields name, audio, text)",
-                       code="unsupported_media_type")
+        raise APIError(
+            415, "Content-Type must be multipart/form-data (fields name, audio, text)", code="unsupported_media_type"
+        )
     form = await request.form(max_files=1, max_fields=10)
     audio = form.get("audio")
     if not isinstance(audio, UploadFile):
@@ -111,8 +114,9 @@ async def add_voice(request: Request, state: ServerState = Depends(get_state)) -
     data = await audio.read(state.media.max_bytes + 1)
     if len(data) > state.media.max_bytes:
         raise APIError(413, f"audio: larger than {state.media.max_bytes} bytes", param="audio", code="file_too_large")
-    samples, rate = await asyncio.to_thread(clip_from_bytes, data, "audio", _max_ref_s(state), state.media,
-                                            audio.content_type)
+    samples, rate = await asyncio.to_thread(
+        clip_from_bytes, data, "audio", _max_ref_s(state), state.media, audio.content_type
+    )
     voice = Voice(name=name, text=text, data=data, sample_rate=rate, duration_s=samples.size / rate)
     await registry(state).add(voice)
     return voice.public()
@@ -171,10 +175,14 @@ async def _speaker(state: ServerState, body: SpeechRequest) -> dict[str, Any]:
 async def speech_information(state: ServerState, body: SpeechRequest) -> dict[str, Any]:
     """The request's ``additional_information`` for a speech family: voice or clone, instructions, language,
     ... (the speech route's fields; chat turns to a speech family take the same ones from ``extra_body``)."""
-    info = {**await _speaker(state, body),
-            "speed": body.speed if body.speed != 1.0 else None, "instructions": body.instructions,
-            "language": body.language, "initial_codec_chunk_frames": body.initial_codec_chunk_frames,
-            "x_vector_only_mode": body.x_vector_only_mode}
+    info = {
+        **await _speaker(state, body),
+        "speed": body.speed if body.speed != 1.0 else None,
+        "instructions": body.instructions,
+        "language": body.language,
+        "initial_codec_chunk_frames": body.initial_codec_chunk_frames,
+        "x_vector_only_mode": body.x_vector_only_mode,
+    }
     return {k: v for k, v in info.items() if v is not None}
 
 
@@ -186,8 +194,11 @@ async def build_speech_request(state: ServerState, body: SpeechRequest, rid: str
     if body.speed != 1.0 and not info.get("supports_speed"):
         raise bad_request(f"speed: model {state.model_name!r} does not support changing the speed", "speed")
     if body.stream and body.stream_format == "audio" and body.return_stage_metrics:
-        raise bad_request("return_stage_metrics: a raw audio stream has no place for them; set stream_format to 'sse' "
-                          "(they come in the speech.audio.done event)", "return_stage_metrics")
+        raise bad_request(
+            "return_stage_metrics: a raw audio stream has no place for them; set stream_format to 'sse' "
+            "(they come in the speech.audio.done event)",
+            "return_stage_metrics",
+        )
     nested = dict(body.extra_body or {})
     if body.max_new_tokens is not None:
         nested["max_tokens"] = body.max_new_tokens
@@ -196,14 +207,24 @@ async def build_speech_request(state: ServerState, body: SpeechRequest, rid: str
     extra_info = await speech_information(state, body)
     if extra_info:
         prompt["additional_information"] = extra_info
-    return state.make_request(prompt, rid, body.sampling_params_list, output_modalities=["audio"], knobs=knobs,
-                              lora=lora)
+    return state.make_request(
+        prompt, rid, body.sampling_params_list, output_modalities=["audio"], knobs=knobs, lora=lora
+    )
 
 
-@router.post("/audio/speech", response_class=Response,
-             responses={**success("The speech (streamed: the same format, sent as it is decoded; SSE events of "
-                                  "base64 PCM16 with stream_format=sse)", *dict.fromkeys(AUDIO_MIME.values()), SSE),
-                        **error_responses(413, 415)})  # ref_audio over the upload limit / of another type
+@router.post(
+    "/audio/speech",
+    response_class=Response,
+    responses={
+        **success(
+            "The speech (streamed: the same format, sent as it is decoded; SSE events of "
+            "base64 PCM16 with stream_format=sse)",
+            *dict.fromkeys(AUDIO_MIME.values()),
+            SSE,
+        ),
+        **error_responses(413, 415),
+    },
+)  # ref_audio over the upload limit / of another type
 async def speech(body: SpeechRequest, request: Request, state: ServerState = Depends(get_state)) -> Response:
     info = state.engine.pipeline.info
     req = await build_speech_request(state, body, request_id(request.scope))
@@ -222,21 +243,29 @@ async def speech(body: SpeechRequest, request: Request, state: ServerState = Dep
             chunks = with_error_event(_sse_events(state, outs, body.return_stage_metrics), from_engine_error)
         else:
             chunks = end_on_error(_encoded(state, outs, body.response_format, info.get("sample_rate")), logger)
-        return AbortOnDisconnect(chunks, on_close=slot.release, headers=headers,
-                                 media_type="text/event-stream" if sse_mode else AUDIO_MIME[body.response_format])
+        return AbortOnDisconnect(
+            chunks,
+            on_close=slot.release,
+            headers=headers,
+            media_type="text/event-stream" if sse_mode else AUDIO_MIME[body.response_format],
+        )
     result = await state.run(request, req)
     if result.audio is None or not result.sample_rate:
         raise APIError(500, f"pipeline {state.engine.pipeline.name!r} finished without audio", code="no_output")
     data = await asyncio.to_thread(encode_audio, result.audio, result.sample_rate, body.response_format)
-    headers = {"X-Sample-Rate": str(result.sample_rate),
-               "X-Audio-Duration-S": f"{len(result.audio) / result.sample_rate:.3f}"}
+    headers = {
+        "X-Sample-Rate": str(result.sample_rate),
+        "X-Audio-Duration-S": f"{len(result.audio) / result.sample_rate:.3f}",
+    }
     if body.return_stage_metrics:
         # the body is the audio itself: metrics travel as compact JSON in a header
         headers["X-Stage-Metrics"] = json.dumps({str(k): v for k, v in result.metrics.items()}, separators=(",", ":"))
     return Response(data, media_type=AUDIO_MIME[body.response_format], headers=headers)
 
 
-async def _audio_deltas(outs: AsyncIterator[OmniRequestOutput]) -> AsyncIterator[tuple[np.ndarray, int | None, OmniRequestOutput]]:
+async def _audio_deltas(
+    outs: AsyncIterator[OmniRequestOutput],
+) -> AsyncIterator[tuple[np.ndarray, int | None, OmniRequestOutput]]:
     """Each non-empty audio delta as float32 mono, with its sample rate (and the output it came in)."""
     async for out in outs:
         audio = out.delta.get("audio")

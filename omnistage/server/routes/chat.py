@@ -55,8 +55,9 @@ router = APIRouter(prefix="/v1")
 
 # JSON, or SSE with stream; a media part over the decode limits is a 413, one of the wrong declared type a 415
 @router.post("/chat/completions", responses={**success("", SSE, json=True), **error_responses(413, 415)})
-async def chat_completions(body: ChatCompletionRequest, request: Request, response: Response,
-                           state: ServerState = Depends(get_state)) -> Any:
+async def chat_completions(
+    body: ChatCompletionRequest, request: Request, response: Response, state: ServerState = Depends(get_state)
+) -> Any:
     req = await build_request(state, body, request_id(request.scope))
     # words a closed-vocabulary model (the demo) cannot draw: a header on either answer, a field on the JSON one
     warnings = prompt_warnings(state.engine.pipeline.info, state.model_name, req.prompt.get("prompt"))
@@ -68,10 +69,12 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, respon
             slot.release()
             raise
         events = _stream(state, body, req, outs)
-        return AbortOnDisconnect(with_error_event(events, from_engine_error), on_close=slot.release,
-                                 media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no",
-                                          **dict(warning_headers(warnings))})
+        return AbortOnDisconnect(
+            with_error_event(events, from_engine_error),
+            on_close=slot.release,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **dict(warning_headers(warnings))},
+        )
     result = await state.run(request, req)
     out = await asyncio.to_thread(_completion, state, body, req.request_id, result)
     if warnings:
@@ -120,18 +123,22 @@ def _choose_voice(state: ServerState, body: ChatCompletionRequest, knobs: Any, p
     field = "audio.voice" if chosen else "speaker"
     names = list(state.engine.pipeline.info.get("voices") or [])
     if not isinstance(voice, str) or voice.lower() not in {n.lower() for n in names}:
-        raise bad_request(f"{field}: {voice!r} is not one of this model's voices ({', '.join(names) or 'none'})",
-                          field)
+        raise bad_request(f"{field}: {voice!r} is not one of this model's voices ({', '.join(names) or 'none'})", field)
     prompt.setdefault("additional_information", {})["voice"] = voice
 
 
 # the speech route's fields a chat turn to a speech family may carry in extra_body
-SPEECH_CHAT_FIELDS = ("instructions", "language", "ref_audio", "ref_text", "x_vector_only_mode",
-                      "initial_codec_chunk_frames")
+SPEECH_CHAT_FIELDS = (
+    "instructions",
+    "language",
+    "ref_audio",
+    "ref_text",
+    "x_vector_only_mode",
+    "initial_codec_chunk_frames",
+)
 
 
-async def _speech_fields(state: ServerState, body: ChatCompletionRequest, knobs: Any,
-                         prompt: dict[str, Any]) -> None:
+async def _speech_fields(state: ServerState, body: ChatCompletionRequest, knobs: Any, prompt: dict[str, Any]) -> None:
     """``audio.voice`` plus the speech route's own fields given in ``extra_body`` (``language``,
     ``instructions``, ``ref_audio`` + ``ref_text``, ...), checked and resolved as ``/v1/audio/speech`` does
     them: a preset or registered voice, a clone's clip fetched and decoded through the decode limits."""
@@ -157,8 +164,9 @@ def _modalities(state: ServerState, asked: list[str] | None) -> list[str] | None
         except ValueError as e:
             raise bad_request(f"modalities[{i}]: {e}", "modalities") from None
         if m & ~produced:
-            raise bad_request(f"modalities: model {state.model_name!r} does not produce {name} (it produces {produced})",
-                              "modalities")
+            raise bad_request(
+                f"modalities: model {state.model_name!r} does not produce {name} (it produces {produced})", "modalities"
+            )
     if not asked:
         raise bad_request("modalities: empty list", "modalities")
     return asked
@@ -199,8 +207,11 @@ async def _chat_prompt(state: ServerState, body: ChatCompletionRequest) -> dict[
     for r in results:  # the first bad part in message order names the error
         if isinstance(r, BaseException):
             raise r
-    template = {**(body.chat_template_kwargs or {}), "add_generation_prompt": body.add_generation_prompt,
-                "continue_final_message": body.continue_final_message}  # the top-level flags win, as in vLLM
+    template = {
+        **(body.chat_template_kwargs or {}),
+        "add_generation_prompt": body.add_generation_prompt,
+        "continue_final_message": body.continue_final_message,
+    }  # the top-level flags win, as in vLLM
     prompt: dict[str, Any] = {"messages": messages, "additional_information": {"chat_template_kwargs": template}}
     if body.mm_processor_kwargs:
         prompt["mm_processor_kwargs"] = body.mm_processor_kwargs
@@ -268,16 +279,20 @@ def _image_part(image: Any) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": data_url(encode_image(image, "png"), "image/png")}}
 
 
-def _video_part(video: np.ndarray, fps: float | None, audio: np.ndarray | None = None,
-                sample_rate: int | None = None) -> dict[str, Any]:
+def _video_part(
+    video: np.ndarray, fps: float | None, audio: np.ndarray | None = None, sample_rate: int | None = None
+) -> dict[str, Any]:
     """The video as an MP4 ``video_url`` part; with the request's audio (a video+audio stage) as its soundtrack."""
     mp4 = encode_mp4(video, fps or 8, audio, sample_rate)
     return {"type": "video_url", "video_url": {"url": data_url(mp4, "video/mp4")}}
 
 
 def _usage(result: Result) -> dict[str, int]:
-    return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
-            "total_tokens": result.prompt_tokens + result.completion_tokens}
+    return {
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "total_tokens": result.prompt_tokens + result.completion_tokens,
+    }
 
 
 def _finish_reason(reason: str | None) -> str:
@@ -294,33 +309,53 @@ def _completion(state: ServerState, body: ChatCompletionRequest, rid: str, resul
     else:
         message["content"] = result.text if result.text is not None else ("" if result.audio is None else None)
     if result.audio is not None:
-        message["audio"] = {"id": f"audio-{rid}", "data": b64(encode_audio(result.audio, result.sample_rate or 24000, "wav")),
-                            "format": "wav", "sample_rate": result.sample_rate, "expires_at": int(time.time()) + 3600,
-                            "transcript": result.text or ""}
-    out = {"id": f"chatcmpl-{rid}", "object": "chat.completion", "created": int(time.time()), "model": state.model_name,
-           "choices": [{"index": 0, "message": message, "finish_reason": _finish_reason(result.finish_reason),
-                        "logprobs": None}],
-           "usage": _usage(result)}
+        message["audio"] = {
+            "id": f"audio-{rid}",
+            "data": b64(encode_audio(result.audio, result.sample_rate or 24000, "wav")),
+            "format": "wav",
+            "sample_rate": result.sample_rate,
+            "expires_at": int(time.time()) + 3600,
+            "transcript": result.text or "",
+        }
+    out = {
+        "id": f"chatcmpl-{rid}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": state.model_name,
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": _finish_reason(result.finish_reason), "logprobs": None}
+        ],
+        "usage": _usage(result),
+    }
     if body.return_stage_metrics:
         out["stage_metrics"] = {str(k): v for k, v in result.metrics.items()}
     return out
 
 
-async def _stream(state: ServerState, body: ChatCompletionRequest, req: OmniRequest,
-                  outs: AsyncIterator[OmniRequestOutput]):
+async def _stream(
+    state: ServerState, body: ChatCompletionRequest, req: OmniRequest, outs: AsyncIterator[OmniRequestOutput]
+):
     rid = req.request_id
     created = int(time.time())
     start = time.monotonic()
     first = True
     result = Result()
     text_stages = state.text_stages()
-    continuous = body.stream_options is not None and body.stream_options.include_usage \
+    continuous = (
+        body.stream_options is not None
+        and body.stream_options.include_usage
         and body.stream_options.continuous_usage_stats
+    )
 
     def chunk(delta: dict[str, Any], modality: str | None, finish: str | None = None, **extra: Any) -> str:
-        data = {"id": f"chatcmpl-{rid}", "object": "chat.completion.chunk", "created": created,
-                "model": state.model_name, "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
-                                                          "logprobs": None}], **extra}
+        data = {
+            "id": f"chatcmpl-{rid}",
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": state.model_name,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+            **extra,
+        }
         if modality is not None:
             data["modality"] = modality
         return sse(data)
@@ -334,8 +369,13 @@ async def _stream(state: ServerState, body: ChatCompletionRequest, req: OmniRequ
             usage = {}
             if continuous and out.num_tokens is not None:  # the server's count, so clients need not count chunks
                 prompt_tokens = out.num_prompt_tokens or 0
-                usage = {"usage": {"prompt_tokens": prompt_tokens, "completion_tokens": out.num_tokens,
-                                   "total_tokens": prompt_tokens + out.num_tokens}}
+                usage = {
+                    "usage": {
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": out.num_tokens,
+                        "total_tokens": prompt_tokens + out.num_tokens,
+                    }
+                }
             pieces.append(chunk({"content": text}, "text", **usage))
         arr = audio_delta(out)
         if arr is not None:
@@ -347,9 +387,20 @@ async def _stream(state: ServerState, body: ChatCompletionRequest, req: OmniRequ
         if out.finished:
             result.add(out, text_stages)
             if out.audio is not None and not rate_sent:  # a stage that streams no audio (LTX-2's soundtrack)
-                pieces.append(chunk({"audio": {"id": f"audio-{rid}", "data": b64(pcm16(out.audio)), "format": "pcm16",
-                                               "sample_rate": out.sample_rate,
-                                               "channels": 2 if out.audio.ndim == 2 else 1}}, "audio"))
+                pieces.append(
+                    chunk(
+                        {
+                            "audio": {
+                                "id": f"audio-{rid}",
+                                "data": b64(pcm16(out.audio)),
+                                "format": "pcm16",
+                                "sample_rate": out.sample_rate,
+                                "channels": 2 if out.audio.ndim == 2 else 1,
+                            }
+                        },
+                        "audio",
+                    )
+                )
                 rate_sent = True
             for image in out.images:
                 pieces.append(chunk({"content": [await asyncio.to_thread(_image_part, image)]}, "image"))
@@ -365,6 +416,14 @@ async def _stream(state: ServerState, body: ChatCompletionRequest, req: OmniRequ
     extra = {"stage_metrics": {str(k): v for k, v in result.metrics.items()}} if body.return_stage_metrics else {}
     yield chunk({}, None, _finish_reason(result.finish_reason), **extra)
     if body.stream_options is not None and body.stream_options.include_usage:
-        yield sse({"id": f"chatcmpl-{rid}", "object": "chat.completion.chunk", "created": created,
-                   "model": state.model_name, "choices": [], "usage": _usage(result)})
+        yield sse(
+            {
+                "id": f"chatcmpl-{rid}",
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": state.model_name,
+                "choices": [],
+                "usage": _usage(result),
+            }
+        )
     yield SSE_DONE

@@ -37,15 +37,17 @@ MAX_INPUT_IMAGES = 16
 
 
 @router.post("/images/generations")
-async def generations(body: ImageRequest, request: Request, response: Response,
-                      state: ServerState = Depends(get_state)) -> dict:
+async def generations(
+    body: ImageRequest, request: Request, response: Response, state: ServerState = Depends(get_state)
+) -> dict:
     if body.image_url is not None:
         raise bad_request("image_url: only accepted by /v1/images/edits", "image_url")
     return await generate_images(state, request, body, [], response)
 
 
-@router.post("/images/edits", responses=error_responses(413, 415),
-             openapi_extra=request_body(ImageRequest, {"image": True}))
+@router.post(
+    "/images/edits", responses=error_responses(413, 415), openapi_extra=request_body(ImageRequest, {"image": True})
+)
 async def edits(request: Request, response: Response, state: ServerState = Depends(get_state)) -> dict:
     ctype = request.headers.get("content-type", "")
     if ctype.startswith("multipart/form-data"):
@@ -57,14 +59,18 @@ async def edits(request: Request, response: Response, state: ServerState = Depen
             raise bad_request(f"request body is not valid JSON: {e}") from None
         body, images = _validate(raw), []
     else:
-        raise APIError(415, "Content-Type must be multipart/form-data or application/json", code="unsupported_media_type")
+        raise APIError(
+            415, "Content-Type must be multipart/form-data or application/json", code="unsupported_media_type"
+        )
     urls = [body.image_url] if isinstance(body.image_url, str) else list(body.image_url or [])
     if len(images) + len(urls) > MAX_INPUT_IMAGES:
         raise bad_request(f"image: at most {MAX_INPUT_IMAGES} input images", "image")
     for i, url in enumerate(urls):
         images.append(await load_image(url, f"image_url[{i}]" if len(urls) > 1 else "image_url", state.media))
     if not images:
-        raise bad_request("image: at least one input image is required (upload 'image' files or send 'image_url')", "image")
+        raise bad_request(
+            "image: at least one input image is required (upload 'image' files or send 'image_url')", "image"
+        )
     return await generate_images(state, request, body, images, response)
 
 
@@ -101,8 +107,9 @@ async def _from_multipart(request: Request, state: ServerState) -> tuple[ImageRe
     return _validate(fields), images
 
 
-async def generate_images(state: ServerState, request: Request, body: ImageRequest, images: list[Any],
-                          response: Response) -> dict:
+async def generate_images(
+    state: ServerState, request: Request, body: ImageRequest, images: list[Any], response: Response
+) -> dict:
     lora = state.check_model(body.model)
     state.require(OutputModality.IMAGE, "images")
     if body.response_format != "b64_json":
@@ -120,8 +127,11 @@ async def generate_images(state: ServerState, request: Request, body: ImageReque
     result = await state.run(request, req)
     quality = body.output_compression
     encoded = await asyncio.to_thread(lambda: [encode_image(im, body.output_format, quality) for im in result.images])
-    out: dict[str, Any] = {"created": int(time.time()), "data": [{"b64_json": b64(e)} for e in encoded],
-                           "output_format": body.output_format}
+    out: dict[str, Any] = {
+        "created": int(time.time()),
+        "data": [{"b64_json": b64(e)} for e in encoded],
+        "output_format": body.output_format,
+    }
     if result.images:
         out["size"] = "{}x{}".format(*result.images[0].size)
     if body.return_stage_metrics:

@@ -19,7 +19,9 @@ from omnistage.server.errors import APIError, bad_request
 from omnistage.server.state import ServerState
 
 router = APIRouter(prefix="/v1")
-_TEXT = {200: {"description": "Success (a plain-text message)", "content": {"text/plain": {"schema": {"type": "string"}}}}}
+_TEXT = {
+    200: {"description": "Success (a plain-text message)", "content": {"text/plain": {"schema": {"type": "string"}}}}
+}
 
 
 class LoadLoRAAdapterRequest(BaseModel):
@@ -40,14 +42,18 @@ class UnloadLoRAAdapterRequest(BaseModel):
 @router.post("/load_lora_adapter", response_class=PlainTextResponse, responses=_TEXT)
 async def load_lora_adapter(body: LoadLoRAAdapterRequest, state: ServerState = Depends(get_state)) -> PlainTextResponse:
     if not body.lora_name or not body.lora_path:
-        raise bad_request("Both 'lora_name' and 'lora_path' must be provided.", "lora_name" if not body.lora_name
-                          else "lora_path")
+        raise bad_request(
+            "Both 'lora_name' and 'lora_path' must be provided.", "lora_name" if not body.lora_name else "lora_path"
+        )
     if state.is_base_model(body.lora_name):
         raise bad_request(f"The lora adapter '{body.lora_name}' conflicts with a served base model.", "lora_name")
     if state.loras.get(body.lora_name) is not None:
         if not body.load_inplace:
-            raise bad_request(f"The lora adapter '{body.lora_name}' has already been loaded. If you want to load "
-                              "the adapter in place, set 'load_inplace' to True.", "lora_name")
+            raise bad_request(
+                f"The lora adapter '{body.lora_name}' has already been loaded. If you want to load "
+                "the adapter in place, set 'load_inplace' to True.",
+                "lora_name",
+            )
         await state.loras.unload(body.lora_name)
     try:
         await state.loras.load(body.lora_name, body.lora_path)
@@ -57,13 +63,15 @@ async def load_lora_adapter(body: LoadLoRAAdapterRequest, state: ServerState = D
 
 
 @router.post("/unload_lora_adapter", response_class=PlainTextResponse, responses=_TEXT)
-async def unload_lora_adapter(body: UnloadLoRAAdapterRequest,
-                              state: ServerState = Depends(get_state)) -> PlainTextResponse:
+async def unload_lora_adapter(
+    body: UnloadLoRAAdapterRequest, state: ServerState = Depends(get_state)
+) -> PlainTextResponse:
     if not body.lora_name:
         raise bad_request("'lora_name' needs to be provided to unload a LoRA adapter.", "lora_name")
     try:
         await state.loras.unload(body.lora_name)
     except KeyError:
-        raise APIError(404, f"The lora adapter '{body.lora_name}' cannot be found.", param="lora_name",
-                       code="model_not_found") from None
+        raise APIError(
+            404, f"The lora adapter '{body.lora_name}' cannot be found.", param="lora_name", code="model_not_found"
+        ) from None
     return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' removed successfully.")

@@ -47,7 +47,7 @@ def _authorized(ws: WebSocket, key: str | None) -> bool:
         return True
     scheme, _, token = ws.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer":  # no header: a browser's subprotocol, if any
-        token = next((p[len(KEY_PROTOCOL):] for p in _subprotocols(ws) if p.startswith(KEY_PROTOCOL)), None)
+        token = next((p[len(KEY_PROTOCOL) :] for p in _subprotocols(ws) if p.startswith(KEY_PROTOCOL)), None)
         if token is None:
             return False
     return hmac.compare_digest(token.strip().encode(), key.encode())
@@ -56,11 +56,16 @@ def _authorized(ws: WebSocket, key: str | None) -> bool:
 def model_info(state: ServerState) -> ModelInfo:
     info = state.engine.pipeline.info
     speaks = OutputModality.AUDIO in state.engine.output_modalities
-    return ModelInfo(name=state.model_name, speaks=speaks, input_rate=model_input_rate(state.engine.model),
-                     output_rate=info.get("sample_rate") if speaks else None,
-                     voices=tuple(info.get("voices") or ()), supports_speed=bool(info.get("supports_speed")),
-                     chat=bool(info.get("chat", True)),
-                     writes_text=OutputModality.TEXT in state.engine.output_modalities)
+    return ModelInfo(
+        name=state.model_name,
+        speaks=speaks,
+        input_rate=model_input_rate(state.engine.model),
+        output_rate=info.get("sample_rate") if speaks else None,
+        voices=tuple(info.get("voices") or ()),
+        supports_speed=bool(info.get("supports_speed")),
+        chat=bool(info.get("chat", True)),
+        writes_text=OutputModality.TEXT in state.engine.output_modalities,
+    )
 
 
 @router.websocket("/realtime")
@@ -73,13 +78,20 @@ async def realtime(ws: WebSocket, model: str | None = None) -> None:
         await _refuse(ws, *refusal)
         return
     if not state.realtime.try_open():
-        await _refuse(ws, ProtocolError(f"this server holds at most {state.realtime.limit} realtime sessions at once "
-                                        "(--max-realtime-sessions); try again later", None, "session_limit_reached",
-                                        type="server_error"), TRY_AGAIN_LATER)
+        await _refuse(
+            ws,
+            ProtocolError(
+                f"this server holds at most {state.realtime.limit} realtime sessions at once "
+                "(--max-realtime-sessions); try again later",
+                None,
+                "session_limit_reached",
+                type="server_error",
+            ),
+            TRY_AGAIN_LATER,
+        )
         return
     session = Session(model_info(state), state.options.realtime_max_buffer_s, limits=state.media)
-    conn = Connection(ws, state, session,
-                      None if model is None or state.is_base_model(model) else model)
+    conn = Connection(ws, state, session, None if model is None or state.is_base_model(model) else model)
     try:
         await conn.run()
     finally:
@@ -97,8 +109,12 @@ async def _refuse(ws: WebSocket, error: ProtocolError, code: int) -> None:
 
 def _refusal(state: ServerState, ws: WebSocket, model: str | None) -> tuple[ProtocolError, int] | None:
     if not _authorized(ws, state.options.api_key):
-        return ProtocolError("missing or wrong API key (send 'Authorization: Bearer <key>')", None,
-                             "invalid_api_key", type="authentication_error"), POLICY_VIOLATION
+        return ProtocolError(
+            "missing or wrong API key (send 'Authorization: Bearer <key>')",
+            None,
+            "invalid_api_key",
+            type="authentication_error",
+        ), POLICY_VIOLATION
     if state.admission.closing:
         return ProtocolError("server is shutting down", None, "shutting_down", type="server_error"), GOING_AWAY
     try:
@@ -107,9 +123,11 @@ def _refusal(state: ServerState, ws: WebSocket, model: str | None) -> tuple[Prot
         return ProtocolError(e.message, "model", e.code or "model_not_found"), POLICY_VIOLATION
     produced = state.engine.output_modalities
     if not (OutputModality.TEXT in produced or OutputModality.AUDIO in produced):
-        return ProtocolError(f"model {state.model_name!r} produces {produced}, neither text nor audio", "model",
-                             "unsupported_model"), UNSUPPORTED
+        return ProtocolError(
+            f"model {state.model_name!r} produces {produced}, neither text nor audio", "model", "unsupported_model"
+        ), UNSUPPORTED
     if not state.engine.pipeline.info.get("chat", True) and OutputModality.AUDIO not in produced:
-        return ProtocolError(f"model {state.model_name!r} neither takes chat turns nor speaks", "model",
-                             "unsupported_model"), UNSUPPORTED
+        return ProtocolError(
+            f"model {state.model_name!r} neither takes chat turns nor speaks", "model", "unsupported_model"
+        ), UNSUPPORTED
     return None

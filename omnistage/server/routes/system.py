@@ -22,8 +22,12 @@ v1 = APIRouter(prefix="/v1")
 STATIC = Path(__file__).resolve().parent.parent / "static"
 PLAYGROUND = STATIC / "playground.html"
 # The playground's own files, by name: a fixed table, so no request path ever reaches the file system.
-ASSETS = {"playground.js": "text/javascript", "playground.css": "text/css", "playground-talk.js": "text/javascript",
-          "talk-worklet.js": "text/javascript"}
+ASSETS = {
+    "playground.js": "text/javascript",
+    "playground.css": "text/css",
+    "playground-talk.js": "text/javascript",
+    "talk-worklet.js": "text/javascript",
+}
 
 
 @router.get("/", include_in_schema=False)
@@ -40,15 +44,33 @@ async def asset(name: str) -> Response:
     return FileResponse(STATIC / name, media_type=ASSETS[name], headers={"Cache-Control": "no-cache"})
 
 
-@router.get("/health", responses={503: {"description": "A stage is down (restarting) or the server is "
-                                                                  "shutting down; the same body, status unavailable"}})
+@router.get(
+    "/health",
+    responses={
+        503: {
+            "description": "A stage is down (restarting) or the server is "
+            "shutting down; the same body, status unavailable"
+        }
+    },
+)
 async def health(state: ServerState = Depends(get_state)) -> JSONResponse:
     stats = state.engine.stage_stats()
-    stages = {str(sid): {"healthy": s.healthy, "queue_depth": s.queue_depth, "running": s.running,
-                         **({"detail": s.detail} if s.detail else {})} for sid, s in stats.items()}
+    stages = {
+        str(sid): {
+            "healthy": s.healthy,
+            "queue_depth": s.queue_depth,
+            "running": s.running,
+            **({"detail": s.detail} if s.detail else {}),
+        }
+        for sid, s in stats.items()
+    }
     ready = state.engine.is_ready and not state.admission.closing
-    body = {"status": "ok" if ready else "unavailable", "model": state.model_name, "stages": stages,
-            "in_flight": state.admission.pending}
+    body = {
+        "status": "ok" if ready else "unavailable",
+        "model": state.model_name,
+        "stages": stages,
+        "in_flight": state.admission.pending,
+    }
     return JSONResponse(body, status_code=200 if ready else 503)
 
 
@@ -73,8 +95,7 @@ def _routes(state: ServerState) -> list[str]:
     declares ``info["chat"] = False`` (e.g. a speech LM that speaks a plain prompt, not messages)."""
     produced = state.engine.output_modalities
     chat = state.engine.pipeline.info.get("chat", True)
-    return [name for name, needs in ROUTES
-            if (chat if needs is None else needs in produced)]
+    return [name for name, needs in ROUTES if (chat if needs is None else needs in produced)]
 
 
 def _defaults(state: ServerState) -> dict[str, Any]:
@@ -114,9 +135,17 @@ def _model_card(state: ServerState) -> dict:
         "pipeline": engine.pipeline.name,
         "description": engine.pipeline.description,
         "output_modalities": engine.output_modalities.names(),
-        "stages": [{"stage_id": s.stage_id, "name": s.name, "kind": s.kind, "output": _stage_output(state, s),
-                    "final": s.final, "inputs": [e.source for e in s.inputs]}
-                   for s in engine.pipeline.stages],
+        "stages": [
+            {
+                "stage_id": s.stage_id,
+                "name": s.name,
+                "kind": s.kind,
+                "output": _stage_output(state, s),
+                "final": s.final,
+                "inputs": [e.source for e in s.inputs],
+            }
+            for s in engine.pipeline.stages
+        ],
         "routes": _routes(state),
         "defaults": _defaults(state),
     }
@@ -140,10 +169,21 @@ def _model_card(state: ServerState) -> dict:
 def _lora_card(state: ServerState, module: Any) -> dict:
     """A LoRA adapter as vLLM lists one: its path as ``root``, the base model as ``parent``; the routes it
     serves are the base model's."""
-    base = module.base_model_name if module.base_model_name and state.is_base_model(module.base_model_name) \
+    base = (
+        module.base_model_name
+        if module.base_model_name and state.is_base_model(module.base_model_name)
         else state.model_name
-    return {"id": module.name, "object": "model", "created": state.started_at, "owned_by": "omnistage",
-            "root": module.path, "parent": base, "pipeline": state.engine.pipeline.name, "routes": _routes(state)}
+    )
+    return {
+        "id": module.name,
+        "object": "model",
+        "created": state.started_at,
+        "owned_by": "omnistage",
+        "root": module.path,
+        "parent": base,
+        "pipeline": state.engine.pipeline.name,
+        "routes": _routes(state),
+    }
 
 
 @v1.get("/models")
@@ -157,6 +197,10 @@ async def retrieve_model(model_id: str, state: ServerState = Depends(get_state))
     if module is not None:
         return _lora_card(state, module)
     if model_id != state.model_name:
-        raise APIError(404, f"model {model_id!r} does not exist; this server serves {state.model_name!r}",
-                       param="model", code="model_not_found")
+        raise APIError(
+            404,
+            f"model {model_id!r} does not exist; this server serves {state.model_name!r}",
+            param="model",
+            code="model_not_found",
+        )
     return _model_card(state)

@@ -57,8 +57,17 @@ logger = logging.getLogger("omnistage.server")
 STREAMABLE = ("json", "text")
 TIMESTAMPED = ("verbose_json", "srt", "vtt")  # the formats with segment times (json / text keep one prompt)
 GRANULARITIES = ("segment", "word")
-_ROUTE_FIELDS = {"file", "model", "language", "prompt", "response_format", "temperature", "stream",
-                 "timestamp_granularities[]", "timestamp_granularities"}
+_ROUTE_FIELDS = {
+    "file",
+    "model",
+    "language",
+    "prompt",
+    "response_format",
+    "temperature",
+    "stream",
+    "timestamp_granularities[]",
+    "timestamp_granularities",
+}
 _KNOB_FIELDS = set(RequestKnobs.LLM) | {"max_completion_tokens"}
 
 
@@ -112,8 +121,11 @@ def parse_form(form: Any, state: ServerState, task: str) -> TranscriptionForm:
     if not language:
         language = info.get("default_language") or (known[0] if known else "en")
     elif language.lower() not in known:
-        raise bad_request(f"language: {language!r} is not a language this model knows (ISO 639-1 codes such as "
-                          f"{', '.join(known[:5])})", "language")
+        raise bad_request(
+            f"language: {language!r} is not a language this model knows (ISO 639-1 codes such as "
+            f"{', '.join(known[:5])})",
+            "language",
+        )
     if task not in (info.get("tasks") or ("transcribe",)):
         raise bad_request(f"model: {state.model_name!r} does not {task}", "model")
     stream_text = (_text_field(form, "stream") or "false").lower()
@@ -121,16 +133,19 @@ def parse_form(form: Any, state: ServerState, task: str) -> TranscriptionForm:
         raise bad_request(f"stream: expected true or false, got {stream_text!r}", "stream")
     stream = stream_text == "true"
     if stream and fmt not in STREAMABLE:
-        raise bad_request(f"stream: response_format {fmt!r} cannot be streamed (only {', '.join(STREAMABLE)})",
-                          "stream")
+        raise bad_request(
+            f"stream: response_format {fmt!r} cannot be streamed (only {', '.join(STREAMABLE)})", "stream"
+        )
     granularities = form.getlist("timestamp_granularities[]") + form.getlist("timestamp_granularities")
     for g in granularities:
         if g not in GRANULARITIES:
-            raise bad_request(f"timestamp_granularities: {g!r} is not one of {', '.join(GRANULARITIES)}",
-                              "timestamp_granularities")
+            raise bad_request(
+                f"timestamp_granularities: {g!r} is not one of {', '.join(GRANULARITIES)}", "timestamp_granularities"
+            )
         if g == "word":  # (word alignment needs the cross-attention weights, which vLLM's API does not give)
-            raise bad_request("timestamp_granularities: word timestamps are not supported (segment only)",
-                              "timestamp_granularities")
+            raise bad_request(
+                "timestamp_granularities: word timestamps are not supported (segment only)", "timestamp_granularities"
+            )
     if granularities and fmt != "verbose_json":
         raise bad_request("timestamp_granularities: needs response_format verbose_json", "timestamp_granularities")
     knob_values: dict[str, Any] = {}
@@ -146,10 +161,20 @@ def parse_form(form: Any, state: ServerState, task: str) -> TranscriptionForm:
         knobs = RequestKnobs.model_validate(knob_values)
     except ValidationError as e:
         raise validation_error(e) from None
-    return TranscriptionForm(upload=upload, task=task, language=language.lower(),
-                             prompt=_text_field(form, "prompt") or "", response_format=fmt, stream=stream, lora=lora,
-                             knobs=knobs, detect_language=detect, language_prefix=prefix, unforced_language=unforced,
-                             timestamps=info.get("timestamps") if fmt in TIMESTAMPED else None)
+    return TranscriptionForm(
+        upload=upload,
+        task=task,
+        language=language.lower(),
+        prompt=_text_field(form, "prompt") or "",
+        response_format=fmt,
+        stream=stream,
+        lora=lora,
+        knobs=knobs,
+        detect_language=detect,
+        language_prefix=prefix,
+        unforced_language=unforced,
+        timestamps=info.get("timestamps") if fmt in TIMESTAMPED else None,
+    )
 
 
 def window_prompt(piece: np.ndarray, rate: int, form: TranscriptionForm) -> dict[str, Any]:
@@ -163,23 +188,27 @@ def window_prompt(piece: np.ndarray, rate: int, form: TranscriptionForm) -> dict
 
 async def _read_form(request: Request, task: str, state: ServerState) -> TranscriptionForm:
     if not state.engine.pipeline.info.get("transcription"):
-        raise bad_request(f"model: {state.model_name!r} (pipeline {state.engine.pipeline.name!r}) does not "
-                          "recognise speech", "model")
+        raise bad_request(
+            f"model: {state.model_name!r} (pipeline {state.engine.pipeline.name!r}) does not recognise speech", "model"
+        )
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
-        raise APIError(415, "Content-Type must be multipart/form-data (fields file, model, ...)",
-                       code="unsupported_media_type")
+        raise APIError(
+            415, "Content-Type must be multipart/form-data (fields file, model, ...)", code="unsupported_media_type"
+        )
     return parse_form(await request.form(max_files=1, max_fields=64), state, task)
 
 
 Window = tuple[float, float, OmniRequest]  # (start s, end s, the window's engine request)
 
 
-async def _detect_language(state: ServerState, request: Request, piece: np.ndarray, rate: int, form: TranscriptionForm,
-                           rid: str) -> str:
+async def _detect_language(
+    state: ServerState, request: Request, piece: np.ndarray, rate: int, form: TranscriptionForm, rid: str
+) -> str:
     ids: Mapping[str, int] = state.engine.pipeline.info["transcription"]["language_token_ids"]
     prompt, params = language_probe(piece, rate, ids)
-    req = state.make_request(prompt, f"{rid}-language", [params], output_modalities=["text", "token_ids"],
-                             lora=form.lora)
+    req = state.make_request(
+        prompt, f"{rid}-language", [params], output_modalities=["text", "token_ids"], lora=form.lora
+    )
     chosen: list[int] = []
 
     def keep(out: Any) -> None:
@@ -190,8 +219,9 @@ async def _detect_language(state: ServerState, request: Request, piece: np.ndarr
     return language_of(chosen, ids)
 
 
-async def _requests(state: ServerState, request: Request, form: TranscriptionForm,
-                    rid: str) -> tuple[list[Window], float]:
+async def _requests(
+    state: ServerState, request: Request, form: TranscriptionForm, rid: str
+) -> tuple[list[Window], float]:
     """The engine requests of an upload, one per window, each checked; and the audio's duration. A form
     without a language gets the detected one first (``form.language``)."""
     info = state.engine.pipeline.info["transcription"]
@@ -206,14 +236,23 @@ async def _requests(state: ServerState, request: Request, form: TranscriptionFor
     if form.detect_language:
         form.language = await _detect_language(state, request, pieces[0][1], rate, form, rid)
     # timestamps: the sampled tokens' log-probabilities too (each segment's avg_logprob)
-    params = [{"logprobs": 1} if s.kind == "llm" else None for s in state.engine.pipeline.stages] \
-        if form.timestamps else None
+    params = (
+        [{"logprobs": 1} if s.kind == "llm" else None for s in state.engine.pipeline.stages]
+        if form.timestamps
+        else None
+    )
     # text (and its ids, for verbose_json, where the pipeline gives them) only: an omni recogniser's talker never
     # runs for a transcript
     wanted = ["text", "token_ids"] if OutputModality.TOKEN_IDS in state.engine.output_modalities else ["text"]
     for k, (offset, piece) in enumerate(pieces):
-        req = state.make_request(window_prompt(piece, rate, form), rid if len(pieces) == 1 else f"{rid}-w{k}",
-                                 params, output_modalities=wanted, knobs=form.knobs, lora=form.lora)
+        req = state.make_request(
+            window_prompt(piece, rate, form),
+            rid if len(pieces) == 1 else f"{rid}-w{k}",
+            params,
+            output_modalities=wanted,
+            knobs=form.knobs,
+            lora=form.lora,
+        )
         out.append((offset, offset + piece.size / rate, req))
     return out, samples.size / rate
 
@@ -253,21 +292,32 @@ async def _handle(request: Request, state: ServerState, task: str) -> Response:
             named.append(prefix.language())
         ids = tokens.get(req.request_id, [])
         if tok is not None:
-            segments += window_segments(ids, logprobs.get(req.request_id), start, end, text, form.timestamps,
-                                        tok.decode, tok.eos_token_id, seek=int(round(start * 100)))
+            segments += window_segments(
+                ids,
+                logprobs.get(req.request_id),
+                start,
+                end,
+                text,
+                form.timestamps,
+                tok.decode,
+                tok.eos_token_id,
+                seek=int(round(start * 100)),
+            )
         else:
             segments.append(Segment(start, end, text, ids))
     language = next((n for n in named if n), form.language)  # the first window's named language, if any
-    transcript = Transcript(task=task, language=language, duration=duration, segments=segments,
-                            temperature=temperature, separator=separator)
+    transcript = Transcript(
+        task=task, language=language, duration=duration, segments=segments, temperature=temperature, separator=separator
+    )
     body = transcript.render(form.response_format)
     if isinstance(body, dict):
         return JSONResponse(body)
     return PlainTextResponse(body, media_type=MEDIA_TYPES[form.response_format])
 
 
-async def _stream(state: ServerState, reqs: list[Window], separator: str,
-                  duration: float, form: TranscriptionForm) -> Response:
+async def _stream(
+    state: ServerState, reqs: list[Window], separator: str, duration: float, form: TranscriptionForm
+) -> Response:
     """Every window starts at once; their text deltas go out in window order."""
     queues: list[asyncio.Queue] = [asyncio.Queue() for _ in reqs]
     _END = object()
@@ -313,8 +363,14 @@ async def _stream(state: ServerState, reqs: list[Window], separator: str,
                 if pending:  # the joined text is the non-streamed one, empty windows included
                     parts.append(pending)
                     yield sse({"type": "transcript.text.delta", "delta": pending, "logprobs": None})
-            yield sse({"type": "transcript.text.done", "text": "".join(parts), "logprobs": None,
-                       "usage": {"type": "duration", "seconds": round(duration, 3)}})
+            yield sse(
+                {
+                    "type": "transcript.text.done",
+                    "text": "".join(parts),
+                    "logprobs": None,
+                    "usage": {"type": "duration", "seconds": round(duration, 3)},
+                }
+            )
         finally:
             for p in pumps:
                 p.cancel()
@@ -331,17 +387,23 @@ async def _stream(state: ServerState, reqs: list[Window], separator: str,
         for s in slots:
             s.release()
         raise
-    return AbortOnDisconnect(with_error_event(chunks, from_engine_error), headers={"Cache-Control": "no-cache"},
-                             media_type="text/event-stream")
+    return AbortOnDisconnect(
+        with_error_event(chunks, from_engine_error),
+        headers={"Cache-Control": "no-cache"},
+        media_type="text/event-stream",
+    )
 
 
 class TranscriptionFields(BaseModel):
     """The text fields of the multipart form (documentation: the route reads the form itself, parse_form)."""
 
     model: str | None = None
-    language: str | None = Field(None, description="ISO 639-1 code of the spoken language (omitted: detected where "
-                                                   "the model can tell it, Whisper, or named by the model, "
-                                                   "Qwen3-ASR; else the model's default)")
+    language: str | None = Field(
+        None,
+        description="ISO 639-1 code of the spoken language (omitted: detected where "
+        "the model can tell it, Whisper, or named by the model, "
+        "Qwen3-ASR; else the model's default)",
+    )
     prompt: str | None = Field(None, description="text of the previous audio, to steer spelling and style")
     response_format: str = Field("json", description="json | text | srt | vtt | verbose_json")
     temperature: float | None = Field(None, ge=0)
@@ -354,8 +416,9 @@ _FORM = request_body(TranscriptionFields, {"file": False}, json_body=False)
 _FORM["requestBody"]["content"]["multipart/form-data"]["schema"].setdefault("required", []).append("file")
 
 # JSON (json, verbose_json) as FastAPI documents it; the text formats and the stream beside it
-_RESPONSES = success("The transcript", *dict.fromkeys(m for m in MEDIA_TYPES.values() if m != "application/json"),
-                     SSE, json=True)
+_RESPONSES = success(
+    "The transcript", *dict.fromkeys(m for m in MEDIA_TYPES.values() if m != "application/json"), SSE, json=True
+)
 
 
 @router.post("/audio/transcriptions", responses={**_RESPONSES, **error_responses(413, 415)}, openapi_extra=_FORM)

@@ -59,8 +59,9 @@ async def _parse(request: Request, state: ServerState) -> tuple[VideoRequest, An
         for key, value in form.multi_items():
             if key == "input_reference":
                 if not isinstance(value, UploadFile):
-                    raise bad_request("input_reference: expected a file upload (send URLs as image_reference)",
-                                      "input_reference")
+                    raise bad_request(
+                        "input_reference: expected a file upload (send URLs as image_reference)", "input_reference"
+                    )
                 upload = value
             elif isinstance(value, UploadFile):
                 raise bad_request(f"{key}: unexpected file upload", key)
@@ -74,10 +75,13 @@ async def _parse(request: Request, state: ServerState) -> tuple[VideoRequest, An
         if not isinstance(fields, dict):
             raise bad_request("request body must be a JSON object")
         if "input_reference" in fields:
-            raise bad_request("input_reference: must be a file upload (multipart); send URLs as image_reference",
-                              "input_reference")
+            raise bad_request(
+                "input_reference: must be a file upload (multipart); send URLs as image_reference", "input_reference"
+            )
     else:
-        raise APIError(415, "Content-Type must be multipart/form-data or application/json", code="unsupported_media_type")
+        raise APIError(
+            415, "Content-Type must be multipart/form-data or application/json", code="unsupported_media_type"
+        )
     try:
         body = VideoRequest.model_validate(fields)
     except ValidationError as e:
@@ -127,8 +131,7 @@ def _job_or_404(state: ServerState, video_id: str) -> VideoJob:
 # --------------------------------------------------------------------------- the job record
 
 KIND = "video"  # its rows in the job store
-INTERRUPTED = {"code": "server_restarted", "message": "the server stopped while this job was running; "
-                                                      "submit it again"}
+INTERRUPTED = {"code": "server_restarted", "message": "the server stopped while this job was running; submit it again"}
 
 
 async def _record(state: ServerState, job: VideoJob) -> None:
@@ -160,15 +163,21 @@ async def restore_jobs(state: ServerState) -> None:
 # --------------------------------------------------------------------------- async jobs
 
 
-@router.post("/videos", responses=error_responses(413, 415),
-             openapi_extra=request_body(VideoRequest, {"input_reference": False}))
+@router.post(
+    "/videos", responses=error_responses(413, 415), openapi_extra=request_body(VideoRequest, {"input_reference": False})
+)
 async def create_video(request: Request, state: ServerState = Depends(get_state)) -> dict:
     body, image = await _parse(request, state)
     job_id = f"video_{uuid.uuid4().hex}"
     req = _plan(state, body, image, job_id)
     slot = state.admission.acquire()
-    job = VideoJob(id=job_id, model=state.model_name, prompt=body.prompt, size=body.size,
-                   seconds=None if body.seconds is None else f"{body.seconds:g}")
+    job = VideoJob(
+        id=job_id,
+        model=state.model_name,
+        prompt=body.prompt,
+        size=body.size,
+        seconds=None if body.seconds is None else f"{body.seconds:g}",
+    )
     # the family's own checks (size, frames, ...) run where its stage takes the request: wait for that verdict,
     # so a request /sync would refuse is refused here too (its 400 or 503) and no job is made of it
     taken = asyncio.get_running_loop().create_future() if _checked_when_taken(state) else None
@@ -197,8 +206,10 @@ def _checked_when_taken(state: ServerState) -> bool:
     so at once (its first update, stages/diffusion/engine.py). Other stage kinds check nothing up front, so
     a job there is made without waiting."""
     finals = [s for s in state.engine.pipeline.stages if s.final]
-    return any(s.kind == "diffusion" and s.engine is None and OutputModality.VIDEO in made
-               for s, made in zip(finals, state.engine.final_output_types()))
+    return any(
+        s.kind == "diffusion" and s.engine is None and OutputModality.VIDEO in made
+        for s, made in zip(finals, state.engine.final_output_types())
+    )
 
 
 async def _register(state: ServerState, job: VideoJob) -> None:
@@ -206,8 +217,9 @@ async def _register(state: ServerState, job: VideoJob) -> None:
     await _record(state, job)
 
 
-async def _run_job(state: ServerState, job: VideoJob, req: OmniRequest, slot: Slot, with_metrics: bool,
-                   taken: asyncio.Future | None) -> None:
+async def _run_job(
+    state: ServerState, job: VideoJob, req: OmniRequest, slot: Slot, with_metrics: bool, taken: asyncio.Future | None
+) -> None:
     """Run the job to its end; ``taken`` (when the POST waits for the stage's verdict) gets the first update,
     or the error that ended the request before any."""
     start = time.monotonic()
@@ -260,8 +272,11 @@ async def _run_job(state: ServerState, job: VideoJob, req: OmniRequest, slot: Sl
 
 
 @router.get("/videos")
-async def list_videos(limit: int = Query(20, ge=1, le=100), order: str = Query("desc", pattern="^(asc|desc)$"),
-                      state: ServerState = Depends(get_state)) -> dict:
+async def list_videos(
+    limit: int = Query(20, ge=1, le=100),
+    order: str = Query("desc", pattern="^(asc|desc)$"),
+    state: ServerState = Depends(get_state),
+) -> dict:
     jobs = sorted(state.videos.values(), key=lambda j: j.created_at, reverse=order == "desc")[:limit]
     return {"object": "list", "data": [j.model_dump() for j in jobs], "has_more": len(state.videos) > limit}
 
@@ -271,12 +286,17 @@ async def retrieve_video(video_id: str, state: ServerState = Depends(get_state))
     return _job_or_404(state, video_id).model_dump()
 
 
-@router.get("/videos/{video_id}/content", response_class=FileResponse,
-            responses={**success("The video (MP4)", "video/mp4"), **error_responses(409)})
+@router.get(
+    "/videos/{video_id}/content",
+    response_class=FileResponse,
+    responses={**success("The video (MP4)", "video/mp4"), **error_responses(409)},
+)
 async def video_content(video_id: str, state: ServerState = Depends(get_state)) -> FileResponse:
     job = _job_or_404(state, video_id)
     if job.status != "completed":
-        raise APIError(409, f"video {video_id!r} is {job.status}, not completed", param="video_id", code="video_not_ready")
+        raise APIError(
+            409, f"video {video_id!r} is {job.status}, not completed", param="video_id", code="video_not_ready"
+        )
     path = await state.storage.open(f"{job.id}.mp4")
     if path is None:
         state.videos.pop(job.id, None)
@@ -301,9 +321,12 @@ async def delete_video(video_id: str, state: ServerState = Depends(get_state)) -
 # --------------------------------------------------------------------------- sync
 
 
-@router.post("/videos/sync", response_class=Response,
-             responses={**success("The video (MP4)", "video/mp4"), **error_responses(413, 415)},
-             openapi_extra=request_body(VideoRequest, {"input_reference": False}))
+@router.post(
+    "/videos/sync",
+    response_class=Response,
+    responses={**success("The video (MP4)", "video/mp4"), **error_responses(413, 415)},
+    openapi_extra=request_body(VideoRequest, {"input_reference": False}),
+)
 async def create_video_sync(request: Request, state: ServerState = Depends(get_state)) -> Response:
     body, image = await _parse(request, state)
     req = _plan(state, body, image, request_id(request.scope))

@@ -194,10 +194,23 @@ class StepEngine:
             r.closed = True
             now = time.monotonic()
             first = r.first_scheduled or now
-            metrics = StageMetrics(queue_time_s=first - r.req.arrival_time, run_time_s=now - first,
-                                   num_tokens=r.tokens, peak_memory_mb=peak_memory_mb())
-            r.out.put_nowait(StageOutput(r.request_id, self.stage_id, {}, finished=True, metrics=metrics,
-                                         finish_reason=emit.finish, num_tokens=r.tokens))
+            metrics = StageMetrics(
+                queue_time_s=first - r.req.arrival_time,
+                run_time_s=now - first,
+                num_tokens=r.tokens,
+                peak_memory_mb=peak_memory_mb(),
+            )
+            r.out.put_nowait(
+                StageOutput(
+                    r.request_id,
+                    self.stage_id,
+                    {},
+                    finished=True,
+                    metrics=metrics,
+                    finish_reason=emit.finish,
+                    num_tokens=r.tokens,
+                )
+            )
 
     def _fail(self, r: ARRequest, error: StageError) -> None:
         if not r.closed:
@@ -232,9 +245,12 @@ class StepEngine:
     def _joining(self) -> list[ARRequest]:
         """The requests that can join now (none while the batch is full: they join when running ones end)."""
         free = self.max_batch - sum(1 for x in self._reqs.values() if x.prefilled and not x.closed)
-        joining = [r for r in list(self._reqs.values())
-                   if not r.closed and not r.prefilled and self._hook(self.prefill_ready, r)]
-        return joining[:max(0, free)]
+        joining = [
+            r
+            for r in list(self._reqs.values())
+            if not r.closed and not r.prefilled and self._hook(self.prefill_ready, r)
+        ]
+        return joining[: max(0, free)]
 
     def _ready(self) -> list[tuple[ARRequest, Any]]:
         """The running requests whose next step's input is there, each with that input."""

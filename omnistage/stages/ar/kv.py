@@ -50,8 +50,9 @@ class StepCache:
         self.starts = [r.length for r in rows]
         self.kv_len = max(s + n for s, n in zip(self.starts, self.counts))
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
-               cache_kwargs: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, cache_kwargs: dict | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         b, h, t, d = key_states.shape
         keys = key_states.new_zeros(b, h, self.kv_len, d)
         values = value_states.new_zeros(b, h, self.kv_len, d)

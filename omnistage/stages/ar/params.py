@@ -47,8 +47,9 @@ class StageParams:
         top_p = float(self.number(prefix + "top_p", 0, strict=True))
         if top_p > 1:
             raise InvalidRequestError(prefix + "top_p", f"must be <= 1, got {top_p}")
-        return Sampler(float(self.number(prefix + "temperature", 0)),
-                       int(self.number(prefix + "top_k", 0, integer=True)), top_p)
+        return Sampler(
+            float(self.number(prefix + "temperature", 0)), int(self.number(prefix + "top_k", 0, integer=True)), top_p
+        )
 
     def seed(self) -> int | None:
         seed = self.merged.get("seed")
@@ -57,8 +58,15 @@ class StageParams:
         return seed
 
 
-def frames_in_chunks(delta: dict[str, Any], request: Any, state: dict[str, Any], *, first_default: int,
-                     every_default: int, no_frames: str) -> dict[str, Any] | None:
+def frames_in_chunks(
+    delta: dict[str, Any],
+    request: Any,
+    state: dict[str, Any],
+    *,
+    first_default: int,
+    every_default: int,
+    no_frames: str,
+) -> dict[str, Any] | None:
     """One ``token_ids`` row [G codes] per frame in; codes [G, frames] out: the first
     ``initial_codec_chunk_frames`` frames as soon as they exist, then every ``chunk_frames`` (the decoder
     stage's params, per request or deploy), the rest when the AR stage finishes."""

@@ -27,8 +27,9 @@ def request_generator(temperature: float, seed: object) -> torch.Generator | Non
     return generator
 
 
-def draw(scores: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
-         generator: torch.Generator | None) -> int:
+def draw(
+    scores: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None, generator: torch.Generator | None
+) -> int:
     """One token from float32 ``scores`` [V] (already penalised): greedy when ``temperature`` is 0."""
     if temperature == 0:
         return int(torch.argmax(scores))

@@ -45,8 +45,12 @@ def compiler(backend: str | Callable[..., Any] = "inductor") -> Callable[[Callab
     return compile_fn
 
 
-def apply_acceleration(adapter: DiffusionAdapter, cfg: Any, where: str = "acceleration",
-                       compile_backend: str | Callable[..., Any] = "inductor") -> Acceleration:
+def apply_acceleration(
+    adapter: DiffusionAdapter,
+    cfg: Any,
+    where: str = "acceleration",
+    compile_backend: str | Callable[..., Any] = "inductor",
+) -> Acceleration:
     """Apply ``cfg`` (an ``AccelerationConfig`` or None) to a loaded adapter. Errors name ``where.<key>``."""
     if cfg is None:
         return Acceleration()
@@ -55,8 +59,10 @@ def apply_acceleration(adapter: DiffusionAdapter, cfg: Any, where: str = "accele
     rule = None
     if cfg.cache is not None:
         if not layouts:
-            raise ValueError(f"{where}.cache: {family} exposes no transformer block structure (block_layouts); "
-                             "step caching works with the DiT families")
+            raise ValueError(
+                f"{where}.cache: {family} exposes no transformer block structure (block_layouts); "
+                "step caching works with the DiT families"
+            )
         try:
             rule = make_rule(cfg.cache)
         except ValueError as e:
@@ -66,8 +72,10 @@ def apply_acceleration(adapter: DiffusionAdapter, cfg: Any, where: str = "accele
     if (cfg.offload != "none" or cfg.vae_tiling) and pipe is None:
         raise ValueError(f"{where}: offload and vae_tiling need a diffusers pipeline; {family} has none")
     if compile_fn is not None and not layouts and cfg.offload != "none":
-        raise ValueError(f"{where}: compile with offload needs the family's block layout (the whole-model "
-                         f"compile of {family} would trace the offload hooks)")
+        raise ValueError(
+            f"{where}: compile with offload needs the family's block layout (the whole-model "
+            f"compile of {family} would trace the offload hooks)"
+        )
     hooks = None
     try:
         if rule is not None or (compile_fn is not None and layouts):
@@ -84,9 +92,13 @@ def apply_acceleration(adapter: DiffusionAdapter, cfg: Any, where: str = "accele
         if cfg.offload == "model":
             pipe.enable_model_cpu_offload(device=device)
         elif cfg.offload == "layer":
-            pipe.enable_group_offload(onload_device=device, offload_device=torch.device("cpu"),
-                                      offload_type="block_level", num_blocks_per_group=1,
-                                      use_stream=device.type == "cuda")
+            pipe.enable_group_offload(
+                onload_device=device,
+                offload_device=torch.device("cpu"),
+                offload_type="block_level",
+                num_blocks_per_group=1,
+                use_stream=device.type == "cuda",
+            )
     except Exception:
         if hooks is not None:
             hooks.close()

@@ -115,8 +115,12 @@ def check_first_frame(job: DiffusionJob) -> None:
 
     images = job.images or []
     if len(images) != 1:
-        raise InvalidRequestError("multi_modal_data.image", "image-to-video needs the first frame as an input image"
-                                  if not images else f"expected one first-frame image, got {len(images)}")
+        raise InvalidRequestError(
+            "multi_modal_data.image",
+            "image-to-video needs the first frame as an input image"
+            if not images
+            else f"expected one first-frame image, got {len(images)}",
+        )
 
 
 class Sampler(Protocol):

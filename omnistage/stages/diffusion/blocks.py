@@ -63,7 +63,7 @@ class BlockIO:
 
     def image_tokens(self, x: torch.Tensor, anchors: Mapping[str, Any]) -> torch.Tensor:
         """The image tokens of this block's ``hidden`` stream (all of it unless it ``joins`` streams)."""
-        return x[:, -anchors[self.joins[-1]].shape[1]:] if self.joins else x
+        return x[:, -anchors[self.joins[-1]].shape[1] :] if self.joins else x
 
     def add_image_residual(self, anchor: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """``anchor`` with the image tokens' ``residual`` added (a joined stream's leading text tokens kept)."""
@@ -102,7 +102,11 @@ class BlockLayout:
     probe: Callable[[nn.Module, Mapping[str, Any]], torch.Tensor] | None = None
 
     @classmethod
-    def uniform(cls, model: nn.Module, blocks: Iterable[nn.Module], io: BlockIO,
-                probe: Callable[[nn.Module, Mapping[str, Any]], torch.Tensor] | None = None) -> BlockLayout:
+    def uniform(
+        cls,
+        model: nn.Module,
+        blocks: Iterable[nn.Module],
+        io: BlockIO,
+        probe: Callable[[nn.Module, Mapping[str, Any]], torch.Tensor] | None = None,
+    ) -> BlockLayout:
         return cls(model, tuple((b, io) for b in blocks), probe)
-

@@ -25,6 +25,7 @@ from omnistage.stages.diffusion.adapter import DiffusionJob
 
 # ------------------------------------------------------------------ per-request state
 
+
 @dataclass
 class ModelState:
     """One request's cache for one denoiser model (Wan2.2's experts each have their own)."""
@@ -50,6 +51,7 @@ def steps_reused(job: DiffusionJob) -> int:
 
 # ------------------------------------------------------------------ rules
 
+
 class CacheRule:
     probe_before_first_block = False
 
@@ -59,8 +61,11 @@ class CacheRule:
         self.max_consecutive = max_consecutive_cached
 
     def _forced(self, st: ModelState, job: DiffusionJob, rel: float | None) -> bool:
-        return (rel is None or job.step < self.warmup_steps
-                or (self.max_consecutive is not None and st.streak >= self.max_consecutive))
+        return (
+            rel is None
+            or job.step < self.warmup_steps
+            or (self.max_consecutive is not None and st.streak >= self.max_consecutive)
+        )
 
     def decide(self, st: ModelState, job: DiffusionJob, rel: float | None) -> bool:
         """True: the request computes this step."""
@@ -79,8 +84,13 @@ class FirstBlockRule(CacheRule):
 class TeaCacheRule(CacheRule):
     probe_before_first_block = True
 
-    def __init__(self, threshold: float, warmup_steps: int = 0, max_consecutive_cached: int | None = None,
-                 coefficients: Sequence[float] | None = None):
+    def __init__(
+        self,
+        threshold: float,
+        warmup_steps: int = 0,
+        max_consecutive_cached: int | None = None,
+        coefficients: Sequence[float] | None = None,
+    ):
         super().__init__(threshold, warmup_steps, max_consecutive_cached)
         self.rescale = np.poly1d(list(coefficients) if coefficients else [1.0, 0.0])
 
@@ -100,8 +110,9 @@ class TeaCacheRule(CacheRule):
 
 def make_rule(cfg: Any) -> CacheRule:
     """The rule of an ``acceleration.cache`` config (config/schema.py ``CacheConfig``)."""
-    common = dict(threshold=cfg.threshold, warmup_steps=cfg.warmup_steps,
-                  max_consecutive_cached=cfg.max_consecutive_cached)
+    common = dict(
+        threshold=cfg.threshold, warmup_steps=cfg.warmup_steps, max_consecutive_cached=cfg.max_consecutive_cached
+    )
     if cfg.method == "first_block":
         return FirstBlockRule(**common)
     if cfg.method == "teacache":

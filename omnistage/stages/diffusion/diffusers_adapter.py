@@ -50,8 +50,9 @@ class DiffusersAdapter(DiffusionAdapter):
             return variant.load(folder, dtype, device)
         import diffusers
 
-        pipe = getattr(diffusers, cls.pipeline_class_name).from_pretrained(folder, dtype=dtype,
-                                                                           **cls.pipeline_kwargs(folder))
+        pipe = getattr(diffusers, cls.pipeline_class_name).from_pretrained(
+            folder, dtype=dtype, **cls.pipeline_kwargs(folder)
+        )
         pipe.to(device)
         pipe.set_progress_bar_config(disable=True)
         return cls(pipe, dtype, device)
@@ -72,8 +73,11 @@ class DiffusersAdapter(DiffusionAdapter):
         return {c: None for c in cls.skip_components}
 
     def denoisers(self) -> list[torch.nn.Module]:
-        return [m for m in (getattr(self.pipe, n, None) for n in ("transformer", "transformer_2", "unet"))
-                if isinstance(m, torch.nn.Module)]
+        return [
+            m
+            for m in (getattr(self.pipe, n, None) for n in ("transformer", "transformer_2", "unet"))
+            if isinstance(m, torch.nn.Module)
+        ]
 
     # ------------------------------------------------------------- request checks
 
@@ -99,8 +103,11 @@ class DiffusersAdapter(DiffusionAdapter):
 
     def check_steps(self, job: DiffusionJob, t_start: int) -> None:
         if job.params.num_inference_steps - t_start <= 0:
-            raise InvalidRequestError("strength", f"{job.strength} leaves no denoising step out of "
-                                       f"num_inference_steps={job.params.num_inference_steps}; raise either")
+            raise InvalidRequestError(
+                "strength",
+                f"{job.strength} leaves no denoising step out of "
+                f"num_inference_steps={job.params.num_inference_steps}; raise either",
+            )
 
     # ------------------------------------------------------------- prompt encoding
 
@@ -116,12 +123,12 @@ class DiffusersAdapter(DiffusionAdapter):
     def encode(self, jobs: list[DiffusionJob]) -> None:
         cond = self.embed([j.prompt for j in jobs], jobs)
         for i, j in enumerate(jobs):
-            j.cond = {k: self.repeat_rows(v[i:i + 1], j.rows) for k, v in cond.items()}
+            j.cond = {k: self.repeat_rows(v[i : i + 1], j.rows) for k, v in cond.items()}
         cfg = [j for j in jobs if j.do_cfg]
         if cfg:
             uncond = self.embed_negatives(cfg)
             for i, j in enumerate(cfg):
-                j.uncond = {k: self.repeat_rows(v[i:i + 1], j.rows) for k, v in uncond.items()}
+                j.uncond = {k: self.repeat_rows(v[i : i + 1], j.rows) for k, v in uncond.items()}
         self.add_conditioning(jobs)
 
     def add_conditioning(self, jobs: list[DiffusionJob]) -> None:

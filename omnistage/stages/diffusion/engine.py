@@ -45,8 +45,15 @@ from omnistage.stages.diffusion.runner import run_step
 
 logger = logging.getLogger(__name__)
 
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
-           "half": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
 _OUTPUT_TYPES = ("pil", "np", "latent")
 
 
@@ -76,7 +83,9 @@ class DiffusionStageEngine:
         engine_args = dict(ctx.deploy.engine_args or {})
         self.max_wait_steps = int(engine_args.pop("max_wait_steps", 8))
         if engine_args:
-            raise ValueError(f"stages[{self.stage_id}].engine_args: unknown for a diffusion stage: {', '.join(engine_args)}")
+            raise ValueError(
+                f"stages[{self.stage_id}].engine_args: unknown for a diffusion stage: {', '.join(engine_args)}"
+            )
         self.adapter = adapter
         self.accel = Acceleration()  # applied at start (deploy ``acceleration:``)
         self.lora: LoraSet | None = None  # per-request LoRA adapters (deploy ``enable_lora`` / ``lora_modules``)
@@ -102,8 +111,9 @@ class DiffusionStageEngine:
             from omnistage.stages.diffusion.parallel.leader import Leader
 
             self._parallel = await asyncio.to_thread(Leader.start, self.ctx, self.adapter)
-        self.accel = await asyncio.to_thread(apply_acceleration, self.adapter, self.ctx.deploy.acceleration,
-                                             f"stages[{self.stage_id}].acceleration")
+        self.accel = await asyncio.to_thread(
+            apply_acceleration, self.adapter, self.ctx.deploy.acceleration, f"stages[{self.stage_id}].acceleration"
+        )
         if self.ctx.deploy.lora_enabled:
             await self._start_lora()
         self._task = asyncio.create_task(self._loop(), name=f"diffusion-stage-{self.stage_id}")
@@ -146,11 +156,14 @@ class DiffusionStageEngine:
         d, where = self.ctx.deploy, f"stages[{self.stage_id}]"
         pipe = getattr(self.adapter, "pipe", None)
         if pipe is None:
-            raise ValueError(f"{where}.lora_modules: {type(self.adapter).__name__} has no diffusers pipeline "
-                             "to take LoRA adapters")
+            raise ValueError(
+                f"{where}.lora_modules: {type(self.adapter).__name__} has no diffusers pipeline to take LoRA adapters"
+            )
         if d.acceleration is not None and d.acceleration.compile:
-            raise ValueError(f"{where}.acceleration.compile: not available with LoRA adapters (the per-row "
-                             "LoRA layers would be traced into the compiled blocks)")
+            raise ValueError(
+                f"{where}.acceleration.compile: not available with LoRA adapters (the per-row "
+                "LoRA layers would be traced into the compiled blocks)"
+            )
         max_loras = d.max_loras or max(DEFAULT_MAX_LORAS, len(d.lora_modules))
         if len(d.lora_modules) > max_loras:
             raise ValueError(f"{where}.lora_modules: {len(d.lora_modules)} adapters, above max_loras={max_loras}")
@@ -187,8 +200,16 @@ class DiffusionStageEngine:
         job, out = entry
         job.aborted = True
         self._sched.remove(job)  # the forward in flight (if any) finishes; its result for this job is dropped
-        out.put_nowait(StageOutput(request_id, self.stage_id, {}, finished=True, finish_reason="abort",
-                                   progress=(job.step, job.total_steps)))
+        out.put_nowait(
+            StageOutput(
+                request_id,
+                self.stage_id,
+                {},
+                finished=True,
+                finish_reason="abort",
+                progress=(job.step, job.total_steps),
+            )
+        )
 
     async def shutdown(self) -> None:
         if self._task is not None:
@@ -198,7 +219,9 @@ class DiffusionStageEngine:
         for job, out in list(self._jobs.values()):
             if not job.aborted:
                 job.aborted = True
-                out.put_nowait(StageOutput(job.request_id, self.stage_id, {}, True, error=StageError("stage shut down")))
+                out.put_nowait(
+                    StageOutput(job.request_id, self.stage_id, {}, True, error=StageError("stage shut down"))
+                )
         self.accel.close()  # the cache / compile hooks leave the (possibly shared) adapter's blocks
         if self._parallel is not None:
             await asyncio.to_thread(self._parallel.close)
@@ -208,8 +231,12 @@ class DiffusionStageEngine:
             self.lora = None
 
     def stats(self) -> StageStats:
-        return StageStats(queue_depth=len(self._sched.waiting), running=len(self._sched.running),
-                          healthy=self._healthy and not self._broken, detail=self._broken or "")
+        return StageStats(
+            queue_depth=len(self._sched.waiting),
+            running=len(self._sched.running),
+            healthy=self._healthy and not self._broken,
+            detail=self._broken or "",
+        )
 
     # ------------------------------------------------------------------ requests
 
@@ -232,14 +259,24 @@ class DiffusionStageEngine:
         else:
             seed = params.seed if params.seed is not None else random.randrange(2**63)
             generator = torch.Generator("cpu").manual_seed(seed)
-        job = DiffusionJob(req.request_id, prompt, negative, params, images=images or None, inputs=dict(inputs),
-                           generator=generator, arrival=req.arrival_time, wanted=req.wanted)
+        job = DiffusionJob(
+            req.request_id,
+            prompt,
+            negative,
+            params,
+            images=images or None,
+            inputs=dict(inputs),
+            generator=generator,
+            arrival=req.arrival_time,
+            wanted=req.wanted,
+        )
         self.adapter.validate(job)
         job.key = self.adapter.batch_key(job)  # the adapter is no part of it: any mix shares a forward
         if params.lora is not None:
             if self.lora is None:
-                raise InvalidRequestError("model", f"{params.lora!r} names a LoRA adapter, but stage {self.stage_id} "
-                                                   "takes none (enable_lora)")
+                raise InvalidRequestError(
+                    "model", f"{params.lora!r} names a LoRA adapter, but stage {self.stage_id} takes none (enable_lora)"
+                )
             job.lora = self.lora.use(params.lora, params.lora_scale)
         return job
 
@@ -294,10 +331,26 @@ class DiffusionStageEngine:
         self._sched.remove(job)
         now = time.monotonic()
         started = job.first_scheduled or now
-        metrics = StageMetrics(queue_time_s=started - job.arrival, run_time_s=now - started, num_steps=job.step,
-                               num_steps_reused=steps_reused(job), peak_memory_mb=peak_memory_mb())
-        self._emit(job, StageOutput(job.request_id, self.stage_id, data or {}, True, metrics=metrics, error=error,
-                                    progress=(job.step, job.total_steps), finish_reason=None if error else "stop"))
+        metrics = StageMetrics(
+            queue_time_s=started - job.arrival,
+            run_time_s=now - started,
+            num_steps=job.step,
+            num_steps_reused=steps_reused(job),
+            peak_memory_mb=peak_memory_mb(),
+        )
+        self._emit(
+            job,
+            StageOutput(
+                job.request_id,
+                self.stage_id,
+                data or {},
+                True,
+                metrics=metrics,
+                error=error,
+                progress=(job.step, job.total_steps),
+                finish_reason=None if error else "stop",
+            ),
+        )
         job.aborted = True  # closed: nothing more is emitted for it
 
 

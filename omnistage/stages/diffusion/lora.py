@@ -48,6 +48,7 @@ DEFAULT_MAX_LORA_RANK = 16  # vLLM's default
 
 # ------------------------------------------------------------------ the rows of one forward
 
+
 @dataclass(frozen=True)
 class RowLora:
     """Per row of the tensors a denoiser call sees: its adapter slot and its request's ``lora_scale``."""
@@ -134,6 +135,7 @@ def forward_rows(segments: Sequence[tuple[DiffusionJob, str]]) -> Iterator[None]
 
 # ------------------------------------------------------------------ one targeted layer
 
+
 class _LayerSlots:
     """The stacked weights of every slot for one ``nn.Linear``, and the hook that applies them."""
 
@@ -168,8 +170,10 @@ class _LayerSlots:
             return None
         x = args[0]
         if x.shape[0] != rows.rows:
-            raise RuntimeError(f"LoRA: a layer ran {x.shape[0]} rows, the engine laid out {rows.rows} "
-                               "(code running a subset of rows must say so with lora.narrow_rows)")
+            raise RuntimeError(
+                f"LoRA: a layer ran {x.shape[0]} rows, the engine laid out {rows.rows} "
+                "(code running a subset of rows must say so with lora.narrow_rows)"
+            )
         n, d_in = x.shape[0], x.shape[-1]
         down = self.down.index_select(0, rows.slots)  # [n, R, in]
         up = self.up.index_select(0, rows.slots)  # [n, out, R]
@@ -185,6 +189,7 @@ class _LayerSlots:
 
 # ------------------------------------------------------------------ the adapters of one stage replica
 
+
 @dataclass
 class _Adapter:
     name: str
@@ -199,8 +204,9 @@ class _Adapter:
 class LoraSet:
     """The LoRA adapters one diffusion stage replica holds, applied per row of its denoiser forwards."""
 
-    def __init__(self, pipe: Any, device: torch.device, max_loras: int = DEFAULT_MAX_LORAS,
-                 max_rank: int = DEFAULT_MAX_LORA_RANK):
+    def __init__(
+        self, pipe: Any, device: torch.device, max_loras: int = DEFAULT_MAX_LORAS, max_rank: int = DEFAULT_MAX_LORA_RANK
+    ):
         self.pipe = pipe
         self.device = device
         self.max_loras = max_loras
@@ -233,8 +239,9 @@ class LoraSet:
                 for key, weights in lora.layers.items():
                     layer = self._layers.get(key)
                     if layer is None:
-                        layer = self._layers[key] = _LayerSlots(self._module(key), self.max_loras, self.max_rank,
-                                                                  self.device)
+                        layer = self._layers[key] = _LayerSlots(
+                            self._module(key), self.max_loras, self.max_rank, self.device
+                        )
                     layer.put(slot, weights)
                     adapter.layers.append(key)
             except BaseException:
@@ -242,8 +249,9 @@ class LoraSet:
                 raise
             self._adapters[name] = adapter
             self._rows.items.clear()
-        logger.info("LoRA %r loaded from %s (rank %d, %d layers, slot %d)", name, lora.path, lora.rank,
-                    len(lora.layers), slot)
+        logger.info(
+            "LoRA %r loaded from %s (rank %d, %d layers, slot %d)", name, lora.path, lora.rank, len(lora.layers), slot
+        )
 
     def unload(self, name: str, field: str = "lora_name") -> None:
         """The name stops resolving now; the slot is freed once no running request uses it. Call between
@@ -284,8 +292,10 @@ class LoraSet:
             zero = self.max_loras  # the all-zero slot
             slots = [zero if slot is None else slot for slot, _, n in key for _ in range(n)]
             scales = [scale for _, scale, n in key for _ in range(n)]
-            return RowLora(torch.tensor(slots, dtype=torch.long, device=self.device),
-                           torch.tensor(scales, dtype=torch.float32, device=self.device))
+            return RowLora(
+                torch.tensor(slots, dtype=torch.long, device=self.device),
+                torch.tensor(scales, dtype=torch.float32, device=self.device),
+            )
 
         return self._rows.get(key, build)
 
@@ -311,8 +321,9 @@ class LoraSet:
         free = [s for s in range(self.max_loras) if s not in taken]
         if not free:
             draining = f" ({len(self._draining)} unloaded, still finishing requests)" if self._draining else ""
-            raise InvalidRequestError(field, f"max_loras={self.max_loras} adapters are loaded{draining}; "
-                                             "unload one first")
+            raise InvalidRequestError(
+                field, f"max_loras={self.max_loras} adapters are loaded{draining}; unload one first"
+            )
         return free[0]
 
     def _clear(self, adapter: _Adapter) -> None:

@@ -81,22 +81,34 @@ def read_lora_file(pipe: Any, path: str | Path, max_rank: int, field: str = FIEL
     for (component, module), g in sorted(groups.items()):
         model = getattr(pipe, component, None) if component in DENOISERS else None
         if not isinstance(model, nn.Module):
-            raise InvalidRequestError(field, f"has layers for {component!r}; only the denoiser's layers "
-                                             f"({', '.join(c for c in DENOISERS if getattr(pipe, c, None) is not None)}) "
-                                             "are supported")
+            raise InvalidRequestError(
+                field,
+                f"has layers for {component!r}; only the denoiser's layers "
+                f"({', '.join(c for c in DENOISERS if getattr(pipe, c, None) is not None)}) "
+                "are supported",
+            )
         if "down" not in g or "up" not in g:
             raise InvalidRequestError(field, f"layer {component}.{module} lacks its lora_A or lora_B weight")
         linear = _linear(model, component, module, field)
         down, up = g["down"], g["up"]
-        if down.ndim != 2 or up.ndim != 2 or down.shape[1] != linear.in_features or up.shape[0] != linear.out_features \
-                or up.shape[1] != down.shape[0]:
-            raise InvalidRequestError(field, f"layer {component}.{module} has LoRA shapes {tuple(down.shape)} / "
-                                             f"{tuple(up.shape)}, the model's layer is {linear.in_features} -> "
-                                             f"{linear.out_features} (an adapter for another base model?)")
+        if (
+            down.ndim != 2
+            or up.ndim != 2
+            or down.shape[1] != linear.in_features
+            or up.shape[0] != linear.out_features
+            or up.shape[1] != down.shape[0]
+        ):
+            raise InvalidRequestError(
+                field,
+                f"layer {component}.{module} has LoRA shapes {tuple(down.shape)} / "
+                f"{tuple(up.shape)}, the model's layer is {linear.in_features} -> "
+                f"{linear.out_features} (an adapter for another base model?)",
+            )
         rank = down.shape[0]
         if rank > max_rank:
-            raise InvalidRequestError(field, f"layer {component}.{module} has rank {rank}, above this server's "
-                                             f"max_lora_rank of {max_rank}")
+            raise InvalidRequestError(
+                field, f"layer {component}.{module} has rank {rank}, above this server's max_lora_rank of {max_rank}"
+            )
         meta = _component_metadata(metadata, component)
         scaling = _scaling(module, rank, g.get("alpha"), common_alpha, meta)
         layers[(component, module)] = LayerLora(down.contiguous(), up.contiguous(), scaling)
@@ -129,8 +141,9 @@ def _state_dict(cls: Any, p: Path, field: str) -> tuple[dict[str, torch.Tensor],
 _KEY = re.compile(r"^(?P<module>.+?)\.(?P<part>lora_A\.weight|lora_B\.weight|alpha)$")
 
 
-def _group(state_dict: Mapping[str, torch.Tensor], alphas: Mapping[str, float], field: str
-           ) -> dict[tuple[str, str], dict[str, Any]]:
+def _group(
+    state_dict: Mapping[str, torch.Tensor], alphas: Mapping[str, float], field: str
+) -> dict[tuple[str, str], dict[str, Any]]:
     if any(".lora_down." in k or ".lora.down." in k for k in state_dict) and not any("lora_A" in k for k in state_dict):
         from diffusers.utils import convert_unet_state_dict_to_peft
 
@@ -154,11 +167,14 @@ def _linear(model: nn.Module, component: str, module: str, field: str) -> nn.Lin
     try:
         layer = model.get_submodule(module)
     except AttributeError:
-        raise InvalidRequestError(field, f"layer {component}.{module} does not exist in this model "
-                                         "(an adapter for another base model?)") from None
+        raise InvalidRequestError(
+            field, f"layer {component}.{module} does not exist in this model (an adapter for another base model?)"
+        ) from None
     if type(layer) is not nn.Linear:
-        raise InvalidRequestError(field, f"layer {component}.{module} is a {type(layer).__name__}; "
-                                         "only nn.Linear layers take per-request LoRA")
+        raise InvalidRequestError(
+            field,
+            f"layer {component}.{module} is a {type(layer).__name__}; only nn.Linear layers take per-request LoRA",
+        )
     return layer
 
 
@@ -167,7 +183,7 @@ def _component_metadata(metadata: Mapping[str, Any] | None, component: str) -> d
     if not metadata:
         return None
     prefix = f"{component}."
-    own = {k[len(prefix):]: v for k, v in metadata.items() if k.startswith(prefix)}
+    own = {k[len(prefix) :]: v for k, v in metadata.items() if k.startswith(prefix)}
     return own or None
 
 
@@ -179,14 +195,16 @@ def _pattern(patterns: Mapping[str, Any], module: str) -> Any:
     return None
 
 
-def _scaling(module: str, rank: int, alpha: float | None, common_alpha: float | None,
-             meta: Mapping[str, Any] | None) -> float:
+def _scaling(
+    module: str, rank: int, alpha: float | None, common_alpha: float | None, meta: Mapping[str, Any] | None
+) -> float:
     if meta is not None:
         r = _pattern(meta.get("rank_pattern") or {}, module) or meta.get("r", rank)
         a = _pattern(meta.get("alpha_pattern") or {}, module) or meta.get("lora_alpha", r)
         if r != rank:
-            raise InvalidRequestError(FIELD, f"layer {module}: the file's metadata says rank {r}, its weights "
-                                             f"have rank {rank}")
+            raise InvalidRequestError(
+                FIELD, f"layer {module}: the file's metadata says rank {r}, its weights have rank {rank}"
+            )
         return float(a) / (math.sqrt(r) if meta.get("use_rslora") else r)
     if alpha is None:
         alpha = common_alpha if common_alpha is not None else rank

@@ -58,9 +58,9 @@ def guide(adapter: DiffusionAdapter, u: torch.Tensor, c: torch.Tensor, jobs: lis
     and lose the overlap)."""
     parts, pos, upos = [], 0, 0
     for j in jobs:
-        rows = c[pos:pos + j.rows]
+        rows = c[pos : pos + j.rows]
         if j.do_cfg:
-            rows = adapter.combine_guidance(u[upos:upos + j.rows], rows, j)
+            rows = adapter.combine_guidance(u[upos : upos + j.rows], rows, j)
             upos += j.rows
         elif adapter.guides_every_job:  # guidance terms besides CFG (LTX-2's STG): no uncond rows
             rows = adapter.combine_guidance(None, rows, j)
@@ -69,8 +69,14 @@ def guide(adapter: DiffusionAdapter, u: torch.Tensor, c: torch.Tensor, jobs: lis
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
-def _predict(adapter: DiffusionAdapter, hooks: StepHooks | None, segments: list[tuple[DiffusionJob, str]],
-             x: torch.Tensor, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
+def _predict(
+    adapter: DiffusionAdapter,
+    hooks: StepHooks | None,
+    segments: list[tuple[DiffusionJob, str]],
+    x: torch.Tensor,
+    t: torch.Tensor,
+    cond: dict[str, torch.Tensor],
+) -> torch.Tensor:
     """One denoiser call; the LoRA layers and (with step caching) the hooks are told whose rows these are
     (``segments``: ``(job, "cond" | "uncond")`` per ``job.rows`` rows, in row order)."""
     with forward_rows(segments):
@@ -80,8 +86,14 @@ def _predict(adapter: DiffusionAdapter, hooks: StepHooks | None, segments: list[
             return adapter.predict(x, t, cond)
 
 
-def predict_rows(adapter: DiffusionAdapter, hooks: StepHooks | None, uncond: list[DiffusionJob],
-                 cond: list[DiffusionJob], x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+def predict_rows(
+    adapter: DiffusionAdapter,
+    hooks: StepHooks | None,
+    uncond: list[DiffusionJob],
+    cond: list[DiffusionJob],
+    x: torch.Tensor,
+    t: torch.Tensor,
+) -> torch.Tensor:
     """The denoiser over the uncond rows of ``uncond`` followed by the cond rows of ``cond`` (``x`` and ``t``
     hold those rows, in that order): one forward, or with ``separate_cfg_passes`` one per kind."""
     n_uncond = sum(j.rows for j in uncond)
@@ -99,13 +111,16 @@ def predict_rows(adapter: DiffusionAdapter, hooks: StepHooks | None, uncond: lis
 
 # ``predict_rows``'s signature: how a step's rows reach the denoiser (a multi-device replica spreads them,
 # stages/diffusion/parallel/rows.py)
-Predict = Callable[[DiffusionAdapter, "StepHooks | None", list[DiffusionJob], list[DiffusionJob], torch.Tensor,
-                    torch.Tensor], torch.Tensor]
+Predict = Callable[
+    [DiffusionAdapter, "StepHooks | None", list[DiffusionJob], list[DiffusionJob], torch.Tensor, torch.Tensor],
+    torch.Tensor,
+]
 
 
 @torch.no_grad()
-def run_step(adapter: DiffusionAdapter, batch: list[DiffusionJob], new: list[DiffusionJob],
-             hooks: StepHooks | None = None) -> StepResult:
+def run_step(
+    adapter: DiffusionAdapter, batch: list[DiffusionJob], new: list[DiffusionJob], hooks: StepHooks | None = None
+) -> StepResult:
     """``hooks``: the stage's step cache / compiled blocks (step_cache.py), None without acceleration."""
     # torch sets a thread's OpenMP/MKL thread count lazily, at its first parallel op; in a fresh worker
     # thread a GEMM can run before that with the library's default count and round differently (seen:
@@ -124,8 +139,14 @@ def run_step(adapter: DiffusionAdapter, batch: list[DiffusionJob], new: list[Dif
 
 
 @torch.no_grad()
-def advance(adapter: DiffusionAdapter, jobs: list[DiffusionJob], result: StepResult,
-            hooks: StepHooks | None = None, predict: Predict = predict_rows, decode: bool = True) -> None:
+def advance(
+    adapter: DiffusionAdapter,
+    jobs: list[DiffusionJob],
+    result: StepResult,
+    hooks: StepHooks | None = None,
+    predict: Predict = predict_rows,
+    decode: bool = True,
+) -> None:
     """One batched forward with per-request CFG, every job one step further, the finished ones decoded
     (``decode=False``: left undecoded, for the ranks of a multi-device replica other than its first)."""
     cfg = [j for j in jobs if j.do_cfg]

@@ -47,13 +47,30 @@ def draws_noise_in_step(scheduler: Any) -> bool:
     step must draw from its own generator, as a lone diffusers pipeline would."""
     import diffusers as d
 
-    return isinstance(scheduler, (
-        d.DDPMScheduler, d.DDIMScheduler, d.DDIMParallelScheduler, d.DDPMParallelScheduler, d.LCMScheduler,
-        d.TCDScheduler, d.EulerDiscreteScheduler, d.EulerAncestralDiscreteScheduler,
-        d.KDPM2AncestralDiscreteScheduler, d.DPMSolverMultistepScheduler, d.DPMSolverSinglestepScheduler,
-        d.DPMSolverMultistepInverseScheduler, d.EDMEulerScheduler, d.EDMDPMSolverMultistepScheduler,
-        d.SASolverScheduler, d.FlowMatchEulerDiscreteScheduler, d.FlowMatchHeunDiscreteScheduler,
-        d.FlowMatchLCMScheduler, d.CMStochasticIterativeScheduler))
+    return isinstance(
+        scheduler,
+        (
+            d.DDPMScheduler,
+            d.DDIMScheduler,
+            d.DDIMParallelScheduler,
+            d.DDPMParallelScheduler,
+            d.LCMScheduler,
+            d.TCDScheduler,
+            d.EulerDiscreteScheduler,
+            d.EulerAncestralDiscreteScheduler,
+            d.KDPM2AncestralDiscreteScheduler,
+            d.DPMSolverMultistepScheduler,
+            d.DPMSolverSinglestepScheduler,
+            d.DPMSolverMultistepInverseScheduler,
+            d.EDMEulerScheduler,
+            d.EDMDPMSolverMultistepScheduler,
+            d.SASolverScheduler,
+            d.FlowMatchEulerDiscreteScheduler,
+            d.FlowMatchHeunDiscreteScheduler,
+            d.FlowMatchLCMScheduler,
+            d.CMStochasticIterativeScheduler,
+        ),
+    )
 
 
 class SchedulerSampler:
@@ -71,7 +88,9 @@ class SchedulerSampler:
         # pipelines check for them the same way
         return getattr(self.pristine, "order", 1)
 
-    def make_state(self, num_inference_steps: int, t_start: int = 0, device: Any = None, **set_kwargs: Any) -> SamplerState:
+    def make_state(
+        self, num_inference_steps: int, t_start: int = 0, device: Any = None, **set_kwargs: Any
+    ) -> SamplerState:
         """``t_start`` skips the first steps (img2img strength), as diffusers' get_timesteps does."""
         sched = copy.deepcopy(self.pristine)
         sched.set_timesteps(num_inference_steps, device=device, **set_kwargs)
@@ -90,7 +109,9 @@ class SchedulerSampler:
         return list(torch.split(x, [j.rows for j in jobs]))
 
     def scale_model_input(self, x: torch.Tensor, jobs: list[DiffusionJob]) -> torch.Tensor:
-        parts = [j.sampler_state.scheduler.scale_model_input(p, self.timestep(j)) for p, j in zip(self._split(x, jobs), jobs)]
+        parts = [
+            j.sampler_state.scheduler.scale_model_input(p, self.timestep(j)) for p, j in zip(self._split(x, jobs), jobs)
+        ]
         return torch.cat(parts)
 
     def step(self, out: torch.Tensor, x: torch.Tensor, jobs: list[DiffusionJob]) -> torch.Tensor:
@@ -107,6 +128,7 @@ class FlowMatchEulerSampler(SchedulerSampler):
     """x_next = x + (sigma_next - sigma) * v, one dt per row (FlowMatchEulerDiscreteScheduler)."""
 
     uses_sigmas = True
+
     def scale_model_input(self, x: torch.Tensor, jobs: list[DiffusionJob]) -> torch.Tensor:
         return x
 
@@ -125,6 +147,7 @@ class EulerSampler(SchedulerSampler):
     """EulerDiscreteScheduler without churn, vectorised per row in diffusers' operation order."""
 
     uses_sigmas = True
+
     def _sigmas(self, jobs: list[DiffusionJob], ndim: int, offset: int = 0) -> torch.Tensor:
         vals = [j.sampler_state.sigmas[j.sampler_state.begin + j.step + offset] for j in jobs]
         return _rows(vals, jobs, ndim)
@@ -191,7 +214,11 @@ def make_sampler(scheduler: Any) -> SchedulerSampler:
     cfg = scheduler.config
     if type(scheduler) is d.FlowMatchEulerDiscreteScheduler and not cfg.get("stochastic_sampling", False):
         return FlowMatchEulerSampler(scheduler)
-    if type(scheduler) is d.EulerDiscreteScheduler and cfg.get("prediction_type") in ("epsilon", "v_prediction", "sample"):
+    if type(scheduler) is d.EulerDiscreteScheduler and cfg.get("prediction_type") in (
+        "epsilon",
+        "v_prediction",
+        "sample",
+    ):
         return EulerSampler(scheduler)
     if type(scheduler) is d.DDIMScheduler and not cfg.get("thresholding", False):
         return DDIMSampler(scheduler)

@@ -49,6 +49,7 @@ HOOK_NAME = "omnistage_step_cache"
 
 # ------------------------------------------------------------------ the rows of one forward
 
+
 @dataclass
 class Group:
     job: DiffusionJob
@@ -127,6 +128,7 @@ class _Scratch:
 
 # ------------------------------------------------------------------ hooks
 
+
 def _hook_base() -> type:
     from diffusers.hooks import ModelHook
 
@@ -144,16 +146,22 @@ class _Chain:
         self.scratch: _Scratch | None = None
         if rule is not None:
             if rule.probe_before_first_block and layout.probe is None:
-                raise ValueError(f"{type(layout.model).__name__}: teacache needs the family's probe "
-                                 "(BlockLayout.probe); use method: first_block")
+                raise ValueError(
+                    f"{type(layout.model).__name__}: teacache needs the family's probe "
+                    "(BlockLayout.probe); use method: first_block"
+                )
             if not rule.probe_before_first_block and len(layout.blocks) < 2:
-                raise ValueError(f"{type(layout.model).__name__} has {len(layout.blocks)} transformer block(s); "
-                                 "first_block caching needs at least 2")
+                raise ValueError(
+                    f"{type(layout.model).__name__} has {len(layout.blocks)} transformer block(s); "
+                    "first_block caching needs at least 2"
+                )
             first = layout.blocks[0][1].names if layout.blocks else ()
             for _, io in layout.blocks:
                 if io.hidden not in io.names or any(n not in first for n in io.joins):
-                    raise ValueError(f"a block layout of {type(layout.model).__name__} returns no {io.hidden!r} "
-                                     f"or joins streams its first block does not return")
+                    raise ValueError(
+                        f"a block layout of {type(layout.model).__name__} returns no {io.hidden!r} "
+                        f"or joins streams its first block does not return"
+                    )
 
     # -------------------------------------------------------------- one block call
 
@@ -166,8 +174,10 @@ class _Chain:
         if hook.first:
             rows = a[hook.io.hidden].shape[0]
             if rows != fwd.n_rows:
-                raise ValueError(f"step cache: the denoiser ran {rows} rows, the engine laid out "
-                                 f"{fwd.n_rows} (a sub-batch needs step_cache.row_subset)")
+                raise ValueError(
+                    f"step cache: the denoiser ran {rows} rows, the engine laid out "
+                    f"{fwd.n_rows} (a sub-batch needs step_cache.row_subset)"
+                )
             out = self._first(fwd, hook, bound)
         else:
             out = self._rows(hook, bound, carried_full=False)
@@ -264,7 +274,9 @@ class _Chain:
                 continue
             p = probe.index_select(0, _index(g.idx, probe.device))
             pending.append((g.job, self._state(g.job), p))
-        undecided = {id(g.job) for g in fwd.groups if g.job.step_cache is not None and g.job.step_cache.step != g.job.step}
+        undecided = {
+            id(g.job) for g in fwd.groups if g.job.step_cache is not None and g.job.step_cache.step != g.job.step
+        }
         if len(undecided) != len(pending):
             raise ValueError("step cache: a request's uncond rows ran before its cond rows in a step")
         with_prev = [(st, p) for _, st, p in pending if st.prev is not None]
@@ -292,8 +304,12 @@ class _Chain:
                 st.streak += 1
         compute_groups = [g for g in fwd.groups if g.job.step_cache is None or g.job.step_cache.compute]
         skip_groups = [g for g in fwd.groups if g.job.step_cache is not None and not g.job.step_cache.compute]
-        self.log.append((list(dict.fromkeys(g.job.request_id for g in compute_groups)),
-                         list(dict.fromkeys(g.job.request_id for g in skip_groups))))
+        self.log.append(
+            (
+                list(dict.fromkeys(g.job.request_id for g in compute_groups)),
+                list(dict.fromkeys(g.job.request_id for g in skip_groups)),
+            )
+        )
         device = probe.device
         idx_c = _index(sorted(r for g in compute_groups for r in g.idx), device)
         idx_s = _index([r for g in skip_groups for r in g.idx], device)
@@ -304,8 +320,7 @@ class StepHooks:
     """Hooks on every declared block: step caching with ``rule``, and/or each block's forward compiled
     (``compile_fn``: e.g. ``torch.compile`` with dynamic shapes). ``close`` removes them."""
 
-    def __init__(self, layouts: Sequence[BlockLayout], rule: CacheRule | None,
-                 compile_fn: Any = None):
+    def __init__(self, layouts: Sequence[BlockLayout], rule: CacheRule | None, compile_fn: Any = None):
         from diffusers.hooks import HookRegistry
 
         base = _hook_base()

@@ -13,8 +13,14 @@ import torch
 from torch import nn
 
 
-def random_lora(model: nn.Module, targets: str, rank: Callable[[str], int] | int, seed: int,
-                alpha: float | None = None, std: float = 0.3) -> dict[str, torch.Tensor]:
+def random_lora(
+    model: nn.Module,
+    targets: str,
+    rank: Callable[[str], int] | int,
+    seed: int,
+    alpha: float | None = None,
+    std: float = 0.3,
+) -> dict[str, torch.Tensor]:
     """PEFT-layout weights (``<module>.lora_A.weight`` / ``lora_B.weight``) for every ``nn.Linear`` whose path
     fully matches the regex ``targets``; with ``alpha``, each layer also gets a kohya-style ``.alpha`` entry."""
     g = torch.Generator().manual_seed(seed)

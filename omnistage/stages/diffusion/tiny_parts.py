@@ -35,13 +35,23 @@ def t5_tokenizer(vocab_size: int = 300):
     return T5Tokenizer().train_new_from_iterator(_CORPUS * 4, vocab_size=vocab_size)
 
 
-def clip_text_model(*, with_projection: bool, hidden: int = 32, projection_dim: int = 32, vocab_size: int = 1000,
-                    layers: int = 2):
+def clip_text_model(
+    *, with_projection: bool, hidden: int = 32, projection_dim: int = 32, vocab_size: int = 1000, layers: int = 2
+):
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
-    cfg = CLIPTextConfig(hidden_size=hidden, intermediate_size=37, num_attention_heads=4, num_hidden_layers=layers,
-                         vocab_size=vocab_size, projection_dim=projection_dim, max_position_embeddings=77,
-                         bos_token_id=0, eos_token_id=2, pad_token_id=1)
+    cfg = CLIPTextConfig(
+        hidden_size=hidden,
+        intermediate_size=37,
+        num_attention_heads=4,
+        num_hidden_layers=layers,
+        vocab_size=vocab_size,
+        projection_dim=projection_dim,
+        max_position_embeddings=77,
+        bos_token_id=0,
+        eos_token_id=2,
+        pad_token_id=1,
+    )
     cls = CLIPTextModelWithProjection if with_projection else CLIPTextModel
     return cls(cfg).eval()
 
@@ -49,6 +59,13 @@ def clip_text_model(*, with_projection: bool, hidden: int = 32, projection_dim: 
 def t5_encoder(d_model: int = 32, vocab_size: int = 1000):
     from transformers import T5Config, T5EncoderModel
 
-    cfg = T5Config(d_model=d_model, d_kv=8, d_ff=37, num_layers=2, num_heads=4, relative_attention_num_buckets=8,
-                   vocab_size=vocab_size)
+    cfg = T5Config(
+        d_model=d_model,
+        d_kv=8,
+        d_ff=37,
+        num_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        vocab_size=vocab_size,
+    )
     return T5EncoderModel(cfg).eval()

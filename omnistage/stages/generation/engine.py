@@ -128,7 +128,9 @@ class GenerationStageEngine:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
         for r in list(self._reqs.values()):
-            r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, {}, True, error=StageError("stage shut down")))
+            r.out.put_nowait(
+                StageOutput(r.req.request_id, self.stage_id, {}, True, error=StageError("stage shut down"))
+            )
 
     def stats(self) -> StageStats:
         # a request in the running batch has had its chunk taken already: only the others wait
@@ -148,8 +150,11 @@ class GenerationStageEngine:
                     run_time_s=now - r.first_scheduled,
                     peak_memory_mb=peak_memory_mb(),
                 )
-                r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, {}, finished=True, metrics=metrics,
-                                             finish_reason="stop"))
+                r.out.put_nowait(
+                    StageOutput(
+                        r.req.request_id, self.stage_id, {}, finished=True, metrics=metrics, finish_reason="stop"
+                    )
+                )
 
     async def _loop(self) -> None:
         while True:
@@ -186,15 +191,17 @@ class GenerationStageEngine:
                 except Exception as e:  # one bad batch fails its requests, not the engine
                     for r in ready:
                         r.aborted = True
-                        r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, {}, True,
-                                                     error=StageError.failure(e)))
+                        r.out.put_nowait(
+                            StageOutput(r.req.request_id, self.stage_id, {}, True, error=StageError.failure(e))
+                        )
                     continue
                 finally:
                     self._running, self._batch = 0, set()
                 for r, data in zip(ready, results):
                     if isinstance(data, Exception):
                         r.aborted = True
-                        r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, {}, True,
-                                                     error=StageError.of(data)))
+                        r.out.put_nowait(
+                            StageOutput(r.req.request_id, self.stage_id, {}, True, error=StageError.of(data))
+                        )
                     elif not r.aborted and data:
                         r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, data, finished=False))

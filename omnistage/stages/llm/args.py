@@ -27,11 +27,17 @@ def engine_args_for(ctx: StageContext) -> dict[str, Any]:
     if current_platform.is_cpu():
         args["enforce_eager"] = True  # compiling costs ~30 s at start-up on CPU and gains little
     optional = {
-        "max_num_seqs": d.max_num_seqs, "max_model_len": d.max_model_len,
-        "max_num_batched_tokens": d.max_num_batched_tokens, "enforce_eager": d.enforce_eager,
-        "kv_cache_memory_bytes": d.kv_cache_memory_bytes, "gpu_memory_utilization": d.gpu_memory_utilization,
-        "enable_prefix_caching": d.enable_prefix_caching, "trust_remote_code": d.trust_remote_code,
-        "dtype": d.dtype, "seed": d.seed, "limit_mm_per_prompt": d.limit_mm_per_prompt,
+        "max_num_seqs": d.max_num_seqs,
+        "max_model_len": d.max_model_len,
+        "max_num_batched_tokens": d.max_num_batched_tokens,
+        "enforce_eager": d.enforce_eager,
+        "kv_cache_memory_bytes": d.kv_cache_memory_bytes,
+        "gpu_memory_utilization": d.gpu_memory_utilization,
+        "enable_prefix_caching": d.enable_prefix_caching,
+        "trust_remote_code": d.trust_remote_code,
+        "dtype": d.dtype,
+        "seed": d.seed,
+        "limit_mm_per_prompt": d.limit_mm_per_prompt,
     }
     args.update({k: v for k, v in optional.items() if v is not None})
     if d.lora_enabled:  # vLLM's own LoRA support; adapters come per request as LoRARequest
@@ -47,6 +53,8 @@ def engine_args_for(ctx: StageContext) -> dict[str, Any]:
 def stage_output_type(ctx: StageContext) -> OutputModality:
     out = OutputModality.parse(ctx.deploy.engine_output_type or ctx.spec.output)
     if out & ~PRODUCIBLE:
-        raise ValueError(f"stage {ctx.spec.stage_id}: engine_output_type {out} is not something an llm stage "
-                         f"produces (it produces {PRODUCIBLE})")
+        raise ValueError(
+            f"stage {ctx.spec.stage_id}: engine_output_type {out} is not something an llm stage "
+            f"produces (it produces {PRODUCIBLE})"
+        )
     return out

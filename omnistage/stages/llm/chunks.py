@@ -7,7 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 
-def every_n_tokens(n: int, key: str = "token_ids", out_key: str = "token_ids") -> Callable[[dict, Any, dict], dict | None]:
+def every_n_tokens(
+    n: int, key: str = "token_ids", out_key: str = "token_ids"
+) -> Callable[[dict, Any, dict], dict | None]:
     """An ``Edge.process_chunk`` that forwards the producer's new token ids in
     chunks of ``n``; the tail (< n) is flushed when the producer finishes, so
     the consumer never loses the end of the stream."""

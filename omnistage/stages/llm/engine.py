@@ -111,8 +111,9 @@ class LLMStageEngine:
             raise InvalidRequestError(f"stages[{self.stage_id}].engine_args", f"{e}") from None
 
         def build() -> Any:
-            with engine_env(self.ctx.devices, self.ctx.deploy.num_threads, self.ctx.deploy.tp_size,
-                            current_platform.is_cpu()) as env:
+            with engine_env(
+                self.ctx.devices, self.ctx.deploy.num_threads, self.ctx.deploy.tp_size, current_platform.is_cpu()
+            ) as env:
                 if env:
                     logger.info("stage %d: vLLM thread settings %s", self.stage_id, env)
                 return AsyncLLMEngine.from_engine_args(args)  # vLLM's public name for its AsyncLLM
@@ -158,8 +159,12 @@ class LLMStageEngine:
         cap = self.engine.vllm_config.scheduler_config.max_num_seqs
         n = len(self._active)
         errored = self.errored()  # (the watcher starts the restart within WATCH_INTERVAL_S)
-        return StageStats(queue_depth=max(0, n - cap), running=min(n, cap), healthy=errored is None,
-                          detail=f"stage {self.stage_id} vLLM engine died ({errored})" if errored else "")
+        return StageStats(
+            queue_depth=max(0, n - cap),
+            running=min(n, cap),
+            healthy=errored is None,
+            detail=f"stage {self.stage_id} vLLM engine died ({errored})" if errored else "",
+        )
 
     # ------------------------------------------------------------------ engine death and restart
 
@@ -179,7 +184,8 @@ class LLMStageEngine:
             self._dead = f"stage {self.stage_id} vLLM engine died ({reason}); restarting"
             logger.error("%s", self._dead)
             self._restarter = asyncio.get_running_loop().create_task(
-                self._restart(), name=f"stage{self.stage_id}-vllm-restart")
+                self._restart(), name=f"stage{self.stage_id}-vllm-restart"
+            )
         return StageUnavailableError(self._dead)
 
     async def _restart(self) -> None:
@@ -216,8 +222,9 @@ class LLMStageEngine:
         if ids is not None:
             bad = [t for t in ids if not 0 <= t < self.vocab_size]
             if bad:
-                raise InvalidRequestError("prompt_token_ids",
-                                          f"{bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})")
+                raise InvalidRequestError(
+                    "prompt_token_ids", f"{bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})"
+                )
         check_media(source, self.engine)
         params, lora = self.loras.request(req.params)
         sp = to_sampling_params(params, vocab_size=self.vocab_size, final_only=req.final_only)
@@ -228,12 +235,17 @@ class LLMStageEngine:
         if not ids:
             raise InvalidRequestError(field, "empty prompt")
         if len(ids) >= self.max_model_len:
-            raise InvalidRequestError(field, f"{len(ids)} tokens do not fit max_model_len={self.max_model_len} "
-                                      "(at least one token must be generated)")
+            raise InvalidRequestError(
+                field,
+                f"{len(ids)} tokens do not fit max_model_len={self.max_model_len} "
+                "(at least one token must be generated)",
+            )
         if sp.max_tokens is not None and len(ids) + sp.max_tokens > self.max_model_len:
             # vLLM would stop at max_model_len silently; say so instead.
-            raise InvalidRequestError("max_tokens", f"prompt ({len(ids)} tokens) + max_tokens ({sp.max_tokens}) "
-                                      f"exceeds max_model_len={self.max_model_len}")
+            raise InvalidRequestError(
+                "max_tokens",
+                f"prompt ({len(ids)} tokens) + max_tokens ({sp.max_tokens}) exceeds max_model_len={self.max_model_len}",
+            )
 
     async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
         from vllm.exceptions import VLLMClientError
@@ -282,12 +294,21 @@ class LLMStageEngine:
                     # to the first output (final-only: that is the last one, so the run time holds it all)
                     started = req.arrival_time if req.final_only else first_at
                     metrics = StageMetrics(
-                        queue_time_s=started - req.arrival_time, run_time_s=now - started,
-                        num_tokens=num_tokens, peak_memory_mb=peak_memory_mb(),
+                        queue_time_s=started - req.arrival_time,
+                        run_time_s=now - started,
+                        num_tokens=num_tokens,
+                        peak_memory_mb=peak_memory_mb(),
                     )
                     reason = "abort" if rid in self._aborted else comp.finish_reason
-                    final = StageOutput(rid, self.stage_id, data, finished=True, metrics=metrics,
-                                        finish_reason=reason, num_tokens=num_tokens)
+                    final = StageOutput(
+                        rid,
+                        self.stage_id,
+                        data,
+                        finished=True,
+                        metrics=metrics,
+                        finish_reason=reason,
+                        num_tokens=num_tokens,
+                    )
                     # Not yielded inside the loop: vLLM's stream must run to its end, or closing it
                     # later (when our consumer stops reading) sends vLLM a needless abort.
                     continue
@@ -299,9 +320,15 @@ class LLMStageEngine:
             if self._dead is not None and rid not in self._aborted and restarted:
                 raise StageUnavailableError(self._dead)  # aborted by the restart (_restart), not by its client
             # vLLM ends an aborted request's stream without a final output in some paths.
-            yield final or StageOutput(rid, self.stage_id, {}, finished=True, finish_reason="abort",
-                                       num_tokens=num_tokens,
-                                       metrics=StageMetrics(num_tokens=num_tokens, peak_memory_mb=peak_memory_mb()))
+            yield final or StageOutput(
+                rid,
+                self.stage_id,
+                {},
+                finished=True,
+                finish_reason="abort",
+                num_tokens=num_tokens,
+                metrics=StageMetrics(num_tokens=num_tokens, peak_memory_mb=peak_memory_mb()),
+            )
         except VLLMClientError as e:  # vLLM rejected the request: the caller's fault, not the stage's
             raise ValueError(str(e)) from None
         except EngineDeadError:

@@ -16,8 +16,11 @@ from typing import Any
 PATH_KEY = "omnistage_hidden_path"
 REPLY_KEY = "omnistage_hidden_reply"
 LAYER = "omnistage_hidden"
-CONNECTOR = {"kv_connector": "HiddenRowsConnector",
-             "kv_connector_module_path": "omnistage.stages.llm.hidden_connector", "kv_role": "kv_producer"}
+CONNECTOR = {
+    "kv_connector": "HiddenRowsConnector",
+    "kv_connector_module_path": "omnistage.stages.llm.hidden_connector",
+    "kv_role": "kv_producer",
+}
 HEADER = "<q"  # the file starts with the hidden size; float32 rows follow
 
 

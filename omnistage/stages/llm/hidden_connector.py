@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from vllm.v1.request import Request
 
 
-
 @dataclass
 class _Save:
     path: str
@@ -68,11 +67,16 @@ class _Tracked:
 def _hidden_group(kv_cache_config: KVCacheConfig | None) -> int:
     """The KV-cache group holding the cache-only layer, found by its name (``LAYER``): vLLM may give it the same
     block table as the model's attention layers, and the scheduler's copy of the config keeps no layer types."""
-    found = [i for i, group in enumerate(kv_cache_config.kv_cache_groups if kv_cache_config is not None else [])
-             if any(LAYER in name.split(".") for name in group.layer_names)]
+    found = [
+        i
+        for i, group in enumerate(kv_cache_config.kv_cache_groups if kv_cache_config is not None else [])
+        if any(LAYER in name.split(".") for name in group.layer_names)
+    ]
     if len(found) != 1:
-        raise ValueError(f"expected one KV-cache group with a {LAYER!r} layer, found {len(found)}: the model must "
-                         f"write its hidden states into a CacheOnlyAttentionLayer named {LAYER}.<n>")
+        raise ValueError(
+            f"expected one KV-cache group with a {LAYER!r} layer, found {len(found)}: the model must "
+            f"write its hidden states into a CacheOnlyAttentionLayer named {LAYER}.<n>"
+        )
     return found[0]
 
 
@@ -132,8 +136,9 @@ class HiddenRowsConnector(KVConnectorBase_V1, SupportsHMA):
         self._tracked.pop(request.request_id, None)  # its last step's rows are written: nothing more
         return False, None
 
-    def request_finished_all_groups(self, request: Request,
-                                    block_ids: tuple[list[int], ...]) -> tuple[bool, dict[str, Any] | None]:
+    def request_finished_all_groups(
+        self, request: Request, block_ids: tuple[list[int], ...]
+    ) -> tuple[bool, dict[str, Any] | None]:
         return self.request_finished(request, [])
 
     # ---- worker side
@@ -168,13 +173,14 @@ class HiddenRowsConnector(KVConnectorBase_V1, SupportsHMA):
         size = cache.shape[2]
         # every request's rows of this step in one gather and one copy to the host (one device sync per step)
         slots = [torch.arange(save.start, save.end) for save in meta.saves]
-        blocks = torch.cat([torch.tensor(save.block_ids, dtype=torch.long)[s // size] for save, s in
-                            zip(meta.saves, slots)])
+        blocks = torch.cat(
+            [torch.tensor(save.block_ids, dtype=torch.long)[s // size] for save, s in zip(meta.saves, slots)]
+        )
         offsets = torch.cat(slots) % size
         rows = cache[blocks.to(cache.device), 0, offsets.to(cache.device)].to("cpu", torch.float32).numpy()
         hidden, done = rows.shape[1], 0
         for save in meta.saves:
-            part, done = rows[done:done + save.end - save.start], done + save.end - save.start
+            part, done = rows[done : done + save.end - save.start], done + save.end - save.start
             try:  # only a request's first rows create its file: a later step finding none means the caller is gone
                 fd = os.open(save.path, os.O_WRONLY | (os.O_CREAT if save.start == 0 else 0), 0o600)
             except FileNotFoundError:  # (an aborted request whose file the stage removed)

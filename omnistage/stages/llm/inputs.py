@@ -37,15 +37,33 @@ from typing import Any
 from omnistage.errors import InvalidRequestError
 
 # Keys an llm stage understands; anything else in an edge's output is a wiring bug.
-INPUT_KEYS = {"prompt", "prompt_token_ids", "messages", "multi_modal_data", "mm_processor_kwargs",
-              "negative_prompt", "additional_information", "modalities", "encoder_prompt", "decoder_prompt"}
+INPUT_KEYS = {
+    "prompt",
+    "prompt_token_ids",
+    "messages",
+    "multi_modal_data",
+    "mm_processor_kwargs",
+    "negative_prompt",
+    "additional_information",
+    "modalities",
+    "encoder_prompt",
+    "decoder_prompt",
+}
 MODALITIES = ("image", "audio", "video")
 
 # vLLM's chat content part types (renderers/chat_utils.py MM_PARSER_MAP) by what they carry.
 TEXT_PARTS = {"text", "input_text", "output_text", "refusal", "thinking", "tool_reference"}
-MEDIA_PARTS = {"image_url": "image", "input_image": "image", "image_pil": "image", "image_embeds": "image",
-               "audio_url": "audio", "input_audio": "audio", "audio_embeds": "audio",
-               "video_url": "video", "video_embeds": "video"}
+MEDIA_PARTS = {
+    "image_url": "image",
+    "input_image": "image",
+    "image_pil": "image",
+    "image_embeds": "image",
+    "audio_url": "audio",
+    "input_audio": "audio",
+    "audio_embeds": "audio",
+    "video_url": "video",
+    "video_embeds": "video",
+}
 
 
 @dataclass
@@ -89,18 +107,32 @@ def parse(inputs: Mapping[str, Any]) -> StagePrompt:
         if not isinstance(ids, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
             raise InvalidRequestError("prompt_token_ids", "expected a list of integers")
         mm, media = _multi_modal_data(inputs.get("multi_modal_data"))
-        return StagePrompt("prompt", token_ids=list(ids), text=inputs.get("prompt"), multi_modal_data=mm,
-                           mm_processor_kwargs=mm_kwargs, media=media)
+        return StagePrompt(
+            "prompt",
+            token_ids=list(ids),
+            text=inputs.get("prompt"),
+            multi_modal_data=mm,
+            mm_processor_kwargs=mm_kwargs,
+            media=media,
+        )
     if inputs.get("messages") is not None:
         if inputs.get("multi_modal_data"):
-            raise InvalidRequestError("multi_modal_data", "with 'messages' the media go in the messages' content "
-                                      "parts (image_url, image_pil, audio_url, input_audio, video_url)")
+            raise InvalidRequestError(
+                "multi_modal_data",
+                "with 'messages' the media go in the messages' content "
+                "parts (image_url, image_pil, audio_url, input_audio, video_url)",
+            )
         messages = inputs["messages"]
         if not isinstance(messages, list) or not messages:
             raise InvalidRequestError("messages", "expected a non-empty list")
         media = [m for i, msg in enumerate(messages) for m in _message_media(i, msg)]
-        return StagePrompt("messages", messages=messages, mm_processor_kwargs=mm_kwargs, media=media,
-                           chat_template_kwargs=_chat_template_kwargs(inputs.get("additional_information")))
+        return StagePrompt(
+            "messages",
+            messages=messages,
+            mm_processor_kwargs=mm_kwargs,
+            media=media,
+            chat_template_kwargs=_chat_template_kwargs(inputs.get("additional_information")),
+        )
     prompt = inputs.get("prompt")
     if not isinstance(prompt, str):
         raise InvalidRequestError("prompt", "needs 'prompt' (string), 'prompt_token_ids' or 'messages'")
@@ -119,8 +151,14 @@ def _parse_enc_dec(inputs: Mapping[str, Any], mm_kwargs: dict[str, Any] | None) 
         raise InvalidRequestError(stray[0], "not allowed next to 'encoder_prompt' (media go in the encoder prompt)")
     mm, media = _multi_modal_data(enc.get("multi_modal_data"))
     media = [(f"encoder_prompt.{where}", modality) for where, modality in media]
-    return StagePrompt("decoder_prompt", text=dec, multi_modal_data=mm, mm_processor_kwargs=mm_kwargs,
-                       media=media, encoder_text=enc.get("prompt", ""))
+    return StagePrompt(
+        "decoder_prompt",
+        text=dec,
+        multi_modal_data=mm,
+        mm_processor_kwargs=mm_kwargs,
+        media=media,
+        encoder_text=enc.get("prompt", ""),
+    )
 
 
 def decoder_token_ids(engine_input: Mapping[str, Any]) -> list[int]:
@@ -143,8 +181,9 @@ def _chat_template_kwargs(info: Any) -> dict[str, Any]:
         if flag in opts and not isinstance(opts[flag], bool):
             raise InvalidRequestError(flag, f"expected true or false, got {opts[flag]!r}")
     if opts.get("continue_final_message") and opts.get("add_generation_prompt"):
-        raise InvalidRequestError("continue_final_message",
-                                  "cannot be combined with add_generation_prompt (set it to false)")
+        raise InvalidRequestError(
+            "continue_final_message", "cannot be combined with add_generation_prompt (set it to false)"
+        )
     if opts.get("continue_final_message"):
         opts.setdefault("add_generation_prompt", False)
     return opts
@@ -157,8 +196,9 @@ def _message_media(i: int, msg: Any) -> list[tuple[str, str]]:
     if content is None or isinstance(content, str):
         return []
     if not isinstance(content, list):
-        raise InvalidRequestError(f"messages[{i}].content", f"expected a string or a list of parts, "
-                                  f"got {type(content).__name__}")
+        raise InvalidRequestError(
+            f"messages[{i}].content", f"expected a string or a list of parts, got {type(content).__name__}"
+        )
     media = []
     for j, part in enumerate(content):
         where = f"messages[{i}].content[{j}]"
@@ -170,8 +210,11 @@ def _message_media(i: int, msg: Any) -> list[tuple[str, str]]:
         if kind in MEDIA_PARTS:
             media.append((f"{where}.{kind}", MEDIA_PARTS[kind]))
         elif kind not in TEXT_PARTS:
-            raise InvalidRequestError(f"{where}.type", f"unsupported content part type {kind!r}; "
-                                      f"expected one of {', '.join(sorted(TEXT_PARTS | set(MEDIA_PARTS)))}")
+            raise InvalidRequestError(
+                f"{where}.type",
+                f"unsupported content part type {kind!r}; "
+                f"expected one of {', '.join(sorted(TEXT_PARTS | set(MEDIA_PARTS)))}",
+            )
     return media
 
 
@@ -197,8 +240,12 @@ def _multi_modal_data(mm: Any) -> tuple[dict[str, Any] | None, list[tuple[str, s
 
 
 def _is_audio_item(value: Any) -> bool:
-    return (isinstance(value, (list, tuple)) and len(value) == 2 and isinstance(value[1], numbers.Real)
-            and not isinstance(value[1], bool))
+    return (
+        isinstance(value, (list, tuple))
+        and len(value) == 2
+        and isinstance(value[1], numbers.Real)
+        and not isinstance(value[1], bool)
+    )
 
 
 def _items(modality: str, value: Any) -> list[Any]:
@@ -233,8 +280,7 @@ def check_media(prompt: StagePrompt, engine: Any) -> None:
     counts: dict[str, int] = {}
     for where, modality in prompt.media:
         if modality not in info.supported_mm_limits:
-            raise InvalidRequestError(where, f"this model takes no {modality} input (it takes "
-                                      f"{', '.join(supported)})")
+            raise InvalidRequestError(where, f"this model takes no {modality} input (it takes {', '.join(supported)})")
         counts[modality] = counts.get(modality, 0) + 1
         try:
             info.validate_num_items(modality, counts[modality])
@@ -264,21 +310,28 @@ async def render(engine: Any, prompt: StagePrompt) -> Any:
             # The chat params LLM.chat and the OpenAI server build: text out of the template, unless
             # the tokenizer (Mistral) or prompt embeddings need ids straight from it.
             tokenize = is_mistral_tokenizer(renderer.tokenizer) or engine.model_config.enable_prompt_embeds
-            chat = ChatParams(chat_template_kwargs={"add_generation_prompt": True, **prompt.chat_template_kwargs,
-                                                    "tokenize": tokenize},
-                              mm_processor_kwargs=prompt.mm_processor_kwargs)
+            chat = ChatParams(
+                chat_template_kwargs={
+                    "add_generation_prompt": True,
+                    **prompt.chat_template_kwargs,
+                    "tokenize": tokenize,
+                },
+                mm_processor_kwargs=prompt.mm_processor_kwargs,
+            )
             # As LLM.chat and the OpenAI server: the template places the special tokens.
             tok = _unbounded(renderer.default_chat_tok_params).with_kwargs(add_special_tokens=False)
-            _, (engine_input,) = await renderer.render_chat_async([prompt.messages], chat, tok,
-                                                                   prompt_extras=extras)
+            _, (engine_input,) = await renderer.render_chat_async([prompt.messages], chat, tok, prompt_extras=extras)
             return engine_input
         if prompt.encoder_text is not None:
             enc = TextPrompt(prompt=prompt.encoder_text)
             if prompt.multi_modal_data is not None:
                 enc["multi_modal_data"] = prompt.multi_modal_data
             enc_dec: Any = {"encoder_prompt": enc, "decoder_prompt": TextPrompt(prompt=prompt.text or "")}
-            return (await renderer.render_cmpl_async([enc_dec], _unbounded(renderer.default_cmpl_tok_params),
-                                                     prompt_extras=extras))[0]
+            return (
+                await renderer.render_cmpl_async(
+                    [enc_dec], _unbounded(renderer.default_cmpl_tok_params), prompt_extras=extras
+                )
+            )[0]
         if prompt.token_ids is not None:
             dict_prompt: Any = TokensPrompt(prompt_token_ids=prompt.token_ids)
             if prompt.text is not None:

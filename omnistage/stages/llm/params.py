@@ -17,7 +17,10 @@ from omnistage.errors import InvalidRequestError
 from omnistage.params import MAX_SEED
 
 # Public SamplingParams fields a request may set (private ones start with "_").
-ALLOWED_KEYS = frozenset(k for k in SamplingParams.__struct_fields__ if not k.startswith("_")) - {"output_kind", "skip_clone"}
+ALLOWED_KEYS = frozenset(k for k in SamplingParams.__struct_fields__ if not k.startswith("_")) - {
+    "output_kind",
+    "skip_clone",
+}
 
 
 def _check_int(name: str, value: Any, *, minimum: int | None = None) -> None:
@@ -67,7 +70,9 @@ def to_sampling_params(params: Any, *, vocab_size: int, final_only: bool = False
         sp.output_kind = kind
         return sp
     if not isinstance(params, Mapping):
-        raise InvalidRequestError("sampling_params", f"expected a dict or vllm.SamplingParams, got {type(params).__name__}")
+        raise InvalidRequestError(
+            "sampling_params", f"expected a dict or vllm.SamplingParams, got {type(params).__name__}"
+        )
     unknown = sorted(set(params) - ALLOWED_KEYS)
     if unknown:
         raise InvalidRequestError("sampling_params", f"unknown field(s) {', '.join(unknown)} for an llm stage")

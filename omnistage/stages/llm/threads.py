@@ -33,7 +33,7 @@ def cpu_thread_env(devices: list[str] | None, num_threads: int | None, tp_size: 
         if len(devices) % tp_size:
             raise ValueError(f"devices: {len(devices)} cores do not split over tensor_parallel_size={tp_size}")
         per = len(devices) // tp_size
-        env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(",".join(devices[i * per:(i + 1) * per]) for i in range(tp_size))
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(",".join(devices[i * per : (i + 1) * per]) for i in range(tp_size))
         env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
         env["OMP_NUM_THREADS"] = str(num_threads or per)
     elif num_threads is not None:
@@ -46,7 +46,9 @@ def cpu_thread_env(devices: list[str] | None, num_threads: int | None, tp_size: 
 
 
 @contextlib.contextmanager
-def engine_env(devices: list[str] | None, num_threads: int | None, tp_size: int, is_cpu: bool) -> Iterator[dict[str, str]]:
+def engine_env(
+    devices: list[str] | None, num_threads: int | None, tp_size: int, is_cpu: bool
+) -> Iterator[dict[str, str]]:
     """Hold the construction lock, set this engine's variables, restore them afterwards."""
     global _live_engines
     with _lock:

@@ -41,37 +41,85 @@ GROUPS = 4  # code groups per frame
 VOCAB = CODES + 1024  # the talker's vocabulary: codes, then 1024 control ids (all but EOS suppressed)
 HIDDEN, CP_HIDDEN, TEXT_HIDDEN = 32, 24, 24
 # folder -> (tts_model_type, tts_model_size); the 0.6B layout last, so the others' seeded weights are unchanged
-KINDS = {"custom_voice": ("custom_voice", "1b7"), "voice_design": ("voice_design", "1b7"), "base": ("base", "1b7"),
-         "custom_voice_0b6": ("custom_voice", "0b6")}
+KINDS = {
+    "custom_voice": ("custom_voice", "1b7"),
+    "voice_design": ("voice_design", "1b7"),
+    "base": ("base", "1b7"),
+    "custom_voice_0b6": ("custom_voice", "0b6"),
+}
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|tts_pad|>", "<|tts_text_bos|>", "<|tts_text_eod|>"]
 SPEAKERS = {"vivian": 1017, "ryan": 1013, "dylan": 830}  # offsets from CODES
 DIALECTS = {"vivian": False, "ryan": False, "dylan": "beijing_dialect"}
-LANGUAGES = {"chinese": 7, "english": 2, "german": 5, "spanish": 6, "japanese": 10, "french": 13, "korean": 16,
-             "russian": 21, "italian": 22, "portuguese": 23, "beijing_dialect": 26, "sichuan_dialect": 14}
-SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-         r"|\s*[\r\n]+|\s+(?!\S)|\s+")  # Qwen2's pre-tokenizer
-TEXTS = ["assistant\n", "user\n", "Hello world. This is a tiny test of speech synthesis.",
-         "The quick brown fox jumps over the lazy dog.", "Speak slowly and clearly, with a warm voice.",
-         "She said she would be here by noon.", "A calm, deep male voice.", "Numbers 0123456789!?,.;:",
-         "你好，世界。今天天气很好。", "これはテストです。"]
-GENERATION = {"do_sample": True, "repetition_penalty": 1.05, "temperature": 0.9, "top_p": 1.0, "top_k": 50,
-              "subtalker_dosample": True, "subtalker_temperature": 0.9, "subtalker_top_p": 1.0,
-              "subtalker_top_k": 50, "max_new_tokens": 8192}  # the released generation_config.json
+LANGUAGES = {
+    "chinese": 7,
+    "english": 2,
+    "german": 5,
+    "spanish": 6,
+    "japanese": 10,
+    "french": 13,
+    "korean": 16,
+    "russian": 21,
+    "italian": 22,
+    "portuguese": 23,
+    "beijing_dialect": 26,
+    "sichuan_dialect": 14,
+}
+SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)  # Qwen2's pre-tokenizer
+TEXTS = [
+    "assistant\n",
+    "user\n",
+    "Hello world. This is a tiny test of speech synthesis.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Speak slowly and clearly, with a warm voice.",
+    "She said she would be here by noon.",
+    "A calm, deep male voice.",
+    "Numbers 0123456789!?,.;:",
+    "你好，世界。今天天气很好。",
+    "これはテストです。",
+]
+GENERATION = {
+    "do_sample": True,
+    "repetition_penalty": 1.05,
+    "temperature": 0.9,
+    "top_p": 1.0,
+    "top_k": 50,
+    "subtalker_dosample": True,
+    "subtalker_temperature": 0.9,
+    "subtalker_top_p": 1.0,
+    "subtalker_top_k": 50,
+    "max_new_tokens": 8192,
+}  # the released generation_config.json
 
 
 def text_tokenizer(scratch):
     bpe = Tokenizer(models.BPE())
     bpe.normalizer = normalizers.NFC()
-    bpe.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(SPLIT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(TEXTS * 20, trainers.BpeTrainer(
-        vocab_size=400, min_frequency=2, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    bpe.train_from_iterator(
+        TEXTS * 20,
+        trainers.BpeTrainer(
+            vocab_size=400, min_frequency=2, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     os.makedirs(scratch, exist_ok=True)
     bpe.model.save(scratch)
-    tok = Qwen2TokenizerFast(vocab_file=f"{scratch}/vocab.json", merges_file=f"{scratch}/merges.txt", unk_token=None,
-                             bos_token=None, eos_token=SPECIAL[0], pad_token=SPECIAL[0])
+    tok = Qwen2TokenizerFast(
+        vocab_file=f"{scratch}/vocab.json",
+        merges_file=f"{scratch}/merges.txt",
+        unk_token=None,
+        bos_token=None,
+        eos_token=SPECIAL[0],
+        pad_token=SPECIAL[0],
+    )
     tok.add_special_tokens({"additional_special_tokens": SPECIAL[1:]})
     tok.model_max_length = 32768
     # the package slices the role (3 tokens) and the closing "<|im_end|>\n<|im_start|>assistant\n" (5)
@@ -124,41 +172,120 @@ def randomize(module, seed):
 
 
 def talker_config(text_vocab, cp_hidden):
-    ids = {k: CODES + v for k, v in {"codec_pad_id": 100, "codec_bos_id": 101, "codec_eos_token_id": 102,
-                                     "codec_think_id": 106, "codec_nothink_id": 107, "codec_think_bos_id": 108,
-                                     "codec_think_eos_id": 109}.items()}
+    ids = {
+        k: CODES + v
+        for k, v in {
+            "codec_pad_id": 100,
+            "codec_bos_id": 101,
+            "codec_eos_token_id": 102,
+            "codec_think_id": 106,
+            "codec_nothink_id": 107,
+            "codec_think_bos_id": 108,
+            "codec_think_eos_id": 109,
+        }.items()
+    }
     return dict(
-        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, hidden_act="silu", max_position_embeddings=32768, rms_norm_eps=1e-6,
-        rope_theta=10000, attention_bias=False,
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        hidden_act="silu",
+        max_position_embeddings=32768,
+        rms_norm_eps=1e-6,
+        rope_theta=10000,
+        attention_bias=False,
         rope_scaling={"rope_type": "default", "mrope_section": [2, 1, 1], "interleaved": True},
-        num_code_groups=GROUPS, text_hidden_size=TEXT_HIDDEN, text_vocab_size=text_vocab,
-        codec_language_id={k: CODES + v for k, v in LANGUAGES.items()}, **ids,
+        num_code_groups=GROUPS,
+        text_hidden_size=TEXT_HIDDEN,
+        text_vocab_size=text_vocab,
+        codec_language_id={k: CODES + v for k, v in LANGUAGES.items()},
+        **ids,
         code_predictor_config=dict(
-            vocab_size=CODES, hidden_size=cp_hidden, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=8, hidden_act="silu", max_position_embeddings=65536, rms_norm_eps=1e-6,
-            rope_theta=10000, num_code_groups=GROUPS))
+            vocab_size=CODES,
+            hidden_size=cp_hidden,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            hidden_act="silu",
+            max_position_embeddings=65536,
+            rms_norm_eps=1e-6,
+            rope_theta=10000,
+            num_code_groups=GROUPS,
+        ),
+    )
 
 
 def speech_tokenizer(seed):
     cfg = Qwen3TTSTokenizerV2Config(
         encoder_config=dict(  # a transformers MimiConfig
-            sampling_rate=24000, frame_rate=12.5, audio_channels=1, hidden_size=16, num_filters=4,
-            num_residual_layers=1, upsampling_ratios=[8, 6, 5, 4], kernel_size=7, last_kernel_size=3,
-            residual_kernel_size=3, dilation_growth_rate=2, use_causal_conv=True, pad_mode="constant", compress=2,
-            trim_right_ratio=1.0, codebook_size=CODES, codebook_dim=8, num_quantizers=2 * GROUPS,
-            vector_quantization_hidden_dimension=8, num_semantic_quantizers=1, upsample_groups=16,
-            num_hidden_layers=1, intermediate_size=32, num_attention_heads=2, num_key_value_heads=2, head_dim=8,
-            hidden_act="gelu", max_position_embeddings=8000, norm_eps=1e-5, rope_theta=10000.0, sliding_window=250,
-            layer_scale_initial_scale=0.01, use_cache=False),
+            sampling_rate=24000,
+            frame_rate=12.5,
+            audio_channels=1,
+            hidden_size=16,
+            num_filters=4,
+            num_residual_layers=1,
+            upsampling_ratios=[8, 6, 5, 4],
+            kernel_size=7,
+            last_kernel_size=3,
+            residual_kernel_size=3,
+            dilation_growth_rate=2,
+            use_causal_conv=True,
+            pad_mode="constant",
+            compress=2,
+            trim_right_ratio=1.0,
+            codebook_size=CODES,
+            codebook_dim=8,
+            num_quantizers=2 * GROUPS,
+            vector_quantization_hidden_dimension=8,
+            num_semantic_quantizers=1,
+            upsample_groups=16,
+            num_hidden_layers=1,
+            intermediate_size=32,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            head_dim=8,
+            hidden_act="gelu",
+            max_position_embeddings=8000,
+            norm_eps=1e-5,
+            rope_theta=10000.0,
+            sliding_window=250,
+            layer_scale_initial_scale=0.01,
+            use_cache=False,
+        ),
         decoder_config=dict(
-            codebook_size=CODES, codebook_dim=16, latent_dim=16, hidden_size=16, intermediate_size=32,
-            num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, head_dim=8, sliding_window=72,
-            max_position_embeddings=8000, rope_theta=10000, rms_norm_eps=1e-5, layer_scale_initial_scale=0.01,
-            num_quantizers=GROUPS, upsample_rates=[8, 5, 4, 3], upsampling_ratios=[2, 2], decoder_dim=32,
-            hidden_act="silu", attention_bias=False),
-        encoder_valid_num_quantizers=GROUPS, input_sample_rate=24000, output_sample_rate=24000,
-        decode_upsample_rate=1920, encode_downsample_rate=1920, architectures=["Qwen3TTSTokenizerV2Model"])
+            codebook_size=CODES,
+            codebook_dim=16,
+            latent_dim=16,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            head_dim=8,
+            sliding_window=72,
+            max_position_embeddings=8000,
+            rope_theta=10000,
+            rms_norm_eps=1e-5,
+            layer_scale_initial_scale=0.01,
+            num_quantizers=GROUPS,
+            upsample_rates=[8, 5, 4, 3],
+            upsampling_ratios=[2, 2],
+            decoder_dim=32,
+            hidden_act="silu",
+            attention_bias=False,
+        ),
+        encoder_valid_num_quantizers=GROUPS,
+        input_sample_rate=24000,
+        output_sample_rate=24000,
+        decode_upsample_rate=1920,
+        encode_downsample_rate=1920,
+        architectures=["Qwen3TTSTokenizerV2Model"],
+    )
     model = randomize(Qwen3TTSTokenizerV2Model(cfg).eval(), seed)
     with torch.no_grad():  # keep the vocoder inside its [-1, 1] clamp
         for m in model.decoder.modules():
@@ -181,26 +308,48 @@ def main(out, seed):
     special = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL}
     text_vocab = int(math.ceil(len(tok) / 64) * 64)
     st = speech_tokenizer(seed + 1)
-    fe = EncodecFeatureExtractor(feature_size=1, sampling_rate=24000, padding_value=0.0, chunk_length_s=None,
-                                 overlap=None, padding_side="right", return_attention_mask=True)
+    fe = EncodecFeatureExtractor(
+        feature_size=1,
+        sampling_rate=24000,
+        padding_value=0.0,
+        chunk_length_s=None,
+        overlap=None,
+        padding_side="right",
+        return_attention_mask=True,
+    )
     for folder, (kind, size) in KINDS.items():
         d = os.path.join(out, folder)
         shutil.rmtree(d, ignore_errors=True)
         # the 1.7B code predictor is narrower than its talker (a real projection), the 0.6B one is not (Identity)
         tc = talker_config(text_vocab, CP_HIDDEN if size == "1b7" else HIDDEN)
         presets = kind == "custom_voice"
-        tc.update(spk_id={k: CODES + v for k, v in SPEAKERS.items()} if presets else {},
-                  spk_is_dialect=DIALECTS if presets else {})
+        tc.update(
+            spk_id={k: CODES + v for k, v in SPEAKERS.items()} if presets else {},
+            spk_is_dialect=DIALECTS if presets else {},
+        )
         cfg = Qwen3TTSConfig(
             talker_config=tc,
-            speaker_encoder_config=dict(mel_dim=128, enc_dim=HIDDEN, enc_channels=[16, 16, 16, 16, 48],
-                                        enc_kernel_sizes=[5, 3, 3, 3, 1], enc_dilations=[1, 2, 3, 4, 1],
-                                        enc_attention_channels=8, enc_res2net_scale=4, enc_se_channels=8,
-                                        sample_rate=24000),
-            tokenizer_type="qwen3_tts_tokenizer_12hz", tts_model_size=size, tts_model_type=kind,
-            im_start_token_id=special["<|im_start|>"], im_end_token_id=special["<|im_end|>"],
-            tts_pad_token_id=special["<|tts_pad|>"], tts_bos_token_id=special["<|tts_text_bos|>"],
-            tts_eos_token_id=special["<|tts_text_eod|>"], architectures=["Qwen3TTSForConditionalGeneration"])
+            speaker_encoder_config=dict(
+                mel_dim=128,
+                enc_dim=HIDDEN,
+                enc_channels=[16, 16, 16, 16, 48],
+                enc_kernel_sizes=[5, 3, 3, 3, 1],
+                enc_dilations=[1, 2, 3, 4, 1],
+                enc_attention_channels=8,
+                enc_res2net_scale=4,
+                enc_se_channels=8,
+                sample_rate=24000,
+            ),
+            tokenizer_type="qwen3_tts_tokenizer_12hz",
+            tts_model_size=size,
+            tts_model_type=kind,
+            im_start_token_id=special["<|im_start|>"],
+            im_end_token_id=special["<|im_end|>"],
+            tts_pad_token_id=special["<|tts_pad|>"],
+            tts_bos_token_id=special["<|tts_text_bos|>"],
+            tts_eos_token_id=special["<|tts_text_eod|>"],
+            architectures=["Qwen3TTSForConditionalGeneration"],
+        )
         model = Qwen3TTSForConditionalGeneration(cfg).eval()
         randomize(model.talker, seed + 2)
         with torch.no_grad():  # sharper attention: the output depends more on the prompt
@@ -216,9 +365,15 @@ def main(out, seed):
         cj["speaker_encoder_config"].pop("model_type", None)
         write_json(os.path.join(d, "config.json"), cj)
         write_json(os.path.join(d, "generation_config.json"), GENERATION)
-        write_json(os.path.join(d, "preprocessor_config.json"), {
-            "padding_side": "left", "padding_value": 0.0, "processor_class": "Qwen3TTSProcessor",
-            "return_attention_mask": True})
+        write_json(
+            os.path.join(d, "preprocessor_config.json"),
+            {
+                "padding_side": "left",
+                "padding_value": 0.0,
+                "processor_class": "Qwen3TTSProcessor",
+                "return_attention_mask": True,
+            },
+        )
         tok.save_pretrained(d)
         for extra in ("tokenizer.json", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja"):
             if os.path.exists(os.path.join(d, extra)):  # the released repos ship vocab/merges/tokenizer_config
@@ -226,8 +381,10 @@ def main(out, seed):
         sd = os.path.join(d, "speech_tokenizer")
         st.save_pretrained(sd, safe_serialization=True)
         fe.save_pretrained(sd)
-        write_json(os.path.join(sd, "configuration.json"),  # ModelScope's marker file, unused
-                   {"framework": "pytorch", "task": "feature-extraction", "allow_remote": True})
+        write_json(
+            os.path.join(sd, "configuration.json"),  # ModelScope's marker file, unused
+            {"framework": "pytorch", "task": "feature-extraction", "allow_remote": True},
+        )
         print("wrote", d, sorted(os.listdir(d)))
     shutil.rmtree(os.path.join(out, "_scratch"), ignore_errors=True)
 

@@ -24,19 +24,49 @@ GREEDY = dict(do_sample=False, subtalker_dosample=False, repetition_penalty=1.0,
 REF_TEXT = "This is a test."
 
 CASES = [  # (name, kind, method, arguments)
-    ("cv_vivian", "custom_voice", "generate_custom_voice", dict(text="Hello world.", speaker="Vivian", language="English")),
-    ("cv_ryan_instruct", "custom_voice", "generate_custom_voice",
-     dict(text="Hello world.", speaker="Ryan", language="English", instruct="Speak slowly.")),
-    ("cv_dylan_dialect", "custom_voice", "generate_custom_voice", dict(text="你好，世界。", speaker="Dylan", language="Auto")),
-    ("cv_vivian_streamtext", "custom_voice", "generate_custom_voice",
-     dict(text="The quick brown fox jumps over the lazy dog.", speaker="vivian", language="English",
-          non_streaming_mode=False)),
-    ("vd_design", "voice_design", "generate_voice_design",
-     dict(text="Hello world.", instruct="A calm, deep male voice.", language="English")),
+    (
+        "cv_vivian",
+        "custom_voice",
+        "generate_custom_voice",
+        dict(text="Hello world.", speaker="Vivian", language="English"),
+    ),
+    (
+        "cv_ryan_instruct",
+        "custom_voice",
+        "generate_custom_voice",
+        dict(text="Hello world.", speaker="Ryan", language="English", instruct="Speak slowly."),
+    ),
+    (
+        "cv_dylan_dialect",
+        "custom_voice",
+        "generate_custom_voice",
+        dict(text="你好，世界。", speaker="Dylan", language="Auto"),
+    ),
+    (
+        "cv_vivian_streamtext",
+        "custom_voice",
+        "generate_custom_voice",
+        dict(
+            text="The quick brown fox jumps over the lazy dog.",
+            speaker="vivian",
+            language="English",
+            non_streaming_mode=False,
+        ),
+    ),
+    (
+        "vd_design",
+        "voice_design",
+        "generate_voice_design",
+        dict(text="Hello world.", instruct="A calm, deep male voice.", language="English"),
+    ),
     ("vc_icl", "base", "generate_voice_clone", dict(text="Hello world.", language="English", ref_text=REF_TEXT)),
     ("vc_xvec", "base", "generate_voice_clone", dict(text="Hello world.", language="English", x_vector_only_mode=True)),
-    ("cv06_vivian", "custom_voice_0b6", "generate_custom_voice",
-     dict(text="Hello world.", speaker="Vivian", language="English")),
+    (
+        "cv06_vivian",
+        "custom_voice_0b6",
+        "generate_custom_voice",
+        dict(text="Hello world.", speaker="Vivian", language="English"),
+    ),
 ]
 
 
@@ -50,8 +80,9 @@ def main(tiny, out):
     listing = []
     for name, kind, method, args in CASES:
         if kind not in models:
-            m = Qwen3TTSModel.from_pretrained(os.path.join(tiny, kind), dtype=torch.float32,
-                                              attn_implementation="eager", device_map="cpu")
+            m = Qwen3TTSModel.from_pretrained(
+                os.path.join(tiny, kind), dtype=torch.float32, attn_implementation="eager", device_map="cpu"
+            )
             seen = {}
             generate = m.model.generate
 
@@ -71,14 +102,16 @@ def main(tiny, out):
             runs.append((seen["codes"].copy(), np.asarray(wavs[0], dtype=np.float32), int(sr)))
         (codes, wav, sr), (codes2, wav2, _) = runs
         assert np.array_equal(codes, codes2) and np.array_equal(wav, wav2), f"{name}: not deterministic"
-        np.savez_compressed(os.path.join(out, f"{name}.npz"), codes=codes, wav=wav, sr=sr,
-                            input_ids=seen["input_ids"])
+        np.savez_compressed(os.path.join(out, f"{name}.npz"), codes=codes, wav=wav, sr=sr, input_ids=seen["input_ids"])
         listing.append({"name": name, "kind": kind, "method": method, "args": args, "generate": GREEDY})
         print(name, codes.shape, wav.shape, float(np.abs(wav).max()), flush=True)
     m, _ = models["base"]
     item = m.create_voice_clone_prompt(ref_audio=(ref, 24000), ref_text=REF_TEXT)[0]
-    np.savez_compressed(os.path.join(out, "clone_prompt.npz"), ref_code=item.ref_code.cpu().numpy(),
-                        spk_embedding=item.ref_spk_embedding.float().cpu().numpy())
+    np.savez_compressed(
+        os.path.join(out, "clone_prompt.npz"),
+        ref_code=item.ref_code.cpu().numpy(),
+        spk_embedding=item.ref_spk_embedding.float().cpu().numpy(),
+    )
     with open(os.path.join(out, "cases.json"), "w") as f:
         json.dump({"qwen_tts": "0.1.1", "torch": torch.__version__, "cases": listing}, f, indent=1, ensure_ascii=False)
     dest = os.path.join(os.path.dirname(os.path.abspath(out)), "tiny")

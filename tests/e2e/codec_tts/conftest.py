@@ -10,5 +10,11 @@ from tests.e2e.servers import serve_tiny
 
 @pytest.fixture(scope="package")
 def tts_server(tiny_model, tmp_path_factory):
-    yield from serve_tiny(tiny_model, tmp_path_factory, "codec_tts", "tiny-tts",
-                          "--stage-overrides", '{"0": {"max_model_len": 512, "dtype": "float32"}}')
+    yield from serve_tiny(
+        tiny_model,
+        tmp_path_factory,
+        "codec_tts",
+        "tiny-tts",
+        "--stage-overrides",
+        '{"0": {"max_model_len": 512, "dtype": "float32"}}',
+    )

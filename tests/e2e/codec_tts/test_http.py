@@ -25,8 +25,9 @@ def test_voices_are_listed(tts_server):
 
 def test_speech_wav_has_the_expected_length(tts_server):
     client = openai.OpenAI(base_url=f"{tts_server}/v1", api_key="none", max_retries=0)
-    resp = client.audio.speech.create(model="tiny-tts", input="hello world", voice="bass", response_format="wav",
-                                      extra_body=KNOBS)
+    resp = client.audio.speech.create(
+        model="tiny-tts", input="hello world", voice="bass", response_format="wav", extra_body=KNOBS
+    )
     audio, rate = soundfile.read(io.BytesIO(resp.content), dtype="float32")
     assert rate == 16000 and audio.shape == (FRAMES * 320,)
     assert np.abs(audio).max() > 0.01  # not silence
@@ -50,12 +51,15 @@ def test_streamed_pcm_arrives_in_pieces_and_equals_the_whole_response(tts_server
     assert np.abs(pcm.astype(np.int32) - audio.astype(np.int32)).max() <= 1
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"input": "hi", "voice": "tenor"}, "voice"),
-    ({"input": "   "}, "prompt"),
-    ({"input": "hi", "speed": 1.5}, "speed"),
-    ({"input": "hi", "instructions": "whisper"}, "instructions"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"input": "hi", "voice": "tenor"}, "voice"),
+        ({"input": "   "}, "prompt"),
+        ({"input": "hi", "speed": 1.5}, "speed"),
+        ({"input": "hi", "instructions": "whisper"}, "instructions"),
+    ],
+)
 def test_bad_requests_are_400_naming_the_field(tts_server, body, param):
     resp = httpx.post(f"{tts_server}/v1/audio/speech", json={**body, **KNOBS}, timeout=60)
     assert resp.status_code == 400, resp.text

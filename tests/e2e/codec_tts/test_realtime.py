@@ -23,18 +23,35 @@ async def test_a_text_turn_is_spoken_as_the_speech_route_speaks_it(tts_server):
         await conn.session.update(session={"type": "realtime", "output_modalities": ["text"]}, event_id="txt")
         err = (await next_event(conn, "error")).error
         assert (err.param, err.event_id) == ("session.output_modalities", "txt")  # it only speaks
-        await conn.session.update(session={"type": "realtime", "max_output_tokens": 2 * FRAMES,
-                                           "audio": {"output": {"voice": "bass"}},
-                                           "extra_body": {"temperature": 0, "min_tokens": 2 * FRAMES}})
+        await conn.session.update(
+            session={
+                "type": "realtime",
+                "max_output_tokens": 2 * FRAMES,
+                "audio": {"output": {"voice": "bass"}},
+                "extra_body": {"temperature": 0, "min_tokens": 2 * FRAMES},
+            }
+        )
         await next_event(conn, "session.updated")
-        await conn.conversation.item.create(item={"type": "message", "role": "user",
-                                                  "content": [{"type": "input_text", "text": "hello world"}]})
+        await conn.conversation.item.create(
+            item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello world"}]}
+        )
         await conn.response.create()
         reply = await read_reply(conn)
     with httpx.Client(base_url=tts_server, timeout=120, headers={"Authorization": f"Bearer {KEY}"}) as client:
-        with client.stream("POST", "/v1/audio/speech", json={
-                "model": "tiny-tts", "input": "hello world", "voice": "bass", "response_format": "pcm", "stream": True,
-                "temperature": 0, "max_tokens": 2 * FRAMES, "min_tokens": 2 * FRAMES}) as r:
+        with client.stream(
+            "POST",
+            "/v1/audio/speech",
+            json={
+                "model": "tiny-tts",
+                "input": "hello world",
+                "voice": "bass",
+                "response_format": "pcm",
+                "stream": True,
+                "temperature": 0,
+                "max_tokens": 2 * FRAMES,
+                "min_tokens": 2 * FRAMES,
+            },
+        ) as r:
             assert r.status_code == 200
             theirs = np.frombuffer(b"".join(r.iter_raw()), "<i2").astype(int)
     ours = np.frombuffer(reply.pcm, "<i2").astype(int)

@@ -11,5 +11,11 @@ from tests.e2e.servers import serve_tiny
 
 @pytest.fixture(scope="package")
 def server(tiny_model, tmp_path_factory):
-    yield from serve_tiny(tiny_model, tmp_path_factory, "qwen2_5_omni", "tiny-omni25",
-                          "--stage-overrides", '{"0": {"max_model_len": 1024}}')
+    yield from serve_tiny(
+        tiny_model,
+        tmp_path_factory,
+        "qwen2_5_omni",
+        "tiny-omni25",
+        "--stage-overrides",
+        '{"0": {"max_model_len": 1024}}',
+    )

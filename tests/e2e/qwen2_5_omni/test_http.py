@@ -19,8 +19,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
 THINK, TALK = 10, 16
 PROMPT = "hello, who are you?"
-BODY = {"model": "tiny-omni25", "messages": [{"role": "user", "content": PROMPT}], "temperature": 0,
-        "max_tokens": THINK, "seed": SEED, "sampling_params_list": [None, {"temperature": 0, "max_tokens": TALK}]}
+BODY = {
+    "model": "tiny-omni25",
+    "messages": [{"role": "user", "content": PROMPT}],
+    "temperature": 0,
+    "max_tokens": THINK,
+    "seed": SEED,
+    "sampling_params_list": [None, {"temperature": 0, "max_tokens": TALK}],
+}
 STEP = 1 / 32767  # one 16-bit step (the WAV's int16 / 32768 vs the float waveform)
 FLOAT = 1e-5  # omnistage's float waveform vs transformers'
 CLIP = media.clip(1.0, 0)
@@ -58,12 +64,16 @@ def test_chat_returns_text_and_a_wav_within_one_16bit_step(server, reference):
 
 
 def test_chat_with_an_audio_clip_speaks_as_transformers(server, reference):
-    parts = [{"type": "input_audio", "input_audio": {"data": media.wav_base64(CLIP), "format": "wav"}},
-             {"type": "text", "text": "what did i just say?"}]
-    run = reference.run([{"role": "user", "content": [{"type": "audio", "audio": "x"}, parts[1]]}], THINK, TALK,
-                        mm={"audio": [CLIP]})
-    r = httpx.post(f"{server}/v1/chat/completions", json={**BODY, "messages": [{"role": "user", "content": parts}]},
-                   timeout=300)
+    parts = [
+        {"type": "input_audio", "input_audio": {"data": media.wav_base64(CLIP), "format": "wav"}},
+        {"type": "text", "text": "what did i just say?"},
+    ]
+    run = reference.run(
+        [{"role": "user", "content": [{"type": "audio", "audio": "x"}, parts[1]]}], THINK, TALK, mm={"audio": [CLIP]}
+    )
+    r = httpx.post(
+        f"{server}/v1/chat/completions", json={**BODY, "messages": [{"role": "user", "content": parts}]}, timeout=300
+    )
     assert r.status_code == 200, r.text
     assert_speaks_as(r.json(), reference, run)
 
@@ -71,31 +81,41 @@ def test_chat_with_an_audio_clip_speaks_as_transformers(server, reference):
 def test_voices_and_the_chosen_voice(server, reference):
     assert httpx.get(f"{server}/v1/audio/voices").json()["voices"] == ["Chelsie", "Ethan"]
     run = reference.run([{"role": "user", "content": PROMPT}], THINK, TALK, speaker="Ethan")
-    r = httpx.post(f"{server}/v1/chat/completions", json={**BODY, "audio": {"voice": "Ethan", "format": "wav"}},
-                   timeout=300)
+    r = httpx.post(
+        f"{server}/v1/chat/completions", json={**BODY, "audio": {"voice": "Ethan", "format": "wav"}}, timeout=300
+    )
     assert r.status_code == 200, r.text
     assert_speaks_as(r.json(), reference, run)
 
 
-@pytest.mark.parametrize("part, param", [
-    ({"type": "input_audio", "input_audio": {"data": "bm90IGF1ZGlv", "format": "wav"}},
-     "messages[0].content[1].input_audio"),
-    ({"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}, "messages[0].content[1].image_url"),
-])
+@pytest.mark.parametrize(
+    "part, param",
+    [
+        (
+            {"type": "input_audio", "input_audio": {"data": "bm90IGF1ZGlv", "format": "wav"}},
+            "messages[0].content[1].input_audio",
+        ),
+        ({"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}, "messages[0].content[1].image_url"),
+    ],
+)
 def test_a_bad_media_part_is_a_400_naming_it_and_the_server_keeps_serving(server, part, param):
     content = [{"type": "text", "text": "look"}, part]
-    r = httpx.post(f"{server}/v1/chat/completions", json={**BODY, "messages": [{"role": "user", "content": content}]},
-                   timeout=300)
+    r = httpx.post(
+        f"{server}/v1/chat/completions", json={**BODY, "messages": [{"role": "user", "content": content}]}, timeout=300
+    )
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
     ok = httpx.post(f"{server}/v1/chat/completions", json=BODY, timeout=300)
     assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["audio"]["data"]
 
 
-@pytest.mark.parametrize("body, param", [
-    ({**BODY, "audio": {"voice": "Bob"}}, "audio.voice"),
-    ({**BODY, "sampling_params_list": [None, {"min_p": 0.1}]}, "sampling_params_list[1]"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({**BODY, "audio": {"voice": "Bob"}}, "audio.voice"),
+        ({**BODY, "sampling_params_list": [None, {"min_p": 0.1}]}, "sampling_params_list[1]"),
+    ],
+)
 def test_bad_input_is_a_400_naming_the_field(server, body, param):
     r = httpx.post(f"{server}/v1/chat/completions", json=body, timeout=300)
     assert r.status_code == 400, r.text
@@ -103,6 +123,7 @@ def test_bad_input_is_a_400_naming_the_field(server, body, param):
 
 
 def test_transcriptions_equal_transformers_and_the_talker_never_runs(server, reference):
-    omni_transcripts.check_transcripts(server, "tiny-omni25",
-                                       omni_transcripts.expected(reference.processor, reference.model))
+    omni_transcripts.check_transcripts(
+        server, "tiny-omni25", omni_transcripts.expected(reference.processor, reference.model)
+    )
     omni_transcripts.check_bad_language(server, "tiny-omni25")

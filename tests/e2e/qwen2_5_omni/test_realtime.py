@@ -20,19 +20,26 @@ EXTRA = {"temperature": 0, "seed": 0, "sampling_params_list": [None, {"temperatu
 async def test_an_audio_turn_equals_chat_completions(server):
     clip = media.clip(1.0, 0)
     async with openai_client(server, KEY).realtime.connect(model="tiny-omni25") as conn:
-        await conn.session.update(session={"type": "realtime", "max_output_tokens": THINK, "extra_body": EXTRA,
-                                           "audio": {"input": {"format": {"type": "audio/pcm", "rate": media.RATE}}}})
+        await conn.session.update(
+            session={
+                "type": "realtime",
+                "max_output_tokens": THINK,
+                "extra_body": EXTRA,
+                "audio": {"input": {"format": {"type": "audio/pcm", "rate": media.RATE}}},
+            }
+        )
         updated = await next_event(conn, "session.updated")
         assert updated.session.audio.output.format.rate == 24000
         pcm = pcm16_bytes(clip)
         for i in range(0, len(pcm), 3200):
-            await conn.input_audio_buffer.append(audio=b64(pcm[i:i + 3200]))
+            await conn.input_audio_buffer.append(audio=b64(pcm[i : i + 3200]))
         await conn.input_audio_buffer.commit()
         await conn.response.create()
         reply = await read_reply(conn)
     parts = [{"type": "input_audio", "input_audio": {"data": media.wav_base64(clip), "format": "wav"}}]
-    text, theirs = chat_stream(server, KEY, [{"role": "user", "content": parts}], modalities=["text", "audio"],
-                               max_tokens=THINK, **EXTRA)
+    text, theirs = chat_stream(
+        server, KEY, [{"role": "user", "content": parts}], modalities=["text", "audio"], max_tokens=THINK, **EXTRA
+    )
     ours, theirs_arr = np.frombuffer(reply.pcm, "<i2").astype(int), np.frombuffer(theirs, "<i2").astype(int)
     assert reply.status == "completed" and not reply.errors and reply.text == text and text
     assert ours.size > 0 and ours.shape == theirs_arr.shape and np.abs(ours - theirs_arr).max() <= 1

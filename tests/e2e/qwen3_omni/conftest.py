@@ -11,6 +11,13 @@ from tests.e2e.servers import serve_tiny
 
 @pytest.fixture(scope="package")
 def omni_server(tiny_model, tmp_path_factory):
-    yield from serve_tiny(tiny_model, tmp_path_factory, "qwen3_omni", "tiny-omni",
-                          "--stage-overrides", '{"0": {"max_model_len": 1024}}',
-                          "--max-image-pixels", str(96 * 96))
+    yield from serve_tiny(
+        tiny_model,
+        tmp_path_factory,
+        "qwen3_omni",
+        "tiny-omni",
+        "--stage-overrides",
+        '{"0": {"max_model_len": 1024}}',
+        "--max-image-pixels",
+        str(96 * 96),
+    )

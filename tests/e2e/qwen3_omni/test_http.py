@@ -21,8 +21,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
 THINK, TALK = 12, 20
 PROMPT = "hello, who are you?"
-BODY = {"model": "tiny-omni", "messages": [{"role": "user", "content": PROMPT}], "temperature": 0,
-        "max_tokens": THINK, "sampling_params_list": [None, {"temperature": 0, "max_tokens": TALK}]}
+BODY = {
+    "model": "tiny-omni",
+    "messages": [{"role": "user", "content": PROMPT}],
+    "temperature": 0,
+    "max_tokens": THINK,
+    "sampling_params_list": [None, {"temperature": 0, "max_tokens": TALK}],
+}
 
 
 @pytest.fixture(scope="module")
@@ -46,21 +51,29 @@ def test_chat_returns_text_and_a_wav_within_one_16bit_step(omni_server, ref):
     wav, rate = soundfile.read(io.BytesIO(base64.b64decode(audio["data"])), dtype="float32")  # int16 / 32768
     assert rate == 24000 and wav.shape == run.audio.shape
     assert np.abs(wav - np.clip(run.audio.numpy(), -1, 1)).max() <= STEP + FLOAT
-    assert body["usage"] == {"prompt_tokens": len(run.prompt_ids), "completion_tokens": len(run.reply),
-                             "total_tokens": len(run.prompt_ids) + len(run.reply)}  # the thinker's tokens
+    assert body["usage"] == {
+        "prompt_tokens": len(run.prompt_ids),
+        "completion_tokens": len(run.reply),
+        "total_tokens": len(run.prompt_ids) + len(run.reply),
+    }  # the thinker's tokens
 
 
 def test_streamed_chat_interleaves_text_and_audio_deltas(omni_server, ref):
     reference, run = ref
     chunks = []
-    with httpx.stream("POST", f"{omni_server}/v1/chat/completions", timeout=300,
-                      json={**BODY, "stream": True, "stream_options": {"include_usage": True}}) as r:
+    with httpx.stream(
+        "POST",
+        f"{omni_server}/v1/chat/completions",
+        timeout=300,
+        json={**BODY, "stream": True, "stream_options": {"include_usage": True}},
+    ) as r:
         assert r.status_code == 200
         for line in r.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
                 chunks.append(json.loads(line[6:]))
-    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks
-                   if c.get("modality") == "text" and c["choices"])
+    text = "".join(
+        c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("modality") == "text" and c["choices"]
+    )
     assert text == reference.tok.decode(run.reply, skip_special_tokens=True)
     audio = [c["choices"][0]["delta"]["audio"] for c in chunks if c.get("modality") == "audio"]
     assert len(audio) >= 3 and {a["format"] for a in audio} == {"pcm16"}
@@ -79,10 +92,19 @@ def test_text_only_modality_and_voices(omni_server):
 
 
 def test_speech_route_speaks_with_the_chosen_voice(omni_server):
-    r = httpx.post(f"{omni_server}/v1/audio/speech", timeout=300,
-                   json={"model": "tiny-omni", "input": PROMPT, "voice": "Chelsie", "response_format": "wav",
-                         "temperature": 0, "max_tokens": THINK,
-                         "sampling_params_list": [None, {"temperature": 0, "max_tokens": TALK}]})
+    r = httpx.post(
+        f"{omni_server}/v1/audio/speech",
+        timeout=300,
+        json={
+            "model": "tiny-omni",
+            "input": PROMPT,
+            "voice": "Chelsie",
+            "response_format": "wav",
+            "temperature": 0,
+            "max_tokens": THINK,
+            "sampling_params_list": [None, {"temperature": 0, "max_tokens": TALK}],
+        },
+    )
     assert r.status_code == 200, r.text
     wav, rate = soundfile.read(io.BytesIO(r.content), dtype="float32")
     assert rate == 24000 and wav.size > 0 and np.abs(wav).max() > 0.01
@@ -91,6 +113,7 @@ def test_speech_route_speaks_with_the_chosen_voice(omni_server):
 def test_chat_audio_voice_picks_the_speaker(omni_server):
     """OpenAI's chat ``audio.voice`` (and ``speaker`` in extra_body) reach the talker: a voice other than the
     default gives other audio, and the two spellings give the same audio."""
+
     def audio(extra: dict) -> bytes:
         r = httpx.post(f"{omni_server}/v1/chat/completions", json={**BODY, **extra}, timeout=300)
         assert r.status_code == 200, r.text
@@ -101,15 +124,27 @@ def test_chat_audio_voice_picks_the_speaker(omni_server):
     assert chelsie != audio({})  # the default voice is Ethan
 
 
-@pytest.mark.parametrize("body, param", [
-    ({**BODY, "sampling_params_list": [None, {"speaker": "Bob"}]}, "speaker"),
-    ({**BODY, "audio": {"voice": "Bob"}}, "audio.voice"),
-    ({**BODY, "speaker": "Bob"}, "speaker"),
-    ({**BODY, "sampling_params_list": [None, {"min_p": 0.1}]}, "sampling_params_list[1]"),
-    ({**BODY, "messages": [{"role": "user", "content": [
-        {"type": "input_audio", "input_audio": {"data": "bm90IGF1ZGlv", "format": "wav"}}]}]},
-     "messages[0].content[0].input_audio"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({**BODY, "sampling_params_list": [None, {"speaker": "Bob"}]}, "speaker"),
+        ({**BODY, "audio": {"voice": "Bob"}}, "audio.voice"),
+        ({**BODY, "speaker": "Bob"}, "speaker"),
+        ({**BODY, "sampling_params_list": [None, {"min_p": 0.1}]}, "sampling_params_list[1]"),
+        (
+            {
+                **BODY,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "input_audio", "input_audio": {"data": "bm90IGF1ZGlv", "format": "wav"}}],
+                    }
+                ],
+            },
+            "messages[0].content[0].input_audio",
+        ),
+    ],
+)
 def test_bad_input_is_a_400_naming_the_field(omni_server, body, param):
     r = httpx.post(f"{omni_server}/v1/chat/completions", json=body, timeout=300)
     assert r.status_code == 400, r.text
@@ -127,14 +162,44 @@ def test_bench_serve_omni_task_measures_text_and_speech(omni_server, tmp_path):
     talker = {"sampling_params_list": [None, {"temperature": 0, "max_tokens": TALK}]}
     (tmp_path / "question.wav").write_bytes(wav_bytes(random_audio(0.5, 0)))
     dataset = tmp_path / "omni.jsonl"
-    dataset.write_text(json.dumps({"prompt": "hello there", "max_tokens": THINK, "extra": talker}) + "\n"
-                       + json.dumps({"prompt": "what did i say?", "audio": "question.wav", "max_tokens": THINK,
-                                     "extra": talker}) + "\n")
+    dataset.write_text(
+        json.dumps({"prompt": "hello there", "max_tokens": THINK, "extra": talker})
+        + "\n"
+        + json.dumps({"prompt": "what did i say?", "audio": "question.wav", "max_tokens": THINK, "extra": talker})
+        + "\n"
+    )
     out = tmp_path / "omni.json"
-    rc = cli_main(["bench", "serve", "--base-url", omni_server, "--model", "tiny-omni", "--task", "omni",
-                   "--dataset", "custom", "--dataset-path", str(dataset), "--num-prompts", "2",
-                   "--max-concurrency", "2", "--no-ignore-eos", "--temperature", "0", "--warmup-requests", "0",
-                   "--slo-scale", "0", "--disable-tqdm", "--no-plot", "--output-file", str(out)])
+    rc = cli_main(
+        [
+            "bench",
+            "serve",
+            "--base-url",
+            omni_server,
+            "--model",
+            "tiny-omni",
+            "--task",
+            "omni",
+            "--dataset",
+            "custom",
+            "--dataset-path",
+            str(dataset),
+            "--num-prompts",
+            "2",
+            "--max-concurrency",
+            "2",
+            "--no-ignore-eos",
+            "--temperature",
+            "0",
+            "--warmup-requests",
+            "0",
+            "--slo-scale",
+            "0",
+            "--disable-tqdm",
+            "--no-plot",
+            "--output-file",
+            str(out),
+        ]
+    )
     report = json.loads(out.read_text())
     m = report["metrics"]
     assert rc == 0 and m["completed_requests"] == 2, report["requests"]
@@ -144,9 +209,11 @@ def test_bench_serve_omni_task_measures_text_and_speech(omni_server, tmp_path):
 
 # ---------------------------------------------------------------------------------------------- media in
 
+
 def wav_of(body: dict) -> np.ndarray:
-    return soundfile.read(io.BytesIO(base64.b64decode(body["choices"][0]["message"]["audio"]["data"])),
-                          dtype="float32")[0]
+    return soundfile.read(
+        io.BytesIO(base64.b64decode(body["choices"][0]["message"]["audio"]["data"])), dtype="float32"
+    )[0]
 
 
 def same_text(ours: str, theirs: str) -> bool:
@@ -159,19 +226,30 @@ def media_reference(reference: TransformersReference, parts: list[dict], mm: dic
     """transformers' generate() on the processor's inputs for one user turn of ``parts`` (typed for its template)."""
     kinds = {"input_audio": "audio", "audio_url": "audio", "image_url": "image", "video_url": "video"}
     turn = [{"type": kinds[p["type"]], kinds[p["type"]]: "x"} if p["type"] in kinds else p for p in parts]
-    prompt = reference.processor.apply_chat_template([{"role": "user", "content": turn}], add_generation_prompt=True,
-                                                     tokenize=False)
+    prompt = reference.processor.apply_chat_template(
+        [{"role": "user", "content": turn}], add_generation_prompt=True, tokenize=False
+    )
     return reference.run_inputs(dict(reference.processor(text=prompt, return_tensors="pt", **mm, **kw)), THINK, TALK)
 
 
 CLIP, IMAGE = media.clip(1.0, 0), media.image(0)
 WAV_URL = "data:audio/wav;base64," + media.wav_base64(CLIP)
 MEDIA_CHATS = {  # what the client sends, and what the processor gets
-    "input_audio": ([{"type": "input_audio", "input_audio": {"data": media.wav_base64(CLIP), "format": "wav"}},
-                     {"type": "text", "text": "what did i just say?"}], {"audio": [CLIP]}),
-    "audio_url+image_url": ([{"type": "image_url", "image_url": {"url": media.png_url(IMAGE)}},
-                             {"type": "audio_url", "audio_url": {"url": WAV_URL}},
-                             {"type": "text", "text": "what do you see and hear?"}], {"images": [IMAGE], "audio": [CLIP]}),
+    "input_audio": (
+        [
+            {"type": "input_audio", "input_audio": {"data": media.wav_base64(CLIP), "format": "wav"}},
+            {"type": "text", "text": "what did i just say?"},
+        ],
+        {"audio": [CLIP]},
+    ),
+    "audio_url+image_url": (
+        [
+            {"type": "image_url", "image_url": {"url": media.png_url(IMAGE)}},
+            {"type": "audio_url", "audio_url": {"url": WAV_URL}},
+            {"type": "text", "text": "what do you see and hear?"},
+        ],
+        {"images": [IMAGE], "audio": [CLIP]},
+    ),
 }
 
 
@@ -180,13 +258,21 @@ def test_chat_with_media_speaks_as_transformers(omni_server, ref, name):
     reference, _ = ref
     parts, mm = MEDIA_CHATS[name]
     run = media_reference(reference, parts, mm)
-    r = httpx.post(f"{omni_server}/v1/chat/completions", timeout=300,
-                   json={**BODY, "messages": [{"role": "user", "content": parts}]})
+    r = httpx.post(
+        f"{omni_server}/v1/chat/completions",
+        timeout=300,
+        json={**BODY, "messages": [{"role": "user", "content": parts}]},
+    )
     assert r.status_code == 200, r.text
     body = r.json()
-    assert same_text(body["choices"][0]["message"]["content"], reference.tok.decode(run.reply, skip_special_tokens=True))
-    assert body["usage"] == {"prompt_tokens": len(run.prompt_ids), "completion_tokens": len(run.reply),  # placeholders
-                             "total_tokens": len(run.prompt_ids) + len(run.reply)}  # expanded as the processor does
+    assert same_text(
+        body["choices"][0]["message"]["content"], reference.tok.decode(run.reply, skip_special_tokens=True)
+    )
+    assert body["usage"] == {
+        "prompt_tokens": len(run.prompt_ids),
+        "completion_tokens": len(run.reply),  # placeholders
+        "total_tokens": len(run.prompt_ids) + len(run.reply),
+    }  # expanded as the processor does
     wav = wav_of(body)
     assert wav.shape == run.audio.shape and np.abs(wav - np.clip(run.audio.numpy(), -1, 1)).max() <= STEP + FLOAT
 
@@ -202,39 +288,68 @@ def test_chat_with_a_video_url_speaks_as_transformers(omni_server, ref):
     data = mp4(media.frames(4, 0), fps=2)
     with av.open(io.BytesIO(data)) as container:
         frames = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
-    parts = [{"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + base64.b64encode(data).decode()}},
-             {"type": "text", "text": "what happens?"}]
+    parts = [
+        {"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + base64.b64encode(data).decode()}},
+        {"type": "text", "text": "what happens?"},
+    ]
     run = media_reference(reference, parts, {"videos": [frames]})
-    r = httpx.post(f"{omni_server}/v1/chat/completions", timeout=300,
-                   json={**BODY, "messages": [{"role": "user", "content": parts}]})
+    r = httpx.post(
+        f"{omni_server}/v1/chat/completions",
+        timeout=300,
+        json={**BODY, "messages": [{"role": "user", "content": parts}]},
+    )
     assert r.status_code == 200, r.text
     body = r.json()
-    assert same_text(body["choices"][0]["message"]["content"], reference.tok.decode(run.reply, skip_special_tokens=True))
+    assert same_text(
+        body["choices"][0]["message"]["content"], reference.tok.decode(run.reply, skip_special_tokens=True)
+    )
     wav = wav_of(body)
     assert wav.shape == run.audio.shape and np.abs(wav - np.clip(run.audio.numpy(), -1, 1)).max() <= STEP + FLOAT
 
 
-@pytest.mark.parametrize("part, status, param, says", [
-    ({"type": "image_url", "image_url": {"url": media.png_url(media.image(1, size=128))}}, 413,
-     "messages[0].content[1].image_url", "above this server's limit of 9216"),  # --max-image-pixels
-    ({"type": "audio_url", "audio_url": {"url": "data:audio/wav;base64," + base64.b64encode(b"RIFF junk").decode()}},
-     400, "messages[0].content[1].audio_url", "not decodable audio"),
-])
-def test_a_bad_or_oversized_media_part_is_refused_naming_it_and_the_server_keeps_serving(omni_server, part, status,
-                                                                                        param, says):
+@pytest.mark.parametrize(
+    "part, status, param, says",
+    [
+        (
+            {"type": "image_url", "image_url": {"url": media.png_url(media.image(1, size=128))}},
+            413,
+            "messages[0].content[1].image_url",
+            "above this server's limit of 9216",
+        ),  # --max-image-pixels
+        (
+            {
+                "type": "audio_url",
+                "audio_url": {"url": "data:audio/wav;base64," + base64.b64encode(b"RIFF junk").decode()},
+            },
+            400,
+            "messages[0].content[1].audio_url",
+            "not decodable audio",
+        ),
+    ],
+)
+def test_a_bad_or_oversized_media_part_is_refused_naming_it_and_the_server_keeps_serving(
+    omni_server, part, status, param, says
+):
     content = [{"type": "text", "text": "look"}, part]
-    r = httpx.post(f"{omni_server}/v1/chat/completions", json={**BODY, "messages": [{"role": "user", "content": content}]},
-                   timeout=300)
+    r = httpx.post(
+        f"{omni_server}/v1/chat/completions",
+        json={**BODY, "messages": [{"role": "user", "content": content}]},
+        timeout=300,
+    )
     assert r.status_code == status, r.text
     assert r.json()["error"]["param"] == param and says in r.json()["error"]["message"]
     parts, _ = MEDIA_CHATS["input_audio"]
-    ok = httpx.post(f"{omni_server}/v1/chat/completions", json={**BODY, "messages": [{"role": "user", "content": parts}]},
-                    timeout=300)
+    ok = httpx.post(
+        f"{omni_server}/v1/chat/completions",
+        json={**BODY, "messages": [{"role": "user", "content": parts}]},
+        timeout=300,
+    )
     assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["audio"]["data"]
 
 
 def test_transcriptions_equal_transformers_and_the_talker_never_runs(omni_server, ref):
     reference, _ = ref
-    omni_transcripts.check_transcripts(omni_server, "tiny-omni",
-                                       omni_transcripts.expected(reference.processor, reference.model))
+    omni_transcripts.check_transcripts(
+        omni_server, "tiny-omni", omni_transcripts.expected(reference.processor, reference.model)
+    )
     omni_transcripts.check_bad_language(omni_server, "tiny-omni")

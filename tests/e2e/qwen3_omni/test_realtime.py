@@ -32,8 +32,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 KEY = "sk-any"  # the server asks for none; the client sends one
 THINK, TALK = 12, 20
 EXTRA = {"temperature": 0, "sampling_params_list": [None, {"temperature": 0, "max_tokens": TALK}]}
-SESSION = {"type": "realtime", "max_output_tokens": THINK, "extra_body": EXTRA,
-           "audio": {"input": {"format": {"type": "audio/pcm", "rate": media.RATE}, "turn_detection": None}}}
+SESSION = {
+    "type": "realtime",
+    "max_output_tokens": THINK,
+    "extra_body": EXTRA,
+    "audio": {"input": {"format": {"type": "audio/pcm", "rate": media.RATE}, "turn_detection": None}},
+}
 CHAT = {"modalities": ["text", "audio"], "max_tokens": THINK, **EXTRA}
 CLIP = media.clip(1.0, 0)
 
@@ -51,7 +55,7 @@ def assert_same_speech(ours: bytes, theirs: bytes) -> None:
 async def speak(conn, pcm: bytes, chunk: int = 3200) -> None:
     """Append ``pcm`` in ~0.1 s pieces, as a microphone would, then commit."""
     for i in range(0, len(pcm), chunk):
-        await conn.input_audio_buffer.append(audio=b64(pcm[i:i + chunk]))
+        await conn.input_audio_buffer.append(audio=b64(pcm[i : i + chunk]))
     await conn.input_audio_buffer.commit()
     committed = await next_event(conn, "input_audio_buffer.committed")
     added = await next_event(conn, "conversation.item.added")
@@ -67,8 +71,9 @@ async def test_an_audio_turn_and_a_second_turn_equal_chat_completions(omni_serve
         await speak(conn, pcm16_bytes(CLIP))
         await conn.response.create()
         first = await read_reply(conn)
-        await conn.conversation.item.create(item={"type": "message", "role": "user",
-                                                  "content": [{"type": "input_text", "text": "say it again"}]})
+        await conn.conversation.item.create(
+            item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "say it again"}]}
+        )
         await conn.response.create()
         second = await read_reply(conn)
     turn1 = [{"role": "user", "content": [audio_part(media.wav_base64(CLIP))]}]
@@ -94,15 +99,21 @@ async def test_input_at_another_rate_is_resampled_once_with_soxr(omni_server):
     t = np.arange(rate) / rate
     x = (np.round(0.3 * np.sin(2 * np.pi * 330 * t) * 32768) / 32768).astype(np.float32)
     async with openai_client(omni_server, KEY).realtime.connect(model="tiny-omni") as conn:
-        await conn.session.update(session={**SESSION, "audio": {"input": {"format": {"type": "audio/pcm",
-                                                                                      "rate": rate}}}})
+        await conn.session.update(
+            session={**SESSION, "audio": {"input": {"format": {"type": "audio/pcm", "rate": rate}}}}
+        )
         await next_event(conn, "session.updated")
         await speak(conn, pcm16_bytes(x))
         await conn.response.create()
         reply = await read_reply(conn)
     buf = io.BytesIO()
-    soundfile.write(buf, soxr.resample(x, rate, media.RATE, quality="HQ").astype(np.float32), media.RATE,
-                    format="WAV", subtype="FLOAT")
+    soundfile.write(
+        buf,
+        soxr.resample(x, rate, media.RATE, quality="HQ").astype(np.float32),
+        media.RATE,
+        format="WAV",
+        subtype="FLOAT",
+    )
     resampled = audio_part(b64(buf.getvalue()))
     text, pcm = chat_stream(omni_server, KEY, [{"role": "user", "content": [resampled]}], **CHAT)
     assert reply.text == text
@@ -110,9 +121,15 @@ async def test_input_at_another_rate_is_resampled_once_with_soxr(omni_server):
 
 
 async def test_cancel_mid_response_stops_every_stage_and_the_session_goes_on(omni_server):
-    long = {**SESSION, "max_output_tokens": 400,
-            "extra_body": {"temperature": 0, "ignore_eos": True,
-                           "sampling_params_list": [None, {"temperature": 0, "max_tokens": 400}]}}
+    long = {
+        **SESSION,
+        "max_output_tokens": 400,
+        "extra_body": {
+            "temperature": 0,
+            "ignore_eos": True,
+            "sampling_params_list": [None, {"temperature": 0, "max_tokens": 400}],
+        },
+    }
     async with openai_client(omni_server, KEY).realtime.connect(model="tiny-omni") as conn:
         await conn.session.update(session=long)
         await next_event(conn, "session.updated")
@@ -135,8 +152,9 @@ async def test_cancel_mid_response_stops_every_stage_and_the_session_goes_on(omn
             await asyncio.sleep(0.05)
         assert idle, stages
         await conn.session.update(session=SESSION)
-        await conn.conversation.item.create(item={"type": "message", "role": "user",
-                                                  "content": [{"type": "input_text", "text": "hello"}]})
+        await conn.conversation.item.create(
+            item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello"}]}
+        )
         await conn.response.create()
         after = await read_reply(conn)
     assert after.status == "completed" and after.text and after.pcm
@@ -147,17 +165,21 @@ async def test_server_vad_commits_the_spoken_turn_and_the_answer_equals_chat_com
     clip = np.concatenate([quiet(1.0, rate), voiced(1.5, rate), quiet(1.5, rate)])
     vad = {"type": "server_vad", "prefix_padding_ms": 300, "silence_duration_ms": 500}
     async with openai_client(omni_server, KEY).realtime.connect(model="tiny-omni") as conn:
-        await conn.session.update(session={**SESSION, "audio": {"input": {
-            "format": {"type": "audio/pcm", "rate": rate}, "turn_detection": vad}}})
+        await conn.session.update(
+            session={
+                **SESSION,
+                "audio": {"input": {"format": {"type": "audio/pcm", "rate": rate}, "turn_detection": vad}},
+            }
+        )
         await next_event(conn, "session.updated")
         pcm = pcm16_bytes(clip)
         for i in range(0, len(pcm), 3200):  # 0.1 s at a time, as a microphone sends it
-            await conn.input_audio_buffer.append(audio=b64(pcm[i:i + 3200]))
+            await conn.input_audio_buffer.append(audio=b64(pcm[i : i + 3200]))
         started = await next_event(conn, "input_audio_buffer.speech_started")
         stopped = await next_event(conn, "input_audio_buffer.speech_stopped")
         reply = await read_reply(conn)  # create_response (the default): answered without response.create
     assert abs(started.audio_start_ms - 700) <= 90 and abs(stopped.audio_end_ms - 2500) <= 120
-    turn = clip[started.audio_start_ms * rate // 1000:stopped.audio_end_ms * rate // 1000]
+    turn = clip[started.audio_start_ms * rate // 1000 : stopped.audio_end_ms * rate // 1000]
     turn_part = audio_part(media.wav_base64(turn))
     text, theirs = chat_stream(omni_server, KEY, [{"role": "user", "content": [turn_part]}], **CHAT)
     assert reply.status == "completed" and reply.text == text
@@ -167,6 +189,7 @@ async def test_server_vad_commits_the_spoken_turn_and_the_answer_equals_chat_com
 async def test_eight_concurrent_audio_sessions_each_equal_their_solo_run(omni_server):
     """Eight sessions, each its own clip, spoken at once: every answer (text and speech) is the one the same
     session gets alone — concurrent sessions share the engines' batches without mixing their turns."""
+
     async def talk(seed: int):
         async with openai_client(omni_server, KEY).realtime.connect(model="tiny-omni") as conn:
             await next_event(conn, "session.created")

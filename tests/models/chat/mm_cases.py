@@ -93,8 +93,10 @@ class Case:
 
     def chat_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``LLM.chat`` (and the same fields of an HTTP request body)."""
-        kw: dict[str, Any] = {"add_generation_prompt": self.add_generation_prompt,
-                              "continue_final_message": self.continue_final_message}
+        kw: dict[str, Any] = {
+            "add_generation_prompt": self.add_generation_prompt,
+            "continue_final_message": self.continue_final_message,
+        }
         if self.chat_template_kwargs:
             kw["chat_template_kwargs"] = self.chat_template_kwargs
         if self.mm_processor_kwargs:
@@ -103,9 +105,16 @@ class Case:
 
     def omni_prompt(self) -> dict[str, Any]:
         """The same conversation as an ``AsyncOmni`` / ``Omni`` prompt."""
-        prompt: dict[str, Any] = {"messages": self.messages, "additional_information": {"chat_template_kwargs": {
-            **self.chat_template_kwargs, "add_generation_prompt": self.add_generation_prompt,
-            "continue_final_message": self.continue_final_message}}}
+        prompt: dict[str, Any] = {
+            "messages": self.messages,
+            "additional_information": {
+                "chat_template_kwargs": {
+                    **self.chat_template_kwargs,
+                    "add_generation_prompt": self.add_generation_prompt,
+                    "continue_final_message": self.continue_final_message,
+                }
+            },
+        }
         if self.mm_processor_kwargs:
             prompt["mm_processor_kwargs"] = self.mm_processor_kwargs
         return prompt
@@ -113,43 +122,66 @@ class Case:
 
 VLM_CASES = {
     "one_image": Case([{"role": "user", "content": [image_part(IMG_A), text("describe the picture")]}]),
-    "two_images": Case([{"role": "user", "content": [text("compare"), image_part(IMG_A), text("with"),
-                                                     image_part(IMG_B)]}]),
-    "earlier_turn": Case([
-        {"role": "user", "content": [image_part(IMG_C), text("what is this?")]},
-        {"role": "assistant", "content": "a red cat"},
-        {"role": "user", "content": "and the colour of the sky?"}]),
-    "system_vision_ids": Case([
-        {"role": "system", "content": "be brief"},
-        {"role": "user", "content": [image_part(IMG_B), image_part(IMG_C), text("which one?")]}],
-        chat_template_kwargs={"add_vision_id": True}),
-    "continue_final": Case([
-        {"role": "user", "content": [image_part(IMG_A), text("describe")]},
-        {"role": "assistant", "content": "the picture shows"}],
-        add_generation_prompt=False, continue_final_message=True),
-    "no_splitting": Case([{"role": "user", "content": [image_part(IMG_A), text("describe the picture")]}],
-                         mm_processor_kwargs={"do_image_splitting": False}),
+    "two_images": Case(
+        [{"role": "user", "content": [text("compare"), image_part(IMG_A), text("with"), image_part(IMG_B)]}]
+    ),
+    "earlier_turn": Case(
+        [
+            {"role": "user", "content": [image_part(IMG_C), text("what is this?")]},
+            {"role": "assistant", "content": "a red cat"},
+            {"role": "user", "content": "and the colour of the sky?"},
+        ]
+    ),
+    "system_vision_ids": Case(
+        [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [image_part(IMG_B), image_part(IMG_C), text("which one?")]},
+        ],
+        chat_template_kwargs={"add_vision_id": True},
+    ),
+    "continue_final": Case(
+        [
+            {"role": "user", "content": [image_part(IMG_A), text("describe")]},
+            {"role": "assistant", "content": "the picture shows"},
+        ],
+        add_generation_prompt=False,
+        continue_final_message=True,
+    ),
+    "no_splitting": Case(
+        [{"role": "user", "content": [image_part(IMG_A), text("describe the picture")]}],
+        mm_processor_kwargs={"do_image_splitting": False},
+    ),
 }
 VL_CASES = {  # for qwen2_5_vl and qwen3_vl
     "one_image": Case([{"role": "user", "content": [image_part(IMG_A), text("describe the picture")]}]),
     "one_video": Case([{"role": "user", "content": [video_part(VID_A), text("what happens?")]}]),
-    "image_and_video": Case([
-        {"role": "system", "content": "be brief"},
-        {"role": "user", "content": [text("compare"), image_part(IMG_C), text("with"), video_part(VID_B)]}]),
-    "two_images_vision_ids": Case([{"role": "user", "content": [image_part(IMG_A), image_part(IMG_B),
-                                                                text("which one?")]}],
-                                  chat_template_kwargs={"add_vision_id": True}),
-    "video_in_earlier_turn": Case([
-        {"role": "user", "content": [video_part(VID_B), text("what is this?")]},
-        {"role": "assistant", "content": "a red cat"},
-        {"role": "user", "content": "and the colour of the sky?"}]),
+    "image_and_video": Case(
+        [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [text("compare"), image_part(IMG_C), text("with"), video_part(VID_B)]},
+        ]
+    ),
+    "two_images_vision_ids": Case(
+        [{"role": "user", "content": [image_part(IMG_A), image_part(IMG_B), text("which one?")]}],
+        chat_template_kwargs={"add_vision_id": True},
+    ),
+    "video_in_earlier_turn": Case(
+        [
+            {"role": "user", "content": [video_part(VID_B), text("what is this?")]},
+            {"role": "assistant", "content": "a red cat"},
+            {"role": "user", "content": "and the colour of the sky?"},
+        ]
+    ),
 }
 AUDIO_CASES = {
     "one_clip": Case([{"role": "user", "content": [audio_part(CLIP), text("what is this sound")]}]),
-    "clip_in_earlier_turn": Case([
-        {"role": "user", "content": [text("listen"), audio_part(CLIP)]},
-        {"role": "assistant", "content": "a tone"},
-        {"role": "user", "content": "how high?"}]),
+    "clip_in_earlier_turn": Case(
+        [
+            {"role": "user", "content": [text("listen"), audio_part(CLIP)]},
+            {"role": "assistant", "content": "a tone"},
+            {"role": "user", "content": "how high?"},
+        ]
+    ),
 }
 
 
@@ -167,30 +199,51 @@ def audio(data: bytes) -> tuple[np.ndarray, int]:
 
 
 # The offline prompt form, as LLM.generate takes it: the model's placeholders are in the text.
-VLM_RAW = {"prompt": "<|im_start|>user\n<image>a cat?<|im_end|>\n<|im_start|>assistant\n",
-           "multi_modal_data": {"image": image(IMG_B)}}
-AUDIO_RAW = {"prompt": "<|im_start|>user\nAudio 1: <|audio_bos|><|AUDIO|><|audio_eos|>\nhi<|im_end|>\n"
-                       "<|im_start|>assistant\n", "multi_modal_data": {"audio": audio(CLIP)}}
+VLM_RAW = {
+    "prompt": "<|im_start|>user\n<image>a cat?<|im_end|>\n<|im_start|>assistant\n",
+    "multi_modal_data": {"image": image(IMG_B)},
+}
+AUDIO_RAW = {
+    "prompt": "<|im_start|>user\nAudio 1: <|audio_bos|><|AUDIO|><|audio_eos|>\nhi<|im_end|>\n<|im_start|>assistant\n",
+    "multi_modal_data": {"audio": audio(CLIP)},
+}
 # Offline video: decoded frames with the metadata Qwen's processors need (the frames' rate and
 # which source frames they are); do_sample_frames=False: these are the frames the model sees.
 FRAMES = frames(6, 4, 84, 56)
-FRAMES_META = {"fps": 2.0, "duration": 2.0, "total_num_frames": 4, "frames_indices": [0, 1, 2, 3],
-               "video_backend": "opencv", "do_sample_frames": False}
-_QWEN_USER = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n" \
-             "<|im_start|>assistant\n"
+FRAMES_META = {
+    "fps": 2.0,
+    "duration": 2.0,
+    "total_num_frames": 4,
+    "frames_indices": [0, 1, 2, 3],
+    "video_backend": "opencv",
+    "do_sample_frames": False,
+}
+_QWEN_USER = (
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n"
+    "<|im_start|>assistant\n"
+)
 VL_RAW = {
-    "raw_image": {"prompt": _QWEN_USER.format("<|vision_start|><|image_pad|><|vision_end|>a cat?"),
-                  "multi_modal_data": {"image": image(IMG_B)}},
-    "raw_frames": {"prompt": _QWEN_USER.format("<|vision_start|><|video_pad|><|vision_end|>what moves?"),
-                   "multi_modal_data": {"video": (FRAMES, FRAMES_META)}},
+    "raw_image": {
+        "prompt": _QWEN_USER.format("<|vision_start|><|image_pad|><|vision_end|>a cat?"),
+        "multi_modal_data": {"image": image(IMG_B)},
+    },
+    "raw_frames": {
+        "prompt": _QWEN_USER.format("<|vision_start|><|video_pad|><|vision_end|>what moves?"),
+        "multi_modal_data": {"video": (FRAMES, FRAMES_META)},
+    },
     "raw_image_and_frames": {
-        "prompt": _QWEN_USER.format("<|vision_start|><|image_pad|><|vision_end|> and "
-                                    "<|vision_start|><|video_pad|><|vision_end|>"),
-        "multi_modal_data": {"image": [image(IMG_A)], "video": [(FRAMES, FRAMES_META)]}},
+        "prompt": _QWEN_USER.format(
+            "<|vision_start|><|image_pad|><|vision_end|> and <|vision_start|><|video_pad|><|vision_end|>"
+        ),
+        "multi_modal_data": {"image": [image(IMG_A)], "video": [(FRAMES, FRAMES_META)]},
+    },
 }
 # family -> (chat cases, LLM.generate prompts by name, limit_mm_per_prompt)
-FAMILIES = {"vlm": (VLM_CASES, {"raw": VLM_RAW}, LIMITS), "audio_lm": (AUDIO_CASES, {"raw": AUDIO_RAW}, None),
-            **{f: (VL_CASES, VL_RAW, VL_LIMITS) for f in VL_FAMILIES}}
+FAMILIES = {
+    "vlm": (VLM_CASES, {"raw": VLM_RAW}, LIMITS),
+    "audio_lm": (AUDIO_CASES, {"raw": AUDIO_RAW}, None),
+    **{f: (VL_CASES, VL_RAW, VL_LIMITS) for f in VL_FAMILIES},
+}
 
 
 @dataclass

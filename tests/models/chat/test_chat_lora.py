@@ -71,9 +71,11 @@ async def test_request_errors_name_their_field(omni):
 
 async def test_bad_adapters_name_lora_path(omni, adapters, tiny_model, tmp_path):
     stage = omni.replicas(0)[0]
-    cases = [(str(tmp_path / "missing"), "does not exist"),
-             (adapters["wide"], "rank 16 is greater than max_lora_rank 8"),
-             (str(tiny_model("sd3_lora")), "No adapter found")]  # a diffusers LoRA, not a PEFT adapter
+    cases = [
+        (str(tmp_path / "missing"), "does not exist"),
+        (adapters["wide"], "rank 16 is greater than max_lora_rank 8"),
+        (str(tiny_model("sd3_lora")), "No adapter found"),
+    ]  # a diffusers LoRA, not a PEFT adapter
     for path, message in cases:
         with pytest.raises(InvalidRequestError, match=message) as e:
             await stage.load_lora("x", path)

@@ -22,6 +22,7 @@ from .chat_cases import ENGINE, GREEDY, MESSAGES, PROMPTS, SEEDED
 
 pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="module")]
 
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def omni(chat_dir, reference):
     # text+token_ids so that the test can compare ids too; the family's default is text.
@@ -116,27 +117,33 @@ async def test_stop_token_ids(omni, reference):
     assert out.token_ids == ids[: ids.index(stop) + 1]
 
 
-@pytest.mark.parametrize("params, field", [
-    ({"max_tokens": 0}, r"\bmax_tokens: Input should be greater than or equal to 1"),
-    ({"max_tokens": -3}, r"\bmax_tokens: Input should be greater than or equal to 1"),
-    ({"temperature": -0.5}, r"\btemperature: Input should be greater than or equal to 0"),
-    ({"stop_token_ids": [10**6]}, r"\bstop_token_ids: 1000000 is outside the vocabulary"),
-    ({"stop_token_ids": [-1]}, r"\bstop_token_ids: -1 is outside the vocabulary"),
-    ({"max_tokens": 510}, r"\bmax_tokens: .*exceeds max_model_len=512"),
-    ({"not_a_param": 1}, r"unknown field\(s\) not_a_param"),
-    ({"n": 2}, r"\bn: "),
-])
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ({"max_tokens": 0}, r"\bmax_tokens: Input should be greater than or equal to 1"),
+        ({"max_tokens": -3}, r"\bmax_tokens: Input should be greater than or equal to 1"),
+        ({"temperature": -0.5}, r"\btemperature: Input should be greater than or equal to 0"),
+        ({"stop_token_ids": [10**6]}, r"\bstop_token_ids: 1000000 is outside the vocabulary"),
+        ({"stop_token_ids": [-1]}, r"\bstop_token_ids: -1 is outside the vocabulary"),
+        ({"max_tokens": 510}, r"\bmax_tokens: .*exceeds max_model_len=512"),
+        ({"not_a_param": 1}, r"unknown field\(s\) not_a_param"),
+        ({"n": 2}, r"\bn: "),
+    ],
+)
 async def test_bad_params_name_the_field(omni, params, field):
     with pytest.raises(ValueError, match=field):
         await run(omni, "hello world", params)
 
 
-@pytest.mark.parametrize("prompt, field", [
-    ("hello " * 600, r"\bprompt: \d+ tokens do not fit max_model_len=512"),
-    ({"prompt_token_ids": [1, 2, 10**6]}, r"\bprompt_token_ids: 1000000 is outside"),
-    ({"messages": [{"content": "no role"}]}, r"\bmessages\[0\]: expected an object with 'role'"),
-    ({"messages": []}, r"\bmessages: expected a non-empty list"),
-])
+@pytest.mark.parametrize(
+    "prompt, field",
+    [
+        ("hello " * 600, r"\bprompt: \d+ tokens do not fit max_model_len=512"),
+        ({"prompt_token_ids": [1, 2, 10**6]}, r"\bprompt_token_ids: 1000000 is outside"),
+        ({"messages": [{"content": "no role"}]}, r"\bmessages\[0\]: expected an object with 'role'"),
+        ({"messages": []}, r"\bmessages: expected a non-empty list"),
+    ],
+)
 async def test_bad_prompts_name_the_field(omni, prompt, field):
     with pytest.raises(ValueError, match=field):
         await run(omni, prompt, dict(GREEDY))
@@ -153,8 +160,11 @@ async def test_abort_frees_the_vllm_slot(omni):
     seen: list[int] = []
 
     async def consume():
-        async for out in omni.generate("hello world", request_id="long-1",
-                                       sampling_params_list=[{"max_tokens": 400, "ignore_eos": True, "temperature": 0}]):
+        async for out in omni.generate(
+            "hello world",
+            request_id="long-1",
+            sampling_params_list=[{"max_tokens": 400, "ignore_eos": True, "temperature": 0}],
+        ):
             seen.extend(out.delta.get("token_ids", []))  # streamed updates carry only their new tokens
             if len(seen) >= 3:
                 got_tokens.set()
@@ -183,8 +193,9 @@ async def test_closing_the_stream_early_frees_the_vllm_slot(omni):
     from omnistage.stages.base import StageRequest
 
     eng = stage_engine(omni)
-    stream = eng.generate(StageRequest("early-close", {"prompt": "hello"},
-                                       {"max_tokens": 400, "ignore_eos": True, "temperature": 0}))
+    stream = eng.generate(
+        StageRequest("early-close", {"prompt": "hello"}, {"max_tokens": 400, "ignore_eos": True, "temperature": 0})
+    )
     for _ in range(3):
         out = await stream.__anext__()
         assert not out.finished

@@ -30,7 +30,10 @@ def test_omni_video_matches_llm_chat_and_generate(tiny_model):
     folder = tiny_model("qwen2_5_vl")
     ref = mm_cases.vllm_answers(str(folder), "qwen2_5_vl")
     with Omni(str(folder), limit_mm_per_prompt=mm_cases.VL_LIMITS, **mm_cases.ENGINE) as omni:
-        outs = omni.generate([mm_cases.VL_CASES["one_video"].omni_prompt(), mm_cases.VL_RAW["raw_frames"]],
-                             [dict(mm_cases.GREEDY)], use_tqdm=False)
+        outs = omni.generate(
+            [mm_cases.VL_CASES["one_video"].omni_prompt(), mm_cases.VL_RAW["raw_frames"]],
+            [dict(mm_cases.GREEDY)],
+            use_tqdm=False,
+        )
     assert [o.text for o in outs] == [ref["one_video"].text, ref["raw_frames"].text]
     assert all(o.finished and o.error is None for o in outs)

@@ -53,8 +53,14 @@ async def vl(request, tiny_model, media_root):
     family = request.param
     ref = vllm_answers(str(tiny_model(family)), family)
     # text+token_ids so that the tests compare ids too; the family's default is text
-    engine = AsyncOmni(tiny_model(family), limit_mm_per_prompt=VL_LIMITS, **ENGINE, stage_overrides={"0": {
-        "engine_output_type": "text+token_ids", "engine_args": {"allowed_local_media_path": str(media_root)}}})
+    engine = AsyncOmni(
+        tiny_model(family),
+        limit_mm_per_prompt=VL_LIMITS,
+        **ENGINE,
+        stage_overrides={
+            "0": {"engine_output_type": "text+token_ids", "engine_args": {"allowed_local_media_path": str(media_root)}}
+        },
+    )
     await engine.start()
     yield engine, ref, family
     await engine.shutdown()
@@ -85,8 +91,10 @@ async def test_prompt_and_multi_modal_data_equal_llm_generate(vl, name):
 async def test_video_by_file_url(vl, media_root):
     """The same clip from disk (under the engine's allowed_local_media_path) as from a data: URL."""
     engine, ref, _ = vl
-    content = [{"type": "video_url", "video_url": {"url": f"file://{media_root}/a.mp4"}},
-               VL_CASES["one_video"].messages[0]["content"][1]]
+    content = [
+        {"type": "video_url", "video_url": {"url": f"file://{media_root}/a.mp4"}},
+        VL_CASES["one_video"].messages[0]["content"][1],
+    ]
     assert_same(await run(engine, {"messages": [{"role": "user", "content": content}]}), ref["one_video"])
 
 
@@ -119,12 +127,19 @@ async def test_the_media_reach_the_prompt(vl, tiny_model):
         assert prompts["raw_frames"].count(" seconds>") == 2
 
 
-@pytest.mark.parametrize("part, message", [
-    ({"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + b64(b"\x00" * 64)}},
-     "Could not open video stream"),
-    ({"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + b64(CLIP)}},  # audio only
-     "Could not open video stream"),
-])
+@pytest.mark.parametrize(
+    "part, message",
+    [
+        (
+            {"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + b64(b"\x00" * 64)}},
+            "Could not open video stream",
+        ),
+        (
+            {"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + b64(CLIP)}},  # audio only
+            "Could not open video stream",
+        ),
+    ],
+)
 async def test_undecodable_video_is_refused(vl, part, message):
     """vLLM decodes the media of an offline prompt itself and names no part; the error names the
     prompt (the HTTP server checks each part first and names it: tests/e2e/test_chat_vl_http.py)."""
@@ -137,26 +152,30 @@ async def test_undecodable_video_is_refused(vl, part, message):
 async def test_more_videos_than_the_limit_name_the_part(vl):
     engine, _, _ = vl
     with pytest.raises(InvalidRequestError, match=r"At most 1 video\(s\)") as e:
-        await run(engine, {"messages": [{"role": "user", "content": [video_part(VID_A), text("and"),
-                                                                     video_part(VID_A)]}]})
+        await run(
+            engine, {"messages": [{"role": "user", "content": [video_part(VID_A), text("and"), video_part(VID_A)]}]}
+        )
     assert e.value.field == "messages[0].content[2].video_url"
     with pytest.raises(InvalidRequestError, match=r"At most 1 video\(s\)") as e:
         await run(engine, {"prompt": "x", "multi_modal_data": {"video": [(FRAMES, FRAMES_META)] * 2}})
     assert e.value.field == "multi_modal_data.video[1]"
 
 
-@pytest.mark.parametrize("video, message", [
-    (FRAMES, "Video metadata is required"),  # Qwen's processors place and time frames by it
-    ((np.zeros((2, 3), np.uint8), FRAMES_META), "Failed to apply"),
-])
+@pytest.mark.parametrize(
+    "video, message",
+    [
+        (FRAMES, "Video metadata is required"),  # Qwen's processors place and time frames by it
+        ((np.zeros((2, 3), np.uint8), FRAMES_META), "Failed to apply"),
+    ],
+)
 async def test_bad_frames_are_refused(vl, video, message):
     engine, _, _ = vl
     with pytest.raises(InvalidRequestError, match=message):
-        await run(engine, {"prompt": "<|vision_start|><|video_pad|><|vision_end|>",
-                           "multi_modal_data": {"video": video}})
+        await run(
+            engine, {"prompt": "<|vision_start|><|video_pad|><|vision_end|>", "multi_modal_data": {"video": video}}
+        )
 
 
 async def test_engine_serves_after_bad_inputs(vl):
     engine, ref, _ = vl
     assert_same(await run(engine, VL_CASES["image_and_video"].omni_prompt()), ref["image_and_video"])
-

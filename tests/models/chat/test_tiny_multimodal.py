@@ -41,8 +41,15 @@ def _transformers_generate(folder, conversation, prompt=None, **media):
     processor = AutoProcessor.from_pretrained(folder)
     if prompt is None:
         # the processor's chat template sees media as {"type": "image"} / {"type": "audio"} parts
-        messages = [{"role": m["role"], "content": m["content"] if isinstance(m["content"], str) else [
-            p if p["type"] == "text" else {"type": KIND[p["type"]]} for p in m["content"]]} for m in conversation]
+        messages = [
+            {
+                "role": m["role"],
+                "content": m["content"]
+                if isinstance(m["content"], str)
+                else [p if p["type"] == "text" else {"type": KIND[p["type"]]} for p in m["content"]],
+            }
+            for m in conversation
+        ]
         prompt = processor.apply_chat_template(messages, add_generation_prompt=True)
     inputs = processor(text=[prompt], return_tensors="pt", **media)
     cls = Qwen2AudioForConditionalGeneration if "audio" in media else AutoModelForImageTextToText
@@ -50,7 +57,7 @@ def _transformers_generate(folder, conversation, prompt=None, **media):
     with torch.no_grad():
         out = model.generate(**inputs, max_new_tokens=GREEDY["max_tokens"], do_sample=False)
     ids = inputs["input_ids"][0].tolist()
-    return ids, out[0, len(ids):].tolist()
+    return ids, out[0, len(ids) :].tolist()
 
 
 @pytest.mark.vllm
@@ -67,8 +74,7 @@ def test_audio_lm_equals_transformers(tiny_model):
     folder = tiny_model("audio_lm")
     answer = vllm_answers(str(folder), "audio_lm")["one_clip"]
     wave, rate = audio(CLIP)
-    ids, generated = _transformers_generate(folder, AUDIO_CASES["one_clip"].messages, audio=[wave],
-                                            sampling_rate=rate)
+    ids, generated = _transformers_generate(folder, AUDIO_CASES["one_clip"].messages, audio=[wave], sampling_rate=rate)
     assert ids == answer.prompt_token_ids
     assert generated == answer.token_ids
 
@@ -96,7 +102,13 @@ def test_qwen_vl_video_frames_equal_transformers(tiny_model, family):
     folder = tiny_model(family)
     answer = vllm_answers(str(folder), family)["raw_frames"]
     meta = VideoMetadata(**{k: v for k, v in FRAMES_META.items() if k != "do_sample_frames"})
-    ids, generated = _transformers_generate(folder, None, prompt=VL_RAW["raw_frames"]["prompt"], videos=[FRAMES],
-                                            video_metadata=[meta], do_sample_frames=False)
+    ids, generated = _transformers_generate(
+        folder,
+        None,
+        prompt=VL_RAW["raw_frames"]["prompt"],
+        videos=[FRAMES],
+        video_metadata=[meta],
+        do_sample_frames=False,
+    )
     assert ids == answer.prompt_token_ids
     assert generated == answer.token_ids

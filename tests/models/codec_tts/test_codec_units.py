@@ -21,8 +21,14 @@ from omnistage.stages.generation.engine import GenerationItem
 # (measured max |diff| <= 8.4e-7 over 5 seeds, audio peak ~2.5); the bound leaves 10x room and is far
 # below what a wrong context gives (> 1e-2, checked below).
 TOL = 1e-5
-LAYOUT = {"codec_token_offset": 100, "codebook_size": 4, "num_quantizers": 2, "layout": "shared", "end_id": 7,
-          "chunk_frames": 2}
+LAYOUT = {
+    "codec_token_offset": 100,
+    "codebook_size": 4,
+    "num_quantizers": 2,
+    "layout": "shared",
+    "end_id": 7,
+    "chunk_frames": 2,
+}
 
 
 class Req:  # the two request fields the edge reads
@@ -34,22 +40,31 @@ class Req:  # the two request fields the edge reads
 
 
 def write_meta(tmp_path: Path, **over) -> Path:
-    meta = {"pipeline": "codec_tts", "voices": {"a": "a: "}, "codec_token_offset": 10, "codebook_size": 4,
-            "num_quantizers": 2, **over}
+    meta = {
+        "pipeline": "codec_tts",
+        "voices": {"a": "a: "},
+        "codec_token_offset": 10,
+        "codebook_size": 4,
+        "num_quantizers": 2,
+        **over,
+    }
     (tmp_path / "omnistage.json").write_text(json.dumps(meta))
     return tmp_path
 
 
-@pytest.mark.parametrize("over, field", [
-    ({"prompt_template": "no placeholder"}, "prompt_template"),
-    ({"prompt_template": "{text} {speaker}"}, "prompt_template"),
-    ({"layout": "interleaved"}, "layout"),
-    ({"chunk_frames": 0}, "chunk_frames"),
-    ({"default_voice": "zed"}, "default_voice"),
-    ({"codebook_size": "4"}, "codebook_size"),
-    ({"decode_context_frames": -1}, "decode_context_frames"),
-    ({"colour": "red"}, "colour"),
-])
+@pytest.mark.parametrize(
+    "over, field",
+    [
+        ({"prompt_template": "no placeholder"}, "prompt_template"),
+        ({"prompt_template": "{text} {speaker}"}, "prompt_template"),
+        ({"layout": "interleaved"}, "layout"),
+        ({"chunk_frames": 0}, "chunk_frames"),
+        ({"default_voice": "zed"}, "default_voice"),
+        ({"codebook_size": "4"}, "codebook_size"),
+        ({"decode_context_frames": -1}, "decode_context_frames"),
+        ({"colour": "red"}, "colour"),
+    ],
+)
 def test_bad_omnistage_json_names_the_key(tmp_path, over, field):
     with pytest.raises(ValueError, match=field):
         load_tts_config(write_meta(tmp_path, **over))
@@ -77,7 +92,9 @@ def test_tokens_to_codes_frame_major_and_layouts():
     assert tokens_to_codes(ids, LAYOUT).tolist() == [[0, 1], [3, 2]]
     per = {**LAYOUT, "layout": "per_codebook"}
     assert tokens_to_codes([100, 107, 101, 104], per).tolist() == [[0, 1], [3, 0]]
-    with pytest.raises(ValueError, match=r"token_ids\[1\]: 103 is not a codec token of codebook 1 \(expected 104..107\)"):
+    with pytest.raises(
+        ValueError, match=r"token_ids\[1\]: 103 is not a codec token of codebook 1 \(expected 104..107\)"
+    ):
         tokens_to_codes([100, 103], per)
     with pytest.raises(ValueError, match=r"token_ids\[6\]: 5 is not a codec token"):
         tokens_to_codes([5, 100], LAYOUT, start=6)
@@ -108,7 +125,9 @@ def test_first_piece_waits_for_initial_chunk_plus_lookahead_and_carries_the_cont
     assert out["codes"].shape == (2, 2) and "context" not in out  # the reference codes go once
     # a per-request first chunk (stage 1 params) wins over the folder's
     state = {"finished": False}
-    out = codes_every_n_frames({LAYOUT_KEY: layout, "token_ids": [100] * 8}, Req({"initial_codec_chunk_frames": 4}), state)
+    out = codes_every_n_frames(
+        {LAYOUT_KEY: layout, "token_ids": [100] * 8}, Req({"initial_codec_chunk_frames": 4}), state
+    )
     assert out is None
 
 
@@ -136,7 +155,9 @@ def test_whole_codes_matches_streamed_concatenation():
     whole = whole_codes({LAYOUT_KEY: LAYOUT, "token_ids": ids}, Req())["codes"]
     state, parts = {"finished": False}, []
     for i in range(0, len(ids), 3):
-        out = codes_every_n_frames({**({LAYOUT_KEY: LAYOUT} if i == 0 else {}), "token_ids": ids[i:i + 3]}, Req(), state)
+        out = codes_every_n_frames(
+            {**({LAYOUT_KEY: LAYOUT} if i == 0 else {}), "token_ids": ids[i : i + 3]}, Req(), state
+        )
         parts += [out["codes"]] if out else []
     state["finished"] = True
     tail = codes_every_n_frames({}, Req(), state)
@@ -171,7 +192,7 @@ def stream(adapter, codes: torch.Tensor, sizes: list[int], state=None) -> torch.
     state, parts, start = {} if state is None else state, [], 0
     for i, n in enumerate(sizes):
         last = i == len(sizes) - 1
-        (out,) = adapter.run([GenerationItem("r", {"codes": codes[:, start:start + n]}, {}, state, last)])
+        (out,) = adapter.run([GenerationItem("r", {"codes": codes[:, start : start + n]}, {}, state, last)])
         assert not isinstance(out, Exception), out
         parts.append(out["audio"])
         assert out["sample_rate"] == 16000 and out["audio"].shape == (n * 320,)
@@ -217,8 +238,12 @@ def test_batched_requests_equal_their_solo_runs(adapter):
     pieces = [((0, 10), (0, 5), False), ((10, 20), (5, 12), True)]  # a's first two pieces batched with b's
     got_a, got_b = [], []
     for (a0, a1), (b0, b1), b_last in pieces:
-        oa, ob = adapter.run([GenerationItem("a", {"codes": a[:, a0:a1]}, {}, sa, False),
-                              GenerationItem("b", {"codes": b[:, b0:b1]}, {}, sb, b_last)])
+        oa, ob = adapter.run(
+            [
+                GenerationItem("a", {"codes": a[:, a0:a1]}, {}, sa, False),
+                GenerationItem("b", {"codes": b[:, b0:b1]}, {}, sb, b_last),
+            ]
+        )
         got_a.append(oa["audio"])
         got_b.append(ob["audio"])
     (oa,) = adapter.run([GenerationItem("a", {"codes": a[:, 20:]}, {}, sa, True)])

@@ -82,25 +82,39 @@ def recipe(llasa_dir):
         wav = np.pad(np.pad(audio, (0, 1)), (0, -(len(audio) + 1) % hop))  # whole frames (+1 sample, as XCodec2)
         feats = fe(np.pad(wav, (hop // 2, hop // 2)), sampling_rate=16000, return_tensors="pt")
         with torch.no_grad():
-            out = codec.encode(torch.from_numpy(wav).view(1, 1, -1), feats["input_features"],
-                               input_features_mask=feats["attention_mask"])
+            out = codec.encode(
+                torch.from_numpy(wav).view(1, 1, -1),
+                feats["input_features"],
+                input_features_mask=feats["attention_mask"],
+            )
         return out.audio_codes[0, 0].tolist()
 
     def run(text: str, ref: np.ndarray | None = None):
         ref_codes = encode(ref) if ref is not None else []
         spoken = f"{REF_TEXT} {text}" if ref is not None else text
-        chat = [{"role": "user", "content": f"Convert the text to speech:<|TEXT_UNDERSTANDING_START|>{spoken}"
-                                            "<|TEXT_UNDERSTANDING_END|>"},
-                {"role": "assistant", "content": "<|SPEECH_GENERATION_START|>" + "".join(f"<|s_{c}|>" for c in ref_codes)}]
+        chat = [
+            {
+                "role": "user",
+                "content": f"Convert the text to speech:<|TEXT_UNDERSTANDING_START|>{spoken}<|TEXT_UNDERSTANDING_END|>",
+            },
+            {"role": "assistant", "content": "<|SPEECH_GENERATION_START|>" + "".join(f"<|s_{c}|>" for c in ref_codes)},
+        ]
         prompt = tok.apply_chat_template(chat, tokenize=True, continue_final_message=True, return_dict=False)
         with torch.no_grad():
-            out = lm.generate(torch.tensor([prompt]), max_new_tokens=FRAMES, min_new_tokens=FRAMES, do_sample=False,
-                              eos_token_id=end, pad_token_id=end, prefix_allowed_tokens_fn=lambda b, ids: allowed)
-        gen = out[0, len(prompt):].tolist()
+            out = lm.generate(
+                torch.tensor([prompt]),
+                max_new_tokens=FRAMES,
+                min_new_tokens=FRAMES,
+                do_sample=False,
+                eos_token_id=end,
+                pad_token_id=end,
+                prefix_allowed_tokens_fn=lambda b, ids: allowed,
+            )
+        gen = out[0, len(prompt) :].tolist()
         codes = torch.tensor(ref_codes + [t - cfg.codec_token_offset for t in gen])
         with torch.no_grad():
             audio = codec.decode(audio_codes=codes.view(1, 1, -1)).audio_values[0, 0]
-        return prompt, gen, ref_codes, audio[len(ref_codes) * hop:]
+        return prompt, gen, ref_codes, audio[len(ref_codes) * hop :]
 
     run.codec = codec
     return run
@@ -118,7 +132,7 @@ def blockwise_reference(codec, codes: list[int], n_ref: int, first: int, chunk: 
         lo, hi = max(0, start - left), min(total, end + ahead)
         with torch.no_grad():
             audio = codec.decode(audio_codes=codes_t[..., lo:hi]).audio_values[0, 0]
-        parts.append(audio[(start - lo) * hop:(end - lo) * hop])
+        parts.append(audio[(start - lo) * hop : (end - lo) * hop])
         start, end = end, end + chunk
     return torch.cat(parts)
 
@@ -157,8 +171,9 @@ async def test_streamed_blocks_follow_the_schedule_and_start_early(engines, reci
     ref = clip(0.9, 330, seed=2) if with_ref else None
     prompt = cloned("good morning", ref) if with_ref else "good morning"
     events = []
-    finals = await run(engines["streamed"], prompt, codec_params={"initial_codec_chunk_frames": 2, "chunk_frames": 8},
-                       events=events)
+    finals = await run(
+        engines["streamed"], prompt, codec_params={"initial_codec_chunk_frames": 2, "chunk_frames": 8}, events=events
+    )
     _, ref_gen, ref_codes, whole = recipe("good morning", ref)
     assert finals[0].token_ids == ref_gen
     codes = ref_codes + [t - load_tts_config(llasa_dir).codec_token_offset for t in ref_gen]
@@ -194,8 +209,16 @@ async def test_first_block_size_comes_from_the_deploy_config(engines, recipe, ll
 async def test_eight_concurrent_mixed_voices_equal_their_solo_runs(engines):
     omni = engines["streamed"]
     refs = [clip(0.8, 200, seed=3), clip(1.0, 410, seed=4)]
-    prompts = [cloned("hello world", refs[0]), "good morning", cloned("the lazy dog", refs[1]), "hello world",
-               cloned("good morning", refs[0]), "the quick brown fox", cloned("hello world", refs[1]), "i am fine"]
+    prompts = [
+        cloned("hello world", refs[0]),
+        "good morning",
+        cloned("the lazy dog", refs[1]),
+        "hello world",
+        cloned("good morning", refs[0]),
+        "the quick brown fox",
+        cloned("hello world", refs[1]),
+        "i am fine",
+    ]
     adapter = omni.replicas(1)[0].adapter
     before = len(adapter.calls)
     together = await asyncio.gather(*(run(omni, p) for p in prompts))
@@ -223,17 +246,20 @@ async def test_resampled_reference_and_cache(engines):
 
 
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.parametrize("info, field", [
-    ({"ref_text": REF_TEXT}, "ref_text"),  # a transcript without its clip
-    ({"ref_audio": (clip(0.5, 200, 0), 16000)}, "ref_text"),  # a clip without its transcript
-    ({"ref_audio": (clip(31, 200, 0), 16000), "ref_text": REF_TEXT}, "ref_audio"),  # longer than max_ref_audio_s
-    ({"ref_audio": (np.full(800, np.nan, np.float32), 16000), "ref_text": REF_TEXT}, "ref_audio"),
-    ({"ref_audio": (clip(0.5, 200, 0), 0), "ref_text": REF_TEXT}, "ref_audio"),
-    ({"ref_audio": (clip(0.5, 200, 0), 16000), "ref_text": REF_TEXT, "voice": "alto"}, "voice"),
-    ({"ref_codes": [[70, 1]], "ref_text": REF_TEXT}, "ref_codes"),  # 70 is outside the 64 codes
-    ({"language": "de"}, "language"),
-    ({"voice": "alto"}, "voice"),  # the folder has no preset voices
-])
+@pytest.mark.parametrize(
+    "info, field",
+    [
+        ({"ref_text": REF_TEXT}, "ref_text"),  # a transcript without its clip
+        ({"ref_audio": (clip(0.5, 200, 0), 16000)}, "ref_text"),  # a clip without its transcript
+        ({"ref_audio": (clip(31, 200, 0), 16000), "ref_text": REF_TEXT}, "ref_audio"),  # longer than max_ref_audio_s
+        ({"ref_audio": (np.full(800, np.nan, np.float32), 16000), "ref_text": REF_TEXT}, "ref_audio"),
+        ({"ref_audio": (clip(0.5, 200, 0), 0), "ref_text": REF_TEXT}, "ref_audio"),
+        ({"ref_audio": (clip(0.5, 200, 0), 16000), "ref_text": REF_TEXT, "voice": "alto"}, "voice"),
+        ({"ref_codes": [[70, 1]], "ref_text": REF_TEXT}, "ref_codes"),  # 70 is outside the 64 codes
+        ({"language": "de"}, "language"),
+        ({"voice": "alto"}, "voice"),  # the folder has no preset voices
+    ],
+)
 async def test_bad_cloning_inputs_name_the_field(engines, info, field):
     with pytest.raises(InvalidRequestError) as e:
         await run(engines["whole"], {"prompt": "hi", "additional_information": info})

@@ -74,9 +74,16 @@ async def test_lm_ids_equal_transformers_generate(omni, tts_dir):
     allowed = list(range(cfg.codec_token_offset, cfg.codec_token_offset + cfg.codebook_size)) + [end]
     model = Qwen2ForCausalLM.from_pretrained(str(tts_dir / "lm"), dtype=torch.float32).eval()
     with torch.no_grad():
-        ref = model.generate(torch.tensor([prompt]), max_new_tokens=TOKENS, min_new_tokens=TOKENS, do_sample=False,
-                             eos_token_id=end, pad_token_id=end, prefix_allowed_tokens_fn=lambda b, ids: allowed)
-    assert out.token_ids == ref[0, len(prompt):].tolist()
+        ref = model.generate(
+            torch.tensor([prompt]),
+            max_new_tokens=TOKENS,
+            min_new_tokens=TOKENS,
+            do_sample=False,
+            eos_token_id=end,
+            pad_token_id=end,
+            prefix_allowed_tokens_fn=lambda b, ids: allowed,
+        )
+    assert out.token_ids == ref[0, len(prompt) :].tolist()
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -103,8 +110,16 @@ async def test_concurrent_requests_batch_in_the_codec_stage(omni):
     def voiced(text: str, voice: str) -> dict:
         return {"prompt": text, "additional_information": {"voice": voice}}
 
-    prompts = ["hello world", voiced("good morning", "bass"), "the lazy dog", voiced("hello world", "bass"),
-               voiced("i am fine", "alto"), voiced("the quick brown fox", "bass"), "good morning", voiced("hi", "alto")]
+    prompts = [
+        "hello world",
+        voiced("good morning", "bass"),
+        "the lazy dog",
+        voiced("hello world", "bass"),
+        voiced("i am fine", "alto"),
+        voiced("the quick brown fox", "bass"),
+        "good morning",
+        voiced("hi", "alto"),
+    ]
     before = len(adapter.calls)
     together = await asyncio.gather(*(run(omni, p) for p in prompts))
     assert max(adapter.calls[before:]) >= 2  # pieces of different requests shared a decode
@@ -135,22 +150,45 @@ async def test_abort_mid_stream_frees_the_vllm_slot(omni):
 
 
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.parametrize("prompt, params, error, match", [
-    ("   ", GREEDY, InvalidRequestError, "prompt: the text to speak is empty"),
-    ({"prompt": "hi", "additional_information": {"voice": "tenor"}}, GREEDY, InvalidRequestError,
-     "voice: 'tenor' is not one of alto, bass"),
-    ({"prompt": "hi", "additional_information": {"instructions": "whisper"}}, GREEDY, InvalidRequestError,
-     "instructions: this model does not take"),
-    ({"prompt": "hi", "prompt_token_ids": [1, 2]}, GREEDY, InvalidRequestError, "prompt: codec_tts speaks a text"),
-    ({"prompt": "hi", "multi_modal_data": {"audio": ([0.0] * 160, 16000)}}, GREEDY, InvalidRequestError,
-     "multi_modal_data: codec_tts takes text only"),
-    # no {ref_codes} in this folder's prompt_template: it cannot clone
-    ({"prompt": "hi", "additional_information": {"ref_audio": ([0.1] * 1600, 16000), "ref_text": "hi"}}, GREEDY,
-     InvalidRequestError, "ref_audio: this model cannot clone voices"),
-    # The caller lets the LM sample a text token: the edge names the position of the non-codec token.
-    ("hi", {**GREEDY, "allowed_token_ids": [50], "max_tokens": 8, "min_tokens": 8}, StageFailedError,
-     r"token_ids\[0\]: 50 is not a codec token of codebook 0"),
-])
+@pytest.mark.parametrize(
+    "prompt, params, error, match",
+    [
+        ("   ", GREEDY, InvalidRequestError, "prompt: the text to speak is empty"),
+        (
+            {"prompt": "hi", "additional_information": {"voice": "tenor"}},
+            GREEDY,
+            InvalidRequestError,
+            "voice: 'tenor' is not one of alto, bass",
+        ),
+        (
+            {"prompt": "hi", "additional_information": {"instructions": "whisper"}},
+            GREEDY,
+            InvalidRequestError,
+            "instructions: this model does not take",
+        ),
+        ({"prompt": "hi", "prompt_token_ids": [1, 2]}, GREEDY, InvalidRequestError, "prompt: codec_tts speaks a text"),
+        (
+            {"prompt": "hi", "multi_modal_data": {"audio": ([0.0] * 160, 16000)}},
+            GREEDY,
+            InvalidRequestError,
+            "multi_modal_data: codec_tts takes text only",
+        ),
+        # no {ref_codes} in this folder's prompt_template: it cannot clone
+        (
+            {"prompt": "hi", "additional_information": {"ref_audio": ([0.1] * 1600, 16000), "ref_text": "hi"}},
+            GREEDY,
+            InvalidRequestError,
+            "ref_audio: this model cannot clone voices",
+        ),
+        # The caller lets the LM sample a text token: the edge names the position of the non-codec token.
+        (
+            "hi",
+            {**GREEDY, "allowed_token_ids": [50], "max_tokens": 8, "min_tokens": 8},
+            StageFailedError,
+            r"token_ids\[0\]: 50 is not a codec token of codebook 0",
+        ),
+    ],
+)
 async def test_bad_inputs_name_the_field(omni, prompt, params, error, match):
     with pytest.raises(error, match=match):
         await run(omni, prompt, params)

@@ -40,7 +40,7 @@ def xcodec2(llasa_dir):
 def feed(adapter, codes, sizes, params, context=None):
     state, parts, start = {}, [], 0
     for i, n in enumerate(sizes):
-        inputs = {"codes": codes[:, start:start + n], "streamed": True}
+        inputs = {"codes": codes[:, start : start + n], "streamed": True}
         if i == 0 and context is not None:
             inputs["context"] = context
         (out,) = adapter.run([GenerationItem("r", inputs, params, state, i == len(sizes) - 1)])
@@ -66,7 +66,7 @@ def test_streamed_blocks_do_not_depend_on_how_pieces_arrive(adapter, xcodec2):
     # and it is the schedule: block [0, 3) is decoded from the last 32 context frames to 3 + 4 frames
     with torch.no_grad():
         window = torch.cat([context, codes[:, :7]], dim=1)
-        first = xcodec2.decode(audio_codes=window[None]).audio_values[0, 0, 12 * 320:15 * 320]
+        first = xcodec2.decode(audio_codes=window[None]).audio_values[0, 0, 12 * 320 : 15 * 320]
     assert (a[: 3 * 320] - first).abs().max().item() <= BATCH_TOL
 
 
@@ -75,7 +75,7 @@ def test_whole_sequence_with_context_equals_the_codec_decode(adapter, xcodec2):
     codes, context = torch.randint(0, 64, (1, 40)), torch.randint(0, 64, (1, 25))
     (out,) = adapter.run([GenerationItem("w", {"codes": codes, "context": context}, {}, {}, True)])
     with torch.no_grad():
-        ref = xcodec2.decode(audio_codes=torch.cat([context, codes], 1)[None]).audio_values[0, 0, 25 * 320:]
+        ref = xcodec2.decode(audio_codes=torch.cat([context, codes], 1)[None]).audio_values[0, 0, 25 * 320 :]
     assert out["audio"].shape == ref.shape and (out["audio"] - ref).abs().max().item() <= 1e-6
     # streamed, the same codes are an approximation: the context reaches the whole sequence
     streamed = feed(adapter, codes, [40], {"chunk_frames": 8}, context)
@@ -88,7 +88,9 @@ def test_windows_of_different_lengths_are_never_padded_together(adapter):
     a, b = torch.randint(0, 64, (1, 20)), torch.randint(0, 64, (1, 9))
     solo_b = adapter.run([GenerationItem("b", {"codes": b}, {}, {}, True)])[0]["audio"]
     calls = len(adapter.calls)
-    out = adapter.run([GenerationItem("a", {"codes": a}, {}, {}, True), GenerationItem("b", {"codes": b}, {}, {}, True)])
+    out = adapter.run(
+        [GenerationItem("a", {"codes": a}, {}, {}, True), GenerationItem("b", {"codes": b}, {}, {}, True)]
+    )
     assert adapter.calls[calls:] == [1, 1]
     assert (out[1]["audio"] - solo_b).abs().max().item() <= BATCH_TOL
 
@@ -96,7 +98,9 @@ def test_windows_of_different_lengths_are_never_padded_together(adapter):
 def test_encoder_features_are_kaldi_fbank(adapter):
     knf = pytest.importorskip("kaldi_native_fbank")
     rng = np.random.default_rng(0)
-    audio = (0.3 * np.sin(np.arange(16000) / 16000 * 2 * np.pi * 440) + 0.05 * rng.standard_normal(16000)).astype(np.float32)
+    audio = (0.3 * np.sin(np.arange(16000) / 16000 * 2 * np.pi * 440) + 0.05 * rng.standard_normal(16000)).astype(
+        np.float32
+    )
     values, feats, mask = adapter.codec.features(audio)
     assert values.shape == (1, 1, 16320) and feats.shape == (1, 51, 160) and mask.tolist() == [[1] * 51]
     opts = knf.FbankOptions()
@@ -139,8 +143,9 @@ async def test_the_tail_is_decoded_when_the_end_comes_after_the_last_piece_ran(a
     torch.manual_seed(3)
     codes = torch.randint(0, 64, (1, 20))
     params = {"initial_codec_chunk_frames": 2, "chunk_frames": 8}
-    ctx = StageContext(spec=get_pipeline("codec_tts").stage(1), deploy=StageDeployConfig(stage_id=1),
-                       model=str(llasa_dir))
+    ctx = StageContext(
+        spec=get_pipeline("codec_tts").stage(1), deploy=StageDeployConfig(stage_id=1), model=str(llasa_dir)
+    )
     engine = GenerationStageEngine(ctx, adapter)
     await engine.start()
     try:

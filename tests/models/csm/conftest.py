@@ -41,22 +41,34 @@ class TransformersReference:
         self._depth_config = copy.deepcopy(self.model.depth_decoder.generation_config)
         self._cache: dict = {}
 
-    def run(self, turns: list[tuple[str, str, np.ndarray | None]], frames: int, seed: int | None = None,
-            **sampling) -> Generated:
+    def run(
+        self, turns: list[tuple[str, str, np.ndarray | None]], frames: int, seed: int | None = None, **sampling
+    ) -> Generated:
         """``turns``: (speaker, text, audio or None); ``sampling``: generate kwargs (greedy by default)."""
-        key = (repr([(s, t, None if a is None else a.tobytes()) for s, t, a in turns]), frames, seed,
-               tuple(sorted(sampling.items())))
+        key = (
+            repr([(s, t, None if a is None else a.tobytes()) for s, t, a in turns]),
+            frames,
+            seed,
+            tuple(sorted(sampling.items())),
+        )
         if key not in self._cache:
-            conversation = [{"role": s, "content": [{"type": "text", "text": t}]
-                             + ([{"type": "audio", "path": a}] if a is not None else [])} for s, t, a in turns]
+            conversation = [
+                {
+                    "role": s,
+                    "content": [{"type": "text", "text": t}]
+                    + ([{"type": "audio", "path": a}] if a is not None else []),
+                }
+                for s, t, a in turns
+            ]
             inputs = self.processor.apply_chat_template(conversation, tokenize=True, return_dict=True)
             kwargs = sampling or {"do_sample": False, "depth_decoder_do_sample": False}
             self.model.depth_decoder.generation_config = copy.deepcopy(self._depth_config)
             if seed is not None:
                 torch.manual_seed(seed)
             with torch.no_grad():
-                out = self.model.generate(**inputs, max_new_tokens=frames, output_audio=True,
-                                          return_dict_in_generate=True, **kwargs)
+                out = self.model.generate(
+                    **inputs, max_new_tokens=frames, output_audio=True, return_dict_in_generate=True, **kwargs
+                )
             codes = out.sequences[0]
             end = (codes[:, :-1] == self.model.config.codebook_eos_token_id).all(-1).nonzero()
             codes = codes[: int(end.min())] if end.numel() else codes

@@ -26,10 +26,23 @@ torch.set_num_threads(1)
 FRAMES = 10
 GREEDY = {"temperature": 0, "max_tokens": FRAMES}
 # hot sampling: with the tiny model's peaked logits, the checkpoint's 0.9 would draw the greedy codes
-HOT = {"temperature": 3.0, "top_k": 0, "depth_decoder_temperature": 2.0, "depth_decoder_top_k": 20,
-       "depth_decoder_top_p": 0.9, "max_tokens": FRAMES}
-HOT_REF = {"do_sample": True, "temperature": 3.0, "top_k": 0, "depth_decoder_do_sample": True,
-           "depth_decoder_temperature": 2.0, "depth_decoder_top_k": 20, "depth_decoder_top_p": 0.9}
+HOT = {
+    "temperature": 3.0,
+    "top_k": 0,
+    "depth_decoder_temperature": 2.0,
+    "depth_decoder_top_k": 20,
+    "depth_decoder_top_p": 0.9,
+    "max_tokens": FRAMES,
+}
+HOT_REF = {
+    "do_sample": True,
+    "temperature": 3.0,
+    "top_k": 0,
+    "depth_decoder_do_sample": True,
+    "depth_decoder_temperature": 2.0,
+    "depth_decoder_top_k": 20,
+    "depth_decoder_top_p": 0.9,
+}
 
 
 def context(folder, stage_id: int) -> StageContext:
@@ -40,19 +53,53 @@ def context(folder, stage_id: int) -> StageContext:
 CLIP_A, CLIP_B = clip(0), clip(1, seconds=0.7)
 CASES = [
     ("plain-0", {"prompt": "hello there"}, GREEDY, [("0", "hello there", None)], None, {}),
-    ("plain-1", {"prompt": "good morning", "additional_information": {"voice": "1"}}, GREEDY,
-     [("1", "good morning", None)], None, {}),
-    ("ref-1", {"prompt": "how are you today", "additional_information": {
-        "voice": "1", "ref_audio": (CLIP_A, 24000), "ref_text": "a clip of my voice"}}, GREEDY,
-     [("1", "a clip of my voice", CLIP_A), ("1", "how are you today", None)], None, {}),
-    ("context-0", {"prompt": "i am fine", "additional_information": {"context": [
-        {"speaker": "1", "text": "how are you", "audio": (CLIP_B, 24000)},
-        {"speaker": 0, "text": "the quick fox", "audio": (CLIP_A, 24000)}]}}, GREEDY,
-     [("1", "how are you", CLIP_B), ("0", "the quick fox", CLIP_A), ("0", "i am fine", None)], None, {}),
+    (
+        "plain-1",
+        {"prompt": "good morning", "additional_information": {"voice": "1"}},
+        GREEDY,
+        [("1", "good morning", None)],
+        None,
+        {},
+    ),
+    (
+        "ref-1",
+        {
+            "prompt": "how are you today",
+            "additional_information": {"voice": "1", "ref_audio": (CLIP_A, 24000), "ref_text": "a clip of my voice"},
+        },
+        GREEDY,
+        [("1", "a clip of my voice", CLIP_A), ("1", "how are you today", None)],
+        None,
+        {},
+    ),
+    (
+        "context-0",
+        {
+            "prompt": "i am fine",
+            "additional_information": {
+                "context": [
+                    {"speaker": "1", "text": "how are you", "audio": (CLIP_B, 24000)},
+                    {"speaker": 0, "text": "the quick fox", "audio": (CLIP_A, 24000)},
+                ]
+            },
+        },
+        GREEDY,
+        [("1", "how are you", CLIP_B), ("0", "the quick fox", CLIP_A), ("0", "i am fine", None)],
+        None,
+        {},
+    ),
     ("seeded-0", {"prompt": "hello world"}, {**HOT, "seed": 7}, [("0", "hello world", None)], 7, HOT_REF),
-    ("seeded-ref-1", {"prompt": "the lazy dog", "additional_information": {
-        "speaker": "1", "ref_audio": (CLIP_B, 24000), "ref_text": "thank you"}}, {**HOT, "seed": 11},
-     [("1", "thank you", CLIP_B), ("1", "the lazy dog", None)], 11, HOT_REF),
+    (
+        "seeded-ref-1",
+        {
+            "prompt": "the lazy dog",
+            "additional_information": {"speaker": "1", "ref_audio": (CLIP_B, 24000), "ref_text": "thank you"},
+        },
+        {**HOT, "seed": 11},
+        [("1", "thank you", CLIP_B), ("1", "the lazy dog", None)],
+        11,
+        HOT_REF,
+    ),
 ]
 
 
@@ -61,11 +108,13 @@ def run_engine(folder, cases):
         engine = CsmEngine(context(folder, 0))
         await engine.start()
         try:
-            outs = await asyncio.gather(*(all_outputs(engine.generate(StageRequest(rid, prompt, params)))
-                                          for rid, prompt, params, *_ in cases))
+            outs = await asyncio.gather(
+                *(all_outputs(engine.generate(StageRequest(rid, prompt, params))) for rid, prompt, params, *_ in cases)
+            )
             return outs, list(engine.batch_sizes)
         finally:
             await engine.shutdown()
+
     return asyncio.run(main())
 
 
@@ -77,8 +126,15 @@ def frames_of(outputs) -> torch.Tensor:
 def test_tiny_folder_resolves_to_csm(csm_dir, reference):
     assert resolve_pipeline(csm_dir).name == "csm"
     assert type(reference.processor).__name__ == "CsmProcessor"
-    assert checkpoint_defaults(csm_dir) == {"temperature": 0.9, "top_k": 50, "top_p": 1.0, "depth_decoder_temperature": 0.9,
-                                            "depth_decoder_top_k": 50, "depth_decoder_top_p": 1.0, "max_tokens": 125}
+    assert checkpoint_defaults(csm_dir) == {
+        "temperature": 0.9,
+        "top_k": 50,
+        "top_p": 1.0,
+        "depth_decoder_temperature": 0.9,
+        "depth_decoder_top_k": 50,
+        "depth_decoder_top_p": 1.0,
+        "max_tokens": 125,
+    }
 
 
 def test_codec_stage_loads_the_checkpoints_mimi(csm_dir, reference):
@@ -116,8 +172,11 @@ def test_streamed_decode_equals_transformers_audio(csm_dir, reference):
     got = []
     state: dict = {}
     for j in range(len(cuts) - 1):
-        items = [GenerationItem("a", {"codes": a.codes[cuts[j]:cuts[j + 1]].T, "streamed": True}, {}, state,
-                                j == len(cuts) - 2)]
+        items = [
+            GenerationItem(
+                "a", {"codes": a.codes[cuts[j] : cuts[j + 1]].T, "streamed": True}, {}, state, j == len(cuts) - 2
+            )
+        ]
         if j == 0:
             items.append(GenerationItem("b", {"codes": b.codes.T}, {}, {}, True))
         results = adapter.run(items)
@@ -132,25 +191,42 @@ def test_streamed_decode_equals_transformers_audio(csm_dir, reference):
     assert a.audio.abs().max() > 0.01  # real signal, not silence
 
 
-@pytest.mark.parametrize("params, field", [
-    ({"temperature": -1}, "temperature"),
-    ({"top_p": 0}, "top_p"),
-    ({"depth_decoder_top_k": 1.5}, "depth_decoder_top_k"),
-    ({"max_tokens": 0}, "max_tokens"),
-    ({"seed": -3}, "seed"),
-    ({"min_p": 0.1}, "min_p"),
-])
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ({"temperature": -1}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"depth_decoder_top_k": 1.5}, "depth_decoder_top_k"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"seed": -3}, "seed"),
+        ({"min_p": 0.1}, "min_p"),
+    ],
+)
 def test_parameter_checks_name_the_field(params, field):
-    defaults = {"temperature": 0.9, "top_k": 50, "top_p": 1.0, "depth_decoder_temperature": 0.9,
-                "depth_decoder_top_k": 50, "depth_decoder_top_p": 1.0, "max_tokens": 10}
+    defaults = {
+        "temperature": 0.9,
+        "top_k": 50,
+        "top_p": 1.0,
+        "depth_decoder_temperature": 0.9,
+        "depth_decoder_top_k": 50,
+        "depth_decoder_top_p": 1.0,
+        "max_tokens": 10,
+    }
     with pytest.raises(InvalidRequestError) as e:
         parse_params(params, defaults)
     assert e.value.field == field
 
 
 def test_greedy_request_makes_the_depth_decoder_greedy_too():
-    defaults = {"temperature": 0.9, "top_k": 50, "top_p": 1.0, "depth_decoder_temperature": 0.9,
-                "depth_decoder_top_k": 50, "depth_decoder_top_p": 1.0, "max_tokens": 10}
+    defaults = {
+        "temperature": 0.9,
+        "top_k": 50,
+        "top_p": 1.0,
+        "depth_decoder_temperature": 0.9,
+        "depth_decoder_top_k": 50,
+        "depth_decoder_top_p": 1.0,
+        "max_tokens": 10,
+    }
     assert parse_params({"temperature": 0}, defaults).depth.temperature == 0
     assert parse_params({"temperature": 0, "depth_decoder_temperature": 0.5}, defaults).depth.temperature == 0.5
     assert parse_params({}, defaults).depth.temperature == 0.9

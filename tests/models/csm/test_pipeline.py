@@ -47,9 +47,12 @@ def close(audio, ref) -> float:
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_streamed_speech_equals_transformers_and_arrives_in_chunks(omni, reference):
-    deltas, final = await speak(omni, {"prompt": "hello there", "additional_information": {"voice": "1"}},
-                                {"temperature": 0, "max_tokens": FRAMES}, {"initial_codec_chunk_frames": 2,
-                                                                           "chunk_frames": 4})
+    deltas, final = await speak(
+        omni,
+        {"prompt": "hello there", "additional_information": {"voice": "1"}},
+        {"temperature": 0, "max_tokens": FRAMES},
+        {"initial_codec_chunk_frames": 2, "chunk_frames": 4},
+    )
     ref = reference.run([("1", "hello there", None)], FRAMES)
     assert close(final.audio, ref.audio) <= TOL
     assert [len(d) // 1920 for d in deltas] == [2, 4, 4, 2]  # first chunk small, then chunk_frames, then the rest
@@ -59,8 +62,13 @@ async def test_streamed_speech_equals_transformers_and_arrives_in_chunks(omni, r
 @pytest.mark.asyncio(loop_scope="module")
 async def test_eight_concurrent_requests_each_equal_their_reference(omni, reference):
     hot = {"temperature": 3.0, "top_k": 0, "depth_decoder_temperature": 2.0, "max_tokens": FRAMES}
-    hot_ref = {"do_sample": True, "temperature": 3.0, "top_k": 0, "depth_decoder_do_sample": True,
-               "depth_decoder_temperature": 2.0}
+    hot_ref = {
+        "do_sample": True,
+        "temperature": 3.0,
+        "top_k": 0,
+        "depth_decoder_do_sample": True,
+        "depth_decoder_temperature": 2.0,
+    }
     greedy = {"temperature": 0, "max_tokens": FRAMES}
     cases = []
     for i in range(8):
@@ -73,8 +81,15 @@ async def test_eight_concurrent_requests_each_equal_their_reference(omni, refere
             turns.insert(0, (speaker, "a clip of my voice", CLIP))
         seeded = i >= 5
         params = {**hot, "seed": 100 + i} if seeded else greedy
-        cases.append(({"prompt": text, "additional_information": info}, params, turns,
-                      100 + i if seeded else None, hot_ref if seeded else {}))
+        cases.append(
+            (
+                {"prompt": text, "additional_information": info},
+                params,
+                turns,
+                100 + i if seeded else None,
+                hot_ref if seeded else {},
+            )
+        )
     backbone = omni.replicas(0)[0]
     before = len(backbone.batch_sizes)
     results = await asyncio.gather(*(speak(omni, prompt, params) for prompt, params, *_ in cases))
@@ -84,18 +99,21 @@ async def test_eight_concurrent_requests_each_equal_their_reference(omni, refere
 
 
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.parametrize("info, params, field", [
-    ({"voice": "bob"}, {}, "voice"),
-    ({"ref_text": "no clip"}, {}, "ref_text"),
-    ({"ref_audio": (CLIP, 24000)}, {}, "ref_text"),
-    ({"ref_audio": ([], 24000), "ref_text": "empty"}, {}, "ref_audio"),
-    ({"instructions": "whisper"}, {}, "instructions"),
-    ({"language": "fr"}, {}, "language"),
-    ({"context": [{"speaker": "x", "text": "hi", "audio": (CLIP, 24000)}]}, {}, "context[0].speaker"),
-    ({}, {"temperature": -1}, "sampling_params_list[0].temperature"),  # the llm-kind knob check of params.py
-    ({}, {"stop": ["x"]}, "stop"),
-    ({}, {"max_tokens": 2047}, "max_tokens"),  # with the prompt, past the model's 2048 positions
-])
+@pytest.mark.parametrize(
+    "info, params, field",
+    [
+        ({"voice": "bob"}, {}, "voice"),
+        ({"ref_text": "no clip"}, {}, "ref_text"),
+        ({"ref_audio": (CLIP, 24000)}, {}, "ref_text"),
+        ({"ref_audio": ([], 24000), "ref_text": "empty"}, {}, "ref_audio"),
+        ({"instructions": "whisper"}, {}, "instructions"),
+        ({"language": "fr"}, {}, "language"),
+        ({"context": [{"speaker": "x", "text": "hi", "audio": (CLIP, 24000)}]}, {}, "context[0].speaker"),
+        ({}, {"temperature": -1}, "sampling_params_list[0].temperature"),  # the llm-kind knob check of params.py
+        ({}, {"stop": ["x"]}, "stop"),
+        ({}, {"max_tokens": 2047}, "max_tokens"),  # with the prompt, past the model's 2048 positions
+    ],
+)
 async def test_bad_input_names_the_field(omni, info, params, field):
     with pytest.raises(InvalidRequestError) as e:
         await speak(omni, {"prompt": "hi", "additional_information": info}, {"max_tokens": 2, **params})
@@ -120,8 +138,9 @@ async def test_bad_chunk_size_is_named_by_the_codec_stage(omni):
 async def test_abort_mid_stream_frees_the_backbone(omni, reference):
     backbone = omni.replicas(0)[0]
     seen = 0
-    async for out in omni.generate("hello there", request_id="abort-me",
-                                   sampling_params_list=[{"temperature": 0, "max_tokens": 2000}, None]):
+    async for out in omni.generate(
+        "hello there", request_id="abort-me", sampling_params_list=[{"temperature": 0, "max_tokens": 2000}, None]
+    ):
         if out.delta.get("audio") is not None:
             seen += 1
             await omni.abort("abort-me")

@@ -16,8 +16,15 @@ CENTRES = {"left": 14.0, "center": 32.0, "right": 50.0}
 RADII = {"small": (6.0, 8.0), "large": (11.0, 13.0)}  # radius of the circle the shape is drawn in
 
 
-def draw(shape: str, colour: tuple[int, int, int], background: tuple[int, int, int], cx: float, cy: float,
-         r: float, scale: int = 4) -> Image.Image:
+def draw(
+    shape: str,
+    colour: tuple[int, int, int],
+    background: tuple[int, int, int],
+    cx: float,
+    cy: float,
+    r: float,
+    scale: int = 4,
+) -> Image.Image:
     """One shape, drawn at ``scale`` times the size and shrunk (soft, anti-aliased edges)."""
     img = Image.new("RGB", (64 * scale, 64 * scale), background)
     d = ImageDraw.Draw(img)
@@ -34,8 +41,12 @@ def draw(shape: str, colour: tuple[int, int, int], background: tuple[int, int, i
 def cases(n: int, seed: int):
     rng = np.random.default_rng(seed)
     for k in range(n):
-        shape, colour, position, size = SHAPES[k % 3], list(PALETTE)[k % 8], list(CENTRES)[(k // 3) % 3], \
-            list(RADII)[(k // 9) % 2]
+        shape, colour, position, size = (
+            SHAPES[k % 3],
+            list(PALETTE)[k % 8],
+            list(CENTRES)[(k // 3) % 3],
+            list(RADII)[(k // 9) % 2],
+        )
         background = BACKGROUNDS[k % len(BACKGROUNDS)]
         r = rng.uniform(*RADII[size])
         cx = CENTRES[position] + rng.uniform(-3, 3)

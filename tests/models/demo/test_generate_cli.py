@@ -19,15 +19,48 @@ def test_generate_writes_what_omni_gives(tmp_path):
 
     out = tmp_path / "out.png"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "omnistage.cli.main", "generate", "--prompt", PROMPT, "--seed", "3",
-                           "--num-inference-steps", "4", "--output", str(out)], env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "omnistage.cli.main",
+            "generate",
+            "--prompt",
+            PROMPT,
+            "--seed",
+            "3",
+            "--num-inference-steps",
+            "4",
+            "--output",
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == [str(out)]
     with Omni(model=None) as omni:
         (want,) = omni.generate([{"prompt": PROMPT}], [{"seed": 3, "num_inference_steps": 4}])
     assert np.array_equal(np.asarray(Image.open(out).convert("RGB")), np.asarray(want.images[0].convert("RGB")))
 
-    bad = subprocess.run([sys.executable, "-m", "omnistage.cli.main", "generate", "--prompt", PROMPT, "--height", "30",
-                          "--output", str(tmp_path / "bad.png")], env=env, capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "omnistage.cli.main",
+            "generate",
+            "--prompt",
+            PROMPT,
+            "--height",
+            "30",
+            "--output",
+            str(tmp_path / "bad.png"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad.returncode == 2 and "height" in bad.stderr  # the exit code still says what happened

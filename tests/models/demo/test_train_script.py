@@ -10,8 +10,26 @@ import torch
 from demo.components import MAX_TOKENS, T5_TOKENS, encode_text
 from tests.models.demo.conftest import REPO
 
-TOY = ["--device", "cpu", "--images", "24", "--vae-steps", "2", "--dit-steps", "3", "--decoder-steps", "2", "--width", "32", "--layers", "1",
-       "--batch", "4", "--vae-batch", "2"]
+TOY = [
+    "--device",
+    "cpu",
+    "--images",
+    "24",
+    "--vae-steps",
+    "2",
+    "--dit-steps",
+    "3",
+    "--decoder-steps",
+    "2",
+    "--width",
+    "32",
+    "--layers",
+    "1",
+    "--batch",
+    "4",
+    "--vae-batch",
+    "2",
+]
 
 
 def _train_module():
@@ -38,8 +56,14 @@ def test_training_is_reproducible_and_loadable(tmp_path):
     pipe = StableDiffusion3Pipeline.from_pretrained(a, text_encoder_3=None, tokenizer_3=None)
     pipe.set_progress_bar_config(disable=True)
     assert pipe.text_encoder_3 is None and pipe.tokenizer.model_max_length == MAX_TOKENS
-    image = pipe("a red circle on the left", num_inference_steps=2, height=64, width=64,
-                 max_sequence_length=T5_TOKENS, output_type="np").images[0]
+    image = pipe(
+        "a red circle on the left",
+        num_inference_steps=2,
+        height=64,
+        width=64,
+        max_sequence_length=T5_TOKENS,
+        output_type="np",
+    ).images[0]
     assert image.shape == (64, 64, 3) and np.isfinite(image).all()
 
 
@@ -54,7 +78,8 @@ def test_encode_text_matches_the_pipeline(tmp_path):
     prompts = ["a small green triangle on the right", ""]
     with torch.no_grad():
         ours, ours_pooled = encode_text(pipe.tokenizer, [pipe.text_encoder, pipe.text_encoder_2], prompts)
-        ref, _, ref_pooled, _ = pipe.encode_prompt(prompts, None, None, do_classifier_free_guidance=False,
-                                                   max_sequence_length=T5_TOKENS)
+        ref, _, ref_pooled, _ = pipe.encode_prompt(
+            prompts, None, None, do_classifier_free_guidance=False, max_sequence_length=T5_TOKENS
+        )
     torch.testing.assert_close(ours, ref, rtol=0, atol=0)
     torch.testing.assert_close(ours_pooled, ref_pooled, rtol=0, atol=0)

@@ -12,9 +12,13 @@ from omnistage.server.prompt_warnings import prompt_warnings
 
 
 def test_vocabulary_is_the_training_sets(shapes):
-    assert VOCABULARY == {"shape": list(shapes.SHAPES), "colour": list(shapes.COLOURS),
-                          "position": list(shapes.POSITIONS), "size": list(shapes.SIZES),
-                          "background": list(shapes.BACKGROUNDS)}
+    assert VOCABULARY == {
+        "shape": list(shapes.SHAPES),
+        "colour": list(shapes.COLOURS),
+        "position": list(shapes.POSITIONS),
+        "size": list(shapes.SIZES),
+        "background": list(shapes.BACKGROUNDS),
+    }
     trained = set(shapes.vocabulary_words())
     assert {w for words in VOCABULARY.values() for w in words} | set(FILLER_WORDS) >= trained
 

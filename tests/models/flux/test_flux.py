@@ -70,10 +70,14 @@ def test_dev_defaults_are_the_pipelines():
 async def test_default_t5_length_equals_diffusers_call(dev, ref):
     """The pipeline's own defaults (T5 length 512, guidance 3.5): no parameter but the size and steps."""
     async with AsyncOmni(dev, deploy_config=DEPLOY) as omni:
-        out = await generate_final(omni, "a bowl of fruit", {"height": 32, "width": 32, "num_inference_steps": 2,
-                                                              "seed": 5, "output_type": "latent"})
-    expected = ref("a bowl of fruit", height=32, width=32, num_inference_steps=2, generator=gen(5),
-                   output_type="latent").images
+        out = await generate_final(
+            omni,
+            "a bowl of fruit",
+            {"height": 32, "width": 32, "num_inference_steps": 2, "seed": 5, "output_type": "latent"},
+        )
+    expected = ref(
+        "a bowl of fruit", height=32, width=32, num_inference_steps=2, generator=gen(5), output_type="latent"
+    ).images
     assert max_diff(out.latents, expected) == 0.0
 
 
@@ -81,9 +85,19 @@ async def test_schnell_equals_diffusers_call(schnell):
     ref = reference("FluxPipeline", schnell)
     async with AsyncOmni(schnell, deploy_config=DEPLOY) as omni:
         # schnell's declared defaults: 4 steps, T5 length 256, no guidance embedding
-        out = await generate_final(omni, "a blue chair", {"height": 32, "width": 32, "seed": 2, "output_type": "latent"})
-    expected = ref("a blue chair", height=32, width=32, num_inference_steps=4, max_sequence_length=256,
-                   guidance_scale=0.0, generator=gen(2), output_type="latent").images
+        out = await generate_final(
+            omni, "a blue chair", {"height": 32, "width": 32, "seed": 2, "output_type": "latent"}
+        )
+    expected = ref(
+        "a blue chair",
+        height=32,
+        width=32,
+        num_inference_steps=4,
+        max_sequence_length=256,
+        guidance_scale=0.0,
+        generator=gen(2),
+        output_type="latent",
+    ).images
     assert max_diff(out.latents, expected) == 0.0
     assert ref.transformer.config.guidance_embeds is False
 
@@ -91,8 +105,11 @@ async def test_schnell_equals_diffusers_call(schnell):
 async def test_batch_keys_separate_sizes_and_text_lengths(dev):
     """img_ids / txt_ids are one table per forward: other sizes and T5 lengths never share one."""
     kw = dict(num_inference_steps=3, output_type="latent", seed=1)
-    variants = [dict(height=32, width=48, max_sequence_length=32), dict(height=48, width=32, max_sequence_length=32),
-                dict(height=32, width=48, max_sequence_length=64)]
+    variants = [
+        dict(height=32, width=48, max_sequence_length=32),
+        dict(height=48, width=32, max_sequence_length=32),
+        dict(height=32, width=48, max_sequence_length=64),
+    ]
     async with AsyncOmni(dev, deploy_config=DEPLOY) as omni:
         solo = [await generate_final(omni, "a red cat", {**kw, **v}) for v in variants]
         engine = omni.replicas(0)[0]
@@ -105,13 +122,16 @@ async def test_batch_keys_separate_sizes_and_text_lengths(dev):
     assert all(len(ids) == 1 for ids in forwards) and len(set(keys)) == 3
 
 
-@pytest.mark.parametrize("params,prompt,field", [
-    (dict(height=40), "a cat", "height"),  # not a multiple of 16 (VAE 8 x 2x2 packing)
-    (dict(width=20), "a cat", "width"),
-    (dict(max_sequence_length=513), "a cat", "max_sequence_length"),
-    (dict(true_cfg_scale=3.0), "a cat", "negative_prompt"),  # true CFG needs its negative pass
-    (dict(), {"prompt": "a cat", "multi_modal_data": {"image": "__image__"}}, "multi_modal_data.image"),
-])
+@pytest.mark.parametrize(
+    "params,prompt,field",
+    [
+        (dict(height=40), "a cat", "height"),  # not a multiple of 16 (VAE 8 x 2x2 packing)
+        (dict(width=20), "a cat", "width"),
+        (dict(max_sequence_length=513), "a cat", "max_sequence_length"),
+        (dict(true_cfg_scale=3.0), "a cat", "negative_prompt"),  # true CFG needs its negative pass
+        (dict(), {"prompt": "a cat", "multi_modal_data": {"image": "__image__"}}, "multi_modal_data.image"),
+    ],
+)
 async def test_bad_input_names_the_field(dev, params, prompt, field):
     from PIL import Image
 

@@ -39,8 +39,11 @@ def ref(kontext):
     return reference("FluxKontextPipeline", kontext)
 
 
-@pytest.mark.parametrize("case", [dict(), dict(true_cfg_scale=3.0, negative_prompt="blurry"),
-                                  dict(num_outputs_per_prompt=2)], ids=["edit", "true-cfg", "two-outputs"])
+@pytest.mark.parametrize(
+    "case",
+    [dict(), dict(true_cfg_scale=3.0, negative_prompt="blurry"), dict(num_outputs_per_prompt=2)],
+    ids=["edit", "true-cfg", "two-outputs"],
+)
 async def test_edit_equals_diffusers_call(kontext, ref, case):
     case = dict(case)
     n = case.pop("num_outputs_per_prompt", 1)
@@ -61,7 +64,9 @@ async def test_edit_equals_diffusers_call(kontext, ref, case):
         for got, want in zip(out.images, expected):
             assert np.array_equal(np.asarray(got), np.asarray(want))
         # the image conditions the result: another input image gives another output
-        other = await generate_final(omni, edit("make it red", image(48, 32, seed=1), neg), {**params, "output_type": "latent"})
+        other = await generate_final(
+            omni, edit("make it red", image(48, 32, seed=1), neg), {**params, "output_type": "latent"}
+        )
         assert not torch.equal(other.latents, latents)
 
 
@@ -71,20 +76,36 @@ async def test_default_resize_and_area_equal_diffusers_call(kontext, ref):
     (1024-ish pixels a side: 4096 image tokens here) and a 1 Mpx output area, scaled down by max_area only."""
     src = image(60, 90)
     async with AsyncOmni(kontext, deploy_config=DEPLOY) as omni:
-        out = await generate_final(omni, edit("a cat", src), dict(num_inference_steps=2, **SMALL, seed=3,
-                                                                  output_type="latent",
-                                                                  extra_args={"max_area": 32 * 48}))
-    expected = ref(image=src, prompt="a cat", num_inference_steps=2, max_area=32 * 48, generator=gen(3),
-                   output_type="latent", **SMALL).images
+        out = await generate_final(
+            omni,
+            edit("a cat", src),
+            dict(num_inference_steps=2, **SMALL, seed=3, output_type="latent", extra_args={"max_area": 32 * 48}),
+        )
+    expected = ref(
+        image=src,
+        prompt="a cat",
+        num_inference_steps=2,
+        max_area=32 * 48,
+        generator=gen(3),
+        output_type="latent",
+        **SMALL,
+    ).images
     assert max_diff(out.latents, expected) == 0.0
 
 
 async def test_text_to_image_without_an_image_equals_diffusers_call(kontext, ref):
     async with AsyncOmni(kontext, deploy_config=DEPLOY) as omni:
-        out = await generate_final(omni, "a bowl of fruit", dict(num_inference_steps=3, **SMALL, seed=4,
-                                                                 output_type="latent", extra_args=KEEP))
-    expected = ref(prompt="a bowl of fruit", num_inference_steps=3, generator=gen(4), output_type="latent",
-                   max_area=KEEP["max_area"], **SMALL).images
+        out = await generate_final(
+            omni, "a bowl of fruit", dict(num_inference_steps=3, **SMALL, seed=4, output_type="latent", extra_args=KEEP)
+        )
+    expected = ref(
+        prompt="a bowl of fruit",
+        num_inference_steps=3,
+        generator=gen(4),
+        output_type="latent",
+        max_area=KEEP["max_area"],
+        **SMALL,
+    ).images
     assert max_diff(out.latents, expected) == 0.0
 
 
@@ -97,10 +118,14 @@ async def test_concurrent_edits_match_their_solo_results(kontext):
     common.pop("guidance_scale")
     specs = [
         (edit("make it red", image(48, 32, 1)), dict(num_inference_steps=24, seed=1, guidance_scale=2.5)),
-        (edit("make it blue", image(48, 32, 2), "blurry"), dict(num_inference_steps=20, seed=2, guidance_scale=3.5,
-                                                                 true_cfg_scale=2.0)),
-        (edit("add a hat", image(48, 32, 3)), dict(num_inference_steps=16, seed=3, guidance_scale=1.5,
-                                                   num_outputs_per_prompt=2)),
+        (
+            edit("make it blue", image(48, 32, 2), "blurry"),
+            dict(num_inference_steps=20, seed=2, guidance_scale=3.5, true_cfg_scale=2.0),
+        ),
+        (
+            edit("add a hat", image(48, 32, 3)),
+            dict(num_inference_steps=16, seed=3, guidance_scale=1.5, num_outputs_per_prompt=2),
+        ),
         (edit("night time", image(48, 32, 4)), dict(num_inference_steps=7, seed=4, guidance_scale=4.0)),
     ]
     async with AsyncOmni(kontext, deploy_config=DEPLOY) as omni:
@@ -122,14 +147,17 @@ async def test_concurrent_edits_match_their_solo_results(kontext):
             assert max_diff(b.latents, a.latents) <= 1e-5
 
 
-@pytest.mark.parametrize("params,images,field", [
-    (dict(), 2, "multi_modal_data.image"),  # Kontext edits one image
-    (dict(height=36), 1, "height"),
-    (dict(strength=0.5), 1, "strength"),
-    (dict(extra_args={"max_area": 0}), 1, "max_area"),
-    (dict(extra_args={"auto_resize": "sometimes"}), 1, "auto_resize"),
-    (dict(true_cfg_scale=2.0), 1, "negative_prompt"),
-])
+@pytest.mark.parametrize(
+    "params,images,field",
+    [
+        (dict(), 2, "multi_modal_data.image"),  # Kontext edits one image
+        (dict(height=36), 1, "height"),
+        (dict(strength=0.5), 1, "strength"),
+        (dict(extra_args={"max_area": 0}), 1, "max_area"),
+        (dict(extra_args={"auto_resize": "sometimes"}), 1, "auto_resize"),
+        (dict(true_cfg_scale=2.0), 1, "negative_prompt"),
+    ],
+)
 async def test_bad_input_names_the_field(kontext, params, images, field):
     prompt = {"prompt": "a cat", "multi_modal_data": {"image": [image(32, 32, i) for i in range(images)]}}
     async with AsyncOmni(kontext, deploy_config=DEPLOY) as omni:

@@ -53,35 +53,66 @@ def expected(ref, prompt: dict, lora: str | None, scale: float, seed: int, **kw)
     if lora is None:
         ref.disable_lora()
         try:
-            return ref(prompt["prompt"], negative_prompt=prompt.get("negative_prompt"), generator=gen(seed),
-                       output_type="latent", **kw).images
+            return ref(
+                prompt["prompt"],
+                negative_prompt=prompt.get("negative_prompt"),
+                generator=gen(seed),
+                output_type="latent",
+                **kw,
+            ).images
         finally:
             ref.enable_lora()
     ref.set_adapters(lora)
-    return ref(prompt["prompt"], negative_prompt=prompt.get("negative_prompt"), generator=gen(seed),
-               output_type="latent", joint_attention_kwargs={"scale": scale}, **kw).images
+    return ref(
+        prompt["prompt"],
+        negative_prompt=prompt.get("negative_prompt"),
+        generator=gen(seed),
+        output_type="latent",
+        joint_attention_kwargs={"scale": scale},
+        **kw,
+    ).images
 
 
 def deploy(loras: dict[str, str]) -> dict:
-    return {"stages": [{"stage_id": 0, "engine_output_type": "image,latent", "max_num_seqs": 16,
-                        "lora_modules": [{"name": n, "path": p} for n, p in loras.items()]}]}
+    return {
+        "stages": [
+            {
+                "stage_id": 0,
+                "engine_output_type": "image,latent",
+                "max_num_seqs": 16,
+                "lora_modules": [{"name": n, "path": p} for n, p in loras.items()],
+            }
+        ]
+    }
 
 
 SPECS = [  # (prompt, adapter, scale, params)
     ({"prompt": "a red cat"}, "a", 1.0, dict(num_inference_steps=5, seed=1, guidance_scale=3.5)),
-    ({"prompt": "green square", "negative_prompt": "blurry"}, "b", 0.7,
-     dict(num_inference_steps=4, seed=2, guidance_scale=2.0, true_cfg_scale=4.0)),
+    (
+        {"prompt": "green square", "negative_prompt": "blurry"},
+        "b",
+        0.7,
+        dict(num_inference_steps=4, seed=2, guidance_scale=2.0, true_cfg_scale=4.0),
+    ),
     ({"prompt": "city skyline"}, None, 1.0, dict(num_inference_steps=5, seed=3, guidance_scale=5.0)),
-    ({"prompt": "a blue chair", "negative_prompt": "dark"}, "a", 0.4,
-     dict(num_inference_steps=3, seed=4, guidance_scale=1.0, true_cfg_scale=2.5)),
+    (
+        {"prompt": "a blue chair", "negative_prompt": "dark"},
+        "a",
+        0.4,
+        dict(num_inference_steps=3, seed=4, guidance_scale=1.0, true_cfg_scale=2.5),
+    ),
 ]
 
 
 async def test_mixed_adapters_equal_diffusers(dev, ref, loras):
     async with AsyncOmni(dev, deploy_config=deploy(loras)) as omni:
         solo = await generate_final(omni, {**SPECS[0][0], "lora": "a"}, {**SPECS[0][3], **SMALL})
-        outs = await asyncio.gather(*(generate_final(omni, {**p, **({"lora": lora} if lora else {})},
-                                                     {**kw, **SMALL, "lora_scale": s}) for p, lora, s, kw in SPECS))
+        outs = await asyncio.gather(
+            *(
+                generate_final(omni, {**p, **({"lora": lora} if lora else {})}, {**kw, **SMALL, "lora_scale": s})
+                for p, lora, s, kw in SPECS
+            )
+        )
         forwards = [ids for _, ids in omni.replicas(0)[0].forward_log]
     assert max(len(ids) for ids in forwards) == len(SPECS)  # adapters a, b and none in one forward
     for (prompt, lora, scale, kw), out in zip(SPECS, outs):

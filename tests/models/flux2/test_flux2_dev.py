@@ -45,8 +45,10 @@ def test_resolves_and_defaults_are_the_pipelines(folder):
 
     assert resolve_pipeline(folder).name == "flux2"
     sig = inspect.signature(Flux2Pipeline.__call__).parameters
-    assert flux2.DEV.stages[0].default_params == {"num_inference_steps": sig["num_inference_steps"].default,
-                                                  "guidance_scale": sig["guidance_scale"].default}
+    assert flux2.DEV.stages[0].default_params == {
+        "num_inference_steps": sig["num_inference_steps"].default,
+        "guidance_scale": sig["guidance_scale"].default,
+    }
     assert flux2.adapter.MAX_SEQUENCE_LENGTH == sig["max_sequence_length"].default
 
 
@@ -58,25 +60,30 @@ async def test_two_reference_edit_equals_diffusers_call(omni, ref):
     prompt = {"prompt": "make it red", "multi_modal_data": {"image": images}}
     out = await generate_final(omni, prompt, {**kw, "seed": 5, "output_type": "latent"})
     pics = await generate_final(omni, prompt, {**kw, "seed": 5})
-    want = ref(image=images, prompt="make it red", generator=torch.Generator().manual_seed(5), output_type="latent",
-               **kw).images
+    want = ref(
+        image=images, prompt="make it red", generator=torch.Generator().manual_seed(5), output_type="latent", **kw
+    ).images
     assert (out.latents - want).abs().max().item() == 0.0
     want = ref(image=images, prompt="make it red", generator=torch.Generator().manual_seed(5), **kw).images[0]
     got = np.asarray(pics.images[0])
     assert got.shape == (80, 64, 3) and np.array_equal(got, np.asarray(want))
     # the references condition the result: without them the same request gives another image
-    plain = await generate_final(omni, "make it red", {**kw, "height": 80, "width": 64, "seed": 5,
-                                                       "output_type": "latent"})
+    plain = await generate_final(
+        omni, "make it red", {**kw, "height": 80, "width": 64, "seed": 5, "output_type": "latent"}
+    )
     assert not torch.allclose(plain.latents, out.latents)
 
 
 @ONE_LOOP
-@pytest.mark.parametrize("prompt,params,field", [
-    ({"prompt": "a cat", "negative_prompt": "blurry"}, {}, "negative_prompt"),  # no CFG pass to run it in
-    ("a cat", dict(true_cfg_scale=3.0), "true_cfg_scale"),
-    ("a cat", dict(height=40), "height"),  # not a multiple of 16 (VAE 8 x 2x2 folding)
-    ("a cat", dict(max_sequence_length=600), "max_sequence_length"),
-])
+@pytest.mark.parametrize(
+    "prompt,params,field",
+    [
+        ({"prompt": "a cat", "negative_prompt": "blurry"}, {}, "negative_prompt"),  # no CFG pass to run it in
+        ("a cat", dict(true_cfg_scale=3.0), "true_cfg_scale"),
+        ("a cat", dict(height=40), "height"),  # not a multiple of 16 (VAE 8 x 2x2 folding)
+        ("a cat", dict(max_sequence_length=600), "max_sequence_length"),
+    ],
+)
 async def test_bad_input_names_the_field(omni, prompt, params, field):
     with pytest.raises(InvalidRequestError) as err:
         await generate_final(omni, prompt, {"height": 32, "width": 32, "num_inference_steps": 1, **params})
@@ -91,8 +98,9 @@ async def test_deploy_refuses_what_the_family_cannot_run(folder):
     from omnistage.stages.diffusion.parallel.launcher import check_supported
 
     assert resolve_deploy(flux2.DEV, {"stages": [{"stage_id": 0, "enable_lora": True}]}).stage(0).lora_enabled
-    deploy = resolve_deploy(flux2.DEV, {"stages": [{"stage_id": 0, "devices": "0,1",
-                                                    "parallel_config": {"ulysses_degree": 2}}]})
+    deploy = resolve_deploy(
+        flux2.DEV, {"stages": [{"stage_id": 0, "devices": "0,1", "parallel_config": {"ulysses_degree": 2}}]}
+    )
     ctx = StageContext(flux2.DEV.stages[0], deploy.stage(0), folder, pipeline_name="flux2")
     with pytest.raises(ValueError, match=r"ulysses_degree: pipeline 'flux2' runs \w+, which has no sequence"):
         check_supported(ctx)
@@ -120,8 +128,9 @@ async def test_step_cache_equals_a_plain_reference_loop(folder, method):
     tr.state, tr.total = State(), kw["num_inference_steps"]
     pipe = reference_pipeline("Flux2Pipeline", folder, transformer=tr)
     want = pipe(prompt="a red cat", generator=gen(4), output_type="latent", **kw).images
-    plain = reference_pipeline("Flux2Pipeline", folder, transformer=Flux2Transformer2DModel.from_pretrained(
-        folder, subfolder="transformer"))(prompt="a red cat", generator=gen(4), output_type="latent", **kw).images
+    plain = reference_pipeline(
+        "Flux2Pipeline", folder, transformer=Flux2Transformer2DModel.from_pretrained(folder, subfolder="transformer")
+    )(prompt="a red cat", generator=gen(4), output_type="latent", **kw).images
     assert outs[-1].metrics.num_steps_reused == tr.state.reused > 0
     assert max_diff(latent(outs), want) <= by_name("flux2").solo_tol  # (why not 0: its row in image_families)
     assert max_diff(want, plain) > 1e-3  # the reused steps change the result: the check above is not vacuous

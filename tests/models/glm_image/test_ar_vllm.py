@@ -35,8 +35,9 @@ def hf_inputs(folder, prompt, height, width):
 
     proc = GlmImageProcessor.from_pretrained(folder / "processor")
     msgs = [[{"role": "user", "content": [{"type": "text", "text": prompt}]}]]
-    return proc.apply_chat_template(msgs, tokenize=True, target_h=height, target_w=width, return_dict=True,
-                                    return_tensors="pt")
+    return proc.apply_chat_template(
+        msgs, tokenize=True, target_h=height, target_w=width, return_dict=True, return_tensors="pt"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +51,9 @@ def hf_greedy(folder):
     out = model.generate(**inputs, max_new_tokens=n, do_sample=False)
     # transformers caches the decode positions on the model between calls: clear them for the control
     model.model.rope_deltas, model.model._cached_decode_position_ids = None, None
-    plain = model.generate(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
-                           max_new_tokens=n, do_sample=False)  # no grids: 1-D positions
+    plain = model.generate(
+        input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], max_new_tokens=n, do_sample=False
+    )  # no grids: 1-D positions
     k = inputs["input_ids"].shape[1]
     return inputs["input_ids"][0].tolist(), out[0, k:].tolist(), plain[0, k:].tolist()
 
@@ -72,8 +74,11 @@ async def final_image(folder, prompt):
 
 def dit_kwargs() -> dict:
     """DIT as diffusers' __call__ arguments."""
-    return {"num_inference_steps": DIT["num_inference_steps"], "guidance_scale": DIT["guidance_scale"],
-            "generator": torch.Generator().manual_seed(DIT["seed"])}
+    return {
+        "num_inference_steps": DIT["num_inference_steps"],
+        "guidance_scale": DIT["guidance_scale"],
+        "generator": torch.Generator().manual_seed(DIT["seed"]),
+    }
 
 
 def dit_reference(folder):
@@ -82,8 +87,11 @@ def dit_reference(folder):
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def ar_engine(folder):
-    ctx = StageContext(spec=PIPELINE.stages[0], deploy=StageDeployConfig(stage_id=0, max_model_len=1024,
-                                                                         dtype="float32"), model=str(folder))
+    ctx = StageContext(
+        spec=PIPELINE.stages[0],
+        deploy=StageDeployConfig(stage_id=0, max_model_len=1024, dtype="float32"),
+        model=str(folder),
+    )
     engine = GlmImageAREngine(ctx)
     await engine.start()
     yield engine
@@ -100,8 +108,9 @@ async def ar_run(engine, rid, inputs, params):
 async def test_greedy_equals_transformers_generate(ar_engine, hf_greedy):
     prompt_ids, expected, plain = hf_greedy
     assert expected != plain  # the 2-D decode positions matter for this model: the check below can fail
-    got_prompt, ids, last = await ar_run(ar_engine, "g", {"prompt": PROMPT,
-                                                          "additional_information": {"height": H, "width": W}}, GREEDY)
+    got_prompt, ids, last = await ar_run(
+        ar_engine, "g", {"prompt": PROMPT, "additional_information": {"height": H, "width": W}}, GREEDY
+    )
     assert got_prompt == prompt_ids
     assert ids == expected and last.finish_reason == "length"
     # the size can also ride in the stage's params
@@ -117,19 +126,25 @@ async def test_concurrent_requests_of_different_sizes(ar_engine, folder):
 
     model = GlmImageForConditionalGeneration.from_pretrained(folder / "vision_language_encoder", dtype=torch.float32)
     sizes = [(64, 96), (96, 64), (32, 32)]
-    runs = [ar_run(ar_engine, f"c{i}", {"prompt": "green tree", "additional_information": {"height": h, "width": w}},
-                   GREEDY) for i, (h, w) in enumerate(sizes)]
+    runs = [
+        ar_run(
+            ar_engine, f"c{i}", {"prompt": "green tree", "additional_information": {"height": h, "width": w}}, GREEDY
+        )
+        for i, (h, w) in enumerate(sizes)
+    ]
     results = await asyncio.gather(*runs)
     for (h, w), (_, ids, _) in zip(sizes, results):
         inputs = hf_inputs(folder, "green tree", h, w)
         out = model.generate(**inputs, max_new_tokens=generated_layout(h, w, False)[1], do_sample=False)
-        assert ids == out[0, inputs["input_ids"].shape[1]:].tolist(), (h, w)
+        assert ids == out[0, inputs["input_ids"].shape[1] :].tolist(), (h, w)
 
 
 async def test_bad_requests_name_the_field(ar_engine):
-    cases = [({"prompt": PROMPT, "additional_information": {"height": 50, "width": 64}}, {}, "height"),
-             ({"prompt": PROMPT}, {"height": 64, "width": 64, "max_tokens": 5}, "max_tokens"),
-             ({"prompt": ""}, {}, "prompt")]
+    cases = [
+        ({"prompt": PROMPT, "additional_information": {"height": 50, "width": 64}}, {}, "height"),
+        ({"prompt": PROMPT}, {"height": 64, "width": 64, "max_tokens": 5}, "max_tokens"),
+        ({"prompt": ""}, {}, "prompt"),
+    ]
     for inputs, params, field in cases:
         with pytest.raises(ValueError, match=field):
             await ar_run(ar_engine, "bad", inputs, params)
@@ -141,7 +156,7 @@ async def test_end_to_end_through_omni(folder, hf_greedy):
     image = await final_image(folder, {"prompt": PROMPT, "additional_information": {"height": H, "width": W}})
     ref = dit_reference(folder)
     (th, tw), (ph, pw) = target_grids(H, W)
-    prior = ref._upsample_token_ids(torch.tensor(expected_ids[ph * pw:ph * pw + th * tw]), th, tw)
+    prior = ref._upsample_token_ids(torch.tensor(expected_ids[ph * pw : ph * pw + th * tw]), th, tw)
     expected = ref(PROMPT, height=H, width=W, prior_token_ids=prior, **dit_kwargs()).images[0]
     assert np.array_equal(np.asarray(image), np.asarray(expected))
 
@@ -164,12 +179,19 @@ def hf_i2i(folder, images, prompt=I2I_PROMPT, height=H, width=W):
     proc = GlmImageProcessor.from_pretrained(folder / "processor")
     model = GlmImageForConditionalGeneration.from_pretrained(folder / "vision_language_encoder", dtype=torch.float32)
     content = [{"type": "image", "image": im} for im in images] + [{"type": "text", "text": prompt}]
-    inputs = proc.apply_chat_template([[{"role": "user", "content": content}]], tokenize=True, target_h=height,
-                                      target_w=width, return_dict=True, return_tensors="pt")
+    inputs = proc.apply_chat_template(
+        [[{"role": "user", "content": content}]],
+        tokenize=True,
+        target_h=height,
+        target_w=width,
+        return_dict=True,
+        return_tensors="pt",
+    )
     out = model.generate(**inputs, max_new_tokens=generated_layout(height, width, True)[1], do_sample=False)
-    grids = inputs["image_grid_thw"][:len(images)]
-    vq = model.model.get_image_tokens(model.model.get_image_features(inputs["pixel_values"], grids).pooler_output,
-                                      grids)
+    grids = inputs["image_grid_thw"][: len(images)]
+    vq = model.model.get_image_tokens(
+        model.model.get_image_features(inputs["pixel_values"], grids).pooler_output, grids
+    )
     k = inputs["input_ids"].shape[1]
     return inputs["input_ids"][0].tolist(), out[0, k:].tolist(), vq.view(-1).tolist(), grids.tolist()
 
@@ -178,16 +200,31 @@ async def test_i2i_greedy_equals_transformers_generate(ar_engine, folder):
     img = source_image(0, 64, 96)
     prompt_ids, expected, vq, grids = hf_i2i(folder, [img])
     assert len(expected) == 2 * 3 + 1  # only the target grid and the end token are drawn
-    got_prompt, ids, last = await ar_run(ar_engine, "i", {"prompt": I2I_PROMPT, "multi_modal_data": {"image": img},
-                                                          "additional_information": {"height": H, "width": W}}, GREEDY)
+    got_prompt, ids, last = await ar_run(
+        ar_engine,
+        "i",
+        {"prompt": I2I_PROMPT, "multi_modal_data": {"image": img}, "additional_information": {"height": H, "width": W}},
+        GREEDY,
+    )
     assert got_prompt == prompt_ids and ids == expected
-    first = (await all_outputs(ar_engine.generate(StageRequest("i2", {"prompt": I2I_PROMPT,
-                                                                      "multi_modal_data": {"image": img}}, GREEDY))))[0]
+    first = (
+        await all_outputs(
+            ar_engine.generate(StageRequest("i2", {"prompt": I2I_PROMPT, "multi_modal_data": {"image": img}}, GREEDY))
+        )
+    )[0]
     # no size given: the source image's size; its ids and grid ride on the first output for the DiT stage
     assert first.data["prior_token_image_ids"] == vq and first.data["source_image_grid_thw"] == grids == [[1, 2, 3]]
     # the source image is really read: another image, other tokens
-    _, other, _ = await ar_run(ar_engine, "i3", {"prompt": I2I_PROMPT, "multi_modal_data": {"image": source_image(
-        1, 64, 96)}, "additional_information": {"height": H, "width": W}}, GREEDY)
+    _, other, _ = await ar_run(
+        ar_engine,
+        "i3",
+        {
+            "prompt": I2I_PROMPT,
+            "multi_modal_data": {"image": source_image(1, 64, 96)},
+            "additional_information": {"height": H, "width": W},
+        },
+        GREEDY,
+    )
     assert other == hf_i2i(folder, [source_image(1, 64, 96)])[1] and other != expected
 
 
@@ -195,10 +232,19 @@ async def test_i2i_two_sources_and_t2i_in_one_batch(ar_engine, folder):
     import asyncio
 
     two = [source_image(2, 64, 64), source_image(3, 96, 64)]
-    runs = [ar_run(ar_engine, "two", {"prompt": I2I_PROMPT, "multi_modal_data": {"image": two},
-                                      "additional_information": {"height": 32, "width": 64}}, GREEDY),
-            ar_run(ar_engine, "t2i", {"prompt": PROMPT, "additional_information": {"height": H, "width": W}},
-                   GREEDY)]
+    runs = [
+        ar_run(
+            ar_engine,
+            "two",
+            {
+                "prompt": I2I_PROMPT,
+                "multi_modal_data": {"image": two},
+                "additional_information": {"height": 32, "width": 64},
+            },
+            GREEDY,
+        ),
+        ar_run(ar_engine, "t2i", {"prompt": PROMPT, "additional_information": {"height": H, "width": W}}, GREEDY),
+    ]
     (_, ids_two, _), (_, ids_t2i, _) = await asyncio.gather(*runs)
     assert ids_two == hf_i2i(folder, two, height=32, width=64)[1]
     from transformers import GlmImageForConditionalGeneration
@@ -206,18 +252,21 @@ async def test_i2i_two_sources_and_t2i_in_one_batch(ar_engine, folder):
     model = GlmImageForConditionalGeneration.from_pretrained(folder / "vision_language_encoder", dtype=torch.float32)
     inputs = hf_inputs(folder, PROMPT, H, W)
     out = model.generate(**inputs, max_new_tokens=generated_layout(H, W, False)[1], do_sample=False)
-    assert ids_t2i == out[0, inputs["input_ids"].shape[1]:].tolist()
+    assert ids_t2i == out[0, inputs["input_ids"].shape[1] :].tolist()
 
 
 async def test_i2i_bad_source_images_name_the_field(ar_engine):
-    cases = [source_image(0, 32, 160),  # aspect ratio beyond the processor's 4:1
-             "not an image"]
+    cases = [
+        source_image(0, 32, 160),  # aspect ratio beyond the processor's 4:1
+        "not an image",
+    ]
     for image in cases:
         with pytest.raises(ValueError, match=r"multi_modal_data\.image"):
             await ar_run(ar_engine, "bad-i2i", {"prompt": I2I_PROMPT, "multi_modal_data": {"image": image}}, GREEDY)
     # still serving
-    _, ids, _ = await ar_run(ar_engine, "ok", {"prompt": I2I_PROMPT, "multi_modal_data": {"image": source_image(
-        0, 64, 96)}}, GREEDY)
+    _, ids, _ = await ar_run(
+        ar_engine, "ok", {"prompt": I2I_PROMPT, "multi_modal_data": {"image": source_image(0, 64, 96)}}, GREEDY
+    )
     assert len(ids) == 7
 
 
@@ -230,8 +279,15 @@ async def test_i2i_end_to_end_through_omni(folder):
     ref = dit_reference(folder)
     (th, tw), _ = target_grids(H, W)
     up = ref._upsample_token_ids
-    (_, sh, sw), = grids
-    expected = ref(I2I_PROMPT, image=[img], height=H, width=W, prior_token_ids=up(torch.tensor(ar_ids[:th * tw]), th, tw),
-                   prior_token_image_ids=[up(torch.tensor(vq), sh, sw).view(-1)],
-                   source_image_grid_thw=[torch.tensor([[1, 2 * sh, 2 * sw]])], **dit_kwargs()).images[0]
+    ((_, sh, sw),) = grids
+    expected = ref(
+        I2I_PROMPT,
+        image=[img],
+        height=H,
+        width=W,
+        prior_token_ids=up(torch.tensor(ar_ids[: th * tw]), th, tw),
+        prior_token_image_ids=[up(torch.tensor(vq), sh, sw).view(-1)],
+        source_image_grid_thw=[torch.tensor([[1, 2 * sh, 2 * sw]])],
+        **dit_kwargs(),
+    ).images[0]
     assert np.array_equal(np.asarray(image), np.asarray(expected))

@@ -29,10 +29,14 @@ def source_image(seed: int, h: int, w: int) -> Image.Image:
 def i2i_inputs(prompt: str, target: tuple[int, int], sources: list[tuple[int, int, int]]) -> dict:
     """Stage-1 inputs as the edge passes them; ``sources`` = [(seed, h, w)] per source image (d32 grids)."""
     th, tw = target
-    return {"prompt": prompt, "prior_token_ids": prior_ids(100 + th * tw, th, tw), "prior_grid": [th, tw],
-            "prior_token_image_ids": sum((prior_ids(s, h, w) for s, h, w in sources), []),
-            "source_image_grid_thw": [[1, h, w] for _, h, w in sources],
-            "multi_modal_data": {"image": [source_image(s, h, w) for s, h, w in sources]}}
+    return {
+        "prompt": prompt,
+        "prior_token_ids": prior_ids(100 + th * tw, th, tw),
+        "prior_grid": [th, tw],
+        "prior_token_image_ids": sum((prior_ids(s, h, w) for s, h, w in sources), []),
+        "source_image_grid_thw": [[1, h, w] for _, h, w in sources],
+        "multi_modal_data": {"image": [source_image(s, h, w) for s, h, w in sources]},
+    }
 
 
 async def run(engine, rid, inputs, **params):
@@ -48,19 +52,32 @@ def reference(ref, inputs, seed, **kw):
     source_ids = torch.cat([ref._upsample_token_ids(part, h, w).squeeze(0) for part, (_, h, w) in zip(ids, grids)])
     kw.setdefault("num_inference_steps", STEPS)
     kw.setdefault("guidance_scale", GUIDANCE)
-    return ref(inputs["prompt"], image=inputs["multi_modal_data"]["image"], height=th * 32, width=tw * 32,
-               prior_token_ids=ref._upsample_token_ids(torch.tensor(inputs["prior_token_ids"]), th, tw),
-               prior_token_image_ids=[source_ids],
-               source_image_grid_thw=[torch.tensor([[1, 2 * h, 2 * w] for _, h, w in grids])],
-               generator=gen(seed), **kw).images
+    return ref(
+        inputs["prompt"],
+        image=inputs["multi_modal_data"]["image"],
+        height=th * 32,
+        width=tw * 32,
+        prior_token_ids=ref._upsample_token_ids(torch.tensor(inputs["prior_token_ids"]), th, tw),
+        prior_token_image_ids=[source_ids],
+        source_image_grid_thw=[torch.tensor([[1, 2 * h, 2 * w] for _, h, w in grids])],
+        generator=gen(seed),
+        **kw,
+    ).images
 
 
 def t2i_reference(ref, inputs, seed, **kw):
     th, tw = inputs["prior_grid"]
     prior = ref._upsample_token_ids(torch.tensor(inputs["prior_token_ids"]), th, tw)
     kw.setdefault("guidance_scale", GUIDANCE)
-    return ref(inputs["prompt"], height=th * 32, width=tw * 32, prior_token_ids=prior, generator=gen(seed),
-               num_inference_steps=STEPS, **kw).images
+    return ref(
+        inputs["prompt"],
+        height=th * 32,
+        width=tw * 32,
+        prior_token_ids=prior,
+        generator=gen(seed),
+        num_inference_steps=STEPS,
+        **kw,
+    ).images
 
 
 @pytest.mark.parametrize("guidance", [1.5, 1.0])
@@ -103,8 +120,9 @@ async def test_outputs_per_prompt_share_the_source_cache(folder, adapter, ref):
     engine = await start(adapter, folder)
     try:
         inputs = i2i_inputs("a red cat", (2, 3), [(1, 2, 2)])
-        outs = await run(engine, "n2", inputs, seed=7, output_type="latent", num_inference_steps=STEPS,
-                         num_outputs_per_prompt=2)
+        outs = await run(
+            engine, "n2", inputs, seed=7, output_type="latent", num_inference_steps=STEPS, num_outputs_per_prompt=2
+        )
         expected = reference(ref, inputs, 7, output_type="latent", num_images_per_prompt=2)
         assert outs[-1].data["latent"].shape[0] == 2
         assert max_diff(outs[-1].data["latent"], expected) == 0.0
@@ -116,11 +134,17 @@ async def test_concurrent_i2i_batch_and_never_mix_with_t2i(folder, adapter, ref)
     engine = await start(adapter, folder)
     try:
         # same target grid, glyph length and source length (2x2 and 1x4 grids: 16 cached tokens each)
-        specs = [("i0", i2i_inputs("a red cat", (2, 2), [(1, 2, 2)]), 1, 1.5),
-                 ("i1", i2i_inputs("a blue dog", (2, 2), [(2, 1, 4)]), 2, 3.0),
-                 ("i2", i2i_inputs("green tree", (2, 2), [(3, 2, 2)]), 3, 1.0)]
-        results = await asyncio.gather(*[run(engine, rid, inp, seed=s, guidance_scale=g, num_inference_steps=STEPS,
-                                             output_type="latent") for rid, inp, s, g in specs])
+        specs = [
+            ("i0", i2i_inputs("a red cat", (2, 2), [(1, 2, 2)]), 1, 1.5),
+            ("i1", i2i_inputs("a blue dog", (2, 2), [(2, 1, 4)]), 2, 3.0),
+            ("i2", i2i_inputs("green tree", (2, 2), [(3, 2, 2)]), 3, 1.0),
+        ]
+        results = await asyncio.gather(
+            *[
+                run(engine, rid, inp, seed=s, guidance_scale=g, num_inference_steps=STEPS, output_type="latent")
+                for rid, inp, s, g in specs
+            ]
+        )
         assert any(len(ids) == 3 for _, ids in engine.forward_log), list(engine.forward_log)
         for (_rid, inp, s, g), outs in zip(specs, results):
             assert outs[-1].error is None, outs[-1].error
@@ -130,10 +154,10 @@ async def test_concurrent_i2i_batch_and_never_mix_with_t2i(folder, adapter, ref)
         engine.forward_log.clear()
         i2i = i2i_inputs("a red cat", (2, 2), [(4, 2, 2)])
         t2i = {k: i2i[k] for k in ("prompt", "prior_token_ids", "prior_grid")}  # same target and glyph length
-        out_i, out_t = await asyncio.gather(run(engine, "i", i2i, seed=8, num_inference_steps=STEPS,
-                                                output_type="latent"),
-                                            run(engine, "t", t2i, seed=9, num_inference_steps=STEPS,
-                                                output_type="latent"))
+        out_i, out_t = await asyncio.gather(
+            run(engine, "i", i2i, seed=8, num_inference_steps=STEPS, output_type="latent"),
+            run(engine, "t", t2i, seed=9, num_inference_steps=STEPS, output_type="latent"),
+        )
         assert all(len(ids) == 1 for _, ids in engine.forward_log), list(engine.forward_log)
         assert max_diff(out_i[-1].data["latent"], reference(ref, i2i, 8, output_type="latent")) == 0.0
         assert max_diff(out_t[-1].data["latent"], t2i_reference(ref, t2i, 9, output_type="latent")) == 0.0

@@ -78,13 +78,26 @@ async def test_batched_requests_match_diffusers(folder, adapter, ref):
     try:
         grid = (2, 2)
         specs = [("r0", "a red cat", 1, 1.5), ("r1", "a blue dog", 2, 3.0), ("r2", "green tree", 3, 1.0)]
-        runs = [run(engine, rid, p, prior_ids(s, *grid), grid, seed=s, guidance_scale=g, num_inference_steps=4,
-                    output_type="latent") for rid, p, s, g in specs]
+        runs = [
+            run(
+                engine,
+                rid,
+                p,
+                prior_ids(s, *grid),
+                grid,
+                seed=s,
+                guidance_scale=g,
+                num_inference_steps=4,
+                output_type="latent",
+            )
+            for rid, p, s, g in specs
+        ]
         results = await asyncio.gather(*runs)
         assert any(len(ids) == 3 for _, ids in engine.forward_log), list(engine.forward_log)
         for (_rid, p, s, g), outs in zip(specs, results):
-            expected = reference(ref, p, prior_ids(s, *grid), grid, s, guidance_scale=g, num_inference_steps=4,
-                                 output_type="latent")
+            expected = reference(
+                ref, p, prior_ids(s, *grid), grid, s, guidance_scale=g, num_inference_steps=4, output_type="latent"
+            )
             assert max_diff(outs[-1].data["latent"], expected) <= 1e-5
     finally:
         await engine.shutdown()
@@ -93,13 +106,18 @@ async def test_batched_requests_match_diffusers(folder, adapter, ref):
 async def test_bad_inputs_name_the_field(folder, adapter):
     engine = await start(adapter, folder)
     try:
-        cases = [({"prompt": "x"}, {}, "prior_token_ids"),
-                 ({"prompt": "x", "prior_token_ids": [1, 2, 3], "prior_grid": [2, 2]}, {}, "prior_token_ids"),
-                 ({"prompt": "x", "prior_token_ids": [1] * 4, "prior_grid": [2, "a"]}, {}, "prior_grid"),
-                 ({"prompt": "x", "prior_token_ids": [999] * 4, "prior_grid": [2, 2]}, {}, "prior_token_ids"),
-                 ({"prompt": "x", "prior_token_ids": [1] * 4, "prior_grid": [2, 2]}, {"height": 96}, "height"),
-                 ({"prompt": "x", "prior_token_ids": [1] * 4, "prior_grid": [2, 2], "negative_prompt": "y"}, {},
-                  "negative_prompt")]
+        cases = [
+            ({"prompt": "x"}, {}, "prior_token_ids"),
+            ({"prompt": "x", "prior_token_ids": [1, 2, 3], "prior_grid": [2, 2]}, {}, "prior_token_ids"),
+            ({"prompt": "x", "prior_token_ids": [1] * 4, "prior_grid": [2, "a"]}, {}, "prior_grid"),
+            ({"prompt": "x", "prior_token_ids": [999] * 4, "prior_grid": [2, 2]}, {}, "prior_token_ids"),
+            ({"prompt": "x", "prior_token_ids": [1] * 4, "prior_grid": [2, 2]}, {"height": 96}, "height"),
+            (
+                {"prompt": "x", "prior_token_ids": [1] * 4, "prior_grid": [2, 2], "negative_prompt": "y"},
+                {},
+                "negative_prompt",
+            ),
+        ]
         for inputs, params, field in cases:
             with pytest.raises(ValueError, match=field):
                 await final_output(engine.generate(StageRequest("bad", inputs, params)))
@@ -112,8 +130,9 @@ def test_edge_cuts_the_target_grid_from_cumulative_ids():
     (th, tw), (ph, pw) = target_grids(height, width)
     preview = list(range(ph * pw))
     target = [7] * (th * tw)
-    request = SimpleNamespace(prompt={"prompt": "p", "additional_information": {"height": height, "width": width}},
-                              sampling_params=[{}, {}])
+    request = SimpleNamespace(
+        prompt={"prompt": "p", "additional_information": {"height": height, "width": width}}, sampling_params=[{}, {}]
+    )
     out = ar_tokens_to_prior({"token_ids": preview + target + [65]}, request)
     assert out == {"prompt": "p", "prior_token_ids": target, "prior_grid": [th, tw]}
     assert "prior_token_image_ids" not in out  # present only for image-to-image

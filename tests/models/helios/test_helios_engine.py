@@ -84,7 +84,9 @@ async def test_solo_equals_diffusers_call(folder, adapter, guidance):
         data = finished_data(outs)
         assert data["video"].shape == want.shape == (65, 32, 32, 3) and data["fps"] == helios_adapter.DEFAULT_FPS
         assert np.array_equal(data["video"], want)
-        assert [o.progress for o in outs[:-1]] == [(0, 0)] + [(i, 6) for i in range(1, 6)]  # taken, per step over both chunks
+        assert [o.progress for o in outs[:-1]] == [(0, 0)] + [
+            (i, 6) for i in range(1, 6)
+        ]  # taken, per step over both chunks
     finally:
         await engine.shutdown()
 
@@ -100,8 +102,15 @@ async def test_concurrent_requests_share_forwards_and_match_solo(folder, adapter
     try:
         solo, together, batches = await solo_then_staggered(engine, specs, output_type="latent", height=32, width=32)
         ref = reference_pipeline("HeliosPipeline", folder)
-        want = ref("a red cat", generator=gen(1), output_type="latent", height=32, width=32, num_frames=65,
-                   num_inference_steps=4).frames
+        want = ref(
+            "a red cat",
+            generator=gen(1),
+            output_type="latent",
+            height=32,
+            width=32,
+            num_frames=65,
+            num_inference_steps=4,
+        ).frames
         assert solo["r0"].shape == want.shape == (1, 16, 18, 4, 4) and torch.equal(solo["r0"], want)
         for (rid, _, _), got in zip(specs, together):
             assert max_diff(got, solo[rid]) <= 1e-5, rid
@@ -117,8 +126,16 @@ async def test_pyramid_solo_equals_diffusers_call(pyramid_folder, pyramid_adapte
         # two chunks of three stages (latents 2x2, 4x4, 8x8); the engine alone has no stage defaults: 5.0 given
         kw = dict(height=64, width=64, num_frames=65, guidance_scale=5.0)
         outs = await run(engine, "a", PROMPT, seed=5, negative_prompt="blurry", num_inference_steps=2, **kw)
-        want = frames(ref(PROMPT, negative_prompt="blurry", generator=gen(5), output_type="np",
-                          pyramid_num_inference_steps_list=[2, 2, 2], **kw))
+        want = frames(
+            ref(
+                PROMPT,
+                negative_prompt="blurry",
+                generator=gen(5),
+                output_type="np",
+                pyramid_num_inference_steps_list=[2, 2, 2],
+                **kw,
+            )
+        )
         data = finished_data(outs)
         assert data["video"].shape == want.shape == (65, 64, 64, 3)
         assert np.array_equal(data["video"], want)
@@ -145,18 +162,23 @@ async def test_pyramid_concurrent_requests_batch_by_stage(pyramid_folder, pyrami
         await engine.shutdown()
 
 
-@pytest.mark.parametrize("pyramid,params,inputs,field", [
-    (False, dict(num_frames=40), {}, "num_frames"),  # chunks of 33 frames trimmed to 4k+1: 33, 65, 97, ...
-    (False, dict(height=40), {}, "height"),
-    (False, dict(num_outputs_per_prompt=2), {}, "num_outputs_per_prompt"),
-    (False, dict(guidance_scale_2=2.0), {}, "guidance_scale_2"),
-    (False, {}, {"multi_modal_data": {"image": Image.new("RGB", (32, 32))}}, "multi_modal_data.image"),
-    (True, dict(width=32), {}, "width"),  # the pyramid's lowest stage needs multiples of 64
-])
-async def test_bad_params_name_the_field(folder, adapter, pyramid_folder, pyramid_adapter, pyramid, params, inputs,
-                                         field):
-    engine = await (start_engine(PYRAMID, pyramid_adapter, pyramid_folder) if pyramid
-                    else start_engine(PIPELINE, adapter, folder))
+@pytest.mark.parametrize(
+    "pyramid,params,inputs,field",
+    [
+        (False, dict(num_frames=40), {}, "num_frames"),  # chunks of 33 frames trimmed to 4k+1: 33, 65, 97, ...
+        (False, dict(height=40), {}, "height"),
+        (False, dict(num_outputs_per_prompt=2), {}, "num_outputs_per_prompt"),
+        (False, dict(guidance_scale_2=2.0), {}, "guidance_scale_2"),
+        (False, {}, {"multi_modal_data": {"image": Image.new("RGB", (32, 32))}}, "multi_modal_data.image"),
+        (True, dict(width=32), {}, "width"),  # the pyramid's lowest stage needs multiples of 64
+    ],
+)
+async def test_bad_params_name_the_field(
+    folder, adapter, pyramid_folder, pyramid_adapter, pyramid, params, inputs, field
+):
+    engine = await (
+        start_engine(PYRAMID, pyramid_adapter, pyramid_folder) if pyramid else start_engine(PIPELINE, adapter, folder)
+    )
     try:
         kw = {"height": 64, "width": 64, "num_frames": 33, **params}
         with pytest.raises(ValueError, match=field):

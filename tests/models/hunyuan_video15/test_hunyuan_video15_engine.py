@@ -109,8 +109,9 @@ async def test_videos_finishing_together_decode(folder, adapter):
         kw = dict(num_inference_steps=2, guidance_scale=1.0, **SMALL)
         solo = finished_data(await run(engine, "solo", "a red cat", seed=1, **kw))["video"]
         engine.forward_log.clear()
-        outs = await asyncio.gather(run(engine, "a", "a red cat", seed=1, **kw),
-                                    run(engine, "b", "green square", seed=2, **kw))
+        outs = await asyncio.gather(
+            run(engine, "a", "a red cat", seed=1, **kw), run(engine, "b", "green square", seed=2, **kw)
+        )
         assert [len(ids) for _, ids in engine.forward_log] == [2, 2]  # admitted together, finished together
         assert np.array_equal(finished_data(outs[0])["video"], solo)
         assert finished_data(outs[1])["video"].shape == solo.shape
@@ -118,14 +119,17 @@ async def test_videos_finishing_together_decode(folder, adapter):
         await engine.shutdown()
 
 
-@pytest.mark.parametrize("params,inputs,field", [
-    (dict(num_frames=4), {}, "num_frames"),  # 2k+1 here (4k+1 in the release)
-    (dict(width=None), {}, "width"),  # one side alone
-    (dict(height=18, width=32), {}, "height"),
-    (dict(max_sequence_length=64), {}, "max_sequence_length"),
-    (dict(num_outputs_per_prompt=2), {}, "num_outputs_per_prompt"),
-    ({}, {"multi_modal_data": {"image": Image.new("RGB", (32, 32))}}, "multi_modal_data.image"),
-])
+@pytest.mark.parametrize(
+    "params,inputs,field",
+    [
+        (dict(num_frames=4), {}, "num_frames"),  # 2k+1 here (4k+1 in the release)
+        (dict(width=None), {}, "width"),  # one side alone
+        (dict(height=18, width=32), {}, "height"),
+        (dict(max_sequence_length=64), {}, "max_sequence_length"),
+        (dict(num_outputs_per_prompt=2), {}, "num_outputs_per_prompt"),
+        ({}, {"multi_modal_data": {"image": Image.new("RGB", (32, 32))}}, "multi_modal_data.image"),
+    ],
+)
 async def test_bad_params_name_the_field(folder, adapter, params, inputs, field):
     engine = await start_engine(PIPELINE, adapter, folder)
     try:
@@ -145,8 +149,9 @@ async def test_i2v_solo_equals_diffusers_call(tiny_model):
     engine = await start_engine(PIPELINE, adapter, folder)
     try:
         kw = dict(num_inference_steps=3, num_frames=5)
-        outs = await run(engine, "a", PROMPT, inputs={"multi_modal_data": {"image": image}}, seed=3,
-                         guidance_scale=4.0, **kw)
+        outs = await run(
+            engine, "a", PROMPT, inputs={"multi_modal_data": {"image": image}}, seed=3, guidance_scale=4.0, **kw
+        )
         want = frames(ref(image=image, prompt=PROMPT, generator=gen(3), output_type="np", **kw))
         data = finished_data(outs)
         assert data["video"].shape == want.shape == (5, 12, 20, 3)  # the model's target area at the image's aspect

@@ -74,21 +74,42 @@ def test_family_resolves_from_the_folder(folder, tiny_model):
     assert str(PIPELINE.stages[0].output_modality) == "audio+video"
 
 
-@pytest.mark.parametrize("guidance", [
-    dict(guidance_scale=3.0, extra_args=STG),  # the pipeline's defaults: CFG, STG, modality isolation, rescale
-    dict(guidance_scale=1.0, extra_args={"audio_guidance_scale": 1.0, **STG}),  # no CFG, STG + isolation still on
-    dict(guidance_scale=4.0, extra_args={"stg_scale": 0.0, "audio_stg_scale": 0.0, "modality_scale": 1.0,
-                                         "audio_modality_scale": 1.0, "guidance_rescale": 0.0}),  # CFG alone
-])
+@pytest.mark.parametrize(
+    "guidance",
+    [
+        dict(guidance_scale=3.0, extra_args=STG),  # the pipeline's defaults: CFG, STG, modality isolation, rescale
+        dict(guidance_scale=1.0, extra_args={"audio_guidance_scale": 1.0, **STG}),  # no CFG, STG + isolation still on
+        dict(
+            guidance_scale=4.0,
+            extra_args={
+                "stg_scale": 0.0,
+                "audio_stg_scale": 0.0,
+                "modality_scale": 1.0,
+                "audio_modality_scale": 1.0,
+                "guidance_rescale": 0.0,
+            },
+        ),  # CFG alone
+    ],
+)
 async def test_solo_equals_diffusers_call(folder, adapter, ref, guidance):
     engine = await start_engine(PIPELINE, adapter, folder)
     try:
-        outs = await run(engine, "a", "a red cat", seed=11, negative_prompt="blurry", num_inference_steps=3,
-                         **SMALL, **guidance)
+        outs = await run(
+            engine, "a", "a red cat", seed=11, negative_prompt="blurry", num_inference_steps=3, **SMALL, **guidance
+        )
         data = finished_data(outs)
-        want_video, want_audio = ref_outputs(ref("a red cat", negative_prompt="blurry", generator=gen(11),
-                                                 num_inference_steps=3, guidance_scale=guidance["guidance_scale"],
-                                                 output_type="np", **REF_SMALL, **guidance["extra_args"]))
+        want_video, want_audio = ref_outputs(
+            ref(
+                "a red cat",
+                negative_prompt="blurry",
+                generator=gen(11),
+                num_inference_steps=3,
+                guidance_scale=guidance["guidance_scale"],
+                output_type="np",
+                **REF_SMALL,
+                **guidance["extra_args"],
+            )
+        )
         assert data["video"].dtype == np.uint8 and data["video"].shape == (9, 32, 32, 3)
         assert np.array_equal(data["video"], want_video)
         assert data["audio"].shape == want_audio.shape == (2, 5280)  # stereo, 9 latent audio frames x 4 x 160 - 3 x 160
@@ -104,12 +125,32 @@ async def test_concurrent_requests_share_forwards_and_match_solo(folder, adapter
     extra guidance pass), each joining a running batch."""
     specs = [
         ("r0", "a red cat", dict(num_inference_steps=6, seed=1, guidance_scale=3.0, extra_args=STG)),
-        ("r1", "green square", dict(num_inference_steps=4, seed=2, guidance_scale=1.0,
-                                    extra_args={"audio_guidance_scale": 1.0, "modality_scale": 1.0,
-                                                "audio_modality_scale": 1.0})),  # STG on the default block 28
-        ("r2", "city skyline", dict(num_inference_steps=5, seed=3, guidance_scale=4.0, negative_prompt="blurry",
-                                    extra_args={"stg_scale": 0.0, "audio_stg_scale": 0.0, "modality_scale": 1.0,
-                                                "audio_modality_scale": 1.0})),
+        (
+            "r1",
+            "green square",
+            dict(
+                num_inference_steps=4,
+                seed=2,
+                guidance_scale=1.0,
+                extra_args={"audio_guidance_scale": 1.0, "modality_scale": 1.0, "audio_modality_scale": 1.0},
+            ),
+        ),  # STG on the default block 28
+        (
+            "r2",
+            "city skyline",
+            dict(
+                num_inference_steps=5,
+                seed=3,
+                guidance_scale=4.0,
+                negative_prompt="blurry",
+                extra_args={
+                    "stg_scale": 0.0,
+                    "audio_stg_scale": 0.0,
+                    "modality_scale": 1.0,
+                    "audio_modality_scale": 1.0,
+                },
+            ),
+        ),
     ]
     engine = await start_engine(PIPELINE, adapter, folder)
     try:
@@ -132,8 +173,17 @@ async def test_video_alone_skips_the_audio_decode(folder, adapter, ref):
         outs = [o async for o in engine.generate(StageRequest("v", {"prompt": "a red cat"}, kw, wanted="video"))]
         data = finished_data(outs)
         assert "audio" not in data and "sample_rate" not in data
-        want_video, _ = ref_outputs(ref("a red cat", generator=gen(5), num_inference_steps=2, guidance_scale=3.0,
-                                        output_type="np", **REF_SMALL, **STG))
+        want_video, _ = ref_outputs(
+            ref(
+                "a red cat",
+                generator=gen(5),
+                num_inference_steps=2,
+                guidance_scale=3.0,
+                output_type="np",
+                **REF_SMALL,
+                **STG,
+            )
+        )
         assert np.array_equal(data["video"], want_video)
     finally:
         await engine.shutdown()
@@ -143,12 +193,21 @@ async def test_batched_decode_gives_each_request_its_video_and_audio(folder, ada
     engine = await start_engine(PIPELINE, adapter, folder)
     try:
         kw = dict(num_inference_steps=2, guidance_scale=3.0, **SMALL)
-        a, b = await asyncio.gather(run(engine, "a", "a red cat", seed=1, **kw),
-                                    run(engine, "b", "green square", seed=2, **kw))
+        a, b = await asyncio.gather(
+            run(engine, "a", "a red cat", seed=1, **kw), run(engine, "b", "green square", seed=2, **kw)
+        )
         assert any(len(ids) == 2 for _, ids in engine.forward_log)
         for outs, prompt, seed in ((a, "a red cat", 1), (b, "green square", 2)):
-            video, audio = ref_outputs(ref(prompt, generator=gen(seed), num_inference_steps=2, guidance_scale=3.0,
-                                           output_type="np", **REF_SMALL))
+            video, audio = ref_outputs(
+                ref(
+                    prompt,
+                    generator=gen(seed),
+                    num_inference_steps=2,
+                    guidance_scale=3.0,
+                    output_type="np",
+                    **REF_SMALL,
+                )
+            )
             data = finished_data(outs)
             # batched with another request: float batch variance may move a pixel by one uint8 level at most
             assert np.abs(data["video"].astype(int) - video.astype(int)).max() <= 1
@@ -157,17 +216,20 @@ async def test_batched_decode_gives_each_request_its_video_and_audio(folder, ada
         await engine.shutdown()
 
 
-@pytest.mark.parametrize("params,inputs,field", [
-    (dict(num_frames=8), {}, "num_frames"),  # the video VAE's rule: 2k+1 frames here (8k+1 in the release)
-    (dict(num_frames=10), {}, "num_frames"),
-    (dict(height=48), {}, "height"),
-    (dict(width=40), {}, "width"),
-    (dict(num_outputs_per_prompt=2), {}, "num_outputs_per_prompt"),
-    (dict(guidance_scale_2=3.0), {}, "guidance_scale_2"),
-    (dict(extra_args={"motion_speed": 0.0}), {}, "motion_speed"),
-    (dict(extra_args={"spatio_temporal_guidance_blocks": []}), {}, "spatio_temporal_guidance_blocks"),
-    ({}, {"multi_modal_data": {"image": Image.new("RGB", (32, 32))}}, "multi_modal_data.image"),
-])
+@pytest.mark.parametrize(
+    "params,inputs,field",
+    [
+        (dict(num_frames=8), {}, "num_frames"),  # the video VAE's rule: 2k+1 frames here (8k+1 in the release)
+        (dict(num_frames=10), {}, "num_frames"),
+        (dict(height=48), {}, "height"),
+        (dict(width=40), {}, "width"),
+        (dict(num_outputs_per_prompt=2), {}, "num_outputs_per_prompt"),
+        (dict(guidance_scale_2=3.0), {}, "guidance_scale_2"),
+        (dict(extra_args={"motion_speed": 0.0}), {}, "motion_speed"),
+        (dict(extra_args={"spatio_temporal_guidance_blocks": []}), {}, "spatio_temporal_guidance_blocks"),
+        ({}, {"multi_modal_data": {"image": Image.new("RGB", (32, 32))}}, "multi_modal_data.image"),
+    ],
+)
 async def test_bad_params_name_the_field(folder, adapter, params, inputs, field):
     engine = await start_engine(PIPELINE, adapter, folder)
     try:
@@ -197,12 +259,29 @@ async def test_i2v_solo_equals_diffusers_call(i2v, crf):
     engine = await start_engine(PIPELINE, adapter, folder)
     try:
         kw = dict(SMALL, width=64, num_inference_steps=3, guidance_scale=3.0)
-        outs = await run(engine, "a", "a red cat", inputs={"multi_modal_data": {"image": image}}, seed=3,
-                         extra_args={**STG, **extra}, **kw)
+        outs = await run(
+            engine,
+            "a",
+            "a red cat",
+            inputs={"multi_modal_data": {"image": image}},
+            seed=3,
+            extra_args={**STG, **extra},
+            **kw,
+        )
         data = finished_data(outs)
-        video, audio = ref_outputs(ref(image=image, prompt="a red cat", generator=gen(3), num_inference_steps=3,
-                                       guidance_scale=3.0, output_type="np", **dict(REF_SMALL, width=64), **STG,
-                                       **extra))
+        video, audio = ref_outputs(
+            ref(
+                image=image,
+                prompt="a red cat",
+                generator=gen(3),
+                num_inference_steps=3,
+                guidance_scale=3.0,
+                output_type="np",
+                **dict(REF_SMALL, width=64),
+                **STG,
+                **extra,
+            )
+        )
         assert data["video"].shape == (9, 32, 64, 3)
         assert np.array_equal(data["video"], video)
         assert np.abs(data["audio"] - audio).max() == 0.0
@@ -215,8 +294,15 @@ async def test_i2v_solo_equals_diffusers_call(i2v, crf):
 def test_the_fixture_exercises_every_guidance_term(folder, ref):
     """STG and modality isolation each change the result on the tiny model (else the tests above would not
     check them): the fixture's DiT has perturbable attention and audio<->video cross-attention."""
-    kw = dict(REF_SMALL, num_inference_steps=2, guidance_scale=1.0, audio_guidance_scale=1.0, output_type="latent",
-              guidance_rescale=0.0, audio_guidance_rescale=0.0)
+    kw = dict(
+        REF_SMALL,
+        num_inference_steps=2,
+        guidance_scale=1.0,
+        audio_guidance_scale=1.0,
+        output_type="latent",
+        guidance_rescale=0.0,
+        audio_guidance_rescale=0.0,
+    )
     off = dict(stg_scale=0.0, audio_stg_scale=0.0, modality_scale=1.0, audio_modality_scale=1.0)
     base = ref("a red cat", generator=gen(1), **kw, **off).frames
     for on in (dict(off, stg_scale=1.0, **STG), dict(off, modality_scale=3.0)):

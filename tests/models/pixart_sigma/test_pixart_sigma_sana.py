@@ -61,13 +61,20 @@ async def test_resolution_binning_equals_diffusers_call(family):
         assert np.array_equal(np.asarray(got), np.asarray(w))
 
 
-@pytest.mark.parametrize("params,images,field", [
-    (dict(height=40, extra_args={"use_resolution_binning": False}), 0, "height"),  # not a multiple of the patch grid
-    (dict(true_cfg_scale=3.0), 0, "true_cfg_scale"),  # CFG is guidance_scale
-    (dict(max_sequence_length=600), 0, "max_sequence_length"),
-    (dict(extra_args={"use_resolution_binning": "maybe"}), 0, "use_resolution_binning"),
-    (dict(), 1, "multi_modal_data.image"),  # text-to-image only
-])
+@pytest.mark.parametrize(
+    "params,images,field",
+    [
+        (
+            dict(height=40, extra_args={"use_resolution_binning": False}),
+            0,
+            "height",
+        ),  # not a multiple of the patch grid
+        (dict(true_cfg_scale=3.0), 0, "true_cfg_scale"),  # CFG is guidance_scale
+        (dict(max_sequence_length=600), 0, "max_sequence_length"),
+        (dict(extra_args={"use_resolution_binning": "maybe"}), 0, "use_resolution_binning"),
+        (dict(), 1, "multi_modal_data.image"),  # text-to-image only
+    ],
+)
 async def test_bad_input_names_the_field(family, params, images, field):
     _, folder, _, _ = family
     prompt = {"prompt": "a cat", **({"multi_modal_data": {"image": Image.new("RGB", (32, 32))}} if images else {})}
@@ -89,8 +96,9 @@ def test_deploy_refuses_what_the_family_cannot_run(tiny_model):
         resolve_deploy(pixart_sigma.PIPELINE, {"stages": [{"stage_id": 0, "enable_lora": True}]})
     assert resolve_deploy(sana.PIPELINE, {"stages": [{"stage_id": 0, "enable_lora": True}]}).stage(0).lora_enabled
     for name, module in (("pixart_sigma", pixart_sigma), ("sana", sana)):
-        deploy = resolve_deploy(module.PIPELINE, {"stages": [{"stage_id": 0, "devices": "0,1",
-                                                              "parallel_config": {"ulysses_degree": 2}}]})
+        deploy = resolve_deploy(
+            module.PIPELINE, {"stages": [{"stage_id": 0, "devices": "0,1", "parallel_config": {"ulysses_degree": 2}}]}
+        )
         ctx = StageContext(module.PIPELINE.stages[0], deploy.stage(0), str(tiny_model(name)), pipeline_name=name)
         with pytest.raises(ValueError, match=rf"ulysses_degree: pipeline '{name}' runs \w+, which has no sequence"):
             check_supported(ctx)

@@ -53,8 +53,11 @@ def expected_prompt_ids(folder, system, user):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(folder / "llm")
-    text = tok.apply_chat_template([{"role": "system", "content": system}, {"role": "user", "content": user}],
-                                   tokenize=False, add_generation_prompt=True)
+    text = tok.apply_chat_template(
+        [{"role": "system", "content": system}, {"role": "user", "content": user}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
     return tok.encode(text, add_special_tokens=False)
 
 

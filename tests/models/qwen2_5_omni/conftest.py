@@ -57,17 +57,26 @@ class TransformersReference:
     def template(self, messages) -> str:
         return self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
-    def run(self, messages, thinker_tokens: int, talker_tokens: int, speaker: str = "Chelsie", mm: dict | None = None,
-            **kwargs) -> Reference:
+    def run(
+        self,
+        messages,
+        thinker_tokens: int,
+        talker_tokens: int,
+        speaker: str = "Chelsie",
+        mm: dict | None = None,
+        **kwargs,
+    ) -> Reference:
         key = (repr(messages), repr(mm), thinker_tokens, talker_tokens, speaker, repr(kwargs))
         if key not in self._cache:
-            self._cache[key] = self._run(self.template(messages), thinker_tokens, talker_tokens, speaker, mm or {},
-                                         **kwargs)
+            self._cache[key] = self._run(
+                self.template(messages), thinker_tokens, talker_tokens, speaker, mm or {}, **kwargs
+            )
         return self._cache[key]
 
     def _run(self, prompt: str, thinker_tokens: int, talker_tokens: int, speaker: str, mm: dict, **kwargs):
-        inputs = self.processor(text=[prompt, self.template(self.COMPANION)], return_tensors="pt", padding=True,
-                                **mm, **kwargs)
+        inputs = self.processor(
+            text=[prompt, self.template(self.COMPANION)], return_tensors="pt", padding=True, **mm, **kwargs
+        )
         # transformers 5.19's generate() hands every processor output it does not route (pixels included) to the
         # talker too, whose generate() refuses pixels as unused model kwargs; its talker_* prefix routes None there
         routing = {f"talker_{k}": None for k in ("pixel_values", "pixel_values_videos") if k in inputs}
@@ -79,13 +88,20 @@ class TransformersReference:
             torch.manual_seed(SEED)
             with torch.no_grad():
                 seq, wavs = self.model.generate(
-                    **inputs, speaker=speaker, thinker_max_new_tokens=thinker_tokens, thinker_do_sample=False,
-                    talker_max_new_tokens=talker_tokens, talker_do_sample=False,
-                    thinker_eos_token_id=self.tok.convert_tokens_to_ids("<|im_end|>"), **routing, **kwargs)
+                    **inputs,
+                    speaker=speaker,
+                    thinker_max_new_tokens=thinker_tokens,
+                    thinker_do_sample=False,
+                    talker_max_new_tokens=talker_tokens,
+                    talker_do_sample=False,
+                    thinker_eos_token_id=self.tok.convert_tokens_to_ids("<|im_end|>"),
+                    **routing,
+                    **kwargs,
+                )
         finally:
             hook.remove()
         ids = inputs["input_ids"][0].tolist()
-        reply = seq[0, len(ids):].tolist()
+        reply = seq[0, len(ids) :].tolist()
         end = self.tok.convert_tokens_to_ids("<|im_end|>")
         reply = reply[: reply.index(end) + 1] if end in reply else reply  # the batch pads a finished row
         return Reference(ids, reply, seen[0], wavs[0].reshape(-1).float())

@@ -45,20 +45,24 @@ def test_token2wav_equals_transformers_for_the_same_codes_and_seed(token2wav, re
     speaker = reference.model.speaker_map["Ethan"]
     torch.manual_seed(3)
     with torch.no_grad():
-        ref = reference.model.token2wav(codes[None], conditioning=speaker["cond"].float(),
-                                        reference_mel=speaker["ref_mel"].float()).reshape(-1)
+        ref = reference.model.token2wav(
+            codes[None], conditioning=speaker["cond"].float(), reference_mel=speaker["ref_mel"].float()
+        ).reshape(-1)
     a, b = token2wav.run([item(codes, {"seed": 3}, "ethan"), item(codes, {"seed": 4}, "Ethan")])
     assert a["sample_rate"] == 24000 and a["audio"].shape == ref.shape and ref.abs().max() > 0.01
     assert torch.equal(a["audio"], ref)
     assert not torch.equal(b["audio"], ref)  # another seed, another draw
 
 
-@pytest.mark.parametrize("inputs, params, field", [
-    (torch.tensor([1, 2]), {"num_steps": 1}, "num_steps"),
-    (torch.tensor([1, 2]), {"guidance": 1.0}, "sampling_params_list[2]"),
-    (torch.tensor([1, 2]), {"seed": -1}, "seed"),
-    (torch.tensor([1, 99999]), {}, "codes"),
-])
+@pytest.mark.parametrize(
+    "inputs, params, field",
+    [
+        (torch.tensor([1, 2]), {"num_steps": 1}, "num_steps"),
+        (torch.tensor([1, 2]), {"guidance": 1.0}, "sampling_params_list[2]"),
+        (torch.tensor([1, 2]), {"seed": -1}, "seed"),
+        (torch.tensor([1, 99999]), {}, "codes"),
+    ],
+)
 def test_token2wav_refuses_bad_input_naming_the_field(token2wav, inputs, params, field):
     (result,) = token2wav.run([item(inputs, params)])
     assert isinstance(result, InvalidRequestError) and result.field == field

@@ -36,11 +36,19 @@ def text(t):
 # omnistage's message parts, the processor template's parts, the processor's media
 CHATS = {
     "text": ([text("hello, who are you?")], [text("hello, who are you?")], {}),
-    "audio": ([{"type": "input_audio", "input_audio": {"data": media.wav_base64(CLIP), "format": "wav"}},
-               text("what did i just say?")], [{"type": "audio", "audio": "x"}, text("what did i just say?")],
-              {"audio": [CLIP]}),
-    "image": ([{"type": "image_url", "image_url": {"url": media.png_url(IMAGE)}}, text("describe the picture")],
-              [{"type": "image", "image": "x"}, text("describe the picture")], {"images": [IMAGE]}),
+    "audio": (
+        [
+            {"type": "input_audio", "input_audio": {"data": media.wav_base64(CLIP), "format": "wav"}},
+            text("what did i just say?"),
+        ],
+        [{"type": "audio", "audio": "x"}, text("what did i just say?")],
+        {"audio": [CLIP]},
+    ),
+    "image": (
+        [{"type": "image_url", "image_url": {"url": media.png_url(IMAGE)}}, text("describe the picture")],
+        [{"type": "image", "image": "x"}, text("describe the picture")],
+        {"images": [IMAGE]},
+    ),
 }
 
 
@@ -81,9 +89,14 @@ async def test_video_and_video_with_its_audio_offline(omni, reference, use_audio
     mm = {"videos": [FRAMES], **({"audio": [CLIP]} if use_audio_in_video else {})}
     ref = reference.run([{"role": "user", "content": turn}], THINK, TALK, mm=mm, use_audio_in_video=use_audio_in_video)
     data = {"video": FRAMES, **({"audio": (CLIP, media.RATE)} if use_audio_in_video else {})}
-    finals = await run(omni, {"prompt": reference.template([{"role": "user", "content": turn}]),
-                              "multi_modal_data": data,
-                              "mm_processor_kwargs": {"use_audio_in_video": use_audio_in_video}})
+    finals = await run(
+        omni,
+        {
+            "prompt": reference.template([{"role": "user", "content": turn}]),
+            "multi_modal_data": data,
+            "mm_processor_kwargs": {"use_audio_in_video": use_audio_in_video},
+        },
+    )
     assert_equal(finals, ref)
 
 
@@ -108,8 +121,11 @@ async def test_the_talker_speaks_while_the_thinker_still_generates(omni):
     steps behind it before the thinker's last token."""
     talker = omni.replicas(1)[0]
     before, steps_at_thinker_end = len(talker.batch_sizes), None
-    params = [{"temperature": 0, "max_tokens": 48, "ignore_eos": True}, {"temperature": 0, "max_tokens": TALK},
-              {"seed": SEED}]
+    params = [
+        {"temperature": 0, "max_tokens": 48, "ignore_eos": True},
+        {"temperature": 0, "max_tokens": TALK},
+        {"seed": SEED},
+    ]
     async for out in omni.generate({"messages": [{"role": "user", "content": "hello"}]}, sampling_params_list=params):
         if out.stage_id == 0 and out.finished:
             steps_at_thinker_end = len(talker.batch_sizes) - before
@@ -123,8 +139,9 @@ async def test_abort_while_the_talker_waits_for_the_thinker_frees_every_stage(om
     params = [{"temperature": 0, "max_tokens": 64, "ignore_eos": True}, {"temperature": 0, "max_tokens": TALK}]
     thinker, talker = omni.replicas(0)[0], omni.replicas(1)[0]
     before, aborted_at = len(talker.prefill_sizes), None
-    async for out in omni.generate({"messages": [{"role": "user", "content": "hello"}]}, request_id="abort-me",
-                                   sampling_params_list=params):
+    async for out in omni.generate(
+        {"messages": [{"role": "user", "content": "hello"}]}, request_id="abort-me", sampling_params_list=params
+    ):
         if out.stage_id == 0 and len(talker.prefill_sizes) > before:  # the talker has prefilled from the stream
             aborted_at = out.finished
             await omni.abort("abort-me")
@@ -155,12 +172,15 @@ async def test_voices_and_text_out_asks_no_hidden_states(omni, reference):
 
 
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.parametrize("params, field", [
-    ([None, {"min_p": 0.1}, None], "sampling_params_list[1]"),
-    ([None, {"speaker": "Bob"}, None], "speaker"),
-    ([None, {"max_tokens": 4}, {"num_steps": 0}], "num_steps"),  # token2wav's (checked when it runs)
-    ([None, {"max_tokens": 4}, {"cfg": 1}], "sampling_params_list[2]"),
-])
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ([None, {"min_p": 0.1}, None], "sampling_params_list[1]"),
+        ([None, {"speaker": "Bob"}, None], "speaker"),
+        ([None, {"max_tokens": 4}, {"num_steps": 0}], "num_steps"),  # token2wav's (checked when it runs)
+        ([None, {"max_tokens": 4}, {"cfg": 1}], "sampling_params_list[2]"),
+    ],
+)
 async def test_bad_input_is_refused_naming_the_field(omni, params, field):
     with pytest.raises(InvalidRequestError) as e:
         await run(omni, {"messages": [{"role": "user", "content": "hi there"}]}, params=params)

@@ -37,17 +37,21 @@ def rows(omni25_dir):
 
 def run(folder, requests):
     """(request id, first inputs, later feeds or None for whole) -> outputs per request, step batch sizes."""
+
     async def main():
-        engine = TalkerEngine(StageContext(get_pipeline("qwen2_5_omni").stage(1), StageDeployConfig(stage_id=1),
-                                           str(folder)))
+        engine = TalkerEngine(
+            StageContext(get_pipeline("qwen2_5_omni").stage(1), StageDeployConfig(stage_id=1), str(folder))
+        )
         await engine.start()
         try:
             params = {"temperature": 0, "max_tokens": TALK}
-            outs = await asyncio.gather(*(fed_outputs(engine, rid, inputs, params, feeds)
-                                          for rid, inputs, feeds in requests))
+            outs = await asyncio.gather(
+                *(fed_outputs(engine, rid, inputs, params, feeds) for rid, inputs, feeds in requests)
+            )
             return outs, list(engine.batch_sizes)
         finally:
             await engine.shutdown()
+
     return asyncio.run(main())
 
 
@@ -61,15 +65,16 @@ def streamed(rows, reply=REPLY, voice="ethan") -> tuple[dict, list]:
     token with the row of the token before it (fed back), then the end."""
     n = len(PROMPT)
     first = {"prompt_token_ids": PROMPT, "token_ids": reply[:1], "rows": rows[:n], "speaker": voice}
-    feeds = [({"token_ids": [t], "rows": rows[n + j:n + j + 1]}, False) for j, t in enumerate(reply[1:])]
+    feeds = [({"token_ids": [t], "rows": rows[n + j : n + j + 1]}, False) for j, t in enumerate(reply[1:])]
     return first, feeds + [({}, True)]
 
 
 def test_streamed_inputs_give_the_codes_of_whole_inputs_while_sharing_steps(omni25_dir, rows):
     whole = {"prompt_token_ids": PROMPT, "token_ids": REPLY, "rows": rows, "media": None, "speaker": "Ethan"}
     first, feeds = streamed(rows)
-    (a, b, c), batches = run(omni25_dir, [("whole", whole, None), ("chelsie", {**whole, "speaker": None}, None),
-                                          ("streamed", first, feeds)])
+    (a, b, c), batches = run(
+        omni25_dir, [("whole", whole, None), ("chelsie", {**whole, "speaker": None}, None), ("streamed", first, feeds)]
+    )
     assert codes(c) == codes(a) and len(codes(a)) > len(REPLY)  # it read every reply row, then the end and pads
     assert codes(b) != codes(a)  # (the voice the first chunk names matters: the default speaks otherwise)
     assert max(batches) >= 2
@@ -89,7 +94,7 @@ def test_the_whole_edge_joins_the_thinkers_outputs_as_the_streamed_one_forwards_
     n = len(PROMPT)
     media = {"image_grid_thw": None, "use_audio_in_video": False}
     outputs = [{"prompt_token_ids": PROMPT, "token_ids": REPLY[:1], "talker_rows": rows[:n], "talker_media": media}]
-    outputs += [{"token_ids": [t], "talker_rows": rows[n + j:n + j + 1]} for j, t in enumerate(REPLY[1:])]
+    outputs += [{"token_ids": [t], "talker_rows": rows[n + j : n + j + 1]} for j, t in enumerate(REPLY[1:])]
     request = SimpleNamespace(prompt={"additional_information": {"voice": "ethan"}}, sampling_params=[None, None])
     acc = OutputAccumulator()
     for out in outputs:

@@ -35,7 +35,6 @@ def folder(tiny_model):
     return tiny_model("qwen3_asr")
 
 
-
 @pytest.fixture(scope="module")
 def hf_reference(folder):
     """transformers' generate, greedy: (clip, case) -> generated ids."""
@@ -51,7 +50,7 @@ def hf_reference(folder):
             inputs = proc.apply_transcription_request(audio, language=language, prompt=previous or None)
             with torch.no_grad():
                 ids = model.generate(**inputs, do_sample=False, max_new_tokens=MAX_TOKENS)
-            out[i, j] = [int(t) for t in ids[0, inputs["input_ids"].shape[1]:]]
+            out[i, j] = [int(t) for t in ids[0, inputs["input_ids"].shape[1] :]]
     return out
 
 
@@ -69,8 +68,13 @@ def vllm_reference(folder):
         for i, audio in enumerate(CLIPS):
             for j, (language, previous) in enumerate(CASES):
                 keys.append((i, j))
-                prompts.append(VllmQwen3ASR.get_generation_prompt(SpeechToTextParams(
-                    audio=audio, stt_config=stt, model_config=config, language=language, request_prompt=previous)))
+                prompts.append(
+                    VllmQwen3ASR.get_generation_prompt(
+                        SpeechToTextParams(
+                            audio=audio, stt_config=stt, model_config=config, language=language, request_prompt=previous
+                        )
+                    )
+                )
         outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS), use_tqdm=False)
         return {k: (list(o.outputs[0].token_ids), o.outputs[0].text) for k, o in zip(keys, outs)}
 
@@ -81,7 +85,6 @@ async def omni(folder, vllm_reference, hf_reference):
     await engine.start()
     yield engine
     await engine.shutdown()
-
 
 
 async def test_languages_are_the_models():
@@ -103,9 +106,9 @@ async def test_references_agree(hf_reference, vllm_reference):
 async def test_family_equals_references(omni, vllm_reference, hf_reference):
     # every clip and case in flight together: continuous batching must not change anyone's output
     keys = list(vllm_reference)
-    results = await asyncio.gather(*(run(omni, request(CLIPS[i], CASES[j][0], previous=CASES[j][1]),
-                                         max_tokens=MAX_TOKENS)
-                                     for i, j in keys))
+    results = await asyncio.gather(
+        *(run(omni, request(CLIPS[i], CASES[j][0], previous=CASES[j][1]), max_tokens=MAX_TOKENS) for i, j in keys)
+    )
     texts = set()
     for key, (out, deltas) in zip(keys, results):
         ref_ids, ref_text = vllm_reference[key]
@@ -116,11 +119,14 @@ async def test_family_equals_references(omni, vllm_reference, hf_reference):
     assert len(texts) > 3  # the clips, languages and prompts make a difference
 
 
-@pytest.mark.parametrize("prompt, field", [
-    ({"prompt": "", "additional_information": {"language": "en"}}, "multi_modal_data.audio"),
-    (request(CLIPS[0], language="xx"), "language"),
-    ({**request(CLIPS[0]), "additional_information": {"task": "translate"}}, "task"),
-])
+@pytest.mark.parametrize(
+    "prompt, field",
+    [
+        ({"prompt": "", "additional_information": {"language": "en"}}, "multi_modal_data.audio"),
+        (request(CLIPS[0], language="xx"), "language"),
+        ({**request(CLIPS[0]), "additional_information": {"task": "translate"}}, "task"),
+    ],
+)
 async def test_bad_requests_name_the_field(omni, prompt, field):
     with pytest.raises(InvalidRequestError) as e:
         await run(omni, prompt, max_tokens=4)
@@ -138,8 +144,12 @@ def test_transcriptions_route_equals_references(server_factory, folder, hf_refer
         extra = {"max_tokens": MAX_TOKENS, **({"prompt": previous} if previous else {})}
         named = {"language": language} if language else {}
         out = client.audio.transcriptions.create(
-            model="tiny-qwen3-asr", file=("clip.wav", wav(CLIPS[1]), "audio/wav"), response_format="verbose_json",
-            extra_body=extra, **named)
+            model="tiny-qwen3-asr",
+            file=("clip.wav", wav(CLIPS[1]), "audio/wav"),
+            response_format="verbose_json",
+            extra_body=extra,
+            **named,
+        )
         assert len(out.segments) == 1 and out.segments[0].tokens == hf_reference[1, j]
         if language:
             assert out.language == language and out.text == vllm_reference[1, j][1]
@@ -153,7 +163,8 @@ def test_transcriptions_route_equals_references(server_factory, folder, hf_refer
         name = (_parse_single_output(raw)["language"] or "") if "<asr_text>" in raw else ""
         assert out.language == {v.lower(): k for k, v in LANGUAGES.items()}.get(name.lower(), "en")
         streamed = client.audio.transcriptions.create(
-            model="tiny-qwen3-asr", file=("clip.wav", wav(CLIPS[1]), "audio/wav"), stream=True, extra_body=extra)
+            model="tiny-qwen3-asr", file=("clip.wav", wav(CLIPS[1]), "audio/wav"), stream=True, extra_body=extra
+        )
         events = list(streamed)
         # as vllm serve streams it; its rule differs from its whole-text one when the text holds the tag without
         # the ``language `` lead (this random-weight model does that; a trained one writes the lead first)

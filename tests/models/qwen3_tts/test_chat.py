@@ -35,8 +35,12 @@ def url():
 
 def chat_wav(url: str, messages: list, voice: str) -> np.ndarray:
     resp = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0).chat.completions.create(
-        model="custom_voice", messages=messages, modalities=["audio"], audio={"voice": voice, "format": "wav"},
-        extra_body=GREEDY)
+        model="custom_voice",
+        messages=messages,
+        modalities=["audio"],
+        audio={"voice": voice, "format": "wav"},
+        extra_body=GREEDY,
+    )
     message = resp.choices[0].message
     audio, rate = soundfile.read(io.BytesIO(base64.b64decode(message.audio.data)), dtype="int16")
     assert rate == 24000
@@ -44,8 +48,9 @@ def chat_wav(url: str, messages: list, voice: str) -> np.ndarray:
 
 
 def speech(url: str, text: str, voice: str, fmt: str = "wav") -> np.ndarray:
-    resp = httpx.post(f"{url}/v1/audio/speech", json={"input": text, "voice": voice, "response_format": fmt,
-                                                       **GREEDY}, timeout=120)
+    resp = httpx.post(
+        f"{url}/v1/audio/speech", json={"input": text, "voice": voice, "response_format": fmt, **GREEDY}, timeout=120
+    )
     assert resp.status_code == 200, resp.text
     if fmt == "pcm":
         return np.frombuffer(resp.content, dtype="<i2")
@@ -54,8 +59,11 @@ def speech(url: str, text: str, voice: str, fmt: str = "wav") -> np.ndarray:
 
 
 def test_chat_speaks_the_last_user_message_like_the_speech_route(url):
-    messages = [{"role": "user", "content": "Not this one."}, {"role": "assistant", "content": "Ok."},
-                {"role": "user", "content": [{"type": "text", "text": "你好，世界。"}]}]
+    messages = [
+        {"role": "user", "content": "Not this one."},
+        {"role": "assistant", "content": "Ok."},
+        {"role": "user", "content": [{"type": "text", "text": "你好，世界。"}]},
+    ]
     audio = chat_wav(url, messages, "DYLAN")  # audio.voice matched case-insensitively, as on the speech route
     ref = golden("cv_dylan_dialect")["wav"]
     assert audio.shape == ref.shape
@@ -64,8 +72,14 @@ def test_chat_speaks_the_last_user_message_like_the_speech_route(url):
 
 
 def test_chat_streams_the_same_audio(url):
-    body = {"model": "custom_voice", "messages": [{"role": "user", "content": "Hello world."}],
-            "modalities": ["audio"], "audio": {"voice": "vivian", "format": "pcm16"}, "stream": True, **GREEDY}
+    body = {
+        "model": "custom_voice",
+        "messages": [{"role": "user", "content": "Hello world."}],
+        "modalities": ["audio"],
+        "audio": {"voice": "vivian", "format": "pcm16"},
+        "stream": True,
+        **GREEDY,
+    }
     pieces = []
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=120) as r:
         assert r.status_code == 200
@@ -78,21 +92,29 @@ def test_chat_streams_the_same_audio(url):
     assert np.array_equal(np.concatenate(pieces), speech(url, "Hello world.", "vivian", "pcm"))
 
 
-@pytest.mark.parametrize("messages, param", [
-    ([{"role": "assistant", "content": "no user turn"}], "messages"),
-    ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}],
-     "messages"),
-])
+@pytest.mark.parametrize(
+    "messages, param",
+    [
+        ([{"role": "assistant", "content": "no user turn"}], "messages"),
+        (
+            [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}],
+            "messages",
+        ),
+    ],
+)
 def test_chat_without_text_to_speak_is_a_400(url, messages, param):
-    resp = httpx.post(f"{url}/v1/chat/completions", json={"messages": messages, "modalities": ["audio"], **GREEDY},
-                      timeout=60)
+    resp = httpx.post(
+        f"{url}/v1/chat/completions", json={"messages": messages, "modalities": ["audio"], **GREEDY}, timeout=60
+    )
     assert resp.status_code in (400, 415), resp.text
     assert param in resp.json()["error"]["message"]
 
 
 def test_offline_messages_equal_the_reference():
-    prompt = {"messages": [{"role": "user", "content": "Hello world."}],
-              "additional_information": {"voice": "Vivian", "language": "English"}}
+    prompt = {
+        "messages": [{"role": "user", "content": "Hello world."}],
+        "additional_information": {"voice": "Vivian", "language": "English"},
+    }
     with Omni(str(TINY / "custom_voice")) as omni:
         (out,) = omni.generate([prompt], [GREEDY, None], use_tqdm=False)
     assert out.error is None
@@ -104,24 +126,35 @@ def test_chat_takes_the_speech_routes_fields_in_extra_body(url):
     instruct case, and the speech route's samples for the same fields."""
     fields = {"language": "English", "instructions": "Speak slowly."}
     resp = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0).chat.completions.create(
-        model="custom_voice", messages=[{"role": "user", "content": "Hello world."}], modalities=["audio"],
-        audio={"voice": "Ryan", "format": "wav"}, extra_body={**GREEDY, **fields})
+        model="custom_voice",
+        messages=[{"role": "user", "content": "Hello world."}],
+        modalities=["audio"],
+        audio={"voice": "Ryan", "format": "wav"},
+        extra_body={**GREEDY, **fields},
+    )
     audio, _ = soundfile.read(io.BytesIO(base64.b64decode(resp.choices[0].message.audio.data)), dtype="int16")
     ref = golden("cv_ryan_instruct")["wav"]
     assert audio.shape == ref.shape
     assert np.abs(audio.astype(np.float64) * STEP - ref).max() <= STEP * 1.01
-    spoken = httpx.post(f"{url}/v1/audio/speech", json={"input": "Hello world.", "voice": "ryan", **fields,
-                                                         **GREEDY}, timeout=120)
+    spoken = httpx.post(
+        f"{url}/v1/audio/speech", json={"input": "Hello world.", "voice": "ryan", **fields, **GREEDY}, timeout=120
+    )
     assert np.array_equal(audio, soundfile.read(io.BytesIO(spoken.content), dtype="int16")[0])
 
 
-@pytest.mark.parametrize("extra, param", [
-    ({"ref_audio": "data:audio/wav;base64,AAAA", "ref_text": "hi"}, "ref_audio"),  # CustomVoice cannot clone
-    ({"language": "Klingon"}, "language"),
-    ({"x_vector_only_mode": "maybe"}, "x_vector_only_mode"),
-])
+@pytest.mark.parametrize(
+    "extra, param",
+    [
+        ({"ref_audio": "data:audio/wav;base64,AAAA", "ref_text": "hi"}, "ref_audio"),  # CustomVoice cannot clone
+        ({"language": "Klingon"}, "language"),
+        ({"x_vector_only_mode": "maybe"}, "x_vector_only_mode"),
+    ],
+)
 def test_chat_speech_fields_are_checked_as_on_the_speech_route(url, extra, param):
-    resp = httpx.post(f"{url}/v1/chat/completions", json={
-        "messages": [{"role": "user", "content": "Hello."}], "modalities": ["audio"], **GREEDY, **extra}, timeout=60)
+    resp = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "Hello."}], "modalities": ["audio"], **GREEDY, **extra},
+        timeout=60,
+    )
     assert resp.status_code == 400, resp.text
     assert param in resp.json()["error"]["message"]

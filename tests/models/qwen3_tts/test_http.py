@@ -64,14 +64,21 @@ def test_voices_are_the_checkpoints_speakers(servers):
     assert body["voices"] == ["dylan", "ryan", "vivian"]
 
 
-@pytest.mark.parametrize("voice, extra, name", [
-    ("Vivian", {}, "cv_vivian"),  # case-insensitive, as qwen-tts matches speakers
-    ("RYAN", {"instructions": "Speak slowly."}, "cv_ryan_instruct"),
-])
+@pytest.mark.parametrize(
+    "voice, extra, name",
+    [
+        ("Vivian", {}, "cv_vivian"),  # case-insensitive, as qwen-tts matches speakers
+        ("RYAN", {"instructions": "Speak slowly."}, "cv_ryan_instruct"),
+    ],
+)
 def test_preset_voice_over_http_equals_the_reference(servers, voice, extra, name):
-    resp = client(servers["custom_voice"]).audio.speech.create(model="custom_voice",
-        input="Hello world.", voice=voice, response_format="wav",
-        extra_body={"language": "English", **extra, **KNOBS})
+    resp = client(servers["custom_voice"]).audio.speech.create(
+        model="custom_voice",
+        input="Hello world.",
+        voice=voice,
+        response_format="wav",
+        extra_body={"language": "English", **extra, **KNOBS},
+    )
     within_one_step(wav_of(resp.content), golden(name)["wav"])
 
 
@@ -80,7 +87,9 @@ def test_streamed_pcm_arrives_in_pieces_and_equals_the_whole_answer(servers):
     with httpx.Client(base_url=servers["custom_voice"], timeout=120) as http:
         whole = np.frombuffer(http.post("/v1/audio/speech", json=body).content, dtype="<i2")
         reads = []
-        with http.stream("POST", "/v1/audio/speech", json={**body, "stream": True, "initial_codec_chunk_frames": 1}) as r:
+        with http.stream(
+            "POST", "/v1/audio/speech", json={**body, "stream": True, "initial_codec_chunk_frames": 1}
+        ) as r:
             assert r.status_code == 200 and r.headers["x-sample-rate"] == "24000"
             reads = list(r.iter_raw())
     streamed = np.frombuffer(b"".join(reads), dtype="<i2")
@@ -89,13 +98,22 @@ def test_streamed_pcm_arrives_in_pieces_and_equals_the_whole_answer(servers):
     within_one_step(whole, golden("cv_vivian")["wav"])
 
 
-@pytest.mark.parametrize("extra, name", [
-    ({"ref_text": "This is a test."}, "vc_icl"),
-    ({"x_vector_only_mode": True}, "vc_xvec"),
-])
+@pytest.mark.parametrize(
+    "extra, name",
+    [
+        ({"ref_text": "This is a test."}, "vc_icl"),
+        ({"x_vector_only_mode": True}, "vc_xvec"),
+    ],
+)
 def test_clone_over_http_equals_the_reference(servers, extra, name):
-    body = {"input": "Hello world.", "language": "English", "ref_audio": ref_clip_url(), "response_format": "wav",
-            **extra, **KNOBS}
+    body = {
+        "input": "Hello world.",
+        "language": "English",
+        "ref_audio": ref_clip_url(),
+        "response_format": "wav",
+        **extra,
+        **KNOBS,
+    }
     resp = httpx.post(f"{servers['base']}/v1/audio/speech", json=body, timeout=120)
     assert resp.status_code == 200, resp.text
     within_one_step(wav_of(resp.content), golden(name)["wav"])
@@ -105,23 +123,35 @@ def test_a_registered_voice_clones_like_its_clip(servers):
     url = servers["base"]
     buf = io.BytesIO()
     soundfile.write(buf, REF_CLIP, 24000, format="WAV", subtype="FLOAT")
-    resp = httpx.post(f"{url}/v1/audio/voices", data={"name": "mine", "text": "This is a test."},
-                      files={"audio": ("clip.wav", buf.getvalue(), "audio/wav")}, timeout=60)
+    resp = httpx.post(
+        f"{url}/v1/audio/voices",
+        data={"name": "mine", "text": "This is a test."},
+        files={"audio": ("clip.wav", buf.getvalue(), "audio/wav")},
+        timeout=60,
+    )
     assert resp.status_code == 200, resp.text
     assert "mine" in httpx.get(f"{url}/v1/audio/voices").json()["voices"]
-    resp = client(url).audio.speech.create(model="base", input="Hello world.", voice="mine", response_format="wav",
-                                           extra_body={"language": "English", **KNOBS})
+    resp = client(url).audio.speech.create(
+        model="base",
+        input="Hello world.",
+        voice="mine",
+        response_format="wav",
+        extra_body={"language": "English", **KNOBS},
+    )
     within_one_step(wav_of(resp.content), golden("vc_icl")["wav"])
 
 
-@pytest.mark.parametrize("kind, body, param", [
-    ("custom_voice", {"voice": "bob"}, "voice"),
-    ("custom_voice", {"language": "klingon"}, "language"),
-    ("custom_voice", {"ref_audio": "AAAA", "ref_text": "x"}, "ref_audio"),
-    ("base", {}, "ref_audio"),
-    ("base", {"voice": "vivian"}, "voice"),
-    ("base", {"ref_audio": "__clip__"}, "ref_text"),
-])
+@pytest.mark.parametrize(
+    "kind, body, param",
+    [
+        ("custom_voice", {"voice": "bob"}, "voice"),
+        ("custom_voice", {"language": "klingon"}, "language"),
+        ("custom_voice", {"ref_audio": "AAAA", "ref_text": "x"}, "ref_audio"),
+        ("base", {}, "ref_audio"),
+        ("base", {"voice": "vivian"}, "voice"),
+        ("base", {"ref_audio": "__clip__"}, "ref_text"),
+    ],
+)
 def test_bad_requests_are_400_naming_the_field(servers, kind, body, param):
     body = {k: ref_clip_url() if v == "__clip__" else v for k, v in body.items()}
     resp = httpx.post(f"{servers[kind]}/v1/audio/speech", json={"input": "hi", **body, **KNOBS}, timeout=60)
@@ -134,8 +164,14 @@ def test_bad_requests_are_400_naming_the_field(servers, kind, body, param):
 def test_per_stage_sampling_params_list(servers):
     """The talker's params and the decoder's chunking in ``sampling_params_list`` (greedy in both models from
     ``temperature: 0`` alone), streamed."""
-    body = {"input": "Hello world.", "voice": "vivian", "language": "English", "response_format": "pcm",
-            "stream": True, "sampling_params_list": [GREEDY, {"initial_codec_chunk_frames": 2, "chunk_frames": 3}]}
+    body = {
+        "input": "Hello world.",
+        "voice": "vivian",
+        "language": "English",
+        "response_format": "pcm",
+        "stream": True,
+        "sampling_params_list": [GREEDY, {"initial_codec_chunk_frames": 2, "chunk_frames": 3}],
+    }
     with httpx.Client(base_url=servers["custom_voice"], timeout=120) as http:
         with http.stream("POST", "/v1/audio/speech", json=body) as r:
             assert r.status_code == 200

@@ -32,15 +32,18 @@ def context(folder, stage_id: int) -> StageContext:
 
 def run_talker(folder, requests):
     """[(request id, prompt, params)] concurrently on one talker engine -> (outputs per request, batch sizes)."""
+
     async def main():
         engine = Qwen3TTSEngine(context(folder, 0))
         await engine.start()
         try:
-            outs = await asyncio.gather(*(all_outputs(engine.generate(StageRequest(rid, prompt, params)))
-                                          for rid, prompt, params in requests))
+            outs = await asyncio.gather(
+                *(all_outputs(engine.generate(StageRequest(rid, prompt, params))) for rid, prompt, params in requests)
+            )
             return outs, list(engine.batch_sizes)
         finally:
             await engine.shutdown()
+
     return asyncio.run(main())
 
 
@@ -105,14 +108,25 @@ def test_streamed_decode_equals_the_whole_decode(tiny):
     adapter = decoder_adapter(context_for(tiny))
     assert adapter.codec.receptive_frames == 155  # 2 layers x 71 frames of attention window + convolutions
     assert adapter.context == 0  # stateful: no frame is decoded twice
-    whole = adapter.codec.decode(torch.cat([context, codes], dim=1)[None])[0, 13 * 1920:]
+    whole = adapter.codec.decode(torch.cat([context, codes], dim=1)[None])[0, 13 * 1920 :]
     plain = adapter.codec.decode(codes[None])[0]
     states, pieces, start, size = ({}, {}), ([], []), 0, 1
     while start < codes.shape[1]:
         end = min(start + size, codes.shape[1])
-        items = [GenerationItem(rid, {"codes": codes[:, start:end], "streamed": True,
-                                      **({"context": context} if start == 0 and rid == "clone" else {})},
-                                {}, states[j], end == codes.shape[1]) for j, rid in enumerate(("clone", "plain"))]
+        items = [
+            GenerationItem(
+                rid,
+                {
+                    "codes": codes[:, start:end],
+                    "streamed": True,
+                    **({"context": context} if start == 0 and rid == "clone" else {}),
+                },
+                {},
+                states[j],
+                end == codes.shape[1],
+            )
+            for j, rid in enumerate(("clone", "plain"))
+        ]
         for j, out in enumerate(adapter.run(items)):
             pieces[j].append(out["audio"])
         start, size = end, size + 1
@@ -127,31 +141,36 @@ def context_for(tiny) -> StageContext:
     return context(tiny["custom_voice"], 1)
 
 
-@pytest.mark.parametrize("kind, info, field", [
-    ("custom_voice", {"voice": "bob"}, "voice"),
-    ("custom_voice", {"language": "klingon"}, "language"),
-    ("custom_voice", {"ref_audio": (REF_CLIP, 24000), "ref_text": "x"}, "ref_audio"),
-    ("custom_voice", {"ref_text": "no clip"}, "ref_text"),
-    ("voice_design", {"voice": "vivian"}, "voice"),
-    ("custom_voice_0b6", {"voice": "vivian", "instructions": "loud"}, "instructions"),  # qwen-tts drops it silently
-    ("base", {}, "ref_audio"),
-    ("base", {"ref_audio": (REF_CLIP, 24000)}, "ref_text"),
-    ("base", {"ref_audio": ([], 24000), "ref_text": "x"}, "ref_audio"),
-    ("base", {"ref_audio": (REF_CLIP[:500], 24000), "ref_text": "x"}, "ref_audio"),  # too short to encode
-    ("base", {"ref_audio": (REF_CLIP, 24000), "ref_text": "x", "instructions": "loud"}, "instructions"),
-    ("base", {"ref_audio": (REF_CLIP, 24000), "x_vector_only_mode": "yes"}, "x_vector_only_mode"),
-])
+@pytest.mark.parametrize(
+    "kind, info, field",
+    [
+        ("custom_voice", {"voice": "bob"}, "voice"),
+        ("custom_voice", {"language": "klingon"}, "language"),
+        ("custom_voice", {"ref_audio": (REF_CLIP, 24000), "ref_text": "x"}, "ref_audio"),
+        ("custom_voice", {"ref_text": "no clip"}, "ref_text"),
+        ("voice_design", {"voice": "vivian"}, "voice"),
+        ("custom_voice_0b6", {"voice": "vivian", "instructions": "loud"}, "instructions"),  # qwen-tts drops it silently
+        ("base", {}, "ref_audio"),
+        ("base", {"ref_audio": (REF_CLIP, 24000)}, "ref_text"),
+        ("base", {"ref_audio": ([], 24000), "ref_text": "x"}, "ref_audio"),
+        ("base", {"ref_audio": (REF_CLIP[:500], 24000), "ref_text": "x"}, "ref_audio"),  # too short to encode
+        ("base", {"ref_audio": (REF_CLIP, 24000), "ref_text": "x", "instructions": "loud"}, "instructions"),
+        ("base", {"ref_audio": (REF_CLIP, 24000), "x_vector_only_mode": "yes"}, "x_vector_only_mode"),
+    ],
+)
 def test_bad_input_names_the_field(tiny, kind, info, field):
     async def main():
         engine = Qwen3TTSEngine(context(tiny[kind], 0))
         await engine.start()
         try:
             with pytest.raises(InvalidRequestError) as e:
-                await all_outputs(engine.generate(StageRequest("bad", {"prompt": "hi", "additional_information": info},
-                                                               GREEDY)))
+                await all_outputs(
+                    engine.generate(StageRequest("bad", {"prompt": "hi", "additional_information": info}, GREEDY))
+                )
             return e.value
         finally:
             await engine.shutdown()
+
     error = asyncio.run(main())
     assert error.field == field
     if field == "voice" and kind == "custom_voice":
@@ -164,8 +183,14 @@ def test_params_are_checked_and_temperature_zero_is_greedy_everywhere(tiny):
     assert p.talker.temperature == 0 and p.sub.temperature == 0
     assert parse_params({"temperature": 0, "subtalker_temperature": 0.5}, defaults).sub.temperature == 0.5
     assert p.min_tokens == 2 and parse_params({"min_tokens": 9}, defaults).min_tokens == 9  # the package's floor: 2
-    for bad, field in [({"top_p": 0}, "top_p"), ({"max_tokens": 0}, "max_tokens"), ({"stop": ["x"]}, "stop"),
-                       ({"seed": -1}, "seed"), ({"min_tokens": -1}, "min_tokens"), ({"subtalker_top_k": 1.5}, "subtalker_top_k")]:
+    for bad, field in [
+        ({"top_p": 0}, "top_p"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"stop": ["x"]}, "stop"),
+        ({"seed": -1}, "seed"),
+        ({"min_tokens": -1}, "min_tokens"),
+        ({"subtalker_top_k": 1.5}, "subtalker_top_k"),
+    ]:
         with pytest.raises(InvalidRequestError) as e:
             parse_params(bad, defaults)
         assert e.value.field == field

@@ -76,8 +76,13 @@ async def test_eight_concurrent_mixed_requests_each_equal_their_solo_result(engi
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_clone_and_design_requests_run_concurrently(engines):
-    jobs = [(engines["base"], "vc_icl"), (engines["base"], "vc_xvec"), (engines["voice_design"], "vd_design"),
-            (engines["base"], "vc_icl"), (engines["custom_voice"], "cv_dylan_dialect")]
+    jobs = [
+        (engines["base"], "vc_icl"),
+        (engines["base"], "vc_xvec"),
+        (engines["voice_design"], "vd_design"),
+        (engines["base"], "vc_icl"),
+        (engines["custom_voice"], "cv_dylan_dialect"),
+    ]
     results = await asyncio.gather(*(speak(e, prompt_of(n)) for e, n in jobs))
     for (_, n), (_, audio) in zip(jobs, results):
         assert diff(audio, golden(n)["wav"]) <= TOL, n

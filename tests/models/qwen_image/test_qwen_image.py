@@ -63,11 +63,19 @@ async def test_text_length_cut_equals_diffusers_call(t2i, ref):
     kw = dict(num_inference_steps=2, **SMALL)
     params = {**kw, "seed": 3, "output_type": "latent", "true_cfg_scale": 2.0}
     async with AsyncOmni(t2i, deploy_config=DEPLOY) as omni:
-        out = await generate_final(omni, {"prompt": prompt, "negative_prompt": "dark"},
-                                   {**params, "max_sequence_length": 9})
+        out = await generate_final(
+            omni, {"prompt": prompt, "negative_prompt": "dark"}, {**params, "max_sequence_length": 9}
+        )
         full = await generate_final(omni, {"prompt": prompt, "negative_prompt": "dark"}, params)
-    expected = ref(prompt, negative_prompt="dark", true_cfg_scale=2.0, max_sequence_length=9, generator=gen(3),
-                   output_type="latent", **kw).images
+    expected = ref(
+        prompt,
+        negative_prompt="dark",
+        true_cfg_scale=2.0,
+        max_sequence_length=9,
+        generator=gen(3),
+        output_type="latent",
+        **kw,
+    ).images
     assert max_diff(out.latents, expected) == 0.0
     assert not torch.equal(out.latents, full.latents)
 
@@ -88,14 +96,17 @@ async def test_sizes_are_separate_batch_keys(t2i):
     assert all(len(ids) == 1 for ids in forwards) and len(set(keys)) == 3
 
 
-@pytest.mark.parametrize("params,prompt,field", [
-    (dict(height=40), "a cat", "height"),  # not a multiple of 16 (VAE 8 x 2x2 packing)
-    (dict(width=24), "a cat", "width"),
-    (dict(true_cfg_scale=3.0), "a cat", "negative_prompt"),  # an explicit true CFG needs its negative pass
-    (dict(max_sequence_length=1025), "a cat", "max_sequence_length"),
-    (dict(num_inference_steps=1), "a cat", "num_inference_steps"),  # NaN sigmas with shift_terminal
-    (dict(), {"prompt": "a cat", "multi_modal_data": {"image": "__image__"}}, "multi_modal_data.image"),
-])
+@pytest.mark.parametrize(
+    "params,prompt,field",
+    [
+        (dict(height=40), "a cat", "height"),  # not a multiple of 16 (VAE 8 x 2x2 packing)
+        (dict(width=24), "a cat", "width"),
+        (dict(true_cfg_scale=3.0), "a cat", "negative_prompt"),  # an explicit true CFG needs its negative pass
+        (dict(max_sequence_length=1025), "a cat", "max_sequence_length"),
+        (dict(num_inference_steps=1), "a cat", "num_inference_steps"),  # NaN sigmas with shift_terminal
+        (dict(), {"prompt": "a cat", "multi_modal_data": {"image": "__image__"}}, "multi_modal_data.image"),
+    ],
+)
 async def test_bad_input_names_the_field(t2i, params, prompt, field):
     if isinstance(prompt, dict):  # an edit request to the text-to-image checkpoint
         prompt = {**prompt, "multi_modal_data": {"image": image(32, 32)}}

@@ -22,8 +22,11 @@ SMALL = dict(height=64, width=64)  # x16 VAE, 2x2 packing: 4 output tokens (+102
 
 
 def edit(prompt: str, images, negative: str | None = None) -> dict:
-    return {"prompt": prompt, "multi_modal_data": {"image": images},
-            **({"negative_prompt": negative} if negative is not None else {})}
+    return {
+        "prompt": prompt,
+        "multi_modal_data": {"image": images},
+        **({"negative_prompt": negative} if negative is not None else {}),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +57,9 @@ async def test_edit_equals_diffusers_call(one, ref_one):
     params = {**kw, "seed": 7, "num_outputs_per_prompt": 2}
     async with AsyncOmni(one, deploy_config=DEPLOY) as omni:
         out = await generate_final(omni, edit("make the cat green", src, "blurry"), {**params, "output_type": "latent"})
-        expected = ref_one(image=src, prompt="make the cat green", generator=gen(7), output_type="latent", **call).images
+        expected = ref_one(
+            image=src, prompt="make the cat green", generator=gen(7), output_type="latent", **call
+        ).images
         assert out.latents.shape == expected.shape == (2, 4, 64)
         assert max_diff(out.latents, expected) == 0.0
         latents = out.latents
@@ -65,8 +70,9 @@ async def test_edit_equals_diffusers_call(one, ref_one):
             assert got.size == (64, 64)
             assert np.array_equal(np.asarray(got), np.asarray(want))
         # the image conditions the result: another input image (same size) gives another output
-        other = await generate_final(omni, edit("make the cat green", image(40, 60, seed=1), "blurry"),
-                                     {**params, "output_type": "latent"})
+        other = await generate_final(
+            omni, edit("make the cat green", image(40, 60, seed=1), "blurry"), {**params, "output_type": "latent"}
+        )
         assert not torch.equal(other.latents, latents)
 
 
@@ -78,9 +84,12 @@ async def test_edit_plus_equals_diffusers_call(plus, ref_plus, count):
     srcs = [image(40, 60, 1), image(50, 30, 2), image(36, 36, 3)][:count]
     kw = dict(num_inference_steps=2, true_cfg_scale=2.5, **SMALL)
     async with AsyncOmni(plus, deploy_config=DEPLOY) as omni:
-        out = await generate_final(omni, edit("put them on a beach", srcs, " "), {**kw, "seed": 4, "output_type": "latent"})
-    expected = ref_plus(image=srcs, prompt="put them on a beach", negative_prompt=" ", generator=gen(4),
-                        output_type="latent", **kw).images
+        out = await generate_final(
+            omni, edit("put them on a beach", srcs, " "), {**kw, "seed": 4, "output_type": "latent"}
+        )
+    expected = ref_plus(
+        image=srcs, prompt="put them on a beach", negative_prompt=" ", generator=gen(4), output_type="latent", **kw
+    ).images
     assert out.latents.shape == expected.shape == (1, 4, 64)
     assert max_diff(out.latents, expected) == 0.0
 
@@ -90,7 +99,9 @@ async def test_edit_plus_image_equals_diffusers_call(plus, ref_plus):
     srcs = [image(40, 60, 1), image(50, 30, 2)]
     kw = dict(num_inference_steps=2, **SMALL)
     async with AsyncOmni(plus, deploy_config=DEPLOY) as omni:
-        out = await generate_final(omni, edit("a cat and a chair", srcs), {**kw, "seed": 5, "num_outputs_per_prompt": 2})
+        out = await generate_final(
+            omni, edit("a cat and a chair", srcs), {**kw, "seed": 5, "num_outputs_per_prompt": 2}
+        )
     expected = ref_plus(image=srcs, prompt="a cat and a chair", generator=gen(5), num_images_per_prompt=2, **kw).images
     assert len(out.images) == 2
     for got, want in zip(out.images, expected):
@@ -106,11 +117,15 @@ async def test_concurrent_edits_match_their_solo_results(plus):
     common = dict(**SMALL, output_type="latent")
     specs = [
         (edit("make it red", [image(40, 60, 1)]), dict(num_inference_steps=20, seed=1)),
-        (edit("make it blue and shiny", [image(40, 60, 2)], "blurry"), dict(num_inference_steps=16, seed=2,
-                                                                             true_cfg_scale=3.0)),
+        (
+            edit("make it blue and shiny", [image(40, 60, 2)], "blurry"),
+            dict(num_inference_steps=16, seed=2, true_cfg_scale=3.0),
+        ),
         (edit("add a hat", [image(40, 60, 3)]), dict(num_inference_steps=12, seed=3, num_outputs_per_prompt=2)),
-        (edit("night time", [image(40, 60, 4)], "day, sun, bright colors"), dict(num_inference_steps=4, seed=4,
-                                                                                  true_cfg_scale=2.0)),
+        (
+            edit("night time", [image(40, 60, 4)], "day, sun, bright colors"),
+            dict(num_inference_steps=4, seed=4, true_cfg_scale=2.0),
+        ),
     ]
     async with AsyncOmni(plus, deploy_config=DEPLOY) as omni:
         solo, together, forwards = await solo_then_staggered(omni, [(p, {**common, **kw}) for p, kw in specs])
@@ -130,14 +145,17 @@ async def test_concurrent_edits_match_their_solo_results(plus):
             assert max_diff(b.latents, a.latents) <= 1e-5
 
 
-@pytest.mark.parametrize("folder,images,params,field", [
-    ("one", 2, dict(), "multi_modal_data.image"),  # Qwen-Image-Edit takes one image
-    ("plus", 4, dict(), "multi_modal_data.image"),  # -2509/-2511: 1-3 images
-    ("plus", 0, dict(), "multi_modal_data.image"),  # an edit checkpoint needs an input image
-    ("plus", 1, dict(height=48), "height"),  # not a multiple of 32 (x16 VAE x 2x2 packing)
-    ("one", 1, dict(strength=0.5), "strength"),
-    ("one", 1, dict(true_cfg_scale=2.0), "negative_prompt"),
-])
+@pytest.mark.parametrize(
+    "folder,images,params,field",
+    [
+        ("one", 2, dict(), "multi_modal_data.image"),  # Qwen-Image-Edit takes one image
+        ("plus", 4, dict(), "multi_modal_data.image"),  # -2509/-2511: 1-3 images
+        ("plus", 0, dict(), "multi_modal_data.image"),  # an edit checkpoint needs an input image
+        ("plus", 1, dict(height=48), "height"),  # not a multiple of 32 (x16 VAE x 2x2 packing)
+        ("one", 1, dict(strength=0.5), "strength"),
+        ("one", 1, dict(true_cfg_scale=2.0), "negative_prompt"),
+    ],
+)
 async def test_bad_input_names_the_field(request, folder, images, params, field):
     prompt = edit("a cat", [image(32, 32, i) for i in range(images)]) if images else "a cat"
     async with AsyncOmni(request.getfixturevalue(folder), deploy_config=DEPLOY) as omni:

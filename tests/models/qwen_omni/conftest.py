@@ -52,12 +52,14 @@ class TransformersReference:
     def run(self, messages, thinker_tokens: int, talker_tokens: int, speaker: str = "Ethan") -> Reference:
         key = (repr(messages), thinker_tokens, talker_tokens, speaker)
         if key not in self._cache:
-            self._cache[key] = self.run_inputs({"input_ids": torch.tensor([self.prompt_ids(messages)])},
-                                               thinker_tokens, talker_tokens, speaker)
+            self._cache[key] = self.run_inputs(
+                {"input_ids": torch.tensor([self.prompt_ids(messages)])}, thinker_tokens, talker_tokens, speaker
+            )
         return self._cache[key]
 
-    def run_inputs(self, inputs: dict, thinker_tokens: int, talker_tokens: int, speaker: str = "Ethan",
-                   **kwargs) -> Reference:
+    def run_inputs(
+        self, inputs: dict, thinker_tokens: int, talker_tokens: int, speaker: str = "Ethan", **kwargs
+    ) -> Reference:
         """generate() on ``inputs`` as the model's processor makes them (ids, features, pixels, grids)."""
         ids = inputs["input_ids"][0].tolist()
         seen: list[torch.Tensor] = []  # code2wav's inputs (one forward: every test stays under its 300-frame chunk)
@@ -65,13 +67,19 @@ class TransformersReference:
         try:
             with torch.no_grad():
                 seq, wav = self.model.generate(
-                    **inputs, speaker=speaker, thinker_max_new_tokens=thinker_tokens,
-                    thinker_do_sample=False, talker_max_new_tokens=talker_tokens, talker_do_sample=False,
-                    thinker_eos_token_id=self.tok.convert_tokens_to_ids("<|im_end|>"), **kwargs)
+                    **inputs,
+                    speaker=speaker,
+                    thinker_max_new_tokens=thinker_tokens,
+                    thinker_do_sample=False,
+                    talker_max_new_tokens=talker_tokens,
+                    talker_do_sample=False,
+                    thinker_eos_token_id=self.tok.convert_tokens_to_ids("<|im_end|>"),
+                    **kwargs,
+                )
         finally:
             hook.remove()
         assert len(seen) == 1, "a reference longer than one code2wav chunk"
-        return Reference(ids, seq[0, len(ids):].tolist(), seen[0], wav.reshape(-1).float())
+        return Reference(ids, seq[0, len(ids) :].tolist(), seen[0], wav.reshape(-1).float())
 
 
 @pytest.fixture(scope="session")

@@ -45,10 +45,13 @@ def test_shipped_deploy_configs_validate(name, replicas):
     assert [deploy.stage(i).num_replicas for i in range(3)] == replicas
 
 
-@pytest.mark.parametrize("params, pieces", [
-    ({"chunk_frames": 3}, [True, False, False, True, False, False, True]),  # the first frame at once, then 3 by 3
-    ({"chunk_frames": 3, "initial_codec_chunk_frames": 2}, [False, True, False, False, True, False, False]),
-])
+@pytest.mark.parametrize(
+    "params, pieces",
+    [
+        ({"chunk_frames": 3}, [True, False, False, True, False, False, True]),  # the first frame at once, then 3 by 3
+        ({"chunk_frames": 3, "initial_codec_chunk_frames": 2}, [False, True, False, False, True, False, False]),
+    ],
+)
 def test_code_chunks_first_piece_then_every_n_frames_and_the_rest_at_the_end(params, pieces):
     class Req:
         sampling_params = (None, None, params)

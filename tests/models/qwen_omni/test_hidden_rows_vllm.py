@@ -43,23 +43,38 @@ def test_rows_of_a_prefill_split_over_steps_and_of_the_reply_equal_transformers(
     prompt_path, reply_path = str(tmp_path / "prompt.rows"), str(tmp_path / "reply.rows")
 
     async def rows():
-        engine = AsyncLLMEngine.from_engine_args(AsyncEngineArgs(
-            model=str(omni_dir), dtype="float32", max_model_len=1024, enforce_eager=True,
-            kv_cache_memory_bytes=64 << 20, mm_processor_cache_gb=0, disable_log_stats=True,
-            max_num_batched_tokens=CHUNK, block_size=BLOCK, hf_overrides={"architectures": [SPEAKING_ARCHITECTURE]},
-            kv_transfer_config=CONNECTOR))
+        engine = AsyncLLMEngine.from_engine_args(
+            AsyncEngineArgs(
+                model=str(omni_dir),
+                dtype="float32",
+                max_model_len=1024,
+                enforce_eager=True,
+                kv_cache_memory_bytes=64 << 20,
+                mm_processor_cache_gb=0,
+                disable_log_stats=True,
+                max_num_batched_tokens=CHUNK,
+                block_size=BLOCK,
+                hf_overrides={"architectures": [SPEAKING_ARCHITECTURE]},
+                kv_transfer_config=CONNECTOR,
+            )
+        )
         try:
             tok = engine.renderer.default_chat_tok_params.with_kwargs(add_special_tokens=False)
             chat = ChatParams(chat_template_kwargs={"add_generation_prompt": True, "tokenize": False})
             _, (ei,) = await engine.renderer.render_chat_async([messages], chat, tok)
             ids = list(ei["prompt_token_ids"])
-            params = SamplingParams(max_tokens=1, temperature=0,
-                                    extra_args={"kv_transfer_params": {PATH_KEY: prompt_path}})
+            params = SamplingParams(
+                max_tokens=1, temperature=0, extra_args={"kv_transfer_params": {PATH_KEY: prompt_path}}
+            )
             async for _ in engine.generate(ei, params, request_id="split"):
                 assert os.path.exists(prompt_path)  # written before the first token left the engine
             prompt_rows = read_rows(prompt_path, len(ids))
-            params = SamplingParams(max_tokens=REPLY, temperature=0, ignore_eos=True, extra_args={
-                "kv_transfer_params": {PATH_KEY: reply_path, REPLY_KEY: True}})
+            params = SamplingParams(
+                max_tokens=REPLY,
+                temperature=0,
+                ignore_eos=True,
+                extra_args={"kv_transfer_params": {PATH_KEY: reply_path, REPLY_KEY: True}},
+            )
             async for out in engine.generate(ei, params, request_id="reply"):
                 pass
             reply = list(out.outputs[0].token_ids)
@@ -69,8 +84,9 @@ def test_rows_of_a_prefill_split_over_steps_and_of_the_reply_equal_transformers(
             engine.shutdown()
 
     ids, got, reply, got_reply = asyncio.run(rows())
-    prompt = reference.processor.apply_chat_template(template_messages(messages), add_generation_prompt=True,
-                                                     tokenize=False)
+    prompt = reference.processor.apply_chat_template(
+        template_messages(messages), add_generation_prompt=True, tokenize=False
+    )
     inputs = reference.processor(text=prompt, return_tensors="pt", **mm)
     assert inputs["input_ids"][0].tolist() == ids and len(ids) > BLOCK and len(ids) + REPLY > 2 * BLOCK
     with torch.no_grad():
@@ -78,7 +94,8 @@ def test_rows_of_a_prefill_split_over_steps_and_of_the_reply_equal_transformers(
         fed = torch.tensor([ids + reply[:-1]])
         longer = dict(inputs, input_ids=fed, attention_mask=torch.ones_like(fed))
         want_reply = reference.model.thinker(**longer, output_hidden_states=True).hidden_states[
-            config.accept_hidden_layer][0]
+            config.accept_hidden_layer
+        ][0]
     assert got.shape == want.shape and got_reply.shape == want_reply.shape
     # float32 rounding through the encoders: measured up to 1.3e-4 at |x| up to ~30; a wrong row is ~10 off
     torch.testing.assert_close(got, want, rtol=1e-5, atol=5e-4)

@@ -41,16 +41,20 @@ def text(t):
 
 # (name, omnistage messages, the same conversation for the processor's template, processor media)
 CHATS = {
-    "audio": ([{"role": "user", "content": [audio_part(CLIP), text("what did i just say?")]}],
-              {"audio": [CLIP]}),
-    "image": ([{"role": "user", "content": [image_part(IMAGE), text("describe the picture")]}],
-              {"images": [IMAGE]}),
-    "audio+image": ([{"role": "user", "content": [image_part(IMAGE), audio_part(CLIP2), text("and the sound?")]}],
-                    {"images": [IMAGE], "audio": [CLIP2]}),
-    "multi-turn": ([{"role": "user", "content": [audio_part(CLIP), text("hello")]},
-                    {"role": "assistant", "content": "i am a voice assistant."},
-                    {"role": "user", "content": [image_part(IMAGE), text("who are you?")]}],
-                   {"audio": [CLIP], "images": [IMAGE]}),
+    "audio": ([{"role": "user", "content": [audio_part(CLIP), text("what did i just say?")]}], {"audio": [CLIP]}),
+    "image": ([{"role": "user", "content": [image_part(IMAGE), text("describe the picture")]}], {"images": [IMAGE]}),
+    "audio+image": (
+        [{"role": "user", "content": [image_part(IMAGE), audio_part(CLIP2), text("and the sound?")]}],
+        {"images": [IMAGE], "audio": [CLIP2]},
+    ),
+    "multi-turn": (
+        [
+            {"role": "user", "content": [audio_part(CLIP), text("hello")]},
+            {"role": "assistant", "content": "i am a voice assistant."},
+            {"role": "user", "content": [image_part(IMAGE), text("who are you?")]},
+        ],
+        {"audio": [CLIP], "images": [IMAGE]},
+    ),
 }
 
 
@@ -75,8 +79,9 @@ async def omni(omni_dir):
 
 
 def reference_for(reference, messages, mm, **kw):
-    prompt = reference.processor.apply_chat_template(template_messages(messages), add_generation_prompt=True,
-                                                     tokenize=False)
+    prompt = reference.processor.apply_chat_template(
+        template_messages(messages), add_generation_prompt=True, tokenize=False
+    )
     inputs = reference.processor(text=prompt, return_tensors="pt", **mm, **kw)
     return prompt, reference.run_inputs(dict(inputs), THINK, TALK, **kw)
 
@@ -100,8 +105,11 @@ async def test_media_chat_speaks_as_transformers(omni, reference, name):
     _, ref = reference_for(reference, messages, mm)
     outs, finals = await run(omni, {"messages": messages})
     assert_equal(finals, ref)
-    pieces = [np.asarray(o.delta["audio"]).reshape(-1) for o in outs
-              if o.stage_id == 2 and not o.finished and o.delta.get("audio") is not None]
+    pieces = [
+        np.asarray(o.delta["audio"]).reshape(-1)
+        for o in outs
+        if o.stage_id == 2 and not o.finished and o.delta.get("audio") is not None
+    ]
     assert np.array_equal(np.concatenate(pieces), finals[2].audio)  # streamed == whole
 
 
@@ -112,8 +120,10 @@ async def test_video_and_video_with_its_audio_offline(omni, reference, use_audio
     mm = {"videos": [FRAMES], **({"audio": [CLIP]} if use_audio_in_video else {})}
     prompt, ref = reference_for(reference, messages, mm, use_audio_in_video=use_audio_in_video)
     data = {"video": FRAMES, **({"audio": (CLIP, media.RATE)} if use_audio_in_video else {})}
-    _, finals = await run(omni, {"prompt": prompt, "multi_modal_data": data,
-                                 "mm_processor_kwargs": {"use_audio_in_video": use_audio_in_video}})
+    _, finals = await run(
+        omni,
+        {"prompt": prompt, "multi_modal_data": data, "mm_processor_kwargs": {"use_audio_in_video": use_audio_in_video}},
+    )
     assert_equal(finals, ref)
 
 
@@ -149,10 +159,13 @@ async def test_the_talker_conditioning_comes_from_the_thinker_engine_itself(omni
 
 
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.parametrize("part, says", [
-    ({"type": "input_audio", "input_audio": {"data": "bm90IGEgd2F2", "format": "wav"}}, "corrupted audio"),
-    ({"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}, "base64"),
-])
+@pytest.mark.parametrize(
+    "part, says",
+    [
+        ({"type": "input_audio", "input_audio": {"data": "bm90IGEgd2F2", "format": "wav"}}, "corrupted audio"),
+        ({"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}, "base64"),
+    ],
+)
 async def test_a_bad_media_part_is_refused_and_the_stages_keep_serving(omni, part, says):
     """Offline, vLLM loads the media and its complaint names the messages (over HTTP the server checks each
     part first and names it: tests/e2e/qwen3_omni/test_http.py)."""

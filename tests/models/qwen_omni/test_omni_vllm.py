@@ -52,8 +52,11 @@ async def test_text_and_streamed_speech_equal_transformers(omni, reference):
     audio = torch.from_numpy(finals[2].audio)
     assert finals[2].sample_rate == 24000 and audio.shape == ref.audio.shape
     assert (audio - ref.audio).abs().max().item() <= TOL
-    pieces = [torch.as_tensor(o.delta["audio"]).reshape(-1) for o in outs if o.stage_id == 2 and not o.finished
-              and o.delta.get("audio") is not None]
+    pieces = [
+        torch.as_tensor(o.delta["audio"]).reshape(-1)
+        for o in outs
+        if o.stage_id == 2 and not o.finished and o.delta.get("audio") is not None
+    ]
     assert len(pieces) >= 3  # 19 frames in 4-frame pieces: audio streamed, not one block at the end
     assert torch.equal(torch.cat(pieces), audio)  # the streamed chunks are the final audio
     assert talker_busy_at_first_audio  # the first audio came out while the talker was still generating
@@ -94,14 +97,27 @@ async def test_text_only_never_runs_the_talker(omni, reference):
 
 
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.parametrize("prompt, params, field", [
-    ({"prompt": "hi", "additional_information": {"voice": "Bob"}}, GREEDY, "speaker"),
-    ("hi", [GREEDY[0], {**GREEDY[1], "speaker": "Bob"}], "speaker"),
-    ("hi", [GREEDY[0], {"min_p": 0.5}], "sampling_params_list[1]"),
-    ("hi", [GREEDY[0], None, {"chunk_frames": 0}], "chunk_frames"),
-    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}]}]},
-     GREEDY, "messages"),  # offline vLLM loads the media (HTTP names the part: tests/e2e/qwen3_omni/test_http.py)
-])
+@pytest.mark.parametrize(
+    "prompt, params, field",
+    [
+        ({"prompt": "hi", "additional_information": {"voice": "Bob"}}, GREEDY, "speaker"),
+        ("hi", [GREEDY[0], {**GREEDY[1], "speaker": "Bob"}], "speaker"),
+        ("hi", [GREEDY[0], {"min_p": 0.5}], "sampling_params_list[1]"),
+        ("hi", [GREEDY[0], None, {"chunk_frames": 0}], "chunk_frames"),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}],
+                    }
+                ]
+            },
+            GREEDY,
+            "messages",
+        ),  # offline vLLM loads the media (HTTP names the part: tests/e2e/qwen3_omni/test_http.py)
+    ],
+)
 async def test_bad_input_names_the_field(omni, prompt, params, field):
     with pytest.raises(InvalidRequestError) as e:
         await run(omni, prompt, params)

@@ -22,9 +22,12 @@ from omnistage.stages.generation.engine import GenerationItem
 from omnistage.testing.streams import fed_outputs
 
 HELLO = [{"role": "user", "content": "hello, who are you?"}]
-CHAT = [{"role": "system", "content": "you are a helpful assistant."},
-        {"role": "user", "content": "hello"}, {"role": "assistant", "content": "i am a voice assistant."},
-        {"role": "user", "content": "describe the sound"}]
+CHAT = [
+    {"role": "system", "content": "you are a helpful assistant."},
+    {"role": "user", "content": "hello"},
+    {"role": "assistant", "content": "i am a voice assistant."},
+    {"role": "user", "content": "describe the sound"},
+]
 THINK, TALK = 12, 20
 
 
@@ -82,8 +85,9 @@ def test_talker_batched_prefill_and_rows_equal_transformers(talker, reference):
     a, b = reference.run(HELLO, THINK, TALK), reference.run(CHAT, THINK, TALK)
     rows, inputs, trailing = [], [], []
     for ref in (a, b):
-        start = talker.assistant_start(ref.prompt_ids, talker.config.im_start_token_id,
-                                       talker.config.assistant_token_id)
+        start = talker.assistant_start(
+            ref.prompt_ids, talker.config.im_start_token_id, talker.config.assistant_token_id
+        )
         turn = ref.prompt_ids[start:] + ref.reply[:-1]
         rows.append(Row(RequestKV(talker.num_layers), Sampling(temperature=0)))
         inputs.append(talker.prefill_input(ref.prompt_ids, turn[:4], 2302))
@@ -100,16 +104,19 @@ def test_talker_batched_prefill_and_rows_equal_transformers(talker, reference):
 def run_engine(folder, requests: list[tuple[str, dict, list[tuple[dict, bool]] | None]]):
     """Run requests through a started TalkerEngine: (id, whole inputs or {} to stream, feeds) -> (outputs,
     step batch sizes, prefill batch sizes)."""
+
     async def main():
         engine = TalkerEngine(context(folder, 1))
         await engine.start()
         try:
             params = {"temperature": 0, "max_tokens": TALK}
-            outs = await asyncio.gather(*(fed_outputs(engine, rid, inputs, params, feeds)
-                                          for rid, inputs, feeds in requests))
+            outs = await asyncio.gather(
+                *(fed_outputs(engine, rid, inputs, params, feeds) for rid, inputs, feeds in requests)
+            )
             return outs, list(engine.batch_sizes), list(engine.prefill_sizes)
         finally:
             await engine.shutdown()
+
     return asyncio.run(main())
 
 
@@ -142,8 +149,9 @@ def test_talker_reads_tokens_the_thinker_says_are_not_its_last_at_once(omni_dir,
             outs = engine.generate(req)
             first = asyncio.ensure_future(outs.__anext__())
             await asyncio.sleep(0.01)  # the request is registered
-            await engine.feed("r", {"prompt_token_ids": ref.prompt_ids, "token_ids": ref.reply[:1],
-                                    "reply_continues": True}, False)
+            await engine.feed(
+                "r", {"prompt_token_ids": ref.prompt_ids, "token_ids": ref.reply[:1], "reply_continues": True}, False
+            )
             await engine.feed("r", {"token_ids": ref.reply[1:2], "reply_continues": True}, False)
             frame = await asyncio.wait_for(first, 10)  # no third token fed yet
             got = [frame]
@@ -162,8 +170,10 @@ def test_talker_reads_tokens_the_thinker_says_are_not_its_last_at_once(omni_dir,
 
 def test_talker_engine_prefills_requests_that_arrive_together_in_one_batch(omni_dir, reference):
     a, b = reference.run(HELLO, THINK, TALK), reference.run(CHAT, THINK, TALK)
-    whole = [(rid, {"prompt_token_ids": r.prompt_ids, "token_ids": r.reply, "speaker": "Ethan"}, None)
-             for rid, r in (("a", a), ("b", b), ("c", a))]
+    whole = [
+        (rid, {"prompt_token_ids": r.prompt_ids, "token_ids": r.reply, "speaker": "Ethan"}, None)
+        for rid, r in (("a", a), ("b", b), ("c", a))
+    ]
     (out_a, out_b, out_c), _, prefills = run_engine(omni_dir, whole)
     assert prefills == [3]  # one batched prefill, not three in a row
     assert torch.equal(frames_of(out_a), a.codes) and torch.equal(frames_of(out_b), b.codes)
@@ -175,16 +185,27 @@ def test_code2wav_streamed_pieces_equal_chunked_decode(omni_dir, reference):
     g = torch.Generator().manual_seed(0)
     codes = [torch.randint(0, 2048, (4, n), generator=g) for n in (340, 23, 40)]
     with torch.no_grad():
-        refs = [reference.model.code2wav.chunked_decode(c[None], chunk_size=300, left_context_size=25).reshape(-1)
-                for c in codes]
+        refs = [
+            reference.model.code2wav.chunked_decode(c[None], chunk_size=300, left_context_size=25).reshape(-1)
+            for c in codes
+        ]
     # crossing and landing on the 300-frame chunk edge; the first pieces (1, 4, 1 frames) share a decode padded to
     # 4 frames and 4 rows, the later ones are too far apart in length to share one
     cuts = [[0, 1, 8, 299, 300, 305, 340], [0, 4, 23], [0, 1, 12, 40]]
     states = [{}, {}, {}]
     got: list[list[torch.Tensor]] = [[], [], []]
     for piece in range(max(len(c) for c in cuts) - 1):
-        items = [GenerationItem(str(i), {"codes": codes[i][:, cuts[i][piece]:cuts[i][piece + 1]]}, {}, states[i],
-                                piece + 2 == len(cuts[i])) for i in range(3) if piece + 1 < len(cuts[i])]
+        items = [
+            GenerationItem(
+                str(i),
+                {"codes": codes[i][:, cuts[i][piece] : cuts[i][piece + 1]]},
+                {},
+                states[i],
+                piece + 2 == len(cuts[i]),
+            )
+            for i in range(3)
+            if piece + 1 < len(cuts[i])
+        ]
         for item, out in zip(items, adapter.run(items)):
             assert out["sample_rate"] == 24000
             got[int(item.request_id)].append(out["audio"])

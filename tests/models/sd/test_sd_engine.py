@@ -19,8 +19,10 @@ from tests.stages.diffusion.helpers import (
     start_engine,
 )
 
-CLASSES = {"sd15": ("StableDiffusionPipeline", "StableDiffusionImg2ImgPipeline"),
-           "sdxl": ("StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline")}
+CLASSES = {
+    "sd15": ("StableDiffusionPipeline", "StableDiffusionImg2ImgPipeline"),
+    "sdxl": ("StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline"),
+}
 
 
 @pytest.fixture(scope="module", params=["sd15", "sdxl"])
@@ -74,8 +76,9 @@ async def test_img2img_equals_diffusers_img2img(family):
     engine = await start_engine(PIPELINE, adapter, folder)
     try:
         kw = dict(num_inference_steps=8, strength=0.5, guidance_scale=4.0)
-        outs = await run(engine, "i", "a red cat", inputs={"multi_modal_data": {"image": image}}, seed=9,
-                         output_type="latent", **kw)
+        outs = await run(
+            engine, "i", "a red cat", inputs={"multi_modal_data": {"image": image}}, seed=9, output_type="latent", **kw
+        )
         expected = ref("a red cat", image=image, generator=gen(9), output_type="latent", **kw).images
         assert latent(outs).shape[-2:] == (16, 20)  # the input's size, like diffusers
         assert max_diff(latent(outs), expected) == 0.0

@@ -88,16 +88,22 @@ MIXED = [  # (request id, prompt, adapter, scale, params)
     ("a1", "a red cat", "a", 1.0, dict(num_inference_steps=6, seed=1, guidance_scale=5.0)),
     ("b5", "green square", "b", 0.5, dict(num_inference_steps=5, seed=2, guidance_scale=1.0)),
     ("base", "blue chair at night", None, 1.0, dict(num_inference_steps=6, seed=3, guidance_scale=4.0)),
-    ("a3", "city skyline", "a", 0.3, dict(num_inference_steps=4, seed=4, guidance_scale=3.5, num_outputs_per_prompt=2,
-                                          negative_prompt="blurry")),
+    (
+        "a3",
+        "city skyline",
+        "a",
+        0.3,
+        dict(num_inference_steps=4, seed=4, guidance_scale=3.5, num_outputs_per_prompt=2, negative_prompt="blurry"),
+    ),
 ]
 
 
 async def test_mixed_adapters_share_one_forward(sd3, adapter, ref, loras):
     engine = await start_engine(PIPELINE, adapter, sd3, lora_modules=lora_modules(loras), max_num_seqs=16)
     try:
-        outs = await asyncio.gather(*(run(engine, rid, p, lora=lora, lora_scale=s, **kw, **KW)
-                                      for rid, p, lora, s, kw in MIXED))
+        outs = await asyncio.gather(
+            *(run(engine, rid, p, lora=lora, lora_scale=s, **kw, **KW) for rid, p, lora, s, kw in MIXED)
+        )
         log = [ids for _, ids in engine.forward_log]
     finally:
         await engine.shutdown()
@@ -148,6 +154,7 @@ async def test_request_errors_name_the_field(sd3, adapter, loras):
 
 # ------------------------------------------------------------------ with step caching
 
+
 @pytest.fixture(scope="module")
 def sd3_deep(tmp_path_factory):
     root = tmp_path_factory.mktemp("sd3-3blocks-lora")
@@ -164,14 +171,19 @@ async def test_step_cache_rows_keep_their_adapters(sd3_deep):
     folder, loras = sd3_deep
     adapter = SD3Adapter.load(folder, torch.float32, torch.device("cpu"))
     cache = {"cache": {"method": "first_block", "threshold": 1e9, "warmup_steps": 1, "max_consecutive_cached": 2}}
-    specs = [("a1", "a red cat", "a", 1.0, dict(num_inference_steps=7, seed=1, guidance_scale=5.0)),
-             ("base", "green square", None, 1.0, dict(num_inference_steps=6, seed=2, guidance_scale=1.0)),
-             ("b5", "blue chair", "b", 0.5, dict(num_inference_steps=5, seed=3, guidance_scale=4.0))]
-    engine = await start_engine(PIPELINE, adapter, folder, acceleration=cache, lora_modules=lora_modules(loras),
-                                max_num_seqs=16)
+    specs = [
+        ("a1", "a red cat", "a", 1.0, dict(num_inference_steps=7, seed=1, guidance_scale=5.0)),
+        ("base", "green square", None, 1.0, dict(num_inference_steps=6, seed=2, guidance_scale=1.0)),
+        ("b5", "blue chair", "b", 0.5, dict(num_inference_steps=5, seed=3, guidance_scale=4.0)),
+    ]
+    engine = await start_engine(
+        PIPELINE, adapter, folder, acceleration=cache, lora_modules=lora_modules(loras), max_num_seqs=16
+    )
     try:
-        solo = {rid: latent(await run(engine, rid + "-solo", p, lora=lora, lora_scale=s, **kw, **KW))
-                for rid, p, lora, s, kw in specs}
+        solo = {
+            rid: latent(await run(engine, rid + "-solo", p, lora=lora, lora_scale=s, **kw, **KW))
+            for rid, p, lora, s, kw in specs
+        }
         engine.accel.hooks.log.clear()
         tasks, prev = [], None
         for rid, p, lora, s, kw in specs:  # each joins once the previous one has done a step: decisions differ

@@ -26,8 +26,9 @@ def test_omni_generate_returns_pil_images_equal_to_diffusers(sd3, ref):
     with Omni(model=sd3) as omni:
         assert omni.pipeline.name == "sd3"
         solo = omni.generate("a red cat", [{**kw, "seed": 7}], use_tqdm=False)
-        outs = omni.generate(["a red cat", {"prompt": "green square", "negative_prompt": "blurry"}],
-                             [{**kw, "seed": 7}], use_tqdm=False)
+        outs = omni.generate(
+            ["a red cat", {"prompt": "green square", "negative_prompt": "blurry"}], [{**kw, "seed": 7}], use_tqdm=False
+        )
         with pytest.raises(ValueError, match="height"):
             omni.generate("a red cat", [{"height": 33}], use_tqdm=False)
     assert [len(o.images) for o in outs] == [1, 1]
@@ -44,9 +45,28 @@ def test_omni_generate_returns_pil_images_equal_to_diffusers(sd3, ref):
 
 def test_cli_generate_writes_the_image_with_a_progress_bar(sd3, ref, tmp_path, capsys):
     out = tmp_path / "cat.png"
-    rc = cli_main(["generate", sd3, "--prompt", "a red cat", "--num-inference-steps", "3", "--height", "32",
-                   "--width", "32", "--seed", "5", "--guidance-scale", "4", "--extra-body", '{"not_a_knob": 1}',
-                   "--output", str(out)])
+    rc = cli_main(
+        [
+            "generate",
+            sd3,
+            "--prompt",
+            "a red cat",
+            "--num-inference-steps",
+            "3",
+            "--height",
+            "32",
+            "--width",
+            "32",
+            "--seed",
+            "5",
+            "--guidance-scale",
+            "4",
+            "--extra-body",
+            '{"not_a_knob": 1}',
+            "--output",
+            str(out),
+        ]
+    )
     assert rc == 0
     assert "steps 3/3" in capsys.readouterr().err  # tqdm's step postfix
     want = ref("a red cat", generator=gen(5), num_inference_steps=3, guidance_scale=4.0, height=32, width=32).images[0]
@@ -55,8 +75,29 @@ def test_cli_generate_writes_the_image_with_a_progress_bar(sd3, ref, tmp_path, c
     src = tmp_path / "in.png"
     Image.fromarray(np.full((32, 32, 3), 200, np.uint8)).save(src)
     edited = tmp_path / "edit.png"
-    assert cli_main(["generate", sd3, "--prompt", "a red cat", "--image", str(src), "--strength", "0.6",
-                     "--num-inference-steps", "5", "--height", "32", "--width", "32", "--output", str(edited)]) == 0
+    assert (
+        cli_main(
+            [
+                "generate",
+                sd3,
+                "--prompt",
+                "a red cat",
+                "--image",
+                str(src),
+                "--strength",
+                "0.6",
+                "--num-inference-steps",
+                "5",
+                "--height",
+                "32",
+                "--width",
+                "32",
+                "--output",
+                str(edited),
+            ]
+        )
+        == 0
+    )
     assert Image.open(edited).size == (32, 32)
     assert cli_main(["generate", sd3, "--prompt", "x", "--height", "30", "--output", str(tmp_path / "bad.png")]) == 2
     assert "height" in capsys.readouterr().err

@@ -37,10 +37,13 @@ async def test_oversize_request_names_the_field_and_the_engine_carries_on(sd3, a
     engine = await start_engine(PIPELINE, adapter, sd3)
     try:
         with pytest.raises(InvalidRequestError, match=f"{limit + step} exceeds this model's maximum of {limit}") as e:
-            await run(engine, "big", "a cat", **{"height": 32, "width": 32, field: limit + step, "num_inference_steps": 1})
+            await run(
+                engine, "big", "a cat", **{"height": 32, "width": 32, field: limit + step, "num_inference_steps": 1}
+            )
         assert e.value.field == field
-        ok = finished_data(await run(engine, "ok", "a cat", height=32, width=32, num_inference_steps=1,
-                                     output_type="latent", seed=0))
+        ok = finished_data(
+            await run(engine, "ok", "a cat", height=32, width=32, num_inference_steps=1, output_type="latent", seed=0)
+        )
         assert ok  # the engine still serves
     finally:
         await engine.shutdown()

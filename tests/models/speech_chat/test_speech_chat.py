@@ -61,8 +61,14 @@ def wav_samples(data: bytes) -> np.ndarray:
 
 PCM = clip_pcm16()
 SAMPLES = PCM.astype(np.float32) / 32768  # what any decoder makes of the 16-bit clip
-MESSAGES = [{"role": "user", "content": [
-    {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav_bytes(PCM)).decode(), "format": "wav"}}]}]
+MESSAGES = [
+    {
+        "role": "user",
+        "content": [
+            {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav_bytes(PCM)).decode(), "format": "wav"}}
+        ],
+    }
+]
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +78,16 @@ def folders(tiny_model):
 
 def deploy(folders):
     models = [folders["whisper"], folders["chat"], folders["tts"], folders["tts"]]
-    stages = [{"stage_id": i, "model": str(m), **(KV if i < 3 else {}), **({"max_model_len": 448} if i == 0 else {}),
-               **({"max_model_len": 512} if i in (1, 2) else {})} for i, m in enumerate(models)]
+    stages = [
+        {
+            "stage_id": i,
+            "model": str(m),
+            **(KV if i < 3 else {}),
+            **({"max_model_len": 448} if i == 0 else {}),
+            **({"max_model_len": 512} if i in (1, 2) else {}),
+        }
+        for i, m in enumerate(models)
+    ]
     return {"pipeline": "speech_chat", "stages": stages}
 
 
@@ -86,8 +100,12 @@ def served(folders, server_factory):
     """Everything the speech_chat server answered, then the server stops (the references need the cores)."""
     engine = AsyncOmni(pipeline="speech_chat", deploy_config=deploy(folders), dtype="float32")
     srv = server_factory(engine, ready_timeout=300)
-    body = {"model": "speech_chat", "messages": MESSAGES, "modalities": ["text", "audio"],
-            "sampling_params_list": PARAMS}
+    body = {
+        "model": "speech_chat",
+        "messages": MESSAGES,
+        "modalities": ["text", "audio"],
+        "sampling_params_list": PARAMS,
+    }
     got = {}
     with srv.client(timeout=120) as c:
         r = c.post("/v1/chat/completions", json=body)
@@ -100,12 +118,43 @@ def served(folders, server_factory):
         got["text_only"] = r.json()["choices"][0]["message"]
         got["bad"] = {
             "no_audio": c.post("/v1/chat/completions", json={**body, "messages": [{"role": "user", "content": "hi"}]}),
-            "not_audio": c.post("/v1/chat/completions", json={**body, "messages": [{"role": "user", "content": [
-                {"type": "input_audio", "input_audio": {"data": base64.b64encode(b"not audio").decode(),
-                                                        "format": "wav"}}]}]}),
-            "too_long": c.post("/v1/chat/completions", json={**body, "messages": [{"role": "user", "content": [
-                {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav_bytes(clip_pcm16(31.0))).decode(),
-                                                        "format": "wav"}}]}]}),
+            "not_audio": c.post(
+                "/v1/chat/completions",
+                json={
+                    **body,
+                    "messages": [
+                        {
+                            "role": "user",
+                            "content": [
+                                {
+                                    "type": "input_audio",
+                                    "input_audio": {"data": base64.b64encode(b"not audio").decode(), "format": "wav"},
+                                }
+                            ],
+                        }
+                    ],
+                },
+            ),
+            "too_long": c.post(
+                "/v1/chat/completions",
+                json={
+                    **body,
+                    "messages": [
+                        {
+                            "role": "user",
+                            "content": [
+                                {
+                                    "type": "input_audio",
+                                    "input_audio": {
+                                        "data": base64.b64encode(wav_bytes(clip_pcm16(31.0))).decode(),
+                                        "format": "wav",
+                                    },
+                                }
+                            ],
+                        }
+                    ],
+                },
+            ),
         }
         r = c.post("/v1/chat/completions", json=body)  # still serving after the bad requests
         got["after"] = r.json()["choices"][0]["message"]
@@ -119,15 +168,18 @@ async def realtime_turn(url: str):
     client's events."""
     from tests.server.realtime_client import b64, next_event, openai_client, read_reply
 
-    session = {"type": "realtime", "extra_body": {"sampling_params_list": PARAMS},
-               "audio": {"input": {"format": {"type": "audio/pcm", "rate": RATE}, "turn_detection": None}}}
+    session = {
+        "type": "realtime",
+        "extra_body": {"sampling_params_list": PARAMS},
+        "audio": {"input": {"format": {"type": "audio/pcm", "rate": RATE}, "turn_detection": None}},
+    }
     async with openai_client(url, "sk-any").realtime.connect(model="speech_chat") as conn:
         await next_event(conn, "session.created")
         await conn.session.update(session=session)
         await next_event(conn, "session.updated")
         pcm = PCM.astype("<i2").tobytes()
         for i in range(0, len(pcm), 3200):
-            await conn.input_audio_buffer.append(audio=b64(pcm[i:i + 3200]))
+            await conn.input_audio_buffer.append(audio=b64(pcm[i : i + 3200]))
         await conn.input_audio_buffer.commit()
         await next_event(conn, "input_audio_buffer.committed")
         await conn.response.create()
@@ -149,14 +201,21 @@ def chat_reply(folder, transcript: str) -> str:
 
     tok = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    ids = tok.apply_chat_template([{"role": "user", "content": transcript}], add_generation_prompt=True,
-                                  return_tensors="pt", return_dict=True)["input_ids"]
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": transcript}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )["input_ids"]
     config = copy.deepcopy(model.generation_config)
     config.eos_token_id = None
     with torch.no_grad():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, do_sample=False,
-                             max_new_tokens=CHAT["max_tokens"], pad_token_id=tok.pad_token_id or 0)
-    return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            generation_config=config,
+            do_sample=False,
+            max_new_tokens=CHAT["max_tokens"],
+            pad_token_id=tok.pad_token_id or 0,
+        )
+    return tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 
 
 def test_each_stage_equals_its_family_alone(served, folders):
@@ -181,10 +240,16 @@ def test_each_stage_equals_its_family_alone(served, folders):
 
 def test_streamed_equals_whole(served):
     events = served["stream"]
-    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e.get("choices")
-                   and isinstance(e["choices"][0]["delta"].get("content"), str))
-    pcm = b"".join(base64.b64decode(e["choices"][0]["delta"]["audio"]["data"]) for e in events
-                   if e.get("choices") and "audio" in e["choices"][0]["delta"])
+    text = "".join(
+        e["choices"][0]["delta"].get("content") or ""
+        for e in events
+        if e.get("choices") and isinstance(e["choices"][0]["delta"].get("content"), str)
+    )
+    pcm = b"".join(
+        base64.b64decode(e["choices"][0]["delta"]["audio"]["data"])
+        for e in events
+        if e.get("choices") and "audio" in e["choices"][0]["delta"]
+    )
     assert text == served["whole"]["content"]
     streamed = np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768
     whole = wav_samples(base64.b64decode(served["whole"]["audio"]["data"]))

@@ -67,15 +67,21 @@ def reference(folder):
         if key not in cache:
             turns = script_turns(script)
             if voice:
-                conv = [{"role": s, "content": [{"type": "text", "text": t}]
-                         + ([{"type": "audio", "audio": VOICE}] if i == 0 else [])} for i, (s, t) in enumerate(turns)]
+                conv = [
+                    {
+                        "role": s,
+                        "content": [{"type": "text", "text": t}]
+                        + ([{"type": "audio", "audio": VOICE}] if i == 0 else []),
+                    }
+                    for i, (s, t) in enumerate(turns)
+                ]
                 ids = processor.apply_chat_template(conv, tokenize=True, return_dict=True, return_tensors="pt")
             else:
                 conv = [{"role": s, "content": t} for s, t in turns]
                 ids = tok.apply_chat_template(conv, tokenize=True, return_dict=True, return_tensors="pt")
             torch.manual_seed(seed)
             out = model.generate(**ids, return_dict_in_generate=True, max_new_tokens=max_new_tokens, **gen)
-            cache[key] = (out.sequences[0, ids["input_ids"].shape[1]:].tolist(), out.audio[0].reshape(-1).numpy())
+            cache[key] = (out.sequences[0, ids["input_ids"].shape[1] :].tolist(), out.audio[0].reshape(-1).numpy())
         return cache[key]
 
     run.audio_bos = model.config.audio_bos_token_id
@@ -124,8 +130,11 @@ async def test_max_tokens_is_max_new_tokens(omni, reference):
 
 # the second has a voice prompt (ref_audio: the first speaker's clip); the third differs in guidance and diffusion
 # steps (the batched diffusion head runs mixed groups)
-CONCURRENT = [(SOLO, 3, False, {}), (DIALOGUE, 11, True, {"max_tokens": 8}),
-              (DIALOGUE, 3, False, {"guidance_scale": 2.0, "num_diffusion_steps": 3})]
+CONCURRENT = [
+    (SOLO, 3, False, {}),
+    (DIALOGUE, 11, True, {"max_tokens": 8}),
+    (DIALOGUE, 3, False, {"guidance_scale": 2.0, "num_diffusion_steps": 3}),
+]
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -184,10 +193,17 @@ def test_voice_prompt_over_http_inline_and_registered_equals_transformers(url, r
     wav = buf.getvalue()
     body = {"input": DIALOGUE, "response_format": "pcm", "seed": 11, "max_tokens": 8}
     with httpx.Client(base_url=url, timeout=120) as http:
-        inline = pcm(http.post("/v1/audio/speech", json={
-            **body, "ref_audio": "data:audio/wav;base64," + base64.b64encode(wav).decode()}))
-        r = http.post("/v1/audio/voices", data={"name": "mine", "text": "not needed by VibeVoice"},
-                      files={"audio": ("clip.wav", wav, "audio/wav")})
+        inline = pcm(
+            http.post(
+                "/v1/audio/speech",
+                json={**body, "ref_audio": "data:audio/wav;base64," + base64.b64encode(wav).decode()},
+            )
+        )
+        r = http.post(
+            "/v1/audio/voices",
+            data={"name": "mine", "text": "not needed by VibeVoice"},
+            files={"audio": ("clip.wav", wav, "audio/wav")},
+        )
         assert r.status_code == 200, r.text
         registered = pcm(http.post("/v1/audio/speech", json={**body, "voice": "mine"}))
     within_one_step(inline, reference(DIALOGUE, 11, 8, True)[1])
@@ -196,18 +212,26 @@ def test_voice_prompt_over_http_inline_and_registered_equals_transformers(url, r
 
 def test_chat_speaks_the_last_user_message(url, reference):
     resp = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0).chat.completions.create(
-        model="vibevoice", messages=[{"role": "user", "content": "not this"}, {"role": "user", "content": SOLO}],
-        modalities=["audio"], extra_body={"seed": 3})
+        model="vibevoice",
+        messages=[{"role": "user", "content": "not this"}, {"role": "user", "content": SOLO}],
+        modalities=["audio"],
+        extra_body={"seed": 3},
+    )
     audio, rate = soundfile.read(io.BytesIO(base64.b64decode(resp.choices[0].message.audio.data)), dtype="int16")
     assert rate == 24000
     within_one_step(audio, reference(SOLO, 3)[1])
 
 
-@pytest.mark.parametrize("extra, param", [({"temperature": 0.7}, "temperature"), ({"voice": "alice"}, "voice"),
-                                          ({"input": "Speaker 1:   "}, "input"),
-                                          ({"sampling_params_list": [{"num_diffusion_steps": 10**6}]},
-                                           "num_diffusion_steps"),
-                                          ({"max_tokens": 10**6}, "max_tokens")])
+@pytest.mark.parametrize(
+    "extra, param",
+    [
+        ({"temperature": 0.7}, "temperature"),
+        ({"voice": "alice"}, "voice"),
+        ({"input": "Speaker 1:   "}, "input"),
+        ({"sampling_params_list": [{"num_diffusion_steps": 10**6}]}, "num_diffusion_steps"),
+        ({"max_tokens": 10**6}, "max_tokens"),
+    ],
+)
 def test_bad_requests_are_400_naming_the_field(url, extra, param):
     resp = httpx.post(f"{url}/v1/audio/speech", json={"input": SOLO, **extra}, timeout=60)
     assert resp.status_code == 400, resp.text

@@ -27,14 +27,10 @@ EXPECTED = {
     "model.language_model.norm.weight": "norm.weight",
     "lm_head.weight": "output.weight",
     "model.audio_tower.conv2.bias": "mm_whisper_embeddings.whisper_encoder.conv_layers.1.bias",
-    "model.audio_tower.layers.0.self_attn.v_proj.bias":
-        "mm_whisper_embeddings.whisper_encoder.transformer.layers.0.attention.wv.bias",
-    "model.audio_tower.layers.0.self_attn.out_proj.weight":
-        "mm_whisper_embeddings.whisper_encoder.transformer.layers.0.attention.wo.weight",
-    "model.audio_tower.layers.0.fc2.weight":
-        "mm_whisper_embeddings.whisper_encoder.transformer.layers.0.feed_forward.w2.weight",
-    "model.audio_tower.layers.0.final_layer_norm.bias":
-        "mm_whisper_embeddings.whisper_encoder.transformer.layers.0.ffn_norm.bias",
+    "model.audio_tower.layers.0.self_attn.v_proj.bias": "mm_whisper_embeddings.whisper_encoder.transformer.layers.0.attention.wv.bias",
+    "model.audio_tower.layers.0.self_attn.out_proj.weight": "mm_whisper_embeddings.whisper_encoder.transformer.layers.0.attention.wo.weight",
+    "model.audio_tower.layers.0.fc2.weight": "mm_whisper_embeddings.whisper_encoder.transformer.layers.0.feed_forward.w2.weight",
+    "model.audio_tower.layers.0.final_layer_norm.bias": "mm_whisper_embeddings.whisper_encoder.transformer.layers.0.ffn_norm.bias",
     "model.audio_tower.layer_norm.weight": "mm_whisper_embeddings.whisper_encoder.transformer.norm.weight",
     "model.multi_modal_projector.linear_2.weight": "mm_whisper_embeddings.audio_language_projection.2.weight",
 }
@@ -93,11 +89,17 @@ def write(path, name, data):
 def test_the_family_claims_mistrals_offline_layout_only(folder, tmp_path):
     assert matches(ModelFolder(folder))
     encoder = {"dim": 64, "n_layers": 1}
-    assert matches(write(tmp_path / "a", "params.json",
-                         {"multimodal": {"whisper_model_args": {"encoder_args": encoder}}}))
+    assert matches(
+        write(tmp_path / "a", "params.json", {"multimodal": {"whisper_model_args": {"encoder_args": encoder}}})
+    )
     # the realtime model (causal encoder) is another one; a text-only Mistral folder and transformers' layout
     # alone (which vLLM 0.32's Voxtral cannot load) are not this family's
-    assert not matches(write(tmp_path / "b", "params.json",
-                             {"multimodal": {"whisper_model_args": {"encoder_args": {**encoder, "causal": True}}}}))
+    assert not matches(
+        write(
+            tmp_path / "b",
+            "params.json",
+            {"multimodal": {"whisper_model_args": {"encoder_args": {**encoder, "causal": True}}}},
+        )
+    )
     assert not matches(write(tmp_path / "c", "params.json", {"dim": 64}))
     assert not matches(write(tmp_path / "d", "config.json", {"architectures": ["VoxtralForConditionalGeneration"]}))

@@ -34,7 +34,6 @@ def folder(tiny_model):
     return tiny_model("voxtral")
 
 
-
 @pytest.fixture(scope="module")
 def hf_reference(folder):
     """transformers' generate, greedy, on transformers' layout: (clip, language) -> (generated ids, text)."""
@@ -47,11 +46,12 @@ def hf_reference(folder):
     out = {}
     for i, audio in enumerate(CLIPS):
         for language in LANGUAGE_CASES:
-            inputs = proc.apply_transcription_request(audio=audio, model_id=str(folder), language=language,
-                                                      sampling_rate=RATE, format="wav")
+            inputs = proc.apply_transcription_request(
+                audio=audio, model_id=str(folder), language=language, sampling_rate=RATE, format="wav"
+            )
             with torch.no_grad():
                 ids = model.generate(**inputs, do_sample=False, max_new_tokens=MAX_TOKENS)
-            new = [int(t) for t in ids[0, inputs["input_ids"].shape[1]:]]
+            new = [int(t) for t in ids[0, inputs["input_ids"].shape[1] :]]
             out[i, language] = (new, proc.tokenizer.decode(new, skip_special_tokens=True))
     return out
 
@@ -70,11 +70,18 @@ def vllm_reference(folder):
         for i, audio in enumerate(CLIPS):
             for language in LANGUAGE_CASES:
                 keys.append((i, language))
-                prompts.append(VllmVoxtral.get_generation_prompt(SpeechToTextParams(
-                    audio=audio, stt_config=stt, model_config=config, language=language, request_prompt="")))
+                prompts.append(
+                    VllmVoxtral.get_generation_prompt(
+                        SpeechToTextParams(
+                            audio=audio, stt_config=stt, model_config=config, language=language, request_prompt=""
+                        )
+                    )
+                )
         outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS), use_tqdm=False)
-        return {k: (list(o.outputs[0].token_ids), o.outputs[0].text, list(p["prompt_token_ids"]))
-                for k, o, p in zip(keys, outs, prompts)}
+        return {
+            k: (list(o.outputs[0].token_ids), o.outputs[0].text, list(p["prompt_token_ids"]))
+            for k, o, p in zip(keys, outs, prompts)
+        }
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -83,7 +90,6 @@ async def omni(folder, vllm_reference, hf_reference):
     await engine.start()
     yield engine
     await engine.shutdown()
-
 
 
 async def test_languages_are_the_models():
@@ -114,8 +120,9 @@ async def test_prompt_is_vllm_servers(omni, folder, vllm_reference):
 async def test_family_equals_references(omni, vllm_reference, hf_reference):
     # every clip and language in flight together: continuous batching must not change anyone's output
     keys = list(vllm_reference)
-    results = await asyncio.gather(*(run(omni, request(CLIPS[i], language), max_tokens=MAX_TOKENS)
-                                     for i, language in keys))
+    results = await asyncio.gather(
+        *(run(omni, request(CLIPS[i], language), max_tokens=MAX_TOKENS) for i, language in keys)
+    )
     texts = set()
     for key, (out, deltas) in zip(keys, results):
         ref_ids, ref_text, _ = vllm_reference[key]
@@ -126,12 +133,15 @@ async def test_family_equals_references(omni, vllm_reference, hf_reference):
     assert len(texts) > 3  # the clips and languages make a difference
 
 
-@pytest.mark.parametrize("prompt, field", [
-    ({"prompt": "", "additional_information": {"language": "en"}}, "multi_modal_data.audio"),
-    (request(CLIPS[0], language="xx"), "language"),
-    (request(CLIPS[0], language="ja"), "language"),  # a language code, but not Voxtral's
-    ({**request(CLIPS[0]), "additional_information": {"task": "translate"}}, "task"),
-])
+@pytest.mark.parametrize(
+    "prompt, field",
+    [
+        ({"prompt": "", "additional_information": {"language": "en"}}, "multi_modal_data.audio"),
+        (request(CLIPS[0], language="xx"), "language"),
+        (request(CLIPS[0], language="ja"), "language"),  # a language code, but not Voxtral's
+        ({**request(CLIPS[0]), "additional_information": {"task": "translate"}}, "task"),
+    ],
+)
 async def test_bad_requests_name_the_field(omni, prompt, field):
     with pytest.raises(InvalidRequestError) as e:
         await run(omni, prompt, max_tokens=4)
@@ -148,19 +158,30 @@ def test_transcriptions_route_equals_references(server_factory, folder, hf_refer
     for language in LANGUAGE_CASES:
         named = {"language": language} if language else {}
         out = client.audio.transcriptions.create(
-            model="tiny-voxtral", file=("clip.wav", wav(CLIPS[1]), "audio/wav"), response_format="verbose_json",
-            extra_body={"max_tokens": MAX_TOKENS}, **named)
+            model="tiny-voxtral",
+            file=("clip.wav", wav(CLIPS[1]), "audio/wav"),
+            response_format="verbose_json",
+            extra_body={"max_tokens": MAX_TOKENS},
+            **named,
+        )
         assert len(out.segments) == 1 and out.segments[0].tokens == hf_reference[1, language][0], language
         assert out.text == vllm_reference[1, language][1].strip()
         assert out.language == (language or "en")  # (unnamed: the prompt names none; the default is reported)
-        streamed = list(client.audio.transcriptions.create(
-            model="tiny-voxtral", file=("clip.wav", wav(CLIPS[1]), "audio/wav"), stream=True,
-            extra_body={"max_tokens": MAX_TOKENS}, **named))
+        streamed = list(
+            client.audio.transcriptions.create(
+                model="tiny-voxtral",
+                file=("clip.wav", wav(CLIPS[1]), "audio/wav"),
+                stream=True,
+                extra_body={"max_tokens": MAX_TOKENS},
+                **named,
+            )
+        )
         assert streamed[-1].type == "transcript.text.done"
         assert "".join(e.delta for e in streamed[:-1]) == vllm_reference[1, language][1]
     with pytest.raises(openai.BadRequestError) as e:
-        client.audio.transcriptions.create(model="tiny-voxtral", file=("clip.wav", wav(CLIPS[0]), "audio/wav"),
-                                           language="ja")
+        client.audio.transcriptions.create(
+            model="tiny-voxtral", file=("clip.wav", wav(CLIPS[0]), "audio/wav"), language="ja"
+        )
     assert "language" in str(e.value)
     with pytest.raises(openai.BadRequestError) as e:
         client.audio.translations.create(model="tiny-voxtral", file=("clip.wav", wav(CLIPS[0]), "audio/wav"))

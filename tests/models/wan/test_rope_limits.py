@@ -28,8 +28,11 @@ def limits(adapter: WanAdapter) -> dict[str, tuple[int, int]]:
     f, ft = adapter.pipe.vae_scale_factor_spatial, adapter.pipe.vae_scale_factor_temporal
     side = most * f * adapter.patch[1]
     frames = (most * adapter.patch[0] - 1) * ft + 1
-    return {"height": (side, side + f * adapter.patch[1]), "width": (side, side + f * adapter.patch[2]),
-            "num_frames": (frames, frames + ft)}
+    return {
+        "height": (side, side + f * adapter.patch[1]),
+        "width": (side, side + f * adapter.patch[2]),
+        "num_frames": (frames, frames + ft),
+    }
 
 
 def test_limits_are_where_diffusers_rope_stops(adapter):

@@ -126,8 +126,9 @@ async def test_batched_decode_gives_each_request_its_video(wan, adapter, ref):
     engine = await start_engine(PIPELINE, adapter, wan)
     try:
         kw = dict(num_inference_steps=3, guidance_scale=5.0, **SMALL)
-        a, b = await asyncio.gather(run(engine, "a", "a red cat", seed=1, **kw),
-                                    run(engine, "b", "green square", seed=2, **kw))
+        a, b = await asyncio.gather(
+            run(engine, "a", "a red cat", seed=1, **kw), run(engine, "b", "green square", seed=2, **kw)
+        )
         assert any(len(ids) == 2 for _, ids in engine.forward_log)
         for outs, prompt, seed in ((a, "a red cat", 1), (b, "green square", 2)):
             want = _ref_frames(ref(prompt, generator=gen(seed), **kw).frames)
@@ -142,26 +143,31 @@ async def test_frame_counts_are_separate_batch_keys(wan, adapter):
     engine = await start_engine(PIPELINE, adapter, wan)
     try:
         kw = dict(num_inference_steps=3, output_type="latent", height=32, width=32, max_sequence_length=16)
-        a, b = await asyncio.gather(run(engine, "a", "a red cat", seed=1, num_frames=5, **kw),
-                                    run(engine, "b", "a red cat", seed=1, num_frames=9, **kw))
+        a, b = await asyncio.gather(
+            run(engine, "a", "a red cat", seed=1, num_frames=5, **kw),
+            run(engine, "b", "a red cat", seed=1, num_frames=9, **kw),
+        )
         assert latent(a).shape[2] == 2 and latent(b).shape[2] == 3
         assert all(ids in (["a"], ["b"]) for _, ids in engine.forward_log)
     finally:
         await engine.shutdown()
 
 
-@pytest.mark.parametrize("params,inputs,field", [
-    (dict(num_frames=8), {}, "num_frames"),
-    (dict(num_frames=0), {}, "num_frames"),
-    (dict(height=24), {}, "height"),
-    (dict(width=40), {}, "width"),
-    (dict(num_outputs_per_prompt=2), {}, "num_outputs_per_prompt"),
-    (dict(guidance_scale_2=3.0), {}, "guidance_scale_2"),
-    (dict(output_type="gif"), {}, "output_type"),
-    (dict(fps=0), {}, "fps"),
-    (dict(max_sequence_length=0), {}, "max_sequence_length"),
-    ({}, {"multi_modal_data": {"image": Image.new("RGB", (32, 32))}}, "multi_modal_data.image"),
-])
+@pytest.mark.parametrize(
+    "params,inputs,field",
+    [
+        (dict(num_frames=8), {}, "num_frames"),
+        (dict(num_frames=0), {}, "num_frames"),
+        (dict(height=24), {}, "height"),
+        (dict(width=40), {}, "width"),
+        (dict(num_outputs_per_prompt=2), {}, "num_outputs_per_prompt"),
+        (dict(guidance_scale_2=3.0), {}, "guidance_scale_2"),
+        (dict(output_type="gif"), {}, "output_type"),
+        (dict(fps=0), {}, "fps"),
+        (dict(max_sequence_length=0), {}, "max_sequence_length"),
+        ({}, {"multi_modal_data": {"image": Image.new("RGB", (32, 32))}}, "multi_modal_data.image"),
+    ],
+)
 async def test_bad_params_name_the_field_and_disturb_nothing(wan, adapter, params, inputs, field):
     engine = await start_engine(PIPELINE, adapter, wan)
     try:

@@ -63,13 +63,31 @@ async def test_solo_equals_diffusers_and_batched_within_tolerance(i2v, adapter, 
         specs = [("c", 0, 3, 5.0), ("d", 1, 4, 1.0)]
         solo = {}
         for rid, img, seed, g in specs:
-            o = await run(engine, rid + "-solo", "green square", inputs={"multi_modal_data": {"image": _image(img)}},
-                          seed=seed, output_type="latent", **{**KW, "guidance_scale": g})
+            o = await run(
+                engine,
+                rid + "-solo",
+                "green square",
+                inputs={"multi_modal_data": {"image": _image(img)}},
+                seed=seed,
+                output_type="latent",
+                **{**KW, "guidance_scale": g},
+            )
             solo[rid] = latent(o)
         engine.forward_log.clear()
-        results = await asyncio.gather(*[
-            run(engine, rid, "green square", inputs={"multi_modal_data": {"image": _image(img)}}, seed=seed,
-                output_type="latent", **{**KW, "guidance_scale": g}) for rid, img, seed, g in specs])
+        results = await asyncio.gather(
+            *[
+                run(
+                    engine,
+                    rid,
+                    "green square",
+                    inputs={"multi_modal_data": {"image": _image(img)}},
+                    seed=seed,
+                    output_type="latent",
+                    **{**KW, "guidance_scale": g},
+                )
+                for rid, img, seed, g in specs
+            ]
+        )
         assert any(len(ids) == 2 for _, ids in engine.forward_log)
         for (rid, *_), outs in zip(specs, results):
             assert max_diff(latent(outs), solo[rid]) <= 1e-5, rid
@@ -77,13 +95,16 @@ async def test_solo_equals_diffusers_and_batched_within_tolerance(i2v, adapter, 
         await engine.shutdown()
 
 
-@pytest.mark.parametrize("params,inputs,field", [
-    ({}, {}, "multi_modal_data.image"),
-    ({}, {"multi_modal_data": {"image": [_image(0), _image(1)]}}, "multi_modal_data.image"),
-    (dict(strength=0.5), {"multi_modal_data": {"image": _image(0)}}, "strength"),
-    (dict(max_sequence_length=64), {"multi_modal_data": {"image": _image(0)}}, "max_sequence_length"),
-    (dict(num_frames=4), {"multi_modal_data": {"image": _image(0)}}, "num_frames"),
-])
+@pytest.mark.parametrize(
+    "params,inputs,field",
+    [
+        ({}, {}, "multi_modal_data.image"),
+        ({}, {"multi_modal_data": {"image": [_image(0), _image(1)]}}, "multi_modal_data.image"),
+        (dict(strength=0.5), {"multi_modal_data": {"image": _image(0)}}, "strength"),
+        (dict(max_sequence_length=64), {"multi_modal_data": {"image": _image(0)}}, "max_sequence_length"),
+        (dict(num_frames=4), {"multi_modal_data": {"image": _image(0)}}, "num_frames"),
+    ],
+)
 async def test_bad_inputs_name_the_field(i2v, adapter, params, inputs, field):
     engine = await start_engine(PIPELINE, adapter, i2v)
     try:
@@ -114,8 +135,15 @@ def test_videos_route_with_input_reference(i2v, ref, tmp_path):
     srv = serve_engine(AsyncOmni(model=i2v), ServerSettings(storage={"path": str(tmp_path)}))
     try:
         with srv.client() as c:
-            form = {"prompt": "a red cat", "size": "48x32", "num_frames": "5", "num_inference_steps": "3",
-                    "guidance_scale": "4.0", "seed": "6", "fps": "8"}
+            form = {
+                "prompt": "a red cat",
+                "size": "48x32",
+                "num_frames": "5",
+                "num_inference_steps": "3",
+                "guidance_scale": "4.0",
+                "seed": "6",
+                "fps": "8",
+            }
             r = c.post("/v1/videos/sync", data=form, files={"input_reference": ("f.png", buf.getvalue(), "image/png")})
             assert r.status_code == 200, r.text
             want = ref(_image(7), "a red cat", generator=gen(6), **KW).frames[0]

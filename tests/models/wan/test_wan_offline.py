@@ -39,11 +39,13 @@ def test_omni_generate_returns_the_video(wan, ref):
 
 async def test_async_omni_streams_progress_then_the_video(wan, ref):
     async with AsyncOmni(model=wan) as engine:
-        outs = await all_outputs(engine.generate("green square", request_id="v1",
-                                                 sampling_params_list=[{**KW, "seed": 3, "fps": 8}]))
+        outs = await all_outputs(
+            engine.generate("green square", request_id="v1", sampling_params_list=[{**KW, "seed": 3, "fps": 8}])
+        )
         with pytest.raises(ValueError, match="num_frames"):
-            await final_output(engine.generate("green square", request_id="v2",
-                                               sampling_params_list=[{"num_frames": 6}]))
+            await final_output(
+                engine.generate("green square", request_id="v2", sampling_params_list=[{"num_frames": 6}])
+            )
     # every denoising step is reported before the video arrives
     steps = [o.progress[0] for o in outs if o.progress is not None]
     assert steps == sorted(steps) and sorted(set(steps)) == [0, 1, 2, 3] and outs[-1].metrics[0]["num_steps"] == 3
@@ -67,9 +69,28 @@ def test_cli_generate_writes_an_mp4(wan, ref, tmp_path):
     from omnistage.cli.main import main as cli_main
     from omnistage.server.media import encode_mp4
 
-    rc = cli_main(["generate", wan, "--prompt", "a red cat", "--num-frames", "5", "--height", "32", "--width", "48",
-                   "--num-inference-steps", "3", "--seed", "7", "--extra-body", '{"max_sequence_length": 16}',
-                   "--output", str(tmp_path / "clip.png")])
+    rc = cli_main(
+        [
+            "generate",
+            wan,
+            "--prompt",
+            "a red cat",
+            "--num-frames",
+            "5",
+            "--height",
+            "32",
+            "--width",
+            "48",
+            "--num-inference-steps",
+            "3",
+            "--seed",
+            "7",
+            "--extra-body",
+            '{"max_sequence_length": 16}',
+            "--output",
+            str(tmp_path / "clip.png"),
+        ]
+    )
     assert rc == 0
     data = (tmp_path / "clip.mp4").read_bytes()  # an image suffix becomes .mp4
     # the same frames, encoded the same way (H.264 is lossy: compare the encodings, then the decoded size)

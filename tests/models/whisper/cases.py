@@ -22,8 +22,11 @@ def clip(seconds: float, seed: int, rate: int = RATE) -> np.ndarray:
 
 def request(audio, language="en", task="transcribe", previous=""):
     """A recogniser request as the transcription routes build it (omnistage/models/whisper/prompt.py)."""
-    return {"prompt": previous, "multi_modal_data": {"audio": (audio, RATE)},
-            "additional_information": {"language": language, "task": task}}
+    return {
+        "prompt": previous,
+        "multi_modal_data": {"audio": (audio, RATE)},
+        "additional_information": {"language": language, "task": task},
+    }
 
 
 async def run(omni, prompt, **params):
@@ -34,8 +37,12 @@ async def run(omni, prompt, **params):
 
 CLIPS = [clip(2.0, 1), clip(5.5, 2), clip(11.0, 3)]
 # (language, task, previous text) per case; the decoder prompt the family builds from them
-CASES = [("en", "transcribe", ""), ("de", "transcribe", ""), ("fr", "translate", ""),
-         ("en", "transcribe", "hello world")]
+CASES = [
+    ("en", "transcribe", ""),
+    ("de", "transcribe", ""),
+    ("fr", "translate", ""),
+    ("en", "transcribe", "hello world"),
+]
 
 
 def between_timestamps(segment: list[int], begin: int) -> list[int]:
@@ -74,6 +81,7 @@ class TransformersWhisper:
         import torch
 
         with torch.no_grad():
-            ids = self.model.generate(self.features(samples), language=language, task="transcribe", do_sample=False,
-                                      max_new_tokens=max_tokens)
+            ids = self.model.generate(
+                self.features(samples), language=language, task="transcribe", do_sample=False, max_new_tokens=max_tokens
+            )
         return self.proc.tokenizer.decode(ids[0], skip_special_tokens=True)

@@ -21,15 +21,22 @@ MAX_TOKENS = 10
 
 
 def deploy_yaml(path) -> str:
-    path.write_text("stages:\n  - stage_id: 0\n" + "".join(f"    {k}: {str(v).lower() if isinstance(v, bool) else v}\n"
-                                                          for k, v in ENGINE.items()))
+    path.write_text(
+        "stages:\n  - stage_id: 0\n"
+        + "".join(f"    {k}: {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in ENGINE.items())
+    )
     return str(path)
 
 
 def cli(*args, timeout=300):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    return subprocess.run([sys.executable, "-m", "omnistage.cli.main", "generate", *args], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "omnistage.cli.main", "generate", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_generate_audio_prints_the_transcript(tiny_model, tmp_path):
@@ -42,8 +49,9 @@ def test_generate_audio_prints_the_transcript(tiny_model, tmp_path):
     detected = hf.language(other)
     assert detected != "en"  # a clip whose detected language is not the default
     want = [hf.transcript(samples, "de", MAX_TOKENS), hf.transcript(other, detected, MAX_TOKENS)]
-    given = cli(folder, "--audio", str(audio), "--language", "de", "--max-tokens", str(MAX_TOKENS),
-                "--deploy-config", deploy)
+    given = cli(
+        folder, "--audio", str(audio), "--language", "de", "--max-tokens", str(MAX_TOKENS), "--deploy-config", deploy
+    )
     assert given.returncode == 0, given.stderr[-3000:]
     # no --language: the one Whisper detects (transformers' detect_language), as the transcription route does
     heard = cli(folder, "--audio", str(other_wav), "--max-tokens", str(MAX_TOKENS), "--deploy-config", deploy)

@@ -75,8 +75,15 @@ def hf_reference(hf):
     for i, j in KEYS:
         language, task, _ = CASES[j]
         feats = proc(AUDIO[i], sampling_rate=RATE, return_tensors="pt").input_features
-        kw = dict(generation_config=config, language=language, task=task, do_sample=False,
-                  max_new_tokens=MAX_TOKENS + 1, return_timestamps=True, force_unique_generate_call=True)
+        kw = dict(
+            generation_config=config,
+            language=language,
+            task=task,
+            do_sample=False,
+            max_new_tokens=MAX_TOKENS + 1,
+            return_timestamps=True,
+            force_unique_generate_call=True,
+        )
         with torch.no_grad():
             cut = model.generate(feats, return_segments=True, **kw)
             scored = model.generate(feats, return_dict_in_generate=True, output_logits=True, **kw)
@@ -101,22 +108,33 @@ async def run(omni, prompt, params):
 def asked(i, j):
     """The recogniser request the transcription route sends for verbose_json / srt / vtt."""
     language, task, _ = CASES[j]
-    return ({"prompt": "", "multi_modal_data": {"audio": (AUDIO[i], RATE)},
-             "additional_information": {"language": language, "task": task, "timestamps": True}},
-            {"max_tokens": MAX_TOKENS, "logprobs": 1})
+    return (
+        {
+            "prompt": "",
+            "multi_modal_data": {"audio": (AUDIO[i], RATE)},
+            "additional_information": {"language": language, "task": task, "timestamps": True},
+        },
+        {"max_tokens": MAX_TOKENS, "logprobs": 1},
+    )
 
 
 def rules_off(i, j):
     """The same decoder prompt, sampled freely (as ``vllm serve`` samples its verbose prompt)."""
     language, task, _ = CASES[j]
-    return ({"encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (AUDIO[i], RATE)}},
-             "decoder_prompt": decoder_prompt(language, task, timestamps=True)}, {"max_tokens": MAX_TOKENS})
+    return (
+        {
+            "encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (AUDIO[i], RATE)}},
+            "decoder_prompt": decoder_prompt(language, task, timestamps=True),
+        },
+        {"max_tokens": MAX_TOKENS},
+    )
 
 
 @pytest.fixture(scope="module")
 def ours(whisper_dir, hf_reference):
     """The family's outputs, both kinds of request in flight together (the rules must bite only where asked):
     (key -> (ids, log-probabilities) asked for timestamps, key -> ids with the rules off)."""
+
     async def both():
         engine = AsyncOmni(whisper_dir, stage_overrides={"0": {"engine_output_type": "text+token_ids"}}, **ENGINE)
         await engine.start()
@@ -128,7 +146,7 @@ def ours(whisper_dir, hf_reference):
             await engine.shutdown()
 
     results = asyncio.run(both())
-    return dict(zip(KEYS, results[:len(KEYS)])), dict(zip(KEYS, (ids for ids, _ in results[len(KEYS):])))
+    return dict(zip(KEYS, results[: len(KEYS)])), dict(zip(KEYS, (ids for ids, _ in results[len(KEYS) :])))
 
 
 def test_rules_equal_transformers_processor(whisper_dir, hf):
@@ -150,9 +168,11 @@ def test_rules_equal_transformers_processor(whisper_dir, hf):
         ours = TimestampRules(TimestampTokens(tokens.no_timestamps, tokens.eos, max_initial))
         for given in (True, False):
             for _trial in range(150):
-                pools = [torch.randint(0, tokens.eos, (6,), generator=gen),  # text
-                         torch.randint(tokens.eos, begin, (6,), generator=gen),  # special tokens
-                         torch.randint(begin, vocab, (6,), generator=gen).sort().values]  # timestamps
+                pools = [
+                    torch.randint(0, tokens.eos, (6,), generator=gen),  # text
+                    torch.randint(tokens.eos, begin, (6,), generator=gen),  # special tokens
+                    torch.randint(begin, vocab, (6,), generator=gen).sort().values,
+                ]  # timestamps
                 kinds = torch.randint(0, 3, (int(torch.randint(0, 7, (1,), generator=gen)),), generator=gen)
                 history = [int(pools[k][n]) for n, k in enumerate(kinds.tolist())]
                 logits = torch.randn(vocab, generator=gen) * 3
@@ -160,11 +180,12 @@ def test_rules_equal_transformers_processor(whisper_dir, hf):
                 full = prompt + ([begin] if given else [])
                 # transformers: the prompt's <|0.00|> is the first sampled token (begin_index before it)
                 theirs = WhisperTimeStampLogitsProcessor(hf_config, begin_index=len(prompt))(
-                    torch.tensor([full + history]), logits[None].clone())[0]
+                    torch.tensor([full + history]), logits[None].clone()
+                )[0]
                 assert torch.equal(ours(full, history, logits.clone()), theirs), (max_initial, given, history)
-                unforced = WhisperTimeStampLogitsProcessor(hf_config, begin_index=len(prompt),
-                                                           _detect_timestamp_from_logprob=False)(
-                    torch.tensor([full + history]), logits[None].clone())[0]
+                unforced = WhisperTimeStampLogitsProcessor(
+                    hf_config, begin_index=len(prompt), _detect_timestamp_from_logprob=False
+                )(torch.tensor([full + history]), logits[None].clone())[0]
                 forced += not torch.equal(theirs, unforced)
     assert 0 < forced < 600  # the summed-probability rule decided some cases, not all
 
@@ -187,19 +208,22 @@ def test_segments_equal_transformers(whisper_dir, ours, hf_reference):
     for key in KEYS:
         ids, logprobs = asked_out[key]
         seconds = AUDIO[key[0]].size / RATE
-        segments = window_segments(ids, logprobs, 0.0, seconds, "the window's text", spec, tok.decode,
-                                   tok.eos_token_id, seek=0)
+        segments = window_segments(
+            ids, logprobs, 0.0, seconds, "the window's text", spec, tok.decode, tok.eos_token_id, seek=0
+        )
         theirs = hf_reference[key][2]
         if any(a >= begin and b >= begin for a, b in zip(ids, ids[1:])):  # a timestamp pair: segments inside
             paired += 1
             assert [(s.start, s.end, s.tokens) for s in segments] == [
                 (pytest.approx(min(a, seconds)), pytest.approx(min(b, seconds)), between_timestamps(t_ids, begin))
-                for a, b, t_ids in theirs], key
+                for a, b, t_ids in theirs
+            ], key
             assert [s.text for s in segments] == [tok.decode(s.tokens) for s in segments]
             held += any(b > seconds for _, b, _ in theirs)
         else:  # no pair: transformers' one segment is the whole decoding; ours the whole window
             assert len(theirs) == 1 and [(s.start, s.end, s.text, s.tokens) for s in segments] == [
-                (0.0, seconds, "the window's text", ids)], key
+                (0.0, seconds, "the window's text", ids)
+            ], key
         assert all(x.end <= y.start for x, y in zip(segments, segments[1:]))
         assert all(0 <= s.start <= s.end <= seconds for s in segments)
     assert paired >= 3 and held >= 1  # cases with segments inside the window, and with times past the audio
@@ -218,7 +242,8 @@ def test_rules_off_breaks_them(hf, ours, hf_reference):
         ids = off[key]
         language, task, _ = CASES[key[1]]
         prompt = proc.tokenizer.convert_tokens_to_ids(
-            ["<|startoftranscript|>", f"<|{language}|>", f"<|{task}|>", "<|0.00|>"])
+            ["<|startoftranscript|>", f"<|{language}|>", f"<|{task}|>", "<|0.00|>"]
+        )
         feats = proc(AUDIO[key[0]], sampling_rate=RATE, return_tensors="pt").input_features
         seq = torch.tensor([prompt + ids])
         with torch.no_grad():
@@ -243,8 +268,11 @@ def test_folder_offers_timestamps_from_its_generation_config(whisper_dir, tmp_pa
 
     tok = WhisperTokenizer.from_pretrained(whisper_dir)
     spec = folder_info(whisper_dir)["transcription"]["timestamps"]
-    assert spec == {"timestamp_begin": tok.convert_tokens_to_ids("<|0.00|>"), "seconds_per_timestamp": 0.02,
-                    "tokenizer": str(whisper_dir)}
+    assert spec == {
+        "timestamp_begin": tok.convert_tokens_to_ids("<|0.00|>"),
+        "seconds_per_timestamp": 0.02,
+        "tokenizer": str(whisper_dir),
+    }
     assert WHISPER.stages[0].deploy_defaults["engine_args"]["logits_processors"] == [TIMESTAMP_RULES]
     module, name = TIMESTAMP_RULES.split(":")  # vLLM's "<module>:<class>" form
     assert getattr(__import__(module, fromlist=[name]), name) is WhisperTimestampRules

@@ -29,7 +29,6 @@ def whisper_dir(tiny_model):
     return tiny_model("whisper")
 
 
-
 @pytest.fixture(scope="module")
 def hf_reference(whisper_dir):
     """transformers' Whisper generate, greedy: (clip, case) -> generated ids."""
@@ -45,8 +44,9 @@ def hf_reference(whisper_dir):
         for j, (language, task, previous) in enumerate(CASES):
             kw = {"prompt_ids": torch.tensor(proc.get_prompt_ids(previous))} if previous else {}
             with torch.no_grad():
-                ids = model.generate(feats, language=language, task=task, do_sample=False,
-                                     max_new_tokens=MAX_TOKENS, **kw)
+                ids = model.generate(
+                    feats, language=language, task=task, do_sample=False, max_new_tokens=MAX_TOKENS, **kw
+                )
             out[i, j] = [int(t) for t in ids[0]]
     return out
 
@@ -61,8 +61,12 @@ def vllm_reference(whisper_dir):
         for i, audio in enumerate(CLIPS):
             for j, (language, task, previous) in enumerate(CASES):
                 keys.append((i, j))
-                prompts.append({"encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (audio, RATE)}},
-                                "decoder_prompt": decoder_prompt(language, task, previous)})
+                prompts.append(
+                    {
+                        "encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (audio, RATE)}},
+                        "decoder_prompt": decoder_prompt(language, task, previous),
+                    }
+                )
         outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS), use_tqdm=False)
         return {k: (list(o.outputs[0].token_ids), o.outputs[0].text) for k, o in zip(keys, outs)}
 
@@ -73,7 +77,6 @@ async def omni(whisper_dir, vllm_reference):
     await engine.start()
     yield engine
     await engine.shutdown()
-
 
 
 async def test_folder_resolves_to_whisper(whisper_dir):
@@ -105,8 +108,7 @@ async def test_previous_text_prompt_differs_from_transformers_by_the_start_token
 async def test_family_equals_references(omni, vllm_reference, hf_reference):
     # every clip and case in flight together: continuous batching must not change anyone's output
     keys = list(vllm_reference)
-    results = await asyncio.gather(*(run(omni, request(CLIPS[i], *CASES[j]), max_tokens=MAX_TOKENS)
-                                     for i, j in keys))
+    results = await asyncio.gather(*(run(omni, request(CLIPS[i], *CASES[j]), max_tokens=MAX_TOKENS) for i, j in keys))
     texts = set()
     for key, (out, deltas) in zip(keys, results):
         ref_ids, ref_text = vllm_reference[key]
@@ -128,20 +130,27 @@ async def test_default_is_greedy_with_whisper_sample_len(omni, vllm_reference):
 
 
 async def test_explicit_encoder_decoder_prompt(omni, vllm_reference):
-    prompt = {"encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (CLIPS[1], RATE)}},
-              "decoder_prompt": decoder_prompt("de")}
+    prompt = {
+        "encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (CLIPS[1], RATE)}},
+        "decoder_prompt": decoder_prompt("de"),
+    }
     out, _ = await run(omni, prompt, max_tokens=MAX_TOKENS)
     assert out.token_ids == vllm_reference[1, 1][0]
 
 
-@pytest.mark.parametrize("prompt, field", [
-    ({"prompt": ""}, "multi_modal_data.audio"),
-    (request(CLIPS[0], language="xx"), "language"),
-    (request(CLIPS[0], task="summarize"), "task"),
-    ({"encoder_prompt": "audio", "decoder_prompt": ""}, "encoder_prompt"),
-    ({"encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (CLIPS[0], RATE)}}, "decoder_prompt": 3},
-     "decoder_prompt"),
-])
+@pytest.mark.parametrize(
+    "prompt, field",
+    [
+        ({"prompt": ""}, "multi_modal_data.audio"),
+        (request(CLIPS[0], language="xx"), "language"),
+        (request(CLIPS[0], task="summarize"), "task"),
+        ({"encoder_prompt": "audio", "decoder_prompt": ""}, "encoder_prompt"),
+        (
+            {"encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (CLIPS[0], RATE)}}, "decoder_prompt": 3},
+            "decoder_prompt",
+        ),
+    ],
+)
 async def test_bad_requests_name_the_field(omni, prompt, field):
     with pytest.raises(InvalidRequestError) as e:
         await run(omni, prompt, max_tokens=4)

@@ -56,8 +56,9 @@ async def test_turbo_defaults_equal_diffusers_call(folder, ref):
     """The declared defaults (Z-Image-Turbo: 9 steps, guidance 0) and diffusers' caption length 512."""
     async with AsyncOmni(folder, deploy_config=DEPLOY) as omni:
         out = await generate_final(omni, "a bowl of fruit", {**SMALL, "seed": 3, "output_type": "latent"})
-    expected = ref("a bowl of fruit", num_inference_steps=9, guidance_scale=0.0, generator=gen(3),
-                   output_type="latent", **SMALL).images
+    expected = ref(
+        "a bowl of fruit", num_inference_steps=9, guidance_scale=0.0, generator=gen(3), output_type="latent", **SMALL
+    ).images
     assert max_diff(out.latents, expected) == 0.0
 
 
@@ -66,19 +67,23 @@ async def test_cfg_knobs_change_the_result(folder):
     here: they are not no-ops, the same request without them gives other latents."""
     params = {**SMALL, "num_inference_steps": 4, "guidance_scale": 3.0, "seed": 11, "output_type": "latent"}
     async with AsyncOmni(folder, deploy_config=DEPLOY) as omni:
-        knobs = await generate_final(omni, "a red cat on a chair",
-                                     {**params, "extra_args": dict(cfg_normalization=0.5, cfg_truncation=0.5)})
+        knobs = await generate_final(
+            omni, "a red cat on a chair", {**params, "extra_args": dict(cfg_normalization=0.5, cfg_truncation=0.5)}
+        )
         plain = await generate_final(omni, "a red cat on a chair", params)
     assert not torch.equal(knobs.latents, plain.latents)
 
 
-@pytest.mark.parametrize("params,images,field", [
-    (dict(height=40), 0, "height"),  # not a multiple of 16 (VAE 8 x patch 2)
-    (dict(width=8), 0, "width"),
-    (dict(true_cfg_scale=4.0), 0, "true_cfg_scale"),
-    (dict(extra_args={"cfg_truncation": -1.0}), 0, "cfg_truncation"),
-    (dict(), 1, "multi_modal_data.image"),  # text-to-image only
-])
+@pytest.mark.parametrize(
+    "params,images,field",
+    [
+        (dict(height=40), 0, "height"),  # not a multiple of 16 (VAE 8 x patch 2)
+        (dict(width=8), 0, "width"),
+        (dict(true_cfg_scale=4.0), 0, "true_cfg_scale"),
+        (dict(extra_args={"cfg_truncation": -1.0}), 0, "cfg_truncation"),
+        (dict(), 1, "multi_modal_data.image"),  # text-to-image only
+    ],
+)
 async def test_bad_input_names_the_field(folder, params, images, field):
     prompt = {"prompt": "a cat", **({"multi_modal_data": {"image": Image.new("RGB", (32, 32))}} if images else {})}
     async with AsyncOmni(folder, deploy_config=DEPLOY) as omni:

@@ -14,8 +14,13 @@ from tests.server.realtime.helpers import BUFFER_S, EVENT_LIMIT, KEY
 def srv(server_factory):
     """With an API key, at most 2 sessions, a 64 KiB event limit and a 4 s input buffer."""
     GATE.clear()  # "block:" prompts wait until cancelled
-    return server_factory(new_engine(omni_pipeline()), api_key=KEY, max_realtime_sessions=2,
-                          realtime_max_event_bytes=EVENT_LIMIT, realtime_max_buffer_s=BUFFER_S)
+    return server_factory(
+        new_engine(omni_pipeline()),
+        api_key=KEY,
+        max_realtime_sessions=2,
+        realtime_max_event_bytes=EVENT_LIMIT,
+        realtime_max_buffer_s=BUFFER_S,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -24,4 +29,3 @@ def short(server_factory):
     idle = server_factory(new_engine(omni_pipeline()), api_key=KEY, realtime_idle_timeout_s=0.5)
     brief = server_factory(new_engine(omni_pipeline()), api_key=KEY, realtime_max_session_s=1.0)
     return idle, brief
-

@@ -38,13 +38,16 @@ async def wait_open_zero(srv) -> bool:
 
 
 def vad_session(rate: int, **vad) -> dict:
-    return {"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcm", "rate": rate},
-                                                    "turn_detection": {"type": "server_vad", **vad}}}}
+    return {
+        "type": "realtime",
+        "audio": {
+            "input": {"format": {"type": "audio/pcm", "rate": rate}, "turn_detection": {"type": "server_vad", **vad}}
+        },
+    }
 
 
 async def stream_audio(conn, x: np.ndarray, rate: int, chunk_s: float = 0.1) -> None:
     pcm = pcm16_bytes(x)
     step = int(chunk_s * rate) * 2
     for i in range(0, len(pcm), step):
-        await conn.input_audio_buffer.append(audio=b64(pcm[i:i + step]))
-
+        await conn.input_audio_buffer.append(audio=b64(pcm[i : i + step]))

@@ -37,13 +37,18 @@ async def test_a_text_turn_speaks_what_the_chat_route_says(srv):
         await next_event(conn, "conversation.item.done")
         await conn.response.create()
         reply = await read_reply(conn)
-    text, pcm = chat_stream(srv.url, KEY, [{"role": "user", "content": "hello there world"}],
-                            modalities=["text", "audio"])
+    text, pcm = chat_stream(
+        srv.url, KEY, [{"role": "user", "content": "hello there world"}], modalities=["text", "audio"]
+    )
     assert reply.status == "completed" and not reply.errors
     assert reply.text == text == "echo hello there world" and reply.transcript_done == text
     assert len(reply.pcm) > 0 and reply.pcm == pcm
-    assert reply.types[:4] == ["response.created", "response.output_item.added", "conversation.item.added",
-                               "response.content_part.added"]
+    assert reply.types[:4] == [
+        "response.created",
+        "response.output_item.added",
+        "conversation.item.added",
+        "response.content_part.added",
+    ]
     assert reply.types[-1] == "response.done" and "response.output_audio.done" in reply.types
     done = reply.done.response
     assert done.output[0].content[0].transcript == text and done.output[0].status == "completed"
@@ -52,16 +57,26 @@ async def test_a_text_turn_speaks_what_the_chat_route_says(srv):
 
 async def test_text_modality_and_instructions(srv):
     async with openai_client(srv.url, KEY).realtime.connect(model="test_omni") as conn:
-        await conn.session.update(session={"type": "realtime", "output_modalities": ["text"],
-                                           "instructions": "be brief", "extra_body": {"max_tokens": 2}})
+        await conn.session.update(
+            session={
+                "type": "realtime",
+                "output_modalities": ["text"],
+                "instructions": "be brief",
+                "extra_body": {"max_tokens": 2},
+            }
+        )
         updated = await next_event(conn, "session.updated")
         assert updated.session.output_modalities == ["text"] and updated.session.instructions == "be brief"
         await conn.conversation.item.create(item=user_text("one two three"))
         await conn.response.create()
         reply = await read_reply(conn)
-    text, pcm = chat_stream(srv.url, KEY, [{"role": "system", "content": "be brief"},
-                                           {"role": "user", "content": "one two three"}],
-                            modalities=["text"], max_tokens=2)
+    text, pcm = chat_stream(
+        srv.url,
+        KEY,
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": "one two three"}],
+        modalities=["text"],
+        max_tokens=2,
+    )
     assert reply.text == text == "echo one" and reply.text_done == text and reply.pcm == b"" == pcm
     assert reply.status == "incomplete" and reply.done.response.status_details.reason == "max_output_tokens"
 
@@ -80,8 +95,6 @@ async def test_conversation_items_can_be_deleted_and_inserted(srv):
     assert reply.text == "echo middle"
 
 
-
-
 # ------------------------------------------------------------------------------------------- malformed
 
 
@@ -95,33 +108,90 @@ def frames() -> list[tuple[str, str, str | None, str | None]]:
         (ev(type="session.nope", event_id="e2"), "invalid_event_type", "type", "e2"),
         (ev(type="input_audio_buffer.append", event_id="e3", audio="@@not base64@@"), "invalid_value", "audio", "e3"),
         (ev(type="input_audio_buffer.append", event_id="e4", audio=5), "invalid_value", "audio", "e4"),
-        (ev(type="input_audio_buffer.append", event_id="e5", audio=b64(b"\x01\x02\x03")), "invalid_value", "audio",
-         "e5"),  # not whole 16-bit samples
-        (ev(type="session.update", event_id="e6", session={"type": "realtime", "output_modalities": "text"}),
-         "invalid_value", "session.output_modalities", "e6"),
-        (ev(type="session.update", event_id="e7", session={"type": "realtime", "extra_body": {"temperature": "hot"}}),
-         "invalid_value", "session.extra_body.temperature", "e7"),
-        (ev(type="session.update", event_id="e8", session={"type": "realtime", "audio": {"input": {
-            "turn_detection": {"type": "semantic_vad"}}}}), "unsupported_value",
-         "session.audio.input.turn_detection.type", "e8"),
-        (ev(type="session.update", event_id="e8b", session={"type": "realtime", "audio": {"input": {
-            "turn_detection": {"type": "server_vad", "threshold": 2}}}}), "invalid_value",
-         "session.audio.input.turn_detection.threshold", "e8b"),
-        (ev(type="session.update", event_id="e9", session={"type": "realtime", "audio": {"output": {"voice": "zed"}}}),
-         "invalid_value", "session.audio.output.voice", "e9"),
-        (ev(type="conversation.item.create", event_id="e10", item={"type": "message", "role": "user",
-                                                                    "content": [{"type": "input_text", "text": 7}]}),
-         "invalid_value", "item.content[0].text", "e10"),
-        (ev(type="conversation.item.create", event_id="e11", item={"type": "message", "role": "user", "content": [
-            {"type": "input_audio", "audio": "%%%"}]}), "invalid_value", "item.content[0].audio", "e11"),
+        (
+            ev(type="input_audio_buffer.append", event_id="e5", audio=b64(b"\x01\x02\x03")),
+            "invalid_value",
+            "audio",
+            "e5",
+        ),  # not whole 16-bit samples
+        (
+            ev(type="session.update", event_id="e6", session={"type": "realtime", "output_modalities": "text"}),
+            "invalid_value",
+            "session.output_modalities",
+            "e6",
+        ),
+        (
+            ev(
+                type="session.update", event_id="e7", session={"type": "realtime", "extra_body": {"temperature": "hot"}}
+            ),
+            "invalid_value",
+            "session.extra_body.temperature",
+            "e7",
+        ),
+        (
+            ev(
+                type="session.update",
+                event_id="e8",
+                session={"type": "realtime", "audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}},
+            ),
+            "unsupported_value",
+            "session.audio.input.turn_detection.type",
+            "e8",
+        ),
+        (
+            ev(
+                type="session.update",
+                event_id="e8b",
+                session={
+                    "type": "realtime",
+                    "audio": {"input": {"turn_detection": {"type": "server_vad", "threshold": 2}}},
+                },
+            ),
+            "invalid_value",
+            "session.audio.input.turn_detection.threshold",
+            "e8b",
+        ),
+        (
+            ev(
+                type="session.update",
+                event_id="e9",
+                session={"type": "realtime", "audio": {"output": {"voice": "zed"}}},
+            ),
+            "invalid_value",
+            "session.audio.output.voice",
+            "e9",
+        ),
+        (
+            ev(
+                type="conversation.item.create",
+                event_id="e10",
+                item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": 7}]},
+            ),
+            "invalid_value",
+            "item.content[0].text",
+            "e10",
+        ),
+        (
+            ev(
+                type="conversation.item.create",
+                event_id="e11",
+                item={"type": "message", "role": "user", "content": [{"type": "input_audio", "audio": "%%%"}]},
+            ),
+            "invalid_value",
+            "item.content[0].audio",
+            "e11",
+        ),
         (ev(type="conversation.item.delete", event_id="e12", item_id="nope"), "item_not_found", "item_id", "e12"),
         (ev(type="input_audio_buffer.commit", event_id="e13"), "input_audio_buffer_commit_empty", None, "e13"),
         (ev(type="response.cancel", event_id="e14"), "response_cancel_not_active", None, "e14"),
         (ev(type="response.create", event_id="e15"), "conversation_empty", None, "e15"),
-        (ev(type="conversation.item.truncate", event_id="e16", item_id="x", content_index=0, audio_end_ms=0),
-         "unsupported_event", "type", "e16"),
-        (ev(type="input_audio_buffer.append", event_id="e17", audio="A" * EVENT_LIMIT), "event_too_large", None,
-         None),
+        (
+            ev(type="conversation.item.truncate", event_id="e16", item_id="x", content_index=0, audio_end_ms=0),
+            "unsupported_event",
+            "type",
+            "e16",
+        ),
+        (ev(type="input_audio_buffer.append", event_id="e17", audio="A" * EVENT_LIMIT), "event_too_large", None, None),
     ]
 
 
@@ -166,8 +236,6 @@ async def test_the_input_audio_buffer_is_bounded(srv):
         await next_event(conn, "input_audio_buffer.cleared")
         await conn.input_audio_buffer.commit(event_id="empty")
         assert (await next_event(conn, "error")).error.code == "input_audio_buffer_commit_empty"
-
-
 
 
 # ------------------------------------------------------------------------------------------- refusals

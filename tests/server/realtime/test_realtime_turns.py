@@ -74,8 +74,6 @@ async def test_a_disconnect_mid_response_aborts_every_stage(srv):
     assert srv.state.realtime.open == 0 and srv.state.metrics.aborted._value.get() == aborted + 1
 
 
-
-
 # ------------------------------------------------------------------------------------------- server VAD
 
 
@@ -144,8 +142,12 @@ async def test_eight_concurrent_sessions_each_get_their_own_answer(server_factor
 
     replies = await asyncio.gather(*(talk(i) for i in range(8)))
     for i, reply in enumerate(replies):
-        text, pcm = chat_stream(wide.url, KEY, [{"role": "user", "content": f"session {i} says " + " ".join(["la"] * i)}],
-                                modalities=["text", "audio"])
+        text, pcm = chat_stream(
+            wide.url,
+            KEY,
+            [{"role": "user", "content": f"session {i} says " + " ".join(["la"] * i)}],
+            modalities=["text", "audio"],
+        )
         assert reply.status == "completed" and reply.text == text and reply.pcm == pcm
 
 
@@ -217,11 +219,21 @@ class CountedGeneration(GenerationStageEngine):
 
 @pytest.fixture(scope="module")
 def counted(server_factory):
-    pipeline = Pipeline(name="test_counted", stages=[
-        StageSpec(0, kind="llm", engine=CountedWords, output="text", final=True),
-        StageSpec(1, kind="generation", engine=CountedGeneration, adapter=CountedTone, output="audio", final=True,
-                  inputs=[Edge(0, process=lambda src, req: {"text": src.get("text", "")}, process_chunk=text_chunk)]),
-    ])
+    pipeline = Pipeline(
+        name="test_counted",
+        stages=[
+            StageSpec(0, kind="llm", engine=CountedWords, output="text", final=True),
+            StageSpec(
+                1,
+                kind="generation",
+                engine=CountedGeneration,
+                adapter=CountedTone,
+                output="audio",
+                final=True,
+                inputs=[Edge(0, process=lambda src, req: {"text": src.get("text", "")}, process_chunk=text_chunk)],
+            ),
+        ],
+    )
     return server_factory(new_engine(pipeline), api_key=KEY)
 
 
@@ -244,15 +256,15 @@ async def test_a_barge_in_stops_every_stage_within_one_step(counted, trigger):
         async def interrupt_after_five_words(ev, reply):
             if ev.type == "response.output_audio_transcript.delta" and len(reply.text.split()) == 4:
                 if trigger == "speech":
-                    asyncio.create_task(stream_audio(conn, np.concatenate([voiced(1.0, rate), quiet(0.6, rate)]),
-                                                     rate))
+                    asyncio.create_task(stream_audio(conn, np.concatenate([voiced(1.0, rate), quiet(0.6, rate)]), rate))
                 else:
                     await conn.response.cancel()
 
         reply = await read_reply(conn, interrupt_after_five_words)
         assert reply.status == "cancelled"
-        assert reply.done.response.status_details.reason == ("turn_detected" if trigger == "speech"
-                                                             else "client_cancelled")
+        assert reply.done.response.status_details.reason == (
+            "turn_detected" if trigger == "speech" else "client_cancelled"
+        )
         if trigger == "speech":  # the turn that barged in is answered next
             assert (await read_reply(conn)).status == "completed"
         assert await wait_idle(counted) == {0: (0, 0), 1: (0, 0)}

@@ -37,8 +37,11 @@ def _rel(p: torch.Tensor, prev: torch.Tensor | None) -> float | None:
 
 
 def _compute(rule: Rule, st: State, rel: float | None, step: int, total: int) -> bool:
-    forced = rel is None or step < rule.warmup_steps or (
-        rule.max_consecutive_cached is not None and st.streak >= rule.max_consecutive_cached)
+    forced = (
+        rel is None
+        or step < rule.warmup_steps
+        or (rule.max_consecutive_cached is not None and st.streak >= rule.max_consecutive_cached)
+    )
     if rel is not None:
         st.rels.append(rel)
     if rule.method == "first_block":
@@ -89,18 +92,35 @@ def transformer(tr, x, t, enc, pooled, rule: Rule, st: State, step: int, total: 
 
 
 @torch.no_grad()
-def generate(pipe, prompt: str, rule: Rule, *, seed: int, steps: int, guidance: float, height: int, width: int,
-             negative_prompt: str | None = None) -> tuple[torch.Tensor, State]:
+def generate(
+    pipe,
+    prompt: str,
+    rule: Rule,
+    *,
+    seed: int,
+    steps: int,
+    guidance: float,
+    height: int,
+    width: int,
+    negative_prompt: str | None = None,
+) -> tuple[torch.Tensor, State]:
     """Final latents of one request (StableDiffusion3Pipeline.__call__'s loop) and its cache state."""
     do_cfg = guidance > 1
     embeds, neg, pooled, neg_pooled = pipe.encode_prompt(
-        prompt=prompt, prompt_2=None, prompt_3=None, negative_prompt=negative_prompt,
-        do_classifier_free_guidance=do_cfg, device=torch.device("cpu"), max_sequence_length=256)
+        prompt=prompt,
+        prompt_2=None,
+        prompt_3=None,
+        negative_prompt=negative_prompt,
+        do_classifier_free_guidance=do_cfg,
+        device=torch.device("cpu"),
+        max_sequence_length=256,
+    )
     if do_cfg:
         embeds, pooled = torch.cat([neg, embeds]), torch.cat([neg_pooled, pooled])
     tr = pipe.transformer
-    latents = pipe.prepare_latents(1, tr.config.in_channels, height, width, embeds.dtype, torch.device("cpu"),
-                                   torch.Generator().manual_seed(seed))
+    latents = pipe.prepare_latents(
+        1, tr.config.in_channels, height, width, embeds.dtype, torch.device("cpu"), torch.Generator().manual_seed(seed)
+    )
     scheduler = copy.deepcopy(pipe.scheduler)
     scheduler.set_timesteps(steps)
     st = State()
@@ -126,12 +146,23 @@ def flux2_transformer(rule: Rule) -> type:
         step: int = 0
         total: int = 0
 
-        def forward(self, hidden_states, encoder_hidden_states, timestep, img_ids, txt_ids, guidance=None,
-                    return_dict=False, **_):
+        def forward(
+            self,
+            hidden_states,
+            encoder_hidden_states,
+            timestep,
+            img_ids,
+            txt_ids,
+            guidance=None,
+            return_dict=False,
+            **_,
+        ):
             st, step = self.state, self.step
             self.step += 1
-            temb = self.time_guidance_embed(timestep.to(hidden_states.dtype) * 1000,
-                                            None if guidance is None else guidance.to(hidden_states.dtype) * 1000)
+            temb = self.time_guidance_embed(
+                timestep.to(hidden_states.dtype) * 1000,
+                None if guidance is None else guidance.to(hidden_states.dtype) * 1000,
+            )
             mod_img, mod_txt = self.double_stream_modulation_img(temb), self.double_stream_modulation_txt(temb)
             mod_single = self.single_stream_modulation(temb)
             h, e = self.x_embedder(hidden_states), self.context_embedder(encoder_hidden_states)
@@ -139,8 +170,13 @@ def flux2_transformer(rule: Rule) -> type:
             rot = tuple(torch.cat([t, i], dim=0) for t, i in zip(txt_rot, img_rot))
             first, *rest = self.transformer_blocks
             if rule.method == "first_block":
-                e, h1 = first(hidden_states=h, encoder_hidden_states=e, temb_mod_img=mod_img, temb_mod_txt=mod_txt,
-                              image_rotary_emb=rot)
+                e, h1 = first(
+                    hidden_states=h,
+                    encoder_hidden_states=e,
+                    temb_mod_img=mod_img,
+                    temb_mod_txt=mod_txt,
+                    image_rotary_emb=rot,
+                )
                 p, anchor = h1 - h, h1
             else:
                 shift, scale, _ = torch.chunk(mod_img.unsqueeze(1), 6, dim=-1)[:3]
@@ -152,12 +188,17 @@ def flux2_transformer(rule: Rule) -> type:
             if compute:
                 out = anchor
                 for block in rest:
-                    e, out = block(hidden_states=out, encoder_hidden_states=e, temb_mod_img=mod_img,
-                                   temb_mod_txt=mod_txt, image_rotary_emb=rot)
+                    e, out = block(
+                        hidden_states=out,
+                        encoder_hidden_states=e,
+                        temb_mod_img=mod_img,
+                        temb_mod_txt=mod_txt,
+                        image_rotary_emb=rot,
+                    )
                 x = torch.cat([e, out], dim=1)
                 for block in self.single_transformer_blocks:
                     x = block(hidden_states=x, encoder_hidden_states=None, temb_mod=mod_single, image_rotary_emb=rot)
-                out = x[:, e.shape[1]:]
+                out = x[:, e.shape[1] :]
                 st.residual, st.streak = out - anchor, 0
             else:
                 out = anchor + st.residual

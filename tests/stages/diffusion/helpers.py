@@ -14,17 +14,26 @@ from omnistage.stages.base import StageOutput, StageRequest
 from omnistage.stages.diffusion.engine import DiffusionStageEngine
 
 
-async def start_engine(pipeline: Pipeline, adapter: Any, model: str, stage_id: int = 0, **deploy: Any
-                       ) -> DiffusionStageEngine:
-    ctx = StageContext(spec=pipeline.stages[stage_id], deploy=StageDeployConfig(stage_id=stage_id, **deploy),
-                       model=model)
+async def start_engine(
+    pipeline: Pipeline, adapter: Any, model: str, stage_id: int = 0, **deploy: Any
+) -> DiffusionStageEngine:
+    ctx = StageContext(
+        spec=pipeline.stages[stage_id], deploy=StageDeployConfig(stage_id=stage_id, **deploy), model=model
+    )
     engine = DiffusionStageEngine(ctx, adapter=adapter)
     await engine.start()
     return engine
 
 
-async def run(engine: DiffusionStageEngine, rid: str, prompt: str, *, inputs: dict | None = None,
-              started: asyncio.Event | None = None, **params: Any) -> list[StageOutput]:
+async def run(
+    engine: DiffusionStageEngine,
+    rid: str,
+    prompt: str,
+    *,
+    inputs: dict | None = None,
+    started: asyncio.Event | None = None,
+    **params: Any,
+) -> list[StageOutput]:
     """All outputs of one request; ``started`` is set once its first step is done."""
     outs = []
     async for o in engine.generate(StageRequest(rid, {"prompt": prompt, **(inputs or {})}, params)):
@@ -71,8 +80,9 @@ def latent(outs: list[StageOutput]) -> torch.Tensor:
     return finished_data(outs)["latent"]
 
 
-async def solo_then_staggered(engine: DiffusionStageEngine, specs: list[tuple[str, str, dict]], **common: Any
-                              ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor], list[list[str]]]:
+async def solo_then_staggered(
+    engine: DiffusionStageEngine, specs: list[tuple[str, str, dict]], **common: Any
+) -> tuple[dict[str, torch.Tensor], list[torch.Tensor], list[list[str]]]:
     """Run each (request id, prompt, params) alone, then all of them concurrently, each joining once the
     previous one has done a step. Returns (solo latents by id, concurrent latents in spec order, the
     request ids of every forward the concurrent run made)."""

@@ -24,8 +24,11 @@ PATTERN = {"cache": {"method": "first_block", "threshold": 1e9, "warmup_steps": 
 SPECS = [
     ("r0", "a red cat", dict(num_inference_steps=8, seed=1, guidance_scale=5.0)),
     ("r1", "green square", dict(num_inference_steps=6, seed=2, guidance_scale=1.0)),
-    ("r2", "blue chair at night", dict(num_inference_steps=7, seed=3, guidance_scale=3.5, cache=False,
-                                       num_outputs_per_prompt=2)),
+    (
+        "r2",
+        "blue chair at night",
+        dict(num_inference_steps=7, seed=3, guidance_scale=3.5, cache=False, num_outputs_per_prompt=2),
+    ),
 ]
 
 
@@ -71,8 +74,9 @@ class CountGraphs:
         return gm.forward
 
 
-@pytest.mark.parametrize("acceleration", [{"compile": True}, {"compile": True, **PATTERN}],
-                         ids=["compile", "compile+cache"])
+@pytest.mark.parametrize(
+    "acceleration", [{"compile": True}, {"compile": True, **PATTERN}], ids=["compile", "compile+cache"]
+)
 async def test_compile_reuses_its_graphs_as_batches_change(sd3, acceleration):
     """Dynamic shapes: after one request at 2 rows and one at 1 row (dynamo specialises size 1), joins,
     leaves, cached rows dropping out of the blocks and another resolution compile nothing new."""
@@ -87,8 +91,17 @@ async def test_compile_reuses_its_graphs_as_batches_change(sd3, acceleration):
             warm = counter.graphs
             assert warm > 0
             together = await staggered(engine, SPECS, **KW)
-            other_size = await run(engine, "wide", "a red cat", seed=1, num_inference_steps=4, guidance_scale=5.0,
-                                   height=32, width=48, output_type="latent")
+            other_size = await run(
+                engine,
+                "wide",
+                "a red cat",
+                seed=1,
+                num_inference_steps=4,
+                guidance_scale=5.0,
+                height=32,
+                width=48,
+                output_type="latent",
+            )
         finally:
             await engine.shutdown()
     assert counter.graphs == warm, f"recompiled: {warm} graphs after warm-up, {counter.graphs} at the end"
@@ -106,8 +119,11 @@ async def test_compile_with_inductor_matches_the_plain_path(sd3):
         assert max_diff(compiled[rid], expected[rid]) <= 1e-5, rid
 
 
-@pytest.mark.parametrize("acceleration", [{"offload": "model"}, {"offload": "layer"}, {"offload": "layer", **PATTERN}],
-                         ids=["model", "layer", "layer+cache"])
+@pytest.mark.parametrize(
+    "acceleration",
+    [{"offload": "model"}, {"offload": "layer"}, {"offload": "layer", **PATTERN}],
+    ids=["model", "layer", "layer+cache"],
+)
 async def test_offload_runs_and_changes_nothing(sd3, acceleration):
     cached = {k: v for k, v in acceleration.items() if k != "offload"} or None
     adapter = fresh(sd3)
@@ -125,8 +141,9 @@ async def test_offload_runs_and_changes_nothing(sd3, acceleration):
             assert (registry.get_hook(HOOK_NAME) is not None) == ("cache" in acceleration)
         solo = {rid: latent(await run(engine, rid, p, **kw, **KW)) for rid, p, kw in SPECS}
         together = await staggered(engine, SPECS, **KW)
-        image = await run(engine, "img", "a red cat", seed=5, num_inference_steps=4, guidance_scale=5.0,
-                          height=32, width=32)
+        image = await run(
+            engine, "img", "a red cat", seed=5, num_inference_steps=4, guidance_scale=5.0, height=32, width=32
+        )
     finally:
         await engine.shutdown()
     expected = await plain_results(sd3, cached, SPECS)

@@ -20,8 +20,9 @@ class Jobs:
         self._clock = itertools.count(1)
 
     def __call__(self, rid: str, key: Hashable = "a", rows: int = 1) -> DiffusionJob:
-        return DiffusionJob(rid, "p", None, DiffusionSamplingParams(), arrival=float(next(self._clock)), key=key,
-                            rows=rows)
+        return DiffusionJob(
+            rid, "p", None, DiffusionSamplingParams(), arrival=float(next(self._clock)), key=key, rows=rows
+        )
 
 
 @pytest.fixture

@@ -45,10 +45,13 @@ def loras(pipe, files):
 
 def inputs(rows: int, seed: int = 0) -> dict:
     g = torch.Generator().manual_seed(seed)
-    return dict(hidden_states=torch.randn(rows, 4, 16, 16, generator=g),
-                encoder_hidden_states=torch.randn(rows, 7, 32, generator=g),
-                pooled_projections=torch.randn(rows, 64, generator=g),
-                timestep=torch.tensor([900.0, 500.0, 300.0, 20.0][:rows]), return_dict=False)
+    return dict(
+        hidden_states=torch.randn(rows, 4, 16, 16, generator=g),
+        encoder_hidden_states=torch.randn(rows, 7, 32, generator=g),
+        pooled_projections=torch.randn(rows, 64, generator=g),
+        timestep=torch.tensor([900.0, 500.0, 300.0, 20.0][:rows]),
+        return_dict=False,
+    )
 
 
 def rows_of(ls: LoraSet, spec) -> RowLora:
@@ -70,17 +73,18 @@ def test_mixed_rows_equal_peft_row_by_row(pipe, loras, files):
     got = forward(pipe, kw, rows_of(loras, ROWS))
     ref = copy.deepcopy(pipe.transformer)
     for name in ("a", "b"):
-        ref.load_lora_adapter(str(files / name), weight_name="pytorch_lora_weights.safetensors", adapter_name=name,
-                              prefix="transformer")
+        ref.load_lora_adapter(
+            str(files / name), weight_name="pytorch_lora_weights.safetensors", adapter_name=name, prefix="transformer"
+        )
     for i, (name, scale) in enumerate(ROWS):
-        row = {k: (v[i:i + 1] if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
+        row = {k: (v[i : i + 1] if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
         if name is None:
             ref.disable_lora()
         else:
             ref.enable_lora()
             ref.set_adapters([name], weights=[scale])
         want = ref(**row)[0]
-        assert (got[i:i + 1] - want).abs().max().item() <= 1e-5, (i, name, scale)
+        assert (got[i : i + 1] - want).abs().max().item() <= 1e-5, (i, name, scale)
     base = forward(pipe, kw)  # the same batch without any adapter
     assert torch.equal(got[2], base[2])  # the row without an adapter: exactly what the base model gives
     assert (got[0] - base[0]).abs().max().item() > 1e-2  # the adapter does change its rows
@@ -137,12 +141,15 @@ def test_max_loras(pipe, loras, files):
         loras.load("c", loras.read(str(files / "b")))
 
 
-@pytest.mark.parametrize("case, message", [
-    ("missing", "does not exist"),
-    ("flux", "another base model"),
-    ("wide", "rank 32, above this server's max_lora_rank of 8"),
-    ("text_encoder", "only the denoiser's layers"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("missing", "does not exist"),
+        ("flux", "another base model"),
+        ("wide", "rank 32, above this server's max_lora_rank of 8"),
+        ("text_encoder", "only the denoiser's layers"),
+    ],
+)
 def test_bad_files_name_lora_path(pipe, files, tmp_path, case, message):
     ls = LoraSet(pipe, torch.device("cpu"), max_loras=2, max_rank=8)
     path = {"missing": tmp_path / "nope", "flux": files / "flux", "wide": files / "wide"}.get(case)
@@ -162,8 +169,10 @@ def test_old_diffusers_layout_reads_as_peft(pipe, files, tmp_path):
     """A file in diffusers' older ``.lora.down`` / ``.lora.up`` layout (no metadata: scaling 1) is converted
     by diffusers' own helper and gives the same layers as the PEFT layout."""
     sd = load_file(files / "b" / "pytorch_lora_weights.safetensors")
-    old = {k.replace(".lora_A.weight", ".lora.down.weight").replace(".lora_B.weight", ".lora.up.weight"): v
-           for k, v in sd.items()}
+    old = {
+        k.replace(".lora_A.weight", ".lora.down.weight").replace(".lora_B.weight", ".lora.up.weight"): v
+        for k, v in sd.items()
+    }
     save_file(old, tmp_path / "old.safetensors")
     ls = LoraSet(pipe, torch.device("cpu"), max_loras=2, max_rank=8)
     got, want = ls.read(str(tmp_path / "old.safetensors")), ls.read(str(files / "b"))

@@ -24,45 +24,87 @@ TOL = 1e-5
 # Four requests per family: CFG and no CFG, several rows, different steps and seeds, submitted one step apart
 # (enough steps that all four overlap however fast the steps run: the single-device run must batch them all).
 SPECS: dict[str, tuple[dict[str, Any], list[tuple[Any, dict[str, Any]]]]] = {
-    "sd3": (dict(height=32, width=32, max_sequence_length=16), [
-        ("a red cat", dict(num_inference_steps=12, seed=1, guidance_scale=4.0)),
-        ("green square", dict(num_inference_steps=10, seed=2, guidance_scale=1.0, num_outputs_per_prompt=3)),
-        ({"prompt": "a bowl of fruit", "negative_prompt": "blurry"},
-         dict(num_inference_steps=9, seed=3, guidance_scale=6.5, num_outputs_per_prompt=2)),
-        ("city skyline at night", dict(num_inference_steps=7, seed=4, guidance_scale=1.0)),
-    ]),
-    "flux": (dict(height=32, width=48, max_sequence_length=32), [
-        ("a red cat", dict(num_inference_steps=12, seed=1, guidance_scale=3.5)),
-        ({"prompt": "green square", "negative_prompt": "blurry"},
-         dict(num_inference_steps=10, seed=2, guidance_scale=2.0, true_cfg_scale=4.0)),
-        ("mountains at sunset", dict(num_inference_steps=9, seed=3, guidance_scale=6.0, num_outputs_per_prompt=2)),
-        ({"prompt": "city skyline", "negative_prompt": "dark"},
-         dict(num_inference_steps=7, seed=4, guidance_scale=1.0, true_cfg_scale=2.5)),
-    ]),
-    "wan": (dict(height=32, width=32, num_frames=5, max_sequence_length=16), [
-        ("a red cat", dict(num_inference_steps=10, seed=1, guidance_scale=5.0)),
-        ("green square", dict(num_inference_steps=8, seed=2, guidance_scale=1.0)),
-        ({"prompt": "a bowl of fruit", "negative_prompt": "blurry"},
-         dict(num_inference_steps=8, seed=3, guidance_scale=3.0)),
-        ("city skyline", dict(num_inference_steps=6, seed=4, guidance_scale=1.0)),  # a video request makes one video
-    ]),
+    "sd3": (
+        dict(height=32, width=32, max_sequence_length=16),
+        [
+            ("a red cat", dict(num_inference_steps=12, seed=1, guidance_scale=4.0)),
+            ("green square", dict(num_inference_steps=10, seed=2, guidance_scale=1.0, num_outputs_per_prompt=3)),
+            (
+                {"prompt": "a bowl of fruit", "negative_prompt": "blurry"},
+                dict(num_inference_steps=9, seed=3, guidance_scale=6.5, num_outputs_per_prompt=2),
+            ),
+            ("city skyline at night", dict(num_inference_steps=7, seed=4, guidance_scale=1.0)),
+        ],
+    ),
+    "flux": (
+        dict(height=32, width=48, max_sequence_length=32),
+        [
+            ("a red cat", dict(num_inference_steps=12, seed=1, guidance_scale=3.5)),
+            (
+                {"prompt": "green square", "negative_prompt": "blurry"},
+                dict(num_inference_steps=10, seed=2, guidance_scale=2.0, true_cfg_scale=4.0),
+            ),
+            ("mountains at sunset", dict(num_inference_steps=9, seed=3, guidance_scale=6.0, num_outputs_per_prompt=2)),
+            (
+                {"prompt": "city skyline", "negative_prompt": "dark"},
+                dict(num_inference_steps=7, seed=4, guidance_scale=1.0, true_cfg_scale=2.5),
+            ),
+        ],
+    ),
+    "wan": (
+        dict(height=32, width=32, num_frames=5, max_sequence_length=16),
+        [
+            ("a red cat", dict(num_inference_steps=10, seed=1, guidance_scale=5.0)),
+            ("green square", dict(num_inference_steps=8, seed=2, guidance_scale=1.0)),
+            (
+                {"prompt": "a bowl of fruit", "negative_prompt": "blurry"},
+                dict(num_inference_steps=8, seed=3, guidance_scale=3.0),
+            ),
+            (
+                "city skyline",
+                dict(num_inference_steps=6, seed=4, guidance_scale=1.0),
+            ),  # a video request makes one video
+        ],
+    ),
     # prompts of different token lengths: the batch's text is padded and masked
-    "qwen_image": (dict(height=32, width=48), [
-        ("a red cat", dict(num_inference_steps=12, seed=1)),
-        ({"prompt": "green square and yellow circle", "negative_prompt": "blurry"},
-         dict(num_inference_steps=10, seed=2, true_cfg_scale=4.0)),
-        ("a watercolor painting of mountains at sunset", dict(num_inference_steps=9, seed=3, num_outputs_per_prompt=2)),
-        ({"prompt": "city skyline", "negative_prompt": "dark, low quality, jpeg artifacts"},
-         dict(num_inference_steps=7, seed=4, true_cfg_scale=2.5)),
-    ]),
-    "z_image": (dict(height=32, width=48), [
-        ("a red cat", dict(num_inference_steps=12, seed=1, guidance_scale=0.0)),
-        ({"prompt": "a watercolor painting of mountains at sunset, high detail", "negative_prompt": "blurry"},
-         dict(num_inference_steps=10, seed=2, guidance_scale=4.0)),
-        ("green square", dict(num_inference_steps=9, seed=3, guidance_scale=2.0, num_outputs_per_prompt=2)),
-        ("city skyline at night with neon lights",
-         dict(num_inference_steps=7, seed=4, guidance_scale=3.0, extra_args=dict(cfg_normalization=1.2, cfg_truncation=0.6))),
-    ]),
+    "qwen_image": (
+        dict(height=32, width=48),
+        [
+            ("a red cat", dict(num_inference_steps=12, seed=1)),
+            (
+                {"prompt": "green square and yellow circle", "negative_prompt": "blurry"},
+                dict(num_inference_steps=10, seed=2, true_cfg_scale=4.0),
+            ),
+            (
+                "a watercolor painting of mountains at sunset",
+                dict(num_inference_steps=9, seed=3, num_outputs_per_prompt=2),
+            ),
+            (
+                {"prompt": "city skyline", "negative_prompt": "dark, low quality, jpeg artifacts"},
+                dict(num_inference_steps=7, seed=4, true_cfg_scale=2.5),
+            ),
+        ],
+    ),
+    "z_image": (
+        dict(height=32, width=48),
+        [
+            ("a red cat", dict(num_inference_steps=12, seed=1, guidance_scale=0.0)),
+            (
+                {"prompt": "a watercolor painting of mountains at sunset, high detail", "negative_prompt": "blurry"},
+                dict(num_inference_steps=10, seed=2, guidance_scale=4.0),
+            ),
+            ("green square", dict(num_inference_steps=9, seed=3, guidance_scale=2.0, num_outputs_per_prompt=2)),
+            (
+                "city skyline at night with neon lights",
+                dict(
+                    num_inference_steps=7,
+                    seed=4,
+                    guidance_scale=3.0,
+                    extra_args=dict(cfg_normalization=1.2, cfg_truncation=0.6),
+                ),
+            ),
+        ],
+    ),
 }
 
 
@@ -81,12 +123,14 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.float() - b.float()).abs().max().item()
 
 
-async def solo_and_together(folder: str, family: str, parallel: dict[str, int] | None, solo: int | None = None
-                            ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[list[str]]]:
+async def solo_and_together(
+    folder: str, family: str, parallel: dict[str, int] | None, solo: int | None = None
+) -> tuple[list[torch.Tensor], list[torch.Tensor], list[list[str]]]:
     common, specs = SPECS[family]
     async with AsyncOmni(folder, deploy_config=deploy(parallel, "video" if family == "wan" else "image")) as omni:
         solo, together, forwards = await solo_then_staggered(
-            omni, [(p, {**common, **kw, "output_type": "latent"}) for p, kw in specs], solo=solo)
+            omni, [(p, {**common, **kw, "output_type": "latent"}) for p, kw in specs], solo=solo
+        )
     return [latents(o) for o in solo], [latents(o) for o in together], forwards
 
 
@@ -108,12 +152,20 @@ async def test_two_ranks_equal_one_device(family, tiny_model):
 # CFG parallel alone, for models without a sequence-parallel plan (Ulysses is refused for them at start-up): a
 # UNet (SDXL, with its per-row time ids) and FLUX.2 [klein] (CFG as separate passes of its own rows)
 CFG_ONLY: dict[str, tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]] = {
-    "sdxl": (dict(height=32, width=32), [
-        ("a red cat", dict(num_inference_steps=4, seed=1, guidance_scale=6.0)),
-        ("green square", dict(num_inference_steps=3, seed=2, guidance_scale=1.0, num_outputs_per_prompt=3))]),
-    "flux2_klein": (dict(height=32, width=48, max_sequence_length=32), [
-        ("a red cat", dict(num_inference_steps=2, seed=1, guidance_scale=4.0)),
-        ("green square", dict(num_inference_steps=2, seed=2, guidance_scale=1.0, num_outputs_per_prompt=3))]),
+    "sdxl": (
+        dict(height=32, width=32),
+        [
+            ("a red cat", dict(num_inference_steps=4, seed=1, guidance_scale=6.0)),
+            ("green square", dict(num_inference_steps=3, seed=2, guidance_scale=1.0, num_outputs_per_prompt=3)),
+        ],
+    ),
+    "flux2_klein": (
+        dict(height=32, width=48, max_sequence_length=32),
+        [
+            ("a red cat", dict(num_inference_steps=2, seed=1, guidance_scale=4.0)),
+            ("green square", dict(num_inference_steps=2, seed=2, guidance_scale=1.0, num_outputs_per_prompt=3)),
+        ],
+    ),
 }
 
 
@@ -125,8 +177,9 @@ async def test_cfg_parallel_needs_no_sequence_plan(family, tiny_model):
     results = []
     for parallel in (None, {"cfg_parallel_size": 2}):
         async with AsyncOmni(folder, deploy_config=deploy(parallel)) as omni:
-            results.append([latents(await generate_final(omni, p, {**common, **kw, "output_type": "latent"}))
-                            for p, kw in specs])
+            results.append(
+                [latents(await generate_final(omni, p, {**common, **kw, "output_type": "latent"})) for p, kw in specs]
+            )
     for i, (ref, got) in enumerate(zip(*results)):
         # 1e-5 on unit-scale values: the random tiny SDXL UNet leaves Euler latents at |x| ~ 12
         assert got.shape == ref.shape and max_diff(got, ref) <= TOL * max(1.0, ref.abs().max().item()), i
@@ -163,6 +216,7 @@ async def test_abort_and_a_dying_rank(tiny_model):
                     if o.progress and o.progress[0] >= 1:
                         first.set()
                 return outs
+
             task = asyncio.create_task(consume())
             await asyncio.wait_for(first.wait(), 60)
             return task

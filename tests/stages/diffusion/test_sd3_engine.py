@@ -71,7 +71,11 @@ async def test_concurrent_requests_match_their_solo_results(sd3, adapter):
     specs = [
         ("r0", "a red cat", dict(num_inference_steps=12, seed=1, guidance_scale=7.0)),
         ("r1", "green square", dict(num_inference_steps=8, seed=2, guidance_scale=1.0)),
-        ("r2", "blue chair at night", dict(num_inference_steps=6, seed=3, guidance_scale=3.5, num_outputs_per_prompt=2)),
+        (
+            "r2",
+            "blue chair at night",
+            dict(num_inference_steps=6, seed=3, guidance_scale=3.5, num_outputs_per_prompt=2),
+        ),
         ("r3", "city skyline", dict(num_inference_steps=7, seed=4, guidance_scale=5.0, negative_prompt="blurry")),
     ]
     common = dict(height=32, width=32, output_type="latent")
@@ -91,18 +95,33 @@ async def test_abort_midway_frees_the_slot(sd3, adapter, ref):
     engine = await start_engine(PIPELINE, adapter, sd3, max_num_seqs=1)
     try:
         started = asyncio.Event()
-        long = asyncio.create_task(run(engine, "long", "a red cat", started=started, num_inference_steps=200,
-                                       height=32, width=32, output_type="latent", seed=1))
+        long = asyncio.create_task(
+            run(
+                engine,
+                "long",
+                "a red cat",
+                started=started,
+                num_inference_steps=200,
+                height=32,
+                width=32,
+                output_type="latent",
+                seed=1,
+            )
+        )
         await started.wait()
-        queued = asyncio.create_task(run(engine, "next", "green square", num_inference_steps=3, height=32, width=32,
-                                         output_type="latent", seed=2))
+        queued = asyncio.create_task(
+            run(
+                engine, "next", "green square", num_inference_steps=3, height=32, width=32, output_type="latent", seed=2
+            )
+        )
         await engine.abort("long")
         outs = await long
         assert outs[-1].finished and outs[-1].finish_reason == "abort"
         assert outs[-1].progress[0] < 200
         # the queued request then ran alone, untouched by the aborted one: diffusers' own result
-        expected = ref("green square", generator=gen(2), num_inference_steps=3, height=32, width=32,
-                       output_type="latent").images
+        expected = ref(
+            "green square", generator=gen(2), num_inference_steps=3, height=32, width=32, output_type="latent"
+        ).images
         assert max_diff(latent(await queued), expected) == 0.0
         ran_long = sum(1 for _, ids in engine.forward_log if ids == ["long"])
         assert ran_long < 200
@@ -119,8 +138,10 @@ async def test_batch_keys_never_share_a_forward(sd3, adapter):
         solo_a = latent(await run(engine, "a0", "a red cat", seed=1, height=32, width=32, **kw))
         solo_b = latent(await run(engine, "b0", "a red cat", seed=1, height=48, width=32, **kw))
         engine.forward_log.clear()
-        a, b = await asyncio.gather(run(engine, "a", "a red cat", seed=1, height=32, width=32, **kw),
-                                    run(engine, "b", "a red cat", seed=1, height=48, width=32, **kw))
+        a, b = await asyncio.gather(
+            run(engine, "a", "a red cat", seed=1, height=32, width=32, **kw),
+            run(engine, "b", "a red cat", seed=1, height=48, width=32, **kw),
+        )
         assert max_diff(latent(a), solo_a) <= 1e-5 and max_diff(latent(b), solo_b) <= 1e-5
         for _, ids in engine.forward_log:
             assert ids in (["a"], ["b"])
@@ -134,38 +155,54 @@ async def test_other_key_is_served_within_bounded_wait(sd3, adapter, ref):
     engine = await start_engine(PIPELINE, adapter, sd3, engine_args={"max_wait_steps": wait})
     try:
         started = asyncio.Event()
-        long = asyncio.create_task(run(engine, "long", "a red cat", started=started, num_inference_steps=60,
-                                       height=32, width=32, output_type="latent", seed=1))
+        long = asyncio.create_task(
+            run(
+                engine,
+                "long",
+                "a red cat",
+                started=started,
+                num_inference_steps=60,
+                height=32,
+                width=32,
+                output_type="latent",
+                seed=1,
+            )
+        )
         await started.wait()
         submitted_at = len(engine.forward_log)
-        other = await run(engine, "other", "green square", num_inference_steps=2, height=48, width=32,
-                          output_type="latent", seed=2)
+        other = await run(
+            engine, "other", "green square", num_inference_steps=2, height=48, width=32, output_type="latent", seed=2
+        )
         assert other[-1].error is None
         assert not long.done()  # served while the long request still runs, not after it drained
         log = list(engine.forward_log)
         first = next(i for i, (_, ids) in enumerate(log) if "other" in ids)
         assert first - submitted_at <= wait + 1
         # paused for the other key and resumed with nothing lost: still diffusers' own result
-        expected = ref("a red cat", generator=gen(1), num_inference_steps=60, height=32, width=32,
-                       output_type="latent").images
+        expected = ref(
+            "a red cat", generator=gen(1), num_inference_steps=60, height=32, width=32, output_type="latent"
+        ).images
         assert max_diff(latent(await long), expected) == 0.0
     finally:
         await engine.shutdown()
 
 
-@pytest.mark.parametrize("params,inputs,field", [
-    (dict(height=30), {}, "height"),
-    (dict(width=50), {}, "width"),
-    (dict(num_inference_steps=0), {}, "num_inference_steps"),
-    (dict(guidance_scale=-1.0), {}, "guidance_scale"),
-    (dict(strength=0.5), {}, "strength"),
-    (dict(strength=1.5), {"multi_modal_data": {"image": Image.new("RGB", (32, 32))}}, "strength"),
-    (dict(num_outputs_per_prompt=0), {}, "num_outputs_per_prompt"),
-    ({}, {"multi_modal_data": {"image": np.zeros((32, 32, 3), np.uint8)}}, "multi_modal_data.image"),
-    (dict(output_type="gif"), {}, "output_type"),
-    (dict(max_sequence_length=1024), {}, "max_sequence_length"),
-    (dict(bogus=1), {}, "bogus"),
-])
+@pytest.mark.parametrize(
+    "params,inputs,field",
+    [
+        (dict(height=30), {}, "height"),
+        (dict(width=50), {}, "width"),
+        (dict(num_inference_steps=0), {}, "num_inference_steps"),
+        (dict(guidance_scale=-1.0), {}, "guidance_scale"),
+        (dict(strength=0.5), {}, "strength"),
+        (dict(strength=1.5), {"multi_modal_data": {"image": Image.new("RGB", (32, 32))}}, "strength"),
+        (dict(num_outputs_per_prompt=0), {}, "num_outputs_per_prompt"),
+        ({}, {"multi_modal_data": {"image": np.zeros((32, 32, 3), np.uint8)}}, "multi_modal_data.image"),
+        (dict(output_type="gif"), {}, "output_type"),
+        (dict(max_sequence_length=1024), {}, "max_sequence_length"),
+        (dict(bogus=1), {}, "bogus"),
+    ],
+)
 async def test_bad_params_name_the_field_and_disturb_nothing(sd3, adapter, params, inputs, field):
     engine = await start_engine(PIPELINE, adapter, sd3)
     try:
@@ -188,8 +225,9 @@ async def test_img2img_equals_diffusers_img2img(sd3, adapter):
     engine = await start_engine(PIPELINE, adapter, sd3)
     try:
         kw = dict(num_inference_steps=10, strength=0.6, guidance_scale=5.0, height=32, width=48)
-        outs = await run(engine, "i", "a red cat", inputs={"multi_modal_data": {"image": image}}, seed=8,
-                         output_type="latent", **kw)
+        outs = await run(
+            engine, "i", "a red cat", inputs={"multi_modal_data": {"image": image}}, seed=8, output_type="latent", **kw
+        )
         expected = ref("a red cat", image=image, generator=gen(8), output_type="latent", **kw).images
         assert max_diff(latent(outs), expected) == 0.0
         assert outs[-1].metrics.num_steps == 6  # strength 0.6 of 10 steps
@@ -205,8 +243,9 @@ async def test_undeclared_extra_args_are_dropped_at_the_edge(sd3, caplog):
     async with AsyncOmni(sd3) as omni:
         plain = (await final_output(omni.generate("a red cat", sampling_params_list=[kw]))).images[0]
         with caplog.at_level(logging.WARNING):
-            out = await final_output(omni.generate("a red cat", sampling_params_list=[kw],
-                                                   knobs=RequestKnobs(not_a_knob=1)))
+            out = await final_output(
+                omni.generate("a red cat", sampling_params_list=[kw], knobs=RequestKnobs(not_a_knob=1))
+            )
         assert caplog.text.count("not_a_knob") == 1
         assert np.array_equal(np.asarray(out.images[0]), np.asarray(plain))
         with pytest.raises(InvalidRequestError, match="mu: expected float") as err:

@@ -60,12 +60,14 @@ async def test_solo_equals_reference_loop(sd3, adapter, ref, name, guidance):
     rule, steps = RULES[name], 12
     engine = await start_engine(PIPELINE, adapter, sd3, acceleration=cache(rule))
     try:
-        outs = await run(engine, "a", "a red cat on a chair", seed=7, num_inference_steps=steps,
-                         guidance_scale=guidance, **KW)
+        outs = await run(
+            engine, "a", "a red cat on a chair", seed=7, num_inference_steps=steps, guidance_scale=guidance, **KW
+        )
     finally:
         await engine.shutdown()
-    expected, st = generate(ref, "a red cat on a chair", rule, seed=7, steps=steps, guidance=guidance, height=32,
-                            width=32)
+    expected, st = generate(
+        ref, "a red cat on a chair", rule, seed=7, steps=steps, guidance=guidance, height=32, width=32
+    )
     assert 0 < st.reused < steps - 1, st.rels  # both paths taken
     assert outs[-1].metrics.num_steps_reused == st.reused
     assert outs[-1].metrics.num_steps == steps
@@ -84,7 +86,9 @@ async def _solo_and_together(engine, specs):
             await prev.wait()
         prev = asyncio.Event()
         tasks.append(asyncio.create_task(run(engine, rid, prompt, started=prev, **kw, **KW)))
-    together = {rid: (latent(o), o[-1].metrics.num_steps_reused) for (rid, _, _), o in zip(specs, await asyncio.gather(*tasks))}
+    together = {
+        rid: (latent(o), o[-1].metrics.num_steps_reused) for (rid, _, _), o in zip(specs, await asyncio.gather(*tasks))
+    }
     return solo, together, list(engine.accel.hooks.log)
 
 
@@ -92,18 +96,25 @@ SPECS = [
     ("r0", "a red cat", dict(num_inference_steps=12, seed=1, guidance_scale=5.0)),
     ("r1", "green square", dict(num_inference_steps=9, seed=2, guidance_scale=1.0)),
     ("off", "blue chair at night", dict(num_inference_steps=8, seed=3, guidance_scale=3.5, cache=False)),
-    ("r3", "city skyline", dict(num_inference_steps=10, seed=4, guidance_scale=4.0, num_outputs_per_prompt=2,
-                                negative_prompt="blurry")),
+    (
+        "r3",
+        "city skyline",
+        dict(num_inference_steps=10, seed=4, guidance_scale=4.0, num_outputs_per_prompt=2, negative_prompt="blurry"),
+    ),
 ]
 
 
-@pytest.mark.parametrize("rule", [
-    # decisions by step count alone (a threshold nothing reaches): batch variance cannot flip one
-    Rule("first_block", threshold=1e9, warmup_steps=1, max_consecutive_cached=1),
-    Rule("teacache", threshold=1e9, max_consecutive_cached=2),
-    # decisions by the values
-    Rule("first_block", threshold=0.35),
-], ids=["first_block_pattern", "teacache_pattern", "first_block_threshold"])
+@pytest.mark.parametrize(
+    "rule",
+    [
+        # decisions by step count alone (a threshold nothing reaches): batch variance cannot flip one
+        Rule("first_block", threshold=1e9, warmup_steps=1, max_consecutive_cached=1),
+        Rule("teacache", threshold=1e9, max_consecutive_cached=2),
+        # decisions by the values
+        Rule("first_block", threshold=0.35),
+    ],
+    ids=["first_block_pattern", "teacache_pattern", "first_block_threshold"],
+)
 async def test_batched_rows_match_their_solo_results(sd3, adapter, rule):
     engine = await start_engine(PIPELINE, adapter, sd3, acceleration=cache(rule), max_num_seqs=16)
     try:
@@ -134,16 +145,19 @@ async def test_cache_off_and_opt_out_are_diffusers_exactly(sd3, adapter, ref):
     # the hooks left the (shared) model with the engine
     from diffusers.hooks import HookRegistry
 
-    assert all(HookRegistry.check_if_exists_or_initialize(b).get_hook(HOOK_NAME) is None
-               for b in adapter.pipe.transformer.transformer_blocks)
+    assert all(
+        HookRegistry.check_if_exists_or_initialize(b).get_hook(HOOK_NAME) is None
+        for b in adapter.pipe.transformer.transformer_blocks
+    )
 
 
 async def test_decoded_images_with_cache(sd3, adapter):
     """The step cache changes latents only; the VAE decode and output path stay the engine's own."""
     engine = await start_engine(PIPELINE, adapter, sd3, acceleration=cache(RULES["first_block"]))
     try:
-        outs = await run(engine, "a", "a red cat", seed=3, num_inference_steps=8, guidance_scale=5.0, height=32,
-                         width=32)
+        outs = await run(
+            engine, "a", "a red cat", seed=3, num_inference_steps=8, guidance_scale=5.0, height=32, width=32
+        )
     finally:
         await engine.shutdown()
     image = outs[-1].data["image"][0]
@@ -174,7 +188,10 @@ async def test_through_the_public_api(sd3, ref):
     params = {"num_inference_steps": 12, "guidance_scale": 5.0, "height": 32, "width": 32}
     async with AsyncOmni(model=sd3, deploy_config=deploy) as omni:
         finals = {}
-        for name, knobs in (("cached", RequestKnobs(seed=7)), ("opt_out", RequestKnobs(seed=7).knobs({"cache": False}))):
+        for name, knobs in (
+            ("cached", RequestKnobs(seed=7)),
+            ("opt_out", RequestKnobs(seed=7).knobs({"cache": False})),
+        ):
             async for out in omni.generate("a red cat on a chair", sampling_params_list=[params], knobs=knobs):
                 pass
             assert out.finished and out.error is None, out.error

@@ -66,28 +66,42 @@ def glm(tiny_model, i2i: bool) -> Family:
         out = {"prior_token_ids": ids(i, 4), "prior_grid": [2, 2]}
         if i2i:
             pixels = torch.randint(0, 256, (32, 64, 3), generator=gen(50 + i), dtype=torch.uint8).numpy()
-            out.update(prior_token_image_ids=ids(60 + i, 2), source_image_grid_thw=[[1, 1, 2]],
-                       multi_modal_data={"image": [Image.fromarray(pixels)]})
+            out.update(
+                prior_token_image_ids=ids(60 + i, 2),
+                source_image_grid_thw=[[1, 1, 2]],
+                multi_modal_data={"image": [Image.fromarray(pixels)]},
+            )
         return out
 
-    return Family(PIPELINE, GlmImageAdapter.load(folder, torch.float32, torch.device("cpu")), folder, {},
-                  stage_id=1, inputs=inputs)
+    return Family(
+        PIPELINE,
+        GlmImageAdapter.load(folder, torch.float32, torch.device("cpu")),
+        folder,
+        {},
+        stage_id=1,
+        inputs=inputs,
+    )
 
 
 def flux(tiny_model) -> Family:
     from omnistage.models.flux import PIPELINE, FluxAdapter
 
     folder = str(tiny_model("flux"))
-    return Family(PIPELINE, FluxAdapter.load(folder, torch.float32, torch.device("cpu")), folder,
-                  dict(height=32, width=48, max_sequence_length=32))
+    return Family(
+        PIPELINE,
+        FluxAdapter.load(folder, torch.float32, torch.device("cpu")),
+        folder,
+        dict(height=32, width=48, max_sequence_length=32),
+    )
 
 
 def z_image(tiny_model) -> Family:
     from omnistage.models.z_image import PIPELINE, ZImageAdapter
 
     folder = str(tiny_model("z_image"))
-    return Family(PIPELINE, ZImageAdapter.load(folder, torch.float32, torch.device("cpu")), folder,
-                  dict(height=32, width=48))
+    return Family(
+        PIPELINE, ZImageAdapter.load(folder, torch.float32, torch.device("cpu")), folder, dict(height=32, width=48)
+    )
 
 
 def qwen(tiny_model, edit_plus: bool) -> Family:
@@ -105,18 +119,30 @@ def qwen(tiny_model, edit_plus: bool) -> Family:
         return {"multi_modal_data": {"image": [Image.fromarray(pixels)]}} if edit_plus else {}
 
     # true CFG needs a negative prompt: r0 and r3 run it, r1 and "off" do not
-    extra = {"r0": {"negative_prompt": "blurry", "true_cfg_scale": 3.0},
-             "r3": {"negative_prompt": "dark", "true_cfg_scale": 2.0}}
-    return Family(pipeline, adapter, folder, dict(height=64, width=64) if edit_plus else dict(height=32, width=48),
-                  inputs=inputs, extra=extra)
+    extra = {
+        "r0": {"negative_prompt": "blurry", "true_cfg_scale": 3.0},
+        "r3": {"negative_prompt": "dark", "true_cfg_scale": 2.0},
+    }
+    return Family(
+        pipeline,
+        adapter,
+        folder,
+        dict(height=64, width=64) if edit_plus else dict(height=32, width=48),
+        inputs=inputs,
+        extra=extra,
+    )
 
 
 def sana(tiny_model) -> Family:
     from omnistage.models.sana import PIPELINE, SanaAdapter
 
     folder = str(tiny_model("sana"))
-    return Family(PIPELINE, SanaAdapter.load(folder, torch.float32, torch.device("cpu")), folder,
-                  dict(height=64, width=96, extra_args={"use_resolution_binning": False}))
+    return Family(
+        PIPELINE,
+        SanaAdapter.load(folder, torch.float32, torch.device("cpu")),
+        folder,
+        dict(height=64, width=96, extra_args={"use_resolution_binning": False}),
+    )
 
 
 def flux_like(tiny_model, name: str) -> Family:
@@ -149,8 +175,10 @@ def qwen21(tiny_model) -> Family:
 
     folder = str(tiny_model("qwen_image_21"))
     adapter = qwen_image_21.PIPELINE.stages[0].adapter.load(folder, torch.float32, torch.device("cpu"))
-    extra = {"r0": {"negative_prompt": "blurry", "true_cfg_scale": 3.0},
-             "r3": {"negative_prompt": "dark", "true_cfg_scale": 2.0}}
+    extra = {
+        "r0": {"negative_prompt": "blurry", "true_cfg_scale": 3.0},
+        "r3": {"negative_prompt": "dark", "true_cfg_scale": 2.0},
+    }
     return Family(qwen_image_21.PIPELINE, adapter, folder, dict(height=32, width=64), extra=extra)
 
 
@@ -184,12 +212,22 @@ SPECS = [
 async def test_batched_rows_match_solo(tiny_model, tmp_path_factory, name):
     method, make = CASES[name]
     fam = make(tiny_model, tmp_path_factory)
-    engine = await start_engine(fam.pipeline, fam.adapter, fam.folder, stage_id=fam.stage_id,
-                                acceleration=pattern(method), max_num_seqs=16)
+    engine = await start_engine(
+        fam.pipeline, fam.adapter, fam.folder, stage_id=fam.stage_id, acceleration=pattern(method), max_num_seqs=16
+    )
 
     def request(i: int, rid: str, prompt: str, kw: dict, started: asyncio.Event | None = None):
-        return run(engine, rid, prompt, inputs=fam.inputs(i), started=started, output_type="latent",
-                   **fam.params, **kw, **fam.extra.get(rid.removesuffix("-solo"), {}))
+        return run(
+            engine,
+            rid,
+            prompt,
+            inputs=fam.inputs(i),
+            started=started,
+            output_type="latent",
+            **fam.params,
+            **kw,
+            **fam.extra.get(rid.removesuffix("-solo"), {}),
+        )
 
     try:
         solo = {}
@@ -222,8 +260,14 @@ def assert_off_equals_diffusers(fam: Family, got: torch.Tensor) -> None:
     row = fam.reference
     rid, prompt, kw = next(s for s in SPECS if s[0] == "off")
     ref = reference_pipeline(row.diffusers_class, fam.folder)
-    want = ref(prompt=prompt, num_inference_steps=kw["num_inference_steps"], guidance_scale=kw["guidance_scale"],
-               generator=gen(kw["seed"]), output_type="latent", **fam.params).images
+    want = ref(
+        prompt=prompt,
+        num_inference_steps=kw["num_inference_steps"],
+        guidance_scale=kw["guidance_scale"],
+        generator=gen(kw["seed"]),
+        output_type="latent",
+        **fam.params,
+    ).images
     if row.latent_view is not None:
         got = row.latent_view(ref, got, fam.params["height"], fam.params["width"])
     assert got.shape == want.shape and max_diff(got, want) <= row.solo_tol, rid

@@ -39,8 +39,14 @@ PIPELINE = Pipeline(
     name="test_llm_chunk",
     stages=[
         StageSpec(0, kind="llm", output="token_ids", final=True),
-        StageSpec(1, kind="generation", adapter=EmbedTokens, output="latent", final=True,
-                  inputs=[Edge(0, process_chunk=every_n_tokens(CHUNK))]),
+        StageSpec(
+            1,
+            kind="generation",
+            adapter=EmbedTokens,
+            output="latent",
+            final=True,
+            inputs=[Edge(0, process_chunk=every_n_tokens(CHUNK))],
+        ),
     ],
 )
 

@@ -23,17 +23,20 @@ def test_dict_params_become_delta_sampling_params():
     assert sp.output_kind == RequestOutputKind.DELTA
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"max_tokens": 0}, r"^max_tokens: must be >= 1, got 0"),
-    ({"max_tokens": 2.5}, r"^max_tokens: expected an integer"),
-    ({"temperature": -1}, r"^temperature: must be >= 0"),
-    ({"temperature": "hot"}, r"^temperature: expected a number"),
-    ({"stop_token_ids": [VOCAB]}, rf"^stop_token_ids: {VOCAB} is outside the vocabulary \(0..{VOCAB - 1}\)"),
-    ({"stop_token_ids": 5}, r"^stop_token_ids: expected a list"),
-    ({"seed": "x"}, r"^seed: expected an integer"),
-    ({"top_p": 0}, r"^sampling_params: .*top_p"),  # vLLM's own check, re-raised naming the field
-    ({"bogus": 1, "other": 2}, r"^sampling_params: unknown field\(s\) bogus, other"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"max_tokens": 0}, r"^max_tokens: must be >= 1, got 0"),
+        ({"max_tokens": 2.5}, r"^max_tokens: expected an integer"),
+        ({"temperature": -1}, r"^temperature: must be >= 0"),
+        ({"temperature": "hot"}, r"^temperature: expected a number"),
+        ({"stop_token_ids": [VOCAB]}, rf"^stop_token_ids: {VOCAB} is outside the vocabulary \(0..{VOCAB - 1}\)"),
+        ({"stop_token_ids": 5}, r"^stop_token_ids: expected a list"),
+        ({"seed": "x"}, r"^seed: expected an integer"),
+        ({"top_p": 0}, r"^sampling_params: .*top_p"),  # vLLM's own check, re-raised naming the field
+        ({"bogus": 1, "other": 2}, r"^sampling_params: unknown field\(s\) bogus, other"),
+    ],
+)
 def test_bad_params(params, message):
     from omnistage.stages.llm.params import to_sampling_params
 
@@ -62,15 +65,27 @@ def test_inputs_parse_into_what_vllm_renders():
     assert (p.field, p.text, p.token_ids, p.needs_renderer) == ("prompt", "hello world", None, True)
     p = parse({"prompt_token_ids": [5, 6], "prompt": "x"})
     assert (p.token_ids, p.text, p.needs_renderer) == ([5, 6], "x", False)
-    msgs = [{"role": "user", "content": [{"type": "text", "text": "hi"},
-                                         {"type": "image_url", "image_url": {"url": "data:,"}}]},
-            {"role": "assistant", "content": "ok"},
-            {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}},
-                                         {"type": "video_url", "video_url": {"url": "data:,"}}]}]
+    msgs = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": "data:,"}}],
+        },
+        {"role": "assistant", "content": "ok"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}},
+                {"type": "video_url", "video_url": {"url": "data:,"}},
+            ],
+        },
+    ]
     p = parse({"messages": msgs, "additional_information": {"chat_template_kwargs": {"continue_final_message": True}}})
     assert p.field == "messages" and p.messages is msgs
-    assert p.media == [("messages[0].content[1].image_url", "image"), ("messages[2].content[0].input_audio", "audio"),
-                       ("messages[2].content[1].video_url", "video")]
+    assert p.media == [
+        ("messages[0].content[1].image_url", "image"),
+        ("messages[2].content[0].input_audio", "audio"),
+        ("messages[2].content[1].video_url", "video"),
+    ]
     assert p.chat_template_kwargs == {"continue_final_message": True, "add_generation_prompt": False}
 
 
@@ -90,22 +105,36 @@ def test_multi_modal_data_items_are_normalised():
     assert p.media == [("multi_modal_data.audio[0]", "audio"), ("multi_modal_data.audio[1]", "audio")]
 
 
-@pytest.mark.parametrize("inputs, message", [
-    ({"prompt": 3}, r"^prompt: needs"),
-    ({"prompt_token_ids": ["a"]}, r"^prompt_token_ids: expected a list of integers"),
-    ({"messages": "hi"}, r"^messages: expected a non-empty list"),
-    ({"messages": [{"content": "no role"}]}, r"^messages\[0\]: expected an object with 'role'"),
-    ({"messages": [{"role": "user", "content": [{"type": "smell"}]}]},
-     r"^messages\[0\]\.content\[0\]\.type: unsupported content part type 'smell'"),
-    ({"messages": [{"role": "user", "content": 5}]}, r"^messages\[0\]\.content: expected a string or a list"),
-    ({"messages": [{"role": "user", "content": "x"}], "multi_modal_data": {"image": [1]}},
-     r"^multi_modal_data: with 'messages' the media go in the messages' content parts"),
-    ({"messages": [{"role": "user", "content": "x"}], "additional_information": {"chat_template_kwargs": {
-        "continue_final_message": True, "add_generation_prompt": True}}}, r"^continue_final_message: cannot be combined"),
-    ({"prompt": "x", "multi_modal_data": [1]}, r"^multi_modal_data: expected an object"),
-    ({"prompt": "x", "mm_processor_kwargs": 3}, r"^mm_processor_kwargs: expected an object"),
-    ({"prompt": "x", "image": 1}, r"^prompt: unsupported key\(s\) for an llm stage: image"),
-])
+@pytest.mark.parametrize(
+    "inputs, message",
+    [
+        ({"prompt": 3}, r"^prompt: needs"),
+        ({"prompt_token_ids": ["a"]}, r"^prompt_token_ids: expected a list of integers"),
+        ({"messages": "hi"}, r"^messages: expected a non-empty list"),
+        ({"messages": [{"content": "no role"}]}, r"^messages\[0\]: expected an object with 'role'"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "smell"}]}]},
+            r"^messages\[0\]\.content\[0\]\.type: unsupported content part type 'smell'",
+        ),
+        ({"messages": [{"role": "user", "content": 5}]}, r"^messages\[0\]\.content: expected a string or a list"),
+        (
+            {"messages": [{"role": "user", "content": "x"}], "multi_modal_data": {"image": [1]}},
+            r"^multi_modal_data: with 'messages' the media go in the messages' content parts",
+        ),
+        (
+            {
+                "messages": [{"role": "user", "content": "x"}],
+                "additional_information": {
+                    "chat_template_kwargs": {"continue_final_message": True, "add_generation_prompt": True}
+                },
+            },
+            r"^continue_final_message: cannot be combined",
+        ),
+        ({"prompt": "x", "multi_modal_data": [1]}, r"^multi_modal_data: expected an object"),
+        ({"prompt": "x", "mm_processor_kwargs": 3}, r"^mm_processor_kwargs: expected an object"),
+        ({"prompt": "x", "image": 1}, r"^prompt: unsupported key\(s\) for an llm stage: image"),
+    ],
+)
 def test_bad_inputs(inputs, message):
     from omnistage.stages.llm.inputs import parse
 
@@ -137,12 +166,27 @@ def test_chat_matches_only_vllm_causal_lms(tmp_path, tiny_model):
     from omnistage.models.chat import matches
 
     assert matches(ModelFolder(tiny_model("chat")))
-    assert not matches(_folder(tmp_path, "glm", {"config.json": {"architectures": ["GlmImageForConditionalGeneration"]}}))
+    assert not matches(
+        _folder(tmp_path, "glm", {"config.json": {"architectures": ["GlmImageForConditionalGeneration"]}})
+    )
     assert not matches(_folder(tmp_path, "bert", {"config.json": {"architectures": ["BertModel"]}}))
-    assert not matches(_folder(tmp_path, "diffusers", {"model_index.json": {"_class_name": "GlmImagePipeline"},
-                                                       "config.json": {"architectures": ["Qwen2ForCausalLM"]}}))
-    assert not matches(_folder(tmp_path, "named", {"omnistage.json": {"pipeline": "prompt_expand"},
-                                                   "config.json": {"architectures": ["Qwen2ForCausalLM"]}}))
+    assert not matches(
+        _folder(
+            tmp_path,
+            "diffusers",
+            {
+                "model_index.json": {"_class_name": "GlmImagePipeline"},
+                "config.json": {"architectures": ["Qwen2ForCausalLM"]},
+            },
+        )
+    )
+    assert not matches(
+        _folder(
+            tmp_path,
+            "named",
+            {"omnistage.json": {"pipeline": "prompt_expand"}, "config.json": {"architectures": ["Qwen2ForCausalLM"]}},
+        )
+    )
 
 
 def test_unproducible_output_type_is_refused_before_any_engine():
@@ -151,6 +195,8 @@ def test_unproducible_output_type_is_refused_before_any_engine():
     from omnistage.pipeline import StageContext
     from omnistage.stages.llm.engine import LLMStageEngine
 
-    ctx = StageContext(spec=CHAT.stages[0], deploy=StageDeployConfig(stage_id=0, engine_output_type="text+audio"), model="x")
+    ctx = StageContext(
+        spec=CHAT.stages[0], deploy=StageDeployConfig(stage_id=0, engine_output_type="text+audio"), model="x"
+    )
     with pytest.raises(ValueError, match="engine_output_type text\\+audio"):
         LLMStageEngine(ctx)

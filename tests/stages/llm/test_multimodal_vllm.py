@@ -119,14 +119,27 @@ async def test_audio_raw_prompt(audio_lm, audio_ref):
     assert_same(await run(audio_lm, AUDIO_RAW), audio_ref["raw"])
 
 
-@pytest.mark.parametrize("content, field, message", [
-    ([image_part(IMG_A), image_part(IMG_B), text("x"), image_part(IMG_A)], "messages[0].content[3].image_url",
-     r"At most 2 image\(s\) may be provided in one prompt"),
-    ([text("x"), audio_part(CLIP)], "messages[0].content[1].input_audio", r"takes no audio input \(it takes image\)"),
-    ([{"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}}],
-     "messages[0].content[0].video_url", r"takes no video input"),
-    ([{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}], "messages", r"cannot identify"),
-])
+@pytest.mark.parametrize(
+    "content, field, message",
+    [
+        (
+            [image_part(IMG_A), image_part(IMG_B), text("x"), image_part(IMG_A)],
+            "messages[0].content[3].image_url",
+            r"At most 2 image\(s\) may be provided in one prompt",
+        ),
+        (
+            [text("x"), audio_part(CLIP)],
+            "messages[0].content[1].input_audio",
+            r"takes no audio input \(it takes image\)",
+        ),
+        (
+            [{"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}}],
+            "messages[0].content[0].video_url",
+            r"takes no video input",
+        ),
+        ([{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}], "messages", r"cannot identify"),
+    ],
+)
 async def test_bad_media_name_the_part(vlm, content, field, message):
     with pytest.raises(InvalidRequestError, match=message) as e:
         await run(vlm, {"messages": [{"role": "user", "content": content}]})

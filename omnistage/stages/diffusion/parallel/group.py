@@ -39,13 +39,23 @@ def join(info: GroupInfo, rank: int, device: torch.device) -> RankGroup:
     layout = info.layout
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend_for(device), init_method=info.init_method, rank=rank,
-                            world_size=layout.world, timeout=COLLECTIVE_TIMEOUT)
+    dist.init_process_group(
+        backend_for(device),
+        init_method=info.init_method,
+        rank=rank,
+        world_size=layout.world,
+        timeout=COLLECTIVE_TIMEOUT,
+    )
     control = dist.new_group(backend="gloo")
     mesh = init_device_mesh(device.type, (layout.cfg, 1, layout.ulysses), mesh_dim_names=("cfg", "ring", "ulysses"))
-    return RankGroup(rank=rank, layout=layout, device=device, control=control,
-                     cfg_group=mesh["cfg"].get_group() if layout.cfg > 1 else None,
-                     ulysses_mesh=mesh["ring", "ulysses"] if layout.ulysses > 1 else None)
+    return RankGroup(
+        rank=rank,
+        layout=layout,
+        device=device,
+        control=control,
+        cfg_group=mesh["cfg"].get_group() if layout.cfg > 1 else None,
+        ulysses_mesh=mesh["ring", "ulysses"] if layout.ulysses > 1 else None,
+    )
 
 
 def leave() -> None:

@@ -32,22 +32,30 @@ def check_supported(ctx: StageContext) -> None:
     """What a multi-device replica cannot do (yet), as start-up errors naming the deploy field."""
     d, where = ctx.deploy, f"stages[{ctx.spec.stage_id}]"
     if d.process_mode == "ray":
-        raise ValueError(f"{where}.process: a diffusion replica over {d.devices_per_replica} devices runs as local "
-                         "processes (inline or mp), not as a Ray actor")
+        raise ValueError(
+            f"{where}.process: a diffusion replica over {d.devices_per_replica} devices runs as local "
+            "processes (inline or mp), not as a Ray actor"
+        )
     if d.lora_enabled:
-        raise ValueError(f"{where}.enable_lora: per-request LoRA adapters are not available on a replica over "
-                         f"{d.devices_per_replica} devices")
+        raise ValueError(
+            f"{where}.enable_lora: per-request LoRA adapters are not available on a replica over "
+            f"{d.devices_per_replica} devices"
+        )
     bad = unsupported_in_folder(ctx.model) if Layout.of(ctx).ulysses > 1 else []
     if bad:
-        raise ValueError(f"{where}.parallel_config.ulysses_degree: pipeline {ctx.pipeline_name!r} runs "
-                         f"{', '.join(bad)}, which has no sequence-parallel plan (models with one: "
-                         f"{', '.join(SUPPORTED)}; cfg_parallel_size splits rows instead)")
+        raise ValueError(
+            f"{where}.parallel_config.ulysses_degree: pipeline {ctx.pipeline_name!r} runs "
+            f"{', '.join(bad)}, which has no sequence-parallel plan (models with one: "
+            f"{', '.join(SUPPORTED)}; cfg_parallel_size splits rows instead)"
+        )
     acc = d.acceleration
     if acc is not None:
         for key, on in (("cache", acc.cache is not None), ("compile", acc.compile), ("offload", acc.offload != "none")):
             if on:
-                raise ValueError(f"{where}.acceleration.{key}: not available on a replica over "
-                                 f"{d.devices_per_replica} devices (vae_tiling is)")
+                raise ValueError(
+                    f"{where}.acceleration.{key}: not available on a replica over "
+                    f"{d.devices_per_replica} devices (vae_tiling is)"
+                )
 
 
 class ProcessGroupStageEngine(ProcessStageEngine):
@@ -70,15 +78,18 @@ class ProcessGroupStageEngine(ProcessStageEngine):
         """The context every rank of the next launch gets: a fresh rendezvous and fresh plan sockets."""
         base = os.path.join(tempfile.gettempdir(), f"omnistage-group-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         self._store = f"{base}-store"
-        self.ctx.group = GroupInfo(self.layout, f"file://{self._store}",
-                                   tuple(f"ipc://{base}-plan{r}" for r in range(1, self.layout.world)))
+        self.ctx.group = GroupInfo(
+            self.layout, f"file://{self._store}", tuple(f"ipc://{base}-plan{r}" for r in range(1, self.layout.world))
+        )
         return super().payload()
 
     async def _launch(self, payload: bytes) -> None:
         spawn = mp.get_context("spawn")
         name = f"omnistage-stage{self.stage_id}-r{self.ctx.replica}"
-        self._ranks = [spawn.Process(target=run_rank, args=(payload, r, os.getpid()), name=f"{name}-rank{r}",
-                                     daemon=True) for r in range(1, self.layout.world)]
+        self._ranks = [
+            spawn.Process(target=run_rank, args=(payload, r, os.getpid()), name=f"{name}-rank{r}", daemon=True)
+            for r in range(1, self.layout.world)
+        ]
         for p in self._ranks:
             p.start()
         rank0 = asyncio.create_task(super()._launch(payload))  # returns once rank 0 has joined and is ready
@@ -87,15 +98,21 @@ class ProcessGroupStageEngine(ProcessStageEngine):
         if rank0 in done:
             others.cancel()
             rank0.result()  # a failed rank 0 raised its StartFailed message (and stopped every rank)
-            logger.info("stage %d replica %d: %s started, pids %s", self.stage_id, self.ctx.replica,
-                        self.layout.describe(), self.rank_pids)
+            logger.info(
+                "stage %d replica %d: %s started, pids %s",
+                self.stage_id,
+                self.ctx.replica,
+                self.layout.describe(),
+                self.rank_pids,
+            )
             return
         rank0.cancel()
         await asyncio.gather(rank0, return_exceptions=True)
         reason = others.result()
         await self._stop()
-        raise RuntimeError(f"stage {self.stage_id}: {reason} while the replica started (its traceback is in the "
-                           "log above)")
+        raise RuntimeError(
+            f"stage {self.stage_id}: {reason} while the replica started (its traceback is in the log above)"
+        )
 
     def _exited(self, ranks: range) -> str | None:
         for r in ranks:

@@ -61,8 +61,10 @@ def replica_lines(pipeline: Pipeline, deploy: DeployConfig) -> list[str]:
         layout = Layout.of_deploy(sd)
         for replica, devices in enumerate(sd.replica_devices()):
             ranks = [rank_device(devices, r) for r in range(layout.world)]
-            lines.append(f"stage {spec.stage_id} replica {replica}: {layout.describe()}, devices "
-                         f"{','.join(str(d) for d in ranks)}, backend {backend_for(ranks[0])}")
+            lines.append(
+                f"stage {spec.stage_id} replica {replica}: {layout.describe()}, devices "
+                f"{','.join(str(d) for d in ranks)}, backend {backend_for(ranks[0])}"
+            )
     return lines
 
 

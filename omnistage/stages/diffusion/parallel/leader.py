@@ -34,9 +34,11 @@ class Leader:
         """Join the group as rank 0 (blocks until every rank has loaded its model and joined)."""
         info = group_of(ctx)
         if info is None:
-            raise ValueError(f"stages[{ctx.spec.stage_id}].parallel_config: a replica over "
-                             f"{ctx.deploy.devices_per_replica} devices runs as a process group "
-                             "(omnistage.stages.factory.build_engine starts one), not as a lone engine")
+            raise ValueError(
+                f"stages[{ctx.spec.stage_id}].parallel_config: a replica over "
+                f"{ctx.deploy.devices_per_replica} devices runs as a process group "
+                "(omnistage.stages.factory.build_engine starts one), not as a lone engine"
+            )
         zctx = zmq.Context()
         sockets = []
         for addr in info.plan_addrs:

@@ -65,7 +65,7 @@ def split(uncond: list[DiffusionJob], cond: list[DiffusionJob]) -> list[Share] |
             while k + 1 < len(part) and part[k + 1][0] is job:
                 k += 1
             half.cond.append(_slice_rows(job, first, part[k][1] + 1))
-            half.rows.extend(p for _, _, p in part[i:k + 1])
+            half.rows.extend(p for _, _, p in part[i : k + 1])
             i = k + 1
     return halves
 
@@ -76,8 +76,15 @@ class CfgParallel:
     def __init__(self, group: RankGroup):
         self.group = group
 
-    def __call__(self, adapter: DiffusionAdapter, hooks: object, uncond: list[DiffusionJob],
-                 cond: list[DiffusionJob], x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    def __call__(
+        self,
+        adapter: DiffusionAdapter,
+        hooks: object,
+        uncond: list[DiffusionJob],
+        cond: list[DiffusionJob],
+        x: torch.Tensor,
+        t: torch.Tensor,
+    ) -> torch.Tensor:
         halves = split(uncond, cond)
         if halves is None:
             return predict_rows(adapter, hooks, uncond, cond, x, t)
@@ -87,9 +94,9 @@ class CfgParallel:
         # all-gather needs equal sizes: each half's rows padded to the larger count
         most = max(len(h.rows) for h in halves)
         buf = out.new_zeros((most, *out.shape[1:]))
-        buf[:out.shape[0]] = out
+        buf[: out.shape[0]] = out
         parts = [torch.empty_like(buf) for _ in halves]
         dist.all_gather(parts, buf, group=self.group.cfg_group)
-        gathered = torch.cat([p[:len(h.rows)] for p, h in zip(parts, halves)])
+        gathered = torch.cat([p[: len(h.rows)] for p, h in zip(parts, halves)])
         order = torch.tensor([r for h in halves for r in h.rows], device=x.device)
         return torch.empty_like(gathered).index_copy_(0, order, gathered)

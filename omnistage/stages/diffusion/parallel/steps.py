@@ -60,8 +60,10 @@ def parallelize(adapter: DiffusionAdapter, group: RankGroup, ctx: StageContext) 
     where = f"stages[{ctx.spec.stage_id}].parallel_config.ulysses_degree"
     models = adapter.denoisers()
     if not models:
-        raise ValueError(f"{where}: pipeline {ctx.pipeline_name!r} ({type(adapter).__name__}) names no denoiser "
-                         "to split over the sequence")
+        raise ValueError(
+            f"{where}: pipeline {ctx.pipeline_name!r} ({type(adapter).__name__}) names no denoiser "
+            "to split over the sequence"
+        )
     for model in models:
         try:
             enable_ulysses(model, group.rank, group.ulysses_mesh, group.device)

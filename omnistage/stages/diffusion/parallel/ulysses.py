@@ -44,9 +44,11 @@ def _our_plans() -> dict[str, dict[str, Any]]:
         },
         "ZImageTransformer2DModel": {
             "layers.0": {"x": ContextParallelInput(split_dim=1, expected_dims=3)},
-            "layers.*": {"attn_mask": ContextParallelInput(split_dim=1, expected_dims=2),
-                         "freqs_cis": ContextParallelInput(split_dim=1, expected_dims=3),
-                         "noise_mask": ContextParallelInput(split_dim=1, expected_dims=2)},
+            "layers.*": {
+                "attn_mask": ContextParallelInput(split_dim=1, expected_dims=2),
+                "freqs_cis": ContextParallelInput(split_dim=1, expected_dims=3),
+                "noise_mask": ContextParallelInput(split_dim=1, expected_dims=2),
+            },
             # the patch-2 / frame-patch-1 head: the only one the Z-Image checkpoints have
             "all_final_layer.2-1": ContextParallelOutput(gather_dim=1, expected_dims=3),
         },
@@ -56,8 +58,13 @@ def _our_plans() -> dict[str, dict[str, Any]]:
 # processors whose SDPA call is routed through Ulysses (they compute self-attention over the rank's tokens)
 _SDPA_PROCESSORS = {"SD3Transformer2DModel": ("JointAttnProcessor2_0",)}
 
-SUPPORTED = ("FluxTransformer2DModel", "WanTransformer3DModel", "QwenImageTransformer2DModel",
-             "SD3Transformer2DModel", "ZImageTransformer2DModel")
+SUPPORTED = (
+    "FluxTransformer2DModel",
+    "WanTransformer3DModel",
+    "QwenImageTransformer2DModel",
+    "SD3Transformer2DModel",
+    "ZImageTransformer2DModel",
+)
 
 
 def plan_for(model: torch.nn.Module) -> dict[str, Any]:
@@ -75,8 +82,11 @@ def unsupported_in_folder(folder: str | None) -> list[str]:
     if not index.is_file():
         return []
     entries = json.loads(index.read_text())
-    found = [entries[k][1] for k in ("transformer", "transformer_2", "unet")
-             if isinstance(entries.get(k), list) and len(entries[k]) == 2 and entries[k][1]]
+    found = [
+        entries[k][1]
+        for k in ("transformer", "transformer_2", "unet")
+        if isinstance(entries.get(k), list) and len(entries[k]) == 2 and entries[k][1]
+    ]
     return [name for name in found if name not in SUPPORTED]
 
 
@@ -96,9 +106,15 @@ class _UlyssesSDPA(torch.overrides.TorchFunctionMode):
         q, k, v = (kwargs.pop(n) if n in kwargs else a for n, a in zip(("query", "key", "value"), args[:3]))
         if args[3:] or kwargs.get("is_causal") or kwargs.get("dropout_p"):
             raise NotImplementedError("Ulysses SDPA: positional mask, causal attention and dropout are not routed")
-        out = dispatch_attention_fn(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                    attn_mask=kwargs.get("attn_mask"), scale=kwargs.get("scale"),
-                                    backend=AttentionBackendName.NATIVE, parallel_config=self.config)
+        out = dispatch_attention_fn(
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            attn_mask=kwargs.get("attn_mask"),
+            scale=kwargs.get("scale"),
+            backend=AttentionBackendName.NATIVE,
+            parallel_config=self.config,
+        )
         return out.transpose(1, 2)
 
 
@@ -119,10 +135,14 @@ def _check_backend(processor: Any) -> None:
     from diffusers.models.attention_dispatch import AttentionBackendName, _AttentionBackendRegistry
 
     backend = processor._attention_backend
-    backend = AttentionBackendName(backend) if backend is not None else _AttentionBackendRegistry.get_active_backend()[0]
+    backend = (
+        AttentionBackendName(backend) if backend is not None else _AttentionBackendRegistry.get_active_backend()[0]
+    )
     if not _AttentionBackendRegistry._is_context_parallel_available(backend):
-        raise ValueError(f"the attention backend {backend.value!r} has no context-parallel "
-                         "support in diffusers (use the default 'native' backend, or flash / sage)")
+        raise ValueError(
+            f"the attention backend {backend.value!r} has no context-parallel "
+            "support in diffusers (use the default 'native' backend, or flash / sage)"
+        )
 
 
 def enable_ulysses(model: torch.nn.Module, rank: int, mesh: Any, device: torch.device) -> None:
@@ -147,6 +167,5 @@ def enable_ulysses(model: torch.nn.Module, rank: int, mesh: Any, device: torch.d
         elif type(processor).__name__ in wrap:
             module.set_processor(UlyssesProcessor(processor, config))
         else:
-            raise ValueError(f"{name} has an attention processor omnistage cannot split "
-                             f"({type(processor).__name__})")
+            raise ValueError(f"{name} has an attention processor omnistage cannot split ({type(processor).__name__})")
     apply_context_parallel(model, cp, plan)

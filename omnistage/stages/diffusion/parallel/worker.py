@@ -18,6 +18,7 @@ PARENT_POLL_S = 1.0
 
 def _exit_with_parent(parent: int) -> None:
     """A rank blocked in a collective checks nothing: a thread ends it once the launcher is gone."""
+
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(PARENT_POLL_S)
