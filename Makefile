@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-fast serve clean browser
+.PHONY: install lint test test-fast serve clean browser
 
 install: $(STAMP)
 
@@ -30,7 +30,12 @@ $(STAMP): pyproject.toml
 # Two xdist workers, one test file each at a time (module-scoped engines stay per file): ~1 core is idle when
 # serial. The Ray tests run afterwards on their own: their cluster's teardown (`ray stop --force`) ends every Ray
 # process on the machine, and beside the parallel part the actor's vLLM engine-core child was not found in time.
-test: install browser
+# Lint and format first: seconds, and a red run before any engine starts.
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: install lint browser
 	$(PY) -m pytest -q -rs --durations=40 -n 2 --dist loadfile --no-loadscope-reorder -m "not ray" tests; rc=$$?; \
 	$(PY) -m pytest -q -rs -m ray tests/engine && exit $$rc
 
