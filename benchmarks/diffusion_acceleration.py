@@ -19,7 +19,7 @@ in the same mode; ``psnr_db`` is null where they are identical.
 Families: ``demo`` (its default 20 steps, every method), ``demo-50`` (the same model at 50 steps, the
 step cache only: caching pays with more, closer steps) and ``sd3-tiny`` (28 steps, SD3's default, every
 method); on a GPU also ``sd3-medium`` (SD3-Medium-shaped, random weights, 512 px), where offloading's memory
-effect shows. Issue 30's image families with a block layout (``ovis_image``, ``longcat_image``, ``sana``,
+effect shows. The image families with a block layout (``ovis_image``, ``longcat_image``, ``sana``,
 ``pixart_sigma``, ``flux2_klein``: family_shapes.py's grown random-weight folders, 20 steps, the step cache
 only) also compare "off" with diffusers' own ``__call__``:
 
@@ -97,7 +97,7 @@ FAMILIES = {  # name -> (steps, thresholds, every method or the step cache only)
     # where offloading's memory effect shows
     "sd3-medium": (28, {"first_block": ([0.1, 0.3], [0.1, 0.3]), "teacache": ([0.1, 0.3], [0.1, 0.3])}, True),
 }
-# issue 30's image families with a block layout: family_shapes.py's grown folders (random weights, 4+ blocks), the
+# the image families with a block layout: family_shapes.py's grown folders (random weights, 4+ blocks), the
 # step cache only; their "off" images are also compared with diffusers' own __call__ (solo, same prompt and seed)
 IMAGE_FAMILIES = {"ovis_image": 64, "longcat_image": 64, "sana": 128, "pixart_sigma": 64, "flux2_klein": 64}  # px
 FAMILIES |= {

@@ -1,4 +1,4 @@
-"""The one-shot GPU check (issue #21): exactness of the diffusion engine against diffusers, then the
+"""The one-shot GPU check: exactness of the diffusion engine against diffusers, then the
 step-level batching benchmark on a real-size random-weight SD3, inside one time budget.
 
     bash scripts/gpu_check.sh                       # on the GPU machine (installs the carried wheels)
@@ -127,7 +127,7 @@ def render_md(doc: dict[str, Any]) -> str:
         lines += [f"**{part} failed:** `{err.splitlines()[-1] if err else ''}` (traceback in gpu_check.json)", ""]
     if doc.get("targets"):
         lines += [
-            "## Issue #21 targets (read off the 512x512 table)",
+            "## Targets (read off the 512x512 table)",
             "",
             "| size | engine / ideal at c=8 | engine / sequential at c=8 | solo p50 latency / diffusers call | meets |",
             "|---|---|---|---|---|",
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         "--suite",
         choices=["sd3", "evidence2"],
         default="sd3",
-        help="sd3: issue #21's check (this file); evidence2: issue #33's real-size Qwen-Image / FLUX / "
+        help="sd3: the SD3 exactness and batching check (this file); evidence2: the real-size Qwen-Image / FLUX / "
         "Wan presets, LoRA, step cache and offload (gpu_evidence.py, flags below)",
     )
     gpu_evidence.add_args(ap)

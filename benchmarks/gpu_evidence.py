@@ -1,4 +1,4 @@
-"""The second one-shot GPU check (issue #33): real-size random-weight Qwen-Image (~20B), FLUX.1-dev (~12B) and
+"""The second one-shot GPU check: real-size random-weight Qwen-Image (~20B), FLUX.1-dev (~12B) and
 Wan2.1-T2V (1.3B by default, 14B opt-in as ``wan_14b``) (``real_shapes.py``, bf16) on one GPU, in one time budget:
 
 - ``flux`` / ``qwen_image`` / ``wan``: bf16 engine output vs the diffusers call (max abs diff of the latents,

@@ -1,4 +1,4 @@
-"""The report of ``gpu_evidence.py`` (issue #33): gpu_evidence.json as measured and gpu_evidence.md, one
+"""The report of ``gpu_evidence.py``: gpu_evidence.json as measured and gpu_evidence.md, one
 table per part, with the targets the parts are judged against."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def render_md(doc: dict[str, Any]) -> str:
     env = doc["environment"]
     where = env.get("gpu") or f"CPU ({env['cpu_count']} cores)"
     lines = [
-        f"# GPU evidence 2 (issue #33) on {where}",
+        f"# GPU evidence 2 (real-size models) on {where}",
         "",
         f"torch {env['torch']} (CUDA {env['cuda']}), diffusers {env['diffusers']}; omnistage "
         f"{env.get('omnistage_commit') or '(commit unknown)'}; dtype {doc['dtype']}, tiny={doc['tiny']}. "

@@ -10,7 +10,7 @@ loaded (``lora_modules``):
   must: one adapter's requests batched together, the groups one after another;
 - ``base``: the 8 requests without adapters (what LoRA support costs, for reference).
 
-Targets (issue #16): mixed >= 0.9x single and >= 1.0x grouped, as throughput ratios. Rounds alternate the
+Targets: mixed >= 0.9x single and >= 1.0x grouped, as throughput ratios. Rounds alternate the
 order of the modes; the ratio reported is the median over rounds of same-round ratios (a slow stretch of
 a shared machine hits both sides of a pair), beside the best-of-rounds ratio.
 

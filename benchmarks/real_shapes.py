@@ -1,5 +1,5 @@
 """Real-size random-weight folders of Qwen-Image, FLUX.1-dev and Wan2.1-T2V-14B for the second GPU check
-(``gpu_evidence.py``, issue #33).
+(``gpu_evidence.py``).
 
 Each folder starts from the family's tiny fixture (``omnistage.testing.tiny``: tokenizers, text encoders, VAE,
 scheduler) and swaps in a transformer of the published shape, initialised on the device in bf16 (random init of

@@ -9,7 +9,7 @@ and after the last burst (plus a short settle), and the tree's pids must be the 
 or was replaced). Runs twice: without an admission limit (everything must complete) and with
 ``--max-pending`` (the excess must get a clean 503 with Retry-After).
 
-Targets (issue #17): every request completes or gets a clean 503 with Retry-After; no process dies;
+Targets: every request completes or gets a clean 503 with Retry-After; no process dies;
 RSS after the load within 10% of RSS before it. Results: ``benchmarks/results/tts_load_llasa.{json,md}``.
 
 ``--family qwen3_tts`` serves the tiny Qwen3-TTS Base checkpoint instead (every request clones: in

@@ -117,7 +117,7 @@ async def main(args: argparse.Namespace) -> dict:
         }
     for engine in modes.values():
         await engine.start()
-    from omnistage.models.codec_tts.config import load_tts_config
+    from omnistage.models.shared.codec_lm.config import load_tts_config
     from omnistage.models.csm.config import is_csm
     from omnistage.models.qwen3_tts.config import INITIAL_CHUNK_FRAMES as QWEN3_TTS_FIRST
     from omnistage.models.qwen3_tts.config import is_qwen3_tts
@@ -182,7 +182,7 @@ async def main(args: argparse.Namespace) -> dict:
                 "requests_per_mode": len(s),
             }
         )
-    from omnistage.models.codec_tts.codec import codec_type
+    from omnistage.models.shared.codec_lm.codec import codec_type
 
     by_c = {r["concurrency"]: r for r in table}
     ttfp_speedup = by_c[low]["whole_ttfp_ms"] / by_c[low]["streamed_ttfp_ms"]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Train several demo-model configurations side by side on one GPU, judge each on the selection
-# prompts (demo/evaluate.py), and keep the best: how the shipped weights of issue #19 were made.
+# prompts (demo/evaluate.py), and keep the best: how the shipped weights were made.
 #
 #   bash demo/sweep_gpu.sh           (device tool: carry [".whl"], $OUT set; see scripts/gpu_check.sh for the wheels)
 #

@@ -1,7 +1,7 @@
 """Output modalities and how their payloads accumulate when a stage streams deltas.
 
 This module is the single place that knows the canonical modality names
-(SPEC §2); configuration, the orchestrator and the server all call
+and which of them are drained by streaming; configuration, the orchestrator and the server all call
 ``OutputModality.parse``.
 """
 

@@ -26,9 +26,19 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from omnistage.errors import InvalidRequestError
+from omnistage.sampling_fields import drop_unread
 
 if TYPE_CHECKING:
     from omnistage.pipeline import Pipeline
@@ -53,6 +63,9 @@ class DiffusionSamplingParams(BaseModel):
     num_outputs_per_prompt: int = Field(1, ge=1)
     strength: float | None = Field(None, gt=0, le=1)
     num_frames: int | None = Field(None, ge=1)
+    # num_frames is approximate (the server derived it from seconds x fps): the family takes the nearest count
+    # it makes instead of refusing it
+    nearest_frames: bool = False
     fps: int | None = Field(None, ge=1)
     output_type: str = "pil"  # pil | np | latent
     max_sequence_length: int | None = Field(None, ge=1)
@@ -80,7 +93,7 @@ class DiffusionSamplingParams(BaseModel):
 
 
 class RequestKnobs(BaseModel):
-    """The standard generation keys of a request (SPEC §5), accepted at the top level of an HTTP body
+    """The standard generation keys of a request (docs/server.md), accepted at the top level of an HTTP body
     or in its ``extra_body``. Anything else is model-specific: it becomes ``extra_args``."""
 
     model_config = ConfigDict(extra="allow")
@@ -96,8 +109,10 @@ class RequestKnobs(BaseModel):
     negative_prompt: str | None = None
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     n: int | None = Field(None, ge=1)
+    num_outputs_per_prompt: int | None = Field(None, ge=1)  # diffusers' spelling of n (vLLM-Omni's clients send it)
     strength: float | None = Field(None, gt=0, le=1)
     num_frames: int | None = Field(None, ge=1, le=10000)
+    nearest_frames: bool | None = None  # true: num_frames is approximate; the family takes its nearest count
     fps: int | None = Field(None, ge=1, le=240)
     max_sequence_length: int | None = Field(None, ge=1)  # prompt tokens the text encoder keeps
     cache: bool | None = None  # false: opt out of the stage's step cache
@@ -128,6 +143,7 @@ class RequestKnobs(BaseModel):
         "seed",
         "strength",
         "num_frames",
+        "nearest_frames",
         "fps",
         "max_sequence_length",
         "cache",
@@ -155,6 +171,20 @@ class RequestKnobs(BaseModel):
     def _size(cls, v: str | None) -> str | None:
         parse_size(v)
         return v
+
+    @field_validator("num_outputs_per_prompt")
+    @classmethod
+    def _per_prompt(cls, v: int | None, info: ValidationInfo) -> int | None:
+        n = info.data.get("n")
+        if v is not None and n is not None and v != n:
+            raise ValueError(f"{v}, but n={n}; send one of them")
+        return v
+
+    @model_validator(mode="after")
+    def _n(self) -> RequestKnobs:
+        if self.num_outputs_per_prompt is not None:
+            self.n = self.num_outputs_per_prompt  # one knob from here on (the caps and routing read n)
+        return self
 
     def standard(self) -> dict[str, Any]:
         """The standard knobs that were set."""
@@ -205,9 +235,8 @@ class RequestKnobs(BaseModel):
 
 
 def denoising_stages(pipeline: Pipeline) -> list[int]:
-    """Where the standard diffusion knobs go: the diffusion stages, or (none) the final generation stages."""
-    diffusion = [s.stage_id for s in pipeline.stages if s.kind == "diffusion"]
-    return diffusion or [s.stage_id for s in pipeline.stages if s.kind == "generation" and s.final]
+    """Where the standard diffusion knobs go: the stages that take them (``StageSpec.knobs``)."""
+    return [s.stage_id for s in pipeline.stages if s.knobs == "diffusion"]
 
 
 def lora_stages(pipeline: Pipeline) -> list[int]:
@@ -217,13 +246,24 @@ def lora_stages(pipeline: Pipeline) -> list[int]:
     return diffusion or [s.stage_id for s in pipeline.stages if s.kind == "llm"]
 
 
-def filter_extras(pipeline: Pipeline, extras: Mapping[str, Any]) -> dict[str, Any]:
+def filter_extras(
+    pipeline: Pipeline, extras: Mapping[str, Any], warnings: list[str] | None = None, where: str = ""
+) -> dict[str, Any]:
     """Keep the keys the pipeline declares, validated as their declared type (pydantic's lax rules: a
-    multipart ``"false"`` is False, ``"3"`` is 3); warn once naming the rest."""
+    multipart ``"false"`` is False, ``"3"`` is 3). The rest: with a ``warnings`` list (a request over HTTP)
+    one warning naming them, added to it; without one (an offline call) an error naming the first."""
     allowed = pipeline.extra_body_params
     dropped = sorted(k for k in extras if k not in allowed)
+    if dropped and warnings is None:
+        raise InvalidRequestError(
+            f"{where}{dropped[0]}",
+            f"not a parameter of pipeline {pipeline.name!r} (it declares: {', '.join(sorted(allowed)) or 'none'})",
+        )
     if dropped:
-        logger.warning("ignoring keys not declared by pipeline %s: %s", pipeline.name, ", ".join(dropped))
+        text = f"ignored {', '.join(where + k for k in dropped)}: not parameters of pipeline {pipeline.name!r}"
+        logger.warning("%s", text)
+        if text not in warnings:
+            warnings.append(text)
     kept = {}
     for k, v in extras.items():
         if k in allowed:
@@ -234,6 +274,21 @@ def filter_extras(pipeline: Pipeline, extras: Mapping[str, Any]) -> dict[str, An
                     k, f"expected {getattr(allowed[k], '__name__', allowed[k])}: {e.errors()[0]['msg']}, got {v!r}"
                 ) from None
     return kept
+
+
+def _lift_fields(own: dict[str, Any], extras: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``extra_args`` keys that are fields of ``DiffusionSamplingParams`` (``cache``, its spelling before it
+    became a field) move to the field, so none is dropped in silence; one set both ways to two values is an
+    error."""
+    rest = {}
+    for k, v in extras.items():
+        if k in DiffusionSamplingParams.model_fields and k != "extra_args":
+            if k in own and own[k] != v:
+                raise InvalidRequestError(f"{where}extra_args.{k}", f"{v!r} here, but {k}={own[k]!r}; set it once")
+            own[k] = v
+        else:
+            rest[k] = v
+    return rest
 
 
 @functools.cache
@@ -247,10 +302,14 @@ def stage_params(
     knobs: RequestKnobs | None = None,
     given: Sequence[Any] | None = None,
     prompt: dict[str, Any] | None = None,
+    warnings: list[str] | None = None,
 ) -> list[Any]:
     """Every stage's parameters for one request (see the module docstring). ``given`` is the caller's
-    ``sampling_params_list``: per stage a partial dict, an engine's own params object, or None. The
-    pipeline's ``shape_request`` hook sees ``prompt`` and the merged dicts before they are typed."""
+    ``sampling_params_list``: per stage a partial dict, an engine's own params object, or None. A
+    ``DiffusionSamplingParams`` counts as the dict of the fields its caller set: the others take the
+    stage's defaults, as over HTTP. The pipeline's ``shape_request`` hook sees ``prompt`` and the merged dicts
+    before they are typed. ``warnings`` (a request over HTTP) collects what was ignored; without it (offline)
+    an undeclared ``extra_args`` key is an error."""
     n = len(pipeline.stages)
     if given is None:
         given = []
@@ -260,7 +319,8 @@ def stage_params(
         raise InvalidRequestError("sampling_params_list", f"{len(given)} entries for a {n}-stage pipeline")
     given = list(given) + [None] * (n - len(given))
     targets = set(denoising_stages(pipeline))
-    extras = filter_extras(pipeline, knobs.extras()) if knobs is not None else {}
+    body_warnings = warnings if warnings is not None else []  # a body's unknown fields: warned about, always
+    extras = filter_extras(pipeline, knobs.extras(), body_warnings) if knobs is not None else {}
     lora = prompt.pop("lora", None) if prompt is not None else None
     with_lora = set(lora_stages(pipeline))
     if lora is not None:
@@ -272,12 +332,20 @@ def stage_params(
     for spec in pipeline.stages:
         sid = spec.stage_id
         own = given[sid]
+        if isinstance(own, DiffusionSamplingParams) and spec.kind == "diffusion":
+            own = {k: getattr(own, k) for k in own.model_fields_set}  # what its caller set; the rest: defaults
         if own is not None and not isinstance(own, Mapping):
             merged.append(own)  # an engine's own params object (vllm.SamplingParams, DiffusionSamplingParams)
             continue
         own = dict(own or {})
+        if spec.param_keys is not None:  # vLLM fields this stage has no use for: dropped, said (sampling_fields)
+            own, said = drop_unread(own, spec.param_keys, f"sampling_params_list[{sid}]", spec.name)
+            if said is not None:
+                body_warnings.append(said)
+                if warnings is None:  # offline: the log is where the caller hears it
+                    logger.warning("%s", said)
         routed: dict[str, Any] = {}
-        if knobs is not None and spec.kind == "llm":
+        if knobs is not None and spec.knobs == "llm":
             routed = knobs.for_llm()
         elif knobs is not None and sid in targets:
             routed = knobs.for_diffusion()
@@ -287,9 +355,11 @@ def stage_params(
                 routed["lora"] = lora
         if sid in targets and spec.kind == "diffusion":
             own_extras = own.pop("extra_args", None) or {}
+            where = f"sampling_params_list[{sid}]."
             if not isinstance(own_extras, Mapping):
-                raise InvalidRequestError(f"sampling_params_list[{sid}].extra_args", "expected an object")
-            routed["extra_args"] = {**extras, **filter_extras(pipeline, own_extras)}
+                raise InvalidRequestError(f"{where}extra_args", "expected an object")
+            own_extras = _lift_fields(own, own_extras, where)
+            routed["extra_args"] = {**extras, **filter_extras(pipeline, own_extras, warnings, f"{where}extra_args.")}
         merged.append({**defaults[sid], **routed, **own})
     if pipeline.shape_request is not None and prompt is not None:
         pipeline.shape_request(prompt, merged)
@@ -298,7 +368,8 @@ def stage_params(
         where = f"sampling_params_list[{spec.stage_id}]." if given[spec.stage_id] is not None else ""
         if spec.kind == "diffusion" and isinstance(params, Mapping):
             params = DiffusionSamplingParams.from_any(params, where=where)
-        elif spec.kind == "llm" and isinstance(params, Mapping):
+            _warn_true_cfg(params, prompt, warnings)
+        elif spec.knobs == "llm" and isinstance(params, Mapping):
             # the standard knobs among them get the same checks as at the top level (the llm stage checks
             # the rest against vLLM and the model's vocabulary)
             try:
@@ -307,6 +378,21 @@ def stage_params(
                 raise validation_error(e, where) from None
         out.append(params)
     return out
+
+
+def _warn_true_cfg(params: DiffusionSamplingParams, prompt: Mapping[str, Any] | None, warnings: list[str] | None):
+    """diffusers' rule: true CFG runs only with a negative prompt; a scale without one runs without it, said."""
+    scale = params.true_cfg_scale
+    negative = params.negative_prompt if prompt is None else prompt.get("negative_prompt", params.negative_prompt)
+    if scale is None or scale <= 1 or negative is not None:
+        return
+    text = (
+        f"true_cfg_scale={scale:g} without a negative_prompt: true CFG does not run (as in diffusers); "
+        'send a negative_prompt (" " will do) to use it'
+    )
+    logger.warning("%s", text)
+    if warnings is not None and text not in warnings:
+        warnings.append(text)
 
 
 def validation_error(e: ValidationError, where: str = "") -> InvalidRequestError:

@@ -15,11 +15,15 @@ A built-in family is one folder under ``omnistage/models/`` exporting
 one import line in ``omnistage/models/__init__.py``, which registers them here
 (this module imports no family). Code outside omnistage adds pipelines with
 ``register_pipeline``. Deploy YAML only says where and how
-big each stage runs.
+big each stage runs. A stage's ``kind`` is the engine that runs it; its ``knobs``
+which of a request's standard knobs reach it; the pipeline's ``info`` what the
+server reads about the model (omnistage.info). docs/adding-a-family.md walks
+through a new family.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -27,16 +31,31 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from omnistage.info import PipelineInfo
 from omnistage.modality import AccumulationRule, OutputModality
-from omnistage.stages.diffusion.adapter import DiffusionAdapter
 
 if TYPE_CHECKING:
     from omnistage.config.schema import StageDeployConfig
     from omnistage.stages.base import StageEngine
-    from omnistage.stages.generation.engine import GenerationAdapter
+    from omnistage.stages.generation.adapter import GenerationAdapter
 
-StageKind = Literal["llm", "diffusion", "generation"]
-STAGE_KINDS = ("llm", "diffusion", "generation")
+# The engine that runs a stage: vLLM (``llm``), the diffusion engine, the step-batched autoregressive engine
+# (``ar``: omnistage.stages.ar, a family's StepEngine subclass given as ``engine``), or the batched one-shot /
+# chunked engine (``generation``: codec decoders, vocoders).
+StageKind = Literal["llm", "diffusion", "ar", "generation"]
+STAGE_KINDS = ("llm", "diffusion", "ar", "generation")
+# Which of a request's standard knobs (omnistage.params.RequestKnobs) reach a stage: the LLM sampling ones
+# (``max_tokens``, ``temperature``, ``top_p``, ``seed``, ...), the diffusion ones (``size``, steps, guidance,
+# ``seed``, ``n``, ...), or none (the stage reads only its own ``sampling_params_list`` entry).
+StageKnobs = Literal["llm", "diffusion", "none"]
+STAGE_KNOBS = ("llm", "diffusion", "none")
+# (a generation stage's default is the pipeline's: see Pipeline.__post_init__)
+_DEFAULT_KNOBS: dict[str, StageKnobs | None] = {
+    "llm": "llm",
+    "diffusion": "diffusion",
+    "ar": "none",
+    "generation": None,
+}
 
 # (source stage's accumulated outputs, the original request) -> downstream inputs
 EdgeProcess = Callable[[dict[str, Any], "Any"], dict[str, Any]]
@@ -46,6 +65,27 @@ EdgeChunkProcess = Callable[[dict[str, Any], "Any", dict[str, Any]], "dict[str, 
 GenerationAdapterFactory = Callable[["StageContext"], "GenerationAdapter"]
 # Family-specific request shaping, before parameters are parsed: (prompt, per-stage merged param dicts)
 RequestHook = Callable[[dict[str, Any], list[dict[str, Any]]], None]
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """A stage's engine or adapter factory named ``"module:attribute"`` and imported on its first call, so that a
+    family's declaration imports no torch, transformers or vLLM (they load when a stage starts). ``kwargs`` are
+    passed along with the stage context. Picklable: a stage in a child process gets it with its spec."""
+
+    target: str
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+    def __call__(self, ctx: StageContext) -> Any:
+        module, _, name = self.target.partition(":")
+        return getattr(importlib.import_module(module), name)(ctx, **dict(self.kwargs))
+
+
+def lazy(target: str, **kwargs: Any) -> Lazy:
+    """``lazy("omnistage.models.x.engine:build_engine")``: the factory ``build_engine(ctx)``, imported when called."""
+    if ":" not in target:
+        raise ValueError(f"lazy({target!r}): name the factory as 'module:attribute'")
+    return Lazy(target, tuple(sorted(kwargs.items())))
 
 
 @dataclass(frozen=True)
@@ -96,25 +136,38 @@ class StageSpec:
     name: str = ""
     default_params: dict[str, Any] = field(default_factory=dict)  # default sampling params
     deploy_defaults: dict[str, Any] = field(default_factory=dict)  # default deploy fields
-    # diffusion: a DiffusionAdapter subclass (``load(folder, dtype, device)``); generation: a factory taking
-    # the StageContext; llm stages and custom engines take none
-    adapter: type[DiffusionAdapter] | GenerationAdapterFactory | None = None
+    # diffusion: a DiffusionAdapter subclass (omnistage.stages.diffusion.adapter: ``load(folder, dtype, device)``);
+    # generation: a factory taking the StageContext; llm stages and custom engines take none
+    adapter: type | GenerationAdapterFactory | None = None
     # Custom engine factory; None selects the generic engine of ``kind``.
     engine: Callable[[StageContext], StageEngine] | None = None
     # Output types this stage can produce (engine_output_type must be a subset); None = only ``output``.
     can_output: str | None = None
     model_subfolder: str | None = None  # the stage's part of the model folder
     accumulation: dict[str, AccumulationRule] = field(default_factory=dict)
+    # The sampling param names this (non-vLLM) stage reads; a request's other vLLM SamplingParams names are then
+    # dropped with a warning (omnistage.sampling_fields). None: not declared, the stage checks every name itself.
+    param_keys: frozenset[str] | None = None
+    # Which request knobs reach it (StageKnobs); None: its engine's (llm -> llm, diffusion -> diffusion, ar ->
+    # none; a generation stage: diffusion when it is final in a pipeline with no diffusion stage, which it then
+    # stands in for, else none). An AR speech stage that samples as an LLM does says "llm".
+    knobs: StageKnobs | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in STAGE_KINDS:
             raise ValueError(f"stage {self.stage_id}: kind {self.kind!r} is not one of {', '.join(STAGE_KINDS)}")
+        self.knobs = self.knobs or _DEFAULT_KNOBS[self.kind]
+        if self.knobs is not None and self.knobs not in STAGE_KNOBS:
+            raise ValueError(f"stage {self.stage_id}: knobs {self.knobs!r} is not one of {', '.join(STAGE_KNOBS)}")
+        if self.kind == "ar" and self.engine is None:
+            raise ValueError(f"stage {self.stage_id}: an ar stage names its engine (a StepEngine subclass's factory)")
         OutputModality.parse(self.output)
         self.name = self.name or f"{self.kind}{self.stage_id}"
         if (
             self.kind == "diffusion"
             and self.adapter is not None
-            and not (isinstance(self.adapter, type) and issubclass(self.adapter, DiffusionAdapter))
+            # (a class with its ``load``: this module imports no engine, so that stage modules may import it)
+            and not (isinstance(self.adapter, type) and callable(getattr(self.adapter, "load", None)))
         ):
             raise TypeError(
                 f"stage {self.stage_id}: a diffusion stage's adapter must be a DiffusionAdapter subclass, "
@@ -183,10 +236,10 @@ class Pipeline:
     # the family's shipped deploy YAML (models/<family>/deploy.yaml): loaded under the user's deploy config,
     # and a starting point to copy; sampling defaults stay declared here, beside the adapters that use them
     deploy_file: Path | None = None
-    # Which stage serves each request modality by default ("voices" etc. live in families).
-    info: dict[str, Any] = field(default_factory=dict)
-    # Per-folder additions to ``info`` (e.g. the voices a checkpoint defines), read when a model is served.
-    folder_info: Callable[[Path], dict[str, Any]] | None = None
+    # What the server and the CLI read about the model (omnistage.info: chat or not, voices, recogniser setup).
+    info: PipelineInfo = field(default_factory=PipelineInfo)
+    # ``info`` completed from a model folder (e.g. the voices a checkpoint defines), read when a model is served.
+    folder_info: Callable[[Path, PipelineInfo], PipelineInfo] | None = None
     # Per-folder additions to ``extra_body_params`` (e.g. those of the image family a folder wraps).
     folder_extra_body_params: Callable[[Path], dict[str, type]] | None = None
     # A per-folder ``shape_request`` (e.g. one that tokenizes with the folder's own tokenizer), set when served.
@@ -201,7 +254,7 @@ class Pipeline:
         ):
             return self
         folder = Path(model)
-        info = {**self.info, **(self.folder_info(folder) if self.folder_info else {})}
+        info = self.folder_info(folder, self.info) if self.folder_info else self.info
         extra = {
             **self.extra_body_params,
             **(self.folder_extra_body_params(folder) if self.folder_extra_body_params else {}),
@@ -210,11 +263,17 @@ class Pipeline:
         return replace(self, info=info, extra_body_params=extra, shape_request=hook)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.info, PipelineInfo):
+            raise TypeError(f"pipeline {self.name!r}: info must be an omnistage.info.PipelineInfo, got {self.info!r}")
         ids = [s.stage_id for s in self.stages]
         if ids != list(range(len(ids))):
             raise ValueError(f"pipeline {self.name!r}: stage ids must be 0..{len(ids) - 1} in order, got {ids}")
         if not any(s.final for s in self.stages):
             raise ValueError(f"pipeline {self.name!r}: no stage is marked final")
+        denoises = any(s.kind == "diffusion" for s in self.stages)
+        for s in self.stages:
+            if s.knobs is None:  # a generation stage that did not say
+                s.knobs = "diffusion" if s.final and not denoises else "none"
         for s in self.stages:
             for e in s.inputs:
                 if not 0 <= e.source < s.stage_id:
@@ -242,7 +301,10 @@ class Pipeline:
         for s in self.stages:
             src = ", ".join(str(e.source) for e in s.inputs) or "request"
             final = "  [final]" if s.final else ""
-            lines.append(f"  stage {s.stage_id} {s.name:<14} kind={s.kind:<10} output={s.output:<12} from={src}{final}")
+            lines.append(
+                f"  stage {s.stage_id} {s.name:<14} kind={s.kind:<10} knobs={s.knobs:<9} output={s.output:<12} "
+                f"from={src}{final}"
+            )
         return "\n".join(lines)
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one-shot GPU check of issue #21, run once on a lent GPU machine from the repository root:
+# The one-shot GPU check (SD3 exactness vs diffusers, then step-level batching), run once on a lent GPU machine from the repository root:
 #
 #   bash scripts/gpu_check.sh [extra benchmarks/gpu_check.py flags]      (device tool: carry [".whl"], $OUT set)
 #
@@ -8,7 +8,7 @@
 # gpu_diffusion_batching.{json,md}, gpu_check.log, nvidia-smi.txt and pip.log under $OUT.
 # The driver keeps to --budget-s (default 420 s); `timeout` below is only the backstop.
 #
-# `--suite evidence2` runs issue #33's check instead (benchmarks/gpu_evidence.py: real-size random-weight
+# `--suite evidence2` runs the real-size check instead (benchmarks/gpu_evidence.py: real-size random-weight
 # Qwen-Image / FLUX.1-dev / Wan2.1-14B, mixed LoRA, step cache, offload; writes gpu_evidence.{json,md});
 # `--parts` picks and orders its parts, `--tiny` is its CPU smoke path. Not yet run on a GPU.
 #

@@ -1,13 +1,12 @@
 """The omnistage package has no import cycle.
 
 An AST walk over every module under ``omnistage/``: an edge for each import of another omnistage module,
-at module level and inside functions alike (a deferred import still closes a circle the day someone moves
-it up, and it is how the registry once reached every family). Two kinds of import are not edges:
-
-- imports under ``if TYPE_CHECKING:`` never run; they name types for annotations only;
-- the implicit import of a module's parent packages: a package's ``__init__`` runs before any of its
-  submodules whoever imports them, so counting it would make every family that imports a sibling family's
-  helper "import" the family list.
+at module level, inside functions and under ``if TYPE_CHECKING:`` alike: a deferred import still closes a
+circle the day someone moves it up (it is how the registry once reached every family), and a type-only one
+is a dependency a reader has to follow all the same (two modules that name each other's types are one
+module). The implicit import of a module's parent packages is not an edge: a package's ``__init__`` runs
+before any of its submodules whoever imports them, so counting it would make every module under
+``omnistage/models/`` "import" the family list.
 
 ``from a.b import c`` is an edge to the module ``a.b.c`` when there is one, else to ``a.b``.
 """
@@ -32,26 +31,13 @@ def module_files() -> dict[str, Path]:
     return out
 
 
-def _type_checking_only(node: ast.AST) -> bool:
-    if not isinstance(node, ast.If):
-        return False
-    t = node.test
-    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
-        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"
-    )
-
-
 def imports_of(name: str, path: Path, modules: set[str]) -> set[str]:
-    """The omnistage modules ``name`` imports (anywhere in the file, TYPE_CHECKING blocks excepted)."""
+    """The omnistage modules ``name`` imports (anywhere in the file, ``if TYPE_CHECKING:`` blocks included)."""
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if _type_checking_only(child):
-                for stmt in child.orelse:  # the ``else:`` branch does run
-                    visit_stmt(stmt)
-                continue
             visit_stmt(child)
 
     def visit_stmt(node: ast.AST) -> None:
@@ -132,6 +118,7 @@ def test_the_walk_sees_known_edges():
     assert "omnistage.pipeline" in graph["omnistage.models.flux"]  # module level
     assert "omnistage.models" in graph["omnistage.engine.async_omni"]  # inside AsyncOmni.__init__
     assert "omnistage.stages.diffusion.parallel.leader" in graph["omnistage.stages.diffusion.engine"]
+    assert "omnistage.pipeline" in graph["omnistage.params"]  # under ``if TYPE_CHECKING:``
     assert len(graph) > 150
 
 

@@ -114,10 +114,79 @@ def test_one_entry_not_in_a_list_is_the_first_stages():
 
 
 def test_an_engines_own_params_object_passes_through_untouched():
-    mine = DiffusionSamplingParams(num_inference_steps=3)
     obj = object()  # e.g. a vllm.SamplingParams
-    llm, dit = stage_params(ar_then_dit(), NO_DEFAULTS, RequestKnobs(num_inference_steps=9), [obj, mine])
-    assert llm is obj and dit is mine
+    llm, _ = stage_params(ar_then_dit(), NO_DEFAULTS, RequestKnobs(num_inference_steps=9), [obj, None])
+    assert llm is obj
+
+
+def test_a_typed_diffusion_object_sets_only_what_its_caller_set():
+    # the fields the caller set win; the others are the stage's defaults (the family's), as a dict's are
+    defaults = [{}, {"guidance_scale": 3.0, "num_inference_steps": 30, "fps": 24}]
+    mine = DiffusionSamplingParams(seed=1, num_inference_steps=2)
+    _, dit = stage_params(ar_then_dit(), defaults, None, [None, mine])
+    _, as_dict = stage_params(ar_then_dit(), defaults, None, [None, {"seed": 1, "num_inference_steps": 2}])
+    assert dit == as_dict
+    assert (dit.guidance_scale, dit.num_inference_steps, dit.fps, dit.seed) == (3.0, 2, 24, 1)
+    # set explicitly to the class default still counts as set
+    _, dit = stage_params(ar_then_dit(), defaults, None, [None, DiffusionSamplingParams(guidance_scale=7.0)])
+    assert dit.guidance_scale == 7.0
+    # assigned after construction counts too
+    later = DiffusionSamplingParams()
+    later.guidance_scale = 5.0
+    _, dit = stage_params(ar_then_dit(), defaults, None, [None, later])
+    assert (dit.guidance_scale, dit.num_inference_steps) == (5.0, 30)
+    # a generator object passes as it is
+    gen = DiffusionSamplingParams(generator=__import__("torch").Generator().manual_seed(3))
+    _, dit = stage_params(ar_then_dit(), defaults, None, [None, gen])
+    assert dit.generator is gen.generator
+
+
+def test_an_undeclared_extra_args_key_is_an_error_offline_and_a_warning_over_http():
+    given = [None, DiffusionSamplingParams(extra_args={"mu": 1, "not_declared": 2})]
+    with pytest.raises(InvalidRequestError) as e:
+        stage_params(ar_then_dit(), NO_DEFAULTS, None, given)
+    assert field_of(e) == "sampling_params_list[1].extra_args.not_declared"
+    warnings: list[str] = []
+    _, dit = stage_params(ar_then_dit(), NO_DEFAULTS, None, given, warnings=warnings)
+    assert dit.extra_args == {"mu": 1.0}
+    assert len(warnings) == 1 and "sampling_params_list[1].extra_args.not_declared" in warnings[0]
+    # an HTTP body's unknown field: a warning the caller reads back
+    warnings = []
+    stage_params(ar_then_dit(), NO_DEFAULTS, RequestKnobs(not_declared=1), warnings=warnings)
+    assert len(warnings) == 1 and "not_declared" in warnings[0]
+
+
+def test_a_field_spelled_in_extra_args_is_the_field():
+    # ``cache`` was an extra_args key before it became a field: it is the field, never dropped in silence
+    _, dit = stage_params(
+        ar_then_dit(), NO_DEFAULTS, None, [None, DiffusionSamplingParams(extra_args={"cache": False})]
+    )
+    assert dit.cache is False and dit.extra_args == {}
+    _, dit = stage_params(ar_then_dit(), NO_DEFAULTS, None, [None, {"extra_args": {"guidance_scale": 2.0}}])
+    assert dit.guidance_scale == 2.0
+    with pytest.raises(InvalidRequestError) as e:  # set both ways to two values
+        stage_params(ar_then_dit(), NO_DEFAULTS, None, [None, {"cache": True, "extra_args": {"cache": False}}])
+    assert field_of(e) == "sampling_params_list[1].extra_args.cache"
+
+
+def test_true_cfg_scale_without_a_negative_prompt_is_said():
+    warnings: list[str] = []
+    stage_params(
+        ar_then_dit(), NO_DEFAULTS, RequestKnobs(true_cfg_scale=4.0), prompt={"prompt": "a"}, warnings=warnings
+    )
+    assert len(warnings) == 1 and "true_cfg_scale=4" in warnings[0]
+    warnings = []
+    prompt = {"prompt": "a", "negative_prompt": " "}
+    stage_params(ar_then_dit(), NO_DEFAULTS, RequestKnobs(true_cfg_scale=4.0), prompt=prompt, warnings=warnings)
+    assert warnings == []
+
+
+def test_num_outputs_per_prompt_is_n():
+    assert RequestKnobs(num_outputs_per_prompt=2).for_diffusion() == {"num_outputs_per_prompt": 2}
+    assert RequestKnobs(seed=1).knobs({"num_outputs_per_prompt": 3}).n == 3
+    with pytest.raises(ValidationError) as e:
+        RequestKnobs(n=1, num_outputs_per_prompt=2)
+    assert e.value.errors()[0]["loc"] == ("num_outputs_per_prompt",)
 
 
 def test_extras_are_filtered_once_with_one_warning_and_coerced(caplog):

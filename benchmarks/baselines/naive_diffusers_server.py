@@ -2,7 +2,7 @@
 
 FastAPI, one pipeline, ``pipe(...)`` called per request under a lock (the
 pipeline is not safe to call concurrently), same ``/v1/images/generations``
-shape as omnistage (SPEC §5). Baseline for ``benchmarks/run_all.sh``.
+shape as omnistage (docs/server.md). Baseline for ``benchmarks/run_all.sh``.
 
     python benchmarks/baselines/naive_diffusers_server.py MODEL_DIR --port 8100 --threads 1
 """

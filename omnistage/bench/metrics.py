@@ -1,4 +1,4 @@
-"""Per-request results and the aggregate metrics of SPEC §8."""
+"""Per-request results and the aggregate metrics the serving benchmark reports."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """One async request function per task; each times one request against the server.
 
-Shapes follow SPEC §5: ``/v1/images/generations``, ``/v1/images/edits``,
+Shapes follow the HTTP API (docs/server.md): ``/v1/images/generations``, ``/v1/images/edits``,
 ``/v1/videos`` (+ ``/sync``), ``/v1/audio/speech`` and ``/v1/chat/completions``
 (which can also carry image tasks via ``modalities: ["image"]``).
 """

@@ -1,4 +1,4 @@
-"""Token timing for one streamed chat response (SPEC §8 text metrics).
+"""Token timing for one streamed chat response (TTFT, TPOT, inter-token latency).
 
 Rules:
 - Output tokens come from what the server reports -- ``usage.completion_tokens``

@@ -1,4 +1,4 @@
-"""``omnistage bench serve``: load an OpenAI-compatible server and report SPEC §8 metrics (``bench realtime``:
+"""``omnistage bench serve``: load an OpenAI-compatible server and report its metrics (throughput, latency percentiles, TTFT/TPOT; ``bench realtime``:
 cli/bench_realtime.py)."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     from omnistage.cli.bench_realtime import add_realtime_parser
 
     add_realtime_parser(bench_sub)
-    p = bench_sub.add_parser("serve", help="serving benchmark against a running server (SPEC §8)")
+    p = bench_sub.add_parser("serve", help="serving benchmark against a running server")
     p.add_argument("--base-url", default="http://127.0.0.1:8000")
     p.add_argument("--endpoint", default=None, help="request path (default per task, e.g. /v1/images/generations)")
     p.add_argument("--model", default=None, help="model name to send (default: first of GET /v1/models)")

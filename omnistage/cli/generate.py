@@ -3,7 +3,7 @@
 Runs the model's pipeline through ``omnistage.Omni`` (whose progress bar shows
 denoising steps). With no MODEL the built-in demo pipeline is used.
 
-``--audio FILE`` on a speech recogniser (Whisper, or an omni model: any pipeline with ``info["transcription"]``)
+``--audio FILE`` on a speech recogniser (Whisper, or an omni model: any pipeline with ``info.transcription``)
 prints the transcript instead: the file decoded and cut into the model's windows as
 ``/v1/audio/transcriptions`` does, ``--prompt`` the previous text, ``--language`` / ``--task`` as there.
 """
@@ -175,21 +175,21 @@ def transcribe(args: argparse.Namespace) -> int:
 
     # the pipeline and the file are checked before any engine starts (AsyncOmni resolves without starting)
     pipeline = AsyncOmni(model=args.model, deploy_config=args.deploy_config).pipeline
-    info = pipeline.info.get("transcription")
-    if not info:
+    info = pipeline.info.transcription
+    if info is None:
         print(f"error: --audio: pipeline {pipeline.name!r} does not recognise speech", file=sys.stderr)
         return 2
-    rate = int(info["sample_rate"])
-    known = list(info.get("languages") or [])
+    rate = info.sample_rate
+    known = list(info.languages)
     if args.language and args.language.lower() not in known:
         print(f"error: --language: {args.language!r} is not a language this model knows", file=sys.stderr)
         return 2
     # no --language: a model that can tell it (Whisper) detects it, one that names it in its text (Qwen3-ASR)
     # is left to, and one that hears it (Voxtral) gets a prompt naming none, as the transcription route does
-    ids = None if args.language else info.get("language_token_ids")
-    prefix = None if args.language else info.get("language_prefix")
-    unforced = not args.language and bool(prefix or info.get("unforced_language"))
-    language = (args.language or info.get("default_language") or (known[0] if known else "en")).lower()
+    ids = None if args.language else info.language_token_ids
+    prefix = None if args.language else info.language_prefix
+    unforced = not args.language and bool(prefix or info.unforced_language)
+    language = (args.language or info.default_language or (known[0] if known else "en")).lower()
     try:
         samples = decode_audio(Path(args.audio).read_bytes(), "--audio", rate, DEFAULT_MAX_AUDIO_S)
     except OSError as e:
@@ -198,7 +198,7 @@ def transcribe(args: argparse.Namespace) -> int:
     except APIError as e:
         print(f"error: {e.message}", file=sys.stderr)
         return 2
-    pieces = windows(samples, rate, float(info["window_s"]))
+    pieces = windows(samples, rate, float(info.window_s))
     with Omni(model=args.model, deploy_config=args.deploy_config) as omni:
         if ids:
             prompt, probe = language_probe(pieces[0][1], rate, ids)
@@ -222,7 +222,7 @@ def transcribe(args: argparse.Namespace) -> int:
             for _, piece in pieces
         ]
         llm = {"max_tokens": args.max_tokens} if args.max_tokens else {}
-        params = [llm if s.kind == "llm" else None for s in omni.pipeline.stages]
+        params = [llm if s.knobs == "llm" else None for s in omni.pipeline.stages]
         try:
             outs = omni.generate(prompts, params, output_modalities=["text"], use_tqdm=False)
         except ValueError as e:

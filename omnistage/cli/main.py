@@ -1,4 +1,4 @@
-"""``omnistage`` command line: serve | generate | bench | pipelines.
+"""``omnistage`` command line: serve | generate | bench | pipelines | plan.
 
 Each subcommand lives in its own module exposing ``add_parser(subparsers)``
 and ``run(args) -> int``; they are imported lazily so ``omnistage pipelines``
@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "generate": "omnistage.cli.generate",
     "bench": "omnistage.cli.bench",
     "pipelines": "omnistage.cli.pipelines",
+    "plan": "omnistage.cli.plan",
 }
 
 

@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,10 @@ from omnistage.cli.args import positive_float, positive_int
 from omnistage.limits import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_INFERENCE_STEPS, DEFAULT_MAX_NUM_FRAMES
 
 logger = logging.getLogger("omnistage.serve")
+
+# After --shutdown-timeout, what stopping the stages may take before the process exits regardless (its child
+# processes end with it: stages/lifetime.py). An mp child gets 10 s to stop, then is terminated.
+STOP_STAGES_S = 15.0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,8 +35,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
     p.add_argument(
         "--served-model-name",
-        help="name clients send as 'model' (default: omnistage-demo for the built-in demo, else the "
-        "model folder's name)",
+        nargs="+",
+        help="name(s) clients send as 'model', as vllm serve takes them (--served-model-name a b): each is "
+        "answered to and listed, the first names the responses (default: omnistage-demo for the built-in demo, "
+        "else the model folder's name)",
     )
     p.add_argument(
         "--api-key",
@@ -119,7 +126,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="abort a request (or video job) still running after this long (504; default: none)",
     )
     p.add_argument(
-        "--shutdown-timeout", type=float, default=30.0, help="seconds in-flight requests get to finish on shutdown"
+        "--shutdown-timeout",
+        type=float,
+        default=30.0,
+        help="seconds in-flight requests get to finish on SIGTERM / Ctrl-C; the process exits at most "
+        f"{STOP_STAGES_S:.0f} s after that, whatever it was doing (default: %(default)s)",
     )
     # LoRA adapters (vLLM's flags): loaded into the pipeline's diffusion stages, else its llm stages
     p.add_argument(
@@ -167,6 +178,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=positive_float,
         metavar="SECONDS",
         help="close a realtime session open this long (default: none)",
+    )
+    p.add_argument(
+        "--device-memory",
+        metavar="SIZE",
+        help="memory of each device (e.g. 80GiB; default: the GPU's): a deploy that does not fit is refused "
+        "before any engine starts (omnistage plan prints the numbers)",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
@@ -248,6 +265,22 @@ def serve_options(args: argparse.Namespace) -> Any:
     )
 
 
+def memory_problems(engine: Any, args: argparse.Namespace) -> list[str]:
+    """The memory plan's verdict (memory_plan.py) when the device size is known: weights and vLLM's reservations
+    per device. The diffusion activation estimate is only logged (``omnistage plan`` checks it): it assumes the
+    largest batch at the size caps, which a deploy may never see."""
+    from omnistage.cli.plan import device_memory
+    from omnistage.memory_plan import plan_memory
+
+    memory = device_memory(args.device_memory)
+    if memory is None:
+        return []
+    limits = dict(max_image_pixels=args.max_image_pixels, max_num_frames=args.max_num_frames)
+    full = plan_memory(engine.pipeline, engine.deploy, engine.model, memory, **limits)
+    logging.getLogger(__name__).info("memory plan:\n%s", full.format())
+    return plan_memory(engine.pipeline, engine.deploy, engine.model, memory, activations=False, **limits).problems
+
+
 def log_parallel_layouts(engine: Any) -> None:
     """The layout each multi-device diffusion replica will run with (ranks, degrees, devices, backend)."""
     from omnistage.stages.diffusion.parallel.layout import replica_lines
@@ -310,6 +343,20 @@ def _server_class() -> type:
         """uvicorn's server, saying where to go once the engine is up, and exiting 0 after a graceful stop."""
 
         model_name = ""
+        app: Any = None
+        stop_bound_s = 30.0 + STOP_STAGES_S
+        _deadline: threading.Timer | None = None
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            if self._deadline is None:  # the first stop signal: from now on the exit is bounded
+                self._deadline = threading.Timer(self.stop_bound_s, _exit_now, args=(self.stop_bound_s,))
+                self._deadline.daemon = True
+                self._deadline.start()
+            if not self.started and self.app is not None:  # still starting: stop that (app.py's lifespan)
+                cancel = getattr(self.app.state, "cancel_start", None)
+                if cancel is not None:
+                    cancel()
 
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets)
@@ -325,6 +372,30 @@ def _server_class() -> type:
                 self._captured_signals.clear()
 
     return Server
+
+
+def _exit_now(bound_s: float) -> None:
+    """The stop took longer than its bound (a stage hung while stopping): exit at once. The kernel ends every
+    child process with this one."""
+    logger.error("shutdown: still running %.0f s after the stop signal; exiting now", bound_s)
+    logging.shutdown()
+    os._exit(1)
+
+
+def end_leftover_children() -> None:
+    """Once the app has stopped every stage, a child process still running is one that was being started when
+    the stop came (a vLLM engine core of a stage mid-rebuild): end it now, or interpreter exit (multiprocessing
+    joins its children) would wait for it. SIGTERM first: vLLM's engine core then ends the workers it has
+    started (a worker still starting is not yet tied to it: see stages/lifetime.py)."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        logger.warning("shutdown: ending process %s (%d), still starting", child.name, child.pid)
+        child.terminate()
+        child.join(5)
+        if child.is_alive():
+            child.kill()
+            child.join(5)
 
 
 def bound_socket(host: str, port: int) -> socket.socket:
@@ -361,6 +432,10 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, ValidationError) as e:  # bad configuration: a clear message, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
+    problems = memory_problems(engine, args)
+    if problems:
+        print("error: the deploy does not fit its devices:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 2
     options = serve_options(args)
     log_parallel_layouts(engine)
     try:
@@ -386,8 +461,12 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     server.model_name = app.state.omni.model_name
+    server.app = app
+    server.stop_bound_s = args.shutdown_timeout + STOP_STAGES_S
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:  # a second Ctrl-C: uvicorn's forced exit
         pass
+    finally:
+        end_leftover_children()
     return 0 if server.started else 3  # uvicorn.run's STARTUP_FAILURE

@@ -1,4 +1,4 @@
-"""Pydantic models for the deploy YAML (SPEC §3.1).
+"""Pydantic models for the deploy YAML (docs/configuration.md).
 
 Every model forbids unknown keys so that a typo fails at start-up with the
 path of the offending key instead of being silently ignored.
@@ -114,6 +114,16 @@ class AccelerationConfig(_Strict):
     vae_tiling: bool = False  # diffusers' tiled VAE decode (and encode)
 
 
+class QuantizationConfig(_Strict):
+    """``quantization:`` of a diffusion stage, in the names of diffusers' ``PipelineQuantizationConfig``
+    (docs/quantization.md has the methods and what each was measured to cost)."""
+
+    quant_backend: str = Field(min_length=1)  # torchao, gguf, quanto, bitsandbytes_4bit, bitsandbytes_8bit
+    quant_kwargs: dict[str, Any] = Field(default_factory=dict)  # torchao: quant_type (a config class or short name)
+    components_to_quantize: list[str] = Field(default_factory=lambda: ["transformer"], min_length=1)
+    single_file: str | None = None  # gguf: the one component's weights in one file beside the diffusers folder
+
+
 class LoraModuleConfig(_Strict):
     """One LoRA adapter a stage loads at start (vLLM's ``--lora-modules``): ``name=path`` or this object."""
 
@@ -141,7 +151,7 @@ class StageDeployConfig(_Strict):
     """Where and how big one stage runs. Unset fields fall back to the pipeline defaults."""
 
     stage_id: int = Field(ge=0)
-    stage_type: Literal["llm", "diffusion", "generation"] | None = None  # checked against the pipeline
+    stage_type: Literal["llm", "diffusion", "ar", "generation"] | None = None  # checked against the pipeline
     model: str | None = None  # folder for this stage (defaults to the pipeline's model folder)
     model_stage: str | None = None  # legacy: name of the stage inside a multi-stage checkpoint
     devices: str | list[int | str] | None = None
@@ -171,6 +181,9 @@ class StageDeployConfig(_Strict):
     # llm stages: media items per prompt and modality (vLLM's limit_mm_per_prompt), e.g. {"image": 2, "video": 0}
     limit_mm_per_prompt: dict[str, int | dict[str, Any]] | None = None
     acceleration: AccelerationConfig | None = None  # diffusion stages only
+    # diffusion: a QuantizationConfig; llm: vLLM's method name (fp8, awq, gptq, gguf, ...), a pre-quantized
+    # checkpoint's own config needs none
+    quantization: str | QuantizationConfig | None = None
     # LoRA adapters (diffusion: per-request, per-row; llm: vLLM's own LoRA support)
     enable_lora: bool | None = None  # implied by lora_modules; needed for runtime loading without them
     lora_modules: list[LoraModuleConfig] = Field(default_factory=list)

@@ -1,4 +1,4 @@
-"""Server settings from the environment (SPEC §3.3)."""
+"""Server settings from the environment (``OMNISTAGE_SERVER_*``, docs/server.md)."""
 
 from __future__ import annotations
 

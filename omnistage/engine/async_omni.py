@@ -51,7 +51,7 @@ class AsyncOmni:
         else:
             self.pipeline = resolve_pipeline(self.model, pipeline or _pipeline_name(deploy_config))
         if self.model is None:
-            self.model = self.pipeline.info.get("default_model")
+            self.model = self.pipeline.info.default_model
         self.pipeline = self.pipeline.for_model(self.model)  # e.g. the folder's voices
         # Validated now, before anything starts: a bad config never half-starts a server.
         self.deploy: DeployConfig = resolve_deploy(
@@ -145,15 +145,21 @@ class AsyncOmni:
         sampling_params_list: Sequence[Any] | None = None,
         output_modalities: Sequence[str] | str | None = None,
         knobs: RequestKnobs | None = None,
+        warnings: list[str] | None = None,
     ) -> OmniRequest:
         """Parse one request: prompt normalised, every stage's params merged and typed once
         (``knobs`` are an HTTP body's standard and model-specific keys, see ``omnistage.params``).
-        Raises ``InvalidRequestError`` naming the field."""
+        Raises ``InvalidRequestError`` naming the field. With ``warnings`` (the server's requests) what is
+        ignored is collected there (and in the request's ``warnings``) instead of refused."""
         prompt = normalize_prompt(prompt)
         modalities = parse_modalities(output_modalities if output_modalities is not None else prompt.get("modalities"))
         prompt.pop("modalities", None)
-        params = stage_params(self.pipeline, self.default_sampling_params_list, knobs, sampling_params_list, prompt)
-        return OmniRequest(request_id or new_request_id(), prompt, params, modalities)
+        params = stage_params(
+            self.pipeline, self.default_sampling_params_list, knobs, sampling_params_list, prompt, warnings
+        )
+        req = OmniRequest(request_id or new_request_id(), prompt, params, modalities)
+        req.warnings = warnings if warnings is not None else []
+        return req
 
     async def generate(
         self,

@@ -78,6 +78,13 @@ def check_deploy(pipeline: Pipeline, deploy: DeployConfig) -> None:
                 f"stages[{sd.stage_id}].acceleration: only diffusion stages take it "
                 f"(stage {sd.stage_id} is {spec.kind})"
             )
+        if sd.quantization is not None:
+            from omnistage.stages.diffusion.quantization import QuantizationError, check_stage
+
+            try:
+                check_stage(spec.kind, sd, f"stages[{sd.stage_id}].quantization")
+            except QuantizationError as e:
+                raise ConfigError(str(e)) from None
         if spec.kind == "diffusion" and sd.lora_enabled and isinstance(spec.adapter, type):
             reason = spec.adapter.unsupported("lora")
             if reason:

@@ -204,17 +204,23 @@ class Orchestrator:
                 num_prompt_tokens=st.num_prompt_tokens,
             )
         metrics = {k: s.metrics.to_dict() for k, s in run.stages.items() if s.metrics is not None}
-        return final_output(
+        # The request's text is its llm source stage's, whichever final stage reports: its finish reason (a reply
+        # cut at max_tokens is "length" with or without speech after it) and its prompt's token count
+        source = next((s for s in run.stages.values() if s.spec.knobs == "llm" and not s.spec.inputs), None)
+        out = final_output(
             request_id=rid,
             stage_id=sid,
             output_type=st.output_type,
             whole=st.acc.whole(),
             keep=keep,
             metrics=metrics,
-            finish_reason=st.finish_reason,
+            finish_reason=(source.finish_reason if source is not None else None) or st.finish_reason,
             num_tokens=st.num_tokens,
             progress=st.progress,
         )
+        if out.num_prompt_tokens is None and source is not None:
+            out.num_prompt_tokens = source.num_prompt_tokens
+        return out
 
     def _stage_inputs(self, run: _Run, spec: StageSpec) -> dict[str, Any]:
         if not spec.inputs:

@@ -35,6 +35,7 @@ class OmniRequest:
     modalities: OutputModality | None = None  # None: every final stage
     extra: dict[str, Any] = field(default_factory=dict)
     stream: bool = True  # False: the caller reads only the final outputs (a whole HTTP answer), not the deltas
+    warnings: list[str] = field(default_factory=list)  # what the request asked that is ignored (HTTP: said back)
 
     @property
     def text(self) -> str | None:

@@ -8,6 +8,9 @@ of omnistage.pipeline, which imports none of them; the entry points that need
 every family (``AsyncOmni`` / ``Omni``, the CLI, ``omnistage pipelines``, the
 tiny-fixture builder) import it. Importing a family is cheap: models load only
 when a stage starts.
+
+No family imports another: what several use lives in ``shared/`` (not a family: it
+declares no pipeline). The steps of adding a family: docs/adding-a-family.md.
 """
 
 from omnistage.models import (

@@ -37,7 +37,7 @@ def create_app(
         await state.storage.start()
         await state.jobs.open()
         await videos.restore_jobs(state)  # jobs of an earlier run on the same storage path
-        await engine.start()
+        await _start_engine(app, engine)
         logger.info("serving %s (pipeline %s) as %r", engine.model, engine.pipeline.name, state.model_name)
         try:
             yield
@@ -65,6 +65,27 @@ def create_app(
     return app
 
 
+async def _start_engine(app: FastAPI, engine: Any) -> None:
+    """Start the stages; ``app.state.cancel_start()`` (a stop signal during start-up, from any thread) stops
+    that: the stages started so far are stopped, and start-up fails with a message saying why."""
+    starting = asyncio.ensure_future(engine.start())
+    loop, stopped = asyncio.get_running_loop(), []
+
+    def cancel_start() -> None:
+        stopped.append(True)
+        loop.call_soon_threadsafe(starting.cancel)
+
+    app.state.cancel_start = cancel_start
+    try:
+        await starting
+    except asyncio.CancelledError:
+        if not stopped:
+            raise
+        raise RuntimeError("stopped while the stages started (the stages started so far are stopped)") from None
+    finally:
+        app.state.cancel_start = None
+
+
 def _openapi(app: FastAPI) -> dict[str, Any]:
     """FastAPI documents a 422 for every route with a body; this server answers 400 instead (errors.py)."""
     if app.openapi_schema is None:
@@ -82,13 +103,14 @@ async def _shutdown(state: ServerState) -> None:
     """Refuse new work, let in-flight requests and video jobs finish (bounded), then stop the engine."""
     state.admission.closing = True
     grace = state.options.shutdown_grace_s
+    deadline = asyncio.get_running_loop().time() + grace  # one grace for requests and video jobs together
     if not await state.admission.wait_idle(grace):
         logger.warning(
             "shutdown: %d request(s) still running after %.0fs; aborting them", state.admission.pending, grace
         )
     jobs = list(state.background)
     if jobs:
-        _, pending = await asyncio.wait(jobs, timeout=grace)
+        _, pending = await asyncio.wait(jobs, timeout=max(0.0, deadline - asyncio.get_running_loop().time()))
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from omnistage.media_intake import resample
 from omnistage.server.decode_limits import decode_audio_av, read_audio
 from omnistage.server.errors import bad_request
 from omnistage.server.media_fetch import MediaLimits
@@ -26,11 +27,7 @@ def decode_audio(
     samples, native = decode(data, field, limits or MediaLimits(), max_seconds, mime)
     if not np.isfinite(samples).all():
         raise bad_request(f"{field}: the audio has non-finite samples", field)
-    if native != rate:
-        import soxr
-
-        samples = soxr.resample(samples, native, rate, quality="HQ").astype(np.float32)
-    return samples
+    return resample(samples, native, rate)  # once, soxr HQ (media_intake: the one resampler of every input)
 
 
 def _sndfile_format(data: bytes) -> bool:

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from omnistage.media_intake import rgb_image
 from omnistage.server.errors import APIError, bad_request
 from omnistage.server.media_fetch import MediaLimits
 
@@ -71,7 +72,8 @@ def check_mime(mime: str | None, kind: str, field: str) -> None:
 
 
 def open_image(data: bytes, field: str, limits: MediaLimits, mime: str | None = None) -> Any:
-    """A decoded RGB ``PIL.Image``; the size is checked from the header before any pixel is inflated."""
+    """A decoded RGB ``PIL.Image`` (media_intake.rgb_image); the size is checked from the header before any pixel
+    is inflated."""
     from PIL import Image, UnidentifiedImageError
 
     check_mime(mime, "image", field)
@@ -87,7 +89,7 @@ def open_image(data: bytes, field: str, limits: MediaLimits, mime: str | None = 
                 "image_too_large",
             )
         img.load()
-        return img.convert("RGB")
+        return rgb_image(img)  # EXIF orientation, first frame, RGB: the one normal form of every image input
     except APIError:
         raise
     except Image.DecompressionBombError:  # PIL's own guard fires at open, above twice its default limit

@@ -4,7 +4,7 @@ From what the server knows without running the model: the deploy defaults' width
 size), else a diffusers folder's own configs (``sample_size`` x the VAE's scale factor, as diffusers' pipelines
 default), and the largest side the denoiser's positional embedding covers (SD3's ``pos_embed_max_size``; past it
 a request is a 400), bounded by the server's ``--max-image-pixels``. A family may declare all of it instead as
-``info["image_size"] = {"native": [w, h], "max_side": n, "multiple": m}``.
+``PipelineInfo(image_size={"native": [w, h], "max_side": n, "multiple": m})``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+
+from omnistage.info import PipelineInfo
 
 CHOICES = (0.5, 1, 2, 4)  # the list offered: the native size halved, as is, doubled, quadrupled (when allowed)
 
@@ -44,11 +46,11 @@ def folder_sizes(model: str | None) -> dict[str, Any]:
 
 
 def image_sizes(
-    info: dict[str, Any], model: str | None, defaults: dict[str, Any], max_image_pixels: int | None
+    info: PipelineInfo, model: str | None, defaults: dict[str, Any], max_image_pixels: int | None
 ) -> dict[str, Any] | None:
     """``{"native": "WxH", "max_side": n | None, "multiple": m | None, "choices": ["WxH", ...]}``, or None when
     the native size is not known."""
-    sizes = {**folder_sizes(model), **(info.get("image_size") or {})}
+    sizes = {**folder_sizes(model), **(info.image_size or {})}
     if isinstance(defaults.get("width"), int) and isinstance(defaults.get("height"), int):
         sizes["native"] = [defaults["width"], defaults["height"]]
     if not sizes.get("native"):

@@ -2,9 +2,9 @@
 
 Decoding: images / audio / video from ``data:`` URLs, ``http(s)://`` (httpx,
 size-capped) and ``file://`` (only under ``--allowed-local-media-path``).
-Decoding and the checks for llm stages (which decode media themselves through
-vLLM: the bytes decode, and travel on as a ``data:`` URL) are bounded by
-decode_limits.py.
+Decoding is bounded by decode_limits.py; what is decoded takes the one normal
+form of media_intake.py (audio at the model's rate, RGB images) before any
+stage sees it, also for llm stages (whose loader then reads it back unchanged).
 Encoding: PNG/JPEG/WebP images, WAV/FLAC/MP3/raw-PCM audio (soundfile) and
 MP4 video (PyAV). Everything a client sends that cannot be decoded becomes a
 400 naming the field; oversized inputs become 413.
@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from omnistage.media_intake import png_bytes, wav_bytes
+from omnistage.server.audio_input import decode_audio
 from omnistage.server.decode_limits import decode_audio_av, open_image, open_video, read_audio
 from omnistage.server.errors import APIError, bad_request
 from omnistage.server.media_fetch import (  # noqa: F401 - the fetching half (and the limits), re-exported
@@ -79,10 +81,10 @@ async def load_video(url: Any, field: str, limits: MediaLimits) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- checks for llm stages
-# An llm stage decodes its media itself, through vLLM's renderer (the model's own loaders and
-# video frame sampling, exactly as `vllm serve`). For those the server fetches, checks that the
-# bytes decode within the limits (so a bad part is a 4xx naming it), and passes the bytes on as a
-# data: URL.
+# An llm stage loads its media through vLLM's renderer (the model's own loaders and video frame
+# sampling, exactly as `vllm serve`). For those the server fetches and decodes within the limits (so a
+# bad part is a 4xx naming it) and passes the media on as a data: URL in the model's form
+# (model_form_part): vLLM then neither converts images nor resamples audio.
 
 
 def check_image(data: bytes, field: str, limits: MediaLimits, mime: str | None = None) -> None:
@@ -109,6 +111,33 @@ def check_video(data: bytes, field: str, limits: MediaLimits | None = None, mime
     """A container PyAV opens whose header is within the limits, with a video stream whose first frame
     decodes (the stage samples frames)."""
     open_video(data, field, limits or MediaLimits(), None, mime)
+
+
+def model_form_part(
+    kind: str, data: bytes, field: str, limits: MediaLimits, audio_rate: int, mime: str | None = None, url: str = ""
+) -> dict[str, Any]:
+    """One chat media part as an llm stage's loader (vLLM's) reads it back already in the model's form, so the
+    engine converts nothing (media_intake.py): audio decoded within the limits, channels averaged and resampled
+    once (soxr HQ) to ``audio_rate``, as a float WAV; an image as an RGB PNG (EXIF orientation applied, first
+    frame); a video checked and passed on as sent (vLLM's OpenCV decoder and PyAV give the same frames for the
+    codecs FFmpeg decodes, at the video's own frame rate)."""
+    if kind in ("input_audio", "audio_url"):
+        try:
+            samples = decode_audio(data, field, audio_rate, limits.max_audio_s, limits, mime)
+        except APIError as e:
+            if e.status == 400 and e.code is None:  # undecodable: the verdict every audio check gives
+                check_audio(data, field, limits, mime)
+            raise
+        if not samples.size:
+            raise bad_request(f"{field}: the audio has no samples", field)
+        wav = wav_bytes(samples, audio_rate)
+        if kind == "input_audio":
+            return {"input_audio": {"data": b64(wav), "format": "wav"}}
+        return {"audio_url": {"url": data_url(wav, "audio/wav")}}
+    if kind == "image_url":
+        return {"image_url": {"url": data_url(png_bytes(open_image(data, field, limits, mime)), "image/png")}}
+    check_video(data, field, limits, mime)
+    return {kind: {"url": as_data_url(url, data)}}
 
 
 def as_data_url(url: str, data: bytes) -> str:

@@ -1,7 +1,7 @@
 """Warnings about prompt words a model cannot draw, for pipelines that declare a closed vocabulary.
 
-A pipeline's ``info["vocabulary"]`` (kind -> words, e.g. the demo's shapes, colours and positions) plus
-``info["filler_words"]`` are every word it was trained on; any other word in a prompt does not reach the
+A pipeline's ``info.vocabulary`` (kind -> words, e.g. the demo's shapes, colours and positions) plus
+``info.filler_words`` are every word it was trained on; any other word in a prompt does not reach the
 picture, so the caller is told rather than left to wonder why "at the top" came out centred. The request still
 runs: a warning, not an error. Routes send them as ``X-Omnistage-Warning`` headers (ASCII, one per warning)
 and, where the response body has room, a ``warnings`` list (docs/server.md).
@@ -10,8 +10,9 @@ and, where the response body has room, a ``warnings`` list (docs/server.md).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any
+
+from omnistage.info import PipelineInfo
 
 HEADER = "X-Omnistage-Warning"
 _WORD = re.compile(r"[^\W_]+")
@@ -19,12 +20,12 @@ _MAX_LISTED = 8  # unknown words quoted in one warning; the rest are counted
 _MAX_WORD = 32  # characters of one quoted word
 
 
-def prompt_warnings(info: Mapping[str, Any], model_name: str, prompt: Any) -> list[str]:
+def prompt_warnings(info: PipelineInfo, model_name: str, prompt: Any) -> list[str]:
     """One warning naming the prompt's words outside the pipeline's vocabulary (none: an empty list)."""
-    vocabulary = info.get("vocabulary")
+    vocabulary = info.vocabulary
     if not vocabulary or not isinstance(prompt, str):
         return []
-    known = {w for words in vocabulary.values() for w in words} | set(info.get("filler_words") or ())
+    known = {w for words in vocabulary.values() for w in words} | set(info.filler_words)
     unknown = list(dict.fromkeys(w for w in _WORD.findall(prompt.lower()) if w not in known))
     if not unknown:
         return []

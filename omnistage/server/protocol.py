@@ -12,7 +12,7 @@ import json
 import time
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from omnistage.params import RequestKnobs
 from omnistage.server.decode_limits import loads
@@ -33,8 +33,13 @@ class InputAudio(BaseModel):
 class _Part(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    @property
+    def payload(self) -> str:
+        """The field that holds the part's data, as the caller named it (errors name it)."""
+        return self.type
+
     def url(self) -> str | None:
-        ref = getattr(self, self.type, None)
+        ref = getattr(self, self.payload, None)
         return ref.url if isinstance(ref, URLRef) else ref
 
 
@@ -65,6 +70,42 @@ class InputAudioPart(_Part):
     input_audio: InputAudio
 
 
+class _ShortMediaPart(_Part):
+    """vLLM-Omni's short form of a media part, with no ``type``: ``{"image": "<base64 or URL>"}`` (and the same for
+    ``audio`` and ``video``). It is the ``*_url`` part of its kind; bare base64 is the file's bytes."""
+
+    KIND: ClassVar[str]
+
+    @property
+    def type(self) -> str:
+        return f"{self.KIND}_url"
+
+    @property
+    def payload(self) -> str:
+        return self.KIND
+
+    def url(self) -> str:
+        value: str = getattr(self, self.KIND)
+        scheme = value.split(":", 1)[0].lower() if ":" in value[:16] else ""
+        # base64 has no ":", so anything with a URL scheme is a URL (fetched, or refused naming the field)
+        return value if scheme else f"data:application/octet-stream;base64,{value}"
+
+
+class ImagePart(_ShortMediaPart):
+    KIND: ClassVar[str] = "image"
+    image: str = Field(min_length=1)
+
+
+class AudioPart(_ShortMediaPart):
+    KIND: ClassVar[str] = "audio"
+    audio: str = Field(min_length=1)
+
+
+class VideoPart(_ShortMediaPart):
+    KIND: ClassVar[str] = "video"
+    video: str = Field(min_length=1)
+
+
 _PART_MODELS = {
     "text": "TextPart",
     "input_text": "TextPart",
@@ -73,11 +114,32 @@ _PART_MODELS = {
     "video_url": "VideoURLPart",
     "input_audio": "InputAudioPart",
 }
+# A part without ``type`` (vLLM's and vLLM-Omni's short forms) is the one its payload key names
+_SHORT_MODELS = {
+    **{k: v for k, v in _PART_MODELS.items() if k != "input_text"},
+    "image": "ImagePart",
+    "audio": "AudioPart",
+    "video": "VideoPart",
+}
 
 
 def _part_model(value: Any) -> str | None:
+    if isinstance(value, dict) and "type" not in value:
+        named = [_SHORT_MODELS[k] for k in value if k in _SHORT_MODELS]
+        return named[0] if len(named) == 1 else None
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    if isinstance(value, _ShortMediaPart):
+        return type(value).__name__
     return _PART_MODELS.get(kind) if isinstance(kind, str) else None
+
+
+def _typed(value: Any) -> Any:
+    """vLLM's short form ``{"text": ...}`` / ``{"image_url": ...}`` gets the ``type`` its key names."""
+    if isinstance(value, dict) and "type" not in value:
+        kinds = [k for k in value if k in _PART_MODELS and k != "input_text"]
+        if len(kinds) == 1:
+            return {"type": kinds[0], **value}
+    return value
 
 
 # Tagged by model name (not the ``type`` value), so error locations read ``content[0].image_url``
@@ -86,12 +148,19 @@ ContentPart = Annotated[
     | Annotated[ImageURLPart, Tag("ImageURLPart")]
     | Annotated[AudioURLPart, Tag("AudioURLPart")]
     | Annotated[VideoURLPart, Tag("VideoURLPart")]
-    | Annotated[InputAudioPart, Tag("InputAudioPart")],
+    | Annotated[InputAudioPart, Tag("InputAudioPart")]
+    | Annotated[ImagePart, Tag("ImagePart")]
+    | Annotated[AudioPart, Tag("AudioPart")]
+    | Annotated[VideoPart, Tag("VideoPart")],
     Discriminator(
         _part_model,
         custom_error_type="content_part_type",
-        custom_error_message=f"type must be one of {', '.join(_PART_MODELS)}",
+        custom_error_message=(
+            f"type must be one of {', '.join(_PART_MODELS)} (or, without type, one of the keys "
+            f"{', '.join(_SHORT_MODELS)})"
+        ),
     ),
+    BeforeValidator(_typed),
 ]
 
 
@@ -307,3 +376,4 @@ class VideoJob(BaseModel):
     error: dict[str, Any] | None = None
     inference_time_s: float | None = None
     stage_metrics: dict[str, Any] | None = None  # when the request asked return_stage_metrics
+    warnings: list[str] | None = None  # what the request asked that was ignored or adjusted (e.g. the frame count)

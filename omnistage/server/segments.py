@@ -1,5 +1,5 @@
 """One window's timestamped tokens cut into segments, as ``vllm serve`` 0.32 cuts them for verbose_json
-(``SpeechToTextBaseServing._get_verbose_segments``), for a recogniser whose ``info["transcription"]`` has
+(``SpeechToTextBaseServing._get_verbose_segments``), for a recogniser whose ``info.transcription`` has
 ``timestamps`` (Whisper: ``{"timestamp_begin", "seconds_per_timestamp", "tokenizer"}``).
 
 The window's decoder prompt ended in the first timestamp (``<|0.00|>``); every pair of consecutive

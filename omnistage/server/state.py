@@ -41,7 +41,7 @@ logger = logging.getLogger("omnistage.server")
 class ServeOptions:
     """What the ``serve`` command line controls (environment settings live in ServerSettings)."""
 
-    served_model_name: str | None = None
+    served_model_name: str | list[str] | None = None  # several: every one is answered to, the first reported
     api_key: str | None = None
     max_pending: int | None = None  # admitted generation requests at once; more get 503
     retry_after_s: int = 2
@@ -197,7 +197,9 @@ class ServerState:
         self.jobs = JobStore(settings.storage.path)  # async jobs (videos) recorded across restarts
         self.videos: dict[str, Any] = {}  # video job id -> VideoJob
         self.video_tasks: dict[str, asyncio.Task] = {}
-        self.model_name = options.served_model_name or default_model_name(engine)
+        named = options.served_model_name
+        self.model_names = ([named] if isinstance(named, str) else list(named or [])) or [default_model_name(engine)]
+        self.model_name = self.model_names[0]  # responses name the first, as vLLM's do
         self.loras = LoraAdapters(engine)  # the adapters `model` may name besides the base model
         if options.allow_runtime_lora_updating:
             why = self.loras.runtime_updates_possible()
@@ -218,7 +220,7 @@ class ServerState:
     # ------------------------------------------------------------------ checks
 
     def is_base_model(self, model: str | None) -> bool:
-        return model in (self.model_name, self.engine.model, self.engine.pipeline.name)
+        return model in (*self.model_names, self.engine.model, self.engine.pipeline.name)
 
     def check_model(self, model: str | None) -> str | None:
         """404 unless ``model`` is the base model or a loaded LoRA adapter; returns the adapter's name (None
@@ -228,7 +230,7 @@ class ServerState:
         if self.loras.get(model) is not None:
             return model
         adapters = [m.name for m in self.loras.modules()]
-        served = f"{self.model_name!r}" + (
+        served = ", ".join(map(repr, self.model_names)) + (
             f" and the LoRA adapters {', '.join(map(repr, adapters))}" if adapters else ""
         )
         raise APIError(
@@ -251,7 +253,7 @@ class ServerState:
             raise APIError(400, f"n: {n} exceeds the maximum of {self.options.max_n} outputs per request", param="n")
 
     def text_stages(self) -> set[int]:
-        return {s.stage_id for s in self.engine.pipeline.stages if s.kind == "llm"}
+        return {s.stage_id for s in self.engine.pipeline.stages if s.knobs == "llm"}
 
     # ------------------------------------------------------------------ running
 
@@ -269,7 +271,7 @@ class ServerState:
         (``check_model``)."""
         if lora is not None:
             prompt = {**normalize_prompt(prompt), "lora": lora}
-        req = self.engine.make_request(prompt, request_id, sampling_params_list, output_modalities, knobs)
+        req = self.engine.make_request(prompt, request_id, sampling_params_list, output_modalities, knobs, warnings=[])
         self.limits.check(req, knobs, self.engine.default_sampling_params_list)
         return req
 
@@ -355,7 +357,7 @@ class ServerState:
 def default_model_name(engine: Any) -> str:
     """What a person would type: the pipeline's own name for its built-in model (``omnistage-demo``),
     else the model folder's name (``--served-model-name`` overrides both)."""
-    named = engine.pipeline.info.get("served_model_name")
+    named = engine.pipeline.info.served_model_name
     if named:
         return named
     return Path(engine.model).name if engine.model else engine.pipeline.name

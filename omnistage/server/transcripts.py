@@ -111,7 +111,7 @@ def _clock(seconds: float, sep: str) -> str:
 @dataclass
 class LanguagePrefix:
     """A recogniser that names the language it hears before the transcript when none is forced (Qwen3-ASR:
-    ``language German<asr_text>the text``, from ``info["transcription"]["language_prefix"]``): the text
+    ``language German<asr_text>the text``, from ``info.transcription.language_prefix``): the text
     without that prefix, fed whole or delta by delta, and the language it named. The rule is ``vllm serve``'s
     (``Qwen3ASRStreamingPostProcessor``): text that may still become the prefix is held back; once the tag
     arrives the transcript is what follows its last occurrence; text that cannot be the prefix passes as it is."""

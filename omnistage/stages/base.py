@@ -1,4 +1,4 @@
-"""The one contract between the orchestrator and a stage engine (DESIGN.md).
+"""The one contract between the orchestrator and a stage engine (docs/architecture.md, "The seams").
 
 A stage engine receives ``StageRequest``s, streams ``StageOutput`` deltas, can
 be fed more input (async chunk), aborted and shut down. Engines never see the

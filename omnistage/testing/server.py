@@ -106,22 +106,30 @@ class ServeProcess:
     log: Path
 
     @classmethod
-    def launch(cls, args: list[str], log: Path, ready_timeout: float = 240, attempts: int = 3) -> Self:
+    def launch(
+        cls,
+        args: list[str],
+        log: Path,
+        ready_timeout: float = 240,
+        attempts: int = 3,
+        env: dict[str, str] | None = None,
+    ) -> Self:
         """``omnistage serve *args`` on a free port, output to ``log``; returns once ``/health`` answers 200. The
         child binds its port only once its engine is up, so another process may take it first: then it starts
-        again on another port."""
+        again on another port. ``env``: variables set over the test defaults."""
         for attempt in range(attempts):
             try:
-                return cls._launch(args, log, ready_timeout)
+                return cls._launch(args, log, ready_timeout, env or {})
             except PortTaken:
                 if attempt == attempts - 1:
                     raise
         raise AssertionError("unreachable")
 
     @classmethod
-    def _launch(cls, args: list[str], log: Path, ready_timeout: float) -> Self:
+    def _launch(cls, args: list[str], log: Path, ready_timeout: float, extra_env: dict[str, str]) -> Self:
         port = free_port()
         env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+        env.update(extra_env)
         proc = subprocess.Popen(
             [sys.executable, "-m", "omnistage.cli.main", "serve", *args, "--host", HOST, "--port", str(port)],
             stdout=log.open("w"),

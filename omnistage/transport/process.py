@@ -18,6 +18,7 @@ import zmq.asyncio
 from omnistage.errors import StageUnavailableError
 from omnistage.pipeline import StageContext
 from omnistage.stages.base import StageRequest
+from omnistage.stages.lifetime import run_in_spawner
 from omnistage.transport.codec import Codec
 from omnistage.transport.messages import (
     Abort,
@@ -64,11 +65,11 @@ class ProcessStageEngine(RemoteStageEngine):
         self._out.bind(out_addr)
         self._proc = mp.get_context("spawn").Process(
             target=run_worker,
-            args=(payload, cmd_addr, out_addr),
+            args=(payload, cmd_addr, out_addr, os.getpid()),
             name=f"omnistage-stage{self.stage_id}-r{self.ctx.replica}",
             daemon=True,
         )
-        self._proc.start()
+        await run_in_spawner(self._proc.start)  # the child dies with this process (stages/lifetime.py)
         first = await self._first_event()
         if not isinstance(first, Ready):
             await self._stop()

@@ -4,7 +4,6 @@ serves it over two ZeroMQ sockets (commands in, outputs out)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import pickle
 import traceback
 from typing import Any
@@ -14,6 +13,7 @@ import zmq.asyncio
 
 from omnistage.stages.base import StageEngine, StageRequest
 from omnistage.stages.inline import build_inline_engine
+from omnistage.stages.lifetime import die_with_parent
 from omnistage.stages.threads import apply_process_threads
 from omnistage.transport.codec import Codec
 from omnistage.transport.messages import (
@@ -32,7 +32,8 @@ from omnistage.transport.remote import serve_request
 STATS_INTERVAL_S = 0.5
 
 
-def run_worker(ctx_bytes: bytes, cmd_addr: str, out_addr: str) -> None:
+def run_worker(ctx_bytes: bytes, cmd_addr: str, out_addr: str, parent: int) -> None:
+    die_with_parent(parent)  # first: a parent killed while this child loads its model takes it along
     ctx = pickle.loads(ctx_bytes)
     # One thread by default: several stage processes share the machine's cores.
     apply_process_threads(ctx.deploy.num_threads or 1)
@@ -60,7 +61,7 @@ async def _serve(ctx: Any, cmd_addr: str, out_addr: str) -> None:
             return
         await send(Ready())
         tasks: dict[str, asyncio.Task] = {}
-        stats_task = asyncio.create_task(_report_stats(engine, send, os.getppid()))
+        stats_task = asyncio.create_task(_report_stats(engine, send))
         try:
             while True:
                 msg = codec.decode(await cmd.recv())
@@ -92,9 +93,7 @@ async def _run_request(engine: StageEngine, req: StageRequest, stage_id: int, se
         tasks.pop(req.request_id, None)
 
 
-async def _report_stats(engine: StageEngine, send: Any, parent: int) -> None:
+async def _report_stats(engine: StageEngine, send: Any) -> None:
     while True:
         await asyncio.sleep(STATS_INTERVAL_S)
-        if os.getppid() != parent:  # the parent died: do not linger as an orphan
-            os._exit(1)
         await send(Stats(engine.stats()))

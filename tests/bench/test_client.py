@@ -1,4 +1,4 @@
-"""The bench client against a real local HTTP server speaking SPEC §5 shapes.
+"""The bench client against a real local HTTP server speaking the HTTP API's shapes (docs/server.md).
 
 The server here is the counterpart, not the thing under test: it replies with
 fixed, known streams so the client's parsing, timing bookkeeping, concurrency

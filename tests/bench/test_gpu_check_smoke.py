@@ -1,5 +1,5 @@
-"""scripts/gpu_check.sh on the CPU with tiny settings: the one-shot GPU check (issue #21) must not rot
-between the sessions that get a GPU. Same script, same driver, same files as on the GPU machine."""
+"""scripts/gpu_check.sh on the CPU with tiny settings: the one-shot GPU check must not rot
+between the runs that get a GPU. Same script, same driver, same files as on the GPU machine."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The CPU path of issue #33's GPU check (``scripts/gpu_check.sh --suite evidence2 --tiny``): every part runs on
-the tiny fixtures under the GPU machine's package set, so the prepared run cannot rot between the sessions that
+"""The CPU path of the real-size GPU check (``scripts/gpu_check.sh --suite evidence2 --tiny``): every part runs on
+the tiny fixtures under the GPU machine's package set, so the prepared run cannot rot between the runs that
 get a GPU. The real-size shapes themselves are checked on the meta device against the published model sizes."""
 
 from __future__ import annotations

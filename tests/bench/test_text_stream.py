@@ -1,4 +1,4 @@
-"""Text-metric arithmetic on synthetic SSE chunk streams (SPEC §8 rules)."""
+"""Text-metric arithmetic on synthetic SSE chunk streams (TTFT, TPOT and inter-token latency rules)."""
 
 import pytest
 

@@ -2,11 +2,15 @@
 
 tests/e2e/conftest.py provides the ``browser`` fixture to the tests there (elsewhere: import it); mark browser
 test modules with ``requires_browser``. Install the browser with ``scripts/install-browser.sh`` (``make test`` runs it).
+Without it the tests skip, saying why, except in CI (``CI`` set to anything but empty/0/false/no, as CI services
+set it): there a missing browser fails each browser test, so they cannot pass by skipping.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,9 +23,30 @@ ARTIFACTS = REPO / "test-artifacts"  # screenshots (git-ignored)
 CHROMIUM = Path("/usr/bin/chromium")
 DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
-requires_browser = pytest.mark.skipif(
-    not CHROMIUM.exists() or not Path(DRIVER).exists(),
-    reason="headless Chromium is not installed (run scripts/install-browser.sh)",
+IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def missing_browser() -> str | None:
+    """Why the browser tests cannot run here, or None."""
+    if not CHROMIUM.exists() or not Path(DRIVER).exists():
+        return f"headless Chromium is not installed ({CHROMIUM}, {DRIVER}; run scripts/install-browser.sh)"
+    if importlib.util.find_spec("selenium") is None:
+        return "selenium is not installed (pip install '.[dev]')"
+    return None
+
+
+@pytest.fixture(scope="session")
+def browser_installed() -> None:
+    """In CI, a browser test without a browser fails (session scope: before any module's servers start)."""
+    reason = missing_browser()
+    if reason:
+        pytest.fail(f"{reason}; CI is set, so the browser tests must run", pytrace=False)
+
+
+requires_browser = (
+    pytest.mark.usefixtures("browser_installed")
+    if IN_CI
+    else pytest.mark.skipif(missing_browser() is not None, reason=missing_browser() or "")
 )
 
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.browser import browser  # noqa: F401 (headless Chromium for every browser test here)
+from tests.e2e.browser import browser, browser_installed  # noqa: F401 (headless Chromium for every browser test here)
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """Qwen3-Omni and Qwen2.5-Omni as speech recognisers, checked on each family's HTTP test server
 (qwen3_omni/test_http.py, qwen2_5_omni/test_http.py): ``/v1/audio/transcriptions`` and ``/translations`` through
 the official ``openai`` client, the text equal to transformers' ``generate`` (greedy, thinker only) on the same
-chat turn (audio + the family's instruction, omnistage/models/transcription_chat.py), and the talker never
+chat turn (audio + the family's instruction, omnistage/models/shared/transcription_chat.py), and the talker never
 runs (the server's per-stage run counts grow for the thinker only)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from omnistage.models.transcription_chat import instruction
+from omnistage.models.shared.transcription_chat import instruction
 from tests.models.qwen_omni import media
 
 MAX_TOKENS = 8

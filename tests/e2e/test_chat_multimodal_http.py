@@ -229,11 +229,11 @@ def test_servers_keep_serving_after_bad_requests(vlm, audio_lm):
 def test_qwen2_audio_transcribes_as_transformers_hears_the_same_turn(audio_lm, tiny_model):
     """``/v1/audio/transcriptions`` and ``/translations`` on the Qwen2-Audio chat model through the official client:
     the text equals transformers' greedy ``generate`` on the chat turn the hook builds (the audio, then the
-    instruction; omnistage/models/transcription_chat.py); a language the model card does not list is a 400."""
+    instruction; omnistage/models/shared/transcription_chat.py); a language the model card does not list is a 400."""
     import openai
     import soundfile as sf
 
-    from omnistage.models.transcription_chat import instruction
+    from omnistage.models.shared.transcription_chat import instruction
     from tests.models.chat.test_tiny_multimodal import _transformers_generate
     from tests.models.qwen_omni import media
 

@@ -7,9 +7,9 @@ of each picture.
 demo/evaluate.py judges a weights folder on a different prompt set (the other size for every
 combination, other backgrounds, seeds 5000+), for choosing guidance without tuning on this one.
 The figure and a contact sheet go to test-artifacts/demo-accuracy.{json,png} (and, by hand, into
-demo/RESULTS.md and the README).
+demo/RESULTS.md and docs/families/demo.md).
 
-Issue #19's targets are asserted: shape, colour and position >= 85% / 95% / 95% (size is reported).
+The targets are asserted: shape, colour and position >= 85% / 95% / 95% (size is reported).
 The demo's guidance (3.0) was chosen on demo/evaluate.py's selection set, not on this one."""
 
 import asyncio

@@ -1,4 +1,4 @@
-"""What a newcomer meets on the demo server (issue #34), through the official ``openai`` client: the model card
+"""What a newcomer meets on the demo server, through the official ``openai`` client: the model card
 says what the demo can draw (its words, example prompts, the sizes it draws, up to its own limit), and a prompt
 with words it was not trained on is answered with a warning, in a header and in the body, not silently."""
 

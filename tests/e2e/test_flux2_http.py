@@ -56,7 +56,7 @@ def test_small_reference_is_a_400_naming_the_field(family_server):
             size="32x32",
             extra_body={"num_inference_steps": 1},
         )
-    assert err.value.body["param"] == "multi_modal_data.image"
+    assert err.value.body["param"] == "image"
 
 
 def test_dev_edit_by_image_url_equals_diffusers_call(family_server):

@@ -92,13 +92,8 @@ def test_bad_input_is_a_400_naming_the_field(dev, kontext):
     im = ("in.png", png(Image.new("RGB", (32, 32), (200, 10, 10))), "image/png")
     fast = {"num_inference_steps": 1}
     cases = [
-        (lambda: t2i.images.generate(model="tiny-flux", prompt="a cat", size="40x32", extra_body=fast), "width"),
-        (
-            lambda: t2i.images.generate(
-                model="tiny-flux", prompt="a cat", size="32x32", extra_body={**fast, "true_cfg_scale": 3.0}
-            ),
-            "negative_prompt",
-        ),
+        # the field sent (its width is what the stage checks)
+        (lambda: t2i.images.generate(model="tiny-flux", prompt="a cat", size="40x32", extra_body=fast), "size"),
         (
             lambda: t2i.images.generate(
                 model="tiny-flux", prompt="a cat", size="32x32", extra_body={**fast, "max_sequence_length": 600}
@@ -108,14 +103,14 @@ def test_bad_input_is_a_400_naming_the_field(dev, kontext):
         # an edit to a text-to-image-only checkpoint
         (
             lambda: t2i.images.edit(model="tiny-flux", image=im, prompt="a cat", size="32x32", extra_body=fast),
-            "multi_modal_data.image",
+            "image",  # the field sent
         ),
         # Kontext edits one image
         (
             lambda: edit.images.edit(
                 model="tiny-kontext", image=[im, im], prompt="a cat", size="32x32", extra_body=fast
             ),
-            "multi_modal_data.image",
+            "image",  # the field sent
         ),
         (
             lambda: edit.images.edit(

@@ -58,18 +58,19 @@ def test_killed_engine_core_fails_cleanly_and_the_stage_comes_back(tiny_model, t
                 ):
                     break
             os.kill(core.pid, signal.SIGKILL)
-            started = time.monotonic()
-            for line in lines:
+            done = False
+            for line in lines:  # (a stream that hung would end in httpx's 60 s read timeout)
                 if line.startswith("data: {"):
                     events.append(json.loads(line[6:]))
                 elif line == "data: [DONE]":
+                    done = True
                     break
-            assert time.monotonic() - started < 30  # ended promptly: nothing hangs
+            assert done, events[-3:]  # the stream was ended by the server, with its terminator
         errors = [e["error"] for e in events if "error" in e]
         assert len(errors) == 1 and errors[0]["code"] == "stage_unavailable", events[-3:]
         assert "stage 0" in errors[0]["message"] and "died" in errors[0]["message"]
 
-        down = wait_health(url, 503, 10)
+        down = wait_health(url, 503, 10)  # the stream ended while the stage was down: at its death, not its rebuild
         assert down["status"] == "unavailable" and not down["stages"]["0"]["healthy"]
         assert "vLLM engine died" in down["stages"]["0"]["detail"]
         r = httpx.post(f"{url}/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 4}, timeout=30)

@@ -395,7 +395,7 @@ def test_speech_streams_into_a_playable_audio_element(tts_srv, browser):
     )
     no_error(browser)
     # the WAV the server sends for this request; an earlier request for the same speech may differ by one 16-bit
-    # step where its codec windows were batched or cut differently (float rounding, models/codec_tts/decoder.py)
+    # step where its codec windows were batched or cut differently (float rounding, models/shared/codec_lm/decoder.py)
     played = element_bytes(browser, audio)
     assert played[:44] == whole.content[:44] and len(played) == len(whole.content)
     a, b = (soundfile.read(io.BytesIO(x), dtype="int16")[0].astype(np.int32) for x in (played, whole.content))

@@ -1,4 +1,4 @@
-"""The playground on the demo server helps a newcomer (issue #34), in headless Chromium: the page is titled with
+"""The playground on the demo server helps a newcomer, in headless Chromium: the page is titled with
 the model's name, lists the demo's example prompts (a click puts one in the prompt box) and its words, offers the
 sizes the card lists (the native one chosen), shows the server's warning about words the demo cannot draw, drops
 the token column for a model with no llm stage, prefills the chat box with a prompt the model can draw, and

@@ -150,12 +150,16 @@ def test_talk_hears_the_microphone_plays_the_answer_and_stops_it(srv, talk_brows
 
     # hold, talk, release: the held audio is committed and answered
     hold = b.find_element("id", "talk-hold")
+    sent_before = b.execute_script("return talk.sentSamples")
     ActionChains(b).click_and_hold(hold).perform()
-    time.sleep(1.0)
+    wait_for(b, 10, lambda d: d.execute_script("return talk.heldSamples") >= rate // 2, "half a second of audio held")
     ActionChains(b).release(hold).perform()
     held = wait_reply(b, replies + 1, "completed")
     assert held["text"] == "echo" and base64.b64decode(held["pcm"]) == pcm
-    assert 0.5 * rate <= b.execute_script("return talk.heldSamples") <= 2.0 * rate
+    # the page sent the held audio and nothing else: not before the press, not after the release (the reply came
+    # meanwhile)
+    sent, counted = b.execute_script("return [talk.sentSamples, talk.heldSamples]")
+    assert sent - sent_before == counted >= rate // 2
     assert len(b.find_elements("css selector", "#talk-log .msg.user")) >= 3
     screenshot(b, "playground-talk.png")
 

@@ -28,8 +28,8 @@ import numpy as np
 import openai
 import pytest
 
-from omnistage.models.whisper import TIMESTAMP_RULES
-from omnistage.models.whisper.prompt import TIMESTAMPS_ARG
+from omnistage.models.shared.whisper import TIMESTAMP_RULES
+from omnistage.models.shared.whisper.prompt import TIMESTAMPS_ARG
 from omnistage.testing.server import free_port, serve_engine
 from tests.e2e.test_transcriptions_http import LONG, OTHERS, SHORT, WINDOW_S, as_heard
 from tests.models.whisper.cases import ENGINE, RATE

@@ -65,7 +65,7 @@ def test_sync_video_is_an_mp4_of_the_requested_shape(wan_server):
     jobs = httpx.get(f"{url}/v1/videos").json()["data"]
     for bad, param, why in (
         ({"num_frames": 6}, "num_frames", "4k+1"),
-        ({"size": "40x32"}, "width", "not divisible by"),
+        ({"size": "40x32"}, "size", "not divisible by"),  # the field sent (its width is what the stage checks)
     ):
         for path in ("/v1/videos/sync", "/v1/videos"):
             r = httpx.post(f"{url}{path}", json={**body, **bad}, timeout=60)

@@ -14,7 +14,7 @@ import pytest
 import soundfile as sf
 
 from omnistage.errors import InvalidRequestError
-from omnistage.models.transcription_chat import to_transcription_chat
+from omnistage.models.shared.transcription_chat import to_transcription_chat
 from omnistage.pipeline import get_pipeline
 
 SAMPLES = np.random.default_rng(0).standard_normal(8000).astype(np.float32) * 0.1
@@ -92,5 +92,5 @@ def test_bad_requests_name_the_field(prompt, field):
 def test_every_omni_pipeline_serves_the_transcription_routes(name):
     pipeline = get_pipeline(name)
     assert pipeline.shape_request is to_transcription_chat
-    info = pipeline.info["transcription"]
-    assert info["sample_rate"] == 16000 and info["window_s"] == 30 and "en" in info["languages"]
+    info = pipeline.info.transcription
+    assert info.sample_rate == 16000 and info.window_s == 30 and "en" in info.languages

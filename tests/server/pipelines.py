@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
+from omnistage.info import PipelineInfo, SpeechInfo
 from omnistage.pipeline import Edge, Pipeline, StageContext, StageSpec
 from omnistage.stages.base import StageMetrics, StageOutput, StageRequest, StageStats
 
@@ -205,7 +206,7 @@ def omni_pipeline() -> Pipeline:
             ),
         ],
         extra_body_params={"style": str},
-        info={"voices": ["alto", "bass"]},
+        info=PipelineInfo(speech=SpeechInfo(voices=("alto", "bass"))),
     )
 
 
@@ -213,7 +214,7 @@ def talking_pipeline() -> Pipeline:
     """``omni_pipeline`` declaring the rate it speaks at, as a speech model's card does: a realtime session
     announces it (``session.audio.output.format.rate``) and a client plays the deltas at it."""
     pipeline = omni_pipeline()
-    return dataclasses.replace(pipeline, info={**pipeline.info, "sample_rate": SAMPLE_RATE})
+    return dataclasses.replace(pipeline, info=pipeline.info.with_speech(sample_rate=SAMPLE_RATE))
 
 
 def image_pipeline() -> Pipeline:

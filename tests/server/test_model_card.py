@@ -5,6 +5,7 @@ routes whose body is media (speech, videos)."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import time
 
@@ -82,7 +83,7 @@ def test_card_of_an_image_model(image_only):
 
 def test_a_pipeline_can_refuse_chat(server_factory):
     pipeline = omni_pipeline()
-    pipeline.info["chat"] = False
+    pipeline.info = dataclasses.replace(pipeline.info, chat=False)
     card = card_of(server_factory(new_engine(pipeline)))
     assert card["routes"] == ["images.generations", "images.edits", "audio.speech", "videos"]
 

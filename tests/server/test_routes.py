@@ -90,14 +90,29 @@ def test_images_edit_multipart_several_images(oai, srv):
 
 
 def test_images_edit_by_url(srv):
-    data_url = "data:image/png;base64," + base64.b64encode(png_bytes()).decode()
-    r = srv.client().post("/v1/images/edits", json={"prompt": "p", "image_url": data_url, "size": "16x16"})
-    assert r.status_code == 200, r.text
-    (srv.media_dir / "in.png").write_bytes(png_bytes())
-    r = srv.client().post(
-        "/v1/images/edits", json={"prompt": "p", "image_url": [f"file://{srv.media_dir}/in.png", data_url]}
+    """An image given by URL (data: or an allowed file://) edits to the same pixels as the same file uploaded, in
+    the order given (the stage starts from the first image)."""
+    c = srv.client()
+    params = {"prompt": "p", "size": "16x16", "seed": 3}
+
+    def pixels(r) -> np.ndarray:
+        assert r.status_code == 200, r.text
+        return np.asarray(decode_png(r.json()["data"][0]["b64_json"]))
+
+    def uploaded(*images: bytes) -> np.ndarray:
+        files = [("image", (f"{i}.png", data, "image/png")) for i, data in enumerate(images)]
+        return pixels(c.post("/v1/images/edits", data={k: str(v) for k, v in params.items()}, files=files))
+
+    red, blue = png_bytes(), png_bytes((0, 0, 255))
+    data_url = "data:image/png;base64," + base64.b64encode(red).decode()
+    by_url = pixels(c.post("/v1/images/edits", json={**params, "image_url": data_url}))
+    assert np.array_equal(by_url, uploaded(red))
+    (srv.media_dir / "in.png").write_bytes(blue)
+    both = pixels(
+        c.post("/v1/images/edits", json={**params, "image_url": [f"file://{srv.media_dir}/in.png", data_url]})
     )
-    assert r.status_code == 200, r.text
+    assert np.array_equal(both, uploaded(blue, red))
+    assert not np.array_equal(both, by_url)  # (the blue file came first)
 
 
 def test_chat_text_nonstream(oai):

@@ -11,7 +11,7 @@ diffusers folders (``model_index.json``) and folders naming their pipeline in
 
 An audio-in chat model that can transcribe (Qwen2-Audio) also serves ``/v1/audio/transcriptions`` and
 ``/translations``: a recogniser request becomes one chat turn — the audio, then "Transcribe this audio into
-English." — through the hook the omni families use too (omnistage/models/transcription_chat.py), greedy; other
+English." — through the hook the omni families use too (omnistage/models/shared/transcription_chat.py), greedy; other
 requests pass the hook untouched.
 
 Tiny fixtures: ``chat`` (Qwen2 text LM), ``vlm`` (Idefics3, images), ``audio_lm`` (Qwen2-Audio),
@@ -21,11 +21,12 @@ adapter for ``chat``).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
+from omnistage.info import PipelineInfo
 from omnistage.models.chat import tiny, tiny_audio, tiny_lora, tiny_qwen_vl, tiny_vlm
-from omnistage.models.transcription_chat import TRANSCRIPTION_INFO, to_transcription_chat
+from omnistage.models.shared.transcription_chat import TRANSCRIPTION_INFO, to_transcription_chat
 from omnistage.pipeline import ModelFolder, Pipeline, StageSpec, read_json
 
 _GENERATIVE_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
@@ -58,11 +59,11 @@ def matches(folder: ModelFolder) -> bool:
     return vllm_generates(folder.architectures)
 
 
-def folder_info(folder: Path) -> dict[str, Any]:
+def folder_info(folder: Path, info: PipelineInfo) -> PipelineInfo:
     """A recogniser's ``transcription`` info (what the transcription routes read); nothing for other models."""
     architectures = read_json(folder / "config.json").get("architectures") or []
     languages = next((RECOGNISERS[a] for a in architectures if a in RECOGNISERS), None)
-    return {"transcription": {**TRANSCRIPTION_INFO, "languages": languages}} if languages else {}
+    return replace(info, transcription=replace(TRANSCRIPTION_INFO, languages=languages)) if languages else info
 
 
 CHAT = Pipeline(

@@ -8,33 +8,9 @@ float32. Built in a few seconds, no downloads:
 
 from __future__ import annotations
 
-import string
-from collections.abc import Sequence
 from pathlib import Path
 
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-_CORPUS = [
-    "the quick brown fox jumps over the lazy dog",
-    "a photo of a red cat sitting on a blue chair in the sun",
-    "hello world, how are you today? i am fine, thank you.",
-    "describe a beautiful landscape with mountains, rivers and trees",
-    string.ascii_letters + string.digits + string.punctuation + " \n",
-]
-
-
-def train_tokenizer(vocab_size: int = 384, extra_special_tokens: Sequence[str] = ()):
-    """``extra_special_tokens``: e.g. a multimodal model's placeholder tokens (never split)."""
-    from transformers import Qwen2Tokenizer
-
-    tok = Qwen2Tokenizer().train_new_from_iterator(
-        _CORPUS * 20, vocab_size=vocab_size, new_special_tokens=SPECIAL_TOKENS + list(extra_special_tokens)
-    )
-    tok.chat_template = CHAT_TEMPLATE
-    return tok
+from omnistage.models.shared.tiny.chat import train_tokenizer
 
 
 def model_config(tok, *, head_dim: int = 32, num_layers: int = 2, max_position_embeddings: int = 1024):

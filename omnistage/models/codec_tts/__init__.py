@@ -6,7 +6,7 @@ Stage 0 (llm on vLLM, output ``token_ids``) continues the family's prompt
 chunk on (the default), every ``chunk_frames`` complete frames are forwarded
 and decoded while the LM is still generating, so the first audio arrives
 long before the sentence is finished; the streamed audio equals the codec's
-decode of the whole code sequence (see ``codec.py`` for why, and the tests
+decode of the whole code sequence (see ``shared/codec_lm/codec.py`` for why, and the tests
 for the measured difference). This is the Llasa / Orpheus recipe.
 
 Folder layout::
@@ -21,7 +21,7 @@ Folder layout::
                        "constrain_to_codec_tokens": true, "decode_context_frames": null}
       lm/             a causal-LM folder vLLM serves; its vocabulary holds the codec tokens
       codec/          a transformers codec folder: Mimi (causal, so streaming is exact) or XCodec2
-                      (Llasa's; not causal, so streamed blocks approximate the whole decode: codec.py)
+                      (Llasa's; not causal, so streamed blocks approximate the whole decode: shared/codec_lm/codec.py)
 
 Decisions:
 - Codec tokens are flattened frame-major (K tokens per frame). Code ``c`` of
@@ -39,85 +39,43 @@ Decisions:
   into one batch (causal decoder: padding never reaches real samples).
 - Voices are prompt prefixes listed in ``omnistage.json``; ``/v1/audio/voices``
   lists them. ``speed`` and ``instructions`` are refused (400).
-- A template with ``{ref_codes}`` clones voices (Llasa): see lm.py. ``python -m
+- A template with ``{ref_codes}`` clones voices (Llasa): see shared/codec_lm/lm.py. ``python -m
   omnistage.testing.tiny llasa DIR`` writes such a folder.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import json
+from pathlib import Path
 
-from omnistage.models.codec_tts.config import folder_info
-from omnistage.models.codec_tts.edges import codes_every_n_frames, whole_codes
+from omnistage.info import PipelineInfo, SpeechInfo
 from omnistage.models.codec_tts.tiny import build, build_llasa
-from omnistage.pipeline import Edge, Pipeline, StageContext, StageSpec
+from omnistage.models.shared.codec_lm.config import load_tts_config
+from omnistage.models.shared.codec_lm.stages import chunk_sizes_to_codec_stage, codec_stage, speech_lm_stage
+from omnistage.pipeline import Pipeline
 
 
-def speech_lm_engine(ctx: StageContext) -> Any:
-    from omnistage.models.codec_tts.lm import (
-        build_lm_stage,  # vLLM: only when the stage starts
+def folder_info(folder: Path, info: PipelineInfo) -> PipelineInfo:
+    """What the HTTP server shows before engines start: voices and the output sample rate."""
+    cfg = load_tts_config(folder)
+    codec_config = folder / "codec" / "config.json"
+    rate = json.loads(codec_config.read_text()).get("sampling_rate") if codec_config.is_file() else None
+    return info.with_speech(
+        voices=cfg.voices,
+        default_voice=cfg.default_voice,
+        supports_voice_cloning=cfg.can_clone,
+        max_ref_audio_s=float(cfg.max_ref_audio_s),
+        sample_rate=int(rate) if rate else info.speaks.sample_rate,
     )
-
-    return build_lm_stage(ctx)
-
-
-def codec_adapter(ctx: StageContext) -> Any:
-    from omnistage.models.codec_tts.decoder import (
-        CodecDecoderAdapter,  # torch + transformers: only when built
-    )
-
-    return CodecDecoderAdapter(ctx)
-
-
-CODEC_STAGE_KNOBS = ("initial_codec_chunk_frames", "chunk_frames")
-
-
-def chunk_sizes_to_codec_stage(prompt: dict[str, Any], params: list[Any]) -> None:
-    """The pipeline's request hook: /v1/audio/speech sends the codec stage's chunk sizes in
-    ``additional_information`` (the route does not know the stage layout); they become stage 1's
-    params, over its deploy defaults (the codec stage validates them)."""
-    info = prompt.get("additional_information")
-    if not isinstance(info, Mapping) or not any(k in info for k in CODEC_STAGE_KNOBS):
-        return
-    rest = {k: v for k, v in info.items() if k not in CODEC_STAGE_KNOBS}
-    sizes = {k: info[k] for k in CODEC_STAGE_KNOBS if info.get(k) is not None}
-    prompt["additional_information"] = rest
-    if isinstance(params[1], Mapping):
-        params[1] = {**params[1], **sizes}
 
 
 PIPELINE = Pipeline(
     name="codec_tts",
     description="codec-token LM (vLLM) streams codes to a codec decoder (text -> speech)",
     matches=None,  # selected by omnistage.json {"pipeline": "codec_tts"}
-    stages=[
-        StageSpec(
-            0,
-            kind="llm",
-            name="speech_lm",
-            output="token_ids",
-            engine=speech_lm_engine,
-            default_params={
-                "temperature": 0.7,
-                "top_p": 0.95,
-                "repetition_penalty": 1.1,
-                "max_tokens": 1024,
-                "detokenize": False,
-            },
-        ),
-        StageSpec(
-            1,
-            kind="generation",
-            name="codec",
-            output="audio",
-            final=True,
-            adapter=codec_adapter,
-            inputs=[Edge(0, process=whole_codes, process_chunk=codes_every_n_frames)],
-        ),
-    ],
+    stages=[speech_lm_stage(0), codec_stage(1, source=0)],
     # chat: False: the speech LM speaks a plain prompt, not chat messages (/v1/audio/speech serves it)
-    info={"supports_speed": False, "chat": False, "supports_voice_cloning": False},
+    info=PipelineInfo(chat=False, speech=SpeechInfo()),
     folder_info=folder_info,
     shape_request=chunk_sizes_to_codec_stage,
 )

@@ -1,6 +1,6 @@
 """``csm``: Sesame CSM (transformers ``CsmForConditionalGeneration``) — backbone + depth decoder -> Mimi.
 
-Stage 0 ``backbone`` (llm-kind, omnistage's step-batched AR engine over the transformers modules,
+Stage 0 ``backbone`` (``ar``, omnistage's step-batched AR engine over the transformers modules,
 ``engine.py`` / ``model.py``; why not vLLM: ``omnistage.stages.ar.engine``): one frame of K Mimi
 codes per step — codebook 0 from the Llama backbone, codebooks 1..K-1 from the depth decoder run
 inside the step. Stage 1 ``codec`` (generation): the checkpoint's own Mimi, decoded as codec_tts
@@ -12,7 +12,7 @@ exists, then every ``chunk_frames`` (Mimi is causal: the streamed audio equals t
   becomes an earlier turn of that speaker: CSM's conversational context is its voice prompt. More
   earlier turns: ``additional_information.context`` (``[{"speaker", "text", "audio": (samples, rate)}]``).
 - Params of stage 0: ``temperature``, ``top_k``, ``top_p``, ``max_tokens`` (frames, as transformers'
-  ``max_new_tokens``), ``seed`` (request knobs reach it: it is llm-kind), and ``depth_decoder_temperature``
+  ``max_new_tokens``), ``seed`` (request knobs reach it: it takes the llm knobs), and ``depth_decoder_temperature``
   / ``_top_k`` / ``_top_p``; defaults from the checkpoint's ``generation_config.json``. ``temperature: 0``
   makes both models greedy unless ``depth_decoder_temperature`` is given.
 - Stage 1 takes ``chunk_frames`` and ``initial_codec_chunk_frames`` (also on /v1/audio/speech).
@@ -22,52 +22,41 @@ Tiny fixture: ``python -m omnistage.testing.tiny csm DIR``.
 
 from __future__ import annotations
 
-from typing import Any
-
-from omnistage.models.codec_tts import chunk_sizes_to_codec_stage
+from omnistage.info import PipelineInfo, SpeechInfo
 from omnistage.models.csm import tiny
 from omnistage.models.csm.config import ARCHITECTURE, SAMPLE_RATE, VOICES
 from omnistage.models.csm.edges import codes_in_chunks, whole_codes
-from omnistage.pipeline import Edge, Pipeline, StageContext, StageSpec
-
-
-def backbone_engine(ctx: StageContext) -> Any:
-    from omnistage.models.csm.engine import build_backbone_engine  # torch + transformers: at start
-
-    return build_backbone_engine(ctx)
-
-
-def codec_adapter(ctx: StageContext) -> Any:
-    from omnistage.models.csm.codec import CsmCodecAdapter
-
-    return CsmCodecAdapter(ctx)
-
+from omnistage.models.shared.codec_lm.stages import chunk_sizes_to_codec_stage
+from omnistage.pipeline import Edge, Pipeline, StageSpec, lazy
 
 PIPELINE = Pipeline(
     name="csm",
     description="Sesame CSM: backbone + depth decoder stream Mimi frames to the Mimi decoder (text -> 24 kHz speech)",
     matches=lambda folder: folder.omnistage_pipeline is None and ARCHITECTURE in folder.architectures,
     stages=[
-        StageSpec(0, kind="llm", name="backbone", output="token_ids", engine=backbone_engine),
+        StageSpec(
+            0,
+            kind="ar",
+            knobs="llm",
+            name="backbone",
+            output="token_ids",
+            engine=lazy("omnistage.models.csm.engine:build_backbone_engine"),
+        ),
         StageSpec(
             1,
             kind="generation",
             name="codec",
             output="audio",
             final=True,
-            adapter=codec_adapter,
+            adapter=lazy("omnistage.models.csm.codec:CsmCodecAdapter"),
             inputs=[Edge(0, process=whole_codes, process_chunk=codes_in_chunks)],
         ),
     ],
     default_deploy={"async_chunk": True},
-    info={
-        "sample_rate": SAMPLE_RATE,
-        "chat": False,
-        "supports_speed": False,
-        "supports_voice_cloning": True,
-        "voices": VOICES,
-        "default_voice": VOICES[0],
-    },
+    info=PipelineInfo(
+        chat=False,
+        speech=SpeechInfo(sample_rate=SAMPLE_RATE, voices=VOICES, default_voice=VOICES[0], supports_voice_cloning=True),
+    ),
     shape_request=chunk_sizes_to_codec_stage,
 )
 PIPELINES = [PIPELINE]

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import torch
 
-from omnistage.models.codec_tts.codec import MimiCodec, mimi_receptive_frames
-from omnistage.models.codec_tts.config import TTSConfig
-from omnistage.models.codec_tts.decoder import CodecDecoderAdapter
 from omnistage.models.csm.config import CHUNK_FRAMES, INITIAL_CHUNK_FRAMES
+from omnistage.models.shared.codec_lm.codec import MimiCodec, mimi_receptive_frames
+from omnistage.models.shared.codec_lm.config import TTSConfig
+from omnistage.models.shared.codec_lm.decoder import CodecDecoderAdapter
 from omnistage.pipeline import StageContext
 
 
@@ -18,7 +18,7 @@ class CsmMimi(MimiCodec):
     def __init__(self, folder: Path, device: str = "cpu", dtype: torch.dtype = torch.float32):
         from transformers import AutoConfig, MimiModel
 
-        from omnistage.models.qwen_omni.checkpoint import read_tensors
+        from omnistage.models.shared.checkpoint import read_tensors
 
         cfg = AutoConfig.from_pretrained(str(folder)).codec_config
         model = MimiModel(cfg)

@@ -43,7 +43,7 @@ class CsmParams:
     seed: int | None
 
 
-# vLLM-style keys of the backbone (the stage is llm-kind: request knobs arrive here) + the depth decoder's
+# vLLM-style keys of the backbone (the stage takes the llm knobs: request knobs arrive here) + the depth decoder's
 PARAM_KEYS = {
     "temperature",
     "top_k",

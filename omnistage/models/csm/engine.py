@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from omnistage.errors import InvalidRequestError
-from omnistage.models.codec_tts.codec import mono_clip
 from omnistage.models.csm.config import CsmParams, checkpoint_defaults, parse_params
 from omnistage.models.csm.model import CsmModel, Row, Turn, check_turn
+from omnistage.models.shared.codec_lm.codec import mono_clip
 from omnistage.pipeline import StageContext
 from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
 from omnistage.stages.ar.kv import RequestKV

@@ -7,6 +7,7 @@ The folder is a plain diffusers StableDiffusion3Pipeline (without T5), served by
 
 from pathlib import Path
 
+from omnistage.info import PipelineInfo
 from omnistage.models.demo.adapter import DemoAdapter
 from omnistage.models.demo.vocabulary import EXAMPLE_PROMPTS, FILLER_WORDS, VOCABULARY
 from omnistage.pipeline import Pipeline, StageSpec
@@ -44,13 +45,13 @@ PIPELINE = Pipeline(
     ],
     # vocabulary / filler_words: every word it was trained on (the server warns about others);
     # example_prompts: the playground offers them
-    info={
-        "default_model": str(WEIGHTS),
-        "served_model_name": "omnistage-demo",
-        "vocabulary": VOCABULARY,
-        "filler_words": FILLER_WORDS,
-        "example_prompts": EXAMPLE_PROMPTS,
-    },
+    info=PipelineInfo(
+        default_model=str(WEIGHTS),
+        served_model_name="omnistage-demo",
+        vocabulary=VOCABULARY,
+        filler_words=FILLER_WORDS,
+        example_prompts=EXAMPLE_PROMPTS,
+    ),
     deploy_file=DEPLOY,
 )
 PIPELINES = [PIPELINE]

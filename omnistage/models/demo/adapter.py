@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from omnistage.models.sd3.adapter import SD3Adapter
+from omnistage.models.shared.sd3_adapter import SD3Adapter
 
 
 class DemoAdapter(SD3Adapter):

@@ -26,35 +26,13 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
+from omnistage.models.shared.latent_packing import pack, position_ids, unpack
 from omnistage.stages.diffusion.adapter import DiffusionJob
 from omnistage.stages.diffusion.blocks import JOINT_BLOCK, BlockLayout, adaln_zero_probe
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 
 MAX_SEQUENCE_LENGTH = 512  # FluxPipeline.__call__'s default and its T5 limit
 DEFAULT_MAX_AREA = 1024**2  # FluxKontextPipeline.__call__'s default output area
-
-
-def pack(latents: torch.Tensor) -> torch.Tensor:
-    """[B, C, H, W] -> [B, (H/2)*(W/2), 4C]: FLUX's 2x2 patch tokens, channels fastest within a patch."""
-    b, c, h, w = latents.shape
-    x = latents.view(b, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5)
-    return x.reshape(b, (h // 2) * (w // 2), c * 4)
-
-
-def unpack(tokens: torch.Tensor, h: int, w: int) -> torch.Tensor:
-    """The inverse of ``pack`` for a latent grid of ``h`` x ``w``."""
-    b, _, d = tokens.shape
-    x = tokens.view(b, h // 2, w // 2, d // 4, 2, 2).permute(0, 3, 1, 4, 2, 5)
-    return x.reshape(b, d // 4, h, w)
-
-
-def position_ids(h: int, w: int, first: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """RoPE ids of a packed ``h`` x ``w`` token grid: (first, row, column) per token, row-major."""
-    ids = torch.zeros(h, w, 3)
-    ids[..., 0] = first
-    ids[..., 1] = torch.arange(h)[:, None]
-    ids[..., 2] = torch.arange(w)[None, :]
-    return ids.reshape(h * w, 3).to(device=device, dtype=dtype)
 
 
 class FluxAdapter(DiffusersAdapter):
@@ -91,13 +69,9 @@ class FluxAdapter(DiffusersAdapter):
             )
         job.extra["max_sequence_length"] = msl
         true_cfg = p.true_cfg_scale if p.true_cfg_scale is not None else 1.0
-        if true_cfg > 1 and job.negative_prompt is None:
-            # diffusers would silently skip the negative pass; say so instead of ignoring the knob
-            raise InvalidRequestError(
-                "negative_prompt",
-                f"true_cfg_scale={true_cfg} > 1 needs a negative prompt (FLUX's true CFG runs a second pass on it)",
-            )
-        job.cfg = true_cfg > 1  # guidance_scale is the distilled-guidance embedding, never CFG
+        # diffusers' do_true_cfg: a scale without a negative prompt runs without true CFG (the request is told:
+        # params.stage_params warns); guidance_scale is the distilled-guidance embedding, never CFG
+        job.cfg = true_cfg > 1 and job.negative_prompt is not None
         job.cfg_scale = true_cfg
 
     def batch_key(self, job: DiffusionJob) -> Hashable:

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from omnistage.models.shared.tiny.flux import DEV_SCHEDULER, vae
 from omnistage.stages.diffusion import tiny_parts as parts
 
-# FLUX.1-dev's scheduler config (dynamic shift on the packed image length); schnell turns the shift off
-_DEV_SCHEDULER = dict(
-    shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096
-)
 _SCHNELL_SCHEDULER = dict(shift=1.0, use_dynamic_shifting=False)
 
 
@@ -41,33 +38,11 @@ def transformer(
     ).eval()
 
 
-def vae(latent_channels: int = 4):
-    from diffusers import AutoencoderKL
-
-    # four blocks: spatial factor 8 as FLUX's VAE (sizes are multiples of 16 after 2x2 packing); FLUX's
-    # scaling/shift factors, no quant convs
-    return AutoencoderKL(
-        block_out_channels=(4, 4, 4, 4),
-        in_channels=3,
-        out_channels=3,
-        down_block_types=("DownEncoderBlock2D",) * 4,
-        up_block_types=("UpDecoderBlock2D",) * 4,
-        latent_channels=latent_channels,
-        layers_per_block=1,
-        norm_num_groups=1,
-        sample_size=32,
-        use_quant_conv=False,
-        use_post_quant_conv=False,
-        shift_factor=0.1159,
-        scaling_factor=0.3611,
-    ).eval()
-
-
 def _components(guidance_embeds: bool, schnell: bool = False) -> dict:
     from diffusers import FlowMatchEulerDiscreteScheduler
 
     return dict(
-        scheduler=FlowMatchEulerDiscreteScheduler(**(_SCHNELL_SCHEDULER if schnell else _DEV_SCHEDULER)),
+        scheduler=FlowMatchEulerDiscreteScheduler(**(_SCHNELL_SCHEDULER if schnell else DEV_SCHEDULER)),
         vae=vae(),
         text_encoder=parts.clip_text_model(with_projection=False),
         tokenizer=parts.clip_tokenizer(),

@@ -69,7 +69,7 @@ def build_klein(outdir: Path) -> None:
     import torch
     from diffusers import FlowMatchEulerDiscreteScheduler, Flux2KleinPipeline
 
-    from omnistage.models.z_image.tiny import tokenizer
+    from omnistage.models.shared.tiny.qwen3 import tokenizer
 
     torch.manual_seed(0)
     tok = tokenizer()

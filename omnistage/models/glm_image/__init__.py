@@ -12,15 +12,9 @@ from pathlib import Path
 from omnistage.models.glm_image.adapter import GlmImageAdapter
 from omnistage.models.glm_image.edges import ar_tokens_to_prior, size_for_ar_stage
 from omnistage.models.glm_image.tiny import build
-from omnistage.pipeline import Edge, Pipeline, StageSpec
+from omnistage.pipeline import Edge, Pipeline, StageSpec, lazy
 
 DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment
-
-
-def build_ar_stage(ctx):
-    from omnistage.models.glm_image.ar_engine import GlmImageAREngine
-
-    return GlmImageAREngine(ctx)
 
 
 PIPELINE = Pipeline(
@@ -34,7 +28,7 @@ PIPELINE = Pipeline(
             name="ar",
             output="token_ids",
             can_output="token_ids",
-            engine=build_ar_stage,
+            engine=lazy("omnistage.models.glm_image.ar_engine:GlmImageAREngine"),
             model_subfolder="vision_language_encoder",
             default_params={"temperature": 0.0},
         ),

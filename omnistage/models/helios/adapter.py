@@ -134,6 +134,9 @@ class HeliosAdapter(DiffusersAdapter):
         if frames_made(frames, ft) != frames:
             made = [frames_made(k * self.window, ft) for k in range(1, (frames + self.window - 1) // self.window + 2)]
             near = [m for m in made if m < frames][-1:] + [m for m in made if m > frames][:1]
+            if p.nearest_frames:  # derived from seconds x fps: the nearest length Helios makes
+                frames = min(near, key=lambda m: (abs(m - frames), -m))
+        if frames_made(frames, ft) != frames:
             raise InvalidRequestError(
                 "num_frames",
                 f"{frames} is not a length Helios makes (chunks of {self.window} "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omnistage.models.wan import tiny as wan_tiny
+from omnistage.models.shared.tiny import wan as wan_tiny
 from omnistage.stages.diffusion import tiny_parts as parts
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
-from omnistage.stages.diffusion.adapter import DiffusionJob, check_first_frame
+from omnistage.stages.diffusion.adapter import DiffusionJob, check_first_frame, frames_of_form
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 
 # HunyuanVideo15Pipeline.__call__'s own defaults (tests check they still agree)
@@ -82,12 +82,7 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
                 )
         ft = pipe.vae_scale_factor_temporal
         frames = p.num_frames or DEFAULT_NUM_FRAMES
-        if (frames - 1) % ft:
-            lower = (frames - 1) // ft * ft + 1
-            raise InvalidRequestError(
-                "num_frames",
-                f"{frames} is not of the form {ft}k+1 (VAE temporal factor {ft}); try {lower} or {lower + ft}",
-            )
+        frames = frames_of_form(job, frames, ft, f"VAE temporal factor {ft}")
         if p.num_outputs_per_prompt != 1:
             raise InvalidRequestError(
                 "num_outputs_per_prompt",

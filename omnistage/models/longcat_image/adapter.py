@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from omnistage.errors import InvalidRequestError
-from omnistage.models.ovis_image.adapter import TEXT, OvisImageAdapter
+from omnistage.models.shared.ovis_adapter import TEXT, OvisImageAdapter
 from omnistage.stages.diffusion.adapter import DiffusionJob
 
 TEXT_TOKENS = 512  # LongCatImagePipeline.tokenizer_max_length: every prompt is padded to it

@@ -23,9 +23,9 @@ from collections.abc import Hashable
 import torch
 
 from omnistage.errors import InvalidRequestError
-from omnistage.models.flux.adapter import pack
 from omnistage.models.longcat_image.adapter import LongCatImageAdapter, pos_ids
-from omnistage.models.ovis_image.adapter import TEXT
+from omnistage.models.shared.latent_packing import pack
+from omnistage.models.shared.ovis_adapter import TEXT
 from omnistage.stages.diffusion.adapter import DiffusionJob
 
 OUTPUT_AREA = 1024 * 1024  # LongCatImageEditPipeline.__call__'s target area

@@ -41,7 +41,7 @@ SCHEDULER = dict(
 def tokenizer():
     from transformers import Qwen2Tokenizer
 
-    from omnistage.models.qwen_image.tiny import SPECIAL_TOKENS
+    from omnistage.models.shared.tiny.qwen_vl import SPECIAL_TOKENS
 
     tok = Qwen2Tokenizer().train_new_from_iterator(_CORPUS * 20, vocab_size=800, new_special_tokens=SPECIAL_TOKENS)
     tok.pad_token = "<|endoftext|>"
@@ -49,7 +49,7 @@ def tokenizer():
 
 
 def processor(tok):
-    from omnistage.models.qwen_image.tiny import processor as qwen_processor
+    from omnistage.models.shared.tiny.qwen_vl import processor as qwen_processor
 
     proc = qwen_processor(tok)  # at most 16 vision tokens per image
     proc.chat_template = CHAT_TEMPLATE
@@ -98,7 +98,7 @@ def _build(outdir: Path, class_name: str, vae_stages: int) -> None:
     import diffusers
     import torch
 
-    from omnistage.models.qwen_image.tiny import text_encoder
+    from omnistage.models.shared.tiny.qwen_vl import text_encoder
 
     torch.manual_seed(0)
     tok = tokenizer()

@@ -6,8 +6,8 @@ as the negative prompt), 1024x1024, text length 256 (also its maximum).
 
 from pathlib import Path
 
-from omnistage.models.ovis_image.adapter import OvisImageAdapter
 from omnistage.models.ovis_image.tiny import build
+from omnistage.models.shared.ovis_adapter import OvisImageAdapter
 from omnistage.pipeline import Pipeline, StageSpec
 
 DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment

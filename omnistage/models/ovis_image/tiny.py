@@ -19,7 +19,7 @@ TEXT_DIM = 32
 def tokenizer():
     from transformers import Qwen2Tokenizer
 
-    from omnistage.models.z_image.tiny import CHAT_TEMPLATE, SPECIAL_TOKENS
+    from omnistage.models.shared.tiny.qwen3 import CHAT_TEMPLATE, SPECIAL_TOKENS
 
     tok = Qwen2Tokenizer().train_new_from_iterator(
         (parts._CORPUS + [INSTRUCTION]) * 8, vocab_size=600, new_special_tokens=SPECIAL_TOKENS
@@ -69,12 +69,12 @@ def build(outdir: Path) -> None:
     import torch
     from diffusers import FlowMatchEulerDiscreteScheduler, OvisImagePipeline
 
-    from omnistage.models.flux.tiny import _DEV_SCHEDULER, vae
+    from omnistage.models.shared.tiny.flux import DEV_SCHEDULER, vae
 
     torch.manual_seed(0)
     tok = tokenizer()
     pipe = OvisImagePipeline(
-        scheduler=FlowMatchEulerDiscreteScheduler(**_DEV_SCHEDULER),
+        scheduler=FlowMatchEulerDiscreteScheduler(**DEV_SCHEDULER),
         vae=vae(),
         text_encoder=text_encoder(len(tok)),
         tokenizer=tok,

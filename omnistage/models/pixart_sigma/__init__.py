@@ -9,8 +9,8 @@ the requested size, a multiple of 16).
 
 from pathlib import Path
 
-from omnistage.models.pixart_sigma.adapter import PixArtSigmaAdapter
 from omnistage.models.pixart_sigma.tiny import build
+from omnistage.models.shared.pixart_adapter import PixArtSigmaAdapter
 from omnistage.pipeline import Pipeline, StageSpec
 
 DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment

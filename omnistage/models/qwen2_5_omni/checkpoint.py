@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from omnistage.models.qwen_omni.checkpoint import read_tensors  # the same safetensors layout (by prefix)
+from omnistage.models.shared.checkpoint import read_tensors  # the same safetensors layout (by prefix)
 
 
 def load_config(folder: str | Path):

@@ -8,7 +8,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from omnistage.models.qwen_omni.config import sampling_defaults
+from omnistage.models.shared.omni.sampling import sampling_defaults
 from omnistage.pipeline import read_json
 
 ARCHITECTURE = "Qwen2_5OmniForConditionalGeneration"
@@ -25,6 +25,10 @@ TALKER_DEFAULTS: dict[str, Any] = {
     "top_p": 0.8,
     "repetition_penalty": 1.05,
 }
+# The sampling params token2wav reads (StageSpec.param_keys; the talker's: shared/omni/sampling.py): its
+# Token2WavModel.forward arguments (defaults: its own) and ``seed``
+TOKEN2WAV_DEFAULTS: dict[str, Any] = {"num_steps": 10, "guidance_scale": 0.5, "sway_coefficient": -1.0}
+TOKEN2WAV_PARAM_KEYS = frozenset({"seed", *TOKEN2WAV_DEFAULTS})
 # generate(talker_eos_token_id=[8292, 8294]): codec pad and codec end both end the speech
 TALKER_EOS = (8292, 8294)
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from omnistage.errors import InvalidRequestError
-from omnistage.models.qwen_omni.edges import first_chunk
+from omnistage.models.shared.omni.edges import first_chunk
 
 # the talker ended (codec_pad / codec_end) before its first code: no audio; a 400 naming the input, as in qwen_omni
 NO_CODES = "the talker produced no speech code for this input"

@@ -22,7 +22,7 @@ from typing import Any
 
 from omnistage.errors import InvalidRequestError
 from omnistage.models.qwen2_5_omni.config import load_omni25_config
-from omnistage.models.qwen_omni.talker_engine import talker_sampling  # the same SamplingParams keys + speaker
+from omnistage.models.shared.omni.sampling import talker_sampling  # the same SamplingParams keys + speaker
 from omnistage.pipeline import StageContext
 from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
 from omnistage.stages.ar.kv import RequestKV

@@ -36,7 +36,7 @@ class Row:
     """One request's state in the talker (touched only by the step thread while a step runs)."""
 
     kv: RequestKV
-    sampling: Any  # qwen_omni.talker_model.Sampling (temperature, top_k, top_p, repetition_penalty, generator)
+    sampling: Any  # shared.omni.sampling.Sampling (temperature, top_k, top_p, repetition_penalty, generator)
     rope_delta: int = 0
     code: int | None = None  # the code drawn last (the next step's input)
     history: list[int] = field(default_factory=list)  # the talker's input ids so far (repetition penalty)

@@ -26,7 +26,7 @@ from typing import Any
 
 from omnistage.models.qwen2_5_omni.config import load_omni25_config
 from omnistage.models.qwen2_5_omni.vllm_plugin import SPEAKING_ARCHITECTURE, THINKER_ARCHITECTURE
-from omnistage.models.qwen_omni.thinker import OmniThinkerEngine, checkpoint_deploy, speaking_deploy
+from omnistage.models.shared.omni.thinker import OmniThinkerEngine, checkpoint_deploy, speaking_deploy
 from omnistage.pipeline import StageContext
 from omnistage.stages.base import StageOutput, StageRequest
 

@@ -22,12 +22,17 @@ import torch
 
 from omnistage.errors import InvalidRequestError
 from omnistage.models.qwen2_5_omni.checkpoint import load_config, load_token2wav
-from omnistage.models.qwen2_5_omni.config import SAMPLE_RATE, load_omni25_config
+from omnistage.models.qwen2_5_omni.config import (
+    SAMPLE_RATE,
+    TOKEN2WAV_DEFAULTS,
+    TOKEN2WAV_PARAM_KEYS,
+    load_omni25_config,
+)
 from omnistage.pipeline import StageContext
 from omnistage.stages.generation.engine import GenerationItem
 
-DEFAULTS = {"num_steps": 10, "guidance_scale": 0.5, "sway_coefficient": -1.0}  # Token2WavModel.forward's
-PARAM_KEYS = {"seed", *DEFAULTS}
+DEFAULTS = TOKEN2WAV_DEFAULTS  # Token2WavModel.forward's
+PARAM_KEYS = TOKEN2WAV_PARAM_KEYS
 
 
 class Token2WavAdapter:

@@ -6,10 +6,10 @@ the one vLLM's server and transformers' ``apply_transcription_request`` write â€
 token transformers' ``Qwen3ASRForConditionalGeneration.generate`` greedy and vLLM's ``LLM.generate``
 (tests/models/qwen3_asr). A request that names no language leaves it to the model, which writes
 ``language X<asr_text>`` before the transcript; the transcription routes strip that prefix and report the
-language it names (``info["transcription"]["language_prefix"]``, omnistage.server.transcripts.LanguagePrefix),
+language it names (``info.transcription.language_prefix``, omnistage.server.transcripts.LanguagePrefix),
 as ``vllm serve`` does.
 
-``info["transcription"]`` tells the transcription routes how to feed it (16 kHz, 30 s windows, its 30
+``info.transcription`` tells the transcription routes how to feed it (16 kHz, 30 s windows, its 30
 languages, transcription only).
 
 Tiny fixture: ``qwen3_asr`` (``python -m omnistage.testing.tiny qwen3_asr DIR``).
@@ -17,6 +17,7 @@ Tiny fixture: ``qwen3_asr`` (``python -m omnistage.testing.tiny qwen3_asr DIR``)
 
 from __future__ import annotations
 
+from omnistage.info import PipelineInfo, RecognizerInfo
 from omnistage.models.qwen3_asr import tiny
 from omnistage.models.qwen3_asr.prompt import LANGUAGE_PREFIX, LANGUAGES, SAMPLE_RATE, WINDOW_S, to_chat_prompt
 from omnistage.pipeline import ModelFolder, Pipeline, StageSpec
@@ -38,16 +39,15 @@ QWEN3_ASR = Pipeline(
         )
     ],
     shape_request=to_chat_prompt,
-    info={
-        "transcription": {
-            "sample_rate": SAMPLE_RATE,
-            "window_s": WINDOW_S,
-            "languages": list(LANGUAGES),
-            "tasks": ["transcribe"],
-            "default_language": "en",
-            "language_prefix": LANGUAGE_PREFIX,
-        }
-    },
+    info=PipelineInfo(
+        transcription=RecognizerInfo(
+            sample_rate=SAMPLE_RATE,
+            window_s=WINDOW_S,
+            languages=tuple(LANGUAGES),
+            default_language="en",
+            language_prefix=LANGUAGE_PREFIX,
+        )
+    ),
 )
 PIPELINES = [QWEN3_ASR]
 TINY = {"qwen3_asr": tiny.build}

@@ -2,7 +2,7 @@
 
 A recogniser request (``{"prompt": previous text, "multi_modal_data": {"audio": ...},
 "additional_information": {"language", "task"}}``, the shape the transcription routes build, see
-omnistage/models/whisper/prompt.py) becomes the ChatML prompt vLLM's own Qwen3-ASR transcription prompt
+omnistage/models/shared/whisper/prompt.py) becomes the ChatML prompt vLLM's own Qwen3-ASR transcription prompt
 writes (``get_generation_prompt``) and transformers' ``Qwen3ASRProcessor.apply_transcription_request``
 renders: the previous text as the system turn (only when given), the audio as the user turn, and the
 assistant turn begun with ``language English<asr_text>``, which forces the language — the model then

@@ -2,14 +2,14 @@
 code predictor -> the speech tokenizer's decoder.
 
 Resolved from ``config.json`` (``architectures: ["Qwen3TTSForConditionalGeneration"]``; ``tts_model_type``
-picks the mode). Stage 0 ``talker`` (llm-kind, omnistage's step-batched AR engine, ``engine.py`` /
+picks the mode). Stage 0 ``talker`` (``ar``, omnistage's step-batched AR engine, ``engine.py`` /
 ``talker.py``; why not vLLM: ``omnistage.stages.ar.engine``): one frame of G codes per step — codebook 0
 from the talker, 1..G-1 from the code predictor run inside the step. Stage 1 ``decoder`` (generation):
 the 12 Hz speech tokenizer's causal decoder (``speech_decoder.py``), streamed statefully (its attention
 window per request; the convolutions' few frames of left context re-decoded; equal to the whole decode):
 the first ``initial_codec_chunk_frames`` frames as soon as they exist, then every ``chunk_frames``.
 Base checkpoints clone: ``speech_encoder.py`` turns ``ref_audio`` into reference codes (transformers'
-``MimiModel``) and an x-vector. What is re-implemented and why: docs/architecture.md, "Qwen3-TTS".
+``MimiModel``) and an x-vector. What is re-implemented and why: docs/families/qwen3_tts.md.
 
 - Voices: the checkpoint's preset speakers (CustomVoice), matched case-insensitively as ``qwen-tts`` does;
   ``instructions`` (VoiceDesign, CustomVoice 1.7B); ``language`` (``Auto`` by default); Base:
@@ -20,7 +20,7 @@ Base checkpoints clone: ``speech_encoder.py`` turns ``ref_audio`` into reference
   ``generation_config.json``. ``temperature: 0`` is greedy in both unless ``subtalker_temperature`` is given.
 
 Chat: ``/v1/chat/completions`` with ``modalities: ["audio"]`` (``audio.voice``) and offline ``{"messages": ...}``
-speak the last user message's text (``chat.py``), the same audio as /v1/audio/speech for that text and voice.
+speak the last user message's text (``shared/chat_to_speech.py``), the same audio as /v1/audio/speech for that text and voice.
 
 Tiny fixtures: ``tests/models/qwen3_tts/tiny/`` (built by ``scripts/reference/qwen3_tts/``).
 """
@@ -29,28 +29,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from omnistage.models.codec_tts import chunk_sizes_to_codec_stage
-from omnistage.models.qwen3_tts.chat import speak_last_user_message
+from omnistage.info import PipelineInfo, SpeechInfo
 from omnistage.models.qwen3_tts.config import ARCHITECTURE, SAMPLE_RATE, folder_info
 from omnistage.models.qwen3_tts.edges import codes_in_chunks, whole_codes
-from omnistage.pipeline import Edge, Pipeline, StageContext, StageSpec
-
-
-def talker_engine(ctx: StageContext) -> Any:
-    from omnistage.models.qwen3_tts.engine import build_talker_engine  # torch + transformers: at start
-
-    return build_talker_engine(ctx)
+from omnistage.models.shared.chat_to_speech import speak_last_user_message
+from omnistage.models.shared.codec_lm.stages import chunk_sizes_to_codec_stage
+from omnistage.pipeline import Edge, Pipeline, StageSpec, lazy
 
 
 def shape_request(prompt: dict[str, Any], params: list[Any]) -> None:
-    speak_last_user_message(prompt)  # chat turns (/v1/chat/completions, offline messages): chat.py
+    speak_last_user_message(prompt)  # chat turns (/v1/chat/completions, offline messages): shared/chat_to_speech.py
     chunk_sizes_to_codec_stage(prompt, params)
-
-
-def decoder_adapter(ctx: StageContext) -> Any:
-    from omnistage.models.qwen3_tts.speech_decoder import decoder_adapter as build
-
-    return build(ctx)
 
 
 PIPELINE = Pipeline(
@@ -59,25 +48,26 @@ PIPELINE = Pipeline(
     "(text -> 24 kHz speech; preset voices, voice design, voice cloning)",
     matches=lambda folder: folder.omnistage_pipeline is None and ARCHITECTURE in folder.architectures,
     stages=[
-        StageSpec(0, kind="llm", name="talker", output="token_ids", engine=talker_engine),
+        StageSpec(
+            0,
+            kind="ar",
+            knobs="llm",
+            name="talker",
+            output="token_ids",
+            engine=lazy("omnistage.models.qwen3_tts.engine:build_talker_engine"),
+        ),
         StageSpec(
             1,
             kind="generation",
             name="decoder",
             output="audio",
             final=True,
-            adapter=decoder_adapter,
+            adapter=lazy("omnistage.models.qwen3_tts.speech_decoder:decoder_adapter"),
             inputs=[Edge(0, process=whole_codes, process_chunk=codes_in_chunks)],
         ),
     ],
     default_deploy={"async_chunk": True},
-    info={
-        "sample_rate": SAMPLE_RATE,
-        "chat": True,
-        "supports_speed": False,
-        "supports_voice_cloning": False,
-        "voices_case_insensitive": True,
-    },
+    info=PipelineInfo(speech=SpeechInfo(sample_rate=SAMPLE_RATE, voices_case_insensitive=True)),
     folder_info=folder_info,
     shape_request=shape_request,
 )

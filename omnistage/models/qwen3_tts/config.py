@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from omnistage.info import PipelineInfo
 from omnistage.pipeline import read_json
 from omnistage.stages.ar.params import Sampler, StageParams
 
@@ -88,17 +89,16 @@ def read_checkpoint(folder: Path) -> Checkpoint:
     )
 
 
-def folder_info(folder: Path) -> dict[str, Any]:
-    """Per-checkpoint additions to the pipeline's info: its preset voices, whether it clones."""
+def folder_info(folder: Path, info: PipelineInfo) -> PipelineInfo:
+    """The pipeline's info completed from a checkpoint: its preset voices, whether it clones, its languages."""
     ck = read_checkpoint(folder)
     voices = sorted(ck.speakers)
-    return {
-        "voices": voices,
-        "default_voice": voices[0] if voices else None,
-        "supports_voice_cloning": ck.model_type == "base",
-        "tts_model_type": ck.model_type,
-        "languages": ck.public_languages,
-    }
+    return info.with_speech(
+        voices=voices,
+        default_voice=voices[0] if voices else None,
+        supports_voice_cloning=ck.model_type == "base",
+        languages=ck.public_languages,
+    )
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,7 @@ class Bundle:
 
 def _clip(value: Any) -> np.ndarray:
     """``(samples, sample_rate)`` -> mono float32 at 24 kHz."""
-    from omnistage.models.codec_tts.codec import resample
+    from omnistage.models.shared.codec_lm.codec import resample
 
     if not (isinstance(value, (tuple, list)) and len(value) == 2):
         raise InvalidRequestError("ref_audio", "expected (samples, sample_rate)")

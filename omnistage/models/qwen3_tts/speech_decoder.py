@@ -169,7 +169,7 @@ class SpeechTokenizerDecoder:
     def __init__(self, folder: Path, device: str = "cpu", dtype: torch.dtype = torch.float32):
         import json
 
-        from omnistage.models.qwen_omni.checkpoint import read_tensors
+        from omnistage.models.shared.checkpoint import read_tensors
 
         cfg = json.loads((folder / "config.json").read_text())
         dec = cfg["decoder_config"]
@@ -198,9 +198,9 @@ class SpeechTokenizerDecoder:
 
 def decoder_adapter(ctx: Any) -> Any:
     """The decoder stage's generation adapter (built at stage start: torch + transformers imports here)."""
-    from omnistage.models.codec_tts.config import TTSConfig
-    from omnistage.models.codec_tts.decoder import CodecDecoderAdapter
     from omnistage.models.qwen3_tts.config import CHUNK_FRAMES, INITIAL_CHUNK_FRAMES
+    from omnistage.models.shared.codec_lm.config import TTSConfig
+    from omnistage.models.shared.codec_lm.decoder import CodecDecoderAdapter
 
     class StreamingDecoderAdapter(CodecDecoderAdapter):
         """Streams statefully: each request's new frames go through the RVQ, pre-conv and sliding-window

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from omnistage.models.qwen_omni.checkpoint import read_tensors
+from omnistage.models.shared.checkpoint import read_tensors
 
 
 class MimiEncoder:

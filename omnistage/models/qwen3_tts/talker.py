@@ -32,7 +32,7 @@ from torch import nn
 from transformers import DynamicCache, Qwen3Config, Qwen3Model
 
 from omnistage.models.qwen3_tts.config import MIN_NEW_TOKENS
-from omnistage.models.qwen_omni.checkpoint import read_tensors
+from omnistage.models.shared.checkpoint import read_tensors
 from omnistage.stages.ar.kv import RequestKV, StepCache
 from omnistage.stages.ar.params import Sampler
 from omnistage.stages.ar.sampling import draw

@@ -98,13 +98,6 @@ class QwenImageAdapter(DiffusersAdapter):
         msl = self.max_sequence_length(job)
         if msl > TEXT_LIMIT:
             raise InvalidRequestError("max_sequence_length", f"{msl} exceeds Qwen-Image's limit of {TEXT_LIMIT}")
-        if p.true_cfg_scale is not None and p.true_cfg_scale > 1 and job.negative_prompt is None:
-            # diffusers would quietly skip the negative pass; an explicit scale without one is refused instead
-            raise InvalidRequestError(
-                "negative_prompt",
-                f"true_cfg_scale={p.true_cfg_scale} > 1 needs a negative "
-                'prompt (Qwen-Image\'s true CFG runs a second pass on it; " " will do)',
-            )
         if p.num_inference_steps == 1 and self.pipe.scheduler.config.get("shift_terminal"):
             # the stretch to the terminal sigma divides by zero for a one-sigma table (diffusers returns NaN)
             raise InvalidRequestError(
@@ -113,7 +106,8 @@ class QwenImageAdapter(DiffusersAdapter):
                 f"shift_terminal={self.pipe.scheduler.config.shift_terminal}; use 2 or more",
             )
         scale = p.true_cfg_scale if p.true_cfg_scale is not None else DEFAULT_TRUE_CFG
-        job.cfg = scale > 1 and job.negative_prompt is not None  # diffusers' do_true_cfg
+        # diffusers' do_true_cfg: a scale without a negative prompt runs without (params.stage_params warns)
+        job.cfg = scale > 1 and job.negative_prompt is not None
         job.cfg_scale = scale
         job.rows = p.num_outputs_per_prompt
 

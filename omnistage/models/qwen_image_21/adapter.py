@@ -81,15 +81,9 @@ class QwenImage21Adapter(DiffusersAdapter):
                 "max_sequence_length", "Qwen-Image-2.1 encodes the whole prompt (no limit to set)"
             )
         scale = p.true_cfg_scale if p.true_cfg_scale is not None else DEFAULT_TRUE_CFG
-        if scale > 1 and job.negative_prompt is None:
-            # diffusers would quietly skip the negative pass; an explicit scale without one is refused instead
-            raise InvalidRequestError(
-                "negative_prompt",
-                f'true_cfg_scale={scale} > 1 needs a negative prompt (true CFG runs a second pass on it; " " will do)',
-            )
         job.extra["inputs"] = self.condition_images(job) if job.images else []
         self.check_size(job)
-        job.cfg = scale > 1 and job.negative_prompt is not None
+        job.cfg = scale > 1 and job.negative_prompt is not None  # diffusers' do_true_cfg (stage_params warns)
         job.cfg_scale = scale
         job.rows = p.num_outputs_per_prompt
         negative = self.layout(job.negative_prompt, job) if job.cfg else None

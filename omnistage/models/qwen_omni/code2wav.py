@@ -29,13 +29,12 @@ import torch
 
 from omnistage.errors import InvalidRequestError
 from omnistage.models.qwen_omni.checkpoint import load_code2wav, load_config
-from omnistage.models.qwen_omni.config import SAMPLE_RATE
+from omnistage.models.qwen_omni.config import CODE2WAV_PARAM_KEYS, SAMPLE_RATE
 from omnistage.pipeline import StageContext
 from omnistage.stages.generation.engine import GenerationItem
 
 CHUNK, CONTEXT = 300, 25  # chunked_decode's chunk_size and left_context_size, as generate() calls it
-# the streamed pieces' sizes (edges.py); "seed" arrives with the generic knobs routed to final stages, unused
-PARAM_KEYS = {"chunk_frames", "initial_codec_chunk_frames", "seed"}
+PARAM_KEYS = CODE2WAV_PARAM_KEYS  # the streamed pieces' sizes (edges.py), and "seed"
 # decode lengths (frames): a window is right-padded to the first at least as long (the last is the longest
 # window, a whole chunk with its context)
 LENGTHS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, CHUNK + CONTEXT)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from omnistage.models.shared.omni.sampling import sampling_defaults
 from omnistage.pipeline import read_json
 
 ARCHITECTURE = "Qwen3OmniMoeForConditionalGeneration"
@@ -22,14 +23,9 @@ TALKER_DEFAULTS: dict[str, Any] = {
     "top_p": 1.0,
     "repetition_penalty": 1.05,
 }
-# generation_config.json keys (transformers' names) -> SamplingParams keys
-_GENERATION_KEYS = {
-    "temperature": "temperature",
-    "top_k": "top_k",
-    "top_p": "top_p",
-    "repetition_penalty": "repetition_penalty",
-    "max_new_tokens": "max_tokens",
-}
+# The sampling params code2wav reads (StageSpec.param_keys; the talker's: shared/omni/sampling.py): its async-chunk
+# piece sizes and ``seed`` (routed to final stages as a generic knob, unused)
+CODE2WAV_PARAM_KEYS = frozenset({"chunk_frames", "initial_codec_chunk_frames", "seed"})
 
 
 @dataclass(frozen=True)
@@ -59,20 +55,6 @@ class OmniConfig:
 
     def sampling_defaults(self, stage: str) -> dict[str, Any]:
         return sampling_defaults(self.generation, stage, TALKER_DEFAULTS)
-
-
-def sampling_defaults(generation: dict[str, Any], stage: str, talker_defaults: dict[str, Any]) -> dict[str, Any]:
-    """``thinker`` / ``talker`` defaults: the checkpoint's generation config (its plain keys for the thinker,
-    ``talker_*`` keys for the talker) over, for the talker, ``talker_defaults`` (transformers' generate() ones)."""
-    base = dict(talker_defaults) if stage == "talker" else {}
-    prefix = "" if stage == "thinker" else "talker_"
-    for key, name in _GENERATION_KEYS.items():
-        value = generation.get(prefix + key)
-        if value is not None:
-            base[name] = value
-    if generation.get(prefix + "do_sample") is False:
-        base["temperature"] = 0.0
-    return base
 
 
 def load_omni_config(folder: str | Path) -> OmniConfig:

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from omnistage.errors import InvalidRequestError
+from omnistage.models.shared.omni.edges import _ids, first_chunk
 from omnistage.pipeline import chunk_size
 
 CHUNK_FRAMES = 4  # 4 frames = 320 ms of speech at 12.5 Hz
@@ -39,12 +40,6 @@ def request_speaker(request: Any) -> str | None:
     return None
 
 
-def _ids(value: Any) -> list[int]:
-    if value is None:
-        return []
-    return value.tolist() if hasattr(value, "tolist") else [int(t) for t in value]
-
-
 def thinker_to_talker(source: dict[str, Any], request: Any) -> dict[str, Any]:
     """Async chunk off: the whole reply at once."""
     prompt = source.get("prompt_token_ids")
@@ -59,14 +54,6 @@ def thinker_to_talker(source: dict[str, Any], request: Any) -> dict[str, Any]:
         "speaker": request_speaker(request),
         "media": media,
     }
-
-
-def first_chunk(delta: dict[str, Any], state: dict[str, Any], speaker: str | None) -> dict[str, Any]:
-    """A streamed thinker -> talker chunk's start: the first one carries the prompt ids and the speaker."""
-    if state.get("started") or delta.get("prompt_token_ids") is None:
-        return {}
-    state["started"] = True
-    return {"prompt_token_ids": _ids(delta["prompt_token_ids"]), "speaker": speaker}
 
 
 def thinker_to_talker_chunks(delta: dict[str, Any], request: Any, state: dict[str, Any]) -> dict[str, Any] | None:

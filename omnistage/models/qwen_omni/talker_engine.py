@@ -31,51 +31,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omnistage.errors import InvalidRequestError
-from omnistage.models.qwen_omni.config import TALKER_DEFAULTS, load_omni_config
+from omnistage.models.qwen_omni.config import load_omni_config
+from omnistage.models.shared.omni.sampling import TALKER_PARAM_KEYS, talker_sampling
 from omnistage.pipeline import StageContext
 from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
 from omnistage.stages.ar.kv import RequestKV
-from omnistage.stages.ar.sampling import request_generator
 from omnistage.stages.base import StageRequest
 
-PARAM_KEYS = {"temperature", "top_k", "top_p", "repetition_penalty", "max_tokens", "seed", "speaker"}
-
-
-def talker_sampling(params: Any, defaults: Mapping[str, Any] = TALKER_DEFAULTS):
-    """The talker's params (vLLM SamplingParams keys + ``speaker``) over ``defaults`` (the checkpoint's)
-    -> (Sampling, max_tokens, speaker)."""
-    from omnistage.models.qwen_omni.talker_model import Sampling
-
-    params = dict(params or {})
-    unknown = sorted(set(params) - PARAM_KEYS)
-    if unknown:
-        raise InvalidRequestError(
-            "sampling_params_list[1]",
-            f"unknown field(s) {', '.join(unknown)} for the talker (it takes {', '.join(sorted(PARAM_KEYS))})",
-        )
-    merged = {**defaults, **{k: v for k, v in params.items() if v is not None}}
-
-    def number(name: str, lo: float | None = None, strict_lo: bool = False, integer: bool = False) -> Any:
-        v = merged[name]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
-            raise InvalidRequestError(name, f"expected {'an integer' if integer else 'a number'}, got {v!r}")
-        if lo is not None and (v <= lo if strict_lo else v < lo):
-            raise InvalidRequestError(name, f"must be {'>' if strict_lo else '>='} {lo}, got {v}")
-        return v
-
-    temperature = float(number("temperature", 0))
-    top_k = int(number("top_k", integer=True))
-    top_p = float(number("top_p", 0, strict_lo=True))
-    if top_p > 1:
-        raise InvalidRequestError("top_p", f"must be <= 1, got {top_p}")
-    penalty = float(number("repetition_penalty", 0, strict_lo=True))
-    max_tokens = int(number("max_tokens", 1, integer=True))
-    generator = request_generator(temperature, merged.get("seed"))
-    sampling = Sampling(
-        temperature=temperature, top_k=max(0, top_k), top_p=top_p, repetition_penalty=penalty, generator=generator
-    )
-    return sampling, max_tokens, merged.get("speaker")
+PARAM_KEYS = TALKER_PARAM_KEYS
 
 
 @dataclass

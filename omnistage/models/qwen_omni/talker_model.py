@@ -26,23 +26,11 @@ import torch
 from transformers import DynamicCache
 
 from omnistage.models.qwen_omni.checkpoint import load_config, load_talker, load_thinker_embedding
+from omnistage.models.shared.omni.sampling import Sampling
 from omnistage.stages.ar.kv import RequestKV, StepCache
 from omnistage.stages.ar.sampling import draw
 
 EOS_TEXT, PAD_TEXT = "eos", "pad"  # trailing text after the reply: tts_eos once, then tts_pad
-
-
-@dataclass
-class Sampling:
-    temperature: float = 0.9
-    top_k: int = 50
-    top_p: float = 1.0
-    repetition_penalty: float = 1.05
-    generator: torch.Generator | None = None
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from omnistage.models.pixart_sigma.adapter import MASK, TEXT, PixArtSigmaAdapter
+from omnistage.models.shared.pixart_adapter import MASK, TEXT, PixArtSigmaAdapter
 from omnistage.stages.diffusion.adapter import DiffusionJob
 
 DEFAULT_SIZE = 1024  # SanaPipeline.__call__'s height and width

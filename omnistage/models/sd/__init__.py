@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from omnistage.info import PipelineInfo
 from omnistage.models.sd.adapter import SDAdapter, SDXLAdapter
 from omnistage.models.sd.tiny import build_sd15, build_sdxl
 from omnistage.pipeline import Pipeline, StageSpec
@@ -32,6 +33,8 @@ PIPELINE = Pipeline(
     ],
     # SDXL micro-conditioning, each a pair of ints (defaults: the output size and (0, 0))
     extra_body_params={"original_size": list, "crops_coords_top_left": list, "target_size": list},
+    # img2img edits each input image on its own (diffusers' image batch): /v1/images/edits reads n per image
+    info=PipelineInfo(image_batch=True),
     deploy_file=DEPLOY,
 )
 PIPELINES = [PIPELINE]

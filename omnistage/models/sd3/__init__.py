@@ -2,8 +2,9 @@
 
 from pathlib import Path
 
-from omnistage.models.sd3.adapter import SD3Adapter
+from omnistage.info import PipelineInfo
 from omnistage.models.sd3.tiny import build, build_lora
+from omnistage.models.shared.sd3_adapter import SD3Adapter
 from omnistage.pipeline import Pipeline, StageSpec
 
 DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment
@@ -27,6 +28,8 @@ PIPELINE = Pipeline(
     ],
     # mu: the flow-matching shift exponent (used when the scheduler has dynamic shifting)
     extra_body_params={"mu": float},
+    # img2img edits each input image on its own (diffusers' image batch): /v1/images/edits reads n per image
+    info=PipelineInfo(image_batch=True),
     deploy_file=DEPLOY,
 )
 PIPELINES = [PIPELINE]

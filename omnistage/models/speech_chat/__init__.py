@@ -29,22 +29,18 @@ its folder's defaults apply.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from omnistage.models.codec_tts import PIPELINE as CODEC_TTS
+from omnistage.info import PipelineInfo, SpeechInfo
+from omnistage.models.shared.codec_lm.stages import codec_stage, speech_lm_stage
+from omnistage.models.shared.whisper import recognizer_stage
 from omnistage.models.speech_chat.conversation import reply_to_speech, to_recognizer, transcript_into_messages
-from omnistage.models.whisper import WHISPER
 from omnistage.pipeline import Edge, Pipeline, StageSpec
-
-_tts_lm, _tts_codec = CODEC_TTS.stages
-_recognizer = WHISPER.stages[0]
 
 PIPELINE = Pipeline(
     name="speech_chat",
     description="speech in, speech out: Whisper transcribes, a chat LLM answers, codec_tts speaks the answer",
     matches=None,  # three models: chosen by name, never guessed from a folder
     stages=[
-        replace(_recognizer, stage_id=0, output="text", can_output="text+token_ids", final=False),
+        recognizer_stage(0, output="text", final=False),
         StageSpec(
             1,
             kind="llm",
@@ -54,14 +50,10 @@ PIPELINE = Pipeline(
             final=True,
             inputs=[Edge(0, process=transcript_into_messages)],
         ),
-        replace(_tts_lm, stage_id=2, inputs=[Edge(1, process=reply_to_speech)]),
-        replace(
-            _tts_codec,
-            stage_id=3,
-            inputs=[Edge(2, process=_tts_codec.inputs[0].process, process_chunk=_tts_codec.inputs[0].process_chunk)],
-        ),
+        speech_lm_stage(2, inputs=[Edge(1, process=reply_to_speech)]),
+        codec_stage(3, source=2),
     ],
-    info={"chat": True, "supports_speed": False, "supports_voice_cloning": False},
+    info=PipelineInfo(speech=SpeechInfo()),
     shape_request=to_recognizer,
 )
 PIPELINES = [PIPELINE]

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from omnistage.errors import InvalidRequestError
-from omnistage.models.whisper.prompt import SAMPLE_RATE, WINDOW_S, to_encoder_decoder
+from omnistage.models.shared.whisper.prompt import SAMPLE_RATE, WINDOW_S, to_encoder_decoder
 
 CONVERSATION_KEY = "speech_chat_messages"
 AUDIO_PARTS = ("input_audio", "audio_url")

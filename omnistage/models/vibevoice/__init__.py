@@ -1,7 +1,7 @@
 """``vibevoice``: Microsoft's VibeVoice (transformers ``VibeVoiceForConditionalGeneration`` + its acoustic
 tokenizer) — multi-speaker scripts to 24 kHz speech, streamed frame by frame.
 
-Resolved from ``config.json`` (``architectures: ["VibeVoiceForConditionalGeneration"]``). One llm-kind stage
+Resolved from ``config.json`` (``architectures: ["VibeVoiceForConditionalGeneration"]``). One ``ar`` stage
 ``speech`` (omnistage's step-batched AR engine over the transformers modules, ``engine.py``; why not vLLM: the
 next input of each step is a latent drawn by a diffusion head and re-encoded from the decoded audio, which
 vLLM's public API has no place for): each step picks a token greedily (transformers' VibeVoice has no
@@ -27,16 +27,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from omnistage.models.qwen3_tts.chat import speak_last_user_message
+from omnistage.info import PipelineInfo, SpeechInfo
+from omnistage.models.shared.chat_to_speech import speak_last_user_message
 from omnistage.models.vibevoice import tiny
 from omnistage.models.vibevoice.config import ARCHITECTURE, SAMPLE_RATE
-from omnistage.pipeline import Pipeline, StageContext, StageSpec
-
-
-def speech_engine(ctx: StageContext) -> Any:
-    from omnistage.models.vibevoice.engine import build_engine  # torch + transformers: at start
-
-    return build_engine(ctx)
+from omnistage.pipeline import Pipeline, StageSpec, lazy
 
 
 def shape_request(prompt: dict[str, Any], params: list[Any]) -> None:
@@ -48,8 +43,18 @@ PIPELINE = Pipeline(
     description="VibeVoice: LM + diffusion head stream latent frames through the acoustic decoder "
     "(multi-speaker scripts -> 24 kHz speech)",
     matches=lambda folder: folder.omnistage_pipeline is None and ARCHITECTURE in folder.architectures,
-    stages=[StageSpec(0, kind="llm", name="speech", output="audio", final=True, engine=speech_engine)],
-    info={"sample_rate": SAMPLE_RATE, "chat": True, "supports_speed": False, "supports_voice_cloning": True},
+    stages=[
+        StageSpec(
+            0,
+            kind="ar",
+            knobs="llm",
+            name="speech",
+            output="audio",
+            final=True,
+            engine=lazy("omnistage.models.vibevoice.engine:build_engine"),
+        )
+    ],
+    info=PipelineInfo(speech=SpeechInfo(sample_rate=SAMPLE_RATE, supports_voice_cloning=True)),
     shape_request=shape_request,
 )
 PIPELINES = [PIPELINE]

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from omnistage.errors import InvalidRequestError
-from omnistage.models.codec_tts.codec import mono_clip
+from omnistage.models.shared.codec_lm.codec import mono_clip
 from omnistage.models.vibevoice.config import SAMPLE_RATE, checkpoint_defaults, parse_params, script_turns
 from omnistage.models.vibevoice.model import Row, VibeVoiceModel
 from omnistage.pipeline import StageContext

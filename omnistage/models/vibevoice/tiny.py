@@ -42,7 +42,7 @@ def build(outdir: Path, *, seed: int = 0) -> None:
         VibeVoiceProcessor,
     )
 
-    from omnistage.models.chat.tiny import train_tokenizer
+    from omnistage.models.shared.tiny.chat import train_tokenizer
 
     outdir = Path(outdir)
     tok = train_tokenizer(extra_special_tokens=AUDIO_TOKENS)

@@ -6,8 +6,8 @@ the stage's engine args say so), fed the token prompt prompt.py builds with the 
 vLLM's server builds (``get_generation_prompt``, mistral_common's ``TranscriptionRequest``) — so its text is
 token for token vLLM's ``LLM.generate`` and transformers' ``VoxtralForConditionalGeneration.generate`` greedy
 on the same weights in transformers' layout (tests/models/voxtral). A request that names no language gets a
-prompt without one (the model hears it), as ``vllm serve`` prompts it (``info["transcription"]
-["unforced_language"]``). Step-level batching across requests is vLLM's, as for any llm stage.
+prompt without one (the model hears it), as ``vllm serve`` prompts it (``info.transcription.unforced_language``).
+Step-level batching across requests is vLLM's, as for any llm stage.
 
 A folder with transformers' layout only (``config.json``) is not this family's: vLLM 0.32 cannot load it.
 
@@ -16,6 +16,7 @@ Tiny fixture: ``voxtral`` (``python -m omnistage.testing.tiny voxtral DIR``; bot
 
 from __future__ import annotations
 
+from omnistage.info import PipelineInfo, RecognizerInfo
 from omnistage.models.voxtral import tiny
 from omnistage.models.voxtral.prompt import ENGINE_ARGS, LANGUAGES, SAMPLE_RATE, WINDOW_S, request_hook
 from omnistage.pipeline import ModelFolder, Pipeline, StageSpec
@@ -46,16 +47,15 @@ VOXTRAL = Pipeline(
         )
     ],
     folder_shape_request=request_hook,
-    info={
-        "transcription": {
-            "sample_rate": SAMPLE_RATE,
-            "window_s": WINDOW_S,
-            "languages": list(LANGUAGES),
-            "tasks": ["transcribe"],
-            "default_language": "en",
-            "unforced_language": True,
-        }
-    },
+    info=PipelineInfo(
+        transcription=RecognizerInfo(
+            sample_rate=SAMPLE_RATE,
+            window_s=WINDOW_S,
+            languages=tuple(LANGUAGES),
+            default_language="en",
+            unforced_language=True,
+        )
+    ),
 )
 PIPELINES = [VOXTRAL]
 TINY = {"voxtral": tiny.build}

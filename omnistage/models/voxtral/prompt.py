@@ -2,7 +2,7 @@
 
 A recogniser request (``{"prompt": previous text, "multi_modal_data": {"audio": (samples, rate)},
 "additional_information": {"language", "task"}}``, the shape the transcription routes build, see
-omnistage/models/whisper/prompt.py) becomes the token prompt vLLM's own Voxtral transcription prompt builds
+omnistage/models/shared/whisper/prompt.py) becomes the token prompt vLLM's own Voxtral transcription prompt builds
 (``get_generation_prompt``): mistral_common's ``TranscriptionRequest`` encoded by the folder's ``tekken.json``
 — ``<s>[INST][BEGIN_AUDIO]`` + one ``[AUDIO]`` per 80 ms of the audio padded to whole 30 s chunks +
 ``[/INST]``, then ``lang:de`` when a language is given, then ``[TRANSCRIBE]`` — and the padded audio it encodes

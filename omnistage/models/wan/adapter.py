@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
-from omnistage.stages.diffusion.adapter import DiffusionJob, check_first_frame
+from omnistage.stages.diffusion.adapter import DiffusionJob, check_first_frame, frames_of_form
 from omnistage.stages.diffusion.blocks import BlockIO, BlockLayout
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 from omnistage.stages.diffusion.step_cache import row_subset
@@ -70,12 +70,7 @@ class WanAdapter(DiffusersAdapter):
             setattr(job, name, int(value))
         ft = self.pipe.vae_scale_factor_temporal
         frames = p.num_frames or DEFAULT_NUM_FRAMES
-        if (frames - 1) % ft:
-            lower = (frames - 1) // ft * ft + 1
-            raise InvalidRequestError(
-                "num_frames",
-                f"{frames} is not of the form {ft}k+1 (VAE temporal factor {ft}); try {lower} or {lower + ft}",
-            )
+        frames = frames_of_form(job, frames, ft, f"VAE temporal factor {ft}")
         job.extra["num_frames"] = frames
         self.check_rope_range(job)
         if p.num_outputs_per_prompt != 1:

@@ -4,22 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from omnistage.models.shared.tiny.wan import umt5_encoder, vae
 from omnistage.stages.diffusion import tiny_parts as parts
-
-
-def umt5_encoder(d_model: int = 32, vocab_size: int = 1000):
-    from transformers import UMT5Config, UMT5EncoderModel
-
-    cfg = UMT5Config(
-        d_model=d_model,
-        d_kv=8,
-        d_ff=37,
-        num_layers=2,
-        num_heads=4,
-        relative_attention_num_buckets=8,
-        vocab_size=vocab_size,
-    )
-    return UMT5EncoderModel(cfg).eval()
 
 
 def transformer(
@@ -43,15 +29,6 @@ def transformer(
         rope_max_seq_len=32,
         image_dim=image_dim,
         added_kv_proj_dim=None if image_dim is None else heads * head_dim,
-    ).eval()
-
-
-def vae():
-    from diffusers import AutoencoderKLWan
-
-    # spatial factor 8 (three downsamples), temporal factor 4 (two of them temporal)
-    return AutoencoderKLWan(
-        base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]
     ).eval()
 
 

@@ -1,18 +1,18 @@
 """``whisper``: speech in, text out — Whisper as one encoder-decoder ``llm`` stage on vLLM.
 
 The stage is vLLM's own ``WhisperForConditionalGeneration`` (runs on vLLM's CPU build too), fed the
-explicit encoder-decoder prompt vLLM documents (prompt.py builds it from a recogniser request), so its
+explicit encoder-decoder prompt vLLM documents (shared/whisper/prompt.py builds it from a recogniser request), so its
 text is token for token vLLM's ``LLM.generate`` on the same prompt, and transformers'
 ``WhisperForConditionalGeneration.generate`` greedy (tests/models/whisper). Step-level continuous batching
 across requests is vLLM's, as for any llm stage.
 
-``info["transcription"]`` tells the transcription routes how to feed it: the rate to resample to, the
+``info.transcription`` tells the transcription routes how to feed it: the rate to resample to, the
 window long audio is cut into (Whisper hears 30 s at a time), the languages and tasks it knows, and — from
 the folder's ``generation_config.json`` (``lang_to_id``, as the released checkpoints carry it) — the language
 token ids, with which a request that names no language detects it (``language_token_ids``), and the
 timestamp tokens (``timestamps``: from ``no_timestamps_token_id``), with which verbose_json / srt / vtt get
 Whisper's own segments inside each window: the stage loads Whisper's timestamp rules as a vLLM logits
-processor (timestamps.py, ``TIMESTAMP_RULES``), on only for the requests that ask for timestamps.
+processor (shared/whisper/timestamps.py, ``TIMESTAMP_RULES``), on only for the requests that ask for timestamps.
 
 Tiny fixture: ``whisper`` (``python -m omnistage.testing.tiny whisper DIR``).
 """
@@ -22,9 +22,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from omnistage.info import PipelineInfo, RecognizerInfo
+from omnistage.models.shared.whisper import recognizer_stage
+from omnistage.models.shared.whisper.prompt import LANGUAGES, SAMPLE_RATE, TASKS, WINDOW_S, to_encoder_decoder
 from omnistage.models.whisper import tiny
-from omnistage.models.whisper.prompt import LANGUAGES, SAMPLE_RATE, TASKS, WINDOW_S, to_encoder_decoder
-from omnistage.pipeline import ModelFolder, Pipeline, StageSpec, read_json
+from omnistage.pipeline import ModelFolder, Pipeline, read_json
 
 ARCHITECTURES = {"WhisperForConditionalGeneration"}
 
@@ -33,19 +35,13 @@ def matches(folder: ModelFolder) -> bool:
     return folder.is_checkpoint_of(ARCHITECTURES)
 
 
-TRANSCRIPTION = {
-    "sample_rate": SAMPLE_RATE,
-    "window_s": WINDOW_S,
-    "languages": list(LANGUAGES),
-    "tasks": list(TASKS),
-    "default_language": "en",
-}
-# vLLM's "<module>:<class>" name of the timestamp rules (a string: this module imports neither torch nor vLLM)
-TIMESTAMP_RULES = "omnistage.models.whisper.timestamps:WhisperTimestampRules"
+TRANSCRIPTION = RecognizerInfo(
+    sample_rate=SAMPLE_RATE, window_s=WINDOW_S, languages=tuple(LANGUAGES), tasks=TASKS, default_language="en"
+)
 SECONDS_PER_TIMESTAMP = 0.02  # <|0.00|>, <|0.02|>, ... <|30.00|>
 
 
-def folder_info(folder: Path) -> dict[str, Any]:
+def folder_info(folder: Path, info: PipelineInfo) -> PipelineInfo:
     """The checkpoint's language tokens (none in an English-only one: it is never asked to detect) and its
     timestamp tokens (what the transcription routes need to cut a window's tokens into segments)."""
     config = read_json(folder / "generation_config.json")
@@ -58,27 +54,16 @@ def folder_info(folder: Path) -> dict[str, Any]:
             "seconds_per_timestamp": SECONDS_PER_TIMESTAMP,
             "tokenizer": str(folder),
         }
-    return {"transcription": {**TRANSCRIPTION, **extra}} if extra else {}
+    return info.with_transcription(**extra)
 
 
 WHISPER = Pipeline(
     name="whisper",
     description="Whisper speech recognition / translation to English (encoder-decoder llm stage on vLLM)",
     matches=matches,
-    stages=[
-        StageSpec(
-            0,
-            kind="llm",
-            name="recognizer",
-            output="text+token_ids",
-            final=True,
-            default_params={"temperature": 0.0},
-            # inert unless a request asks (extra_args): other requests sample as before
-            deploy_defaults={"engine_args": {"logits_processors": [TIMESTAMP_RULES]}},
-        )
-    ],
+    stages=[recognizer_stage(0)],
     shape_request=to_encoder_decoder,  # (token ids out too: verbose_json lists each segment's tokens)
-    info={"transcription": TRANSCRIPTION},
+    info=PipelineInfo(transcription=TRANSCRIPTION),
     folder_info=folder_info,
 )
 PIPELINES = [WHISPER]

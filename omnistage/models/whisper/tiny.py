@@ -17,8 +17,8 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
-from omnistage.models.whisper.prompt import LANGUAGES, SAMPLE_RATE
-from omnistage.models.whisper.prompt import WINDOW_S as CHUNK_S
+from omnistage.models.shared.whisper.prompt import LANGUAGES, SAMPLE_RATE
+from omnistage.models.shared.whisper.prompt import WINDOW_S as CHUNK_S
 
 MEL_BINS = 80
 HOP = 160

@@ -7,6 +7,7 @@ per request or through the deploy config's ``default_sampling_params``.
 
 from pathlib import Path
 
+from omnistage.info import PipelineInfo
 from omnistage.models.z_image.adapter import ZImageAdapter
 from omnistage.models.z_image.tiny import build
 from omnistage.pipeline import Pipeline, StageSpec
@@ -31,6 +32,8 @@ PIPELINE = Pipeline(
     # cfg_normalization: cap the guided prediction's norm at this multiple of the cond one (0: off);
     # cfg_truncation: no CFG once (1000 - t) / 1000 exceeds it (1: never) — ZImagePipeline's knobs;
     extra_body_params={"cfg_normalization": float, "cfg_truncation": float},
+    # img2img edits each input image on its own (diffusers' image batch): /v1/images/edits reads n per image
+    info=PipelineInfo(image_batch=True),
     deploy_file=DEPLOY,
 )
 PIPELINES = [PIPELINE]

@@ -10,27 +10,11 @@ from pydantic import ValidationError
 
 from omnistage.server.errors import describe_validation
 from omnistage.server.protocol import ChatCompletionRequest, SpeechRequest
+from omnistage.server.realtime.extra_body import check_extra_body
 from omnistage.server.realtime.protocol import ProtocolError, ResponseParams
 
 if TYPE_CHECKING:
     from omnistage.server.realtime.session import ConversationItem, Session
-
-# body fields the session itself sets: not for extra_body
-OWNED = frozenset(
-    {
-        "messages",
-        "model",
-        "stream",
-        "stream_options",
-        "modalities",
-        "audio",
-        "n",
-        "input",
-        "voice",
-        "response_format",
-        "stream_format",
-    }
-)
 
 
 def speech_body(session: Session, params: ResponseParams | None, event_id: str | None) -> SpeechRequest:
@@ -131,28 +115,3 @@ def _speech_text(items: list[ConversationItem]) -> str | None:
             text = " ".join(p["text"] for p in item.parts if p["type"] == "text").strip()
             return text or None
     return None
-
-
-def check_extra_body(
-    extra: dict[str, Any], param: str, event_id: str | None, body: type[ChatCompletionRequest] | type[SpeechRequest]
-) -> dict[str, Any]:
-    """Fields of the HTTP body a response runs as, typed as that route types them (errors name
-    ``param``.<field>)."""
-    owned = sorted(OWNED & extra.keys())
-    if owned:
-        raise ProtocolError(
-            f"{param}.{owned[0]}: set by the session, not by extra_body",
-            f"{param}.{owned[0]}",
-            "invalid_value",
-            event_id,
-        )
-    required = {"messages": [{"role": "user", "content": "x"}]} if body is ChatCompletionRequest else {"input": "x"}
-    try:
-        body.model_validate({**extra, **required})
-    except ValidationError as e:
-        message, field_name = describe_validation(list(e.errors()))
-        where = f"{param}.{field_name}" if field_name else param
-        raise ProtocolError(
-            f"{param}.{message}" if field_name else f"{param}: {message}", where, "invalid_value", event_id
-        ) from None
-    return dict(extra)

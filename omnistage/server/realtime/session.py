@@ -14,7 +14,7 @@ from omnistage.server.decode_limits import base64_size
 from omnistage.server.media_fetch import MediaLimits
 from omnistage.server.protocol import ChatCompletionRequest, SpeechRequest
 from omnistage.server.realtime.audio import pcm16_to_wav
-from omnistage.server.realtime.bodies import check_extra_body
+from omnistage.server.realtime.extra_body import check_extra_body
 from omnistage.server.realtime.protocol import (
     Item,
     ProtocolError,

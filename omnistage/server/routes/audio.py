@@ -2,8 +2,8 @@
 GET /v1/audio/voices, POST /v1/audio/voices (register a cloned voice), DELETE /v1/audio/voices/{name}.
 
 Generic over pipelines: any pipeline whose outputs include audio serves speech; preset voices come from
-the pipeline's ``info["voices"]``, cloned ones from the voice registry (voices.py). Voice cloning
-(``ref_audio`` + ``ref_text``, or a registered voice) needs ``info["supports_voice_cloning"]``; the
+the pipeline's ``info.speech.voices``, cloned ones from the voice registry (voices.py). Voice cloning
+(``ref_audio`` + ``ref_text``, or a registered voice) needs ``info.speech.supports_voice_cloning``; the
 clip is fetched and decoded here and reaches the pipeline as ``additional_information.ref_audio``
 (``(samples, sample_rate)``) with ``ref_text``; the pipeline's stage validates the rest.
 """
@@ -61,15 +61,15 @@ logger = logging.getLogger("omnistage.server")
 
 
 def _presets(state: ServerState) -> list[str]:
-    return list(state.engine.pipeline.info.get("voices") or [])
+    return list(state.engine.pipeline.info.speaks.voices)
 
 
 def _max_ref_s(state: ServerState) -> float:
-    return float(state.engine.pipeline.info.get("max_ref_audio_s") or DEFAULT_MAX_REF_AUDIO_S)
+    return float(state.engine.pipeline.info.speaks.max_ref_audio_s or DEFAULT_MAX_REF_AUDIO_S)
 
 
 def _require_cloning(state: ServerState, field: str) -> None:
-    if not state.engine.pipeline.info.get("supports_voice_cloning"):
+    if not state.engine.pipeline.info.speaks.supports_voice_cloning:
         raise bad_request(
             f"{field}: model {state.model_name!r} cannot clone voices; use one of the voices listed "
             "by /v1/audio/voices",
@@ -155,7 +155,7 @@ async def _speaker(state: ServerState, body: SpeechRequest) -> dict[str, Any]:
     if body.voice is None:
         return {"ref_text": body.ref_text} if body.ref_text is not None else {}
     presets = _presets(state)
-    if state.engine.pipeline.info.get("voices_case_insensitive"):  # e.g. Qwen3-TTS's speakers, as its package
+    if state.engine.pipeline.info.speaks.voices_case_insensitive:  # e.g. Qwen3-TTS's speakers, as its package
         preset = next((p for p in presets if p.lower() == body.voice.lower()), None)
     else:
         preset = body.voice if body.voice in presets else None
@@ -190,8 +190,7 @@ async def build_speech_request(state: ServerState, body: SpeechRequest, rid: str
     """A speech body as the engine's request, every check before model work (also /v1/realtime's path)."""
     lora = state.check_model(body.model)
     state.require(OutputModality.AUDIO, "audio")
-    info = state.engine.pipeline.info
-    if body.speed != 1.0 and not info.get("supports_speed"):
+    if body.speed != 1.0 and not state.engine.pipeline.info.speaks.supports_speed:
         raise bad_request(f"speed: model {state.model_name!r} does not support changing the speed", "speed")
     if body.stream and body.stream_format == "audio" and body.return_stage_metrics:
         raise bad_request(
@@ -226,7 +225,7 @@ async def build_speech_request(state: ServerState, body: SpeechRequest, rid: str
     },
 )  # ref_audio over the upload limit / of another type
 async def speech(body: SpeechRequest, request: Request, state: ServerState = Depends(get_state)) -> Response:
-    info = state.engine.pipeline.info
+    rate = state.engine.pipeline.info.speaks.sample_rate
     req = await build_speech_request(state, body, request_id(request.scope))
     if body.stream:
         slot = state.admission.acquire()
@@ -237,12 +236,12 @@ async def speech(body: SpeechRequest, request: Request, state: ServerState = Dep
             raise
         sse_mode = body.stream_format == "sse"
         headers = {"Cache-Control": "no-cache"}
-        if info.get("sample_rate"):
-            headers["X-Sample-Rate"] = str(info["sample_rate"])
+        if rate:
+            headers["X-Sample-Rate"] = str(rate)
         if sse_mode:
             chunks = with_error_event(_sse_events(state, outs, body.return_stage_metrics), from_engine_error)
         else:
-            chunks = end_on_error(_encoded(state, outs, body.response_format, info.get("sample_rate")), logger)
+            chunks = end_on_error(_encoded(state, outs, body.response_format, rate), logger)
         return AbortOnDisconnect(
             chunks,
             on_close=slot.release,

@@ -13,18 +13,15 @@ from fastapi import APIRouter, Depends, Request, Response
 from pydantic import ValidationError
 
 from omnistage.engine.request import OmniRequest
+from omnistage.media_intake import model_audio_rate
 from omnistage.modality import OutputModality
 from omnistage.outputs import OmniRequestOutput
 from omnistage.params import validation_error
 from omnistage.server.deps import get_state
 from omnistage.server.errors import bad_request, error_responses, from_engine_error
 from omnistage.server.media import (
-    as_data_url,
     audio_from_bytes,
     b64,
-    check_audio,
-    check_image,
-    check_video,
     data_url,
     decode_base64,
     encode_audio,
@@ -34,6 +31,7 @@ from omnistage.server.media import (
     load_audio,
     load_image,
     load_video,
+    model_form_part,
     pcm16,
 )
 from omnistage.server.middleware import request_id
@@ -58,9 +56,10 @@ router = APIRouter(prefix="/v1")
 async def chat_completions(
     body: ChatCompletionRequest, request: Request, response: Response, state: ServerState = Depends(get_state)
 ) -> Any:
-    req = await build_request(state, body, request_id(request.scope))
-    # words a closed-vocabulary model (the demo) cannot draw: a header on either answer, a field on the JSON one
-    warnings = prompt_warnings(state.engine.pipeline.info, state.model_name, req.prompt.get("prompt"))
+    req = await build_request(state, body, request_id(request.scope), transcript=True)
+    # what the request asked that is ignored (a stage's unused sampling params), and words a closed-vocabulary
+    # model (the demo) cannot draw: a header on either answer, a field on the JSON one
+    warnings = [*req.warnings, *prompt_warnings(state.engine.pipeline.info, state.model_name, req.prompt.get("prompt"))]
     if body.stream:
         slot = state.admission.acquire()  # before the response starts, so saturation is a real 503
         try:
@@ -69,22 +68,29 @@ async def chat_completions(
             slot.release()
             raise
         events = _stream(state, body, req, outs)
-        return AbortOnDisconnect(
+        streamed = AbortOnDisconnect(
             with_error_event(events, from_engine_error),
             on_close=slot.release,
             media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **dict(warning_headers(warnings))},
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
+        for name, value in warning_headers(warnings):  # one header per warning (a dict would keep the last)
+            streamed.headers.append(name, value)
+        return streamed
     result = await state.run(request, req)
     out = await asyncio.to_thread(_completion, state, body, req.request_id, result)
     if warnings:
         out["warnings"] = warnings
-        response.headers.update(dict(warning_headers(warnings)))
+        for name, value in warning_headers(warnings):
+            response.headers.append(name, value)
     return out
 
 
-async def build_request(state: ServerState, body: ChatCompletionRequest, rid: str) -> OmniRequest:
-    """A chat body as the engine's request, every check before model work (also /v1/realtime's path)."""
+async def build_request(
+    state: ServerState, body: ChatCompletionRequest, rid: str, transcript: bool = False
+) -> OmniRequest:
+    """A chat body as the engine's request, every check before model work (also /v1/realtime's path).
+    ``transcript``: speech asked without text still runs for the text too (the answer's ``audio.transcript``)."""
     lora = state.check_model(body.model)
     if body.logprobs:
         raise bad_request("logprobs: not supported", "logprobs")
@@ -102,7 +108,20 @@ async def build_request(state: ServerState, body: ChatCompletionRequest, rid: st
         _choose_voice(state, body, knobs, prompt)
     else:  # a speech family (Qwen3-TTS, VibeVoice, ...): the speech route's voice / clone / language fields
         await _speech_fields(state, body, knobs, prompt)
+    if transcript and _text_hidden(state, body):
+        modalities = [*(modalities or []), "text"]
     return state.make_request(prompt, rid, body.sampling_params_list, modalities, knobs, lora)
+
+
+def _text_hidden(state: ServerState, body: ChatCompletionRequest) -> bool:
+    """Speech asked without text of a model that speaks its text reply: the text is the speech's transcript
+    (OpenAI's ``audio.transcript``), not the message content."""
+    if not body.modalities or OutputModality.TEXT not in state.engine.output_modalities:
+        return False
+    asked = OutputModality(0)
+    for m in body.modalities:
+        asked |= OutputModality.parse(m)
+    return OutputModality.AUDIO in asked and OutputModality.TEXT not in asked
 
 
 def audio_delta(out: OmniRequestOutput) -> np.ndarray | None:
@@ -121,7 +140,7 @@ def _choose_voice(state: ServerState, body: ChatCompletionRequest, knobs: Any, p
     if voice is None:
         return
     field = "audio.voice" if chosen else "speaker"
-    names = list(state.engine.pipeline.info.get("voices") or [])
+    names = list(state.engine.pipeline.info.speaks.voices)
     if not isinstance(voice, str) or voice.lower() not in {n.lower() for n in names}:
         raise bad_request(f"{field}: {voice!r} is not one of this model's voices ({', '.join(names) or 'none'})", field)
     prompt.setdefault("additional_information", {})["voice"] = voice
@@ -176,10 +195,10 @@ def _modalities(state: ServerState, asked: list[str] | None) -> list[str] | None
 
 
 async def build_prompt(state: ServerState, body: ChatCompletionRequest) -> dict[str, Any]:
-    """Messages for llm source stages (vLLM's renderer templates them and loads their media);
+    """Messages for autoregressive source stages (vLLM's renderer templates them and loads their media);
     the last user text and decoded media otherwise."""
     sources = [s for s in state.engine.pipeline.stages if not s.inputs]
-    if any(s.kind == "llm" for s in sources):
+    if any(s.kind in ("llm", "ar") for s in sources):  # an AR speech family's hook reads the messages
         return await _chat_prompt(state, body)
     return await _decoded_prompt(state, body)
 
@@ -219,20 +238,20 @@ async def _chat_prompt(state: ServerState, body: ChatCompletionRequest) -> dict[
 
 
 async def _media_part(state: ServerState, part: Any, where: str, out: dict[str, Any]) -> None:
-    """Fills ``out`` with the part's checked bytes as vLLM's part of the same type."""
+    """Fills ``out`` with the part's media, decoded within the limits, as vLLM's part of the same type in the
+    model's form (audio at the model's rate, RGB images: media.model_form_part)."""
     limits = state.media
+    rate = model_audio_rate(state.engine.model)
     if part.type == "input_audio":
         field = f"{where}.input_audio"
         data = decode_base64(part.input_audio.data, f"{field}.data", limits)
-        await asyncio.to_thread(check_audio, data, field, limits)
-        out["input_audio"] = {"data": b64(data), "format": part.input_audio.format}
+        out.update(await asyncio.to_thread(model_form_part, "input_audio", data, field, limits, rate))
         return
-    field = f"{where}.{part.type}"
+    field = f"{where}.{part.payload}"  # as the caller named it (``image`` in the short form)
     url = part.url()
     got = await fetch_media(url, field, limits)
-    check = {"image_url": check_image, "audio_url": check_audio}.get(part.type, check_video)
-    await asyncio.to_thread(check, got.data, field, limits, got.mime)  # the declared type too: a 415 if not its kind
-    out[part.type] = {"url": as_data_url(url, got.data)}
+    # the declared type too: a 415 if not its kind
+    out.update(await asyncio.to_thread(model_form_part, part.type, got.data, field, limits, rate, got.mime, url))
 
 
 async def _decoded_prompt(state: ServerState, body: ChatCompletionRequest) -> dict[str, Any]:
@@ -251,14 +270,14 @@ async def _decoded_prompt(state: ServerState, body: ChatCompletionRequest) -> di
                 if part.type in ("text", "input_text"):
                     texts.append(part.text)
                 elif part.type == "image_url":
-                    mm["image"].append(await load_image(part.url(), f"{where}.image_url", limits))
+                    mm["image"].append(await load_image(part.url(), f"{where}.{part.payload}", limits))
                 elif part.type == "audio_url":
-                    mm["audio"].append(await load_audio(part.url(), f"{where}.audio_url", limits))
+                    mm["audio"].append(await load_audio(part.url(), f"{where}.{part.payload}", limits))
                 elif part.type == "input_audio":
                     data = decode_base64(part.input_audio.data, f"{where}.input_audio.data", limits)
                     mm["audio"].append(await asyncio.to_thread(audio_from_bytes, data, f"{where}.input_audio", limits))
                 elif part.type == "video_url":
-                    mm["video"].append(await load_video(part.url(), f"{where}.video_url", limits))
+                    mm["video"].append(await load_video(part.url(), f"{where}.{part.payload}", limits))
         if msg.role == "user" and texts:
             user_text = "\n".join(texts)
     if user_text is None:
@@ -308,6 +327,8 @@ def _completion(state: ServerState, body: ChatCompletionRequest, rid: str, resul
         message["content"] = ([{"type": "text", "text": result.text}] if result.text else []) + parts
     else:
         message["content"] = result.text if result.text is not None else ("" if result.audio is None else None)
+    if _text_hidden(state, body):  # the text is the speech's transcript only
+        message["content"] = None
     if result.audio is not None:
         message["audio"] = {
             "id": f"audio-{rid}",
@@ -341,6 +362,7 @@ async def _stream(
     first = True
     result = Result()
     text_stages = state.text_stages()
+    hidden = _text_hidden(state, body)
     continuous = (
         body.stream_options is not None
         and body.stream_options.include_usage
@@ -365,7 +387,9 @@ async def _stream(
     async for out in outs:
         pieces: list[str] = []
         text = out.delta.get("text")
-        if isinstance(text, str) and text:
+        if isinstance(text, str) and text and hidden:  # speech without text: the transcript, as OpenAI streams it
+            pieces.append(chunk({"audio": {"id": f"audio-{rid}", "transcript": text}}, "audio"))
+        elif isinstance(text, str) and text:
             usage = {}
             if continuous and out.num_tokens is not None:  # the server's count, so clients need not count chunks
                 prompt_tokens = out.num_prompt_tokens or 0

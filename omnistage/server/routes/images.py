@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
+from omnistage.errors import InvalidRequestError
 from omnistage.modality import OutputModality
 from omnistage.server.deps import get_state
 from omnistage.server.errors import (
@@ -18,6 +19,7 @@ from omnistage.server.errors import (
     bad_request,
     describe_validation,
     error_responses,
+    from_engine_error,
 )
 from omnistage.server.media import (
     b64,
@@ -28,6 +30,7 @@ from omnistage.server.media import (
 )
 from omnistage.server.middleware import request_id
 from omnistage.server.openapi import request_body
+from omnistage.server.param_names import as_sent
 from omnistage.server.prompt_warnings import prompt_warnings, warning_headers
 from omnistage.server.protocol import ImageRequest
 from omnistage.server.state import ServerState
@@ -71,7 +74,7 @@ async def edits(request: Request, response: Response, state: ServerState = Depen
         raise bad_request(
             "image: at least one input image is required (upload 'image' files or send 'image_url')", "image"
         )
-    return await generate_images(state, request, body, images, response)
+    return await generate_images(state, request, body, images, response, "image_url" if urls else "image")
 
 
 def _validate(raw: Any) -> ImageRequest:
@@ -108,7 +111,12 @@ async def _from_multipart(request: Request, state: ServerState) -> tuple[ImageRe
 
 
 async def generate_images(
-    state: ServerState, request: Request, body: ImageRequest, images: list[Any], response: Response
+    state: ServerState,
+    request: Request,
+    body: ImageRequest,
+    images: list[Any],
+    response: Response,
+    image_field: str = "image",
 ) -> dict:
     lora = state.check_model(body.model)
     state.require(OutputModality.IMAGE, "images")
@@ -118,13 +126,18 @@ async def generate_images(
         raise bad_request("stream: streaming image generation is not supported", "stream")
     knobs = body.knobs(body.extra_body)
     state.check_n(knobs.n)
+    if len(images) > 1 and state.engine.pipeline.info.image_batch:
+        knobs = _per_image(knobs, len(images))
     prompt: dict[str, Any] = {"prompt": body.prompt}
     if knobs.negative_prompt:
         prompt["negative_prompt"] = knobs.negative_prompt
     if images:
         prompt["multi_modal_data"] = {"image": images}
-    req = state.make_request(prompt, request_id(request.scope), output_modalities=["image"], knobs=knobs, lora=lora)
-    result = await state.run(request, req)
+    try:
+        req = state.make_request(prompt, request_id(request.scope), output_modalities=["image"], knobs=knobs, lora=lora)
+        result = await state.run(request, req)
+    except (APIError, InvalidRequestError) as e:  # named as the caller sent it (size, image, image_url)
+        raise as_sent(from_engine_error(e), body.model_fields_set | set(body.extra_body or {}), image_field) from None
     quality = body.output_compression
     encoded = await asyncio.to_thread(lambda: [encode_image(im, body.output_format, quality) for im in result.images])
     out: dict[str, Any] = {
@@ -136,9 +149,23 @@ async def generate_images(
         out["size"] = "{}x{}".format(*result.images[0].size)
     if body.return_stage_metrics:
         out["stage_metrics"] = {str(k): v for k, v in result.metrics.items()}
-    warnings = prompt_warnings(state.engine.pipeline.info, state.model_name, body.prompt)
+    warnings = req.warnings + prompt_warnings(state.engine.pipeline.info, state.model_name, body.prompt)
     if warnings:  # words the model cannot draw (docs/server.md): said, not silently ignored
         out["warnings"] = warnings
         for name, value in warning_headers(warnings):
             response.headers.append(name, value)
     return out
+
+
+def _per_image(knobs: Any, images: int) -> Any:
+    """A family that edits each input image on its own (diffusers' image batch: outputs = images x per
+    prompt): ``n`` counts the images returned, as OpenAI's does, so it must be a multiple of the inputs."""
+    if knobs.n is None:
+        return knobs  # one edit of each input image
+    if knobs.n % images:
+        raise bad_request(
+            f"n: this model edits each input image on its own, so n={knobs.n} images cannot come from {images} "
+            f"inputs; send n as a multiple of {images} (n per input: n / {images}) or one image per request",
+            "n",
+        )
+    return knobs.model_copy(update={"n": knobs.n // images, "num_outputs_per_prompt": None})

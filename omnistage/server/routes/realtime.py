@@ -55,15 +55,16 @@ def _authorized(ws: WebSocket, key: str | None) -> bool:
 
 def model_info(state: ServerState) -> ModelInfo:
     info = state.engine.pipeline.info
+    speech = info.speaks
     speaks = OutputModality.AUDIO in state.engine.output_modalities
     return ModelInfo(
         name=state.model_name,
         speaks=speaks,
         input_rate=model_input_rate(state.engine.model),
-        output_rate=info.get("sample_rate") if speaks else None,
-        voices=tuple(info.get("voices") or ()),
-        supports_speed=bool(info.get("supports_speed")),
-        chat=bool(info.get("chat", True)),
+        output_rate=speech.sample_rate if speaks else None,
+        voices=speech.voices,
+        supports_speed=speech.supports_speed,
+        chat=info.chat,
         writes_text=OutputModality.TEXT in state.engine.output_modalities,
     )
 
@@ -126,7 +127,7 @@ def _refusal(state: ServerState, ws: WebSocket, model: str | None) -> tuple[Prot
         return ProtocolError(
             f"model {state.model_name!r} produces {produced}, neither text nor audio", "model", "unsupported_model"
         ), UNSUPPORTED
-    if not state.engine.pipeline.info.get("chat", True) and OutputModality.AUDIO not in produced:
+    if not state.engine.pipeline.info.chat and OutputModality.AUDIO not in produced:
         return ProtocolError(
             f"model {state.model_name!r} neither takes chat turns nor speaks", "model", "unsupported_model"
         ), UNSUPPORTED

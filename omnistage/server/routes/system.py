@@ -92,9 +92,9 @@ _JSON_SCALARS = (bool, int, float, str)
 
 def _routes(state: ServerState) -> list[str]:
     """The routes that serve this model. Chat is generic (text in, any output) unless the pipeline
-    declares ``info["chat"] = False`` (e.g. a speech LM that speaks a plain prompt, not messages)."""
+    declares ``PipelineInfo(chat=False)`` (e.g. a speech LM that speaks a plain prompt, not messages)."""
     produced = state.engine.output_modalities
-    chat = state.engine.pipeline.info.get("chat", True)
+    chat = state.engine.pipeline.info.chat
     return [name for name, needs in ROUTES if (chat if needs is None else needs in produced)]
 
 
@@ -105,7 +105,7 @@ def _defaults(state: ServerState) -> dict[str, Any]:
     per_stage = engine.default_sampling_params_list
     out: dict[str, Any] = {}
     sources = [(sid, RequestKnobs.DIFFUSION) for sid in denoising_stages(engine.pipeline)]
-    sources += [(s.stage_id, RequestKnobs.LLM) for s in engine.pipeline.stages if s.kind == "llm"]
+    sources += [(s.stage_id, RequestKnobs.LLM) for s in engine.pipeline.stages if s.knobs == "llm"]
     for sid, keys in sources:  # the first stage that sets a knob gives its value
         for key in keys:
             value = per_stage[sid].get(key)
@@ -121,13 +121,14 @@ def _stage_output(state: ServerState, stage: Any) -> str:
     return (deploy.engine_output_type if deploy else None) or stage.output
 
 
-def _model_card(state: ServerState) -> dict:
+def _model_card(state: ServerState, name: str | None = None) -> dict:
     """What a client (the playground) needs to offer the right forms: outputs, stages, routes, defaults,
-    for image models the sizes they draw, for speech models the voices."""
+    for image models the sizes they draw, for speech models the voices. ``name``: which served name (default the
+    first)."""
     engine = state.engine
     info = engine.pipeline.info
     card = {
-        "id": state.model_name,
+        "id": name or state.model_name,
         "object": "model",
         "created": state.started_at,
         "owned_by": "omnistage",
@@ -154,15 +155,17 @@ def _model_card(state: ServerState) -> dict:
         if sizes:
             card["image_sizes"] = sizes
     # a model that draws only what its training captions named (the demo): its words, and prompts that work
-    for key in ("vocabulary", "example_prompts"):
-        if info.get(key):
-            card[key] = info[key]
+    if info.vocabulary:
+        card["vocabulary"] = {kind: list(words) for kind, words in info.vocabulary.items()}
+    if info.example_prompts:
+        card["example_prompts"] = list(info.example_prompts)
     if OutputModality.AUDIO in engine.output_modalities:
-        card["voices"] = list(info.get("voices") or [])
-        if info.get("default_voice"):
-            card["default_voice"] = info["default_voice"]
-        if info.get("sample_rate"):
-            card["sample_rate"] = info["sample_rate"]
+        speech = info.speaks
+        card["voices"] = list(speech.voices)
+        if speech.default_voice:
+            card["default_voice"] = speech.default_voice
+        if speech.sample_rate:
+            card["sample_rate"] = speech.sample_rate
     return card
 
 
@@ -188,7 +191,8 @@ def _lora_card(state: ServerState, module: Any) -> dict:
 
 @v1.get("/models")
 async def list_models(state: ServerState = Depends(get_state)) -> dict:
-    return {"object": "list", "data": [_model_card(state)] + [_lora_card(state, m) for m in state.loras.modules()]}
+    cards = [_model_card(state, name) for name in state.model_names]  # each served name, as vLLM lists them
+    return {"object": "list", "data": cards + [_lora_card(state, m) for m in state.loras.modules()]}
 
 
 @v1.get("/models/{model_id:path}")
@@ -196,11 +200,11 @@ async def retrieve_model(model_id: str, state: ServerState = Depends(get_state))
     module = state.loras.get(model_id)
     if module is not None:
         return _lora_card(state, module)
-    if model_id != state.model_name:
+    if model_id not in state.model_names:
         raise APIError(
             404,
-            f"model {model_id!r} does not exist; this server serves {state.model_name!r}",
+            f"model {model_id!r} does not exist; this server serves {', '.join(map(repr, state.model_names))}",
             param="model",
             code="model_not_found",
         )
-    return _model_card(state)
+    return _model_card(state, model_id)

@@ -11,12 +11,12 @@ the prompt where it has ``unforced_language`` (Voxtral, as ``vllm serve`` prompt
 ``transcript.text.done`` events, for json and text), and the llm knobs (``max_tokens``, ``seed``, ``top_p``, ...)
 as further fields (the client's ``extra_body``).
 
-Generic over pipelines: any pipeline whose ``info["transcription"]`` says how to feed it (``sample_rate``,
-``window_s``, ``languages``, ``tasks``) serves these routes. The audio is decoded and resampled here, cut
+Generic over pipelines: any pipeline whose ``info.transcription`` (omnistage.info.RecognizerInfo) says how to
+feed it (``sample_rate``, ``window_s``, ``languages``, ``tasks``) serves these routes. The audio is decoded and resampled here, cut
 into the model's windows (Whisper: 30 s, cut in the quietest 0.1 s of each window's last second, as
 ``vllm serve`` cuts), and each window becomes one engine request of the recogniser
 shape (``prompt`` + ``multi_modal_data.audio`` + ``additional_information.language/task``, see
-omnistage/models/whisper/prompt.py); the windows run concurrently (the llm stage batches them) and their
+omnistage/models/shared/whisper/prompt.py); the windows run concurrently (the llm stage batches them) and their
 texts are joined in order, each window one segment from its offset. Where the info has ``timestamps``
 (Whisper), verbose_json / srt / vtt ask each window for timestamp tokens instead (``additional_information.
 timestamps``: the family's prompt and timestamp rules; ``logprobs``: 1) and give the segments they mark
@@ -102,7 +102,8 @@ def _text_field(form: Any, name: str) -> str | None:
 
 def parse_form(form: Any, state: ServerState, task: str) -> TranscriptionForm:
     """Every field checked, each problem a 400 naming it (the file itself is read afterwards)."""
-    info: Mapping[str, Any] = state.engine.pipeline.info["transcription"]
+    info = state.engine.pipeline.info.transcription
+    assert info is not None  # _read_form refused a pipeline that does not recognise speech
     for name in form.keys():
         if name not in _ROUTE_FIELDS and name not in _KNOB_FIELDS:
             raise bad_request(f"{name}: unknown field for /v1/audio/{task}s", name)
@@ -114,19 +115,19 @@ def parse_form(form: Any, state: ServerState, task: str) -> TranscriptionForm:
     if fmt not in FORMATS:
         raise bad_request(f"response_format: {fmt!r} is not one of {', '.join(FORMATS)}", "response_format")
     language = _text_field(form, "language")
-    known = list(info.get("languages") or [])
-    detect = not language and bool(info.get("language_token_ids"))
-    prefix = info.get("language_prefix") if not language else None
-    unforced = not language and bool(info.get("unforced_language"))
+    known = list(info.languages)
+    detect = not language and bool(info.language_token_ids)
+    prefix = info.language_prefix if not language else None
+    unforced = not language and info.unforced_language
     if not language:
-        language = info.get("default_language") or (known[0] if known else "en")
+        language = info.default_language or (known[0] if known else "en")
     elif language.lower() not in known:
         raise bad_request(
             f"language: {language!r} is not a language this model knows (ISO 639-1 codes such as "
             f"{', '.join(known[:5])})",
             "language",
         )
-    if task not in (info.get("tasks") or ("transcribe",)):
+    if task not in info.tasks:
         raise bad_request(f"model: {state.model_name!r} does not {task}", "model")
     stream_text = (_text_field(form, "stream") or "false").lower()
     if stream_text not in ("true", "false"):
@@ -173,7 +174,7 @@ def parse_form(form: Any, state: ServerState, task: str) -> TranscriptionForm:
         detect_language=detect,
         language_prefix=prefix,
         unforced_language=unforced,
-        timestamps=info.get("timestamps") if fmt in TIMESTAMPED else None,
+        timestamps=info.timestamps if fmt in TIMESTAMPED else None,
     )
 
 
@@ -187,7 +188,7 @@ def window_prompt(piece: np.ndarray, rate: int, form: TranscriptionForm) -> dict
 
 
 async def _read_form(request: Request, task: str, state: ServerState) -> TranscriptionForm:
-    if not state.engine.pipeline.info.get("transcription"):
+    if state.engine.pipeline.info.transcription is None:
         raise bad_request(
             f"model: {state.model_name!r} (pipeline {state.engine.pipeline.name!r}) does not recognise speech", "model"
         )
@@ -204,7 +205,7 @@ Window = tuple[float, float, OmniRequest]  # (start s, end s, the window's engin
 async def _detect_language(
     state: ServerState, request: Request, piece: np.ndarray, rate: int, form: TranscriptionForm, rid: str
 ) -> str:
-    ids: Mapping[str, int] = state.engine.pipeline.info["transcription"]["language_token_ids"]
+    ids = state.engine.pipeline.info.transcription.language_token_ids
     prompt, params = language_probe(piece, rate, ids)
     req = state.make_request(
         prompt, f"{rid}-language", [params], output_modalities=["text", "token_ids"], lora=form.lora
@@ -224,15 +225,15 @@ async def _requests(
 ) -> tuple[list[Window], float]:
     """The engine requests of an upload, one per window, each checked; and the audio's duration. A form
     without a language gets the detected one first (``form.language``)."""
-    info = state.engine.pipeline.info["transcription"]
-    rate = int(info.get("sample_rate") or 16000)
+    info = state.engine.pipeline.info.transcription
+    rate = info.sample_rate
     data = await form.upload.read(state.media.max_bytes + 1)
     if len(data) > state.media.max_bytes:
         raise APIError(413, f"file: larger than {state.media.max_bytes} bytes", param="file", code="file_too_large")
-    max_s = float(info.get("max_audio_s") or DEFAULT_MAX_AUDIO_S)
+    max_s = float(info.max_audio_s or DEFAULT_MAX_AUDIO_S)
     samples = await asyncio.to_thread(decode_audio, data, "file", rate, max_s, state.media, form.upload.content_type)
     out = []
-    pieces = windows(samples, rate, float(info.get("window_s") or 30))
+    pieces = windows(samples, rate, float(info.window_s))
     if form.detect_language:
         form.language = await _detect_language(state, request, pieces[0][1], rate, form, rid)
     # timestamps: the sampled tokens' log-probabilities too (each segment's avg_logprob)

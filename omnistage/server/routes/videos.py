@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
 from omnistage.engine.request import OmniRequest
+from omnistage.errors import InvalidRequestError
 from omnistage.modality import OutputModality
 from omnistage.params import denoising_stages
 from omnistage.server.deps import get_state
@@ -38,6 +39,8 @@ from omnistage.server.errors import (
 from omnistage.server.media import encode_mp4, image_from_bytes, load_image, too_large
 from omnistage.server.middleware import request_id
 from omnistage.server.openapi import request_body, success
+from omnistage.server.param_names import as_sent
+from omnistage.server.prompt_warnings import warning_headers
 from omnistage.server.protocol import VideoJob, VideoRequest
 from omnistage.server.state import ServerState, Slot
 
@@ -53,7 +56,7 @@ async def _parse(request: Request, state: ServerState) -> tuple[VideoRequest, An
     """(validated fields, reference image or None) from JSON or multipart."""
     ctype = request.headers.get("content-type", "")
     upload = None
-    if ctype.startswith("multipart/form-data"):
+    if ctype.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):  # (a form without files)
         form = await request.form(max_files=2, max_fields=100)
         fields: dict[str, Any] = {}
         for key, value in form.multi_items():
@@ -80,7 +83,9 @@ async def _parse(request: Request, state: ServerState) -> tuple[VideoRequest, An
             )
     else:
         raise APIError(
-            415, "Content-Type must be multipart/form-data or application/json", code="unsupported_media_type"
+            415,
+            "Content-Type must be multipart/form-data, application/x-www-form-urlencoded or application/json",
+            code="unsupported_media_type",
         )
     try:
         body = VideoRequest.model_validate(fields)
@@ -104,11 +109,9 @@ def _plan(state: ServerState, body: VideoRequest, image: Any, request_id: str) -
     lora = state.check_model(body.model)
     state.require(OutputModality.VIDEO, "video")
     knobs = body.knobs(body.extra_params, where="extra_params")
-    if body.seconds is not None and body.num_frames is None:
-        targets = denoising_stages(state.engine.pipeline)
-        default_fps = state.engine.default_sampling_params_list[targets[0]].get("fps") if targets else None
-        fps = body.fps or default_fps or 16
-        knobs = knobs.model_copy(update={"num_frames": max(1, round(body.seconds * fps))})
+    if body.seconds is not None and knobs.num_frames is None:
+        # the count is the server's: the family takes the nearest one it makes (a warning says which)
+        knobs = knobs.model_copy(update={"num_frames": _frames_asked(state, body, knobs), "nearest_frames": True})
     prompt: dict[str, Any] = {"prompt": body.prompt}
     if body.negative_prompt:
         prompt["negative_prompt"] = body.negative_prompt
@@ -119,6 +122,32 @@ def _plan(state: ServerState, body: VideoRequest, image: Any, request_id: str) -
     both = OutputModality.VIDEO | OutputModality.AUDIO
     wanted = ["video", "audio"] if any(t & both == both for t in state.engine.final_output_types()) else ["video"]
     return state.make_request(prompt, request_id, output_modalities=wanted, knobs=knobs, lora=lora)
+
+
+def _frames_asked(state: ServerState, body: VideoRequest, knobs: Any) -> int:
+    targets = denoising_stages(state.engine.pipeline)
+    default_fps = state.engine.default_sampling_params_list[targets[0]].get("fps") if targets else None
+    return max(1, round(body.seconds * (knobs.fps or default_fps or 16)))
+
+
+def _warnings(state: ServerState, body: VideoRequest, req: OmniRequest, video: Any) -> list[str]:
+    """The request's warnings, and the frame count when the family made another than seconds x fps."""
+    out = list(req.warnings)
+    targets = denoising_stages(state.engine.pipeline)
+    params = req.sampling_params[targets[0]] if targets else None
+    asked = getattr(params, "num_frames", None)
+    if getattr(params, "nearest_frames", False) and video is not None and asked and len(video) != asked:
+        out.append(
+            f"seconds={body.seconds:g} x fps={getattr(params, 'fps', None) or '?'} is {asked} frames, a count "
+            f"{state.engine.pipeline.name} does not make; it made the nearest, {len(video)}"
+        )
+    return out
+
+
+def _as_sent(err: APIError, body: VideoRequest, upload: bool) -> APIError:
+    """The error in the caller's words (param_names.py): ``seconds``, ``size``, the reference image's field."""
+    sent = body.model_fields_set | set(body.extra_params or {})
+    return as_sent(err, sent, "input_reference" if upload else "image_reference")
 
 
 def _job_or_404(state: ServerState, video_id: str) -> VideoJob:
@@ -168,8 +197,12 @@ async def restore_jobs(state: ServerState) -> None:
 )
 async def create_video(request: Request, state: ServerState = Depends(get_state)) -> dict:
     body, image = await _parse(request, state)
+    upload = image is not None and body.image_reference is None
     job_id = f"video_{uuid.uuid4().hex}"
-    req = _plan(state, body, image, job_id)
+    try:
+        req = _plan(state, body, image, job_id)
+    except (APIError, InvalidRequestError) as e:
+        raise _as_sent(from_engine_error(e), body, upload) from None
     slot = state.admission.acquire()
     job = VideoJob(
         id=job_id,
@@ -177,13 +210,14 @@ async def create_video(request: Request, state: ServerState = Depends(get_state)
         prompt=body.prompt,
         size=body.size,
         seconds=None if body.seconds is None else f"{body.seconds:g}",
+        warnings=req.warnings or None,
     )
     # the family's own checks (size, frames, ...) run where its stage takes the request: wait for that verdict,
     # so a request /sync would refuse is refused here too (its 400 or 503) and no job is made of it
     taken = asyncio.get_running_loop().create_future() if _checked_when_taken(state) else None
     if taken is None:
         await _register(state, job)
-    task = asyncio.create_task(_run_job(state, job, req, slot, body.return_stage_metrics, taken), name=job.id)
+    task = asyncio.create_task(_run_job(state, job, req, slot, body, taken), name=job.id)
     state.background.add(task)
     task.add_done_callback(state.background.discard)
     if taken is not None:
@@ -193,7 +227,7 @@ async def create_video(request: Request, state: ServerState = Depends(get_state)
             task.cancel()
             raise
         except Exception as e:  # noqa: BLE001 - the stage refused it (or is down): answered like /sync
-            raise from_engine_error(e) from None
+            raise _as_sent(from_engine_error(e), body, upload) from None
         await _register(state, job)
     if not task.done():  # (a job may end before its POST does; its record is already final then)
         state.video_tasks[job.id] = task
@@ -218,7 +252,7 @@ async def _register(state: ServerState, job: VideoJob) -> None:
 
 
 async def _run_job(
-    state: ServerState, job: VideoJob, req: OmniRequest, slot: Slot, with_metrics: bool, taken: asyncio.Future | None
+    state: ServerState, job: VideoJob, req: OmniRequest, slot: Slot, body: VideoRequest, taken: asyncio.Future | None
 ) -> None:
     """Run the job to its end; ``taken`` (when the POST waits for the stage's verdict) gets the first update,
     or the error that ended the request before any."""
@@ -245,7 +279,8 @@ async def _run_job(
         data = await asyncio.to_thread(encode_mp4, video, fps or 8, audio, sample_rate)
         await state.storage.save(f"{job.id}.mp4", data)
         state.metrics.videos.inc()
-        if with_metrics:
+        job.warnings = _warnings(state, body, req, video) or None
+        if body.return_stage_metrics:
             job.stage_metrics = {str(k): v for k, v in metrics.items()}
         job.status, job.progress = "completed", 100
         job.completed_at = int(time.time())
@@ -329,13 +364,21 @@ async def delete_video(video_id: str, state: ServerState = Depends(get_state)) -
 )
 async def create_video_sync(request: Request, state: ServerState = Depends(get_state)) -> Response:
     body, image = await _parse(request, state)
-    req = _plan(state, body, image, request_id(request.scope))
+    upload = image is not None and body.image_reference is None
     start = time.monotonic()
-    result = await state.run(request, req)
+    try:
+        req = _plan(state, body, image, request_id(request.scope))
+        result = await state.run(request, req)
+    except (APIError, InvalidRequestError) as e:
+        raise _as_sent(from_engine_error(e), body, upload) from None
     if result.video is None:
         raise APIError(500, "the pipeline finished without a video", code="no_output")
     data = await asyncio.to_thread(encode_mp4, result.video, result.fps or 8, result.audio, result.sample_rate)
     headers = {"X-Model": state.model_name, "X-Inference-Time-S": f"{time.monotonic() - start:.3f}"}
+    warnings = warning_headers(_warnings(state, body, req, result.video))
     if body.return_stage_metrics:  # the body is the MP4 itself: metrics travel as compact JSON in a header
         headers["X-Stage-Metrics"] = json.dumps({str(k): v for k, v in result.metrics.items()}, separators=(",", ":"))
-    return Response(data, media_type="video/mp4", headers=headers)
+    response = Response(data, media_type="video/mp4", headers=headers)
+    for name, value in warnings:
+        response.headers.append(name, value)
+    return response

@@ -3,7 +3,7 @@
 Why not vLLM for these models: each step's input is a frame of several codebooks drawn by
 a second, nested autoregressive model (a depth decoder / code predictor) run inside the
 step; vLLM's public API has no place for a nested model between steps
-(docs/architecture.md, "Qwen3-Omni").
+(docs/architecture.md, "The step-batched AR engine"; docs/families/qwen_omni.md).
 
 The rhythm (the diffusion engine's): requests join at step boundaries — every request
 that is ``prefill_ready`` while fewer than ``max_num_seqs`` are running, all of them in

@@ -109,6 +109,21 @@ class DiffusionJob:
         return self.sampler_state.num_steps if self.sampler_state is not None else self.params.num_inference_steps
 
 
+def frames_of_form(job: DiffusionJob, frames: int, step: int, why: str) -> int:
+    """``frames`` when it is ``step``k+1 (the counts a temporal VAE factor of ``step`` makes); with
+    ``nearest_frames`` the nearest such count (the higher on a tie), else an error naming both neighbours."""
+    from omnistage.errors import InvalidRequestError
+
+    if (frames - 1) % step == 0:
+        return frames
+    lower = (frames - 1) // step * step + 1
+    if job.params.nearest_frames:
+        return lower if frames - lower < lower + step - frames else lower + step
+    raise InvalidRequestError(
+        "num_frames", f"{frames} is not of the form {step}k+1 ({why}); try {lower} or {lower + step}"
+    )
+
+
 def check_first_frame(job: DiffusionJob) -> None:
     """An image-to-video request carries exactly one input image: the first frame."""
     from omnistage.errors import InvalidRequestError

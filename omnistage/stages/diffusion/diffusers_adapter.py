@@ -42,17 +42,20 @@ class DiffusersAdapter(DiffusionAdapter):
         self.sampler: SchedulerSampler = make_sampler(pipe.scheduler)
 
     @classmethod
-    def load(cls, folder: str, dtype: torch.dtype, device: torch.device) -> DiffusersAdapter:
+    def load(cls, folder: str, dtype: torch.dtype, device: torch.device, quantization: Any = None) -> DiffusersAdapter:
         """The family's entry point: a folder of another of the family's pipeline classes (``variants``)
-        gets that class's adapter."""
+        gets that class's adapter. ``quantization``: the stage's deploy ``quantization:`` (quantization.py)."""
         variant = cls.variants.get(ModelFolder(Path(folder)).diffusers_class)
         if variant is not None and variant is not cls:
-            return variant.load(folder, dtype, device)
+            return variant.load(folder, dtype, device, quantization)
         import diffusers
 
-        pipe = getattr(diffusers, cls.pipeline_class_name).from_pretrained(
-            folder, dtype=dtype, **cls.pipeline_kwargs(folder)
-        )
+        kwargs = cls.pipeline_kwargs(folder)
+        if quantization is not None:
+            from omnistage.stages.diffusion.quantization import load_arguments
+
+            kwargs.update(load_arguments(quantization, folder, dtype, "quantization"))
+        pipe = getattr(diffusers, cls.pipeline_class_name).from_pretrained(folder, dtype=dtype, **kwargs)
         pipe.to(device)
         pipe.set_progress_bar_config(disable=True)
         return cls(pipe, dtype, device)

@@ -73,7 +73,10 @@ def load_adapter(ctx: StageContext, device: torch.device) -> DiffusionAdapter:
     if ctx.model is None:
         raise ValueError(f"stage {ctx.spec.stage_id}: no model folder given")
     folder = Path(ctx.model) / (ctx.spec.model_subfolder or "")
-    return cls.load(str(folder), resolve_dtype(ctx.deploy.dtype, device), device)
+    dtype = resolve_dtype(ctx.deploy.dtype, device)
+    if ctx.deploy.quantization is not None:  # checked at start-up (quantization.check_stage)
+        return cls.load(str(folder), dtype, device, quantization=ctx.deploy.quantization)
+    return cls.load(str(folder), dtype, device)
 
 
 class DiffusionStageEngine:

@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from omnistage.pipeline import StageContext
 from omnistage.stages.base import (
@@ -35,20 +35,8 @@ from omnistage.stages.base import (
     StageStats,
     peak_memory_mb,
 )
+from omnistage.stages.generation.adapter import GenerationAdapter, GenerationItem
 from omnistage.stages.lane import run_on, stage_device
-
-
-@dataclass
-class GenerationItem:
-    request_id: str
-    inputs: dict[str, Any]
-    params: Any
-    state: dict[str, Any]
-    last: bool  # no more input will follow for this request
-
-
-class GenerationAdapter(Protocol):
-    def run(self, items: list[GenerationItem]) -> list[dict[str, Any]]: ...
 
 
 @dataclass

@@ -38,6 +38,8 @@ def engine_args_for(ctx: StageContext) -> dict[str, Any]:
         "dtype": d.dtype,
         "seed": d.seed,
         "limit_mm_per_prompt": d.limit_mm_per_prompt,
+        # vLLM's method name; a pre-quantized checkpoint's config.json says its own (the builder refuses a mapping)
+        "quantization": d.quantization if isinstance(d.quantization, str) else None,
     }
     args.update({k: v for k, v in optional.items() if v is not None})
     if d.lora_enabled:  # vLLM's own LoRA support; adapters come per request as LoRARequest

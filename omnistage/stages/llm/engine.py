@@ -37,6 +37,7 @@ from omnistage.stages.base import (
     StageStats,
     peak_memory_mb,
 )
+from omnistage.stages.lifetime import children_die_with_this_process, start_in_spawner
 from omnistage.stages.llm.args import engine_args_for, stage_output_type
 from omnistage.stages.llm.inputs import StagePrompt, check_media, decoder_token_ids, parse, render
 from omnistage.stages.llm.loras import LoraAdapters
@@ -47,6 +48,13 @@ from omnistage.stages.restart import RESTART_ATTEMPTS, restart_with_backoff
 logger = logging.getLogger(__name__)
 
 WATCH_INTERVAL_S = 0.5  # how often an idle engine is checked for a dead engine core
+
+
+def _shut_down_when_built(building: Any) -> None:
+    """Shut down an engine whose construction outlived the stage (runs on the spawner thread)."""
+    if not building.cancelled() and building.exception() is None:
+        building.result().shutdown()
+        engine_closed()
 
 
 @dataclass
@@ -111,15 +119,24 @@ class LLMStageEngine:
             raise InvalidRequestError(f"stages[{self.stage_id}].engine_args", f"{e}") from None
 
         def build() -> Any:
-            with engine_env(
-                self.ctx.devices, self.ctx.deploy.num_threads, self.ctx.deploy.tp_size, current_platform.is_cpu()
-            ) as env:
+            with (
+                engine_env(
+                    self.ctx.devices, self.ctx.deploy.num_threads, self.ctx.deploy.tp_size, current_platform.is_cpu()
+                ) as env,
+                children_die_with_this_process(),  # the engine core and its workers (through vllm_plugin.py)
+            ):
                 if env:
                     logger.info("stage %d: vLLM thread settings %s", self.stage_id, env)
                 return AsyncLLMEngine.from_engine_args(args)  # vLLM's public name for its AsyncLLM
 
-        # Construction blocks for seconds (engine-core process start-up): keep the loop free.
-        self.engine = await asyncio.to_thread(build)
+        # Construction blocks for seconds (engine-core process start-up): keep the loop free. It runs on a
+        # spawner thread, which outlives the engine core it starts (the kernel ties the child to that thread).
+        building = start_in_spawner(build)
+        try:
+            self.engine = await asyncio.wrap_future(building)
+        except asyncio.CancelledError:  # shutdown while a (re)build runs: the engine it builds must not outlive us
+            building.add_done_callback(_shut_down_when_built)
+            raise
         self.tokenizer = self.engine.get_tokenizer()
         self.max_model_len = self.engine.model_config.max_model_len
         self.vocab_size = self.engine.model_config.get_vocab_size()
@@ -144,6 +161,13 @@ class LLMStageEngine:
         """Shut down the stage's vLLM engine."""
         engine, self.engine = self.engine, None
         if engine is not None:
+            # AsyncLLM.shutdown stops the engine core before it cancels its output handler, which can read the
+            # core's exit first and log it as a death (ERROR "output_handler failed", EngineDeadError) on a clean
+            # exit: end the handler first, on the loop that runs it
+            handler = getattr(engine, "output_handler", None)
+            if isinstance(handler, asyncio.Task) and handler.get_loop() is asyncio.get_running_loop():
+                handler.cancel()
+                await asyncio.gather(handler, return_exceptions=True)
             await asyncio.to_thread(engine.shutdown)  # (a dead one: frees what its client still holds)
             engine_closed()
 
@@ -231,7 +255,8 @@ class LLMStageEngine:
         return Prepared(ids, source.text, sp, source=source, lora=lora)
 
     def check_length(self, ids: list[int], sp: Any, field: str) -> None:
-        """The (rendered) prompt must leave room for max_tokens within max_model_len."""
+        """The (rendered) prompt must leave room for one token within max_model_len; a ``max_tokens`` past the
+        context is cut to the room left, as vllm serve does (clients written for a bigger deploy still run)."""
         if not ids:
             raise InvalidRequestError(field, "empty prompt")
         if len(ids) >= self.max_model_len:
@@ -241,11 +266,7 @@ class LLMStageEngine:
                 "(at least one token must be generated)",
             )
         if sp.max_tokens is not None and len(ids) + sp.max_tokens > self.max_model_len:
-            # vLLM would stop at max_model_len silently; say so instead.
-            raise InvalidRequestError(
-                "max_tokens",
-                f"prompt ({len(ids)} tokens) + max_tokens ({sp.max_tokens}) exceeds max_model_len={self.max_model_len}",
-            )
+            sp.max_tokens = self.max_model_len - len(ids)  # finish_reason "length" says where it stopped
 
     async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
         from vllm.exceptions import VLLMClientError

@@ -10,7 +10,7 @@ each step computed for a request that asks out of that cache into the request's 
 calls it after the forward and before the step's output leaves the engine, so the rows of every token computed so
 far are in the file when an output reaches the caller. (vLLM's ``extract_hidden_states`` itself cannot serve a
 request that keeps generating: its "drafts" are always accepted, so every token after the first is wrong;
-docs/architecture.md.)
+docs/families/qwen_omni.md.)
 
 Only requests that ask write anything: ``SamplingParams.extra_args["kv_transfer_params"][PATH_KEY]`` names the
 file, ``[REPLY_KEY]`` true asks for the reply's rows too (the tokens fed back: all but the last), else the prompt's

@@ -320,12 +320,14 @@ async def render(engine: Any, prompt: StagePrompt) -> Any:
             )
             # As LLM.chat and the OpenAI server: the template places the special tokens.
             tok = _unbounded(renderer.default_chat_tok_params).with_kwargs(add_special_tokens=False)
-            _, (engine_input,) = await renderer.render_chat_async([prompt.messages], chat, tok, prompt_extras=extras)
+            messages = _messages_in_model_form(engine, prompt.messages)
+            _, (engine_input,) = await renderer.render_chat_async([messages], chat, tok, prompt_extras=extras)
             return engine_input
+        mm = _in_model_form(engine, prompt.multi_modal_data)
         if prompt.encoder_text is not None:
             enc = TextPrompt(prompt=prompt.encoder_text)
-            if prompt.multi_modal_data is not None:
-                enc["multi_modal_data"] = prompt.multi_modal_data
+            if mm is not None:
+                enc["multi_modal_data"] = mm
             enc_dec: Any = {"encoder_prompt": enc, "decoder_prompt": TextPrompt(prompt=prompt.text or "")}
             return (
                 await renderer.render_cmpl_async(
@@ -338,8 +340,8 @@ async def render(engine: Any, prompt: StagePrompt) -> Any:
                 dict_prompt["prompt"] = prompt.text
         else:
             dict_prompt = TextPrompt(prompt=prompt.text)
-        if prompt.multi_modal_data is not None:
-            dict_prompt["multi_modal_data"] = prompt.multi_modal_data
+        if mm is not None:
+            dict_prompt["multi_modal_data"] = mm
         tok = _unbounded(renderer.default_cmpl_tok_params)
         return (await renderer.render_cmpl_async([dict_prompt], tok, prompt_extras=extras))[0]
     except VLLMValidationError as e:
@@ -348,6 +350,117 @@ async def render(engine: Any, prompt: StagePrompt) -> Any:
         # vLLM's chat parsing, media loading (OSError: an undecodable image) and the model's processor
         # reject the caller's input this way
         raise InvalidRequestError(prompt.field, f"{type(e).__name__}: {e}") from None
+
+
+def _in_model_form(engine: Any, mm: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``multi_modal_data`` in the one form every entry point gives a model (media_intake.py): an audio item
+    ``(samples, rate)`` at another rate than the model's is resampled here, once, with soxr (vLLM's own
+    resampler would want torchaudio); PIL images become RGB (EXIF orientation, first frame) as over HTTP."""
+    if not mm:
+        return mm
+    from omnistage.media_intake import resample, rgb_image
+
+    out = dict(mm)
+    target = _model_audio_rate(engine) if mm.get("audio") else None
+    if target:
+        out["audio"] = [
+            (resample(a[0], a[1], target), target) if _is_audio_item(a) and int(a[1]) != target else a
+            for a in mm["audio"]
+        ]
+    if mm.get("image"):
+        from PIL import Image
+
+        out["image"] = [rgb_image(im) if isinstance(im, Image.Image) else im for im in mm["image"]]
+    return out
+
+
+def _messages_in_model_form(engine: Any, messages: list[Any]) -> list[Any]:
+    """The messages with every inline audio part (``input_audio``, a base64 ``data:`` ``audio_url``) that is not
+    mono at the model's rate made so: decoded by vLLM's own loader, resampled once (media_intake), a float WAV.
+    The server's parts already are (a header read tells); an offline caller's may be at any rate."""
+    changed: dict[tuple[int, int], dict[str, Any]] = {}
+    target = None
+    for i, msg in enumerate(messages):
+        content = msg.get("content") if isinstance(msg, Mapping) else None
+        for j, part in enumerate(content if isinstance(content, list) else []):
+            kind, data = _inline_audio(part)
+            if data is None:
+                continue
+            target = target or _model_audio_rate(engine)
+            wav = _audio_at_rate(data, target) if target else None
+            if wav is not None:
+                changed[(i, j)] = _audio_part(part, kind, wav)
+    if not changed:
+        return messages
+    out = []
+    for i, msg in enumerate(messages):
+        if any(k[0] == i for k in changed):
+            msg = {**msg, "content": [changed.get((i, j), p) for j, p in enumerate(msg["content"])]}
+        out.append(msg)
+    return out
+
+
+def _inline_audio(part: Any) -> tuple[str, bytes | None]:
+    import base64
+    import binascii
+
+    if not isinstance(part, Mapping):
+        return "", None
+    kind = part.get("type") or next((k for k in ("input_audio", "audio_url") if k in part), "")
+    payload = part.get(kind)
+    if kind == "input_audio" and isinstance(payload, Mapping):
+        text = payload.get("data")
+    elif kind == "audio_url":
+        url = payload.get("url") if isinstance(payload, Mapping) else payload
+        header, sep, text = url.partition(",") if isinstance(url, str) else ("", "", "")
+        if not (sep and header.startswith("data:") and header.endswith(";base64")):
+            return kind, None  # a URL vLLM fetches itself
+    else:
+        return kind, None
+    try:
+        return kind, base64.b64decode(text, validate=True) if isinstance(text, str) else None
+    except (binascii.Error, ValueError):
+        return kind, None  # vLLM's own loader says what is wrong
+
+
+def _audio_at_rate(data: bytes, target: int) -> bytes | None:
+    """``data`` as a mono float WAV at ``target``; None when it already is one, or does not decode (vLLM's
+    loader then refuses it itself)."""
+    import io
+
+    import soundfile
+    from vllm.multimodal.media import AudioMediaIO
+
+    from omnistage.media_intake import resample, wav_bytes
+
+    try:
+        info = soundfile.info(io.BytesIO(data))
+        if info.samplerate == target and info.channels == 1:
+            return None
+    except (soundfile.LibsndfileError, RuntimeError, TypeError, ValueError):
+        pass  # not a format libsndfile reads: decoded below
+    try:
+        samples, rate = AudioMediaIO().load_bytes(data)
+    except Exception:  # noqa: BLE001 - any decoder failure is vLLM's to report, as before
+        return None
+    return wav_bytes(resample(samples, rate, target), target)
+
+
+def _audio_part(part: Mapping[str, Any], kind: str, wav: bytes) -> dict[str, Any]:
+    import base64
+
+    text = base64.b64encode(wav).decode("ascii")
+    if kind == "input_audio":
+        return {**part, "type": kind, "input_audio": {"data": text, "format": "wav"}}
+    return {**part, "type": kind, "audio_url": {"url": f"data:audio/wav;base64,{text}"}}
+
+
+def _model_audio_rate(engine: Any) -> int | None:
+    """The rate the model's processor hears (vLLM's data parser would resample anything else to it)."""
+    info = engine.renderer.get_mm_processor().info
+    resampler = getattr(info.data_parser, "audio_resampler", None)
+    rate = getattr(resampler, "target_sr", None)
+    return int(rate) if rate else None
 
 
 def _unbounded(params: Any) -> Any:

@@ -77,7 +77,11 @@ def to_sampling_params(params: Any, *, vocab_size: int, final_only: bool = False
     if unknown:
         raise InvalidRequestError("sampling_params", f"unknown field(s) {', '.join(unknown)} for an llm stage")
     _check_common(params.get, vocab_size)
+    params = dict(params)
+    # no max_tokens: to the end of the context, as vllm serve runs (SamplingParams' own default is 16 tokens;
+    # None makes vLLM's input processor take max_model_len - prompt length)
+    params.setdefault("max_tokens", None)
     try:
-        return SamplingParams(**dict(params), output_kind=kind)
+        return SamplingParams(**params, output_kind=kind)
     except (ValueError, TypeError, VLLMValidationError) as e:  # vLLM's own checks name the parameter
         raise InvalidRequestError("sampling_params", f"{e}") from None

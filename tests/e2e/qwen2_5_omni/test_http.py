@@ -113,7 +113,7 @@ def test_a_bad_media_part_is_a_400_naming_it_and_the_server_keeps_serving(server
     "body, param",
     [
         ({**BODY, "audio": {"voice": "Bob"}}, "audio.voice"),
-        ({**BODY, "sampling_params_list": [None, {"min_p": 0.1}]}, "sampling_params_list[1]"),
+        ({**BODY, "sampling_params_list": [None, {"temprature": 0.1}]}, "temprature"),
     ],
 )
 def test_bad_input_is_a_400_naming_the_field(server, body, param):

@@ -12,8 +12,8 @@ import torch
 
 from omnistage.config.schema import StageDeployConfig
 from omnistage.errors import InvalidRequestError
-from omnistage.models.codec_tts.config import load_tts_config
-from omnistage.models.codec_tts.edges import LAYOUT_KEY, codes_every_n_frames, tokens_to_codes, whole_codes
+from omnistage.models.shared.codec_lm.config import load_tts_config
+from omnistage.models.shared.codec_lm.edges import LAYOUT_KEY, codes_every_n_frames, tokens_to_codes, whole_codes
 from omnistage.pipeline import StageContext, get_pipeline
 from omnistage.stages.generation.engine import GenerationItem
 
@@ -79,9 +79,9 @@ def test_voice_prefixes(tmp_path):
 
 def test_folder_info_lists_voices_and_rate(tts_dir):
     info = get_pipeline("codec_tts").for_model(tts_dir).info
-    assert info["voices"] == ["alto", "bass"] and info["sample_rate"] == 16000
-    assert info["supports_speed"] is False
-    assert get_pipeline("codec_tts").info.get("voices") is None  # the registered pipeline is not modified
+    assert info.speech.voices == ("alto", "bass") and info.speech.sample_rate == 16000
+    assert info.speech.supports_speed is False
+    assert get_pipeline("codec_tts").info.speech.voices == ()  # the registered pipeline is not modified
 
 
 # ----------------------------------------------------------------------------- edge
@@ -170,7 +170,7 @@ def test_whole_codes_matches_streamed_concatenation():
 
 @pytest.fixture(scope="module")
 def adapter(tts_dir):
-    from omnistage.models.codec_tts.decoder import CodecDecoderAdapter
+    from omnistage.models.shared.codec_lm.decoder import CodecDecoderAdapter
 
     spec = get_pipeline("codec_tts").stage(1)
     return CodecDecoderAdapter(StageContext(spec=spec, deploy=StageDeployConfig(stage_id=1), model=str(tts_dir)))

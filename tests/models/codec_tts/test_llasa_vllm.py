@@ -21,7 +21,7 @@ import torch
 
 from omnistage import AsyncOmni
 from omnistage.errors import InvalidRequestError
-from omnistage.models.codec_tts.config import NON_CAUSAL_CONTEXT, load_tts_config
+from omnistage.models.shared.codec_lm.config import NON_CAUSAL_CONTEXT, load_tts_config
 from omnistage.pipeline import get_pipeline
 from omnistage.testing.streams import all_outputs, finished_by_stage
 
@@ -232,7 +232,7 @@ async def test_eight_concurrent_mixed_voices_equal_their_solo_runs(engines):
 @pytest.mark.asyncio(loop_scope="module")
 async def test_resampled_reference_and_cache(engines):
     """A 24 kHz clip is resampled to the codec's 16 kHz before encoding; the same clip is encoded once."""
-    from omnistage.models.codec_tts.codec import resample
+    from omnistage.models.shared.codec_lm.codec import resample
 
     omni = engines["whole"]
     ref24 = clip(1.0, 300, seed=5, rate=24000)

@@ -18,7 +18,7 @@ import torch
 
 from omnistage import AsyncOmni
 from omnistage.errors import InvalidRequestError, StageFailedError
-from omnistage.models.codec_tts.config import load_tts_config
+from omnistage.models.shared.codec_lm.config import load_tts_config
 from omnistage.pipeline import get_pipeline
 from omnistage.testing.streams import all_outputs, final_output, finished_by_stage
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from omnistage.config.schema import StageDeployConfig
-from omnistage.models.codec_tts.config import NON_CAUSAL_CONTEXT
+from omnistage.models.shared.codec_lm.config import NON_CAUSAL_CONTEXT
 from omnistage.pipeline import StageContext, get_pipeline
 from omnistage.stages.generation.engine import GenerationItem
 
@@ -23,7 +23,7 @@ def llasa_dir(tiny_model):
 
 @pytest.fixture(scope="module")
 def adapter(llasa_dir):
-    from omnistage.models.codec_tts.decoder import CodecDecoderAdapter
+    from omnistage.models.shared.codec_lm.decoder import CodecDecoderAdapter
 
     torch.set_num_threads(1)
     spec = get_pipeline("codec_tts").stage(1)
@@ -121,7 +121,7 @@ def test_encoder_features_are_kaldi_fbank(adapter):
 
 
 def test_resample_keeps_length_and_pitch():
-    from omnistage.models.codec_tts.codec import resample
+    from omnistage.models.shared.codec_lm.codec import resample
 
     t = np.arange(24000) / 24000
     out = resample(np.sin(2 * np.pi * 1000 * t).astype(np.float32), 24000, 16000)

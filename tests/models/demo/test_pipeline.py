@@ -17,7 +17,7 @@ def test_no_model_resolves_the_demo_with_shipped_weights():
 
     pipeline = resolve_pipeline(None)
     assert pipeline.name == "demo"
-    assert pipeline.info["default_model"] == str(WEIGHTS)
+    assert pipeline.info.default_model == str(WEIGHTS)
     assert json.loads((WEIGHTS / "model_index.json").read_text())["_class_name"] == "StableDiffusion3Pipeline"
     # the folder names its pipeline, so serving it by path gets the demo's defaults too
     assert resolve_pipeline(WEIGHTS).name == "demo"
@@ -41,17 +41,20 @@ def test_demo_matches_diffusers_reference(omni):
 
     from omnistage.models.demo import DEFAULT_PARAMS, WEIGHTS
 
-    outputs = omni.generate([{"prompt": p} for p in PROMPTS], [{"seed": 7}], use_tqdm=False)
+    together = omni.generate([{"prompt": p} for p in PROMPTS], [{"seed": 7}], use_tqdm=False)
     ref = StableDiffusion3Pipeline.from_pretrained(WEIGHTS, text_encoder_3=None, tokenizer_3=None)
     ref.set_progress_bar_config(disable=True)
-    for prompt, out in zip(PROMPTS, outputs):
-        assert out.error is None, out.error
+    for prompt, out in zip(PROMPTS, together):
+        (alone,) = omni.generate([{"prompt": prompt}], [{"seed": 7}], use_tqdm=False)
+        assert out.error is None and alone.error is None, (out.error, alone.error)
         want = ref(prompt, generator=torch.Generator().manual_seed(7), output_type="np", **DEFAULT_PARAMS).images[0]
         want = (want * 255).round().astype(np.uint8)
-        got = np.asarray(out.images[0])
-        assert got.shape == (64, 64, 3)
-        # one request alone must reproduce diffusers (batching may differ by float rounding)
-        assert np.abs(got.astype(int) - want.astype(int)).max() <= 2
+        assert np.asarray(alone.images[0]).shape == (64, 64, 3)
+        assert np.array_equal(np.asarray(alone.images[0]), want)  # one request alone: diffusers' image exactly
+        # Two requests share the engine's forwards: a batch of two rounds differently from one (diffusers' own
+        # pipeline, these prompts: floats up to 2.3e-6 apart), which can move a pixel across a rounding boundary,
+        # one level (measured: none moved).
+        assert np.abs(np.asarray(out.images[0]).astype(int) - want.astype(int)).max() <= 1
 
 
 def test_demo_rejects_bad_size(omni):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from transformers import CLIPTokenizer
 
+from omnistage.info import PipelineInfo
 from omnistage.models.demo import WEIGHTS
 from omnistage.models.demo.vocabulary import EXAMPLE_PROMPTS, FILLER_WORDS, VOCABULARY
 from omnistage.server.prompt_warnings import prompt_warnings
@@ -39,12 +40,12 @@ def test_example_prompts_are_captions_the_training_script_could_write(shapes):
     written = {shapes.caption(shapes.random_scene(rng), rng) for _ in range(20000)}
     for prompt in EXAMPLE_PROMPTS:
         assert prompt in written, prompt
-        assert prompt_warnings({"vocabulary": VOCABULARY, "filler_words": FILLER_WORDS}, "demo", prompt) == []
+        assert prompt_warnings(PipelineInfo(vocabulary=VOCABULARY, filler_words=FILLER_WORDS), "demo", prompt) == []
 
 
 def test_words_it_cannot_draw_are_named():
-    info = {"vocabulary": VOCABULARY, "filler_words": FILLER_WORDS}
+    info = PipelineInfo(vocabulary=VOCABULARY, filler_words=FILLER_WORDS)
     [warning] = prompt_warnings(info, "omnistage-demo", "a yellow Circle at the TOP, with a star")
     assert "'top', 'star'" in warning and "position: left, center, right" in warning
     assert "'circle'" not in warning and "'at'" not in warning
-    assert prompt_warnings({}, "x", "anything at all") == []  # no vocabulary declared: no warnings
+    assert prompt_warnings(PipelineInfo(), "x", "anything at all") == []  # no vocabulary declared: no warnings

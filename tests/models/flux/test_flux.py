@@ -128,7 +128,6 @@ async def test_batch_keys_separate_sizes_and_text_lengths(dev):
         (dict(height=40), "a cat", "height"),  # not a multiple of 16 (VAE 8 x 2x2 packing)
         (dict(width=20), "a cat", "width"),
         (dict(max_sequence_length=513), "a cat", "max_sequence_length"),
-        (dict(true_cfg_scale=3.0), "a cat", "negative_prompt"),  # true CFG needs its negative pass
         (dict(), {"prompt": "a cat", "multi_modal_data": {"image": "__image__"}}, "multi_modal_data.image"),
     ],
 )

@@ -155,7 +155,6 @@ async def test_concurrent_edits_match_their_solo_results(kontext):
         (dict(strength=0.5), 1, "strength"),
         (dict(extra_args={"max_area": 0}), 1, "max_area"),
         (dict(extra_args={"auto_resize": "sometimes"}), 1, "auto_resize"),
-        (dict(true_cfg_scale=2.0), 1, "negative_prompt"),
     ],
 )
 async def test_bad_input_names_the_field(kontext, params, images, field):

@@ -32,8 +32,7 @@ class TransformersReference:
     generate() drops an all-ones attention mask, and its talker's forward adds the ``codec_pad`` / ``codec_bos``
     embeddings to the prefill and positions it with ``get_rope_index`` only when it has a mask: alone, a request
     skips both (its batched rows do not). The padded batch is the path where transformers computes the talker's
-    conditioning as its own forward defines it, and what omnistage computes (docs/architecture.md,
-    "Qwen2.5-Omni"); row 0 has no padding, and token2wav decodes it first (first draw of the seeded RNG)."""
+    conditioning as its own forward defines it, and what omnistage computes (docs/families/qwen2_5_omni.md); row 0 has no padding, and token2wav decodes it first (first draw of the seeded RNG)."""
 
     COMPANION = [{"role": "user", "content": "hi"}]
 

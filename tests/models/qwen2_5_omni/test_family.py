@@ -18,7 +18,7 @@ def test_speaking_folder_resolves_to_qwen2_5_omni_with_its_voices(omni25_dir):
     pipeline = resolve_pipeline(omni25_dir)
     assert pipeline.name == "qwen2_5_omni"  # not "chat", although vLLM knows the architecture
     assert [s.name for s in pipeline.stages] == ["thinker", "talker", "token2wav"]
-    assert pipeline.for_model(omni25_dir).info["voices"] == ["Chelsie", "Ethan"]
+    assert pipeline.for_model(omni25_dir).info.speech.voices == ("Chelsie", "Ethan")
 
 
 def test_a_folder_without_speakers_resolves_to_the_thinker_alone(omni25_dir, tmp_path):

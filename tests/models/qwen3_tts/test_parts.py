@@ -13,6 +13,7 @@ import torch
 
 from omnistage.config.schema import StageDeployConfig
 from omnistage.errors import InvalidRequestError
+from omnistage.models.qwen3_tts import PIPELINE
 from omnistage.models.qwen3_tts.config import checkpoint_defaults, folder_info, parse_params
 from omnistage.models.qwen3_tts.engine import Qwen3TTSEngine
 from omnistage.models.qwen3_tts.speech_decoder import SpeechTokenizerDecoder, decoder_adapter
@@ -55,10 +56,12 @@ def frames_of(outputs) -> np.ndarray:
 def test_tiny_folders_resolve_with_their_voices(tiny):
     for _kind, folder in tiny.items():
         assert resolve_pipeline(folder).name == "qwen3_tts"
-    info = folder_info(tiny["custom_voice"])
-    assert info["voices"] == ["dylan", "ryan", "vivian"] and not info["supports_voice_cloning"]
-    assert "auto" in info["languages"] and "beijing_dialect" not in info["languages"]
-    assert folder_info(tiny["base"])["supports_voice_cloning"] and folder_info(tiny["voice_design"])["voices"] == []
+    declared = PIPELINE.info
+    info = folder_info(tiny["custom_voice"], declared).speech
+    assert info.voices == ("dylan", "ryan", "vivian") and not info.supports_voice_cloning
+    assert "auto" in info.languages and "beijing_dialect" not in info.languages
+    assert folder_info(tiny["base"], declared).speech.supports_voice_cloning
+    assert folder_info(tiny["voice_design"], declared).speech.voices == ()
     assert checkpoint_defaults(tiny["base"])["temperature"] == 0.9  # the released generation_config.json
 
 

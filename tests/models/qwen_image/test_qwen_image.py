@@ -101,7 +101,6 @@ async def test_sizes_are_separate_batch_keys(t2i):
     [
         (dict(height=40), "a cat", "height"),  # not a multiple of 16 (VAE 8 x 2x2 packing)
         (dict(width=24), "a cat", "width"),
-        (dict(true_cfg_scale=3.0), "a cat", "negative_prompt"),  # an explicit true CFG needs its negative pass
         (dict(max_sequence_length=1025), "a cat", "max_sequence_length"),
         (dict(num_inference_steps=1), "a cat", "num_inference_steps"),  # NaN sigmas with shift_terminal
         (dict(), {"prompt": "a cat", "multi_modal_data": {"image": "__image__"}}, "multi_modal_data.image"),

@@ -153,7 +153,6 @@ async def test_concurrent_edits_match_their_solo_results(plus):
         ("plus", 0, dict(), "multi_modal_data.image"),  # an edit checkpoint needs an input image
         ("plus", 1, dict(height=48), "height"),  # not a multiple of 32 (x16 VAE x 2x2 packing)
         ("one", 1, dict(strength=0.5), "strength"),
-        ("one", 1, dict(true_cfg_scale=2.0), "negative_prompt"),
     ],
 )
 async def test_bad_input_names_the_field(request, folder, images, params, field):

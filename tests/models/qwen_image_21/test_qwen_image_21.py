@@ -137,7 +137,6 @@ async def test_deploy_refuses_what_the_family_cannot_run(folder):
 @pytest.mark.parametrize(
     "prompt,params,field",
     [
-        ("a cat", dict(true_cfg_scale=3.0), "negative_prompt"),  # diffusers would skip CFG quietly
         ("a cat", dict(height=48), "height"),  # not a multiple of 32 (VAE 16 x 2x2 slots)
         ("a cat", dict(max_sequence_length=64), "max_sequence_length"),  # the whole prompt is encoded
         (

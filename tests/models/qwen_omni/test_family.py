@@ -23,7 +23,7 @@ def test_speaking_folder_resolves_to_qwen_omni_with_its_voices(omni_dir):
     pipeline = resolve_pipeline(omni_dir)
     assert pipeline.name == "qwen_omni"  # not "chat", although vLLM knows the architecture
     assert [s.name for s in pipeline.stages] == ["thinker", "talker", "code2wav"]
-    assert pipeline.for_model(omni_dir).info["voices"] == ["Aiden", "Chelsie", "Ethan"]
+    assert pipeline.for_model(omni_dir).info.speech.voices == ("Aiden", "Chelsie", "Ethan")
     assert set(pipeline.output_modalities.names()) >= {"text", "audio"}
 
 

@@ -12,10 +12,11 @@ import torch
 from omnistage.config.schema import StageDeployConfig
 from omnistage.errors import InvalidRequestError
 from omnistage.models.qwen_omni.code2wav import Code2WavAdapter
-from omnistage.models.qwen_omni.config import load_omni_config
+from omnistage.models.qwen_omni.config import TALKER_DEFAULTS, load_omni_config
 from omnistage.models.qwen_omni.kv import RequestKV
-from omnistage.models.qwen_omni.talker_engine import TalkerEngine, talker_sampling
-from omnistage.models.qwen_omni.talker_model import EOS_TEXT, PAD_TEXT, Row, Sampling, TalkerModel
+from omnistage.models.qwen_omni.talker_engine import TalkerEngine
+from omnistage.models.qwen_omni.talker_model import EOS_TEXT, PAD_TEXT, Row, TalkerModel
+from omnistage.models.shared.omni.sampling import Sampling, talker_sampling
 from omnistage.pipeline import StageContext, get_pipeline
 from omnistage.stages.base import StageRequest
 from omnistage.stages.generation.engine import GenerationItem
@@ -218,12 +219,12 @@ def test_code2wav_streamed_pieces_equal_chunked_decode(omni_dir, reference):
 
 
 def test_parameter_checks_name_the_field(omni_dir):
-    with pytest.raises(InvalidRequestError, match="sampling_params_list\\[1\\]: unknown field.*min_p"):
-        talker_sampling({"min_p": 0.1})
+    with pytest.raises(InvalidRequestError, match="min_p: not a parameter of the talker"):
+        talker_sampling({"min_p": 0.1}, TALKER_DEFAULTS)
     with pytest.raises(InvalidRequestError, match="top_p"):
-        talker_sampling({"top_p": 0})
+        talker_sampling({"top_p": 0}, TALKER_DEFAULTS)
     with pytest.raises(InvalidRequestError, match="max_tokens"):
-        talker_sampling({"max_tokens": 0})
+        talker_sampling({"max_tokens": 0}, TALKER_DEFAULTS)
     with pytest.raises(InvalidRequestError, match="speaker: 'Bob' is not one of this model's speakers"):
         load_omni_config(omni_dir).speaker_id("Bob")
     assert load_omni_config(omni_dir).speaker_id("CHELSIE") == 2301  # case-insensitive, as transformers

@@ -258,7 +258,7 @@ def test_streamed_equals_whole(served):
 
 
 def test_a_spoken_realtime_turn_is_answered_as_the_chat_route_answers_it(served):
-    """#29: the pipeline of three families serves /v1/realtime as it serves the chat route: the same clip spoken
+    """The pipeline of three families serves /v1/realtime as it serves the chat route: the same clip spoken
     into a realtime session gets the chat answer's text and, PCM16 to PCM16, its audio."""
     reply, whole = served["realtime"], served["whole"]
     assert reply.status == "completed" and not reply.errors

@@ -21,7 +21,7 @@ def clip(seconds: float, seed: int, rate: int = RATE) -> np.ndarray:
 
 
 def request(audio, language="en", task="transcribe", previous=""):
-    """A recogniser request as the transcription routes build it (omnistage/models/whisper/prompt.py)."""
+    """A recogniser request as the transcription routes build it (omnistage/models/shared/whisper/prompt.py)."""
     return {
         "prompt": previous,
         "multi_modal_data": {"audio": (audio, RATE)},

@@ -1,4 +1,4 @@
-"""Whisper's timestamp rules (omnistage/models/whisper/timestamps.py) and the segments cut from them, against
+"""Whisper's timestamp rules (omnistage/models/shared/whisper/timestamps.py) and the segments cut from them, against
 transformers' Whisper on the tiny fixture.
 
 - The rules alone, no engine: ``TimestampRules`` on random logits and token histories gives transformers'
@@ -30,8 +30,8 @@ import pytest
 import torch
 
 from omnistage import AsyncOmni
-from omnistage.models.whisper.prompt import decoder_prompt
-from omnistage.models.whisper.timestamps import TimestampRules, TimestampTokens
+from omnistage.models.shared.whisper.prompt import decoder_prompt
+from omnistage.models.shared.whisper.timestamps import TimestampRules, TimestampTokens
 from omnistage.server.segments import tokenizer, window_segments
 
 from .cases import CASES, CLIPS, ENGINE, RATE, between_timestamps, clip
@@ -263,11 +263,12 @@ def test_folder_offers_timestamps_from_its_generation_config(whisper_dir, tmp_pa
     generation_config; a folder without ``no_timestamps_token_id`` gets neither (the processor stays off)."""
     from transformers import WhisperTokenizer
 
-    from omnistage.models.whisper import TIMESTAMP_RULES, WHISPER, folder_info
-    from omnistage.models.whisper.timestamps import WhisperTimestampRules
+    from omnistage.models.shared.whisper import TIMESTAMP_RULES
+    from omnistage.models.shared.whisper.timestamps import WhisperTimestampRules
+    from omnistage.models.whisper import WHISPER, folder_info
 
     tok = WhisperTokenizer.from_pretrained(whisper_dir)
-    spec = folder_info(whisper_dir)["transcription"]["timestamps"]
+    spec = folder_info(whisper_dir, WHISPER.info).transcription.timestamps
     assert spec == {
         "timestamp_begin": tok.convert_tokens_to_ids("<|0.00|>"),
         "seconds_per_timestamp": 0.02,
@@ -277,5 +278,5 @@ def test_folder_offers_timestamps_from_its_generation_config(whisper_dir, tmp_pa
     module, name = TIMESTAMP_RULES.split(":")  # vLLM's "<module>:<class>" form
     assert getattr(__import__(module, fromlist=[name]), name) is WhisperTimestampRules
     (tmp_path / "generation_config.json").write_text('{"decoder_start_token_id": 1, "eos_token_id": 0}')
-    assert "timestamps" not in folder_info(tmp_path).get("transcription", {})
+    assert folder_info(tmp_path, WHISPER.info).transcription.timestamps is None
     assert TimestampTokens.from_generation_config({"eos_token_id": 0}) is None

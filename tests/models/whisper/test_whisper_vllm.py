@@ -15,7 +15,7 @@ import pytest_asyncio
 
 from omnistage import AsyncOmni
 from omnistage.errors import InvalidRequestError
-from omnistage.models.whisper.prompt import decoder_prompt
+from omnistage.models.shared.whisper.prompt import decoder_prompt
 from omnistage.pipeline import resolve_pipeline
 from tests.models.offline_llm import offline_llm
 
@@ -164,10 +164,10 @@ async def test_language_tokens_are_the_checkpoints(whisper_dir, tmp_path):
     (an English-only checkpoint) detects nothing."""
     from transformers import WhisperTokenizer
 
-    from omnistage.models.whisper import folder_info
+    from omnistage.models.whisper import WHISPER, folder_info
 
-    ids = folder_info(whisper_dir)["transcription"]["language_token_ids"]
+    ids = folder_info(whisper_dir, WHISPER.info).transcription.language_token_ids
     tok = WhisperTokenizer.from_pretrained(whisper_dir)
     assert len(ids) == 100 and ids == {code: tok.convert_tokens_to_ids(f"<|{code}|>") for code in ids}
     (tmp_path / "generation_config.json").write_text('{"decoder_start_token_id": 1}')
-    assert folder_info(tmp_path) == {}
+    assert folder_info(tmp_path, WHISPER.info) == WHISPER.info

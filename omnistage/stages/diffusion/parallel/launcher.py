@@ -21,6 +21,7 @@ from omnistage.pipeline import StageContext
 from omnistage.stages.diffusion.parallel.layout import GroupInfo, GroupStageContext, Layout
 from omnistage.stages.diffusion.parallel.ulysses import SUPPORTED, unsupported_in_folder
 from omnistage.stages.diffusion.parallel.worker import run_rank
+from omnistage.stages.lifetime import run_in_spawner
 from omnistage.transport.process import WATCH_INTERVAL_S, ProcessStageEngine
 
 logger = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ class ProcessGroupStageEngine(ProcessStageEngine):
             for r in range(1, self.layout.world)
         ]
         for p in self._ranks:
-            p.start()
+            await run_in_spawner(p.start)  # each rank dies with this process (stages/lifetime.py)
         rank0 = asyncio.create_task(super()._launch(payload))  # returns once rank 0 has joined and is ready
         others = asyncio.create_task(self._rank_exit())
         done, _ = await asyncio.wait({rank0, others}, return_when=asyncio.FIRST_COMPLETED)

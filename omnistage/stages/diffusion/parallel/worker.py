@@ -4,33 +4,19 @@ traceback on stderr): the ranks could no longer be trusted to agree, and the lau
 
 from __future__ import annotations
 
-import os
 import pickle
-import threading
-import time
 
 import zmq
 
+from omnistage.stages.lifetime import die_with_parent
 from omnistage.stages.threads import apply_process_threads
-
-PARENT_POLL_S = 1.0
-
-
-def _exit_with_parent(parent: int) -> None:
-    """A rank blocked in a collective checks nothing: a thread ends it once the launcher is gone."""
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(PARENT_POLL_S)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def run_rank(payload: bytes, rank: int, parent: int) -> None:
+    # first: a rank blocked in a collective checks nothing, so the kernel (or a thread) ends it with its launcher
+    die_with_parent(parent)
     ctx = pickle.loads(payload)
     apply_process_threads(ctx.deploy.num_threads or 1)
-    _exit_with_parent(parent)
     from omnistage.stages.diffusion.engine import load_adapter
     from omnistage.stages.diffusion.parallel.group import join, leave, rank_device
     from omnistage.stages.diffusion.parallel.steps import RankSteps, decode, parallelize

@@ -1,0 +1,27 @@
+"""Wan's UMT5 text encoder and video VAE at toy size (Helios uses both)."""
+
+from __future__ import annotations
+
+
+def umt5_encoder(d_model: int = 32, vocab_size: int = 1000):
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    cfg = UMT5Config(
+        d_model=d_model,
+        d_kv=8,
+        d_ff=37,
+        num_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        vocab_size=vocab_size,
+    )
+    return UMT5EncoderModel(cfg).eval()
+
+
+def vae():
+    from diffusers import AutoencoderKLWan
+
+    # spatial factor 8 (three downsamples), temporal factor 4 (two of them temporal)
+    return AutoencoderKLWan(
+        base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]
+    ).eval()

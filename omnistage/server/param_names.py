@@ -1,0 +1,31 @@
+"""An error names the field the caller sent, not the engine's name for it.
+
+The routes turn HTTP fields into the engine's parameters: ``size`` into ``height`` / ``width``, ``seconds`` x
+``fps`` into ``num_frames``, an uploaded ``image`` / ``input_reference`` or an ``image_url`` into
+``multi_modal_data.image``. A stage that refuses one of those names its own parameter; the route says it again
+in the caller's words before answering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from omnistage.server.errors import APIError
+
+_IMAGE = "multi_modal_data.image"
+
+
+def as_sent(err: APIError, sent: Collection[str], image_field: str | None = None) -> APIError:
+    """``err`` with its ``param`` (and the message's leading name) in the caller's words: ``sent`` are the fields
+    the request carried, ``image_field`` the one its input images came in."""
+    param = err.param or ""
+    if param == "num_frames" and "num_frames" not in sent and "seconds" in sent:
+        new = "seconds"
+    elif param in ("height", "width") and param not in sent and "size" in sent:
+        new = "size"
+    elif image_field is not None and param.startswith(_IMAGE):
+        new = image_field + param[len(_IMAGE) :]  # (an index, e.g. image[1], stays)
+    else:
+        return err
+    message = err.message.replace(f"{param}: ", f"{new}: ", 1)
+    return APIError(err.status, message, new, err.code, err.type, err.headers)

@@ -1,0 +1,272 @@
+"""vLLM-Omni's Qwen3-Omni example clients (examples/online_serving/qwen3_omni: the OpenAI-client script and the curl
+script), re-created from their request shapes and run against a tiny Qwen3-Omni over HTTP with only the base URL and
+the model name changed: the same system turn, content parts, full per-stage sampling params lists (``extra_body``
+for the OpenAI client, top-level for curl), modalities. Each answer is held to what omnistage's own request form
+gives for the same sampling: the text equal, the WAV decodable and equal (docs/compatibility.md)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import httpx
+import numpy as np
+import pytest
+import soundfile
+from openai import OpenAI
+from transformers import AutoTokenizer
+
+from tests.compat.conftest import serve_as_default
+from tests.models.chat.mm_cases import mp4
+from tests.models.qwen_omni import media
+
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+
+CODEC_EOS = 2150  # the tiny talker's codec end code (the release's)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model, tmp_path_factory):
+    yield from serve_as_default(tiny_model, tmp_path_factory, "qwen3_omni", "tiny-omni", CODEC_EOS)
+
+
+@pytest.fixture(scope="module")
+def im_end(tiny_model) -> int:
+    """The clients stop the thinker at ``<|im_end|>`` by the release's id (151645); the tiny tokenizer numbers it
+    differently (its vocabulary has 400 tokens), so the tests send the tiny's id for the same token."""
+    return AutoTokenizer.from_pretrained(tiny_model("qwen3_omni")).convert_tokens_to_ids("<|im_end|>")
+
+
+def client_lists(im_end: int) -> list[dict]:
+    """The clients' sampling_params_list: thinker, talker, code2wav, every field as they send it."""
+    thinker = {
+        "temperature": 0.4,
+        "top_p": 0.9,
+        "top_k": 1,
+        "max_tokens": 16384,
+        "repetition_penalty": 1.05,
+        "stop_token_ids": [im_end],
+        "seed": 42,
+    }
+    talker = {
+        "temperature": 0.9,
+        "top_k": 50,
+        "max_tokens": 4096,
+        "seed": 42,
+        "detokenize": False,
+        "repetition_penalty": 1.05,
+        "stop_token_ids": [2150],
+    }
+    code2wav = {
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "max_tokens": 65536,
+        "seed": 42,
+        "detokenize": True,
+        "repetition_penalty": 1.1,
+    }
+    return [thinker, talker, code2wav]
+
+
+def native(im_end: int, messages: list[dict], modalities: list[str]) -> dict:
+    """omnistage's own form of the same sampling: greedy (top_k 1 is greedy) with the repetition penalty, no
+    max_tokens (to the end of the context, as vllm serve runs), the talker's own fields only."""
+    return {
+        "model": "tiny-omni",
+        "messages": messages,
+        "modalities": modalities,
+        "temperature": 0,
+        "repetition_penalty": 1.05,
+        "stop_token_ids": [im_end],
+        "sampling_params_list": [
+            None,
+            {"temperature": 0.9, "top_k": 50, "max_tokens": 4096, "seed": 42, "repetition_penalty": 1.05},
+            {"seed": 42},
+        ],
+    }
+
+
+SYSTEM = {
+    "role": "system",
+    "content": [{"type": "text", "text": "You are an assistant who hears, sees and answers in text and speech."}],
+}
+CLIP, IMAGE = media.clip(1.0, 0), media.image(0)
+WAV_URL = "data:audio/wav;base64," + media.wav_base64(CLIP)
+VIDEO_URL = "data:video/mp4;base64," + base64.b64encode(mp4(media.frames(4, 0), fps=2)).decode()
+QUERIES = {  # the scripts' query types: a media part (as a data: URL of a local file), then the question
+    "text": [{"type": "text", "text": "Explain an audio generation pipeline in a few words."}],
+    "use_audio": [{"type": "audio_url", "audio_url": {"url": WAV_URL}}, {"type": "text", "text": "What is this?"}],
+    "use_image": [
+        {"type": "image_url", "image_url": {"url": media.png_url(IMAGE)}},
+        {"type": "text", "text": "What is in this image?"},
+    ],
+    "use_video": [{"type": "video_url", "video_url": {"url": VIDEO_URL}}, {"type": "text", "text": "Why funny?"}],
+}
+
+
+def chat(server: str, body: dict) -> dict:
+    r = httpx.post(f"{server}/v1/chat/completions", json=body, timeout=600)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def wav(data_b64: str) -> np.ndarray:
+    samples, rate = soundfile.read(io.BytesIO(base64.b64decode(data_b64)), dtype="float32")
+    assert rate == 24000
+    return samples
+
+
+def test_the_openai_client_speaks_as_omnistages_own_request(server, im_end):
+    """The Python client's default run (query ``text``, no modalities: text and speech), read as it reads it."""
+    client = OpenAI(base_url=f"{server}/v1", api_key="EMPTY")
+    messages = [SYSTEM, {"role": "user", "content": QUERIES["text"]}]
+    raw = client.chat.completions.with_raw_response.create(
+        messages=messages, model="default", modalities=None, extra_body={"sampling_params_list": client_lists(im_end)}
+    )
+    completion = raw.parse()
+    ours = chat(server, native(im_end, messages, ["text", "audio"]))
+    expected = ours["choices"][0]["message"]
+    choice = completion.choices[0]
+    assert choice.message.content == expected["content"] and choice.message.content
+    assert choice.message.audio.transcript == choice.message.content
+    got = wav(choice.message.audio.data)
+    assert got.size > 0 and np.array_equal(got, wav(expected["audio"]["data"]))  # same seed, same codes
+    assert choice.finish_reason == ours["choices"][0]["finish_reason"]
+    assert completion.usage.model_dump(exclude_none=True) == ours["usage"]
+    # what the talker and code2wav have no use for is said, not refused
+    warnings = raw.headers.get_list("x-omnistage-warning")
+    assert any(w.startswith("sampling_params_list[1]: detokenize, stop_token_ids ignored") for w in warnings)
+    assert any(w.startswith("sampling_params_list[2]: detokenize, max_tokens, repetition_penalty, ") for w in warnings)
+
+
+def test_the_openai_client_with_modalities_text(server, im_end):
+    client = OpenAI(base_url=f"{server}/v1", api_key="EMPTY")
+    messages = [SYSTEM, {"role": "user", "content": QUERIES["use_image"]}]
+    completion = client.chat.completions.create(
+        messages=messages,
+        model="default",
+        modalities=["text"],
+        extra_body={"sampling_params_list": client_lists(im_end)},
+    )
+    ours = chat(server, native(im_end, messages, ["text"]))
+    assert completion.choices[0].message.content == ours["choices"][0]["message"]["content"]
+    assert completion.choices[0].message.audio is None
+    assert completion.usage.model_dump(exclude_none=True) == ours["usage"]
+
+
+@pytest.mark.parametrize("query, modalities", [("use_audio", None), ("use_video", ["text"])])
+def test_the_curl_script(server, im_end, query, modalities):
+    """The curl script's body: sampling_params_list and mm_processor_kwargs at the top level, modalities null (its
+    default) or a list; it prints ``.choices[0].message.content``."""
+    messages = [SYSTEM, {"role": "user", "content": QUERIES[query]}]
+    body = chat(
+        server,
+        {
+            "model": "default",
+            "sampling_params_list": client_lists(im_end),
+            "mm_processor_kwargs": {},
+            "modalities": modalities,
+            "messages": messages,
+        },
+    )
+    ours = chat(server, native(im_end, messages, ["text"]))
+    assert body["choices"][0]["message"]["content"] == ours["choices"][0]["message"]["content"]
+    if modalities is None:  # speech too
+        assert wav(body["choices"][0]["message"]["audio"]["data"]).size > 0
+
+
+def test_content_parts_without_type(server, im_end):
+    """vLLM-Omni's documented short form: ``{"text": ...}``, ``{"image": "<base64>"}``, ``{"audio": ...}``."""
+    png = media.png_url(IMAGE).split(",", 1)[1]
+    short = [{"image": png}, {"audio": media.wav_base64(CLIP)}, {"text": "What do you see and hear?"}]
+    typed = [
+        {"type": "image_url", "image_url": {"url": media.png_url(IMAGE)}},
+        {"type": "audio_url", "audio_url": {"url": WAV_URL}},
+        {"type": "text", "text": "What do you see and hear?"},
+    ]
+    got = chat(server, native(im_end, [{"role": "user", "content": short}], ["text"]))
+    expected = chat(server, native(im_end, [{"role": "user", "content": typed}], ["text"]))
+    assert got["choices"][0]["message"]["content"] == expected["choices"][0]["message"]["content"]
+    assert got["usage"] == expected["usage"]  # the same media placeholders
+
+
+@pytest.mark.parametrize(
+    "entry, param",
+    [
+        ({"temprature": 0.5}, "temprature"),  # no SamplingParams field: still refused, named
+        ({"max_tokens": "many"}, "max_tokens"),  # a field the talker reads, of the wrong type
+    ],
+)
+def test_a_name_that_is_no_field_is_still_a_400(server, entry, param):
+    r = httpx.post(
+        f"{server}/v1/chat/completions",
+        json={
+            "model": "default",
+            "messages": [{"role": "user", "content": "hi"}],
+            "sampling_params_list": [None, entry],
+        },
+        timeout=600,
+    )
+    assert r.status_code == 400 and param in r.json()["error"]["message"]
+
+
+def test_every_served_name_is_listed_and_answered(server):
+    models = httpx.get(f"{server}/v1/models").json()["data"]
+    assert [m["id"] for m in models] == ["tiny-omni", "default"]
+    assert httpx.get(f"{server}/v1/models/default").json()["id"] == "default"
+    r = httpx.post(
+        f"{server}/v1/chat/completions", json={"model": "nope", "messages": [{"role": "user", "content": "x"}]}
+    )
+    assert r.status_code == 404 and "'tiny-omni', 'default'" in r.json()["error"]["message"]
+
+
+def test_finish_reason_and_usage_do_not_depend_on_the_modalities(server):
+    """A reply cut at max_tokens is ``length`` with or without speech; usage counts the thinker's tokens either way;
+    speech alone carries the reply as ``audio.transcript`` (OpenAI's form) with no content."""
+    base = {
+        "model": "default",
+        "messages": [{"role": "user", "content": "hello, who are you?"}],
+        "temperature": 0,
+        "max_tokens": 5,
+        "sampling_params_list": [None, {"temperature": 0.9, "top_k": 50, "seed": 42, "max_tokens": 8}],
+    }
+    text = chat(server, {**base, "modalities": ["text"]})
+    both = chat(server, {**base, "modalities": ["text", "audio"]})
+    audio = chat(server, {**base, "modalities": ["audio"]})
+    assert text["usage"]["completion_tokens"] == 5 and text["usage"]["prompt_tokens"] > 0
+    for body in (both, audio):
+        assert body["choices"][0]["finish_reason"] == text["choices"][0]["finish_reason"] == "length"
+        assert body["usage"] == text["usage"]
+    reply = text["choices"][0]["message"]["content"]
+    assert both["choices"][0]["message"]["audio"]["transcript"] == reply
+    assert audio["choices"][0]["message"]["content"] is None
+    assert audio["choices"][0]["message"]["audio"]["transcript"] == reply
+    assert np.array_equal(
+        wav(audio["choices"][0]["message"]["audio"]["data"]), wav(both["choices"][0]["message"]["audio"]["data"])
+    )
+    # streamed, speech alone: the transcript as delta.audio.transcript chunks, the same finish reason and usage
+    chunks = []
+    with httpx.stream(
+        "POST",
+        f"{server}/v1/chat/completions",
+        json={**base, "modalities": ["audio"], "stream": True, "stream_options": {"include_usage": True}},
+        timeout=600,
+    ) as r:
+        assert r.status_code == 200
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert "".join(d.get("audio", {}).get("transcript", "") for d in deltas) == reply
+    assert not "".join(d.get("content") or "" for d in deltas)
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "length"
+    assert chunks[-1]["usage"] == text["usage"]
+
+
+def test_a_bad_short_form_part_names_the_key_sent(server):
+    r = httpx.post(
+        f"{server}/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": [{"image": "bm90IGFuIGltYWdl"}, {"text": "what?"}]}]},
+        timeout=600,
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content[0].image"

@@ -1,0 +1,107 @@
+"""Children end with their parent (stages/lifetime.py), checked on real processes: a parent script starts
+children the ways omnistage does (a spawned ``mp`` child, a child of a vLLM-like spawned process tied
+through the environment, a forked child), prints their pids, and is then killed with SIGKILL; every child
+must be gone. And a child started on the spawner thread must outlive the thread that asked for it (the
+kernel's parent-death signal follows the thread that started the child). Deadlines stop a hang only."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import psutil
+
+GONE_S = 20.0
+
+PARENT = r"""
+import json, multiprocessing as mp, os, sys, threading, time
+from omnistage.stages import lifetime
+
+def tied_child(parent):
+    lifetime.die_with_parent(parent)
+    time.sleep(600)
+
+def env_tied_child(queue):
+    lifetime.die_with_spawning_parent()  # what omnistage's vLLM plugin runs in vLLM's processes
+    grandchild = mp.get_context("spawn").Process(target=env_tied_grandchild)
+    grandchild.start()
+    queue.put(grandchild.pid)
+    time.sleep(600)
+
+def env_tied_grandchild():
+    lifetime.die_with_spawning_parent()
+    time.sleep(600)
+
+def fork_child():
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(600)
+        os._exit(0)
+    return pid
+
+if __name__ == "__main__":
+    spawn = mp.get_context("spawn")
+    mp_child = spawn.Process(target=tied_child, args=(os.getpid(),), daemon=True)
+    # asked for from a thread that ends at once: the child must survive that thread
+    asker = threading.Thread(target=lambda: lifetime.start_in_spawner(mp_child.start).result())
+    asker.start()
+    asker.join()
+
+    queue = spawn.Queue()
+
+    def start_env_tied():
+        with lifetime.children_die_with_this_process():
+            child = spawn.Process(target=env_tied_child, args=(queue,))
+            child.start()
+            return child
+
+    env_child = lifetime.start_in_spawner(start_env_tied).result()
+    grandchild = queue.get(timeout=120)
+
+    def forked():
+        with lifetime.children_die_with_this_process():
+            return fork_child()
+
+    forked_pid = lifetime.start_in_spawner(forked).result()
+    time.sleep(3)  # the asking thread has long ended: the mp child must still run
+    pids = {"mp": mp_child.pid, "env": env_child.pid, "env_grandchild": grandchild, "fork": forked_pid}
+    print(json.dumps(pids), flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_killed_parent_takes_every_child_it_started(tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line, "the parent script printed nothing"
+        pids = json.loads(line)
+        children = {name: psutil.Process(pid) for name, pid in pids.items()}
+        alive_before = {name: p.is_running() and p.status() != psutil.STATUS_ZOMBIE for name, p in children.items()}
+    except BaseException:
+        proc.kill()
+        raise
+    assert alive_before == dict.fromkeys(pids, True)  # the mp child outlived the thread that asked for it
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    _, alive = psutil.wait_procs(list(children.values()), timeout=GONE_S)
+    for p in alive:
+        p.kill()
+    assert [p.pid for p in alive] == []
+
+
+def test_a_child_whose_parent_already_died_exits_at_once():
+    """The signal is armed after the fork: a parent that died before that is caught by the pid check."""
+    code = (
+        "import os, sys\n"
+        "from omnistage.stages.lifetime import die_with_parent\n"
+        "die_with_parent(int(sys.argv[1]))\n"
+        "print('still here', flush=True)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, "1"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "still here" not in out.stdout, (out.returncode, out.stdout, out.stderr)

@@ -1,0 +1,252 @@
+"""Every code block in README.md and docs/ runs, against tiny fixtures, so an example that stops working fails here.
+
+How a block runs (by its fence's language):
+
+- ``python``: as a script in a subprocess (``HF_HUB_OFFLINE=1``, a deadline), in a scratch folder holding the
+  sample files the docs name (``cat.png``, ``in.png``, ...).
+- ``bash`` / ``sh``: with ``bash -e``; ``curl`` fails on an HTTP error status (``--fail-with-body``).
+- ``yaml``: parsed; a deploy config (``stages:`` / ``stage_args:``) is validated as ``--deploy-config`` is.
+- ``json``: parsed.
+
+An HTML comment on the line before a block changes that (the reader sees it in the Markdown source):
+
+- ``<!-- docs-test: skip (why) -->``: not run; every skip is reported, with its reason.
+- ``<!-- docs-test: server ARGS -->``: the block runs against ``omnistage serve ARGS`` (started once per module
+  for each ARGS); ``$BASE`` and ``http://localhost:8000`` point at it, ``$KEY`` is its ``--api-key``; a line of
+  the block that itself starts ``omnistage serve`` is what the comment started, so it is not run again.
+- ``<!-- docs-test: setup -->``: a python block that later python blocks of the same file start with (the
+  ``client = OpenAI(...)`` they share); it runs with them.
+
+Model paths in the docs are placeholders that become tiny random-weight folders: ``PLACEHOLDERS`` below.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from omnistage.testing.server import ServeProcess
+from omnistage.testing.tiny import build
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+RUNS = {"python", "bash", "sh", "yaml", "json"}
+DEADLINE_S = 300  # one block; the slowest start a vLLM engine (10-20 s) on a loaded 2-core machine
+
+# a placeholder in the docs -> the tiny fixture (``omnistage.testing.tiny`` name) that stands in for it
+PLACEHOLDERS = {
+    "path/to/sd3-folder": "sd3",
+    "path/to/chat-model": "chat",
+    "path/to/Qwen2.5-VL-3B-Instruct": "qwen2_5_vl",
+    "path/to/loras": "sd3 LoRAs",  # watercolor/, ink/ (folders) and pixel.safetensors for the tiny SD3: loras()
+}
+
+FENCE = re.compile(r"^```(\w*)\s*$")
+DIRECTIVE = re.compile(r"^<!--\s*docs-test:\s*(\w+)\s*(.*?)\s*-->\s*$")
+
+
+@dataclass(frozen=True)
+class Block:
+    path: Path
+    line: int  # of the opening fence, 1-based
+    lang: str
+    code: str
+    directive: str = ""  # skip | server | setup | ""
+    arg: str = ""
+
+    @property
+    def id(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+def blocks(path: Path) -> list[Block]:
+    """The fenced blocks of one Markdown file, with the ``docs-test`` comment right before each (if any)."""
+    out, lines, i = [], path.read_text().split("\n"), 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        j = next(k for k in range(i + 1, len(lines)) if lines[k].startswith("```"))
+        d = DIRECTIVE.match(lines[i - 1]) if i else None
+        directive, arg = (d.group(1), d.group(2)) if d else ("", "")
+        out.append(Block(path, i + 1, m.group(1), "\n".join(lines[i + 1 : j]) + "\n", directive, arg))
+        i = j + 1
+    return out
+
+
+ALL = [b for p in DOCS for b in blocks(p)]
+RUNNABLE = [b for b in ALL if b.lang in RUNS and b.directive != "setup"]
+
+
+def test_every_directive_is_known_and_every_skip_says_why():
+    for b in ALL:
+        assert b.directive in ("", "skip", "server", "setup"), f"{b.id}: unknown docs-test directive {b.directive!r}"
+        if b.directive == "skip":
+            assert re.fullmatch(r"\(.+\)", b.arg), f"{b.id}: a skip states its reason in parentheses"
+        if b.directive == "setup":
+            assert b.lang == "python", f"{b.id}: only python blocks are setup"
+    untagged = [b.id for b in ALL if b.lang not in RUNS and b.lang not in ("", "text", "console", "http")]
+    assert not untagged, f"blocks in a language this test does not run: {untagged}"
+
+
+def test_report_what_runs_and_what_is_skipped(capsys):
+    """Not a check: the tally, so that skips are never silent (``pytest -s`` shows it; so does the CI log)."""
+    skipped = [b for b in RUNNABLE if b.directive == "skip"]
+    with capsys.disabled():
+        print(f"\ndocs blocks: {len(RUNNABLE)} runnable, {len(RUNNABLE) - len(skipped)} run, {len(skipped)} skipped:")
+        for b in skipped:
+            print(f"  {b.id} {b.arg}")
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """A scratch folder with the sample inputs the docs' examples open."""
+    import numpy as np
+    import soundfile as sf
+    from PIL import Image
+
+    d = tmp_path_factory.mktemp("docs-work")
+    for name, colour in [("cat.png", "orange"), ("in.png", "red"), ("fox.png", "red"), ("style.png", "blue")]:
+        Image.new("RGB", (64, 64), colour).save(d / name)
+    Image.new("RGB", (64, 64), "gray").save(d / "first_frame.png")
+    t = np.arange(16000 * 2) / 16000
+    sf.write(d / "me.wav", 0.3 * np.sin(2 * np.pi * 220 * t), 16000)
+    return d
+
+
+def loras(root: Path) -> Path:
+    """Random-weight diffusers LoRAs for the tiny SD3, as folders and as one bare file."""
+    from omnistage.models.sd3.tiny import build_lora
+
+    for seed, name in enumerate(["watercolor", "ink", "pixel"]):
+        build_lora(root / name, seed=seed, rank=4, alpha=4.0)
+    (root / "pixel" / "pytorch_lora_weights.safetensors").rename(root / "pixel.safetensors")
+    return root
+
+
+@pytest.fixture(scope="module")
+def fixtures(tmp_path_factory) -> dict[str, Path]:
+    class Lazy(dict):
+        def __missing__(self, name: str) -> Path:
+            where = tmp_path_factory.mktemp(f"tiny-{name.replace(' ', '-')}")
+            self[name] = loras(where) if name == "sd3 LoRAs" else build(name, where)
+            return self[name]
+
+    return Lazy()
+
+
+def substitute(code: str, fixtures: dict[str, Path]) -> str:
+    for placeholder, name in PLACEHOLDERS.items():
+        if placeholder in code:
+            code = code.replace(placeholder, str(fixtures[name]))
+    return code
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory, fixtures) -> Iterator[dict[str, ServeProcess]]:
+    running: dict[str, ServeProcess] = {}
+
+    class Lazy(dict):
+        def __missing__(self, args: str) -> ServeProcess:
+            log = tmp_path_factory.mktemp("docs-server") / "server.log"
+            running[args] = ServeProcess.launch(shlex.split(substitute(args, fixtures)), log)
+            self[args] = running[args]
+            return running[args]
+
+    yield Lazy()
+    for server in running.values():
+        server.stop()
+
+
+def api_key(args: str) -> str:
+    words = shlex.split(args)
+    return words[words.index("--api-key") + 1] if "--api-key" in words else ""
+
+
+def without_serve(code: str) -> str:
+    """The block less its ``omnistage serve ...`` command (with its ``\\`` continuation lines)."""
+    kept, skipping, continued = [], False, False
+    for line in code.split("\n"):
+        skipping = line.lstrip().startswith("omnistage serve") or (skipping and continued)
+        continued = line.rstrip().endswith("\\")
+        if not skipping:
+            kept.append(line)
+    return "\n".join(kept)
+
+
+def setup_code(block: Block) -> str:
+    """The file's ``setup`` python blocks before this one."""
+    return "".join(b.code for b in ALL if b.path == block.path and b.directive == "setup" and b.line < block.line)
+
+
+def run(cmd: list[str], cwd: Path, env: dict[str, str], what: str) -> None:
+    try:
+        done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=DEADLINE_S)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"{what} ran past {DEADLINE_S} s:\n{e.stdout}\n{e.stderr}")
+    assert done.returncode == 0, f"{what} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.parametrize("block", RUNNABLE, ids=[b.id for b in RUNNABLE])
+def test_block_runs(block: Block, workdir, fixtures, servers):
+    if block.directive == "skip":
+        pytest.skip(f"{block.id} {block.arg}")
+    code = substitute(setup_code(block) + block.code if block.lang == "python" else block.code, fixtures)
+    if block.lang == "json":
+        json.loads(code)
+        return
+    if block.lang == "yaml":
+        data = yaml.safe_load(code)
+        if isinstance(data, dict) and ("stages" in data or "stage_args" in data):
+            from omnistage.config.loader import load_deploy_config
+
+            load_deploy_config(data, platform="cpu")
+        return
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # omnistage, python: the venv's
+    if block.directive == "server":
+        server = servers[block.arg]
+        env |= {"BASE": server.url, "KEY": api_key(block.arg)}
+        code = code.replace("http://localhost:8000", server.url).replace("localhost:8000", server.url)
+        code = without_serve(code)
+    if block.lang == "python":
+        script = workdir / f"block_{block.path.stem}_{block.line}.py"
+        script.write_text(code)
+        run([sys.executable, str(script)], workdir, env, block.id)
+    else:
+        prelude = 'curl() { command curl --silent --show-error --fail-with-body "$@"; }\n'
+        run(["bash", "-e", "-o", "pipefail", "-c", prelude + code], workdir, env, block.id)
+
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+@pytest.mark.parametrize("path", DOCS, ids=[str(p.relative_to(ROOT)) for p in DOCS])
+def test_links_inside_the_repository_resolve(path: Path):
+    """A relative link names a file or folder that exists, and its ``#anchor`` a heading of that file."""
+    for target in LINK.findall(path.read_text()):
+        if re.match(r"[a-z]+:", target):
+            continue  # http(s), mailto: not checked offline
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file).resolve() if file else path
+        assert dest.exists(), f"{path.relative_to(ROOT)}: link to {target} - no such file"
+        if anchor and dest.suffix == ".md":
+            slugs = {
+                re.sub(r"[^\w\- ]", "", h.strip("# ").lower()).replace(" ", "-")
+                for h in dest.read_text().split("\n")
+                if h.startswith("#")
+            }
+            assert anchor in slugs, f"{path.relative_to(ROOT)}: link to {target} - no such heading"
