@@ -117,10 +117,10 @@ async def main(args: argparse.Namespace) -> dict:
         }
     for engine in modes.values():
         await engine.start()
-    from omnistage.models.shared.codec_lm.config import load_tts_config
     from omnistage.models.csm.config import is_csm
     from omnistage.models.qwen3_tts.config import INITIAL_CHUNK_FRAMES as QWEN3_TTS_FIRST
     from omnistage.models.qwen3_tts.config import is_qwen3_tts
+    from omnistage.models.shared.codec_lm.config import load_tts_config
 
     csm = is_csm(Path(model))
     qwen3_tts = is_qwen3_tts(Path(model))

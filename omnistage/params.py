@@ -260,7 +260,9 @@ def filter_extras(
             f"not a parameter of pipeline {pipeline.name!r} (it declares: {', '.join(sorted(allowed)) or 'none'})",
         )
     if dropped:
-        text = f"ignored {', '.join(where + k for k in dropped)}: not parameters of pipeline {pipeline.name!r}"
+        names = ", ".join(repr(where + k[:_MAX_KEY]) for k in dropped[:_MAX_LISTED])
+        more = f" and {len(dropped) - _MAX_LISTED} more" if len(dropped) > _MAX_LISTED else ""
+        text = f"ignored {names}{more}: not parameters of pipeline {pipeline.name!r}"
         logger.warning("%s", text)
         if text not in warnings:
             warnings.append(text)
@@ -274,6 +276,9 @@ def filter_extras(
                     k, f"expected {getattr(allowed[k], '__name__', allowed[k])}: {e.errors()[0]['msg']}, got {v!r}"
                 ) from None
     return kept
+
+
+_MAX_LISTED, _MAX_KEY = 8, 64  # ignored keys named in one warning, characters of one (the caller chose them)
 
 
 def _lift_fields(own: dict[str, Any], extras: Mapping[str, Any], where: str) -> dict[str, Any]:

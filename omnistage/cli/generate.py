@@ -47,6 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--true-cfg-scale", type=float, default=None, help="true CFG (with --negative-prompt)")
     p.add_argument("--num-frames", type=int, default=None, help="video frames (video pipelines)")
     p.add_argument("-n", "--num-outputs", type=int, default=None, help="images per prompt")
+    p.add_argument("--duration", type=float, default=None, help="seconds of audio (text-to-audio pipelines)")
     p.add_argument("--extra-body", default=None, help="JSON: sampling fields or model-specific extra_args")
     p.add_argument("--deploy-config", default=None)
     p.add_argument(
@@ -84,6 +85,8 @@ def build_params(args: argparse.Namespace) -> dict[str, Any]:
         "num_frames": args.num_frames,
     }
     params.update({k: v for k, v in flags.items() if v is not None})
+    if getattr(args, "duration", None) is not None:  # the text-to-audio families' own parameter
+        params["extra_args"] = {**params.get("extra_args", {}), "duration": args.duration}
     return params
 
 

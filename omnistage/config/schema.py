@@ -79,6 +79,23 @@ class RuntimeConfig(_Strict):
     num_cpus: float | None = Field(None, ge=0)
 
 
+class PlacementConfig(_Strict):
+    """Where a Ray stage's replicas may run, in Ray's own terms (docs/distributed.md): the actor's
+    ``label_selector`` (node labels, e.g. ``{pool: dit}``; values may be ``!v``, ``in(a,b)``, ``!in(a,b)``)
+    and custom ``resources`` each replica takes (e.g. ``{dit_slot: 1}``). Unset: anywhere."""
+
+    label_selector: dict[str, str] = Field(default_factory=dict)
+    resources: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("resources")
+    @classmethod
+    def _amounts(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = sorted(k for k, n in v.items() if n <= 0)
+        if bad:
+            raise ValueError(f"resources.{bad[0]}: expected an amount > 0")
+        return v
+
+
 class ConnectorConfig(_Strict):
     name: str
     extra: dict[str, Any] = Field(default_factory=dict)
@@ -158,6 +175,7 @@ class StageDeployConfig(_Strict):
     num_replicas: int = Field(1, ge=1)
     process: Literal["inline", "mp", "ray"] | None = None  # None: the engine kind's default
     runtime: RuntimeConfig | None = None
+    placement: PlacementConfig | None = None  # Ray stages: which nodes may take the replicas
     parallel_config: ParallelConfig | None = None
     tensor_parallel_size: int | None = Field(None, ge=1)
     pipeline_parallel_size: int | None = Field(None, ge=1)
@@ -318,6 +336,11 @@ class DeployConfig(_Strict):
             if s.connector is not None and s.connector not in self.connectors:
                 raise ValueError(
                     f"stage {s.stage_id} uses connector {s.connector!r}, which is not declared under connectors"
+                )
+            if s.placement is not None and self.stage_process(s.stage_id) != "ray":
+                raise ValueError(
+                    f"stage {s.stage_id}: placement applies to Ray stages only "
+                    "(distributed_executor_backend: ray, or process: ray)"
                 )
         return self
 

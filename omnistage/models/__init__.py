@@ -38,6 +38,7 @@ from omnistage.models import (
     sd,
     sd3,
     speech_chat,
+    stable_audio,
     vibevoice,
     voxtral,
     wan,
@@ -77,6 +78,7 @@ FAMILIES = (
     speech_chat,
     ovis_image,
     longcat_image,
+    stable_audio,
 )
 
 for _family in FAMILIES:

@@ -19,7 +19,17 @@ from omnistage.config.settings import ServerSettings
 from omnistage.server.deps import require_api_key
 from omnistage.server.errors import error_responses, install_error_handlers
 from omnistage.server.middleware import BodySizeLimit, JsonDepthLimit, RequestContext
-from omnistage.server.routes import audio, chat, images, lora, realtime, system, transcriptions, videos
+from omnistage.server.routes import (
+    audio,
+    audio_generate,
+    chat,
+    images,
+    lora,
+    realtime,
+    system,
+    transcriptions,
+    videos,
+)
 from omnistage.server.state import ServeOptions, ServerState
 
 logger = logging.getLogger("omnistage.server")
@@ -54,6 +64,7 @@ def create_app(
     common = error_responses(400, 401, 404, 500, 503, 504)
     for module in (system.v1, chat.router, images.router, audio.router, transcriptions.router, videos.router):
         app.include_router(module, dependencies=secured, responses=common)
+    app.include_router(audio_generate.router, dependencies=secured, responses=common)  # text -> sound
     app.include_router(realtime.router)  # a WebSocket: checks the API key itself (an error event + close code)
     if options.allow_runtime_lora_updating:  # as vLLM: without the flag these paths do not exist (404)
         app.include_router(lora.router, dependencies=secured, responses=common)

@@ -40,5 +40,13 @@ def prompt_warnings(info: PipelineInfo, model_name: str, prompt: Any) -> list[st
 
 
 def warning_headers(warnings: list[str]) -> list[tuple[str, str]]:
-    """``(name, value)`` header pairs: HTTP header values are latin-1, so other characters are escaped."""
-    return [(HEADER, w.encode("ascii", "backslashreplace").decode("ascii")) for w in warnings]
+    """``(name, value)`` header pairs: HTTP header values are printable ASCII here, so other characters (and
+    control characters, e.g. from a key name the caller sent) are escaped."""
+    return [(HEADER, _CONTROL.sub(_escape, w.encode("ascii", "backslashreplace").decode("ascii"))) for w in warnings]
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _escape(m: re.Match) -> str:
+    return f"\\x{ord(m.group()):02x}"

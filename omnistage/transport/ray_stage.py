@@ -2,8 +2,10 @@
 
 The actor is placed by resource request (``runtime.num_gpus`` / ``num_cpus``,
 default: one GPU per device of the replica when it has devices, no CPU
-reservation), anywhere in the Ray cluster ``RAY_ADDRESS`` points at (or a local
-one). Requests stream back through a Ray streaming generator; tensors travel in
+reservation) and the stage's ``placement`` (Ray label selector and custom
+resources; default anywhere) in the Ray cluster ``RAY_ADDRESS`` points at (or a
+local one); a placement the live nodes cannot hold is refused before the actor
+is created (ray_placement.py). Requests stream back through a Ray streaming generator; tensors travel in
 the Ray object store. vLLM stages keep their own engine-core process inside
 the actor (vLLM's Ray executor refuses the CPU platform). Death, restart and
 per-request routing are RemoteStageEngine's (remote.py). Stage code must be
@@ -21,6 +23,7 @@ from typing import Any
 
 from omnistage.pipeline import StageContext
 from omnistage.stages.base import StageError, StageOutput, StageRequest, StageStats
+from omnistage.transport.ray_placement import check_placement
 from omnistage.transport.remote import RemoteStageEngine, serve_request
 
 WATCH_INTERVAL_S = 0.5
@@ -57,6 +60,11 @@ class StageActor:
     def pid(self) -> int:
         return os.getpid()
 
+    def node_id(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     async def shutdown(self) -> None:
         await self.engine.shutdown()
 
@@ -92,6 +100,7 @@ class RayStageEngine(RemoteStageEngine):
     def __init__(self, ctx: StageContext):
         super().__init__(ctx)
         self.actor: Any = None
+        self.node_id: str | None = None  # the Ray node the live actor runs on
         self._pumps: dict[str, asyncio.Task] = {}
 
     def _resources(self) -> dict[str, float]:
@@ -104,6 +113,25 @@ class RayStageEngine(RemoteStageEngine):
         cpus = rt.num_cpus if rt and rt.num_cpus is not None else 0
         return {"num_gpus": gpus, "num_cpus": cpus}
 
+    def _options(self) -> dict[str, Any]:
+        """``.options()`` of the actor: its resource request plus the stage's ``placement`` as Ray takes it."""
+        opts: dict[str, Any] = self._resources()
+        pl = self.ctx.deploy.placement
+        if pl is not None and pl.resources:
+            opts["resources"] = dict(pl.resources)
+        if pl is not None and pl.label_selector:
+            opts["label_selector"] = dict(pl.label_selector)
+        return opts
+
+    def _check_placement(self) -> None:
+        import ray
+
+        opts = self._options()
+        demand = {"GPU": opts["num_gpus"], "CPU": opts["num_cpus"], **opts.get("resources", {})}
+        check_placement(
+            f"stage {self.stage_id}", self.ctx.deploy.replicas, opts.get("label_selector", {}), demand, ray.nodes()
+        )
+
     def payload(self) -> bytes:
         # Ray hands the actor its GPUs (CUDA_VISIBLE_DEVICES): device ids from this machine mean nothing there.
         if self._resources()["num_gpus"]:
@@ -114,7 +142,8 @@ class RayStageEngine(RemoteStageEngine):
         import ray
 
         await asyncio.to_thread(ensure_ray)
-        actor = _remote_class().options(**self._resources()).remote(payload)
+        await asyncio.to_thread(self._check_placement)
+        actor = _remote_class().options(**self._options()).remote(payload)
         try:
             await actor.start.remote()
         except Exception as e:
@@ -123,6 +152,7 @@ class RayStageEngine(RemoteStageEngine):
                 f"stage {self.stage_id} (replica {self.ctx.replica}) failed to start as a Ray actor: {e}"
             ) from None
         self.actor = actor
+        self.node_id = await actor.node_id.remote()
 
     async def _until_dead(self) -> str:
         """Poll the actor's stats; a failed poll means the actor died."""
@@ -133,7 +163,7 @@ class RayStageEngine(RemoteStageEngine):
             try:
                 self._stats = await self.actor.stats.remote()
             except ray.exceptions.RayActorError as e:
-                return type(e).__name__
+                return f"{type(e).__name__}; replica {self.ctx.replica} was on Ray node {self.node_id}"
 
     async def _submit(self, req: StageRequest) -> None:
         import ray

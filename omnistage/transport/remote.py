@@ -122,7 +122,12 @@ class RemoteStageEngine(ABC):
         async def relaunch() -> None:
             self.restarts += 1
             await self._stop()
-            await self._launch(self.payload())
+            try:
+                await self._launch(self.payload())
+            except Exception as e:
+                # /health says why the replica is not back (e.g. no live node its placement allows)
+                self._stats = StageStats(healthy=False, detail=f"{self._dead}; restart failed: {e}")
+                raise
             self._stats = StageStats()
 
         if await restart_with_backoff(f"stage {self.stage_id} {self.what}", relaunch):

@@ -441,7 +441,7 @@ def _audio_at_rate(data: bytes, target: int) -> bytes | None:
         pass  # not a format libsndfile reads: decoded below
     try:
         samples, rate = AudioMediaIO().load_bytes(data)
-    except Exception:  # noqa: BLE001 - any decoder failure is vLLM's to report, as before
+    except Exception:  # any decoder failure: left for vLLM's own loader to report, as before
         return None
     return wav_bytes(resample(samples, rate, target), target)
 

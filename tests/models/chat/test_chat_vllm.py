@@ -148,6 +148,15 @@ async def test_bad_prompts_name_the_field(omni, prompt, field):
         await run(omni, prompt, dict(GREEDY))
 
 
+@pytest.mark.parametrize("params", [{"temperature": 0.0}, {"temperature": 0.0, "max_tokens": 10**6}])
+async def test_max_tokens_unset_or_past_the_context_runs_to_its_end(omni, params):
+    """As vllm serve runs: no max_tokens (SamplingParams' own default would stop at 16) or one past the context
+    generates to the end of the context."""
+    out, _ = await run(omni, PROMPTS[0], params)
+    assert out.finish_reason == "length"
+    assert out.num_prompt_tokens + len(out.token_ids) == ENGINE["max_model_len"]
+
+
 async def test_engine_still_serves_after_bad_requests(omni, reference):
     out, _ = await run(omni, PROMPTS[3], dict(GREEDY))
     assert out.token_ids == reference["greedy"][3][0]
