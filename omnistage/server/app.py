@@ -19,6 +19,7 @@ from omnistage.config.settings import ServerSettings
 from omnistage.server.deps import require_api_key
 from omnistage.server.errors import error_responses, install_error_handlers
 from omnistage.server.middleware import BodySizeLimit, JsonDepthLimit, RequestContext
+from omnistage.server.options import ServeOptions
 from omnistage.server.routes import (
     audio,
     audio_generate,
@@ -30,7 +31,7 @@ from omnistage.server.routes import (
     transcriptions,
     videos,
 )
-from omnistage.server.state import ServeOptions, ServerState
+from omnistage.server.state import ServerState
 
 logger = logging.getLogger("omnistage.server")
 

@@ -42,7 +42,7 @@ def check_placement(
         return
     asked = f"label_selector={label_selector or {}}, resources={ {k: v for k, v in demand.items() if v} }"
     seen = "; ".join(
-        f"{n.get('NodeManagerAddress', '?')} labels={_user_labels(n)} resources={_user_resources(n)}"
+        f"{str(n.get('NodeID', '?'))[:8]} labels={_user_labels(n)} resources={_user_resources(n)}"
         for n in nodes
         if n.get("Alive")
     )

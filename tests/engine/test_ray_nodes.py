@@ -1,7 +1,7 @@
 """Stages placed on chosen nodes of a three-node Ray cluster made on this machine (a head labelled
 ``pool=ar``, a worker ``pool=dit`` with two ``dit_slot`` resources, a worker ``pool=spare``): results equal
-the single-process run, actors sit where the deploy file put them (Ray's state API), a placement nobody
-can satisfy is refused at start-up, a lost node fails only its requests and its replica comes back on a
+the single-process run, actors sit where the deploy file put them (the raylet that spawned each
+actor), a placement nobody can satisfy is refused at start-up, a lost node fails only its requests and its replica comes back on a
 node that rejoins."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 import filelock
+import numpy as np
 import pytest
 import torch
 
@@ -68,13 +69,21 @@ def nodes():
         lock.release()
 
 
-def pool_of(actor) -> str:
-    """The ``pool`` label of the node Ray's state API says the actor runs on."""
+async def pool_of(nodes, replica) -> str:
+    """The ``pool`` label of the node whose raylet spawned the replica's actor process (Ray's state API
+    needs the dashboard, which the minimal ``ray`` install lacks: the process tree says it as well)."""
+    import psutil
     import ray
-    from ray.util.state import get_actor
 
-    node_id = get_actor(actor._actor_id.hex()).node_id
-    return next(n["Labels"].get("pool") for n in ray.nodes() if n["NodeID"] == node_id)
+    parent = psutil.Process(await replica.pid()).ppid()
+    node = next(n for n in [nodes.head_node, *nodes.worker_nodes] if raylet_pid(n) == parent)
+    return next(n["Labels"]["pool"] for n in ray.nodes() if n["NodeID"] == node.node_id)
+
+
+def raylet_pid(node) -> int:
+    from ray._private import ray_constants
+
+    return node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
 
 
 def ray_deploy(*stages: dict) -> dict:
@@ -96,7 +105,7 @@ async def test_stages_run_on_the_nodes_their_placement_names(nodes):
     # the third stage through --stage-overrides, with a selector operator: neither ar nor dit
     overrides = {"2": {"placement": {"label_selector": {"pool": "!in(ar,dit)"}}}}
     async with AsyncOmni(pipeline=tp.chain(), deploy_config=deploy, stage_overrides=overrides) as engine:
-        placed = {sid: [pool_of(r.actor) for r in engine.replicas(sid)] for sid in range(3)}
+        placed = {sid: [await pool_of(nodes, r) for r in engine.replicas(sid)] for sid in range(3)}
         assert placed == {0: ["ar"], 1: ["dit", "dit"], 2: ["spare"]}
         for _ in range(2):  # both diffusion-side replicas serve (requests are spread over them)
             for p, e in zip(prompts, expected):
@@ -106,8 +115,8 @@ async def test_stages_run_on_the_nodes_their_placement_names(nodes):
 @pytest.mark.parametrize(
     "placement, says",
     [
-        ({"label_selector": {"pool": "gpu"}}, r"no node.*'pool': 'gpu'"),
-        ({"label_selector": {"pool": "ar"}, "resources": {"dit_slot": 1}}, r"no node.*dit_slot"),
+        ({"label_selector": {"pool": "gpu"}}, r"'pool': 'gpu'.*no node"),
+        ({"label_selector": {"pool": "ar"}, "resources": {"dit_slot": 1}}, r"dit_slot.*no node"),
         ({"resources": {"dit_slot": 1}}, r"hold only 2 of 3 replicas"),
     ],
 )
@@ -132,7 +141,7 @@ async def test_a_lost_node_fails_its_requests_and_its_replica_returns_on_a_node_
     deploy = ray_deploy({"stage_id": 0, "placement": {"label_selector": {"pool": "dit"}}})
     async with AsyncOmni(pipeline=p, deploy_config=deploy) as engine:
         replica = engine.replicas(0)[0]
-        assert pool_of(replica.actor) == "dit"
+        assert await pool_of(nodes, replica) == "dit"
         slow = [{"max_tokens": 1000, "delay": 0.01}]
         task = asyncio.create_task(final_output(engine.generate("x", sampling_params_list=slow)))
         await asyncio.sleep(0.5)
@@ -154,6 +163,32 @@ async def test_a_lost_node_fails_its_requests_and_its_replica_returns_on_a_node_
             if engine.is_ready:
                 break
             await asyncio.sleep(0.1)
-        assert engine.is_ready and pool_of(replica.actor) == "dit" and replica.node_id != lost
+        assert engine.is_ready and await pool_of(nodes, replica) == "dit" and replica.node_id != lost
         out = await final_output(engine.generate("x", sampling_params_list=[{"max_tokens": 3}]))
         assert out.finished and len(out.token_ids) == 3
+
+
+@pytest.mark.vllm
+async def test_glm_image_ar_on_one_node_and_two_dit_replicas_on_another(nodes, tiny_model):
+    """GLM-Image (tiny): the vLLM AR stage on the ``ar`` node, two diffusion replicas on the ``dit`` node;
+    the images equal the single-process run's (prior tokens and latents cross nodes through Ray)."""
+    folder = str(tiny_model("glm_image"))
+    params = [{}, {"num_inference_steps": 3, "guidance_scale": 1.5, "seed": 5}]
+    prompts = [{"prompt": p, "additional_information": {"height": 64, "width": 96}} for p in ("a red cat", "a dog")]
+    async with AsyncOmni(folder, dtype="float32") as inline:
+        expected = [(await final_output(inline.generate(p, sampling_params_list=params))).images[0] for p in prompts]
+    deploy = ray_deploy(
+        {"stage_id": 0, "placement": {"label_selector": {"pool": "ar"}}},
+        {
+            "stage_id": 1,
+            "num_replicas": 2,
+            "placement": {"label_selector": {"pool": "dit"}, "resources": {"dit_slot": 1}},
+        },
+    )
+    async with AsyncOmni(folder, deploy_config=deploy, dtype="float32") as engine:
+        placed = {sid: [await pool_of(nodes, r) for r in engine.replicas(sid)] for sid in (0, 1)}
+        assert placed == {0: ["ar"], 1: ["dit", "dit"]}
+        for _ in range(2):  # requests spread over both diffusion replicas
+            for p, e in zip(prompts, expected):
+                got = (await final_output(engine.generate(p, sampling_params_list=params))).images[0]
+                assert np.array_equal(np.asarray(got), np.asarray(e))

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from omnistage.pipeline import read_json
-from omnistage.stages.ar.params import Sampler, StageParams
+from omnistage.stages.ar.params import StageParams, TokenSampling
 
 ARCHITECTURE = "CsmForConditionalGeneration"
 SAMPLE_RATE = 24000  # Mimi's rate in the release
@@ -37,8 +37,8 @@ def _sampler(gen: Mapping[str, Any], prefix: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class CsmParams:
-    backbone: Sampler
-    depth: Sampler
+    backbone: TokenSampling
+    depth: TokenSampling
     max_tokens: int  # frames, as transformers' max_new_tokens
     seed: int | None
 

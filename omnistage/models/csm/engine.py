@@ -17,7 +17,7 @@ from typing import Any
 
 from omnistage.errors import InvalidRequestError
 from omnistage.models.csm.config import CsmParams, checkpoint_defaults, parse_params
-from omnistage.models.csm.model import CsmModel, Row, Turn, check_turn
+from omnistage.models.csm.model import CsmModel, CsmRow, Turn, check_turn
 from omnistage.models.shared.codec_lm.codec import mono_clip
 from omnistage.pipeline import StageContext
 from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
@@ -32,7 +32,7 @@ ENGLISH = {"en", "english", "auto"}  # the release speaks English only
 class CsmRequest(ARRequest):
     turns: list[Turn] = field(default_factory=list)
     params: CsmParams | None = None
-    row: Row | None = None
+    row: CsmRow | None = None
 
 
 def request_turns(inputs: Mapping[str, Any], rate: int) -> list[Turn]:
@@ -88,7 +88,7 @@ class CsmEngine(StepEngine):
         params = parse_params(req.params, self.defaults)
         turns = request_turns(req.inputs or {}, self.model.sample_rate)
         generator = request_generator(max(params.backbone.temperature, params.depth.temperature), params.seed)
-        row = Row(RequestKV(self.model.num_layers), params.backbone, params.depth, generator)
+        row = CsmRow(RequestKV(self.model.num_layers), params.backbone, params.depth, generator)
         return CsmRequest(req, turns=turns, params=params, row=row)
 
     def prefill(self, r: CsmRequest) -> Emit:

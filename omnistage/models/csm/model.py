@@ -29,7 +29,7 @@ from transformers import DynamicCache
 
 from omnistage.errors import InvalidRequestError
 from omnistage.stages.ar.kv import RequestKV, StepCache
-from omnistage.stages.ar.params import Sampler
+from omnistage.stages.ar.params import TokenSampling
 from omnistage.stages.ar.sampling import draw
 
 
@@ -41,12 +41,12 @@ class Turn:
 
 
 @dataclass
-class Row:
+class CsmRow:
     """One request's state (touched only by the step thread while a step runs)."""
 
     kv: RequestKV
-    backbone: Sampler
-    depth: Sampler
+    backbone: TokenSampling
+    depth: TokenSampling
     generator: torch.Generator | None
     code0: int | None = None  # codebook 0 of the frame the next step completes
     hidden: torch.Tensor | None = None  # the backbone's last normed hidden state [H]
@@ -106,7 +106,7 @@ class CsmModel:
 
     # ------------------------------------------------------------------ steps
 
-    def _backbone(self, rows: list[Row], embeds: torch.Tensor) -> None:
+    def _backbone(self, rows: list[CsmRow], embeds: torch.Tensor) -> None:
         """One backbone forward of ``embeds`` [B, T, H] (row i continues its own cache), then each row's
         next codebook-0 code and last hidden state."""
         cache = StepCache([r.kv for r in rows], embeds.shape[1])
@@ -128,11 +128,11 @@ class CsmModel:
             row.hidden = hidden[i]
 
     @torch.no_grad()
-    def prefill(self, row: Row, embeds: torch.Tensor) -> None:
+    def prefill(self, row: CsmRow, embeds: torch.Tensor) -> None:
         self._backbone([row], embeds.unsqueeze(0))
 
     @torch.no_grad()
-    def frames(self, rows: list[Row]) -> torch.Tensor:
+    def frames(self, rows: list[CsmRow]) -> torch.Tensor:
         """The depth decoder over all rows: each row's pending frame [B, K] (codebook 0 first)."""
         decoder = self.model.depth_decoder
         code0 = torch.tensor([r.code0 for r in rows], device=self.device)
@@ -165,7 +165,7 @@ class CsmModel:
         return bool((frame[:-1] == self.eos).all())
 
     @torch.no_grad()
-    def advance(self, rows: list[Row], frames: torch.Tensor) -> None:
+    def advance(self, rows: list[CsmRow], frames: torch.Tensor) -> None:
         """Feed each row's frame [B, K] to the backbone and sample the next codebook 0."""
         embeds = self.model.backbone_model.embed_tokens(frames.unsqueeze(1))  # [B, 1, H]
         self._backbone(rows, embeds)

@@ -18,6 +18,7 @@ diffusers' operation order.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -55,7 +56,23 @@ EXTRA_PARAMS: dict[str, type] = {
 PLAIN, STG, ISOLATED = 0, 1, 2  # the three predictions predict() returns per row
 
 
+@dataclass
+class LTX2Job(DiffusionJob):
+    """A request's LTX-2 state, set in validate (``shapes`` when its latents are drawn)."""
+
+    num_frames: int = 0
+    fps: float = 0.0
+    scales: dict[str, float] = field(default_factory=dict)  # the video and audio CFG / STG / modality scales
+    stg_blocks: tuple[int, ...] = ()  # the blocks spatio-temporal guidance perturbs
+    cross: bool = True  # use_cross_timestep
+    rope_fps: float = 0.0  # the frame rate RoPE sees (fps / motion_speed)
+    max_sequence_length: int = 0
+    audio_frames: int = 0  # audio latent frames
+    shapes: tuple[tuple[int, int], tuple[int, int]] | None = None  # (tokens, width) of the video and audio latents
+
+
 class LTX2Adapter(DiffusersAdapter):
+    job_class = LTX2Job
     pipeline_class_name = "LTX2Pipeline"
     # combine_guidance runs for every request, CFG or not: STG and modality isolation apply without CFG too
     guides_every_job: ClassVar[bool] = True
@@ -70,7 +87,7 @@ class LTX2Adapter(DiffusersAdapter):
 
     # ------------------------------------------------------------- request checks
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: LTX2Job) -> None:
         if job.images:
             raise InvalidRequestError(
                 "multi_modal_data.image",
@@ -78,7 +95,7 @@ class LTX2Adapter(DiffusersAdapter):
             )
         self.validate_video(job)
 
-    def validate_video(self, job: DiffusionJob) -> None:
+    def validate_video(self, job: LTX2Job) -> None:
         p, pipe = job.params, self.pipe
         m = pipe.vae_spatial_compression_ratio * pipe.transformer_spatial_patch_size
         m = max(m, 32)  # LTX2Pipeline.check_inputs: multiples of 32 whatever the VAE
@@ -119,27 +136,21 @@ class LTX2Adapter(DiffusersAdapter):
         if speed <= 0:
             raise InvalidRequestError("motion_speed", f"{speed} must be positive")
         fps = p.fps or DEFAULT_FPS
-        job.extra.update(
-            num_frames=frames,
-            fps=fps,
-            scales=scales,
-            stg_blocks=tuple(blocks),
-            cross=bool(extra.get("use_cross_timestep", True)),
-            rope_fps=fps / speed,
-            max_sequence_length=p.max_sequence_length or MAX_SEQUENCE_LENGTH,
-            audio_frames=round(
-                frames
-                / fps
-                * pipe.audio_sampling_rate
-                / pipe.audio_hop_length
-                / float(pipe.audio_vae_temporal_compression_ratio)
-            ),
+        job.num_frames, job.fps, job.scales, job.stg_blocks = frames, fps, scales, tuple(blocks)
+        job.cross = bool(extra.get("use_cross_timestep", True))
+        job.rope_fps = fps / speed
+        job.max_sequence_length = p.max_sequence_length or MAX_SEQUENCE_LENGTH
+        job.audio_frames = round(
+            frames
+            / fps
+            * pipe.audio_sampling_rate
+            / pipe.audio_hop_length
+            / float(pipe.audio_vae_temporal_compression_ratio)
         )
         job.cfg = g > 1.0 or scales["audio_guidance_scale"] > 1.0  # diffusers' do_classifier_free_guidance
         job.rows = 1
 
-    def batch_key(self, job: DiffusionJob) -> Hashable:
-        e = job.extra
+    def batch_key(self, job: LTX2Job) -> Hashable:
         # dense latents (video and audio lengths), one RoPE frame rate and cross-timestep mode per forward; the
         # Gemma prompt is padded to max_sequence_length (masked), which must match. (STG blocks may differ: the
         # STG forward runs once per set of blocks.)
@@ -148,25 +159,25 @@ class LTX2Adapter(DiffusersAdapter):
             job.height,
             job.width,
             self.latent_frames(job),
-            e["audio_frames"],
-            e["rope_fps"],
-            e["cross"],
-            e["max_sequence_length"],
+            job.audio_frames,
+            job.rope_fps,
+            job.cross,
+            job.max_sequence_length,
         )
 
-    def latent_frames(self, job: DiffusionJob) -> int:
-        return (job.extra["num_frames"] - 1) // self.pipe.vae_temporal_compression_ratio + 1
+    def latent_frames(self, job: LTX2Job) -> int:
+        return (job.num_frames - 1) // self.pipe.vae_temporal_compression_ratio + 1
 
-    def video_tokens(self, job: DiffusionJob) -> int:
+    def video_tokens(self, job: LTX2Job) -> int:
         f = self.pipe.vae_spatial_compression_ratio
         return self.latent_frames(job) * (job.height // f) * (job.width // f)
 
     # ------------------------------------------------------------- preparation
 
-    def encode(self, jobs: list[DiffusionJob]) -> None:
+    def encode(self, jobs: list[LTX2Job]) -> None:
         """Gemma over the prompts (one call) and the negatives (another, "" for a missing one), then the text
         connectors over [negatives of the CFG requests, prompts], as diffusers runs them for one request."""
-        pipe, n = self.pipe, jobs[0].extra["max_sequence_length"]
+        pipe, n = self.pipe, jobs[0].max_sequence_length
 
         def gemma(prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
             embeds, mask, _, _ = pipe.encode_prompt(
@@ -186,7 +197,7 @@ class LTX2Adapter(DiffusersAdapter):
         for i, (j, kind) in enumerate(rows):
             flags = torch.zeros(1, 3, dtype=torch.bool)  # which predictions this row asks for
             if kind == "cond":
-                s = j.extra["scales"]
+                s = j.scales
                 flags[0, STG] = s["stg_scale"] > 0 or s["audio_stg_scale"] > 0
                 flags[0, ISOLATED] = s["modality_scale"] > 1 or s["audio_modality_scale"] > 1
             cond = {
@@ -199,7 +210,7 @@ class LTX2Adapter(DiffusersAdapter):
             }
             setattr(j, kind, cond)
 
-    def timesteps(self, job: DiffusionJob) -> None:
+    def timesteps(self, job: LTX2Job) -> None:
         from diffusers.pipelines.ltx2.pipeline_ltx2 import calculate_shift
 
         n, cfg = job.params.num_inference_steps, self.pipe.scheduler.config
@@ -214,13 +225,13 @@ class LTX2Adapter(DiffusersAdapter):
         state.scheduler.set_begin_index(0)
         job.sampler_state = state
 
-    def init_latents(self, job: DiffusionJob) -> None:
+    def init_latents(self, job: LTX2Job) -> None:
         video = self.pipe.prepare_latents(
             1,
             self.model.config.in_channels,
             job.height,
             job.width,
-            job.extra["num_frames"],
+            job.num_frames,
             0.0,
             torch.float32,
             self.device,
@@ -228,45 +239,44 @@ class LTX2Adapter(DiffusersAdapter):
         )
         self.set_latents(job, video)
 
-    def set_latents(self, job: DiffusionJob, video: torch.Tensor) -> None:
+    def set_latents(self, job: LTX2Job, video: torch.Tensor) -> None:
         """The packed video latents, then the audio noise (drawn after the video's, as diffusers draws it)."""
         audio = self.pipe.prepare_audio_latents(
             1,
             self.audio_channels,
-            job.extra["audio_frames"],
+            job.audio_frames,
             self.pipe.audio_vae.config.mel_bins,
             0.0,
             torch.float32,
             self.device,
             job.generator,
         )
-        job.extra["shapes"] = self.shapes(self.geometry(job)[0].tolist())
+        job.shapes = self.shapes(self.geometry(job)[0].tolist())
         job.latents = torch.cat([video.flatten(1), audio.flatten(1)], dim=1)
 
     # ------------------------------------------------------------- the batched parts
 
-    def geometry(self, job: DiffusionJob) -> torch.Tensor:
+    def geometry(self, job: LTX2Job) -> torch.Tensor:
         """What a forward needs besides tensors, as one CPU row (the batch key makes it equal for every row):
         latent frames, height, width, audio length, RoPE frame rate, cross-timestep flag."""
         f = self.pipe.vae_spatial_compression_ratio
-        e = job.extra
         return torch.tensor(
             [
                 [
                     self.latent_frames(job),
                     job.height // f,
                     job.width // f,
-                    e["audio_frames"],
-                    e["rope_fps"],
-                    float(e["cross"]),
+                    job.audio_frames,
+                    job.rope_fps,
+                    float(job.cross),
                 ]
             ],
             dtype=torch.float64,
         )
 
-    def stg_mask(self, job: DiffusionJob) -> torch.Tensor:
+    def stg_mask(self, job: LTX2Job) -> torch.Tensor:
         mask = torch.zeros(1, self.model.config.num_layers, dtype=torch.bool)
-        for b in job.extra["stg_blocks"]:
+        for b in job.stg_blocks:
             if b < mask.shape[1]:  # a block index past the model's depth perturbs nothing (as in diffusers)
                 mask[0, b] = True
         return mask
@@ -344,10 +354,10 @@ class LTX2Adapter(DiffusersAdapter):
 
     # ------------------------------------------------------------- guidance (per request, diffusers' order)
 
-    def combine_guidance(self, u: torch.Tensor | None, c: torch.Tensor, job: DiffusionJob) -> torch.Tensor:
+    def combine_guidance(self, u: torch.Tensor | None, c: torch.Tensor, job: LTX2Job) -> torch.Tensor:
         from diffusers.pipelines.ltx2.pipeline_ltx2 import rescale_noise_cfg
 
-        s, shapes = job.extra["scales"], job.extra["shapes"]
+        s, shapes = job.scales, job.shapes
         state = job.sampler_state
         sigma = state.sigmas[state.begin + job.step]
         x_video, x_audio = self.split(job.latents, shapes)
@@ -372,16 +382,16 @@ class LTX2Adapter(DiffusersAdapter):
         self.keep_given_frames(out[0], job)
         return torch.cat(out, dim=1)
 
-    def keep_given_frames(self, velocity: torch.Tensor, job: DiffusionJob) -> None:
+    def keep_given_frames(self, velocity: torch.Tensor, job: LTX2Job) -> None:
         """Image-to-video: the first latent frame is the input image's and is never stepped."""
 
     # ------------------------------------------------------------- output
 
-    def decode(self, jobs: list[DiffusionJob]) -> list[list[Any]]:
+    def decode(self, jobs: list[LTX2Job]) -> list[list[Any]]:
         pipe, f = self.pipe, self.pipe.vae_spatial_compression_ratio
         videos, audios = [], []
         for j in jobs:
-            v, a = self.split(j.latents, j.extra["shapes"])
+            v, a = self.split(j.latents, j.shapes)
             v = pipe._unpack_latents(
                 v,
                 self.latent_frames(j),
@@ -406,7 +416,7 @@ class LTX2Adapter(DiffusersAdapter):
                 )
             )
             a = pipe._denormalize_audio_latents(a, pipe.audio_vae.latents_mean, pipe.audio_vae.latents_std)
-            audios.append(pipe._unpack_audio_latents(a, j.extra["audio_frames"], num_mel_bins=self.mel_bins))
+            audios.append(pipe._unpack_audio_latents(a, j.audio_frames, num_mel_bins=self.mel_bins))
         latents = torch.cat([v for v, _ in videos]).to(pipe.vae.dtype)
         timestep = None if videos[0][1] is None else torch.cat([t for _, t in videos])
         video = pipe.vae.decode(latents, timestep, return_dict=False)[0]
@@ -424,14 +434,14 @@ class LTX2Adapter(DiffusersAdapter):
         return out
 
     @staticmethod
-    def wants_audio(job: DiffusionJob) -> bool:
+    def wants_audio(job: LTX2Job) -> bool:
         """A caller that asked for the video alone (``modalities: ["video"]``) gets no audio decode. (The audio
         latents are still denoised: the video attends to them at every step, so skipping the audio stream
         would change the video.)"""
         return job.wanted is None or "audio" in job.wanted
 
-    def pack_output(self, job: DiffusionJob, decoded: list[Any]) -> dict[str, Any]:
-        out = {"video": decoded[0], "fps": job.extra["fps"]}
+    def pack_output(self, job: LTX2Job, decoded: list[Any]) -> dict[str, Any]:
+        out = {"video": decoded[0], "fps": job.fps}
         if len(decoded) > 1:
             out["audio"], out["sample_rate"] = decoded[1], self.sr
         return out
@@ -442,7 +452,7 @@ class LTX2Adapter(DiffusersAdapter):
 class LTX2I2VAdapter(LTX2Adapter):
     pipeline_class_name = "LTX2ImageToVideoPipeline"
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: LTX2Job) -> None:
         check_first_frame(job)
         if job.params.strength is not None:
             raise InvalidRequestError("strength", "not used by image-to-video (the image is the first frame)")
@@ -451,7 +461,7 @@ class LTX2I2VAdapter(LTX2Adapter):
         if crf is not None and not 0 <= int(crf) <= 51:
             raise InvalidRequestError("image_crf", f"{crf} is not an H.264 CRF (0-51; 0 skips the re-compression)")
 
-    def init_latents(self, job: DiffusionJob) -> None:
+    def init_latents(self, job: LTX2Job) -> None:
         from diffusers.pipelines.ltx2.utils import apply_image_conditioning_crf, resolve_default_image_crf
 
         pipe = self.pipe
@@ -470,7 +480,7 @@ class LTX2I2VAdapter(LTX2Adapter):
             self.model.config.in_channels,
             job.height,
             job.width,
-            job.extra["num_frames"],
+            job.num_frames,
             0.0,
             torch.float32,
             self.device,
@@ -484,7 +494,7 @@ class LTX2I2VAdapter(LTX2Adapter):
     def video_timestep(self, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
         return t.unsqueeze(-1) * (1 - cond["frame_mask"])
 
-    def keep_given_frames(self, velocity: torch.Tensor, job: DiffusionJob) -> None:
+    def keep_given_frames(self, velocity: torch.Tensor, job: LTX2Job) -> None:
         f = self.pipe.vae_spatial_compression_ratio
         velocity[:, : (job.height // f) * (job.width // f) * self.model.config.in_channels] = 0.0  # x + dt * 0 == x
 

@@ -34,8 +34,8 @@ NO_SPEECH = "the thinker's reply is too short to speak (fewer than 2 tokens)"
 
 
 @dataclass
-class _Req(ARRequest):
-    row: Any = None  # talker_model.Row
+class Qwen25TalkerRequest(ARRequest):
+    row: Any = None  # talker_model.Qwen25TalkerRow
     speaker: str = ""  # the talker's own ``speaker`` param (checked), else the default
     voice: str | None = None  # the request's voice, which wins
     max_tokens: int = 0
@@ -60,20 +60,20 @@ class TalkerEngine(StepEngine):
 
         return TalkerModel(self.folder, *self.device_and_dtype())
 
-    def new_request(self, req: StageRequest) -> _Req:
-        from omnistage.models.qwen2_5_omni.talker_model import Row
+    def new_request(self, req: StageRequest) -> Qwen25TalkerRequest:
+        from omnistage.models.qwen2_5_omni.talker_model import Qwen25TalkerRow
 
         sampling, max_tokens, speaker = talker_sampling(req.params, self.config.sampling_defaults("talker"))
-        r = _Req(
+        r = Qwen25TalkerRequest(
             req,
             speaker=self.config.speaker(speaker),
             max_tokens=max_tokens,
-            row=Row(RequestKV(self.model.num_layers), sampling),
+            row=Qwen25TalkerRow(RequestKV(self.model.num_layers), sampling),
         )
         self._add(r, req.inputs or {}, last=not req.stream_inputs)
         return r
 
-    def _add(self, r: _Req, chunk: Mapping[str, Any], last: bool) -> None:
+    def _add(self, r: Qwen25TalkerRequest, chunk: Mapping[str, Any], last: bool) -> None:
         if chunk.get("speaker") is not None:  # the request's voice (edges.py): checked at prefill, where a bad one
             r.voice = chunk["speaker"]  # fails this request alone
         if chunk.get("prompt_token_ids") is not None:
@@ -86,16 +86,16 @@ class TalkerEngine(StepEngine):
             r.rows.extend(chunk["rows"].unbind(0))
         r.text_done = r.text_done or last
 
-    def add_input(self, r: _Req, chunk: Mapping[str, Any], last: bool) -> None:
+    def add_input(self, r: Qwen25TalkerRequest, chunk: Mapping[str, Any], last: bool) -> None:
         if r.text_done:
             raise ValueError(f"stage {self.stage_id}: input fed to {r.request_id!r} after its last chunk")
         self._add(r, chunk, last)
 
-    def prefill_ready(self, r: _Req) -> bool:
+    def prefill_ready(self, r: Qwen25TalkerRequest) -> bool:
         """Once the prompt's rows and the first reply token's have come, or the thinker ended (prefill then fails)."""
         return r.text_done or (r.prompt_ids is not None and len(r.rows) > len(r.prompt_ids))
 
-    def prefill(self, r: _Req) -> Emit:
+    def prefill(self, r: Qwen25TalkerRequest) -> Emit:
         if r.prompt_ids is None or not r.rows:
             raise ValueError("the talker got no prompt or hidden states from the thinker")
         if len(r.reply) < 2:
@@ -105,9 +105,9 @@ class TalkerEngine(StepEngine):
             raise ValueError(f"the thinker sent {len(r.rows)} hidden states for a {n}-token prompt and a reply")
         bos = int(self.config.speakers[self.config.speaker(r.voice) if r.voice else r.speaker]["bos_token"])
         embeds, positions, delta = self.model.prefill_input(r.prompt_ids, r.reply[0], r.rows[: n + 1], bos, r.media)
-        return self._emit(r, self.model.prefill(r.row, embeds, positions, delta))
+        return self._emit_code(r, self.model.prefill(r.row, embeds, positions, delta))
 
-    def ready(self, r: _Req) -> Any:
+    def ready(self, r: Qwen25TalkerRequest) -> Any:
         """What step k adds to the last code's embedding: reply token k + 1 with its row, once that row has come;
         after the thinker finished, ``tts_text_end`` once (at k = len(reply) - 2) and then ``tts_text_pad``."""
         k = r.row.step
@@ -118,10 +118,10 @@ class TalkerEngine(StepEngine):
             return None
         return "end" if k == len(r.reply) - 2 else "pad"
 
-    def step(self, rs: list[_Req], items: list[Any]) -> list[Emit]:
-        return [self._emit(r, code) for r, code in zip(rs, self.model.step([r.row for r in rs], items))]
+    def step(self, rs: list[Qwen25TalkerRequest], items: list[Any]) -> list[Emit]:
+        return [self._emit_code(r, code) for r, code in zip(rs, self.model.step([r.row for r in rs], items))]
 
-    def _emit(self, r: _Req, code: int) -> Emit:
+    def _emit_code(self, r: Qwen25TalkerRequest, code: int) -> Emit:
         r.sampled += 1
         if code in self.model.eos:
             return Emit(finish="stop")

@@ -32,7 +32,7 @@ from omnistage.stages.ar.sampling import draw
 
 
 @dataclass
-class Row:
+class Qwen25TalkerRow:
     """One request's state in the talker (touched only by the step thread while a step runs)."""
 
     kv: RequestKV
@@ -102,7 +102,9 @@ class TalkerModel:
         hidden, token = item
         return hidden.to(self.device, self.dtype) + self.embed(torch.tensor(token, device=self.device))
 
-    def _forward(self, rows: list[Row], embeds: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    def _forward(
+        self, rows: list[Qwen25TalkerRow], embeds: torch.Tensor, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """One talker forward of ``embeds`` [B, T, H] (row i continues its own cache; ``positions`` [3, B, T] when
         given, else each row's next positions); the codec logits of the last position [B, V] (float32)."""
         cache = StepCache([r.kv for r in rows], embeds.shape[1])
@@ -120,7 +122,7 @@ class TalkerModel:
         cache.commit()
         return self.talker.codec_head(out.last_hidden_state[:, -1]).float()
 
-    def _sample(self, rows: list[Row], logits: torch.Tensor) -> list[int]:
+    def _sample(self, rows: list[Qwen25TalkerRow], logits: torch.Tensor) -> list[int]:
         codes = []
         for i, row in enumerate(rows):
             code = sample(logits[i], row.sampling, row.history, self.codec_bos)
@@ -130,14 +132,14 @@ class TalkerModel:
         return codes
 
     @torch.no_grad()
-    def prefill(self, row: Row, embeds: torch.Tensor, positions: torch.Tensor, rope_delta: int) -> int:
+    def prefill(self, row: Qwen25TalkerRow, embeds: torch.Tensor, positions: torch.Tensor, rope_delta: int) -> int:
         """One request's prefill; returns its first code."""
         row.rope_delta = rope_delta
         row.history = [self.codec_mask] * (embeds.shape[0] - 2) + [self.codec_pad, self.codec_bos]
         return self._sample([row], self._forward([row], embeds.unsqueeze(0), positions.unsqueeze(1)))[0]
 
     @torch.no_grad()
-    def step(self, rows: list[Row], items: list[Any]) -> list[int]:
+    def step(self, rows: list[Qwen25TalkerRow], items: list[Any]) -> list[int]:
         """Every row's next code: its last code's embedding plus its trailing row (``_text`` of its item)."""
         codes = torch.tensor([r.code for r in rows], device=self.device)
         text = torch.stack([self._text(item) for item in items])

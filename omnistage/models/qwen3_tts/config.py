@@ -10,7 +10,7 @@ from typing import Any
 
 from omnistage.info import PipelineInfo
 from omnistage.pipeline import read_json
-from omnistage.stages.ar.params import Sampler, StageParams
+from omnistage.stages.ar.params import StageParams, TokenSampling
 
 ARCHITECTURE = "Qwen3TTSForConditionalGeneration"
 MODEL_TYPES = ("custom_voice", "voice_design", "base")
@@ -103,8 +103,8 @@ def folder_info(folder: Path, info: PipelineInfo) -> PipelineInfo:
 
 @dataclass(frozen=True)
 class TalkerParams:
-    talker: Sampler
-    sub: Sampler  # the code predictor's
+    talker: TokenSampling
+    sub: TokenSampling  # the code predictor's
     repetition_penalty: float
     max_tokens: int  # talker tokens, as the package's max_new_tokens (frames: one fewer)
     min_tokens: int  # no end of speech before this many talker tokens (at least the package's MIN_NEW_TOKENS)

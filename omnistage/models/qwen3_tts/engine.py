@@ -28,7 +28,7 @@ from omnistage.models.qwen3_tts.config import (
     parse_params,
     read_checkpoint,
 )
-from omnistage.models.qwen3_tts.talker import Row, TalkerModel
+from omnistage.models.qwen3_tts.talker import TalkerModel, TTSRow
 from omnistage.pipeline import StageContext
 from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
 from omnistage.stages.ar.kv import RequestKV
@@ -55,7 +55,7 @@ class Spoken:
 class TTSRequest(ARRequest):
     spoken: Spoken | None = None
     params: TalkerParams | None = None
-    row: Row | None = None
+    row: TTSRow | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
 
@@ -197,7 +197,7 @@ class Qwen3TTSEngine(StepEngine):
         params = parse_params(req.params, self.defaults)
         spoken = request_spoken(req.inputs or {}, self.checkpoint, self.model.tokens)
         generator = request_generator(max(params.talker.temperature, params.sub.temperature), params.seed)
-        row = Row(
+        row = TTSRow(
             RequestKV(self.model.talker.num_layers),
             params.talker,
             params.sub,

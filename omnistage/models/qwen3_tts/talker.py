@@ -34,17 +34,17 @@ from transformers import DynamicCache, Qwen3Config, Qwen3Model
 from omnistage.models.qwen3_tts.config import MIN_NEW_TOKENS
 from omnistage.models.shared.checkpoint import read_tensors
 from omnistage.stages.ar.kv import RequestKV, StepCache
-from omnistage.stages.ar.params import Sampler
+from omnistage.stages.ar.params import TokenSampling
 from omnistage.stages.ar.sampling import draw
 
 
 @dataclass
-class Row:
+class TTSRow:
     """One request's state in the talker (touched only by the step thread while a step runs)."""
 
     kv: RequestKV
-    talker: Sampler
-    sub: Sampler
+    talker: TokenSampling
+    sub: TokenSampling
     repetition_penalty: float
     generator: torch.Generator | None
     min_tokens: int = MIN_NEW_TOKENS  # codec_eos is suppressed until this many codebook-0 codes were drawn
@@ -256,7 +256,7 @@ class TalkerModel:
 
     # ------------------------------------------------------------------ steps
 
-    def _forward(self, rows: list[Row], embeds: torch.Tensor, lengths: list[int] | None = None) -> torch.Tensor:
+    def _forward(self, rows: list[TTSRow], embeds: torch.Tensor, lengths: list[int] | None = None) -> torch.Tensor:
         """One talker forward of ``embeds`` [B, T, H] (row i continues its own cache; ``lengths``: row i's real
         tokens when right-padded to T); each row's last real position's normed hidden state [B, H]."""
         cache = StepCache([r.kv for r in rows], lengths or embeds.shape[1])
@@ -275,7 +275,7 @@ class TalkerModel:
         last = torch.tensor(lengths, device=self.device) - 1
         return out.last_hidden_state[torch.arange(len(rows), device=self.device), last]
 
-    def _sample_code0(self, rows: list[Row], hidden: torch.Tensor) -> None:
+    def _sample_code0(self, rows: list[TTSRow], hidden: torch.Tensor) -> None:
         logits = self.codec_head(hidden).float()
         for i, row in enumerate(rows):
             scores = logits[i].clone()
@@ -295,7 +295,7 @@ class TalkerModel:
             row.hidden = hidden[i]
 
     @torch.no_grad()
-    def prefill_batch(self, rows: list[Row], embeds: list[torch.Tensor]) -> None:
+    def prefill_batch(self, rows: list[TTSRow], embeds: list[torch.Tensor]) -> None:
         """Several requests' prefills as one forward, right-padded to the longest; samples each first code."""
         lengths = [e.shape[0] for e in embeds]
         batch = embeds[0].new_zeros(len(rows), max(lengths), embeds[0].shape[-1])
@@ -304,7 +304,7 @@ class TalkerModel:
         self._sample_code0(rows, self._forward(rows, batch, lengths))
 
     @torch.no_grad()
-    def frames(self, rows: list[Row]) -> torch.Tensor:
+    def frames(self, rows: list[TTSRow]) -> torch.Tensor:
         """The code predictor over all rows: each row's pending frame [B, G] (codebook 0 first)."""
         code0 = torch.tensor([r.code0 for r in rows], device=self.device)
         hidden = torch.stack([r.hidden for r in rows])
@@ -323,7 +323,7 @@ class TalkerModel:
         return torch.stack(codes, dim=1)
 
     @torch.no_grad()
-    def advance(self, rows: list[Row], frames: torch.Tensor) -> None:
+    def advance(self, rows: list[TTSRow], frames: torch.Tensor) -> None:
         """Feed each row's completed frame [B, G] + its next trailing text; sample the next codebook 0."""
         text = []
         for r in rows:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -55,9 +56,19 @@ def fit(area: int, ratio: float) -> tuple[int, int]:
     return round(width / 32) * 32, round(width / ratio / 32) * 32
 
 
+@dataclass
+class QwenImage21Job(DiffusionJob):
+    """A request's Qwen-Image-2.1 state, set in validate."""
+
+    resolution: int = DEFAULT_SIZE  # output_resolution: the side of the square area images are fitted to
+    conditions: list[tuple[Any, int, int]] = field(default_factory=list)  # condition images, with (width, height)
+    layouts: tuple[Any, Any] | None = None  # the prompt's layout, and the negative's when the request runs CFG
+
+
 class QwenImage21Adapter(DiffusersAdapter):
     pipeline_class_name = "QwenImage21Pipeline"
     separate_cfg_passes = True  # cond and uncond text differ in length, and diffusers runs them apart
+    job_class = QwenImage21Job
 
     def __init__(self, pipe: Any, dtype: torch.dtype, device: torch.device):
         super().__init__(pipe, dtype, device)
@@ -68,12 +79,12 @@ class QwenImage21Adapter(DiffusersAdapter):
     def size_multiple(self) -> int:
         return self.pipe.vae_scale_factor * 2  # VAE factor x the transformer's 2x2 slots
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: QwenImage21Job) -> None:
         p = job.params
         resolution = job.params.extra_args.get("output_resolution", DEFAULT_SIZE)
         if isinstance(resolution, bool) or not isinstance(resolution, int) or not 32 <= resolution <= 4096:
             raise InvalidRequestError("output_resolution", f"expected an integer in 32..4096, got {resolution!r}")
-        job.extra["resolution"] = resolution
+        job.resolution = resolution
         if p.strength is not None:
             raise InvalidRequestError("strength", "not used by Qwen-Image-2.1 (no image-to-image)")
         if p.max_sequence_length is not None:
@@ -81,18 +92,18 @@ class QwenImage21Adapter(DiffusersAdapter):
                 "max_sequence_length", "Qwen-Image-2.1 encodes the whole prompt (no limit to set)"
             )
         scale = p.true_cfg_scale if p.true_cfg_scale is not None else DEFAULT_TRUE_CFG
-        job.extra["inputs"] = self.condition_images(job) if job.images else []
+        job.conditions = self.condition_images(job) if job.images else []
         self.check_size(job)
         job.cfg = scale > 1 and job.negative_prompt is not None  # diffusers' do_true_cfg (stage_params warns)
         job.cfg_scale = scale
         job.rows = p.num_outputs_per_prompt
         negative = self.layout(job.negative_prompt, job) if job.cfg else None
-        job.extra["layouts"] = (self.layout(job.prompt, job), negative)
+        job.layouts = (self.layout(job.prompt, job), negative)
 
-    def check_size(self, job: DiffusionJob) -> None:
+    def check_size(self, job: QwenImage21Job) -> None:
         """The output size: the request's (a multiple of 32), else the last condition image's aspect ratio at
         ``output_resolution``, else ``output_resolution`` square (floored to 32, as __call__ floors)."""
-        m, res = self.size_multiple(), job.extra["resolution"]
+        m, res = self.size_multiple(), job.resolution
         if job.images:
             image = job.images[-1]
             width, height = fit(res * res, image.size[0] / image.size[1])
@@ -107,13 +118,13 @@ class QwenImage21Adapter(DiffusersAdapter):
                 )
             setattr(job, name, int(value))
 
-    def condition_images(self, job: DiffusionJob) -> list[tuple[Any, int, int]]:
+    def condition_images(self, job: QwenImage21Job) -> list[tuple[Any, int, int]]:
         """Each condition image as the pipeline prepares it (RGBA), with its fitted size (width, height)."""
         if len(job.images) > MAX_IMAGES:
             raise InvalidRequestError(
                 "multi_modal_data.image", f"{len(job.images)} condition images; at most {MAX_IMAGES}"
             )
-        area = job.extra["resolution"] ** 2
+        area = job.resolution**2
         out = []
         for image in job.images:
             image = image if image.mode == "RGBA" else image.convert("RGBA")
@@ -126,11 +137,11 @@ class QwenImage21Adapter(DiffusersAdapter):
             out.append((image, w, h))
         return out
 
-    def layout(self, prompt: str, job: DiffusionJob) -> tuple[bool, ...]:
+    def layout(self, prompt: str, job: QwenImage21Job) -> tuple[bool, ...]:
         """Which embedding positions are image slots, as ``_get_qwen_prompt_embeds`` lays the prompt out (the
         system turn dropped); its length is the text's. RoPE puts the target after it, so it is the batch key."""
         pipe = self.pipe
-        images = [self.encoder_image(im, w, h) for im, w, h in job.extra["inputs"]]
+        images = [self.encoder_image(im, w, h) for im, w, h in job.conditions]
         ids = pipe.processor(text=[self.template(prompt, len(images))], images=images or None)["input_ids"][0]
         return tuple(int(i) == pipe._img_token_id for i in ids[pipe._drop_idx :])
 
@@ -156,30 +167,30 @@ class QwenImage21Adapter(DiffusersAdapter):
             image = white
         return image
 
-    def batch_key(self, job: DiffusionJob) -> Hashable:
+    def batch_key(self, job: QwenImage21Job) -> Hashable:
         # one RoPE layout per forward (img_shapes and img_mask of the first row): the output size, the condition
         # images' sizes and the prompt's (and the negative's) slot layout fixed
-        sizes = tuple((w, h) for _, w, h in job.extra["inputs"])
-        return ("qwen_image_21", job.height, job.width, sizes, job.extra["layouts"])
+        sizes = tuple((w, h) for _, w, h in job.conditions)
+        return ("qwen_image_21", job.height, job.width, sizes, job.layouts)
 
-    def latent_grid(self, job: DiffusionJob) -> tuple[int, int]:
+    def latent_grid(self, job: QwenImage21Job) -> tuple[int, int]:
         f = self.pipe.vae_scale_factor
         return 2 * (job.height // (f * 2)), 2 * (job.width // (f * 2))
 
     # ------------------------------------------------------------- prompt encoding
 
-    def embed_one(self, prompt: str, job: DiffusionJob) -> dict[str, torch.Tensor]:
+    def embed_one(self, prompt: str, job: QwenImage21Job) -> dict[str, torch.Tensor]:
         """One prompt (with the request's condition images) alone: no padding, so no mask (as diffusers)."""
         pipe, f = self.pipe, self.pipe.vae_scale_factor
-        images = [self.encoder_image(im, w, h) for im, w, h in job.extra["inputs"]] or None
+        images = [self.encoder_image(im, w, h) for im, w, h in job.conditions] or None
         embeds, _, slots = pipe._get_qwen_prompt_embeds(prompt, images, self.device)
-        grids = [(h // f, w // f) for _, w, h in job.extra["inputs"]] + [(job.height // f, job.width // f)]
+        grids = [(h // f, w // f) for _, w, h in job.conditions] + [(job.height // f, job.width // f)]
         target = grids[-1][0] * grids[-1][1] // 4  # the target image's slots (append_target_slots)
         slots = torch.cat([slots, slots.new_ones(1, target)], dim=1)
         grid = torch.tensor([grids], dtype=torch.long, device=self.device)  # [1, images + 1, 2]
         return {k: self.repeat_rows(v, job.rows) for k, v in ((TEXT, embeds), (SLOTS, slots), (GRID, grid))}
 
-    def encode(self, jobs: list[DiffusionJob]) -> None:
+    def encode(self, jobs: list[QwenImage21Job]) -> None:
         for j in jobs:
             j.cond = self.embed_one(j.prompt, j)
             if j.do_cfg:
@@ -187,7 +198,7 @@ class QwenImage21Adapter(DiffusersAdapter):
 
     # ------------------------------------------------------------- schedule and latents
 
-    def timesteps(self, job: DiffusionJob) -> None:
+    def timesteps(self, job: QwenImage21Job) -> None:
         n = job.params.num_inference_steps
         sigmas = self.pipe.config.get("sample_sigmas")
         if sigmas is None:
@@ -199,21 +210,21 @@ class QwenImage21Adapter(DiffusersAdapter):
         state.scheduler.set_begin_index(0)  # as the pipeline does before its loop
         job.sampler_state = state
 
-    def init_latents(self, job: DiffusionJob) -> None:
+    def init_latents(self, job: QwenImage21Job) -> None:
         h, w = self.latent_grid(job)
         noise = self.noise(job, (job.rows, 1, self.latent_channels, h, w), job.cond[TEXT].dtype)
         job.latents = noise.view(job.rows, self.latent_channels, h * w).transpose(1, 2)  # _pack_latents
-        if job.extra["inputs"]:  # here, not in encode: an image the VAE cannot take fails only its own request
+        if job.conditions:  # here, not in encode: an image the VAE cannot take fails only its own request
             tokens = self.image_tokens(job)
             for cond in (job.cond, job.uncond):
                 if cond is not None:
                     cond[IMAGES] = tokens
 
-    def image_tokens(self, job: DiffusionJob) -> torch.Tensor:
+    def image_tokens(self, job: QwenImage21Job) -> torch.Tensor:
         """The condition images' packed VAE latents (mode, normalised), repeated to the job's rows."""
         vae, processor = self.pipe.vae, self.pipe.image_processor
         packed = []
-        for image, w, h in job.extra["inputs"]:
+        for image, w, h in job.conditions:
             pixels = processor.preprocess(image, width=w, height=h).unsqueeze(2).to(self.device, vae.dtype)
             z = vae.encode(pixels).latent_dist.mode()
             mean, std = self.channel_stats(z)
@@ -247,7 +258,7 @@ class QwenImage21Adapter(DiffusersAdapter):
         io = BlockIO(returns="hidden_states", per_row=("modulation", "key_valid", "attention_mask"), slicers=keep_t0)
         return [BlockLayout.uniform(tr, tr.transformer_blocks, io, probe=lambda block, a: a["modulation"])]
 
-    def decode(self, jobs: list[DiffusionJob]) -> list[list[np.ndarray]]:
+    def decode(self, jobs: list[QwenImage21Job]) -> list[list[np.ndarray]]:
         vae = self.pipe.vae
         h, w = self.latent_grid(jobs[0])
         x = torch.cat([j.latents for j in jobs])

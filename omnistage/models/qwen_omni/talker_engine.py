@@ -42,14 +42,14 @@ PARAM_KEYS = TALKER_PARAM_KEYS
 
 
 @dataclass
-class _Req(ARRequest):
+class Qwen3TalkerRequest(ARRequest):
     prompt_ids: list[int] | None = None
     reply: list[int] = field(default_factory=list)  # thinker reply tokens so far
     fed: int = 0  # of them, how many the thinker said more tokens follow (so they are fed back to it)
     text_done: bool = False  # the thinker finished (its last chunk arrived)
     speaker: str | None = None
     media: dict[str, Any] | None = None  # the thinker's hidden states at media positions + grids (thinker.py)
-    row: Any = None  # talker_model.Row
+    row: Any = None  # talker_model.Qwen3TalkerRow
     max_tokens: int = 0
     step: int = 0  # generation_step: which trailing text item the next step reads
     sampled: int = 0  # codebook-0 codes drawn
@@ -73,15 +73,17 @@ class TalkerEngine(StepEngine):
 
     # ------------------------------------------------------------------ requests
 
-    def new_request(self, req: StageRequest) -> _Req:
-        from omnistage.models.qwen_omni.talker_model import Row
+    def new_request(self, req: StageRequest) -> Qwen3TalkerRequest:
+        from omnistage.models.qwen_omni.talker_model import Qwen3TalkerRow
 
         sampling, max_tokens, speaker = talker_sampling(req.params, self.config.sampling_defaults("talker"))
-        r = _Req(req, max_tokens=max_tokens, speaker=speaker, row=Row(RequestKV(self.model.num_layers), sampling))
+        r = Qwen3TalkerRequest(
+            req, max_tokens=max_tokens, speaker=speaker, row=Qwen3TalkerRow(RequestKV(self.model.num_layers), sampling)
+        )
         self._add(r, req.inputs or {}, last=not req.stream_inputs)
         return r
 
-    def _add(self, r: _Req, chunk: Mapping[str, Any], last: bool) -> None:
+    def _add(self, r: Qwen3TalkerRequest, chunk: Mapping[str, Any], last: bool) -> None:
         if chunk.get("prompt_token_ids") is not None:
             r.prompt_ids = [int(t) for t in chunk["prompt_token_ids"]]
         if chunk.get("speaker") is not None and r.speaker is None:
@@ -95,14 +97,14 @@ class TalkerEngine(StepEngine):
         if last:
             r.text_done = True
 
-    def add_input(self, r: _Req, chunk: Mapping[str, Any], last: bool) -> None:
+    def add_input(self, r: Qwen3TalkerRequest, chunk: Mapping[str, Any], last: bool) -> None:
         if r.text_done:
             raise ValueError(f"stage {self.stage_id}: input fed to {r.request_id!r} after its last chunk")
         self._add(r, chunk, last)
 
     # ------------------------------------------------------------------ text
 
-    def _visible(self, r: _Req) -> list[int]:
+    def _visible(self, r: Qwen3TalkerRequest) -> list[int]:
         """The assistant turn as transformers' talker sees it: the prompt's part of the turn and the reply
         without its last token (generate() gathers the thinker's input embeddings per forward, and the last
         token drawn is never fed back). Until the thinker finished, a token may be the last unless the thinker
@@ -111,12 +113,12 @@ class TalkerEngine(StepEngine):
         start = self.model.assistant_start(r.prompt_ids, cfg.im_start_token_id, cfg.assistant_token_id)
         return r.prompt_ids[start:] + r.reply[: max(len(r.reply) - 1, r.fed)]
 
-    def _head(self, r: _Req) -> list[int] | None:
+    def _head(self, r: Qwen3TalkerRequest) -> list[int] | None:
         """The assistant turn's first 4 tokens, once known."""
         turn = self._visible(r)
         return turn[:4] if len(turn) >= 4 else None
 
-    def _text_item(self, r: _Req) -> int | str | None:
+    def _text_item(self, r: Qwen3TalkerRequest) -> int | str | None:
         """The trailing text the next step reads (None: not known yet): the turn's tokens from the 5th on,
         then ``tts_eos``, then ``tts_pad``; as transformers does, ``tts_eos`` also goes at (and ``tts_pad``
         after) the index of the reply's first end-of-turn token."""
@@ -135,7 +137,7 @@ class TalkerEngine(StepEngine):
 
     # ------------------------------------------------------------------ hooks
 
-    def prefill_ready(self, r: _Req) -> bool:
+    def prefill_ready(self, r: Qwen3TalkerRequest) -> bool:
         """Once the prompt and the turn's head are known, or the thinker ended (prefill then fails or stops)."""
         if r.text_done:
             return True
@@ -146,13 +148,13 @@ class TalkerEngine(StepEngine):
         except ValueError:
             return True  # the prompt has no assistant turn: prefill reports it
 
-    def prefill(self, r: _Req) -> Emit:
+    def prefill(self, r: Qwen3TalkerRequest) -> Emit:
         (emit,) = self.prefill_batch([r])
         if isinstance(emit, Exception):
             raise emit
         return emit
 
-    def _prefill_input(self, r: _Req) -> tuple[Any, Any, int] | None:
+    def _prefill_input(self, r: Qwen3TalkerRequest) -> tuple[Any, Any, int] | None:
         """(embeds, positions, rope delta) of ``r``'s prefill; None: the thinker ended before its turn had 4 tokens
         (nothing to say)."""
         if r.prompt_ids is None:
@@ -162,7 +164,7 @@ class TalkerEngine(StepEngine):
             return None
         return self.model.prefill_input(r.prompt_ids, head, self.config.speaker_id(r.speaker), r.media)
 
-    def prefill_batch(self, rs: list[_Req]) -> list[Emit | Exception]:
+    def prefill_batch(self, rs: list[Qwen3TalkerRequest]) -> list[Emit | Exception]:
         """The joining requests' prefills as batched forwards (a bad input fails its request alone): requests of
         similar prompt lengths share one forward, shortest first (padding a short prompt to a long one would
         cost every row the long one's compute)."""
@@ -190,10 +192,10 @@ class TalkerEngine(StepEngine):
                 out[i] = Emit(finish=self._finish_reason(rs[i]))
         return out
 
-    def ready(self, r: _Req) -> int | str | None:
+    def ready(self, r: Qwen3TalkerRequest) -> int | str | None:
         return self._text_item(r)
 
-    def step(self, rs: list[_Req], items: list[Any]) -> list[Emit]:
+    def step(self, rs: list[Qwen3TalkerRequest], items: list[Any]) -> list[Emit]:
         frames = self.model.step([r.row for r in rs], items)
         emits = []
         for i, r in enumerate(rs):
@@ -202,7 +204,7 @@ class TalkerEngine(StepEngine):
             emits.append(Emit({"token_ids": frames[i : i + 1].clone()}, tokens=1, finish=self._finish_reason(r)))
         return emits
 
-    def _finish_reason(self, r: _Req) -> str | None:
+    def _finish_reason(self, r: Qwen3TalkerRequest) -> str | None:
         """After a codebook-0 code was drawn: ``codec_eos`` ends the speech; so does the ``max_tokens``-th
         code (as transformers' ``talker_max_new_tokens``: the last code drawn starts no frame)."""
         if r.row.code0 == self.model.codec_eos:

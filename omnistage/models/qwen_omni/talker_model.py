@@ -34,7 +34,7 @@ EOS_TEXT, PAD_TEXT = "eos", "pad"  # trailing text after the reply: tts_eos once
 
 
 @dataclass
-class Row:
+class Qwen3TalkerRow:
     """One request's state in the talker (touched only by the step thread while a step runs)."""
 
     kv: RequestKV
@@ -161,7 +161,7 @@ class TalkerModel:
 
     def _forward(
         self,
-        rows: list[Row],
+        rows: list[Qwen3TalkerRow],
         embeds: torch.Tensor,
         positions: torch.Tensor | None = None,
         lengths: list[int] | None = None,
@@ -189,7 +189,7 @@ class TalkerModel:
         last = torch.tensor(lengths, device=self.device) - 1
         return out.last_hidden_state[torch.arange(len(rows), device=self.device), last]
 
-    def _sample_code0(self, rows: list[Row], hidden: torch.Tensor) -> None:
+    def _sample_code0(self, rows: list[Qwen3TalkerRow], hidden: torch.Tensor) -> None:
         logits = self.talker.codec_head(hidden).float()
         for i, row in enumerate(rows):
             code = sample(logits[i], row.sampling, row.history, self.suppress)
@@ -199,14 +199,16 @@ class TalkerModel:
 
     @torch.no_grad()
     def prefill(
-        self, row: Row, embeds: torch.Tensor, positions: torch.Tensor | None = None, rope_delta: int = 0
+        self, row: Qwen3TalkerRow, embeds: torch.Tensor, positions: torch.Tensor | None = None, rope_delta: int = 0
     ) -> None:
         """Run one request's prefill (``embeds`` [L, H]; ``positions`` [3, L], or None for text positions) and
         sample its first codebook-0 code; later steps sit at cache length + ``rope_delta`` on every axis."""
         self.prefill_batch([row], [(embeds, positions, rope_delta)])
 
     @torch.no_grad()
-    def prefill_batch(self, rows: list[Row], inputs: list[tuple[torch.Tensor, torch.Tensor | None, int]]) -> None:
+    def prefill_batch(
+        self, rows: list[Qwen3TalkerRow], inputs: list[tuple[torch.Tensor, torch.Tensor | None, int]]
+    ) -> None:
         """Several requests' prefills as one forward (``inputs[i]``: row i's ``prefill`` arguments), right-padded
         to the longest (``StepCache`` keeps each row's padding out of its cache and its attention)."""
         lengths = [embeds.shape[0] for embeds, _, _ in inputs]
@@ -225,7 +227,7 @@ class TalkerModel:
         self._sample_code0(rows, self._forward(rows, batch, positions, lengths))
 
     @torch.no_grad()
-    def step(self, rows: list[Row], texts: list[int | str]) -> torch.Tensor:
+    def step(self, rows: list[Qwen3TalkerRow], texts: list[int | str]) -> torch.Tensor:
         """Complete each row's pending frame and sample the next codebook-0 code. ``texts[i]``: row i's
         trailing text item for this step. Returns the completed frames [B, G] (codebook 0 first)."""
         codes, summed = self.residuals(rows)
@@ -234,7 +236,7 @@ class TalkerModel:
         self._sample_code0(rows, hidden)
         return codes
 
-    def residuals(self, rows: list[Row]) -> tuple[torch.Tensor, torch.Tensor]:
+    def residuals(self, rows: list[Qwen3TalkerRow]) -> tuple[torch.Tensor, torch.Tensor]:
         """The code predictor, batched: codebooks 1..G-1 of every row's pending frame; the frame [B, G] and
         the sum of its G codec embeddings [B, H] (the next talker input, before the text)."""
         predictor = self.talker.code_predictor

@@ -26,7 +26,7 @@ PIPELINE = Pipeline(
     ],
     # duration: seconds of audio from the start (diffusers' audio_end_in_s; default the model's longest clip)
     extra_body_params={"duration": float},
-    info=PipelineInfo(),
+    info=PipelineInfo(chat=False),  # a prompt, not chat turns: /v1/audio/generate (docs/server.md)
     deploy_file=DEPLOY,
 )
 PIPELINES = [PIPELINE]

@@ -18,7 +18,7 @@ import torch
 from omnistage.errors import InvalidRequestError
 from omnistage.models.shared.codec_lm.codec import mono_clip
 from omnistage.models.vibevoice.config import SAMPLE_RATE, checkpoint_defaults, parse_params, script_turns
-from omnistage.models.vibevoice.model import Row, VibeVoiceModel
+from omnistage.models.vibevoice.model import VibeVoiceModel, VoiceRow
 from omnistage.pipeline import StageContext
 from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
 from omnistage.stages.base import StageRequest
@@ -28,7 +28,7 @@ from omnistage.stages.base import StageRequest
 class VoiceRequest(ARRequest):
     ids: list[int] = field(default_factory=list)
     voice: torch.Tensor | None = None  # the processor's input_values of the voice clip
-    row: Row | None = None
+    row: VoiceRow | None = None
 
 
 class VibeVoiceEngine(StepEngine):

@@ -33,7 +33,7 @@ from omnistage.stages.ar.kv import RequestKV, StepCache
 
 
 @dataclass
-class Row:
+class VoiceRow:
     """One request's state (touched only by the step thread while a step runs)."""
 
     params: VibeVoiceParams
@@ -116,8 +116,8 @@ class VibeVoiceModel:
         inputs = self.processor.apply_chat_template(conversation, tokenize=True, return_dict=True, return_tensors="pt")
         return inputs["input_ids"][0].tolist(), inputs["input_values"]
 
-    def new_row(self, params: VibeVoiceParams, generator: torch.Generator) -> Row:
-        return Row(
+    def new_row(self, params: VibeVoiceParams, generator: torch.Generator) -> VoiceRow:
+        return VoiceRow(
             params,
             generator,
             RequestKV(self.num_layers),
@@ -153,13 +153,13 @@ class VibeVoiceModel:
         cache.commit()
         return out.last_hidden_state
 
-    def _head(self, rows: list[Row], last_hidden: torch.Tensor) -> None:
+    def _head(self, rows: list[VoiceRow], last_hidden: torch.Tensor) -> None:
         logits = self.net.lm_head(last_hidden).float()
         for i, r in enumerate(rows):
             r.hidden, r.logits = last_hidden[i], logits[i]
 
     @torch.inference_mode()
-    def prompt_embeds(self, r: Row, ids: list[int], values: torch.Tensor | None) -> torch.Tensor:
+    def prompt_embeds(self, r: VoiceRow, ids: list[int], values: torch.Tensor | None) -> torch.Tensor:
         """A prompt's input embeddings [L, H]; a voice clip's frames take its placeholders, as transformers'
         ``get_audio_features``: the acoustic encoder's latents with its VAE noise (drawn from the request's
         generator, transformers' two ``randn`` calls in its order: the seed matches ``torch.manual_seed``),
@@ -179,7 +179,7 @@ class VibeVoiceModel:
         return embeds
 
     @torch.inference_mode()
-    def prefill(self, rows: list[Row], ids: list[list[int]], embeds: list[torch.Tensor]) -> None:
+    def prefill(self, rows: list[VoiceRow], ids: list[list[int]], embeds: list[torch.Tensor]) -> None:
         """The prompts' forward (``prompt_embeds`` of each), right-padded into one batch."""
         counts = [len(x) for x in ids]
         width = max(counts)
@@ -189,7 +189,7 @@ class VibeVoiceModel:
         for r, x in zip(rows, ids):
             r.last_id = x[-1]
 
-    def _tokens(self, rows: list[Row]) -> list[int]:
+    def _tokens(self, rows: list[VoiceRow]) -> list[int]:
         scores = torch.nn.functional.log_softmax(torch.stack([r.logits for r in rows]), dim=-1)
         cfg = [i for i, r in enumerate(rows) if r.params.guidance_scale != 1]
         if cfg:
@@ -206,7 +206,7 @@ class VibeVoiceModel:
             r.last_id = token
         return tokens
 
-    def _reset_negative(self, r: Row) -> None:
+    def _reset_negative(self, r: VoiceRow) -> None:
         """transformers' reset on audio_bos: attend only to the last slot, which gets the first slot's keys."""
         r.neg_attend = torch.zeros_like(r.neg_attend)
         r.neg_attend[-1] = True
@@ -217,7 +217,7 @@ class VibeVoiceModel:
                 r.neg.values[layer][:, n - 1] = r.neg.values[layer][:, 0]
 
     @torch.inference_mode()
-    def step(self, rows: list[Row], last: list[bool]) -> StepResult:
+    def step(self, rows: list[VoiceRow], last: list[bool]) -> StepResult:
         """Every row's next token and, for the rows that do not end with it (not the end token, and not their
         ``last`` step), the positive branch's forward for the token after."""
         tokens = self._tokens(rows)
@@ -243,7 +243,7 @@ class VibeVoiceModel:
             self._head(on_rows, self._lm([r.pos for r in on_rows], embeds[on].unsqueeze(1))[:, -1])
         return result
 
-    def _frames(self, rows: list[Row]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def _frames(self, rows: list[VoiceRow]) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The speech token's work for ``rows``: the unconditional branch's step, the latents, their audio and
         the next step's input embeddings [B, H]."""
         net = self.net.model
@@ -275,7 +275,7 @@ class VibeVoiceModel:
         audio = [decoded.audio[i].reshape(-1).float().cpu() for i in range(len(rows))]
         return embeds[:, 0], audio
 
-    def _latents(self, rows: list[Row], pos: torch.Tensor, neg: torch.Tensor, steps: int) -> torch.Tensor:
+    def _latents(self, rows: list[VoiceRow], pos: torch.Tensor, neg: torch.Tensor, steps: int) -> torch.Tensor:
         """transformers' ``_sample_audio_latent`` over rows of one step count: CFG over the diffusion head, the
         batch laid out as transformers lays out its own ([positive rows; negative rows])."""
         head, k = self.net.model.diffusion_head, len(rows)

@@ -16,6 +16,8 @@ from typing import Any
 from fastapi import WebSocket
 from starlette.websockets import WebSocketDisconnect
 
+from omnistage.server.audio_delta import audio_delta
+from omnistage.server.chat_request import build_chat_request
 from omnistage.server.errors import APIError, from_engine_error
 from omnistage.server.media import b64, pcm16
 from omnistage.server.realtime.bodies import chat_body, speech_body
@@ -33,9 +35,9 @@ from omnistage.server.realtime.protocol import (
     parse,
 )
 from omnistage.server.realtime.session import ConversationItem, Session, new_id
-from omnistage.server.routes.audio import build_speech_request
-from omnistage.server.routes.chat import audio_delta, build_request
-from omnistage.server.state import Result, ServerState
+from omnistage.server.result import Result
+from omnistage.server.speech_request import build_speech_request
+from omnistage.server.state import ServerState
 
 logger = logging.getLogger("omnistage.server")
 
@@ -276,7 +278,7 @@ class Connection:
             if self.session.info.chat:
                 body = chat_body(self.session, params, eid)
                 body.model = self.lora
-                req = await build_request(self.state, body, rid)
+                req = await build_chat_request(self.state, body, rid)
                 audio = "audio" in (body.modalities or [])
             else:
                 speech = speech_body(self.session, params, eid)

@@ -14,14 +14,12 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from starlette.datastructures import UploadFile
 
-from omnistage.engine.request import OmniRequest
 from omnistage.modality import OutputModality
 from omnistage.outputs import OmniRequestOutput
 from omnistage.server.deps import get_state
@@ -29,16 +27,14 @@ from omnistage.server.errors import APIError, bad_request, error_responses, from
 from omnistage.server.media import (
     AUDIO_MIME,
     AudioStreamEncoder,
-    Fetched,
     b64,
-    decode_base64,
     encode_audio,
-    fetch_media,
     pcm16,
 )
 from omnistage.server.middleware import request_id
 from omnistage.server.openapi import SSE, request_body, success
 from omnistage.server.protocol import SpeechRequest
+from omnistage.server.speech_request import build_speech_request, max_ref_s, preset_voices, require_cloning
 from omnistage.server.state import ServerState
 from omnistage.server.streaming import (
     AbortOnDisconnect,
@@ -48,7 +44,6 @@ from omnistage.server.streaming import (
     with_error_event,
 )
 from omnistage.server.voices import (
-    DEFAULT_MAX_REF_AUDIO_S,
     Voice,
     VoiceForm,
     check_name,
@@ -60,23 +55,6 @@ router = APIRouter(prefix="/v1")
 logger = logging.getLogger("omnistage.server")
 
 
-def _presets(state: ServerState) -> list[str]:
-    return list(state.engine.pipeline.info.speaks.voices)
-
-
-def _max_ref_s(state: ServerState) -> float:
-    return float(state.engine.pipeline.info.speaks.max_ref_audio_s or DEFAULT_MAX_REF_AUDIO_S)
-
-
-def _require_cloning(state: ServerState, field: str) -> None:
-    if not state.engine.pipeline.info.speaks.supports_voice_cloning:
-        raise bad_request(
-            f"{field}: model {state.model_name!r} cannot clone voices; use one of the voices listed "
-            "by /v1/audio/voices",
-            field,
-        )
-
-
 # --------------------------------------------------------------------------- voices
 
 _VOICE_FORM = request_body(VoiceForm, {"audio": False}, json_body=False)
@@ -86,7 +64,7 @@ _VOICE_FORM["requestBody"]["content"]["multipart/form-data"]["schema"]["required
 @router.get("/audio/voices")
 async def voices(state: ServerState = Depends(get_state)) -> dict:
     state.require(OutputModality.AUDIO, "audio")
-    presets = _presets(state)
+    presets = preset_voices(state)
     cloned = await registry(state).list()
     data = [{"id": v, "object": "voice", "name": v, "type": "preset"} for v in presets] + [v.public() for v in cloned]
     return {"object": "list", "model": state.model_name, "voices": presets + [v.name for v in cloned], "data": data}
@@ -108,14 +86,14 @@ async def add_voice(request: Request, state: ServerState = Depends(get_state)) -
     text = form.get("text")
     if not isinstance(text, str) or not text.strip():
         raise bad_request("text: the transcript of the clip is required", "text")
-    _require_cloning(state, "audio")
-    if name in _presets(state):
+    require_cloning(state, "audio")
+    if name in preset_voices(state):
         raise APIError(409, f"name: {name!r} is a preset voice of this model", param="name", code="voice_exists")
     data = await audio.read(state.media.max_bytes + 1)
     if len(data) > state.media.max_bytes:
         raise APIError(413, f"audio: larger than {state.media.max_bytes} bytes", param="audio", code="file_too_large")
     samples, rate = await asyncio.to_thread(
-        clip_from_bytes, data, "audio", _max_ref_s(state), state.media, audio.content_type
+        clip_from_bytes, data, "audio", max_ref_s(state), state.media, audio.content_type
     )
     voice = Voice(name=name, text=text, data=data, sample_rate=rate, duration_s=samples.size / rate)
     await registry(state).add(voice)
@@ -125,7 +103,7 @@ async def add_voice(request: Request, state: ServerState = Depends(get_state)) -
 @router.delete("/audio/voices/{name}")
 async def delete_voice(name: str, state: ServerState = Depends(get_state)) -> dict:
     state.require(OutputModality.AUDIO, "audio")
-    if name in _presets(state):
+    if name in preset_voices(state):
         raise bad_request(f"name: {name!r} is a preset voice of this model; only cloned voices can be deleted", "name")
     if not await registry(state).delete(name):
         raise APIError(404, f"no cloned voice named {name!r}", param="name", code="voice_not_found")
@@ -133,82 +111,6 @@ async def delete_voice(name: str, state: ServerState = Depends(get_state)) -> di
 
 
 # --------------------------------------------------------------------------- speech
-
-
-async def _reference_clip(state: ServerState, ref: str) -> tuple[np.ndarray, int]:
-    """``ref_audio`` as a URL (data:, http(s)://, file://) or a bare base64 string -> (samples, rate)."""
-    scheme = ref.split(":", 1)[0].lower() if ":" in ref[:16] else ""
-    if scheme in ("data", "http", "https", "file"):
-        got = await fetch_media(ref, "ref_audio", state.media)  # with the type the URL or response declares
-    else:
-        got = Fetched(decode_base64(ref, "ref_audio", state.media), None)
-    return await asyncio.to_thread(clip_from_bytes, got.data, "ref_audio", _max_ref_s(state), state.media, got.mime)
-
-
-async def _speaker(state: ServerState, body: SpeechRequest) -> dict[str, Any]:
-    """The voice part of ``additional_information``: a preset ``voice``, or a cloned voice's clip + text."""
-    if body.ref_audio is not None:
-        _require_cloning(state, "ref_audio")
-        if body.voice is not None:
-            raise bad_request("voice: give a voice or a reference clip (ref_audio), not both", "voice")
-        return {"ref_audio": await _reference_clip(state, body.ref_audio), "ref_text": body.ref_text}
-    if body.voice is None:
-        return {"ref_text": body.ref_text} if body.ref_text is not None else {}
-    presets = _presets(state)
-    if state.engine.pipeline.info.speaks.voices_case_insensitive:  # e.g. Qwen3-TTS's speakers, as its package
-        preset = next((p for p in presets if p.lower() == body.voice.lower()), None)
-    else:
-        preset = body.voice if body.voice in presets else None
-    if preset is not None:
-        return {"voice": preset, "ref_text": body.ref_text}
-    voice = await registry(state).get(body.voice)
-    if voice is not None:
-        if body.ref_text is not None:
-            raise bad_request("ref_text: a registered voice brings its own transcript", "ref_text")
-        return {"ref_audio": await asyncio.to_thread(voice.samples), "ref_text": voice.text}
-    known = presets + [v.name for v in await registry(state).list()]
-    if known:
-        raise bad_request(f"voice: {body.voice!r} is not one of {', '.join(known)}", "voice")
-    return {"voice": body.voice}  # no voices listed at all: the pipeline decides
-
-
-async def speech_information(state: ServerState, body: SpeechRequest) -> dict[str, Any]:
-    """The request's ``additional_information`` for a speech family: voice or clone, instructions, language,
-    ... (the speech route's fields; chat turns to a speech family take the same ones from ``extra_body``)."""
-    info = {
-        **await _speaker(state, body),
-        "speed": body.speed if body.speed != 1.0 else None,
-        "instructions": body.instructions,
-        "language": body.language,
-        "initial_codec_chunk_frames": body.initial_codec_chunk_frames,
-        "x_vector_only_mode": body.x_vector_only_mode,
-    }
-    return {k: v for k, v in info.items() if v is not None}
-
-
-async def build_speech_request(state: ServerState, body: SpeechRequest, rid: str) -> OmniRequest:
-    """A speech body as the engine's request, every check before model work (also /v1/realtime's path)."""
-    lora = state.check_model(body.model)
-    state.require(OutputModality.AUDIO, "audio")
-    if body.speed != 1.0 and not state.engine.pipeline.info.speaks.supports_speed:
-        raise bad_request(f"speed: model {state.model_name!r} does not support changing the speed", "speed")
-    if body.stream and body.stream_format == "audio" and body.return_stage_metrics:
-        raise bad_request(
-            "return_stage_metrics: a raw audio stream has no place for them; set stream_format to 'sse' "
-            "(they come in the speech.audio.done event)",
-            "return_stage_metrics",
-        )
-    nested = dict(body.extra_body or {})
-    if body.max_new_tokens is not None:
-        nested["max_tokens"] = body.max_new_tokens
-    knobs = body.knobs(nested)
-    prompt: dict[str, Any] = {"prompt": body.input}
-    extra_info = await speech_information(state, body)
-    if extra_info:
-        prompt["additional_information"] = extra_info
-    return state.make_request(
-        prompt, rid, body.sampling_params_list, output_modalities=["audio"], knobs=knobs, lora=lora
-    )
 
 
 @router.post(

@@ -28,6 +28,7 @@ from omnistage.engine.request import OmniRequest
 from omnistage.errors import InvalidRequestError
 from omnistage.modality import OutputModality
 from omnistage.params import denoising_stages
+from omnistage.server.admission import Slot
 from omnistage.server.deps import get_state
 from omnistage.server.errors import (
     APIError,
@@ -42,7 +43,7 @@ from omnistage.server.openapi import request_body, success
 from omnistage.server.param_names import as_sent
 from omnistage.server.prompt_warnings import warning_headers
 from omnistage.server.protocol import VideoJob, VideoRequest
-from omnistage.server.state import ServerState, Slot
+from omnistage.server.state import ServerState
 
 router = APIRouter(prefix="/v1")
 logger = logging.getLogger("omnistage.server")

@@ -39,12 +39,13 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from omnistage.pipeline import StageContext
-from omnistage.stages.base import StageError, StageMetrics, StageOutput, StageRequest, StageStats, peak_memory_mb
+from omnistage.stages.base import StageError, StageOutput, StageRequest, StageStats
+from omnistage.stages.inprocess import InProcessEngine, Tracked
 from omnistage.stages.lane import run_batch_on, stage_device
 
 logger = logging.getLogger(__name__)
@@ -60,28 +61,28 @@ class Emit:
     finish: str | None = None
 
 
-@dataclass
-class ARRequest:
+@dataclass(eq=False)
+class ARRequest(Tracked):
     req: StageRequest
-    out: asyncio.Queue = field(default_factory=asyncio.Queue)
     prefilled: bool = False
     tokens: int = 0
-    first_scheduled: float | None = None
-    closed: bool = False
 
     @property
     def request_id(self) -> str:
         return self.req.request_id
 
+    @property
+    def arrival(self) -> float:
+        return self.req.arrival_time
 
-class StepEngine:
+
+class StepEngine(InProcessEngine[ARRequest]):
     def __init__(self, ctx: StageContext):
+        super().__init__(ctx.spec.stage_id)
         self.ctx = ctx
-        self.stage_id = ctx.spec.stage_id
         self.max_batch = ctx.deploy.max_num_seqs or 16
         self.model: Any = None
         self.device = "cpu"  # where the model runs (set at start; stages.lane schedules CPU calls)
-        self._reqs: dict[str, ARRequest] = {}
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task | None = None
         self._running = 0
@@ -143,44 +144,28 @@ class StepEngine:
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
-        for r in list(self._reqs.values()):
-            self._fail(r, StageError("stage shut down"))
+        self._fail_all()
 
     def stats(self) -> StageStats:
         # not yet scheduled: a request in a running prefill is counted as running, not also as waiting
-        waiting = sum(1 for r in self._reqs.values() if not r.closed and not r.prefilled and r.first_scheduled is None)
+        waiting = sum(1 for r in self._requests() if not r.prefilled and r.first_scheduled is None)
         return StageStats(queue_depth=waiting, running=self._running, healthy=self.model is not None)
 
-    async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
-        rid = req.request_id
-        if rid in self._reqs:
-            raise ValueError(f"request id {rid!r} is already running on stage {self.stage_id}")
-        r = self.new_request(req)  # bad input raises here, before any work
-        self._reqs[rid] = r
+    def _new_item(self, req: StageRequest) -> ARRequest:
+        return self.new_request(req)
+
+    def _admitted(self, item: ARRequest) -> None:
         self._wake.set()
-        try:
-            while True:
-                out: StageOutput = await r.out.get()
-                yield out
-                if out.finished:
-                    return
-        finally:
-            r.closed = True
-            self._reqs.pop(rid, None)
+
+    def _on_close(self, item: ARRequest) -> None:
+        self._wake.set()  # its place in a full batch is free for a waiting request
 
     async def feed(self, request_id: str, chunk: dict[str, Any], last: bool) -> None:
-        r = self._reqs.get(request_id)
+        r = self._item(request_id)
         if r is None or r.closed:
             return  # aborted or failed meanwhile
         self.add_input(r, chunk, last)
         self._wake.set()
-
-    async def abort(self, request_id: str) -> None:
-        r = self._reqs.get(request_id)
-        if r is not None and not r.closed:
-            r.closed = True
-            r.out.put_nowait(StageOutput(request_id, self.stage_id, {}, finished=True, finish_reason="abort"))
-            self._wake.set()  # its place in a full batch is free for a waiting request
 
     # ------------------------------------------------------------------ outputs
 
@@ -189,33 +174,9 @@ class StepEngine:
             return
         r.tokens += emit.tokens
         if emit.data:
-            r.out.put_nowait(StageOutput(r.request_id, self.stage_id, emit.data, finished=False, num_tokens=r.tokens))
+            self._emit(r, StageOutput(r.request_id, self.stage_id, emit.data, finished=False, num_tokens=r.tokens))
         if emit.finish is not None:
-            r.closed = True
-            now = time.monotonic()
-            first = r.first_scheduled or now
-            metrics = StageMetrics(
-                queue_time_s=first - r.req.arrival_time,
-                run_time_s=now - first,
-                num_tokens=r.tokens,
-                peak_memory_mb=peak_memory_mb(),
-            )
-            r.out.put_nowait(
-                StageOutput(
-                    r.request_id,
-                    self.stage_id,
-                    {},
-                    finished=True,
-                    metrics=metrics,
-                    finish_reason=emit.finish,
-                    num_tokens=r.tokens,
-                )
-            )
-
-    def _fail(self, r: ARRequest, error: StageError) -> None:
-        if not r.closed:
-            r.closed = True
-            r.out.put_nowait(StageOutput(r.request_id, self.stage_id, {}, finished=True, error=error))
+            self._finish(r, reason=emit.finish, num_tokens=r.tokens)
 
     # ------------------------------------------------------------------ scheduling
 
@@ -244,18 +205,14 @@ class StepEngine:
 
     def _joining(self) -> list[ARRequest]:
         """The requests that can join now (none while the batch is full: they join when running ones end)."""
-        free = self.max_batch - sum(1 for x in self._reqs.values() if x.prefilled and not x.closed)
-        joining = [
-            r
-            for r in list(self._reqs.values())
-            if not r.closed and not r.prefilled and self._hook(self.prefill_ready, r)
-        ]
+        free = self.max_batch - sum(1 for x in self._requests() if x.prefilled)
+        joining = [r for r in self._requests() if not r.prefilled and self._hook(self.prefill_ready, r)]
         return joining[: max(0, free)]
 
     def _ready(self) -> list[tuple[ARRequest, Any]]:
         """The running requests whose next step's input is there, each with that input."""
         ready: list[tuple[ARRequest, Any]] = []
-        for r in list(self._reqs.values()):
+        for r in self._requests():
             if r.closed or not r.prefilled or len(ready) >= self.max_batch:
                 continue
             item = self._hook(self.ready, r)

@@ -15,7 +15,7 @@ from omnistage.pipeline import chunk_size
 
 
 @dataclass(frozen=True)
-class Sampler:
+class TokenSampling:
     temperature: float  # 0: greedy
     top_k: int
     top_p: float
@@ -43,11 +43,11 @@ class StageParams:
             raise InvalidRequestError(name, f"must be {'>' if strict else '>='} {lo}, got {v}")
         return v
 
-    def sampler(self, prefix: str = "") -> Sampler:
+    def sampler(self, prefix: str = "") -> TokenSampling:
         top_p = float(self.number(prefix + "top_p", 0, strict=True))
         if top_p > 1:
             raise InvalidRequestError(prefix + "top_p", f"must be <= 1, got {top_p}")
-        return Sampler(
+        return TokenSampling(
             float(self.number(prefix + "temperature", 0)), int(self.number(prefix + "top_k", 0, integer=True)), top_p
         )
 

@@ -44,14 +44,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import torch
 
 from omnistage.params import DiffusionSamplingParams
+from omnistage.stages.inprocess import Tracked
 
 if TYPE_CHECKING:
     from omnistage.stages.diffusion.blocks import BlockLayout
 
 
 @dataclass
-class DiffusionJob:
-    """One request's state inside the engine."""
+class DiffusionJob(Tracked):
+    """One request's state inside the engine (``closed``: finished, failed or aborted; steps skip it)."""
 
     request_id: str
     prompt: str
@@ -82,8 +83,6 @@ class DiffusionJob:
     # filled by the engine
     key: Hashable = None
     step: int = 0  # denoising steps done
-    first_scheduled: float | None = None
-    aborted: bool = False
     step_cache: Any = None  # per-request step-cache state (cache_rules.JobCache), None when not caching
     lora: Any = None  # the request's LoRA adapter and scale (lora.LoraUse), None for the base model
     # the output modalities the caller wants of this stage (e.g. "video" of a "video+audio" stage), None: all
@@ -160,6 +159,9 @@ class DiffusionAdapter(ABC):
     # combine_guidance is called for every job, with u=None for those without CFG (a family whose guidance has
     # other terms too, e.g. LTX-2's spatio-temporal guidance; its predict may return more than the velocity)
     guides_every_job: ClassVar[bool] = False
+    # the engine's per-request job: a family keeps its own per-request state in typed fields of a subclass
+    # (module level, so the job pickles to the ranks of a multi-device replica)
+    job_class: ClassVar[type[DiffusionJob]] = DiffusionJob
     sampler: Sampler
 
     @classmethod

@@ -17,7 +17,6 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +26,7 @@ from PIL import Image
 from omnistage.errors import InvalidRequestError, StageUnavailableError
 from omnistage.params import DiffusionSamplingParams
 from omnistage.pipeline import StageContext
-from omnistage.stages.base import (
-    StageError,
-    StageMetrics,
-    StageOutput,
-    StageRequest,
-    StageStats,
-    peak_memory_mb,
-)
+from omnistage.stages.base import StageError, StageOutput, StageRequest, StageStats
 from omnistage.stages.diffusion.acceleration import Acceleration, apply_acceleration
 from omnistage.stages.diffusion.adapter import DiffusionAdapter, DiffusionJob
 from omnistage.stages.diffusion.batching import KeyScheduler
@@ -42,6 +34,7 @@ from omnistage.stages.diffusion.cache_rules import steps_reused
 from omnistage.stages.diffusion.devices import resolve_device
 from omnistage.stages.diffusion.lora import DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS, LoraSet
 from omnistage.stages.diffusion.runner import run_step
+from omnistage.stages.inprocess import InProcessEngine
 
 logger = logging.getLogger(__name__)
 
@@ -79,10 +72,10 @@ def load_adapter(ctx: StageContext, device: torch.device) -> DiffusionAdapter:
     return cls.load(str(folder), dtype, device)
 
 
-class DiffusionStageEngine:
+class DiffusionStageEngine(InProcessEngine[DiffusionJob]):
     def __init__(self, ctx: StageContext, adapter: DiffusionAdapter | None = None):
+        super().__init__(ctx.spec.stage_id)
         self.ctx = ctx
-        self.stage_id = ctx.spec.stage_id
         engine_args = dict(ctx.deploy.engine_args or {})
         self.max_wait_steps = int(engine_args.pop("max_wait_steps", 8))
         if engine_args:
@@ -95,7 +88,6 @@ class DiffusionStageEngine:
         # held around every forward and every adapter load/unload: weights never change under a forward
         self._step_lock = asyncio.Lock()
         self._sched = KeyScheduler(max_rows=ctx.deploy.max_num_seqs or 8, max_wait_steps=self.max_wait_steps)
-        self._jobs: dict[str, tuple[DiffusionJob, asyncio.Queue]] = {}
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._healthy = True
@@ -121,34 +113,27 @@ class DiffusionStageEngine:
             await self._start_lora()
         self._task = asyncio.create_task(self._loop(), name=f"diffusion-stage-{self.stage_id}")
 
-    async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
+    def _new_item(self, req: StageRequest) -> DiffusionJob:
         if self._broken:
             raise StageUnavailableError(self._broken)
-        if req.request_id in self._jobs:
-            raise ValueError(f"request id {req.request_id!r} is already running on stage {self.stage_id}")
-        job = self.make_job(req)  # raises ValueError naming the field, before anything is queued
-        out: asyncio.Queue = asyncio.Queue()
+        return self.make_job(req)  # raises ValueError naming the field, before anything is queued
+
+    def _admitted(self, item: DiffusionJob) -> None:
         # taken (checked and queued; the step count is known once it is prepared): a video job's POST waits
         # for this verdict, so a request the family refuses is its 400, not a job that fails later
-        out.put_nowait(StageOutput(req.request_id, self.stage_id, {}, False, progress=(0, 0)))
-        self._jobs[req.request_id] = (job, out)
-        self._sched.add(job)
+        self._emit(item, StageOutput(item.request_id, self.stage_id, {}, False, progress=(0, 0)))
+        self._sched.add(item)
         self._wake.set()
-        done = False
-        try:
-            while True:
-                o: StageOutput = await out.get()
-                done = o.finished
-                yield o
-                if done:
-                    return
-        finally:
-            if not done:  # the consumer went away: free the slot at the next step boundary
-                job.aborted = True
-                self._sched.remove(job)
-            self._jobs.pop(req.request_id, None)
-            if job.lora is not None:
-                job.lora.release()
+
+    def _on_close(self, item: DiffusionJob) -> None:
+        self._sched.remove(item)  # the forward in flight (if any) finishes; its result for this job is dropped
+
+    def _left(self, item: DiffusionJob) -> None:
+        if item.lora is not None:
+            item.lora.release()
+
+    def _progress(self, item: DiffusionJob) -> tuple[int, int]:
+        return (item.step, item.total_steps)
 
     async def feed(self, request_id: str, chunk: dict[str, Any], last: bool) -> None:
         raise ValueError(f"stage {self.stage_id}: diffusion stages take whole inputs, not streamed chunks")
@@ -196,35 +181,12 @@ class DiffusionStageEngine:
         async with self._step_lock:
             self.lora.unload(name)
 
-    async def abort(self, request_id: str) -> None:
-        entry = self._jobs.get(request_id)
-        if entry is None or entry[0].aborted:
-            return
-        job, out = entry
-        job.aborted = True
-        self._sched.remove(job)  # the forward in flight (if any) finishes; its result for this job is dropped
-        out.put_nowait(
-            StageOutput(
-                request_id,
-                self.stage_id,
-                {},
-                finished=True,
-                finish_reason="abort",
-                progress=(job.step, job.total_steps),
-            )
-        )
-
     async def shutdown(self) -> None:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        for job, out in list(self._jobs.values()):
-            if not job.aborted:
-                job.aborted = True
-                out.put_nowait(
-                    StageOutput(job.request_id, self.stage_id, {}, True, error=StageError("stage shut down"))
-                )
+        self._fail_all()
         self.accel.close()  # the cache / compile hooks leave the (possibly shared) adapter's blocks
         if self._parallel is not None:
             await asyncio.to_thread(self._parallel.close)
@@ -262,7 +224,8 @@ class DiffusionStageEngine:
         else:
             seed = params.seed if params.seed is not None else random.randrange(2**63)
             generator = torch.Generator("cpu").manual_seed(seed)
-        job = DiffusionJob(
+        job_class = getattr(self.adapter, "job_class", DiffusionJob)  # a family's typed per-request state
+        job = job_class(
             req.request_id,
             prompt,
             negative,
@@ -314,47 +277,19 @@ class DiffusionStageEngine:
                     self._broken = f"rank 0: a step failed ({type(e).__name__}: {e})"
                     return
                 for j in batch:
-                    self._finish(j, error=StageError.failure(e))
+                    self._done(j, error=StageError.failure(e))
                 continue
             for j, err in result.failed:
-                self._finish(j, error=err)
+                self._done(j, error=err)
             finished = {id(j) for j, _ in result.finished}
             for j in result.advanced:
-                if not j.aborted and id(j) not in finished:
+                if id(j) not in finished:
                     self._emit(j, StageOutput(j.request_id, self.stage_id, {}, False, progress=(j.step, j.total_steps)))
             for j, data in result.finished:
-                self._finish(j, data=data)
+                self._done(j, data=data)
 
-    def _emit(self, job: DiffusionJob, out: StageOutput) -> None:
-        entry = self._jobs.get(job.request_id)
-        if entry is not None and entry[0] is job and not job.aborted:
-            entry[1].put_nowait(out)
-
-    def _finish(self, job: DiffusionJob, data: dict | None = None, error: StageError | None = None) -> None:
-        self._sched.remove(job)
-        now = time.monotonic()
-        started = job.first_scheduled or now
-        metrics = StageMetrics(
-            queue_time_s=started - job.arrival,
-            run_time_s=now - started,
-            num_steps=job.step,
-            num_steps_reused=steps_reused(job),
-            peak_memory_mb=peak_memory_mb(),
-        )
-        self._emit(
-            job,
-            StageOutput(
-                job.request_id,
-                self.stage_id,
-                data or {},
-                True,
-                metrics=metrics,
-                error=error,
-                progress=(job.step, job.total_steps),
-                finish_reason=None if error else "stop",
-            ),
-        )
-        job.aborted = True  # closed: nothing more is emitted for it
+    def _done(self, job: DiffusionJob, data: dict | None = None, error: StageError | None = None) -> None:
+        self._finish(job, data, error=error, num_steps=job.step, num_steps_reused=steps_reused(job))
 
 
 def _input_images(inputs: dict[str, Any]) -> list[Image.Image]:

@@ -32,7 +32,7 @@ class StepResult:
 
 def prepare(adapter: DiffusionAdapter, jobs: list[DiffusionJob], result: StepResult) -> list[DiffusionJob]:
     """Batched prompt encoding, then per-request timestep tables and initial latents."""
-    jobs = [j for j in jobs if not j.aborted]
+    jobs = [j for j in jobs if not j.closed]
     if not jobs:
         return []
     try:
@@ -132,7 +132,7 @@ def run_step(
         for j in ready:
             hooks.admit(j)
     failed = {id(j) for j, _ in result.failed}
-    jobs = [j for j in batch if not j.aborted and id(j) not in failed]
+    jobs = [j for j in batch if not j.closed and id(j) not in failed]
     if jobs:
         advance(adapter, jobs, result, hooks)
     return result

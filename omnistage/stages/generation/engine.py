@@ -22,44 +22,41 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from omnistage.pipeline import StageContext
-from omnistage.stages.base import (
-    StageError,
-    StageMetrics,
-    StageOutput,
-    StageRequest,
-    StageStats,
-    peak_memory_mb,
-)
+from omnistage.stages.base import StageError, StageOutput, StageRequest, StageStats
 from omnistage.stages.generation.adapter import GenerationAdapter, GenerationItem
+from omnistage.stages.inprocess import InProcessEngine, Tracked
 from omnistage.stages.lane import run_on, stage_device
 
 
-@dataclass
-class _Req:
+@dataclass(eq=False)
+class GenerationRequest(Tracked):
     req: StageRequest
     chunks: deque = field(default_factory=deque)  # pending input chunks
     inputs_done: bool = False  # upstream said last=True (or inputs were whole)
-    out: asyncio.Queue = field(default_factory=asyncio.Queue)
     state: dict[str, Any] = field(default_factory=dict)
-    first_scheduled: float | None = None
-    aborted: bool = False
     ran: bool = False  # the adapter got a chunk of it
     told_last: bool = False  # ... and one of them was marked last
 
+    @property
+    def request_id(self) -> str:
+        return self.req.request_id
 
-class GenerationStageEngine:
+    @property
+    def arrival(self) -> float:
+        return self.req.arrival_time
+
+
+class GenerationStageEngine(InProcessEngine[GenerationRequest]):
     def __init__(self, ctx: StageContext, adapter: GenerationAdapter | None = None):
+        super().__init__(ctx.spec.stage_id)
         self.ctx = ctx
-        self.stage_id = ctx.spec.stage_id
         self.max_batch = ctx.deploy.max_num_seqs or 8
         self.adapter = adapter  # public: tests and tools inspect it
         self.device = "cpu"  # where the adapter runs (set at start)
-        self._reqs: dict[str, _Req] = {}
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task | None = None
         self._running = 0
@@ -75,27 +72,22 @@ class GenerationStageEngine:
         self.device = stage_device(self.ctx.devices)
         self._loop_task = asyncio.create_task(self._loop(), name=f"generation-stage-{self.stage_id}")
 
-    async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
-        if req.request_id in self._reqs:
-            raise ValueError(f"request id {req.request_id!r} is already running on stage {self.stage_id}")
-        r = _Req(req)
+    def _new_item(self, req: StageRequest) -> GenerationRequest:
+        r = GenerationRequest(req)
         if req.inputs:
             r.chunks.append(req.inputs)
         r.inputs_done = not req.stream_inputs
-        self._reqs[req.request_id] = r
+        return r
+
+    def _admitted(self, item: GenerationRequest) -> None:
         self._wake.set()
-        try:
-            while True:
-                out: StageOutput = await r.out.get()
-                yield out
-                if out.finished:
-                    return
-        finally:
-            self._reqs.pop(req.request_id, None)
+
+    def _on_close(self, item: GenerationRequest) -> None:
+        item.chunks.clear()
 
     async def feed(self, request_id: str, chunk: dict[str, Any], last: bool) -> None:
-        r = self._reqs.get(request_id)
-        if r is None:
+        r = self._item(request_id)
+        if r is None or r.closed:
             return  # aborted or failed meanwhile
         if r.inputs_done:
             raise ValueError(f"stage {self.stage_id}: input fed to {request_id!r} after its last chunk")
@@ -104,45 +96,24 @@ class GenerationStageEngine:
         r.inputs_done = last
         self._wake.set()
 
-    async def abort(self, request_id: str) -> None:
-        r = self._reqs.get(request_id)
-        if r is not None and not r.aborted:
-            r.aborted = True
-            r.chunks.clear()
-            r.out.put_nowait(StageOutput(request_id, self.stage_id, {}, finished=True, finish_reason="abort"))
-
     async def shutdown(self) -> None:
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
-        for r in list(self._reqs.values()):
-            r.out.put_nowait(
-                StageOutput(r.req.request_id, self.stage_id, {}, True, error=StageError("stage shut down"))
-            )
+        self._fail_all()
 
     def stats(self) -> StageStats:
         # a request in the running batch has had its chunk taken already: only the others wait
-        waiting = sum(1 for rid, r in self._reqs.items() if r.chunks and not r.aborted and rid not in self._batch)
+        waiting = sum(1 for r in self._requests() if r.chunks and r.request_id not in self._batch)
         return StageStats(queue_depth=waiting, running=self._running, healthy=self._healthy)
 
     # ------------------------------------------------------------------ loop
 
     def _finish_ready(self) -> None:
         """A request finishes only once its upstream is done *and* every fed chunk is consumed."""
-        for r in self._reqs.values():
-            if not r.aborted and r.inputs_done and not r.chunks and r.first_scheduled is not None:
-                r.aborted = True  # reuse as "closed": nothing more may be emitted
-                now = time.monotonic()
-                metrics = StageMetrics(
-                    queue_time_s=r.first_scheduled - r.req.arrival_time,
-                    run_time_s=now - r.first_scheduled,
-                    peak_memory_mb=peak_memory_mb(),
-                )
-                r.out.put_nowait(
-                    StageOutput(
-                        r.req.request_id, self.stage_id, {}, finished=True, metrics=metrics, finish_reason="stop"
-                    )
-                )
+        for r in self._requests():
+            if r.inputs_done and not r.chunks and r.first_scheduled is not None:
+                self._finish(r)
 
     async def _loop(self) -> None:
         while True:
@@ -151,15 +122,15 @@ class GenerationStageEngine:
             while True:
                 # A request that was started with nothing yet to do is "scheduled" when its first chunk runs;
                 # one whose inputs are already complete and empty finishes at once.
-                for r in self._reqs.values():
+                for r in self._requests():
                     if r.first_scheduled is None and r.inputs_done and not r.chunks:
                         r.first_scheduled = time.monotonic()
-                    if r.ran and not r.told_last and r.inputs_done and not r.chunks and not r.aborted:
+                    if r.ran and not r.told_last and r.inputs_done and not r.chunks:
                         # the end came after its last chunk ran (an empty last feed): one more, empty, call marked
                         # last, for adapters that hold something back until then (a non-causal codec's last block)
                         r.chunks.append({})
                 self._finish_ready()
-                ready = [r for r in self._reqs.values() if r.chunks and not r.aborted][: self.max_batch]
+                ready = [r for r in self._requests() if r.chunks][: self.max_batch]
                 if not ready:
                     break
                 urgent = any(r.first_scheduled is None for r in ready)  # some request's first piece (stages.lane)
@@ -170,7 +141,7 @@ class GenerationStageEngine:
                         r.first_scheduled = time.monotonic()
                     last = r.inputs_done and not r.chunks
                     r.ran, r.told_last = True, last
-                    items.append(GenerationItem(r.req.request_id, chunk, r.req.params, r.state, last))
+                    items.append(GenerationItem(r.request_id, chunk, r.req.params, r.state, last))
                 self._running, self._batch = len(items), {r.req.request_id for r in ready}
                 try:
                     results = await run_on(self.device, self.adapter.run, items, urgent=urgent)
@@ -178,18 +149,12 @@ class GenerationStageEngine:
                         raise RuntimeError(f"adapter returned {len(results)} outputs for {len(items)} inputs")
                 except Exception as e:  # one bad batch fails its requests, not the engine
                     for r in ready:
-                        r.aborted = True
-                        r.out.put_nowait(
-                            StageOutput(r.req.request_id, self.stage_id, {}, True, error=StageError.failure(e))
-                        )
+                        self._fail(r, StageError.failure(e))
                     continue
                 finally:
                     self._running, self._batch = 0, set()
                 for r, data in zip(ready, results):
                     if isinstance(data, Exception):
-                        r.aborted = True
-                        r.out.put_nowait(
-                            StageOutput(r.req.request_id, self.stage_id, {}, True, error=StageError.of(data))
-                        )
-                    elif not r.aborted and data:
-                        r.out.put_nowait(StageOutput(r.req.request_id, self.stage_id, data, finished=False))
+                        self._fail(r, StageError.of(data))
+                    elif data:
+                        self._emit(r, StageOutput(r.request_id, self.stage_id, data, finished=False))

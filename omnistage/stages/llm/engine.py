@@ -40,7 +40,7 @@ from omnistage.stages.base import (
 from omnistage.stages.lifetime import children_die_with_this_process, start_in_spawner
 from omnistage.stages.llm.args import engine_args_for, stage_output_type
 from omnistage.stages.llm.inputs import StagePrompt, check_media, decoder_token_ids, parse, render
-from omnistage.stages.llm.loras import LoraAdapters
+from omnistage.stages.llm.loras import VllmLoras
 from omnistage.stages.llm.params import to_sampling_params
 from omnistage.stages.llm.threads import engine_closed, engine_env
 from omnistage.stages.restart import RESTART_ATTEMPTS, restart_with_backoff
@@ -94,7 +94,7 @@ class LLMStageEngine:
         self._watcher: asyncio.Task | None = None
         self._restarter: asyncio.Task | None = None
         self._closing = False
-        self.loras = LoraAdapters(self.stage_id, ctx.deploy.lora_enabled)
+        self.loras = VllmLoras(self.stage_id, ctx.deploy.lora_enabled)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -11,7 +11,7 @@ from typing import Any
 from omnistage.errors import InvalidRequestError
 
 
-class LoraAdapters:
+class VllmLoras:
     def __init__(self, stage_id: int, enabled: bool):
         self.stage_id = stage_id
         self.enabled = enabled

@@ -15,7 +15,7 @@ from omnistage.models.qwen_omni.code2wav import Code2WavAdapter
 from omnistage.models.qwen_omni.config import TALKER_DEFAULTS, load_omni_config
 from omnistage.models.qwen_omni.kv import RequestKV
 from omnistage.models.qwen_omni.talker_engine import TalkerEngine
-from omnistage.models.qwen_omni.talker_model import EOS_TEXT, PAD_TEXT, Row, TalkerModel
+from omnistage.models.qwen_omni.talker_model import EOS_TEXT, PAD_TEXT, Qwen3TalkerRow, TalkerModel
 from omnistage.models.shared.omni.sampling import Sampling, talker_sampling
 from omnistage.pipeline import StageContext, get_pipeline
 from omnistage.stages.base import StageRequest
@@ -45,7 +45,7 @@ def greedy_codes(talker: TalkerModel, prompt: list[int], reply: list[int], frame
     """The talker driven by hand, as transformers' generate() feeds it (reply minus its last token)."""
     start = talker.assistant_start(prompt, talker.config.im_start_token_id, talker.config.assistant_token_id)
     turn = prompt[start:] + reply[:-1]
-    row = Row(RequestKV(talker.num_layers), Sampling(temperature=0))
+    row = Qwen3TalkerRow(RequestKV(talker.num_layers), Sampling(temperature=0))
     talker.prefill(row, *talker.prefill_input(prompt, turn[:4], 2302))
     trailing = turn[4:] + [EOS_TEXT]
     out = [talker.step([row], [trailing[s] if s < len(trailing) else PAD_TEXT])[0] for s in range(frames)]
@@ -90,7 +90,7 @@ def test_talker_batched_prefill_and_rows_equal_transformers(talker, reference):
             ref.prompt_ids, talker.config.im_start_token_id, talker.config.assistant_token_id
         )
         turn = ref.prompt_ids[start:] + ref.reply[:-1]
-        rows.append(Row(RequestKV(talker.num_layers), Sampling(temperature=0)))
+        rows.append(Qwen3TalkerRow(RequestKV(talker.num_layers), Sampling(temperature=0)))
         inputs.append(talker.prefill_input(ref.prompt_ids, turn[:4], 2302))
         trailing.append(turn[4:] + [EOS_TEXT])
     assert inputs[0][0].shape[0] != inputs[1][0].shape[0]  # the shorter one is padded

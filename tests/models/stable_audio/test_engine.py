@@ -14,6 +14,8 @@ from omnistage import AsyncOmni
 from omnistage.models.stable_audio.tiny import MAX_SECONDS, SAMPLE_RATE
 from omnistage.testing.staggered import generate_final
 
+pytestmark = pytest.mark.slow  # an engine start and diffusers' pipeline: 20 s or more
+
 ONE_LOOP = pytest.mark.asyncio(loop_scope="module")
 # The DiT's timestep MLP sees one timestep per row here where diffusers broadcasts a single one over its CFG
 # pair: another GEMM shape, measured 3e-8 apart there and at most 4.2e-7 on the waveform (exact without CFG).

@@ -62,21 +62,21 @@ class Leader:
         return self.steps.group
 
     def plan(self, batch: list[DiffusionJob], new: list[DiffusionJob]) -> StepPlan:
-        """The step as the ranks will run it (call on the event loop: ``aborted`` flags do not move under it).
+        """The step as the ranks will run it (call on the event loop: ``closed`` flags do not move under it).
         Requests closed since the last plan (finished, failed, aborted) are dropped from the ranks' copies."""
-        drop = [h for h, j in self._fronts.items() if j.aborted]
+        drop = [h for h, j in self._fronts.items() if j.closed]
         for h in drop:
             del self._fronts[h]
         plan = StepPlan(drop=drop)
         known = {id(j): h for h, j in self._fronts.items()}
         for j in new:
-            if j.aborted:
+            if j.closed:
                 continue
             h = next(self._handles)
             self._fronts[h] = j
             known[id(j)] = h
             plan.new.append(NewJob(h, pickle.dumps(j)))
-        plan.batch = [known[id(j)] for j in batch if not j.aborted and id(j) in known]
+        plan.batch = [known[id(j)] for j in batch if not j.closed and id(j) in known]
         return plan
 
     async def step(self, batch: list[DiffusionJob], new: list[DiffusionJob]) -> StepResult:
