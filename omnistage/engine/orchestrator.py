@@ -204,9 +204,17 @@ class Orchestrator:
                 num_prompt_tokens=st.num_prompt_tokens,
             )
         metrics = {k: s.metrics.to_dict() for k, s in run.stages.items() if s.metrics is not None}
-        # The request's text is its llm source stage's, whichever final stage reports: its finish reason (a reply
-        # cut at max_tokens is "length" with or without speech after it) and its prompt's token count
-        source = next((s for s in run.stages.values() if s.spec.knobs == "llm" and not s.spec.inputs), None)
+        # The request's text is its text-writing llm source stage's (a thinker), whichever final stage reports: its
+        # finish reason (a reply cut at max_tokens is "length" with or without speech after it) and its prompt's
+        # token count
+        source = next(
+            (
+                s
+                for s in run.stages.values()
+                if s.spec.knobs == "llm" and not s.spec.inputs and OutputModality.TEXT in s.output_type
+            ),
+            None,
+        )
         out = final_output(
             request_id=rid,
             stage_id=sid,

@@ -1,7 +1,7 @@
 """No process left behind: ``omnistage serve`` of tiny GLM-Image (its AR stage a vLLM engine with an engine
 core and a worker process, its DiT stage two ``mp`` children) stopped by SIGTERM or killed by SIGKILL, idle,
 busy, while its vLLM engine is rebuilt after a crash, or while an ``mp`` child is replaced; and an ``Omni``
-script killed while its vLLM stage generates. Every process of the tree (recorded just before the signal)
+script killed while its vLLM stage generates; and SIGTERM while the stages start. Every process of the tree (recorded just before the signal)
 must be gone a bounded time later: a killed parent takes its children (the kernel's parent-death signal,
 stages/lifetime.py), a stopped one stops them. The bounds are deadlines that stop a hang, not timings."""
 
@@ -130,6 +130,29 @@ def test_sigterm_of_a_busy_server_ends_its_requests_and_every_child(tiny_model, 
     assert_tree_ends(procs, server.log)
     wait_for("every request ended", lambda: len(ends) == 2, 30)
     assert "omnistage.server: shutdown complete" in server.log.read_text()
+
+
+def test_sigterm_while_the_stages_start_stops_what_started(tiny_model, tmp_path):
+    log = tmp_path / "server.log"
+    overrides = json.dumps({"1": {"process": "mp", "num_replicas": 2}})
+    args = [str(tiny_model("glm_image")), "--enforce-eager", "--stage-overrides", overrides]
+    args += ["--host", "127.0.0.1", "--port", "0"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **MULTIPROCESSING}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "omnistage.cli.main", "serve", *args],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    with killed_on_failure(proc, log):
+        root = psutil.Process(proc.pid)
+        wait_for("the vLLM engine core starting", lambda: engine_cores(root) or proc.poll() is not None)
+        assert proc.poll() is None
+        procs = tree(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(STOP_S) == 3  # start-up failed, saying why
+    assert "stopped while the stages started" in log.read_text()
+    assert_tree_ends(procs, log)
 
 
 def test_sigterm_while_the_vllm_engine_is_rebuilt_stops_the_new_engine_core(tiny_model, tmp_path):

@@ -58,6 +58,7 @@ ROWS = [
     Row("longcat_image_edit", None, edit=(32, 32)),
     Row("wan", (48, 32), frames=9),
     Row("ltx2", (64, 32), frames=9),
+    Row("ltx23", (64, 32), frames=9, extra={"max_sequence_length": 16}),  # the LTX-2.3 layout
     Row("hunyuan_video15", (32, 16), frames=5),
     # two chunks: the shortest length Helios makes. Over HTTP, repeated identical requests to one tiny Helios server
     # give different frames (up to 43 levels; offline runs on one engine agree exactly): a known bug, marked

@@ -4,7 +4,7 @@ video VAE, audio VAE + vocoder) whose output is ``video+audio``."""
 from pathlib import Path
 
 from omnistage.models.ltx2.adapter import DEFAULT_FPS, DEFAULT_NUM_FRAMES, EXTRA_PARAMS, LTX2Adapter
-from omnistage.models.ltx2.tiny import build, build_i2v
+from omnistage.models.ltx2.tiny import build, build_i2v, build_v23
 from omnistage.pipeline import Pipeline, StageSpec
 
 DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment
@@ -38,6 +38,6 @@ PIPELINE = Pipeline(
 )
 
 PIPELINES = [PIPELINE]
-TINY = {"ltx2": build, "ltx2_i2v": build_i2v}
+TINY = {"ltx2": build, "ltx2_i2v": build_i2v, "ltx23": build_v23}  # ltx23: the LTX-2.3 layout
 
 __all__ = ["LTX2Adapter", "PIPELINE", "PIPELINES", "TINY"]

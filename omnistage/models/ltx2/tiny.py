@@ -1,6 +1,10 @@
 """Tiny LTX-2 folders: real classes (LTX2VideoTransformer3DModel, Gemma 3, both LTX-2 VAEs, the vocoder, the text
 connectors), random weights, a locally trained Gemma tokenizer. Sizes: multiples of 32, frame counts 2k+1 (this
-video VAE compresses time and space by 2, the release's by 8 and 32; patch size 1)."""
+video VAE compresses time and space by 2, the release's by 8 and 32; patch size 1).
+
+Two layouts of the same classes: LTX-2.0 (one text projection shared by both modalities, in the DiT) and LTX-2.3
+(``version="2.3"``: per-modality text projections in the connectors, gated attention, learnable registers, prompt
+cross-attention modulation, and a vocoder with bandwidth extension), as the released folders set them."""
 
 from __future__ import annotations
 
@@ -38,7 +42,7 @@ def gemma3(vocab_size: int = 300):
     return Gemma3ForConditionalGeneration(cfg).eval()
 
 
-def components():
+def components(version: str = "2.0"):
     import torch
     from diffusers import (
         AutoencoderKLLTX2Audio,
@@ -49,6 +53,7 @@ def components():
     from diffusers.pipelines.ltx2 import LTX2TextConnectors
     from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
 
+    v23 = version == "2.3"
     text_encoder = gemma3()
     # the connectors' width (heads x head_dim = 32) is the text encoder's hidden size
     hidden, layers = text_encoder.config.text_config.hidden_size, text_encoder.config.text_config.num_hidden_layers
@@ -73,23 +78,39 @@ def components():
         rope_double_precision=False,
         rope_type="split",
         perturbed_attn=True,
+        # LTX-2.3: gated attention, cross-attention modulated by the prompt, the text projected in the connectors
+        gated_attn=v23,
+        cross_attn_mod=v23,
+        audio_gated_attn=v23,
+        audio_cross_attn_mod=v23,
+        use_prompt_embeddings=not v23,
     ).eval()
+    # LTX-2.0's connectors run at the text encoder's width (4 x 8 = 32), LTX-2.3's at the DiT's per modality
+    video_heads, video_dim = (2, 8) if v23 else (4, 8)
+    audio_heads, audio_dim = (2, 4) if v23 else (4, 8)
     connectors = LTX2TextConnectors(
         caption_channels=hidden,
         text_proj_in_factor=layers + 1,
-        video_connector_num_attention_heads=4,
-        video_connector_attention_head_dim=8,
+        video_connector_num_attention_heads=video_heads,
+        video_connector_attention_head_dim=video_dim,
         video_connector_num_layers=1,
-        video_connector_num_learnable_registers=None,
-        audio_connector_num_attention_heads=4,
-        audio_connector_attention_head_dim=8,
+        video_connector_num_learnable_registers=8 if v23 else None,  # divides max_sequence_length (16 in tests)
+        video_gated_attn=v23,
+        audio_connector_num_attention_heads=audio_heads,
+        audio_connector_attention_head_dim=audio_dim,
         audio_connector_num_layers=1,
-        audio_connector_num_learnable_registers=None,
+        audio_connector_num_learnable_registers=8 if v23 else None,
+        audio_gated_attn=v23,
         connector_rope_base_seq_len=32,
         rope_theta=10000.0,
         rope_double_precision=False,
         causal_temporal_positioning=False,
         rope_type="split",
+        # LTX-2.3: one projection per modality, to the DiT's video / audio widths
+        per_modality_projections=v23,
+        video_hidden_dim=video_heads * video_dim,
+        audio_hidden_dim=audio_heads * audio_dim,
+        proj_bias=v23,
     ).eval()
     vae = AutoencoderKLLTX2Video(
         in_channels=3,
@@ -129,17 +150,21 @@ def components():
         is_causal=True,
         mel_bins=8,
     ).eval()
-    vocoder = LTX2Vocoder(
-        # upsampling 10 x 4 x 4 = the mel hop (160): the waveform lasts as long as the video, as in the release
-        in_channels=audio_vae.config.output_channels * audio_vae.config.mel_bins,
-        hidden_channels=32,
-        out_channels=2,
-        upsample_kernel_sizes=[20, 8, 8],
-        upsample_factors=[10, 4, 4],
-        resnet_kernel_sizes=[3],
-        resnet_dilations=[[1, 3, 5]],
-        leaky_relu_negative_slope=0.1,
-        output_sampling_rate=16000,
+    vocoder = (
+        bwe_vocoder(audio_vae)
+        if v23
+        else LTX2Vocoder(
+            # upsampling 10 x 4 x 4 = the mel hop (160): the waveform lasts as long as the video, as in the release
+            in_channels=audio_vae.config.output_channels * audio_vae.config.mel_bins,
+            hidden_channels=32,
+            out_channels=2,
+            upsample_kernel_sizes=[20, 8, 8],
+            upsample_factors=[10, 4, 4],
+            resnet_kernel_sizes=[3],
+            resnet_dilations=[[1, 3, 5]],
+            leaky_relu_negative_slope=0.1,
+            output_sampling_rate=16000,
+        )
     ).eval()
     # the released checkpoints' scheduler: dynamic (resolution-dependent) shift, as LTX-2's scheduler_config
     scheduler = FlowMatchEulerDiscreteScheduler(
@@ -162,6 +187,37 @@ def components():
     )
 
 
+def bwe_vocoder(audio_vae):
+    """LTX-2.3's vocoder: the LTX-2 vocoder at 16 kHz, then a bandwidth extender (a second vocoder over the first
+    one's mel spectrogram, plus the first one's waveform resampled) to 32 kHz here (48 kHz in the release)."""
+    from diffusers.pipelines.ltx2.vocoder import LTX2VocoderWithBWE
+
+    return LTX2VocoderWithBWE(
+        in_channels=audio_vae.config.output_channels * audio_vae.config.mel_bins,
+        hidden_channels=32,
+        out_channels=2,
+        upsample_kernel_sizes=[20, 8, 8],
+        upsample_factors=[10, 4, 4],  # the mel hop (160), as the LTX-2 vocoder
+        resnet_kernel_sizes=[3],
+        resnet_dilations=[[1, 3, 5]],
+        antialias_kernel_size=4,
+        bwe_in_channels=2 * 16,  # stereo x its mel bins
+        bwe_hidden_channels=16,
+        bwe_out_channels=2,
+        bwe_upsample_kernel_sizes=[20, 8, 8],
+        bwe_upsample_factors=[10, 4, 4],  # its hop (80) x the rate ratio (2)
+        bwe_resnet_kernel_sizes=[3],
+        bwe_resnet_dilations=[[1, 3, 5]],
+        bwe_antialias_kernel_size=4,
+        filter_length=128,
+        hop_length=80,
+        window_length=128,
+        num_mel_channels=16,
+        input_sampling_rate=16000,
+        output_sampling_rate=32000,
+    )
+
+
 def build(outdir: Path) -> None:
     """Write a loadable LTX2Pipeline folder (text -> video + audio)."""
     import torch
@@ -179,4 +235,14 @@ def build_i2v(outdir: Path) -> None:
 
     torch.manual_seed(0)
     pipe = LTX2ImageToVideoPipeline(**components())
+    pipe.save_pretrained(outdir, safe_serialization=True)
+
+
+def build_v23(outdir: Path) -> None:
+    """Write a loadable LTX2Pipeline folder in the LTX-2.3 layout (text -> video + audio)."""
+    import torch
+    from diffusers import LTX2Pipeline
+
+    torch.manual_seed(0)
+    pipe = LTX2Pipeline(**components("2.3"))
     pipe.save_pretrained(outdir, safe_serialization=True)

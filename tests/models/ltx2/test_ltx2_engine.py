@@ -307,3 +307,99 @@ def test_the_fixture_exercises_every_guidance_term(folder, ref):
     base = ref("a red cat", generator=gen(1), **kw, **off).frames
     for on in (dict(off, stg_scale=1.0, **STG), dict(off, modality_scale=3.0)):
         assert max_diff(ref("a red cat", generator=gen(1), **kw, **on).frames, base) > 1e-4, on
+
+
+# ----------------------------------------------------------------- the LTX-2.3 layout
+
+
+@pytest.fixture(scope="module")
+def v23(tiny_model):
+    folder = str(tiny_model("ltx23"))
+    return (
+        folder,
+        LTX2Adapter.load(folder, torch.float32, torch.device("cpu")),
+        reference_pipeline("LTX2Pipeline", folder),
+    )
+
+
+def test_ltx23_folder_is_served_by_the_family(v23):
+    """An LTX-2.3 folder is the same ``LTX2Pipeline`` class with other component configs: per-modality text
+    projections in the connectors (none in the DiT), gated attention, prompt modulation, a vocoder with bandwidth
+    extension. The family claims it and the adapter runs it through the same components."""
+    from diffusers.pipelines.ltx2.vocoder import LTX2VocoderWithBWE
+
+    from omnistage.pipeline import resolve_pipeline
+
+    folder, adapter, _ = v23
+    assert resolve_pipeline(folder).name == "ltx2"
+    assert adapter.pipe.connectors.config.per_modality_projections
+    assert adapter.pipe.transformer.config.cross_attn_mod and not adapter.pipe.transformer.config.use_prompt_embeddings
+    assert isinstance(adapter.pipe.vocoder, LTX2VocoderWithBWE) and adapter.sr == 32000
+
+
+@pytest.mark.parametrize(
+    "guidance",
+    [
+        dict(guidance_scale=3.0, extra_args=STG),  # the pipeline's defaults (LTX-2.3's suggested values)
+        dict(guidance_scale=4.0, extra_args={"stg_scale": 0.0, "audio_stg_scale": 0.0, "modality_scale": 1.0}),
+    ],
+)
+async def test_ltx23_solo_equals_diffusers_call(v23, guidance):
+    folder, adapter, ref = v23
+    engine = await start_engine(PIPELINE, adapter, folder)
+    try:
+        outs = await run(
+            engine, "a", "a red cat", seed=7, negative_prompt="blurry", num_inference_steps=2, **SMALL, **guidance
+        )
+        data = finished_data(outs)
+        want_video, want_audio = ref_outputs(
+            ref(
+                "a red cat",
+                negative_prompt="blurry",
+                generator=gen(7),
+                num_inference_steps=2,
+                guidance_scale=guidance["guidance_scale"],
+                output_type="np",
+                **REF_SMALL,
+                **guidance["extra_args"],
+            )
+        )
+        assert np.array_equal(data["video"], want_video)
+        assert data["audio"].shape == want_audio.shape == (2, 10560)  # the BWE doubles the LTX-2 vocoder's 5280
+        assert np.abs(data["audio"] - want_audio).max() == 0.0
+        assert data["sample_rate"] == 32000
+    finally:
+        await engine.shutdown()
+
+
+def test_ltx23_offline_defaults_equal_diffusers_defaults(v23):
+    """``Omni`` with no guidance knob set: the family's defaults fill guidance, STG, modality isolation and
+    rescale, as diffusers' ``__call__`` defaults do (the STG default block 28 does not exist in the 2-block
+    DiT: both skip nothing)."""
+    from omnistage import Omni
+    from omnistage.params import DiffusionSamplingParams
+
+    folder, _, ref = v23
+    params = DiffusionSamplingParams(
+        seed=5, num_inference_steps=2, height=32, width=32, num_frames=9, max_sequence_length=16
+    )
+    omni = Omni(folder)
+    try:
+        [out] = omni.generate({"prompt": "a red cat"}, [params], use_tqdm=False)
+    finally:
+        omni.close()
+    assert out.error is None, out.error
+    want_video, want_audio = ref_outputs(
+        ref(
+            "a red cat",
+            generator=gen(5),
+            num_inference_steps=2,
+            height=32,
+            width=32,
+            num_frames=9,
+            max_sequence_length=16,
+            output_type="np",
+        )
+    )
+    assert np.array_equal(np.asarray(out.video), want_video)
+    assert np.abs(out.audio - want_audio).max() == 0.0
