@@ -55,13 +55,6 @@ def die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="omnistage-parent-watch", daemon=True).start()
 
 
-def die_with_multiprocessing_parent() -> None:
-    """``die_with_parent`` for a process ``multiprocessing`` started (no-op in a main process)."""
-    parent = multiprocessing.parent_process()
-    if parent is not None and parent.pid is not None:
-        die_with_parent(parent.pid)
-
-
 def die_with_spawning_parent() -> None:
     """In a process started inside ``children_die_with_this_process`` (spawned: its environment names the
     parent), tie it to that parent, and its own children to itself. Elsewhere: nothing."""

@@ -27,6 +27,7 @@ from omnistage.transport.ray_placement import check_placement
 from omnistage.transport.remote import RemoteStageEngine, serve_request
 
 WATCH_INTERVAL_S = 0.5
+PLACEMENT_RECHECK_S = 5.0  # while an actor starts: how often its placement is checked against the live nodes
 
 
 class StageActor:
@@ -144,9 +145,15 @@ class RayStageEngine(RemoteStageEngine):
         await asyncio.to_thread(ensure_ray)
         await asyncio.to_thread(self._check_placement)
         actor = _remote_class().options(**self._options()).remote(payload)
+        start = asyncio.ensure_future(actor.start.remote())
         try:
-            await actor.start.remote()
+            while not (await asyncio.wait({start}, timeout=PLACEMENT_RECHECK_S))[0]:
+                # not started yet: the nodes that passed the check may have gone since (a lost node is seen
+                # alive for a while), and Ray keeps an actor no live node can take pending forever
+                await asyncio.to_thread(self._check_placement)
+            start.result()
         except Exception as e:
+            start.cancel()
             ray.kill(actor)
             raise RuntimeError(
                 f"stage {self.stage_id} (replica {self.ctx.replica}) failed to start as a Ray actor: {e}"

@@ -168,6 +168,23 @@ async def test_a_lost_node_fails_its_requests_and_its_replica_returns_on_a_node_
         assert out.finished and len(out.token_ids) == 3
 
 
+async def test_a_replica_waiting_for_resources_is_refused_once_its_node_is_gone(nodes):
+    """Resources held by another engine: the replica waits (Ray's own behaviour) until the only node that could
+    take it is lost, then its start fails naming the placement instead of pending forever."""
+    holder = ray_deploy({"stage_id": 1, "num_replicas": 2, "placement": {"resources": {"dit_slot": 1}}})
+    waiter = ray_deploy({"stage_id": 1, "placement": {"resources": {"dit_slot": 1}}})
+    async with AsyncOmni(pipeline=tp.chain(), deploy_config=holder):
+        engine = AsyncOmni(pipeline=tp.chain(), deploy_config=waiter)
+        start = asyncio.create_task(engine.start())
+        await asyncio.sleep(3)
+        assert not start.done()  # both dit slots are taken: it waits
+        nodes.remove_node(nodes.dit, allow_graceful=False)
+        with pytest.raises(Exception, match=r"stage 1.*dit_slot.*no node"):
+            await asyncio.wait_for(start, 60)
+        await engine.shutdown()
+    nodes.dit = nodes.add_node(**SMALL, labels={"pool": "dit"}, resources={"dit_slot": 2})
+
+
 @pytest.mark.vllm
 async def test_glm_image_ar_on_one_node_and_two_dit_replicas_on_another(nodes, tiny_model):
     """GLM-Image (tiny): the vLLM AR stage on the ``ar`` node, two diffusion replicas on the ``dit`` node;

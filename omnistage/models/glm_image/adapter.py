@@ -27,6 +27,7 @@ so the engine's row batching concatenates it like any other conditioning;
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -48,7 +49,18 @@ def upsample_prior(ids: torch.Tensor, h: int, w: int) -> torch.Tensor:
     return ids.view(h, w).repeat_interleave(2, dim=0).repeat_interleave(2, dim=1).reshape(1, -1)
 
 
+@dataclass
+class GlmImageJob(DiffusionJob):
+    """A request's GLM-Image state, set in validate."""
+
+    max_sequence_length: int = 0
+    prior: torch.Tensor | None = None  # the AR stage's prior tokens, upsampled to the latent grid
+    glyph_len: int = 0  # tokens of the quoted text the glyph encoder reads
+    source: list[tuple[Any, torch.Tensor]] | None = None  # edit inputs: each image with its prior token ids
+
+
 class GlmImageAdapter(DiffusersAdapter):
+    job_class = GlmImageJob
     pipeline_class_name = "GlmImagePipeline"
     separate_cfg_passes = True
 
@@ -59,7 +71,7 @@ class GlmImageAdapter(DiffusersAdapter):
 
     # ------------------------------------------------------------- request checks
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: GlmImageJob) -> None:
         p = job.params
         if job.negative_prompt:
             raise InvalidRequestError(
@@ -86,13 +98,13 @@ class GlmImageAdapter(DiffusersAdapter):
                 raise InvalidRequestError(name, f"{given} differs from the AR stage's prior grid ({grid_px} px)")
             setattr(job, name, grid_px)
         msl = p.max_sequence_length or MAX_SEQUENCE_LENGTH
-        job.extra["max_sequence_length"] = msl
-        job.extra["prior"] = upsample_prior(ids, th, tw).to(self.device)
-        job.extra["glyph_len"] = self._glyph_len(job.prompt, msl)
-        job.extra["source"] = self._validate_sources(job)
+        job.max_sequence_length = msl
+        job.prior = upsample_prior(ids, th, tw).to(self.device)
+        job.glyph_len = self._glyph_len(job.prompt, msl)
+        job.source = self._validate_sources(job)
         job.rows = p.num_outputs_per_prompt
 
-    def _validate_sources(self, job: DiffusionJob) -> list[tuple[Any, torch.Tensor]] | None:
+    def _validate_sources(self, job: GlmImageJob) -> list[tuple[Any, torch.Tensor]] | None:
         """Image-to-image inputs -> [(source image, its upsampled prior ids)], or None for text-to-image."""
         ids, grids, images = (
             job.inputs.get("prior_token_image_ids"),
@@ -161,12 +173,12 @@ class GlmImageAdapter(DiffusersAdapter):
             sources.append((image, upsample_prior(part, h, w).view(-1).to(self.device)))
         return sources
 
-    def _source_len(self, job: DiffusionJob) -> int | None:
+    def _source_len(self, job: GlmImageJob) -> int | None:
         """Length of the cached source sequence (latent patches of all source images), None for text-to-image."""
-        if not job.extra["source"]:
+        if not job.source:
             return None
         f, patch = self.pipe.vae_scale_factor, self.pipe.transformer.config.patch_size
-        return sum((im.size[1] // f // patch) * (im.size[0] // f // patch) for im, _ in job.extra["source"])
+        return sum((im.size[1] // f // patch) * (im.size[0] // f // patch) for im, _ in job.source)
 
     def _glyph_len(self, prompt: str, msl: int) -> int:
         """Length of ``encode_prompt``'s glyph embeddings for this prompt (each glyph text padded to even length)."""
@@ -174,10 +186,10 @@ class GlmImageAdapter(DiffusersAdapter):
         ids = self.pipe.tokenizer(texts, max_length=msl, truncation=True).input_ids
         return sum(len(i) + (len(i) + 1) % 2 for i in ids)
 
-    def batch_key(self, job: DiffusionJob) -> Hashable:
+    def batch_key(self, job: GlmImageJob) -> Hashable:
         # no text mask in the transformer: glyph length and latent size must match inside a batch;
         # image-to-image rows carry a cached source sequence, which must have one length per batch
-        return ("glm_image", job.height, job.width, job.extra["glyph_len"], self._source_len(job))
+        return ("glm_image", job.height, job.width, job.glyph_len, self._source_len(job))
 
     # ------------------------------------------------------------- preparation
 
@@ -187,16 +199,16 @@ class GlmImageAdapter(DiffusersAdapter):
             [prompt], do_classifier_free_guidance=False, device=self.device, dtype=self.dtype, max_sequence_length=msl
         )[0]
 
-    def encode(self, jobs: list[DiffusionJob]) -> None:
+    def encode(self, jobs: list[GlmImageJob]) -> None:
         empty = None
         for j in jobs:
-            msl = j.extra["max_sequence_length"]
+            msl = j.max_sequence_length
             # diffusers encodes each prompt on its own (one glyph-encoder call per prompt)
             embeds = self._glyph_embeds(j.prompt, msl)
             dtype = embeds.dtype
             size = torch.tensor([[j.height, j.width]], dtype=dtype, device=self.device)
             common = {
-                "prior_token_id": self.repeat_rows(j.extra["prior"], j.rows),
+                "prior_token_id": self.repeat_rows(j.prior, j.rows),
                 "target_size": self.repeat_rows(size, j.rows),
                 "crop_coords": torch.zeros((j.rows, 2), dtype=dtype, device=self.device),
             }
@@ -211,7 +223,7 @@ class GlmImageAdapter(DiffusersAdapter):
                     **common,
                 }
 
-    def timesteps(self, job: DiffusionJob) -> None:
+    def timesteps(self, job: GlmImageJob) -> None:
         from diffusers.pipelines.glm_image.pipeline_glm_image import calculate_shift
 
         cfg = self.pipe.scheduler.config
@@ -228,17 +240,17 @@ class GlmImageAdapter(DiffusersAdapter):
             steps, 0, device=self.device, timesteps=timesteps, sigmas=sigmas, mu=mu
         )
 
-    def init_latents(self, job: DiffusionJob) -> None:
+    def init_latents(self, job: GlmImageJob) -> None:
         f = self.pipe.vae_scale_factor
         shape = (job.rows, self.pipe.transformer.config.in_channels, job.height // f, job.width // f)
         dtype = job.cond["encoder_hidden_states"].dtype
         job.latents = self.noise(job, shape, dtype)
-        if job.extra["source"]:
+        if job.source:
             # here rather than in encode(): a source image that fails to encode fails only its own request
             kv = self._source_kv(job, dtype)
             job.cond["source_kv"] = self.repeat_rows(kv.unsqueeze(0), job.rows)
 
-    def _source_kv(self, job: DiffusionJob, dtype: torch.dtype) -> torch.Tensor:
+    def _source_kv(self, job: GlmImageJob, dtype: torch.dtype) -> torch.Tensor:
         """diffusers' "write" passes for one request: [layers, 2 (k, v), S, heads, head_dim]."""
         from diffusers.models.transformers.transformer_glm_image import GlmImageKVCache
 
@@ -247,7 +259,7 @@ class GlmImageAdapter(DiffusersAdapter):
         no_text = torch.zeros_like(job.cond["encoder_hidden_states"])[:1, :0]
         cache = GlmImageKVCache(num_layers=tr.config.num_layers)
         cache.set_mode("write")
-        for image, ids in job.extra["source"]:
+        for image, ids in job.source:
             w, h = image.size
             pixels = self.pipe.image_processor.preprocess(
                 image, height=h // multiple * multiple, width=w // multiple * multiple

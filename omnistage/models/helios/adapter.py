@@ -55,21 +55,21 @@ class PhaseSampler(SchedulerSampler):
     """Each request steps through its own scheduler copy (HeliosScheduler's UniPC keeps history), indexed from
     its phase's first step. HeliosScheduler scales no model input."""
 
-    def timestep(self, job: DiffusionJob) -> torch.Tensor:
+    def timestep(self, job: HeliosJob) -> torch.Tensor:
         s = job.sampler_state
         return s.timesteps[job.step - s.first_step]
 
-    def scale_model_input(self, x: torch.Tensor, jobs: list[DiffusionJob]) -> torch.Tensor:
+    def scale_model_input(self, x: torch.Tensor, jobs: list[HeliosJob]) -> torch.Tensor:
         return x
 
-    def phase_done(self, job: DiffusionJob) -> bool:
+    def phase_done(self, job: HeliosJob) -> bool:
         s = job.sampler_state
         return job.step - s.first_step >= len(s.timesteps)
 
 
 @dataclass
 class HeliosRun:
-    """One request's progress through its chunks (on ``job.extra["helios"]``)."""
+    """One request's progress through its chunks (``HeliosJob.run``)."""
 
     chunks: int
     chunk: int = 0
@@ -77,6 +77,15 @@ class HeliosRun:
     prefix: torch.Tensor | None = None  # the video's first latent frame, once the first chunk is done
     generated: int = 0  # latent frames made so far
     done: list[torch.Tensor] = field(default_factory=list)  # each finished chunk's latents (decoded one by one)
+
+
+@dataclass
+class HeliosJob(DiffusionJob):
+    """A request's Helios state, set in validate."""
+
+    num_frames: int = 0
+    max_sequence_length: int = 0
+    run: HeliosRun | None = None
 
 
 def frames_made(num_frames: int, temporal: int) -> int:
@@ -88,6 +97,7 @@ def frames_made(num_frames: int, temporal: int) -> int:
 
 class HeliosAdapter(DiffusersAdapter):
     pipeline_class_name = "HeliosPipeline"
+    job_class = HeliosJob
     separate_cfg_passes = True  # diffusers runs cond and uncond as two forwards
     pyramid: ClassVar[bool] = False
 
@@ -116,7 +126,7 @@ class HeliosAdapter(DiffusersAdapter):
 
     # ------------------------------------------------------------- request checks
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: HeliosJob) -> None:
         if job.images:
             raise InvalidRequestError(
                 "multi_modal_data.image", "Helios image-to-video is not supported yet; this stage makes text-to-video"
@@ -151,9 +161,9 @@ class HeliosAdapter(DiffusersAdapter):
         for name in ("guidance_scale_2", "true_cfg_scale"):
             if getattr(p, name) is not None:
                 raise InvalidRequestError(name, "not used by Helios")
-        job.extra["num_frames"] = frames
-        job.extra["max_sequence_length"] = p.max_sequence_length or MAX_SEQUENCE_LENGTH
-        job.extra["helios"] = HeliosRun(chunks=(frames + self.window - 1) // self.window)
+        job.num_frames = frames
+        job.max_sequence_length = p.max_sequence_length or MAX_SEQUENCE_LENGTH
+        job.run = HeliosRun(chunks=(frames + self.window - 1) // self.window)
         job.rows = 1
 
     @property
@@ -163,31 +173,31 @@ class HeliosAdapter(DiffusersAdapter):
     def size_multiple(self) -> int:
         return self.pipe.vae_scale_factor_spatial * self.patch[1]
 
-    def batch_key(self, job: DiffusionJob) -> Hashable:
+    def batch_key(self, job: HeliosJob) -> Hashable:
         # dense latents and no text mask in the DiT: the UMT5 length must match too; the chunk does not matter
-        return ("helios", job.height, job.width, job.extra["max_sequence_length"])
+        return ("helios", job.height, job.width, job.max_sequence_length)
 
-    def steps_per_chunk(self, job: DiffusionJob) -> int:
+    def steps_per_chunk(self, job: HeliosJob) -> int:
         return job.params.num_inference_steps
 
     # ------------------------------------------------------------- preparation
 
-    def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
+    def embed(self, prompts: list[str], jobs: list[HeliosJob]) -> dict[str, torch.Tensor]:
         embeds, _ = self.pipe.encode_prompt(
             prompt=prompts,
             do_classifier_free_guidance=False,
             num_videos_per_prompt=1,
-            max_sequence_length=jobs[0].extra["max_sequence_length"],
+            max_sequence_length=jobs[0].max_sequence_length,
             device=self.device,
         )
         return {"encoder_hidden_states": embeds.to(self.model_dtype)}
 
-    def timesteps(self, job: DiffusionJob) -> None:
+    def timesteps(self, job: HeliosJob) -> None:
         pass  # every chunk sets its own (start_chunk)
 
-    def init_latents(self, job: DiffusionJob) -> None:
+    def init_latents(self, job: HeliosJob) -> None:
         f = self.pipe.vae_scale_factor_spatial
-        run: HeliosRun = job.extra["helios"]
+        run = job.run
         run.history = torch.zeros(
             1,
             self.channels,
@@ -199,9 +209,9 @@ class HeliosAdapter(DiffusersAdapter):
         )
         self.start_chunk(job)
 
-    def start_chunk(self, job: DiffusionJob) -> None:
+    def start_chunk(self, job: HeliosJob) -> None:
         """The chunk's history conditioning (as HeliosPipeline slices it), its noise, and its schedule."""
-        run: HeliosRun = job.extra["helios"]
+        run = job.run
         long, mid, x1 = run.history[:, :, -sum(HISTORY_SIZES) :].split(list(HISTORY_SIZES), dim=2)
         prefix = (
             run.prefix
@@ -229,7 +239,7 @@ class HeliosAdapter(DiffusersAdapter):
         )
         self.start_phase(job, noise, chunk_start=True)
 
-    def start_phase(self, job: DiffusionJob, noise: torch.Tensor, chunk_start: bool) -> None:
+    def start_phase(self, job: HeliosJob, noise: torch.Tensor, chunk_start: bool) -> None:
         f = self.pipe.vae_scale_factor_spatial
         seq = CHUNK_LATENT_FRAMES * (job.height // f) * (job.width // f) // int(np.prod(self.patch))
         n = job.params.num_inference_steps
@@ -239,8 +249,8 @@ class HeliosAdapter(DiffusersAdapter):
         self.set_phase(job, state)
         job.latents = noise
 
-    def set_phase(self, job: DiffusionJob, state: SamplerState) -> None:
-        run: HeliosRun = job.extra["helios"]
+    def set_phase(self, job: HeliosJob, state: SamplerState) -> None:
+        run = job.run
         job.sampler_state = PhaseState(
             state.scheduler,
             state.timesteps,
@@ -268,21 +278,21 @@ class HeliosAdapter(DiffusersAdapter):
     def model_timestep(self, t: torch.Tensor) -> torch.Tensor:
         return t
 
-    def combine_guidance(self, u: torch.Tensor | None, c: torch.Tensor, job: DiffusionJob) -> torch.Tensor:
+    def combine_guidance(self, u: torch.Tensor | None, c: torch.Tensor, job: HeliosJob) -> torch.Tensor:
         return u + job.guidance * (c - u)  # HeliosPipeline's expression, in the model dtype
 
-    def after_step(self, jobs: list[DiffusionJob]) -> None:
+    def after_step(self, jobs: list[HeliosJob]) -> None:
         for j in jobs:
             if self.sampler.phase_done(j):
                 self.end_phase(j)
 
-    def end_phase(self, job: DiffusionJob) -> None:
+    def end_phase(self, job: HeliosJob) -> None:
         self.end_chunk(job)
 
-    def end_chunk(self, job: DiffusionJob) -> None:
+    def end_chunk(self, job: HeliosJob) -> None:
         """Fold the finished chunk into the history (HeliosPipeline's order of operations), then start the next
         chunk, or leave the whole video's latents on the job (what ``output_type="latent"`` returns)."""
-        run: HeliosRun = job.extra["helios"]
+        run = job.run
         latents = job.latents
         if run.prefix is None:
             run.prefix = latents[:, :, 0:1, :, :]
@@ -300,14 +310,14 @@ class HeliosAdapter(DiffusersAdapter):
 
     # ------------------------------------------------------------- output
 
-    def decode(self, jobs: list[DiffusionJob]) -> list[list[np.ndarray]]:
+    def decode(self, jobs: list[HeliosJob]) -> list[list[np.ndarray]]:
         vae = self.pipe.vae
         cfg = vae.config
         mean = torch.tensor(cfg.latents_mean).view(1, cfg.z_dim, 1, 1, 1).to(self.device, vae.dtype)
         inv_std = 1.0 / torch.tensor(cfg.latents_std).view(1, cfg.z_dim, 1, 1, 1).to(self.device, vae.dtype)
         out = []
         for j in jobs:  # each chunk its own decode, as the pipeline does (the VAE's causal cache starts afresh)
-            run: HeliosRun = j.extra["helios"]
+            run = j.run
             video = torch.cat(
                 [vae.decode(c.to(vae.dtype) / inv_std + mean, return_dict=False)[0] for c in run.done], dim=2
             )
@@ -317,5 +327,5 @@ class HeliosAdapter(DiffusersAdapter):
             out.append([np.ascontiguousarray((frames[0] * 255).round().astype(np.uint8))])
         return out
 
-    def pack_output(self, job: DiffusionJob, decoded: list[np.ndarray]) -> dict[str, Any]:
+    def pack_output(self, job: HeliosJob, decoded: list[np.ndarray]) -> dict[str, Any]:
         return {"video": decoded[0], "fps": job.params.fps or DEFAULT_FPS}

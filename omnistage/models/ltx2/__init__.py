@@ -1,5 +1,7 @@
 """LTX-2 text- and image-to-video with sound: one diffusion stage (Gemma 3 -> text connectors -> audio-video DiT ->
-video VAE, audio VAE + vocoder) whose output is ``video+audio``."""
+video VAE, audio VAE + vocoder) whose output is ``video+audio``. LTX-2.0 and LTX-2.3 folders alike: the 2.3 layout
+differs only in component configs (per-modality connectors, prompt modulation, a bandwidth-extending vocoder),
+which diffusers' classes read themselves."""
 
 from pathlib import Path
 

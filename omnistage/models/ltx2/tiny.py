@@ -189,7 +189,8 @@ def components(version: str = "2.0"):
 
 def bwe_vocoder(audio_vae):
     """LTX-2.3's vocoder: the LTX-2 vocoder at 16 kHz, then a bandwidth extender (a second vocoder over the first
-    one's mel spectrogram, plus the first one's waveform resampled) to 32 kHz here (48 kHz in the release)."""
+    one's mel spectrogram, plus the first one's waveform resampled) to 32 kHz here (48 kHz in the class's default
+    config)."""
     from diffusers.pipelines.ltx2.vocoder import LTX2VocoderWithBWE
 
     return LTX2VocoderWithBWE(

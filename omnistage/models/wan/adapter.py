@@ -12,6 +12,7 @@ timestep with ``guidance_scale_2`` in the low-noise phase.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,16 @@ DEFAULT_FPS = 16  # what the Wan releases export their videos at
 WAN_BLOCK = BlockIO(returns="hidden_states", per_row=("encoder_hidden_states", "temb"))
 
 
+@dataclass
+class WanJob(DiffusionJob):
+    """A request's Wan state, set in validate."""
+
+    num_frames: int = 0
+    max_sequence_length: int = 0
+
+
 class WanAdapter(DiffusersAdapter):
+    job_class = WanJob
     pipeline_class_name = "WanPipeline"
     separate_cfg_passes = True
 
@@ -48,14 +58,14 @@ class WanAdapter(DiffusersAdapter):
 
     # ------------------------------------------------------------- request checks
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: WanJob) -> None:
         if job.images:
             raise InvalidRequestError(
                 "multi_modal_data.image", "this is a text-to-video model; it takes no input image"
             )
         self.validate_video(job)
 
-    def validate_video(self, job: DiffusionJob) -> None:
+    def validate_video(self, job: WanJob) -> None:
         p = job.params
         f = self.pipe.vae_scale_factor_spatial
         for name, multiple, default in (
@@ -71,7 +81,7 @@ class WanAdapter(DiffusersAdapter):
         ft = self.pipe.vae_scale_factor_temporal
         frames = p.num_frames or DEFAULT_NUM_FRAMES
         frames = frames_of_form(job, frames, ft, f"VAE temporal factor {ft}")
-        job.extra["num_frames"] = frames
+        job.num_frames = frames
         self.check_rope_range(job)
         if p.num_outputs_per_prompt != 1:
             raise InvalidRequestError(
@@ -83,10 +93,10 @@ class WanAdapter(DiffusersAdapter):
             raise InvalidRequestError(
                 "guidance_scale_2", "this model has no low-noise expert (boundary_ratio is not set)"
             )
-        job.extra["max_sequence_length"] = p.max_sequence_length or MAX_SEQUENCE_LENGTH
+        job.max_sequence_length = p.max_sequence_length or MAX_SEQUENCE_LENGTH
         job.rows = 1
 
-    def check_rope_range(self, job: DiffusionJob) -> None:
+    def check_rope_range(self, job: WanJob) -> None:
         """The DiT's rotary table covers ``rope_max_seq_len`` patches per axis; beyond it the forward fails
         (after the text encoding and VAE work), so a request that needs more is refused here."""
         model = self.pipe.transformer if self.pipe.transformer is not None else self.pipe.transformer_2
@@ -94,7 +104,7 @@ class WanAdapter(DiffusersAdapter):
         f, ft = self.pipe.vae_scale_factor_spatial, self.pipe.vae_scale_factor_temporal
         pt, ph, pw = self.patch
         for name, value, unit in (
-            ("num_frames", job.extra["num_frames"], None),
+            ("num_frames", job.num_frames, None),
             ("height", job.height, f * ph),
             ("width", job.width, f * pw),
         ):
@@ -105,26 +115,26 @@ class WanAdapter(DiffusersAdapter):
                     name, f"{value} exceeds this model's maximum of {top} (rope_max_seq_len {most} patches per axis)"
                 )
 
-    def batch_key(self, job: DiffusionJob) -> Hashable:
+    def batch_key(self, job: WanJob) -> Hashable:
         # dense latents, and no text mask in the DiT: the UMT5 length must match inside a batch too
-        return ("wan", job.height, job.width, self.latent_frames(job), job.extra["max_sequence_length"])
+        return ("wan", job.height, job.width, self.latent_frames(job), job.max_sequence_length)
 
-    def latent_frames(self, job: DiffusionJob) -> int:
-        return (job.extra["num_frames"] - 1) // self.pipe.vae_scale_factor_temporal + 1
+    def latent_frames(self, job: WanJob) -> int:
+        return (job.num_frames - 1) // self.pipe.vae_scale_factor_temporal + 1
 
     # ------------------------------------------------------------- preparation
 
-    def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
+    def embed(self, prompts: list[str], jobs: list[WanJob]) -> dict[str, torch.Tensor]:
         embeds, _ = self.pipe.encode_prompt(
             prompt=prompts,
             do_classifier_free_guidance=False,
             num_videos_per_prompt=1,
-            max_sequence_length=jobs[0].extra["max_sequence_length"],
+            max_sequence_length=jobs[0].max_sequence_length,
             device=self.device,
         )
         return {"encoder_hidden_states": embeds.to(self.model_dtype)}
 
-    def timesteps(self, job: DiffusionJob) -> None:
+    def timesteps(self, job: WanJob) -> None:
         state = self.sampler.make_state(job.params.num_inference_steps, device=self.device)
         if hasattr(state.scheduler, "set_begin_index"):
             state.scheduler.set_begin_index(0)  # as the pipeline does before its loop
@@ -134,7 +144,7 @@ class WanAdapter(DiffusersAdapter):
             g2 = job.params.guidance_scale_2 if job.params.guidance_scale_2 is not None else g
             job.step_guidance = [g if t >= self.boundary else g2 for t in state.timesteps.tolist()]
 
-    def init_latents(self, job: DiffusionJob) -> None:
+    def init_latents(self, job: WanJob) -> None:
         f = self.pipe.vae_scale_factor_spatial
         shape = (job.rows, self.in_channels, self.latent_frames(job), job.height // f, job.width // f)
         # the pipeline keeps latents in fp32 whatever the model dtype
@@ -186,7 +196,7 @@ class WanAdapter(DiffusersAdapter):
             if m is not None
         ]
 
-    def decode(self, jobs: list[DiffusionJob]) -> list[list[np.ndarray]]:
+    def decode(self, jobs: list[WanJob]) -> list[list[np.ndarray]]:
         vae = self.pipe.vae
         latents = torch.cat([j.latents for j in jobs]).to(self.device, dtype=vae.dtype)
         mean, std = self.channel_stats(latents)
@@ -195,7 +205,7 @@ class WanAdapter(DiffusersAdapter):
         frames = (frames * 255).round().astype(np.uint8)  # the rounding diffusers uses for PIL output
         return [[np.ascontiguousarray(frames[i])] for i in range(len(jobs))]
 
-    def pack_output(self, job: DiffusionJob, decoded: list[np.ndarray]) -> dict[str, Any]:
+    def pack_output(self, job: WanJob, decoded: list[np.ndarray]) -> dict[str, Any]:
         return {"video": decoded[0], "fps": job.params.fps or DEFAULT_FPS}
 
 
@@ -212,19 +222,19 @@ class WanI2VAdapter(WanAdapter):
         model = pipe.transformer if pipe.transformer is not None else pipe.transformer_2
         self.uses_clip = model.config.image_dim is not None
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: WanJob) -> None:
         check_first_frame(job)
         if job.params.strength is not None:
             raise InvalidRequestError("strength", "not used by image-to-video (the image is the first frame)")
         self.validate_video(job)
-        if self.uses_clip and job.extra["max_sequence_length"] != MAX_SEQUENCE_LENGTH:
+        if self.uses_clip and job.max_sequence_length != MAX_SEQUENCE_LENGTH:
             # the DiT takes everything before the last 512 context tokens as image tokens
             raise InvalidRequestError(
                 "max_sequence_length",
                 f"this model needs {MAX_SEQUENCE_LENGTH} (its transformer splits image and text tokens there)",
             )
 
-    def encode(self, jobs: list[DiffusionJob]) -> None:
+    def encode(self, jobs: list[WanJob]) -> None:
         super().encode(jobs)
         if not self.uses_clip:
             return
@@ -234,7 +244,7 @@ class WanI2VAdapter(WanAdapter):
                 if cond is not None:
                     cond["encoder_hidden_states_image"] = embeds[i : i + 1]
 
-    def init_latents(self, job: DiffusionJob) -> None:
+    def init_latents(self, job: WanJob) -> None:
         image = self.pipe.video_processor.preprocess(job.images[0], height=job.height, width=job.width)
         latents, condition = self.pipe.prepare_latents(
             image.to(self.device, dtype=torch.float32),
@@ -242,7 +252,7 @@ class WanI2VAdapter(WanAdapter):
             self.pipe.vae.config.z_dim,
             job.height,
             job.width,
-            job.extra["num_frames"],
+            job.num_frames,
             torch.float32,
             self.device,
             job.generator,

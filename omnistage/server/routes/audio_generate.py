@@ -19,7 +19,7 @@ from omnistage.errors import InvalidRequestError
 from omnistage.modality import OutputModality
 from omnistage.params import RequestKnobs
 from omnistage.server.deps import get_state
-from omnistage.server.errors import APIError, from_engine_error
+from omnistage.server.errors import APIError, bad_request, from_engine_error
 from omnistage.server.media import AUDIO_MIME, encode_audio
 from omnistage.server.middleware import request_id
 from omnistage.server.openapi import success
@@ -54,6 +54,8 @@ async def generate_audio(body: AudioGenerateRequest, request: Request, state: Se
     if body.duration is not None:
         nested["duration"] = body.duration
     knobs = body.knobs(nested)
+    if knobs.n not in (None, 1):  # one clip per request: the answer's body is that clip
+        raise bad_request(f"n: this route returns one clip per request, got n={knobs.n}", "n")
     prompt: dict[str, Any] = {"prompt": body.prompt}
     if knobs.negative_prompt is not None:
         prompt["negative_prompt"] = knobs.negative_prompt

@@ -72,6 +72,7 @@ def test_mp3_and_default_duration(url):
         ({"response_format": "ogg"}, "response_format"),
         ({"prompt": ""}, "prompt"),
         ({"num_inference_steps": 0}, "num_inference_steps"),
+        ({"n": 2}, "n"),  # one clip per answer
     ],
 )
 def test_bad_field_is_400_naming_it(body, field, url):
