@@ -88,6 +88,14 @@ def test_a_pipeline_can_refuse_chat(server_factory):
     assert card["routes"] == ["images.generations", "images.edits", "audio.speech", "videos"]
 
 
+def test_audio_without_declared_speech_is_not_served_as_speech(server_factory):
+    pipeline = omni_pipeline()
+    pipeline.info = dataclasses.replace(pipeline.info, speech=None)  # audio out, but no voice to speak with
+    card = card_of(server_factory(new_engine(pipeline)))
+    assert card["routes"] == ["chat", "images.generations", "images.edits", "videos"]
+    assert "voices" not in card
+
+
 def test_the_page_and_its_static_files(image_only):
     with image_only.client() as c:
         page = c.get("/")

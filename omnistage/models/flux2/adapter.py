@@ -23,6 +23,7 @@ reproduces it exactly:
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,16 @@ REFERENCE_AREA = 1024 * 1024  # larger reference images are resized down to this
 MAX_REFERENCE_IMAGES = 10  # BFL's documented limit for FLUX.2
 
 
+@dataclass
+class Flux2Job(DiffusionJob):
+    """A request's FLUX.2 state, set in validate."""
+
+    max_sequence_length: int = 0
+    reference_sizes: list[tuple[int, int]] = field(default_factory=list)  # (height, width) of each input image
+
+
 class Flux2KleinAdapter(DiffusersAdapter):
+    job_class = Flux2Job
     pipeline_class_name = "Flux2KleinPipeline"
     separate_cfg_passes = True  # diffusers runs the negative prompt as its own forward
 
@@ -58,7 +68,7 @@ class Flux2KleinAdapter(DiffusersAdapter):
     def size_multiple(self) -> int:
         return self.pipe.vae_scale_factor * 2  # VAE factor x the 2x2 folding
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: Flux2Job) -> None:
         p = job.params
         if p.strength is not None:
             raise InvalidRequestError(
@@ -69,10 +79,10 @@ class Flux2KleinAdapter(DiffusersAdapter):
         msl = int(p.max_sequence_length or MAX_SEQUENCE_LENGTH)
         if not 1 <= msl <= MAX_SEQUENCE_LENGTH:
             raise InvalidRequestError("max_sequence_length", f"{msl} is outside 1..{MAX_SEQUENCE_LENGTH}")
-        job.extra["max_sequence_length"] = msl
-        job.extra["reference_sizes"] = self.reference_sizes(job)
+        job.max_sequence_length = msl
+        job.reference_sizes = self.reference_sizes(job)
         # diffusers' default size is the first reference image's (else default_sample_size x VAE factor)
-        first = job.extra["reference_sizes"][0] if job.images else (self.default_size(),) * 2
+        first = job.reference_sizes[0] if job.images else (self.default_size(),) * 2
         m = self.size_multiple()
         for name, default in (("height", first[0]), ("width", first[1])):
             value = getattr(p, name) or default
@@ -84,7 +94,7 @@ class Flux2KleinAdapter(DiffusersAdapter):
         job.cfg = float(p.guidance_scale) > 1 and not self.distilled  # diffusers' do_classifier_free_guidance
         job.rows = p.num_outputs_per_prompt  # reference images condition; they are not a batch of inputs
 
-    def reference_sizes(self, job: DiffusionJob) -> list[tuple[int, int]]:
+    def reference_sizes(self, job: Flux2Job) -> list[tuple[int, int]]:
         """(height, width) each reference image is cropped to, as __call__ prepares them."""
         if not job.images:
             return []
@@ -107,33 +117,33 @@ class Flux2KleinAdapter(DiffusersAdapter):
             sizes.append((h // m * m, w // m * m))
         return sizes
 
-    def batch_key(self, job: DiffusionJob) -> Hashable:
+    def batch_key(self, job: Flux2Job) -> Hashable:
         # one position-id table per forward: output size, text length and reference sizes must all match
         return (
             type(self).__name__,
             job.height,
             job.width,
-            job.extra["max_sequence_length"],
-            tuple(job.extra["reference_sizes"]),
+            job.max_sequence_length,
+            tuple(job.reference_sizes),
         )
 
-    def latent_grid(self, job: DiffusionJob) -> tuple[int, int]:
+    def latent_grid(self, job: Flux2Job) -> tuple[int, int]:
         """The folded latent grid (tokens per column and row)."""
         f = self.size_multiple()
         return job.height // f, job.width // f
 
     # ------------------------------------------------------------- preparation
 
-    def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
+    def embed(self, prompts: list[str], jobs: list[Flux2Job]) -> dict[str, torch.Tensor]:
         embeds, _ = self.pipe.encode_prompt(
             prompt=prompts,
             device=self.device,
             num_images_per_prompt=1,
-            max_sequence_length=jobs[0].extra["max_sequence_length"],
+            max_sequence_length=jobs[0].max_sequence_length,
         )
         return {TEXT: embeds}
 
-    def add_conditioning(self, jobs: list[DiffusionJob]) -> None:
+    def add_conditioning(self, jobs: list[Flux2Job]) -> None:
         for j in jobs:
             h, w = self.latent_grid(j)
             ids = self.pipe._prepare_latent_ids(torch.empty(1, 1, h, w)).to(self.device)[0]
@@ -141,7 +151,7 @@ class Flux2KleinAdapter(DiffusersAdapter):
                 if cond is not None:
                     cond["img_ids"] = ids.expand(j.rows, *ids.shape)
 
-    def timesteps(self, job: DiffusionJob) -> None:
+    def timesteps(self, job: Flux2Job) -> None:
         from diffusers.pipelines.flux2.pipeline_flux2 import compute_empirical_mu
 
         n = job.params.num_inference_steps
@@ -154,19 +164,19 @@ class Flux2KleinAdapter(DiffusersAdapter):
             state.scheduler.set_begin_index(0)  # as the pipeline does before its loop
         job.sampler_state = state
 
-    def init_latents(self, job: DiffusionJob) -> None:
+    def init_latents(self, job: Flux2Job) -> None:
         h, w = self.latent_grid(job)
         noise = self.noise(job, (job.rows, self.latent_channels * 4, h, w), job.cond[TEXT].dtype)
         job.latents = self.pipe._pack_latents(noise)
         if job.images:  # here, not in encode: an image the VAE cannot take fails only its own request
             self.add_references(job)
 
-    def add_references(self, job: DiffusionJob) -> None:
+    def add_references(self, job: Flux2Job) -> None:
         """The reference images' packed latents and their ids (T = 10, 20, ...) join both passes."""
         processor = self.pipe.image_processor
         images = [
             processor.preprocess(im, height=h, width=w, resize_mode="crop")
-            for im, (h, w) in zip(job.images, job.extra["reference_sizes"])
+            for im, (h, w) in zip(job.images, job.reference_sizes)
         ]
         tokens, ids = self.pipe.prepare_image_latents(
             images=images, batch_size=job.rows, generator=job.generator, device=self.device, dtype=self.pipe.vae.dtype
@@ -207,12 +217,12 @@ class Flux2KleinAdapter(DiffusersAdapter):
         ]
         return [BlockLayout(tr, tuple(blocks), probe=modulated_input)] if tr.transformer_blocks else []
 
-    def decode(self, jobs: list[DiffusionJob]) -> list[list[np.ndarray]]:
+    def decode(self, jobs: list[Flux2Job]) -> list[list[np.ndarray]]:
         vae = self.pipe.vae
         latents = self.unfold(torch.cat([j.latents for j in jobs]), jobs[0])
         return self.to_uint8(vae.decode(latents.to(vae.dtype), return_dict=False)[0], jobs)
 
-    def unfold(self, tokens: torch.Tensor, job: DiffusionJob) -> torch.Tensor:
+    def unfold(self, tokens: torch.Tensor, job: Flux2Job) -> torch.Tensor:
         """Packed tokens -> VAE latents: the grid, the batch norm undone, the 2x2 folding undone."""
         h, w = self.latent_grid(job)
         x = tokens.view(tokens.shape[0], h, w, tokens.shape[2]).permute(0, 3, 1, 2)  # row-major ids
@@ -238,7 +248,7 @@ class Flux2Adapter(Flux2KleinAdapter):
     pipeline_class_name = "Flux2Pipeline"
     separate_cfg_passes = False  # there is no uncond pass
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: Flux2Job) -> None:
         if job.negative_prompt is not None:
             raise InvalidRequestError(
                 "negative_prompt",
@@ -252,7 +262,7 @@ class Flux2Adapter(Flux2KleinAdapter):
         super().validate(job)
         job.cfg = False
 
-    def add_conditioning(self, jobs: list[DiffusionJob]) -> None:
+    def add_conditioning(self, jobs: list[Flux2Job]) -> None:
         super().add_conditioning(jobs)
         for j in jobs:  # float32 whatever the model dtype, as __call__ builds it
             j.cond["guidance"] = torch.full(

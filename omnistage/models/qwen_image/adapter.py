@@ -28,6 +28,7 @@ reproduces them exactly:
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -61,7 +62,18 @@ QWEN_BLOCK_ZERO_COND_T = BlockIO(
 )
 
 
+@dataclass
+class QwenImageJob(DiffusionJob):
+    """A request's Qwen-Image state, set in validate (the sizes by the edit adapters)."""
+
+    max_sequence_length: int = 0
+    vae_sizes: list[tuple[int, int]] = field(default_factory=list)  # (height, width) of each input image, VAE
+    condition_sizes: list[tuple[int, int]] = field(default_factory=list)  # ... and for the vision tower
+    default_size: tuple[int, int] | None = None  # the output (height, width) when the request sets none
+
+
 class QwenImageAdapter(DiffusersAdapter):
+    job_class = QwenImageJob
     pipeline_class_name = "QwenImagePipeline"
     separate_cfg_passes = True  # cond and uncond text differ in length, and diffusers runs them apart
     max_images: ClassVar[int] = 0
@@ -79,7 +91,7 @@ class QwenImageAdapter(DiffusersAdapter):
     def size_multiple(self) -> int:
         return self.pipe.vae_scale_factor * 2  # VAE factor x the 2x2 packing
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: QwenImageJob) -> None:
         if job.images:
             raise InvalidRequestError(
                 "multi_modal_data.image",
@@ -87,9 +99,9 @@ class QwenImageAdapter(DiffusersAdapter):
             )
         self.validate_common(job)
         self.validate_size(job, f"VAE factor {self.pipe.vae_scale_factor} x 2x2 packing")
-        job.extra["max_sequence_length"] = self.max_sequence_length(job)
+        job.max_sequence_length = self.max_sequence_length(job)
 
-    def validate_common(self, job: DiffusionJob) -> None:
+    def validate_common(self, job: QwenImageJob) -> None:
         p = job.params
         if p.strength is not None:
             raise InvalidRequestError(
@@ -112,11 +124,11 @@ class QwenImageAdapter(DiffusersAdapter):
         job.rows = p.num_outputs_per_prompt
 
     @staticmethod
-    def max_sequence_length(job: DiffusionJob) -> int:
+    def max_sequence_length(job: QwenImageJob) -> int:
         p = job.params
         return int(p.max_sequence_length or MAX_SEQUENCE_LENGTH)
 
-    def batch_key(self, job: DiffusionJob) -> Hashable:
+    def batch_key(self, job: QwenImageJob) -> Hashable:
         # RoPE uses the first row's image shapes for the whole batch; text lengths may differ (masked)
         return ("qwen_image", job.height, job.width)
 
@@ -126,7 +138,7 @@ class QwenImageAdapter(DiffusersAdapter):
 
     # ------------------------------------------------------------- prompt encoding
 
-    def encode(self, jobs: list[DiffusionJob]) -> None:
+    def encode(self, jobs: list[QwenImageJob]) -> None:
         for j, text in zip(jobs, self.embed_texts([j.prompt for j in jobs], jobs)):
             j.cond = {TEXT: self.repeat_rows(text, j.rows)}
         cfg = [j for j in jobs if j.do_cfg]
@@ -139,22 +151,20 @@ class QwenImageAdapter(DiffusersAdapter):
                 if cond is not None:
                     cond["img_shapes"] = shapes.expand(j.rows, *shapes.shape)
 
-    def embed_texts(self, prompts: list[str], jobs: list[DiffusionJob]) -> list[torch.Tensor]:
+    def embed_texts(self, prompts: list[str], jobs: list[QwenImageJob]) -> list[torch.Tensor]:
         """One batched text-encoder call; per prompt its own ``[1, length, dim]`` embeddings (diffusers pads a
         batch and masks; here each request keeps its unpadded rows, cut at its ``max_sequence_length``)."""
         embeds, mask = self.pipe.encode_prompt(
             prompt=prompts, device=self.device, num_images_per_prompt=1, max_sequence_length=TEXT_LIMIT
         )
         lengths = [embeds.shape[1]] * len(prompts) if mask is None else mask.sum(dim=1).tolist()
-        return [
-            embeds[i : i + 1, : min(n, j.extra["max_sequence_length"])] for i, (n, j) in enumerate(zip(lengths, jobs))
-        ]
+        return [embeds[i : i + 1, : min(n, j.max_sequence_length)] for i, (n, j) in enumerate(zip(lengths, jobs))]
 
-    def img_shapes(self, job: DiffusionJob) -> torch.Tensor:
+    def img_shapes(self, job: QwenImageJob) -> torch.Tensor:
         """The (frames, rows, columns) of every token grid in the sequence: the output, then input images."""
         h, w = self.latent_grid(job.height, job.width)
         grids = [(1, h // 2, w // 2)] + [
-            (1, ih // 2, iw // 2) for ih, iw in (self.latent_grid(*s) for s in job.extra.get("vae_sizes", []))
+            (1, ih // 2, iw // 2) for ih, iw in (self.latent_grid(*s) for s in job.vae_sizes)
         ]
         return torch.tensor(grids, dtype=torch.long)
 
@@ -176,7 +186,7 @@ class QwenImageAdapter(DiffusersAdapter):
 
     # ------------------------------------------------------------- schedule and latents
 
-    def timesteps(self, job: DiffusionJob) -> None:
+    def timesteps(self, job: QwenImageJob) -> None:
         n = job.params.num_inference_steps
         h, w = self.latent_grid(job.height, job.width)
         state = self.sampler.make_state(
@@ -185,7 +195,7 @@ class QwenImageAdapter(DiffusersAdapter):
         state.scheduler.set_begin_index(0)  # as the pipeline does before its loop
         job.sampler_state = state
 
-    def init_latents(self, job: DiffusionJob) -> None:
+    def init_latents(self, job: QwenImageJob) -> None:
         h, w = self.latent_grid(job.height, job.width)
         dtype = job.cond[TEXT].dtype
         noise = self.noise(job, (job.rows, 1, self.latent_channels, h, w), dtype)
@@ -214,12 +224,12 @@ class QwenImageAdapter(DiffusersAdapter):
         io = QWEN_BLOCK_ZERO_COND_T if tr.config.zero_cond_t else QWEN_BLOCK
         return [BlockLayout.uniform(tr, tr.transformer_blocks, io, probe=lambda block, args: args["temb"])]
 
-    def combine_guidance(self, u: torch.Tensor, c: torch.Tensor, job: DiffusionJob) -> torch.Tensor:
+    def combine_guidance(self, u: torch.Tensor, c: torch.Tensor, job: QwenImageJob) -> torch.Tensor:
         """diffusers' norm-preserving true CFG: the combination rescaled to the cond prediction's norm per token."""
         comb = u + job.guidance * (c - u)
         return comb * (torch.norm(c, dim=-1, keepdim=True) / torch.norm(comb, dim=-1, keepdim=True))
 
-    def decode(self, jobs: list[DiffusionJob]) -> list[list[np.ndarray]]:
+    def decode(self, jobs: list[QwenImageJob]) -> list[list[np.ndarray]]:
         job = jobs[0]  # one batch key per decode: one output size
         vae = self.pipe.vae
         latents = self.pipe._unpack_latents(
@@ -236,7 +246,7 @@ class QwenImageEditAdapter(QwenImageAdapter):
     pipeline_class_name = "QwenImageEditPipeline"
     max_images = 1
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: QwenImageJob) -> None:
         if not job.images:
             raise InvalidRequestError(
                 "multi_modal_data.image", "Qwen-Image-Edit needs an input image (POST /v1/images/edits)"
@@ -249,7 +259,7 @@ class QwenImageEditAdapter(QwenImageAdapter):
         self.validate_common(job)
         self.image_sizes(job)
         # the default output size is the (last) input image's ~1024x1024 px size; an explicit one must divide
-        h, w = job.extra["default_size"]
+        h, w = job.default_size
         m = self.size_multiple()
         for name, default in (("height", h), ("width", w)):
             value = getattr(job.params, name) or default
@@ -259,28 +269,28 @@ class QwenImageEditAdapter(QwenImageAdapter):
                 )
             setattr(job, name, int(value))
 
-    def image_sizes(self, job: DiffusionJob) -> None:
+    def image_sizes(self, job: QwenImageJob) -> None:
         """(height, width) of each input image for the VAE and for the vision tower, as __call__ resizes them."""
         from diffusers.pipelines.qwenimage.pipeline_qwenimage_edit_plus import calculate_dimensions
 
         w, h = calculate_dimensions(EDIT_AREA, job.images[0].width / job.images[0].height)
-        job.extra.update(vae_sizes=[(h, w)], condition_sizes=[(h, w)], default_size=(h, w))
+        job.vae_sizes, job.condition_sizes, job.default_size = [(h, w)], [(h, w)], (h, w)
 
-    def batch_key(self, job: DiffusionJob) -> Hashable:
+    def batch_key(self, job: QwenImageJob) -> Hashable:
         # the input images' tokens join the sequence and RoPE reads the first row's grids: all sizes must match
-        return (type(self).__name__, job.height, job.width, tuple(job.extra["vae_sizes"]))
+        return (type(self).__name__, job.height, job.width, tuple(job.vae_sizes))
 
-    def condition_images(self, job: DiffusionJob) -> Any:
+    def condition_images(self, job: QwenImageJob) -> Any:
         """What the vision tower sees with the prompt (Qwen-Image-Edit: the resized image itself)."""
-        ((h, w),) = job.extra["condition_sizes"]
+        ((h, w),) = job.condition_sizes
         return self.pipe.image_processor.resize(job.images[0], h, w)
 
-    def vae_images(self, job: DiffusionJob) -> list[torch.Tensor]:
-        ((h, w),) = job.extra["vae_sizes"]
+    def vae_images(self, job: QwenImageJob) -> list[torch.Tensor]:
+        ((h, w),) = job.vae_sizes
         image = self.pipe.image_processor.resize(job.images[0], h, w)
         return [self.pipe.image_processor.preprocess(image, h, w).unsqueeze(2)]
 
-    def embed_texts(self, prompts: list[str], jobs: list[DiffusionJob]) -> list[torch.Tensor]:
+    def embed_texts(self, prompts: list[str], jobs: list[QwenImageJob]) -> list[torch.Tensor]:
         # per request: each prompt is encoded with its own input images (diffusers' edit pipelines take one prompt)
         out = []
         for prompt, job in zip(prompts, jobs):
@@ -290,7 +300,7 @@ class QwenImageEditAdapter(QwenImageAdapter):
             out.append(embeds if mask is None else embeds[:, : int(mask.sum())])
         return out
 
-    def init_latents(self, job: DiffusionJob) -> None:
+    def init_latents(self, job: QwenImageJob) -> None:
         super().init_latents(job)
         # here, not in encode: an image the VAE cannot take fails only its own request
         dtype = job.cond[TEXT].dtype
@@ -313,7 +323,7 @@ class QwenImageEditPlusAdapter(QwenImageEditAdapter):
     pipeline_class_name = "QwenImageEditPlusPipeline"
     max_images = 3  # the model card's supported range
 
-    def image_sizes(self, job: DiffusionJob) -> None:
+    def image_sizes(self, job: QwenImageJob) -> None:
         from diffusers.pipelines.qwenimage.pipeline_qwenimage_edit_plus import (
             CONDITION_IMAGE_SIZE,
             VAE_IMAGE_SIZE,
@@ -329,17 +339,14 @@ class QwenImageEditPlusAdapter(QwenImageEditAdapter):
             vae_sizes.append((vh, vw))
         last = job.images[-1]
         w, h = calculate_dimensions(EDIT_AREA, last.width / last.height)
-        job.extra.update(vae_sizes=vae_sizes, condition_sizes=condition_sizes, default_size=(h, w))
+        job.vae_sizes, job.condition_sizes, job.default_size = vae_sizes, condition_sizes, (h, w)
 
-    def condition_images(self, job: DiffusionJob) -> Any:
-        return [
-            self.pipe.image_processor.resize(im, h, w) for im, (h, w) in zip(job.images, job.extra["condition_sizes"])
-        ]
+    def condition_images(self, job: QwenImageJob) -> Any:
+        return [self.pipe.image_processor.resize(im, h, w) for im, (h, w) in zip(job.images, job.condition_sizes)]
 
-    def vae_images(self, job: DiffusionJob) -> list[torch.Tensor]:
+    def vae_images(self, job: QwenImageJob) -> list[torch.Tensor]:
         return [
-            self.pipe.image_processor.preprocess(im, h, w).unsqueeze(2)
-            for im, (h, w) in zip(job.images, job.extra["vae_sizes"])
+            self.pipe.image_processor.preprocess(im, h, w).unsqueeze(2) for im, (h, w) in zip(job.images, job.vae_sizes)
         ]
 
 

@@ -17,6 +17,7 @@ reproduces it exactly. What differs from the other flow-matching families:
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -39,7 +40,17 @@ ZIMAGE_BLOCK = BlockIO(
 )
 
 
+@dataclass
+class ZImageJob(DiffusionJob):
+    """A request's Z-Image state, set in validate."""
+
+    max_sequence_length: int = 0
+    cfg_normalization: float = 0.0  # caps the guided prediction's norm at this multiple of the cond one (0: off)
+    cfg_truncation: float = 1.0  # the fraction of the schedule after which CFG stops
+
+
 class ZImageAdapter(DiffusersAdapter):
+    job_class = ZImageJob
     pipeline_class_name = "ZImagePipeline"
 
     def __init__(self, pipe: Any, dtype: torch.dtype, device: torch.device):
@@ -54,7 +65,7 @@ class ZImageAdapter(DiffusersAdapter):
     def default_size(self) -> int:
         return DEFAULT_SIZE
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: ZImageJob) -> None:
         p = job.params
         if job.images:
             raise InvalidRequestError(
@@ -66,33 +77,33 @@ class ZImageAdapter(DiffusersAdapter):
         msl = int(p.max_sequence_length or MAX_SEQUENCE_LENGTH)
         if msl < 1:
             raise InvalidRequestError("max_sequence_length", f"expected a positive integer, got {msl}")
-        job.extra["max_sequence_length"] = msl
+        job.max_sequence_length = msl
         norm = p.extra_args.get("cfg_normalization", 0.0)
         trunc = p.extra_args.get("cfg_truncation", 1.0)
         for name, value in (("cfg_normalization", norm), ("cfg_truncation", trunc)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise InvalidRequestError(name, f"expected a number >= 0, got {value!r}")
-        job.extra["cfg_normalization"] = float(norm)
-        job.extra["cfg_truncation"] = float(trunc)
+        job.cfg_normalization = float(norm)
+        job.cfg_truncation = float(trunc)
         job.cfg = float(p.guidance_scale) > 0  # diffusers' rule for Z-Image: any positive scale
         self.validate_rows(job)
 
-    def batch_key(self, job: DiffusionJob) -> Hashable:
+    def batch_key(self, job: ZImageJob) -> Hashable:
         # captions of any token length share a forward: the transformer masks them
         return ("z_image", job.height, job.width)
 
-    def latent_grid(self, job: DiffusionJob) -> tuple[int, int]:
+    def latent_grid(self, job: ZImageJob) -> tuple[int, int]:
         f = self.pipe.vae_scale_factor
         return 2 * (job.height // (f * 2)), 2 * (job.width // (f * 2))
 
     # ------------------------------------------------------------- preparation
 
-    def encode_texts(self, prompts: list[str], jobs: list[DiffusionJob]) -> list[torch.Tensor]:
+    def encode_texts(self, prompts: list[str], jobs: list[ZImageJob]) -> list[torch.Tensor]:
         """Each prompt's caption embedding ``[tokens, D]``, unpadded; one text-encoder call per
         ``max_sequence_length`` among ``jobs`` (it pads and truncates the tokens)."""
         out: list[torch.Tensor | None] = [None] * len(prompts)
-        for msl in sorted({j.extra["max_sequence_length"] for j in jobs}):
-            idx = [i for i, j in enumerate(jobs) if j.extra["max_sequence_length"] == msl]
+        for msl in sorted({j.max_sequence_length for j in jobs}):
+            idx = [i for i, j in enumerate(jobs) if j.max_sequence_length == msl]
             embeds, _ = self.pipe.encode_prompt(
                 prompt=[prompts[i] for i in idx],
                 device=self.device,
@@ -103,7 +114,7 @@ class ZImageAdapter(DiffusersAdapter):
                 out[i] = e
         return out
 
-    def encode(self, jobs: list[DiffusionJob]) -> None:
+    def encode(self, jobs: list[ZImageJob]) -> None:
         # the captions keep their own token counts: per job [rows, tokens, D]; collate pads per forward
         for j, e in zip(jobs, self.encode_texts([j.prompt for j in jobs], jobs)):
             j.cond = {"cap_feats": self.repeat_rows(e[None], j.rows)}
@@ -125,7 +136,7 @@ class ZImageAdapter(DiffusersAdapter):
             pos += f.shape[0]
         return {"cap_feats": padded, "cap_len": torch.tensor(lengths)}
 
-    def timesteps(self, job: DiffusionJob) -> None:
+    def timesteps(self, job: ZImageJob) -> None:
         n = job.params.num_inference_steps
         h, w = self.latent_grid(job)
         sigmas = torch.linspace(1.0, 1 / n, n).tolist()  # get_default_z_image_sigmas
@@ -135,14 +146,14 @@ class ZImageAdapter(DiffusersAdapter):
         if hasattr(state.scheduler, "set_begin_index"):
             state.scheduler.set_begin_index(0)  # as the pipeline does before its loop
         job.sampler_state = state
-        trunc = job.extra["cfg_truncation"]
+        trunc = job.cfg_truncation
         if job.cfg and trunc <= 1:
             # no CFG (and no uncond pass) at steps past the truncation point of the schedule
             g = float(job.params.guidance_scale)
             t_norms = ((1000 - state.timesteps.float()) / 1000).tolist()
             job.step_guidance = [0.0 if tn > trunc else g for tn in t_norms]
 
-    def init_latents(self, job: DiffusionJob) -> None:
+    def init_latents(self, job: ZImageJob) -> None:
         h, w = self.latent_grid(job)
         job.latents = self.noise(job, (job.rows, self.in_channels, h, w), torch.float32)  # fp32 whatever the model
 
@@ -160,11 +171,11 @@ class ZImageAdapter(DiffusersAdapter):
         tr = self.pipe.transformer  # the main layers (the refiners run before them, for every row)
         return [BlockLayout.uniform(tr, tr.layers, ZIMAGE_BLOCK, probe=lambda block, args: args["adaln_input"])]
 
-    def combine_guidance(self, u: torch.Tensor, c: torch.Tensor, job: DiffusionJob) -> torch.Tensor:
+    def combine_guidance(self, u: torch.Tensor, c: torch.Tensor, job: ZImageJob) -> torch.Tensor:
         """``c + g * (c - u)`` per row in float32, optionally capped at ``cfg_normalization`` times the cond
         prediction's norm (ZImagePipeline's loop; exact on the negated predictions: every step is
         sign-symmetric)."""
-        g, cap = job.guidance, job.extra["cfg_normalization"]
+        g, cap = job.guidance, job.cfg_normalization
         rows = []
         for pos, neg in zip(c.float(), u.float()):
             pred = pos + g * (pos - neg)

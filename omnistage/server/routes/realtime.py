@@ -56,7 +56,7 @@ def _authorized(ws: WebSocket, key: str | None) -> bool:
 def model_info(state: ServerState) -> ModelInfo:
     info = state.engine.pipeline.info
     speech = info.speaks
-    speaks = OutputModality.AUDIO in state.engine.output_modalities
+    speaks = _speaks(state)
     return ModelInfo(
         name=state.model_name,
         speaks=speaks,
@@ -122,13 +122,17 @@ def _refusal(state: ServerState, ws: WebSocket, model: str | None) -> tuple[Prot
         state.check_model(model)
     except APIError as e:
         return ProtocolError(e.message, "model", e.code or "model_not_found"), POLICY_VIOLATION
-    produced = state.engine.output_modalities
-    if not (OutputModality.TEXT in produced or OutputModality.AUDIO in produced):
+    writes_chat = state.engine.pipeline.info.chat and OutputModality.TEXT in state.engine.output_modalities
+    if not (_speaks(state) or writes_chat):  # a conversation needs a speech model or a chat model's text
         return ProtocolError(
-            f"model {state.model_name!r} produces {produced}, neither text nor audio", "model", "unsupported_model"
-        ), UNSUPPORTED
-    if not state.engine.pipeline.info.chat and OutputModality.AUDIO not in produced:
-        return ProtocolError(
-            f"model {state.model_name!r} neither takes chat turns nor speaks", "model", "unsupported_model"
+            f"model {state.model_name!r} cannot hold a conversation: it neither speaks (no speech declared, "
+            f"produces {state.engine.output_modalities}) nor answers chat turns in text",
+            "model",
+            "unsupported_model",
         ), UNSUPPORTED
     return None
+
+
+def _speaks(state: ServerState) -> bool:
+    """A speech model: it declares ``PipelineInfo.speech`` and produces audio (a text-to-audio model does not)."""
+    return state.engine.pipeline.info.speech is not None and OutputModality.AUDIO in state.engine.output_modalities

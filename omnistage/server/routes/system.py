@@ -80,22 +80,34 @@ async def metrics(state: ServerState = Depends(get_state)) -> Response:
 
 
 # Route names a model card lists, and the output each needs (None: any pipeline).
-ROUTES: tuple[tuple[str, OutputModality | None], ...] = (
-    ("chat", None),
+# Route name -> what a model needs to be served by it: "chat" (PipelineInfo.chat), "speech" (a declared
+# PipelineInfo.speech and audio out), "generate_audio" (a final diffusion stage whose output is audio alone: a
+# text-to-audio model, which is no speech model), or an output modality the model produces.
+ROUTES: tuple[tuple[str, OutputModality | str], ...] = (
+    ("chat", "chat"),
     ("images.generations", OutputModality.IMAGE),
     ("images.edits", OutputModality.IMAGE),
-    ("audio.speech", OutputModality.AUDIO),
+    ("audio.speech", "speech"),
+    ("audio.generate", "generate_audio"),
     ("videos", OutputModality.VIDEO),
 )
 _JSON_SCALARS = (bool, int, float, str)
 
 
 def _routes(state: ServerState) -> list[str]:
-    """The routes that serve this model. Chat is generic (text in, any output) unless the pipeline
-    declares ``PipelineInfo(chat=False)`` (e.g. a speech LM that speaks a plain prompt, not messages)."""
+    """The routes that serve this model, by what its pipeline declares. Chat is generic (text in, any output)
+    unless the pipeline declares ``PipelineInfo(chat=False)`` (e.g. a speech LM that speaks a plain prompt)."""
     produced = state.engine.output_modalities
-    chat = state.engine.pipeline.info.chat
-    return [name for name, needs in ROUTES if (chat if needs is None else needs in produced)]
+    info = state.engine.pipeline.info
+    has = {
+        "chat": info.chat,
+        "speech": info.speech is not None and OutputModality.AUDIO in produced,
+        "generate_audio": any(
+            s.kind == "diffusion" and s.final and OutputModality.parse(_stage_output(state, s)) == OutputModality.AUDIO
+            for s in state.engine.pipeline.stages
+        ),
+    }
+    return [name for name, needs in ROUTES if (has[needs] if isinstance(needs, str) else needs in produced)]
 
 
 def _defaults(state: ServerState) -> dict[str, Any]:
@@ -159,8 +171,8 @@ def _model_card(state: ServerState, name: str | None = None) -> dict:
         card["vocabulary"] = {kind: list(words) for kind, words in info.vocabulary.items()}
     if info.example_prompts:
         card["example_prompts"] = list(info.example_prompts)
-    if OutputModality.AUDIO in engine.output_modalities:
-        speech = info.speaks
+    if info.speech is not None and OutputModality.AUDIO in engine.output_modalities:  # a speech model
+        speech = info.speech
         card["voices"] = list(speech.voices)
         if speech.default_voice:
             card["default_voice"] = speech.default_voice

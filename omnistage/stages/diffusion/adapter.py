@@ -3,7 +3,8 @@
 The engine (engine.py) owns the denoising loop and the batching; an adapter
 owns everything model specific. One adapter instance serves every request of
 a stage replica, so adapters keep no per-request state on ``self``: it lives
-on the ``DiffusionJob`` the engine hands in.
+on the ``DiffusionJob`` the engine hands in (the adapter's ``job_class``, a
+subclass with the family's own typed fields).
 
 Lifecycle of one request (engine calls, in order):
 
@@ -72,7 +73,8 @@ class DiffusionJob(Tracked):
     uncond: dict[str, torch.Tensor] | None = None
     sampler_state: Any = None
     latents: torch.Tensor | None = None
-    extra: dict[str, Any] = field(default_factory=dict)  # adapter scratch space
+    # untyped scratch space; a family keeps its own per-request state in typed fields of its ``job_class``
+    extra: dict[str, Any] = field(default_factory=dict)
     step_guidance: list[float] | None = None  # per-step CFG scale (Wan2.2's low-noise expert), else params'
     # A family whose CFG rule is not diffusers' usual one (CFG when guidance_scale > 1, at that scale) sets
     # these in validate(): FLUX's true CFG (true_cfg_scale with a negative prompt; guidance_scale is an

@@ -6,6 +6,7 @@ any test prompt tokenizes); weights are random but seeded.
 
 from __future__ import annotations
 
+import json
 import string
 
 _CORPUS = [
@@ -32,7 +33,28 @@ def clip_tokenizer(vocab_size: int = 300, max_length: int = 77):
 def t5_tokenizer(vocab_size: int = 300):
     from transformers import T5Tokenizer
 
-    return T5Tokenizer().train_new_from_iterator(_CORPUS * 4, vocab_size=vocab_size)
+    tok = T5Tokenizer().train_new_from_iterator(_CORPUS * 4, vocab_size=vocab_size)
+    _canonical_unigram(tok.backend_tokenizer)
+    return tok
+
+
+def _canonical_unigram(backend) -> None:
+    """Make a trained Unigram model the same on every run. The trainer sums float scores in the order of Rust's
+    randomly seeded hash maps (parallel or not), so a score's last digits, and with them the order (the ids) of
+    pieces whose scores tie, change from run to run. Round the scores far below any gap between two
+    segmentations and sort the learned pieces by (score, piece); special tokens keep their ids."""
+    from tokenizers.models import Unigram
+
+    state = json.loads(backend.to_str())
+    vocab = state["model"]["vocab"]
+    special = {t["id"] for t in state["added_tokens"]}
+    learned = iter(sorted(((p, round(s, 8)) for i, (p, s) in enumerate(vocab) if i not in special), key=_by_score))
+    vocab = [(p, s) if i in special else next(learned) for i, (p, s) in enumerate(vocab)]
+    backend.model = Unigram(vocab, unk_id=state["model"]["unk_id"], byte_fallback=state["model"]["byte_fallback"])
+
+
+def _by_score(piece: tuple[str, float]) -> tuple[float, str]:
+    return -piece[1], piece[0]
 
 
 def clip_text_model(

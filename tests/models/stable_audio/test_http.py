@@ -1,18 +1,23 @@
 """``POST /v1/audio/generate`` over real HTTP (in-process uvicorn, raw ``httpx``): the clip decoded with
 soundfile equals ``StableAudioPipeline.__call__`` within one 16-bit step, in every lossless format (mp3:
-its rate and channels), and a duration or format the model cannot give is a 400 naming the field."""
+its rate and channels), and a duration or format the model cannot give is a 400 naming the field. A
+text-to-audio model is no speech model: ``/v1/models`` lists ``audio.generate`` (not speech, not chat) and the
+realtime route refuses it by name."""
 
 from __future__ import annotations
 
 import io
+import json
 
 import httpx
 import numpy as np
 import pytest
 import soundfile
+import websockets
 
 from omnistage import AsyncOmni
 from omnistage.models.stable_audio.tiny import MAX_SECONDS, SAMPLE_RATE
+from tests.server.realtime_client import ws_url
 
 pytestmark = pytest.mark.slow  # a server start and diffusers' pipeline: 20 s or more
 
@@ -81,3 +86,20 @@ def test_bad_field_is_400_naming_it(body, field, url):
     err = r.json()["error"]
     assert err["param"] == field, err
     assert field in err["message"]
+
+
+def test_models_lists_the_generate_route_only(url):
+    card = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]
+    assert card["output_modalities"] == ["audio"]
+    assert card["routes"] == ["audio.generate"]  # no speech (no voices, no conversation), no chat
+    assert "voices" not in card
+
+
+async def test_realtime_refuses_it_naming_the_model(url):
+    async with websockets.connect(ws_url(url)) as ws:
+        ev = json.loads(await ws.recv())
+        assert ev["type"] == "error" and ev["error"]["code"] == "unsupported_model", ev
+        assert ev["error"]["param"] == "model" and "cannot hold a conversation" in ev["error"]["message"]
+        with pytest.raises(websockets.ConnectionClosed):
+            await ws.recv()
+        assert ws.close_code == 1003  # unsupported data: nothing was set up

@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from omnistage.info import PipelineInfo, SpeechInfo
 from omnistage.pipeline import Edge, Pipeline, StageSpec
 from omnistage.stages.generation.engine import GenerationStageEngine
 from tests.server.conftest import new_engine
@@ -233,6 +234,7 @@ def counted(server_factory):
                 inputs=[Edge(0, process=lambda src, req: {"text": src.get("text", "")}, process_chunk=text_chunk)],
             ),
         ],
+        info=PipelineInfo(speech=SpeechInfo()),  # a chat model that speaks: realtime answers in audio
     )
     return server_factory(new_engine(pipeline), api_key=KEY)
 
