@@ -34,13 +34,14 @@ from omnistage.testing.server import ServerThread, serve_engine
 pytestmark = pytest.mark.slow
 
 EXAMPLES = 12  # per route and server (positive and negative examples)
-FAMILIES = {"image": "sd3", "chat": "chat", "speech": "codec_tts", "video": "wan"}
+FAMILIES = {"image": "sd3", "chat": "chat", "speech": "codec_tts", "video": "wan", "audio": "stable_audio"}
 # the route that runs the model: generated requests must reach it, not all be refused at the door
 MODEL_ROUTE = {
     "image": "/v1/images/generations",
     "chat": "/v1/chat/completions",
     "speech": "/v1/audio/speech",
     "video": "/v1/videos/sync",
+    "audio": "/v1/audio/generate",
 }
 CAPS = dict(max_image_pixels=64 * 64, max_num_frames=9, max_inference_steps=3, max_tokens=8, max_n=2)
 CHECKS = [
@@ -57,7 +58,7 @@ FUZZ_PHASES = [Phase.explicit, Phase.generate]  # no shrinking: a failure is rep
 def fuzz_server(request, tiny_model, tmp_path_factory) -> Iterator[tuple[str, ServerThread]]:
     """(kind, a running server of that kind)"""
     folder = tiny_model(FAMILIES[request.param])
-    if request.param == "image" or request.param == "video":
+    if request.param in ("image", "video", "audio"):  # diffusion: no token budget to cap
         engine = AsyncOmni(str(folder))
     else:  # a short default for the speech LM too (its own is 1024 codec tokens; deploy defaults are not capped)
         engine = AsyncOmni(

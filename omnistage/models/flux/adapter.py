@@ -20,6 +20,7 @@ step so that one request alone reproduces them exactly:
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,7 +36,16 @@ MAX_SEQUENCE_LENGTH = 512  # FluxPipeline.__call__'s default and its T5 limit
 DEFAULT_MAX_AREA = 1024**2  # FluxKontextPipeline.__call__'s default output area
 
 
+@dataclass
+class FluxJob(DiffusionJob):
+    """A request's FLUX.1 state, set in validate."""
+
+    max_sequence_length: int = 0
+    image_size: tuple[int, int] | None = None  # Kontext: the (height, width) the input image is resized to
+
+
 class FluxAdapter(DiffusersAdapter):
+    job_class = FluxJob
     pipeline_class_name = "FluxPipeline"
     separate_cfg_passes = True  # diffusers runs true CFG's negative pass as its own forward
 
@@ -50,7 +60,7 @@ class FluxAdapter(DiffusersAdapter):
     def size_multiple(self) -> int:
         return self.pipe.vae_scale_factor * 2  # VAE factor x the 2x2 packing
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: FluxJob) -> None:
         if job.images:
             raise InvalidRequestError(
                 "multi_modal_data.image",
@@ -59,7 +69,7 @@ class FluxAdapter(DiffusersAdapter):
         self.validate_common(job)
         self.validate_rows(job)
 
-    def validate_common(self, job: DiffusionJob) -> None:
+    def validate_common(self, job: FluxJob) -> None:
         p = job.params
         self.validate_size(job, f"VAE factor {self.pipe.vae_scale_factor} x 2x2 packing")
         msl = int(p.max_sequence_length or MAX_SEQUENCE_LENGTH)
@@ -67,41 +77,41 @@ class FluxAdapter(DiffusersAdapter):
             raise InvalidRequestError(
                 "max_sequence_length", f"{msl} is outside 1..{MAX_SEQUENCE_LENGTH} (FLUX's T5 limit)"
             )
-        job.extra["max_sequence_length"] = msl
+        job.max_sequence_length = msl
         true_cfg = p.true_cfg_scale if p.true_cfg_scale is not None else 1.0
         # diffusers' do_true_cfg: a scale without a negative prompt runs without true CFG (the request is told:
         # params.stage_params warns); guidance_scale is the distilled-guidance embedding, never CFG
         job.cfg = true_cfg > 1 and job.negative_prompt is not None
         job.cfg_scale = true_cfg
 
-    def batch_key(self, job: DiffusionJob) -> Hashable:
+    def batch_key(self, job: FluxJob) -> Hashable:
         # one img_ids / txt_ids table per forward: same size and T5 length (no text mask either)
-        return ("flux", job.height, job.width, job.extra["max_sequence_length"])
+        return ("flux", job.height, job.width, job.max_sequence_length)
 
-    def latent_grid(self, job: DiffusionJob) -> tuple[int, int]:
+    def latent_grid(self, job: FluxJob) -> tuple[int, int]:
         f = self.pipe.vae_scale_factor
         return 2 * (job.height // (f * 2)), 2 * (job.width // (f * 2))
 
     # ------------------------------------------------------------- preparation
 
-    def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
+    def embed(self, prompts: list[str], jobs: list[FluxJob]) -> dict[str, torch.Tensor]:
         embeds, pooled, _ = self.pipe.encode_prompt(
             prompt=prompts,
             prompt_2=None,
             device=self.device,
             num_images_per_prompt=1,
-            max_sequence_length=jobs[0].extra["max_sequence_length"],
+            max_sequence_length=jobs[0].max_sequence_length,
         )
         return {"encoder_hidden_states": embeds, "pooled_projections": pooled}
 
-    def add_conditioning(self, jobs: list[DiffusionJob]) -> None:
+    def add_conditioning(self, jobs: list[FluxJob]) -> None:
         for j in jobs:
             extra = self.row_conditioning(j)
             for cond in (j.cond, j.uncond):
                 if cond is not None:
                     cond.update(extra)
 
-    def row_conditioning(self, job: DiffusionJob) -> dict[str, torch.Tensor]:
+    def row_conditioning(self, job: FluxJob) -> dict[str, torch.Tensor]:
         """Per-row tensors both passes read: the guidance embedding's value and the image position ids
         (identical rows within a batch; ``predict`` takes the first)."""
         h, w = self.latent_grid(job)
@@ -113,7 +123,7 @@ class FluxAdapter(DiffusersAdapter):
             )
         return out
 
-    def timesteps(self, job: DiffusionJob) -> None:
+    def timesteps(self, job: FluxJob) -> None:
         n = job.params.num_inference_steps
         kwargs: dict[str, Any] = {"sigmas": np.linspace(1.0, 1 / n, n)}
         if self.pipe.scheduler.config.get("use_flow_sigmas", False):
@@ -125,7 +135,7 @@ class FluxAdapter(DiffusersAdapter):
             state.scheduler.set_begin_index(0)  # as the pipeline does before its loop
         job.sampler_state = state
 
-    def init_latents(self, job: DiffusionJob) -> None:
+    def init_latents(self, job: FluxJob) -> None:
         h, w = self.latent_grid(job)
         dtype = job.cond["encoder_hidden_states"].dtype
         job.latents = pack(self.noise(job, (job.rows, self.latent_channels, h, w), dtype))
@@ -163,7 +173,7 @@ class FluxAdapter(DiffusersAdapter):
         enc = self.pipe.text_encoder
         return enc.dtype if enc is not None else self.pipe.transformer.dtype
 
-    def decode(self, jobs: list[DiffusionJob]) -> list[list[np.ndarray]]:
+    def decode(self, jobs: list[FluxJob]) -> list[list[np.ndarray]]:
         h, w = self.latent_grid(jobs[0])  # one key per decode: same size
         vae = self.pipe.vae
         latents = self.denormalize_latents(unpack(torch.cat([j.latents for j in jobs]), h, w)).to(vae.device)
@@ -175,7 +185,7 @@ class FluxKontextAdapter(FluxAdapter):
 
     pipeline_class_name = "FluxKontextPipeline"
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: FluxJob) -> None:
         if job.images and len(job.images) != 1:
             raise InvalidRequestError(
                 "multi_modal_data.image", f"FLUX.1 Kontext edits one input image, got {len(job.images)}"
@@ -189,7 +199,7 @@ class FluxKontextAdapter(FluxAdapter):
             raise InvalidRequestError("max_area", f"expected a positive integer (pixels), got {max_area!r}")
         job.height, job.width = self.output_size(job.height, job.width, max_area)
         if job.images:
-            job.extra["image_size"] = self.image_size(job.images[0], extra.get("auto_resize", True))
+            job.image_size = self.image_size(job.images[0], extra.get("auto_resize", True))
         job.rows = job.params.num_outputs_per_prompt  # the image is conditioning, not a batch of inputs
 
     def output_size(self, height: int, width: int, max_area: int) -> tuple[int, int]:
@@ -220,19 +230,19 @@ class FluxKontextAdapter(FluxAdapter):
             raise InvalidRequestError("multi_modal_data.image", f"the input image is smaller than {m}x{m} pixels")
         return h, w
 
-    def batch_key(self, job: DiffusionJob) -> Hashable:
+    def batch_key(self, job: FluxJob) -> Hashable:
         # the input image's tokens join the sequence: its (resized) size must match too
-        return ("flux_kontext", job.height, job.width, job.extra["max_sequence_length"], job.extra.get("image_size"))
+        return ("flux_kontext", job.height, job.width, job.max_sequence_length, job.image_size)
 
-    def init_latents(self, job: DiffusionJob) -> None:
+    def init_latents(self, job: FluxJob) -> None:
         if job.images:  # here, not in encode: an image the VAE cannot take fails only its own request
             self.add_image(job)
         super().init_latents(job)
 
-    def add_image(self, job: DiffusionJob) -> None:
+    def add_image(self, job: FluxJob) -> None:
         """The input image's packed latents (VAE mode: nothing drawn from the generator) and their ids
         (first coordinate 1) join both passes' conditioning."""
-        ih, iw = job.extra["image_size"]
+        ih, iw = job.image_size
         processor = self.pipe.image_processor
         image = processor.preprocess(processor.resize(job.images[0], ih, iw), ih, iw)
         dtype = job.cond["encoder_hidden_states"].dtype

@@ -7,6 +7,7 @@ step by step so that one request alone reproduces them exactly.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,7 +21,16 @@ MAX_SEQUENCE_LENGTH = 256  # diffusers' default T5 length for SD3
 T5_LIMIT = 512
 
 
+@dataclass
+class SD3Job(DiffusionJob):
+    """A request's SD3 state, set in validate."""
+
+    max_sequence_length: int = 0
+    t_start: int = 0  # img2img: the schedule steps skipped (from ``strength``), 0 otherwise
+
+
 class SD3Adapter(DiffusersAdapter):
+    job_class = SD3Job
     pipeline_class_name = "StableDiffusion3Pipeline"
 
     def size_multiple(self) -> int:
@@ -34,7 +44,7 @@ class SD3Adapter(DiffusersAdapter):
         patches = self.pipe.transformer.config.get("pos_embed_max_size")
         return None if patches is None else patches * self.size_multiple()
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: SD3Job) -> None:
         p = job.params
         self.validate_size(
             job, f"VAE factor {self.pipe.vae_scale_factor} x patch size {self.pipe.transformer.config.patch_size}"
@@ -51,25 +61,25 @@ class SD3Adapter(DiffusersAdapter):
         msl = p.max_sequence_length or MAX_SEQUENCE_LENGTH
         if msl > T5_LIMIT:
             raise InvalidRequestError("max_sequence_length", f"{msl} exceeds the T5 limit of {T5_LIMIT}")
-        job.extra["max_sequence_length"] = msl
+        job.max_sequence_length = msl
         self.validate_rows(job)
-        job.extra["t_start"] = self._t_start(job)
-        self.check_steps(job, job.extra["t_start"])
+        job.t_start = self._t_start(job)
+        self.check_steps(job, job.t_start)
 
-    def _t_start(self, job: DiffusionJob) -> int:
+    def _t_start(self, job: SD3Job) -> int:
         if not job.images:
             return 0
         steps = job.params.num_inference_steps
         init = min(steps * job.strength, steps)  # StableDiffusion3Img2ImgPipeline.get_timesteps
         return int(max(steps - init, 0))
 
-    def batch_key(self, job: DiffusionJob) -> Hashable:
+    def batch_key(self, job: SD3Job) -> Hashable:
         # MMDiT has no text mask: the T5 length must match inside a batch, like the latent size.
-        return ("sd3", job.height, job.width, job.extra["max_sequence_length"])
+        return ("sd3", job.height, job.width, job.max_sequence_length)
 
     # ------------------------------------------------------------- preparation
 
-    def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
+    def embed(self, prompts: list[str], jobs: list[SD3Job]) -> dict[str, torch.Tensor]:
         embeds, _, pooled, _ = self.pipe.encode_prompt(
             prompt=prompts,
             prompt_2=None,
@@ -77,11 +87,11 @@ class SD3Adapter(DiffusersAdapter):
             do_classifier_free_guidance=False,
             device=self.device,
             num_images_per_prompt=1,
-            max_sequence_length=jobs[0].extra["max_sequence_length"],
+            max_sequence_length=jobs[0].max_sequence_length,
         )
         return {"encoder_hidden_states": embeds, "pooled_projections": pooled}
 
-    def timesteps(self, job: DiffusionJob) -> None:
+    def timesteps(self, job: SD3Job) -> None:
         kwargs: dict[str, Any] = {}
         mu = job.params.extra_args.get("mu")
         if self.pipe.scheduler.config.get("use_dynamic_shifting", None) and mu is None:
@@ -91,10 +101,10 @@ class SD3Adapter(DiffusersAdapter):
         if mu is not None:
             kwargs["mu"] = mu
         job.sampler_state = self.sampler.make_state(
-            job.params.num_inference_steps, job.extra["t_start"], device=self.device, **kwargs
+            job.params.num_inference_steps, job.t_start, device=self.device, **kwargs
         )
 
-    def init_latents(self, job: DiffusionJob) -> None:
+    def init_latents(self, job: SD3Job) -> None:
         f = self.pipe.vae_scale_factor
         dtype = job.cond["encoder_hidden_states"].dtype
         if not job.images:

@@ -26,8 +26,23 @@ def clip_tokenizer(vocab_size: int = 300, max_length: int = 77):
     from transformers import CLIPTokenizer
 
     tok = CLIPTokenizer().train_new_from_iterator(_CORPUS * 4, vocab_size=vocab_size)
+    _canonical_word_ends(tok.backend_tokenizer)
     tok.model_max_length = max_length
     return tok
+
+
+def _canonical_word_ends(backend) -> None:
+    """Make a trained BPE model with an end-of-word suffix the same on every run. The trainer numbers the
+    alphabet's word-final symbols (``a</w>``) in the order of Rust's randomly seeded hash maps: give the same
+    ids to them sorted. (At the default ``vocab_size`` the alphabet alone is larger: no merges are learned.)"""
+    from tokenizers import Tokenizer
+
+    state = json.loads(backend.to_str())
+    vocab, suffix = state["model"]["vocab"], state["model"]["end_of_word_suffix"]
+    ends = sorted(t for t in vocab if t.endswith(suffix) and len(t) == len(suffix) + 1)
+    for token, i in zip(ends, sorted(vocab[t] for t in ends), strict=True):
+        vocab[token] = i
+    backend.model = Tokenizer.from_str(json.dumps(state)).model
 
 
 def t5_tokenizer(vocab_size: int = 300):
