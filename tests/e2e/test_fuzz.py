@@ -1,7 +1,7 @@
 """Every route of a tiny server of each kind (image: SD3, chat: a vLLM causal LM, speech: codec_tts, video:
-Wan) fuzzed from the server's own OpenAPI document with schemathesis: valid and invalid requests alike,
-and no answer may be a 5xx, or a status, content type, header or body the document does not declare.
-The server must still be healthy afterwards.
+Wan, audio: Stable Audio) fuzzed from the server's own OpenAPI document with schemathesis: valid and invalid
+requests alike, and no answer may be a 5xx, or a status, content type, header or body the document does not
+declare. The server must still be healthy afterwards.
 
 Bounded: a few examples per route and server caps that keep every generated request tiny
 (--max-image-pixels, --max-num-frames, --max-inference-steps, --max-tokens), so the whole module runs in

@@ -172,7 +172,12 @@ async def test_a_replica_waiting_for_resources_is_refused_once_its_node_is_gone(
     """Resources held by another engine: the replica waits (Ray's own behaviour) until the only node that could
     take it is lost, then its start fails naming the placement instead of pending forever."""
     holder = ray_deploy({"stage_id": 1, "num_replicas": 2, "placement": {"resources": {"dit_slot": 1}}})
-    waiter = ray_deploy({"stage_id": 1, "placement": {"resources": {"dit_slot": 1}}})
+    on_head = {"placement": {"label_selector": {"pool": "ar"}}}  # the other stages: not on the node removed
+    waiter = ray_deploy(
+        {"stage_id": 0, **on_head},
+        {"stage_id": 1, "placement": {"resources": {"dit_slot": 1}}},
+        {"stage_id": 2, **on_head},
+    )
     try:
         async with AsyncOmni(pipeline=tp.chain(), deploy_config=holder):
             engine = AsyncOmni(pipeline=tp.chain(), deploy_config=waiter)

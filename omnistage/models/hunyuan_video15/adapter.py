@@ -13,6 +13,7 @@ forward.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -28,7 +29,15 @@ DEFAULT_STEPS = 50
 DEFAULT_FPS = 24  # what the HunyuanVideo-1.5 releases export at
 
 
+@dataclass
+class HunyuanVideo15Job(DiffusionJob):
+    """A request's HunyuanVideo-1.5 state, set in validate."""
+
+    num_frames: int = 0
+
+
 class HunyuanVideo15Adapter(DiffusersAdapter):
+    job_class = HunyuanVideo15Job
     pipeline_class_name = "HunyuanVideo15Pipeline"
     separate_cfg_passes = True  # diffusers' guider runs cond and uncond as two forwards
     image_to_video: ClassVar[bool] = False
@@ -50,7 +59,7 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
 
     # ------------------------------------------------------------- request checks
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: HunyuanVideo15Job) -> None:
         if job.images:
             raise InvalidRequestError(
                 "multi_modal_data.image",
@@ -70,7 +79,7 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
             job.height, job.width = int(p.height), int(p.width)
         self.validate_video(job)
 
-    def validate_video(self, job: DiffusionJob) -> None:
+    def validate_video(self, job: HunyuanVideo15Job) -> None:
         p, pipe = job.params, self.pipe
         m = pipe.vae_scale_factor_spatial * self.patch[1]
         for name in ("height", "width"):
@@ -97,7 +106,7 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
                     if name == "max_sequence_length"
                     else "not used by HunyuanVideo-1.5",
                 )
-        job.extra["num_frames"] = frames
+        job.num_frames = frames
         guider = pipe.guider
         # the folder's guider scale unless the request sets one
         g = float(p.guidance_scale) if "guidance_scale" in p.model_fields_set else float(guider.guidance_scale)
@@ -106,15 +115,15 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
         job.cfg = not np.isclose(g, off, rtol=1e-9, atol=0.0)
         job.rows = 1
 
-    def batch_key(self, job: DiffusionJob) -> Hashable:
+    def batch_key(self, job: HunyuanVideo15Job) -> Hashable:
         return ("hunyuan_video15", job.height, job.width, self.latent_frames(job))
 
-    def latent_frames(self, job: DiffusionJob) -> int:
-        return (job.extra["num_frames"] - 1) // self.pipe.vae_scale_factor_temporal + 1
+    def latent_frames(self, job: HunyuanVideo15Job) -> int:
+        return (job.num_frames - 1) // self.pipe.vae_scale_factor_temporal + 1
 
     # ------------------------------------------------------------- preparation
 
-    def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
+    def embed(self, prompts: list[str], jobs: list[HunyuanVideo15Job]) -> dict[str, torch.Tensor]:
         e, m, e2, m2 = self.pipe.encode_prompt(
             prompt=prompts, device=self.device, dtype=self.model_dtype, batch_size=len(prompts)
         )
@@ -125,21 +134,21 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
             "encoder_attention_mask_2": m2,
         }
 
-    def embed_negatives(self, jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
+    def embed_negatives(self, jobs: list[HunyuanVideo15Job]) -> dict[str, torch.Tensor]:
         # diffusers passes the request's negative_prompt as it is; encode_prompt turns None into ""
         return self.embed([j.negative_prompt or "" for j in jobs], jobs)
 
-    def timesteps(self, job: DiffusionJob) -> None:
+    def timesteps(self, job: HunyuanVideo15Job) -> None:
         n = job.params.num_inference_steps
         job.sampler_state = self.sampler.make_state(n, device=self.device, sigmas=np.linspace(1.0, 0.0, n + 1)[:-1])
 
-    def init_latents(self, job: DiffusionJob) -> None:
+    def init_latents(self, job: HunyuanVideo15Job) -> None:
         latents = self.pipe.prepare_latents(
             1,
             self.pipe.num_channels_latents,
             job.height,
             job.width,
-            job.extra["num_frames"],
+            job.num_frames,
             self.model_dtype,
             self.device,
             job.generator,
@@ -147,7 +156,7 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
         job.latents = latents
         self.add_condition(job, latents)
 
-    def add_condition(self, job: DiffusionJob, latents: torch.Tensor) -> None:
+    def add_condition(self, job: HunyuanVideo15Job, latents: torch.Tensor) -> None:
         cond, mask = self.pipe.prepare_cond_latents_and_mask(latents, self.model_dtype, self.device)
         image_embeds = torch.zeros(
             1,
@@ -159,7 +168,7 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
         self.set_condition(job, torch.cat([cond, mask], dim=1), image_embeds)
 
     @staticmethod
-    def set_condition(job: DiffusionJob, condition: torch.Tensor, image_embeds: torch.Tensor) -> None:
+    def set_condition(job: HunyuanVideo15Job, condition: torch.Tensor, image_embeds: torch.Tensor) -> None:
         for c in (job.cond, job.uncond):
             if c is not None:
                 c["condition"], c["image_embeds"] = condition, image_embeds
@@ -179,7 +188,7 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
             return_dict=False,
         )[0]
 
-    def combine_guidance(self, u: torch.Tensor | None, c: torch.Tensor, job: DiffusionJob) -> torch.Tensor:
+    def combine_guidance(self, u: torch.Tensor | None, c: torch.Tensor, job: HunyuanVideo15Job) -> torch.Tensor:
         from diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion import rescale_noise_cfg
 
         guider = self.pipe.guider  # its rule (ClassifierFreeGuidance.forward), at the request's scale
@@ -193,7 +202,7 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
 
     # ------------------------------------------------------------- output
 
-    def decode(self, jobs: list[DiffusionJob]) -> list[list[np.ndarray]]:
+    def decode(self, jobs: list[HunyuanVideo15Job]) -> list[list[np.ndarray]]:
         # one VAE call per video: AutoencoderKLHunyuanVideo15's mid-block attention builds its causal mask as
         # [B, L, L], which SDPA broadcasts against [B, 1, L, D] heads, so a decode of B > 1 latents fails
         vae, out = self.pipe.vae, []
@@ -203,7 +212,7 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
             out.append([np.ascontiguousarray((frames[0] * 255).round().astype(np.uint8))])  # diffusers' PIL rounding
         return out
 
-    def pack_output(self, job: DiffusionJob, decoded: list[np.ndarray]) -> dict[str, Any]:
+    def pack_output(self, job: HunyuanVideo15Job, decoded: list[np.ndarray]) -> dict[str, Any]:
         return {"video": decoded[0], "fps": job.params.fps or DEFAULT_FPS}
 
 
@@ -213,7 +222,7 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
 class HunyuanVideo15I2VAdapter(HunyuanVideo15Adapter):
     pipeline_class_name = "HunyuanVideo15ImageToVideoPipeline"
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: HunyuanVideo15Job) -> None:
         check_first_frame(job)
         for name in ("height", "width", "strength"):
             if getattr(job.params, name) is not None:
@@ -224,7 +233,7 @@ class HunyuanVideo15I2VAdapter(HunyuanVideo15Adapter):
         )
         self.validate_video(job)
 
-    def add_condition(self, job: DiffusionJob, latents: torch.Tensor) -> None:
+    def add_condition(self, job: HunyuanVideo15Job, latents: torch.Tensor) -> None:
         pipe = self.pipe
         image = pipe.video_processor.resize(job.images[0], height=job.height, width=job.width, resize_mode="crop")
         image_embeds = pipe.encode_image(image=image, batch_size=1, device=self.device, dtype=self.model_dtype)

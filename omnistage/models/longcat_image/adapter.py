@@ -22,13 +22,13 @@ when none), so the adapter is Ovis-Image's with LongCat's differences:
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from omnistage.errors import InvalidRequestError
-from omnistage.models.shared.ovis_adapter import TEXT, OvisImageAdapter
-from omnistage.stages.diffusion.adapter import DiffusionJob
+from omnistage.models.shared.ovis_adapter import TEXT, OvisImageAdapter, OvisJob
 
 TEXT_TOKENS = 512  # LongCatImagePipeline.tokenizer_max_length: every prompt is padded to it
 
@@ -39,11 +39,23 @@ def pos_ids(**kwargs: Any) -> torch.Tensor:
     return prepare_pos_ids(**kwargs)
 
 
+@dataclass
+class LongCatJob(OvisJob):
+    """A request's LongCat-Image state, set in validate (the edit's input image forms in encode)."""
+
+    cfg_renorm: bool = False  # rescale the guided prediction's norm to at most the cond one's
+    cfg_renorm_min: float = 0.0  # ... and at least this fraction of it
+    rewrite: bool = False  # the text encoder rewrites the prompt first (enable_prompt_rewrite)
+    prompt_image: Any = None  # edit: the input image as the text encoder sees it (until the latents are drawn)
+    vae_image: Any = None  # edit: the input image as the VAE takes it (until the latents are drawn)
+
+
 class LongCatImageAdapter(OvisImageAdapter):
+    job_class = LongCatJob
     pipeline_class_name = "LongCatImagePipeline"
     noise_in_float32 = True  # LongCatImagePipeline.prepare_latents draws float32 noise, then casts
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: LongCatJob) -> None:
         p = job.params
         if job.images:
             raise InvalidRequestError(
@@ -61,9 +73,9 @@ class LongCatImageAdapter(OvisImageAdapter):
         rewrite = extra.get("enable_prompt_rewrite", False)
         if not isinstance(rewrite, bool):
             raise InvalidRequestError("enable_prompt_rewrite", f"expected a boolean, got {rewrite!r}")
-        job.extra.update(cfg_renorm=renorm, cfg_renorm_min=float(low), rewrite=rewrite)
+        job.cfg_renorm, job.cfg_renorm_min, job.rewrite = renorm, float(low), rewrite
 
-    def validate_common(self, job: DiffusionJob) -> None:
+    def validate_common(self, job: LongCatJob) -> None:
         p = job.params
         if p.true_cfg_scale is not None:
             raise InvalidRequestError("true_cfg_scale", "LongCat-Image has no true CFG; guidance_scale > 1 is CFG")
@@ -73,7 +85,7 @@ class LongCatImageAdapter(OvisImageAdapter):
             )
         job.rows = p.num_outputs_per_prompt
 
-    def batch_key(self, job: DiffusionJob) -> Hashable:
+    def batch_key(self, job: LongCatJob) -> Hashable:
         return (type(self).__name__, job.height, job.width)  # every prompt has TEXT_TOKENS tokens
 
     def sigmas(self, n: int):
@@ -83,33 +95,33 @@ class LongCatImageAdapter(OvisImageAdapter):
 
     # ------------------------------------------------------------- preparation
 
-    def encode(self, jobs: list[DiffusionJob]) -> None:
+    def encode(self, jobs: list[LongCatJob]) -> None:
         for j in jobs:
-            if j.extra.get("rewrite"):  # alone: a padded batch would generate otherwise than diffusers' one prompt
+            if j.rewrite:  # alone: a padded batch would generate otherwise than diffusers' one prompt
                 j.prompt = self.pipe.rewire_prompt([j.prompt], self.device)[0]
         super().encode(jobs)
 
-    def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
+    def embed(self, prompts: list[str], jobs: list[LongCatJob]) -> dict[str, torch.Tensor]:
         embeds, _ = self.pipe.encode_prompt(prompt=prompts, num_images_per_prompt=1)
         return {TEXT: embeds}
 
-    def image_ids(self, job: DiffusionJob, h: int, w: int) -> torch.Tensor:
+    def image_ids(self, job: LongCatJob, h: int, w: int) -> torch.Tensor:
         return pos_ids(modality_id=1, type="image", start=(TEXT_TOKENS, TEXT_TOKENS), height=h, width=w).to(self.device)
 
     def text_ids_dtype(self) -> torch.dtype:
         return torch.float32  # prepare_pos_ids' dtype
 
-    def noise(self, job: DiffusionJob, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    def noise(self, job: LongCatJob, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         if not self.noise_in_float32:
             return super().noise(job, shape, dtype)
         return super().noise(job, shape, torch.float32).to(dtype)
 
     # ------------------------------------------------------------- the batched part
 
-    def combine_guidance(self, u: torch.Tensor | None, c: torch.Tensor, job: DiffusionJob) -> torch.Tensor:
+    def combine_guidance(self, u: torch.Tensor | None, c: torch.Tensor, job: LongCatJob) -> torch.Tensor:
         guided = super().combine_guidance(u, c, job)
-        if not job.extra.get("cfg_renorm"):
+        if not job.cfg_renorm:
             return guided
         cond_norm = torch.norm(c, dim=-1, keepdim=True)
         noise_norm = torch.norm(guided, dim=-1, keepdim=True)
-        return guided * (cond_norm / (noise_norm + 1e-8)).clamp(min=job.extra["cfg_renorm_min"], max=1.0)
+        return guided * (cond_norm / (noise_norm + 1e-8)).clamp(min=job.cfg_renorm_min, max=1.0)

@@ -23,10 +23,9 @@ from collections.abc import Hashable
 import torch
 
 from omnistage.errors import InvalidRequestError
-from omnistage.models.longcat_image.adapter import LongCatImageAdapter, pos_ids
+from omnistage.models.longcat_image.adapter import LongCatImageAdapter, LongCatJob, pos_ids
 from omnistage.models.shared.latent_packing import pack
 from omnistage.models.shared.ovis_adapter import TEXT
-from omnistage.stages.diffusion.adapter import DiffusionJob
 
 OUTPUT_AREA = 1024 * 1024  # LongCatImageEditPipeline.__call__'s target area
 MAX_ASPECT = 200  # Qwen2-VL's image processor refuses more elongated images
@@ -36,7 +35,7 @@ class LongCatImageEditAdapter(LongCatImageAdapter):
     pipeline_class_name = "LongCatImageEditPipeline"
     noise_in_float32 = False
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: LongCatJob) -> None:
         from diffusers.pipelines.longcat_image.pipeline_longcat_image_edit import calculate_dimensions
 
         p = job.params
@@ -64,39 +63,40 @@ class LongCatImageEditAdapter(LongCatImageAdapter):
                     f"{width}x{height} for a {w}x{h} image (leave size out or send it)",
                 )
         job.height, job.width = height, width
-        job.extra.update(cfg_renorm=False, rewrite=False)
+        job.cfg_renorm, job.rewrite = False, False
 
-    def batch_key(self, job: DiffusionJob) -> Hashable:
+    def batch_key(self, job: LongCatJob) -> Hashable:
         # the size fixes the vision tokens of the half-size prompt image, so the text length too
         return (type(self).__name__, job.height, job.width)
 
     # ------------------------------------------------------------- preparation
 
-    def encode(self, jobs: list[DiffusionJob]) -> None:
+    def encode(self, jobs: list[LongCatJob]) -> None:
         processor = self.pipe.image_processor
         for j in jobs:  # as __call__ step 3: the VAE's input and the text encoder's half-size image
             image = processor.resize(j.images[0], j.height, j.width)
-            j.extra["prompt_image"] = processor.resize(image, j.height // 2, j.width // 2)
-            j.extra["vae_image"] = processor.preprocess(image, j.height, j.width)
+            j.prompt_image = processor.resize(image, j.height // 2, j.width // 2)
+            j.vae_image = processor.preprocess(image, j.height, j.width)
         super().encode(jobs)
 
-    def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
+    def embed(self, prompts: list[str], jobs: list[LongCatJob]) -> dict[str, torch.Tensor]:
         # the pipeline encodes one prompt (and its image) per call
         embeds = [
-            self.pipe.encode_prompt(prompt=[p], image=j.extra["prompt_image"], num_images_per_prompt=1)[0]
+            self.pipe.encode_prompt(prompt=[p], image=j.prompt_image, num_images_per_prompt=1)[0]
             for p, j in zip(prompts, jobs)
         ]
         return {TEXT: torch.cat(embeds)}
 
-    def image_ids(self, job: DiffusionJob, h: int, w: int) -> torch.Tensor:
+    def image_ids(self, job: LongCatJob, h: int, w: int) -> torch.Tensor:
         n = job.cond[TEXT].shape[1]
         return pos_ids(modality_id=1, type="image", start=(n, n), height=h, width=w).to(self.device)
 
-    def init_latents(self, job: DiffusionJob) -> None:
+    def init_latents(self, job: LongCatJob) -> None:
         # the input image first (VAE mode: nothing drawn from the generator), then the noise, as prepare_latents
         vae = self.pipe.vae
         dtype = job.cond[TEXT].dtype
-        z = vae.encode(job.extra.pop("vae_image").to(device=self.device, dtype=dtype)).latent_dist.mode()
+        vae_image, job.vae_image = job.vae_image, None
+        z = vae.encode(vae_image.to(device=self.device, dtype=dtype)).latent_dist.mode()
         tokens = pack(self.normalize_latents(z))
         n = job.cond[TEXT].shape[1]
         h, w = self.latent_grid(job)
@@ -106,7 +106,7 @@ class LongCatImageEditAdapter(LongCatImageAdapter):
             if cond is not None:
                 cond["image_latents"] = tokens.expand(job.rows, *tokens.shape[1:])
                 cond["img_ids"] = ids.expand(job.rows, *ids.shape)
-        job.extra.pop("prompt_image", None)
+        job.prompt_image = None
         super().init_latents(job)
 
     # ------------------------------------------------------------- the batched part

@@ -58,7 +58,7 @@ class SanaAdapter(PixArtSigmaAdapter):
             num_images_per_prompt=1,
             device=self.device,
             clean_caption=self.clean_caption,
-            max_sequence_length=jobs[0].extra["max_sequence_length"],
+            max_sequence_length=jobs[0].max_sequence_length,
             complex_human_instruction=instruction,
         )
         return {TEXT: embeds, MASK: mask}

@@ -8,6 +8,7 @@ pooled CLIP-G embedding and the micro-conditioning time ids per row.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,12 +21,20 @@ XL_CLASSES = {"StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline"}
 XL_KNOBS = ("original_size", "crops_coords_top_left", "target_size")
 
 
+@dataclass
+class SDJob(DiffusionJob):
+    """A request's Stable Diffusion state, set in validate."""
+
+    t_start: int = 0  # img2img: the schedule steps skipped (from ``strength``), 0 otherwise
+
+
 class SDAdapter(DiffusersAdapter):
+    job_class = SDJob
     pipeline_class_name = "StableDiffusionPipeline"
 
     # ------------------------------------------------------------- request checks
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: SDJob) -> None:
         p = job.params
         if job.images and (p.height is None or p.width is None):
             # img2img keeps the input's size (rounded to the VAE factor), as diffusers' preprocess does
@@ -40,30 +49,28 @@ class SDAdapter(DiffusersAdapter):
             t_start = max(
                 steps - min(int(steps * job.strength), steps), 0
             )  # StableDiffusionImg2ImgPipeline.get_timesteps
-        job.extra["t_start"] = t_start
+        job.t_start = t_start
         self.check_steps(job, t_start)
 
-    def validate_extra(self, job: DiffusionJob) -> None:
+    def validate_extra(self, job: SDJob) -> None:
         for k in XL_KNOBS:
             if k in job.params.extra_args:
                 raise InvalidRequestError(f"extra_args.{k}", "only SDXL models take it")
 
-    def batch_key(self, job: DiffusionJob) -> Hashable:
+    def batch_key(self, job: SDJob) -> Hashable:
         # CLIP text is always padded to 77 tokens: only the latent size separates batches.
         return (type(self).__name__, job.height, job.width)
 
     # ------------------------------------------------------------- preparation
 
-    def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
+    def embed(self, prompts: list[str], jobs: list[SDJob]) -> dict[str, torch.Tensor]:
         embeds, _ = self.pipe.encode_prompt(prompts, self.device, 1, False)
         return {"encoder_hidden_states": embeds}
 
-    def timesteps(self, job: DiffusionJob) -> None:
-        job.sampler_state = self.sampler.make_state(
-            job.params.num_inference_steps, job.extra["t_start"], device=self.device
-        )
+    def timesteps(self, job: SDJob) -> None:
+        job.sampler_state = self.sampler.make_state(job.params.num_inference_steps, job.t_start, device=self.device)
 
-    def init_latents(self, job: DiffusionJob) -> None:
+    def init_latents(self, job: SDJob) -> None:
         f = self.pipe.vae_scale_factor
         dtype = job.cond["encoder_hidden_states"].dtype
         sched = job.sampler_state.scheduler
@@ -104,19 +111,19 @@ class SDXLAdapter(SDAdapter):
                     f"features, but time ids + text_encoder_2 give {passed}"
                 )
 
-    def validate_extra(self, job: DiffusionJob) -> None:
+    def validate_extra(self, job: SDJob) -> None:
         for k in XL_KNOBS:
             v = job.params.extra_args.get(k)
             if v is not None and (len(v) != 2 or not all(isinstance(x, int) for x in v)):
                 raise InvalidRequestError(f"extra_args.{k}", f"expected two integers, got {v!r}")
 
-    def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
+    def embed(self, prompts: list[str], jobs: list[SDJob]) -> dict[str, torch.Tensor]:
         embeds, _, pooled, _ = self.pipe.encode_prompt(
             prompts, device=self.device, num_images_per_prompt=1, do_classifier_free_guidance=False
         )
         return {"encoder_hidden_states": embeds, "text_embeds": pooled}
 
-    def embed_negatives(self, jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
+    def embed_negatives(self, jobs: list[SDJob]) -> dict[str, torch.Tensor]:
         if not self.pipe.config.force_zeros_for_empty_prompt:
             return super().embed_negatives(jobs)
         # diffusers zeroes the uncond embeddings when no negative prompt is given
@@ -129,7 +136,7 @@ class SDXLAdapter(SDAdapter):
                 out[k][i] = enc[k][n]
         return out
 
-    def add_conditioning(self, jobs: list[DiffusionJob]) -> None:
+    def add_conditioning(self, jobs: list[SDJob]) -> None:
         for j in jobs:
             pooled = j.cond["text_embeds"]
             size = (j.height, j.width)

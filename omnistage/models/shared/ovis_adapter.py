@@ -17,6 +17,7 @@ reproduces it exactly:
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,15 @@ TEXT = "encoder_hidden_states"
 MAX_SEQUENCE_LENGTH = 256  # OvisImagePipeline.__call__'s default, and the most its check_inputs allows
 
 
+@dataclass
+class OvisJob(DiffusionJob):
+    """A request's Ovis-Image state, set in validate."""
+
+    max_sequence_length: int = 0
+
+
 class OvisImageAdapter(DiffusersAdapter):
+    job_class = OvisJob
     pipeline_class_name = "OvisImagePipeline"
     separate_cfg_passes = True  # diffusers runs the negative prompt as its own forward
 
@@ -46,7 +55,7 @@ class OvisImageAdapter(DiffusersAdapter):
     def size_multiple(self) -> int:
         return self.pipe.vae_scale_factor * 2  # VAE factor x the 2x2 packing
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: OvisJob) -> None:
         p = job.params
         if job.images:
             raise InvalidRequestError("multi_modal_data.image", "Ovis-Image is text-to-image only")
@@ -56,30 +65,30 @@ class OvisImageAdapter(DiffusersAdapter):
         msl = int(p.max_sequence_length or MAX_SEQUENCE_LENGTH)
         if not 1 <= msl <= MAX_SEQUENCE_LENGTH:
             raise InvalidRequestError("max_sequence_length", f"{msl} is outside 1..{MAX_SEQUENCE_LENGTH}")
-        job.extra["max_sequence_length"] = msl
+        job.max_sequence_length = msl
         job.rows = p.num_outputs_per_prompt
 
-    def batch_key(self, job: DiffusionJob) -> Hashable:
+    def batch_key(self, job: OvisJob) -> Hashable:
         # one position-id table per forward: same size and text length (every prompt is padded to it)
-        return (type(self).__name__, job.height, job.width, job.extra["max_sequence_length"])
+        return (type(self).__name__, job.height, job.width, job.max_sequence_length)
 
-    def latent_grid(self, job: DiffusionJob) -> tuple[int, int]:
+    def latent_grid(self, job: OvisJob) -> tuple[int, int]:
         f = self.pipe.vae_scale_factor
         return 2 * (job.height // (f * 2)), 2 * (job.width // (f * 2))
 
     # ------------------------------------------------------------- preparation
 
-    def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
+    def embed(self, prompts: list[str], jobs: list[OvisJob]) -> dict[str, torch.Tensor]:
         embeds, _, _, _ = self.pipe.encode_prompt(
             prompt=prompts,
             do_classifier_free_guidance=False,
             device=self.device,
             num_images_per_prompt=1,
-            max_sequence_length=jobs[0].extra["max_sequence_length"],
+            max_sequence_length=jobs[0].max_sequence_length,
         )
         return {TEXT: embeds}
 
-    def add_conditioning(self, jobs: list[DiffusionJob]) -> None:
+    def add_conditioning(self, jobs: list[OvisJob]) -> None:
         for j in jobs:
             h, w = self.latent_grid(j)
             ids = self.image_ids(j, h // 2, w // 2)
@@ -87,11 +96,11 @@ class OvisImageAdapter(DiffusersAdapter):
                 if cond is not None:
                     cond["img_ids"] = ids.expand(j.rows, *ids.shape)
 
-    def image_ids(self, job: DiffusionJob, h: int, w: int) -> torch.Tensor:
+    def image_ids(self, job: OvisJob, h: int, w: int) -> torch.Tensor:
         """RoPE ids of the job's ``h`` x ``w`` packed output tokens (_prepare_latent_image_ids)."""
         return position_ids(h, w, 0.0, job.cond[TEXT].dtype, self.device)
 
-    def timesteps(self, job: DiffusionJob) -> None:
+    def timesteps(self, job: OvisJob) -> None:
         n = job.params.num_inference_steps
         kwargs: dict[str, Any] = {} if (sigmas := self.sigmas(n)) is None else {"sigmas": sigmas}
         h, w = self.latent_grid(job)
@@ -105,7 +114,7 @@ class OvisImageAdapter(DiffusersAdapter):
         """The schedule __call__ passes: linear sigmas, unless the scheduler makes its own flow sigmas."""
         return None if self.pipe.scheduler.config.get("use_flow_sigmas", False) else np.linspace(1.0, 1 / n, n)
 
-    def init_latents(self, job: DiffusionJob) -> None:
+    def init_latents(self, job: OvisJob) -> None:
         h, w = self.latent_grid(job)
         job.latents = pack(self.noise(job, (job.rows, self.latent_channels, h, w), job.cond[TEXT].dtype))
 
@@ -139,7 +148,7 @@ class OvisImageAdapter(DiffusersAdapter):
         blocks = [*tr.transformer_blocks, *tr.single_transformer_blocks]
         return [BlockLayout.uniform(tr, blocks, JOINT_BLOCK, probe=adaln_zero_probe)]
 
-    def decode(self, jobs: list[DiffusionJob]) -> list[list[np.ndarray]]:
+    def decode(self, jobs: list[OvisJob]) -> list[list[np.ndarray]]:
         h, w = self.latent_grid(jobs[0])  # one key per decode: same size
         vae = self.pipe.vae
         latents = self.denormalize_latents(unpack(torch.cat([j.latents for j in jobs]), h, w))

@@ -19,6 +19,7 @@ reproduces it exactly:
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -41,7 +42,16 @@ DIT_BLOCK = BlockIO(
 )
 
 
+@dataclass
+class PixArtJob(DiffusionJob):
+    """A request's PixArt-Sigma / Sana state, set in validate."""
+
+    max_sequence_length: int = 0
+    output_size: tuple[int, int] | None = None  # resolution binning: the requested (height, width), else None
+
+
 class PixArtSigmaAdapter(DiffusersAdapter):
+    job_class = PixArtJob
     pipeline_class_name = "PixArtSigmaPipeline"
     family: ClassVar[str] = "PixArt-Σ"
     clean_caption: ClassVar[bool] = True  # __call__'s default (a no-op without beautifulsoup4 and ftfy installed)
@@ -67,13 +77,13 @@ class PixArtSigmaAdapter(DiffusersAdapter):
         }
         return tables.get(self.pipe.transformer.config.sample_size, {})
 
-    def binning(self, job: DiffusionJob) -> bool:
+    def binning(self, job: PixArtJob) -> bool:
         value = job.params.extra_args.get("use_resolution_binning", True)
         if not isinstance(value, bool):
             raise InvalidRequestError("use_resolution_binning", f"expected true or false, got {value!r}")
         return value
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: PixArtJob) -> None:
         p = job.params
         if job.images:
             raise InvalidRequestError("multi_modal_data.image", f"{self.family} is text-to-image only")
@@ -82,7 +92,7 @@ class PixArtSigmaAdapter(DiffusersAdapter):
         msl = int(p.max_sequence_length or MAX_SEQUENCE_LENGTH)
         if not 1 <= msl <= TEXT_LIMIT:
             raise InvalidRequestError("max_sequence_length", f"{msl} is outside 1..{TEXT_LIMIT}")
-        job.extra["max_sequence_length"] = msl
+        job.max_sequence_length = msl
         if self.binning(job):
             bins = self.aspect_ratio_bins()
             if not bins:
@@ -97,7 +107,7 @@ class PixArtSigmaAdapter(DiffusersAdapter):
                 if value < 1:
                     raise InvalidRequestError(name, f"{value} is not a positive size")
                 setattr(job, name, int(value))
-            job.extra["output_size"] = (job.height, job.width)
+            job.output_size = (job.height, job.width)
             job.height, job.width = self.pipe.image_processor.classify_height_width_bin(job.height, job.width, bins)
         else:
             self.validate_size(
@@ -105,30 +115,30 @@ class PixArtSigmaAdapter(DiffusersAdapter):
             )
         job.rows = p.num_outputs_per_prompt
 
-    def batch_key(self, job: DiffusionJob) -> Hashable:
+    def batch_key(self, job: PixArtJob) -> Hashable:
         # one latent size per forward; the text is padded to max_sequence_length, so that must match too
-        return (type(self).__name__, job.height, job.width, job.extra["max_sequence_length"])
+        return (type(self).__name__, job.height, job.width, job.max_sequence_length)
 
     # ------------------------------------------------------------- preparation
 
-    def embed(self, prompts: list[str], jobs: list[DiffusionJob]) -> dict[str, torch.Tensor]:
+    def embed(self, prompts: list[str], jobs: list[PixArtJob]) -> dict[str, torch.Tensor]:
         embeds, mask, _, _ = self.pipe.encode_prompt(
             prompts,
             do_classifier_free_guidance=False,
             device=self.device,
             num_images_per_prompt=1,
             clean_caption=self.clean_caption,
-            max_sequence_length=jobs[0].extra["max_sequence_length"],
+            max_sequence_length=jobs[0].max_sequence_length,
         )
         return {TEXT: embeds, MASK: mask}
 
-    def timesteps(self, job: DiffusionJob) -> None:
+    def timesteps(self, job: PixArtJob) -> None:
         job.sampler_state = self.sampler.make_state(job.params.num_inference_steps, device=self.device)
 
-    def latent_dtype(self, job: DiffusionJob) -> torch.dtype:
+    def latent_dtype(self, job: PixArtJob) -> torch.dtype:
         return job.cond[TEXT].dtype  # prepare_latents gets prompt_embeds.dtype
 
-    def init_latents(self, job: DiffusionJob) -> None:
+    def init_latents(self, job: PixArtJob) -> None:
         f = self.pipe.vae_scale_factor
         shape = (job.rows, self.pipe.transformer.config.in_channels, job.height // f, job.width // f)
         job.latents = self.noise(job, shape, self.latent_dtype(job)) * self.pipe.scheduler.init_noise_sigma
@@ -156,7 +166,7 @@ class PixArtSigmaAdapter(DiffusersAdapter):
         # TeaCache compares the timestep embedding the blocks get (adaLN-single's per-row modulation)
         return [BlockLayout.uniform(tr, tr.transformer_blocks, DIT_BLOCK, probe=lambda block, args: args["timestep"])]
 
-    def decode(self, jobs: list[DiffusionJob]) -> list[list[np.ndarray]]:
+    def decode(self, jobs: list[PixArtJob]) -> list[list[np.ndarray]]:
         vae = self.pipe.vae
         latents = torch.cat([j.latents for j in jobs]).to(vae.dtype)
         images = vae.decode(latents / vae.config.scaling_factor, return_dict=False)[0]
@@ -164,8 +174,8 @@ class PixArtSigmaAdapter(DiffusersAdapter):
         for j in jobs:
             part = images[pos : pos + j.rows]
             pos += j.rows
-            if "output_size" in j.extra:  # back from the bin to the requested size
-                h, w = j.extra["output_size"]
+            if j.output_size is not None:  # back from the bin to the requested size
+                h, w = j.output_size
                 part = self.pipe.image_processor.resize_and_crop_tensor(part, w, h)
             out.extend(self.to_uint8(part, [j]))
         return out

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,16 @@ from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 DURATION = "duration"  # the request's length in seconds (diffusers' audio_end_in_s, starting at 0)
 
 
+@dataclass
+class StableAudioJob(DiffusionJob):
+    """A request's Stable Audio state, set in validate."""
+
+    seconds: float = 0.0  # the clip's length
+    samples: int = 0  # ... in audio samples (the decoded audio is cut to it)
+
+
 class StableAudioAdapter(DiffusersAdapter):
+    job_class = StableAudioJob
     pipeline_class_name = "StableAudioPipeline"
 
     def __init__(self, pipe: Any, dtype: torch.dtype, device: torch.device):
@@ -48,7 +58,7 @@ class StableAudioAdapter(DiffusersAdapter):
 
     # ------------------------------------------------------------- request checks
 
-    def validate(self, job: DiffusionJob) -> None:
+    def validate(self, job: StableAudioJob) -> None:
         p = job.params
         if job.images:
             raise InvalidRequestError("multi_modal_data.image", "Stable Audio is text-to-audio only; it takes no image")
@@ -65,11 +75,11 @@ class StableAudioAdapter(DiffusersAdapter):
             raise InvalidRequestError(
                 DURATION, f"{seconds} s is outside this model's range: more than 0, at most {self.max_seconds:g} s"
             )
-        job.extra["seconds"] = float(seconds)
-        job.extra["samples"] = samples
+        job.seconds = float(seconds)
+        job.samples = samples
         job.rows = 1
 
-    def batch_key(self, job: DiffusionJob) -> Hashable:
+    def batch_key(self, job: StableAudioJob) -> Hashable:
         # every request denoises the same number of latent frames: any durations share a forward
         return "stable_audio"
 
@@ -92,14 +102,14 @@ class StableAudioAdapter(DiffusersAdapter):
         embeds = embeds * mask.unsqueeze(-1).to(embeds.dtype)
         return embeds * mask.unsqueeze(-1).to(embeds.dtype)  # twice, as encode_prompt does (a no-op on 0/1)
 
-    def _seconds(self, jobs: list[DiffusionJob]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _seconds(self, jobs: list[StableAudioJob]) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.pipe.projection_model(
             start_seconds=torch.zeros(len(jobs), device=self.device),
-            end_seconds=torch.tensor([j.extra["seconds"] for j in jobs]).to(self.device),
+            end_seconds=torch.tensor([j.seconds for j in jobs]).to(self.device),
         )
         return out.seconds_start_hidden_states, out.seconds_end_hidden_states
 
-    def encode(self, jobs: list[DiffusionJob]) -> None:
+    def encode(self, jobs: list[StableAudioJob]) -> None:
         texts = self._texts([j.prompt for j in jobs], zero_padding=False)
         start, end = self._seconds(jobs)
         for i, j in enumerate(jobs):
@@ -123,10 +133,10 @@ class StableAudioAdapter(DiffusersAdapter):
                 hidden = torch.zeros_like(j.cond["encoder_hidden_states"])
             j.uncond = {"encoder_hidden_states": hidden, "global_hidden_states": j.cond["global_hidden_states"]}
 
-    def timesteps(self, job: DiffusionJob) -> None:
+    def timesteps(self, job: StableAudioJob) -> None:
         job.sampler_state = self.sampler.make_state(job.params.num_inference_steps, device=self.device)
 
-    def init_latents(self, job: DiffusionJob) -> None:
+    def init_latents(self, job: StableAudioJob) -> None:
         shape = (1, self.pipe.transformer.config.in_channels, self.frames)
         dtype = job.cond["encoder_hidden_states"].dtype  # prepare_latents draws in the embeddings' dtype
         job.latents = self.noise(job, shape, dtype) * self.pipe.scheduler.init_noise_sigma
@@ -143,11 +153,11 @@ class StableAudioAdapter(DiffusersAdapter):
             return_dict=False,
         )[0]
 
-    def decode(self, jobs: list[DiffusionJob]) -> list[list[Any]]:
+    def decode(self, jobs: list[StableAudioJob]) -> list[list[Any]]:
         vae = self.pipe.vae
         audio = vae.decode(torch.cat([j.latents for j in jobs]).to(vae.dtype)).sample
         # each request's clip: its own length cut from the model's whole window, float32 [channels, samples]
-        return [[audio[i, :, : j.extra["samples"]].float().cpu().numpy()] for i, j in enumerate(jobs)]
+        return [[audio[i, :, : j.samples].float().cpu().numpy()] for i, j in enumerate(jobs)]
 
-    def pack_output(self, job: DiffusionJob, decoded: list[Any]) -> dict[str, Any]:
+    def pack_output(self, job: StableAudioJob, decoded: list[Any]) -> dict[str, Any]:
         return {"audio": np.ascontiguousarray(decoded[0]), "sample_rate": self.sample_rate}

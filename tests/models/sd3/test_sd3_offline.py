@@ -43,6 +43,15 @@ def test_omni_generate_returns_pil_images_equal_to_diffusers(sd3, ref):
         assert diff.max() <= 1
 
 
+def test_cli_generate_refuses_a_key_the_family_does_not_declare(sd3, tmp_path, capsys):
+    """Offline, an extra-body key the family does not declare is an error naming it (over HTTP: a warning)."""
+    out = tmp_path / "cat.png"
+    rc = cli_main(["generate", sd3, "--prompt", "a red cat", "--extra-body", '{"not_a_knob": 1}', "--output", str(out)])
+    assert rc != 0
+    assert "not_a_knob" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_cli_generate_writes_the_image_with_a_progress_bar(sd3, ref, tmp_path, capsys):
     out = tmp_path / "cat.png"
     rc = cli_main(
@@ -61,8 +70,6 @@ def test_cli_generate_writes_the_image_with_a_progress_bar(sd3, ref, tmp_path, c
             "5",
             "--guidance-scale",
             "4",
-            "--extra-body",
-            '{"not_a_knob": 1}',
             "--output",
             str(out),
         ]
