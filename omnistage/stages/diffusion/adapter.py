@@ -73,8 +73,6 @@ class DiffusionJob(Tracked):
     uncond: dict[str, torch.Tensor] | None = None
     sampler_state: Any = None
     latents: torch.Tensor | None = None
-    # untyped scratch space; a family keeps its own per-request state in typed fields of its ``job_class``
-    extra: dict[str, Any] = field(default_factory=dict)
     step_guidance: list[float] | None = None  # per-step CFG scale (Wan2.2's low-noise expert), else params'
     # A family whose CFG rule is not diffusers' usual one (CFG when guidance_scale > 1, at that scale) sets
     # these in validate(): FLUX's true CFG (true_cfg_scale with a negative prompt; guidance_scale is an
