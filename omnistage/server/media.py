@@ -218,7 +218,12 @@ def encode_mp4(
         frames = np.pad(frames, ((0, 0), (0, ph - h), (0, pw - w), (0, 0)), mode="edge")
     buf = io.BytesIO()
     with av.open(buf, mode="w", format="mp4") as container:
-        stream = container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1000))
+        # MB-tree rate control off: with it x264 read uninitialised heap memory, so the same frames gave different
+        # bitstreams from run to run (decoded pixels up to 30 levels apart; glibc's MALLOC_PERTURB_ fill byte
+        # alone changed the output); every other default stays
+        stream = container.add_stream(
+            "libx264", rate=Fraction(fps).limit_denominator(1000), options={"x264-params": "mbtree=0"}
+        )
         stream.width, stream.height, stream.pix_fmt = pw, ph, "yuv420p"
         sound = None if audio is None else _AacTrack(container, audio, sample_rate)
         for i in range(t):

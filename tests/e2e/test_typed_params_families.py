@@ -60,13 +60,7 @@ ROWS = [
     Row("ltx2", (64, 32), frames=9),
     Row("ltx23", (64, 32), frames=9, extra={"max_sequence_length": 16}),  # the LTX-2.3 layout
     Row("hunyuan_video15", (32, 16), frames=5),
-    # two chunks: the shortest length Helios makes. Over HTTP, repeated identical requests to one tiny Helios server
-    # give different frames (up to 43 levels; offline runs on one engine agree exactly): a known bug, marked
-    pytest.param(
-        Row("helios", (32, 32), frames=65),
-        marks=pytest.mark.xfail(reason="Helios over HTTP is not deterministic across identical requests", strict=False),
-        id="helios",
-    ),
+    Row("helios", (32, 32), frames=65),  # two chunks: the shortest length Helios makes
 ]
 STANDARD = set(DiffusionSamplingParams.model_fields)
 
