@@ -191,7 +191,10 @@ if __name__ == "__main__":
     omni = Omni(sys.argv[1], enforce_eager=True)
     params = [{"max_tokens": 2000, "ignore_eos": True}]
     print("generating", flush=True)
-    omni.generate(["hello there"] * 4, params, use_tqdm=False)
+    # chat messages: a plain-text prompt on the tiny chat model can end vLLM's CPU worker with SIGILL on this
+    # CPU (a separate bug, see docs/reliability.md), which would restart the engine under the test
+    chat = {"messages": [{"role": "user", "content": "hello there"}]}
+    omni.generate([chat] * 4, params, use_tqdm=False)
     print("finished: too early", flush=True)
 """
 

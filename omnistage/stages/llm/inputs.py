@@ -367,10 +367,13 @@ def _in_model_form(engine: Any, mm: dict[str, Any] | None) -> dict[str, Any] | N
             (resample(a[0], a[1], target), target) if _is_audio_item(a) and int(a[1]) != target else a
             for a in mm["audio"]
         ]
-    if mm.get("image"):
-        from PIL import Image
+    from PIL import Image
 
-        out["image"] = [rgb_image(im) if isinstance(im, Image.Image) else im for im in mm["image"]]
+    images = mm.get("image")
+    if isinstance(images, Image.Image):
+        out["image"] = rgb_image(images)
+    elif isinstance(images, (list, tuple)):  # not a Mapping: a model's own image form (GLM-Image's VQ token ids)
+        out["image"] = [rgb_image(im) if isinstance(im, Image.Image) else im for im in images]
     return out
 
 
