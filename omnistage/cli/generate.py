@@ -85,7 +85,7 @@ def build_params(args: argparse.Namespace) -> dict[str, Any]:
         "num_frames": args.num_frames,
     }
     params.update({k: v for k, v in flags.items() if v is not None})
-    if getattr(args, "duration", None) is not None:  # the text-to-audio families' own parameter
+    if args.duration is not None:  # the text-to-audio families' own parameter
         params["extra_args"] = {**params.get("extra_args", {}), "duration": args.duration}
     return params
 

@@ -27,7 +27,7 @@ from starlette.datastructures import UploadFile
 from omnistage.engine.request import OmniRequest
 from omnistage.errors import InvalidRequestError
 from omnistage.modality import OutputModality
-from omnistage.params import denoising_stages
+from omnistage.params import DiffusionSamplingParams, denoising_stages
 from omnistage.server.admission import Slot
 from omnistage.server.deps import get_state
 from omnistage.server.errors import (
@@ -136,10 +136,12 @@ def _warnings(state: ServerState, body: VideoRequest, req: OmniRequest, video: A
     out = list(req.warnings)
     targets = denoising_stages(state.engine.pipeline)
     params = req.sampling_params[targets[0]] if targets else None
-    asked = getattr(params, "num_frames", None)
-    if getattr(params, "nearest_frames", False) and video is not None and asked and len(video) != asked:
+    if not isinstance(params, DiffusionSamplingParams):  # the route builds these for every denoising stage
+        return out
+    asked = params.num_frames
+    if params.nearest_frames and video is not None and asked and len(video) != asked:
         out.append(
-            f"seconds={body.seconds:g} x fps={getattr(params, 'fps', None) or '?'} is {asked} frames, a count "
+            f"seconds={body.seconds:g} x fps={params.fps or '?'} is {asked} frames, a count "
             f"{state.engine.pipeline.name} does not make; it made the nearest, {len(video)}"
         )
     return out
