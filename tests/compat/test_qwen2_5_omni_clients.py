@@ -18,6 +18,7 @@ from openai import OpenAI
 
 from omnistage.server.media import encode_mp4
 from tests.compat.conftest import serve_as_default
+from tests.compat.omni_answers import assert_answers_as_ours
 from tests.models.chat.mm_cases import mp4
 from tests.models.qwen_omni import media
 
@@ -139,19 +140,8 @@ def test_the_openai_client_speaks_as_omnistages_own_request(server):
     raw = client.chat.completions.with_raw_response.create(
         messages=messages, model="default", modalities=None, extra_body={"sampling_params_list": CLIENT_LISTS}
     )
-    completion = raw.parse()
     ours = chat(server, native(messages, ["text", "audio"]))
-    expected = ours["choices"][0]["message"]
-    choice = completion.choices[0]
-    assert choice.message.content == expected["content"] and choice.message.content
-    assert choice.message.audio.transcript == choice.message.content
-    got = wav(choice.message.audio.data)
-    assert got.size > 0 and np.array_equal(got, wav(expected["audio"]["data"]))  # same seed, same codes
-    assert choice.finish_reason == ours["choices"][0]["finish_reason"]
-    assert completion.usage.model_dump(exclude_none=True) == ours["usage"]
-    warnings = raw.headers.get_list("x-omnistage-warning")
-    assert any(w.startswith("sampling_params_list[1]: detokenize, stop_token_ids ignored") for w in warnings)
-    assert any(w.startswith("sampling_params_list[2]: detokenize, max_tokens, repetition_penalty, ") for w in warnings)
+    assert_answers_as_ours(raw, ours, wav)
 
 
 @pytest.mark.parametrize("query", ["mixed_modalities", "multi_audios"])
