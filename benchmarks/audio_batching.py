@@ -1,15 +1,18 @@
-"""Text-to-audio step-level batching vs diffusers on Stable Audio (random weights), CPU/GPU.
+"""Text-to-audio step-level batching vs diffusers (random weights), CPU/GPU: Stable Audio or LongCat-AudioDiT.
 
 N requests of mixed durations through omnistage (``AsyncOmni``, one diffusion stage, at most ``c`` in flight)
-against (a) ``StableAudioPipeline`` called once per request, sequentially, and (b) called once per batch of ``c``
-prompts (the ideal static batch: diffusers takes one duration per call, so the batch gets the longest; every
-request denoises the model's whole window either way, so the work per forward is the same).
+against (a) the diffusers pipeline called once per request, sequentially, and (b) called once per batch of ``c``
+prompts (the ideal static batch: diffusers takes one duration per call, so the batch gets the longest). Stable
+Audio denoises the model's whole window whatever the duration, so the work per forward is the same either way;
+LongCat-AudioDiT's latent length is the duration, so (b) does the longest clip's work for every prompt of a batch
+(and returns clips of the wrong length), while the engine batches only the durations of one frame bucket.
 
     .venv/bin/python benchmarks/audio_batching.py                       # CPU, 1 thread, 16 requests, c = 1, 4, 8
+    .venv/bin/python benchmarks/audio_batching.py --family longcat_audio
 
-The folder is the tiny fixture's (``omnistage/models/stable_audio/tiny.py``) with a wider, deeper DiT over a
+The folder is the family's tiny fixture (``omnistage/models/<family>/tiny.py``) with a wider, deeper DiT over a
 longer window, so the DiT, not Python, is what a step costs. Runs go in rounds (alternating order); the fastest
-of each kind is kept. Writes ``benchmarks/results/audio_batching_stable_audio.{json,md}``.
+of each kind is kept. Writes ``benchmarks/results/audio_batching_<family>.{json,md}``.
 """
 
 from __future__ import annotations
@@ -33,22 +36,43 @@ sys.path.insert(0, str(Path(__file__).parent))
 from batching_runs import Clock, summary  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
-NAME = "audio_batching_stable_audio"
 PROMPTS = ["rain on a tin roof", "church bells", "a dog barking", "waves on a beach", "a cat meowing"]
-DIT = dict(num_layers=6, attention_head_dim=32, num_attention_heads=4, num_key_value_attention_heads=2)
-FRAMES = 256  # latent frames: 256 x hop 32 / 16 kHz = 0.512 s, the longest clip
+# per family: the diffusers pipeline, its duration argument, the grown DiT, the longest clip's latent frames
+FAMILIES = {
+    "stable_audio": dict(
+        pipeline="StableAudioPipeline",
+        duration_arg="audio_end_in_s",
+        guidance=7.0,  # StableAudioPipeline's default
+        dit=dict(num_layers=6, attention_head_dim=32, num_attention_heads=4, num_key_value_attention_heads=2),
+        frames=256,  # 256 x hop 32 / 16 kHz = 0.512 s: the window every request denoises
+    ),
+    "longcat_audio": dict(
+        pipeline="LongCatAudioDiTPipeline",
+        duration_arg="audio_duration_s",
+        guidance=4.0,  # LongCatAudioDiTPipeline's default
+        dit=dict(dit_dim=128, dit_depth=6, dit_heads=4),
+        frames=256,  # 256 x hop 256 / 16 kHz = 4.096 s: the longest request's latent length
+    ),
+}
 
 
-def build(folder: Path) -> None:
-    from diffusers import StableAudioDiTModel, StableAudioPipeline
+def build(folder: Path, family: str) -> None:
+    import importlib
 
-    from omnistage.models.stable_audio import tiny
+    import diffusers
 
-    tiny.build(folder)
-    pipe = StableAudioPipeline.from_pretrained(folder)
+    spec = FAMILIES[family]
+    importlib.import_module(f"omnistage.models.{family}.tiny").build(folder)
+    pipe = getattr(diffusers, spec["pipeline"]).from_pretrained(folder)
     torch.manual_seed(0)
-    cfg = {**dict(pipe.transformer.config), **DIT, "sample_size": FRAMES}
-    pipe.transformer = StableAudioDiTModel.from_config(cfg).eval()
+    cfg = {**dict(pipe.transformer.config), **spec["dit"]}
+    if family == "stable_audio":
+        cfg["sample_size"] = spec["frames"]
+    pipe.transformer = type(pipe.transformer).from_config(cfg).eval()
+    with torch.no_grad():  # LongCat's DiT zero-initialises its output layers: random there too (as the fixture)
+        for p in pipe.transformer.parameters():
+            if not p.any():
+                p.normal_(0.0, 0.2)
     pipe.save_pretrained(folder, safe_serialization=True)
 
 
@@ -59,24 +83,24 @@ def requests(n: int, steps: int, max_s: float) -> list[dict[str, Any]]:
     ]
 
 
-def run_sequential(pipe: Any, reqs: list[dict], device: torch.device) -> dict[str, Any]:
+def run_sequential(pipe: Any, reqs: list[dict], device: torch.device, arg: str) -> dict[str, Any]:
     lat = []
     with Clock(device) as clock:
         for r in reqs:
             s = time.perf_counter()
-            pipe(r["prompt"], audio_end_in_s=r["duration"], num_inference_steps=r["steps"],
+            pipe(r["prompt"], **{arg: r["duration"]}, num_inference_steps=r["steps"],
                  generator=torch.Generator().manual_seed(r["seed"]))  # fmt: skip
             lat.append(time.perf_counter() - s)
     return summary("diffusers_sequential", 1, clock, lat)
 
 
-def run_batched(pipe: Any, reqs: list[dict], c: int, device: torch.device) -> dict[str, Any]:
+def run_batched(pipe: Any, reqs: list[dict], c: int, device: torch.device, arg: str) -> dict[str, Any]:
     lat = []
     with Clock(device) as clock:
         for i in range(0, len(reqs), c):
             chunk = reqs[i : i + c]
             s = time.perf_counter()
-            pipe([r["prompt"] for r in chunk], audio_end_in_s=max(r["duration"] for r in chunk),
+            pipe([r["prompt"] for r in chunk], **{arg: max(r["duration"] for r in chunk)},
                  num_inference_steps=chunk[0]["steps"],
                  generator=[torch.Generator().manual_seed(r["seed"]) for r in chunk])  # fmt: skip
             lat.extend([time.perf_counter() - s] * len(chunk))
@@ -102,22 +126,26 @@ async def run_engine(omni: Any, reqs: list[dict], c: int, device: torch.device) 
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
-    from diffusers import StableAudioPipeline
+    import diffusers
 
     from omnistage import AsyncOmni
 
     device = torch.device(args.device)
+    spec, arg = FAMILIES[args.family], FAMILIES[args.family]["duration_arg"]
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        build(folder)
-        pipe = StableAudioPipeline.from_pretrained(folder).to(device)
+        build(folder, args.family)
+        pipe = getattr(diffusers, spec["pipeline"]).from_pretrained(folder).to(device)
         pipe.set_progress_bar_config(disable=True)
-        max_s = FRAMES * pipe.vae.hop_length / pipe.vae.config.sampling_rate
+        if args.family == "stable_audio":
+            max_s = spec["frames"] * pipe.vae.hop_length / pipe.vae.config.sampling_rate
+        else:
+            max_s = spec["frames"] * pipe.vae_scale_factor / pipe.sample_rate
         stage = {"stage_id": 0, "dtype": "float32", "max_num_seqs": max(args.concurrency), "num_threads": 1}
         omni = await AsyncOmni(str(folder), deploy_config={"stages": [stage]}).start()
         reqs = requests(args.requests, args.steps, max_s)
         warm = [dict(r, steps=2) for r in reqs[: max(args.concurrency)]]
-        run_sequential(pipe, warm[:1], device), run_batched(pipe, warm, len(warm), device)
+        run_sequential(pipe, warm[:1], device, arg), run_batched(pipe, warm, len(warm), device, arg)
         await run_engine(omni, warm, len(warm), device)
         runs: dict[tuple[str, int], list[dict]] = {}
         order = [("diffusers_sequential", 1)] + [(m, c) for c in args.concurrency for m in ("engine", "ideal")]
@@ -126,9 +154,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             for rnd in range(args.repeats):
                 for mode, c in order if rnd % 2 == 0 else order[::-1]:
                     if mode == "diffusers_sequential":
-                        res = run_sequential(pipe, reqs, device)
+                        res = run_sequential(pipe, reqs, device, arg)
                     elif mode == "ideal":
-                        res = run_batched(pipe, reqs, c, device)
+                        res = run_batched(pipe, reqs, c, device, arg)
                     else:
                         res = await run_engine(omni, reqs, c, device)
                     runs.setdefault((res["mode"], c), []).append(res)
@@ -149,8 +177,11 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "config": {"device": str(device), "cpu_count": os.cpu_count(), "torch": torch.__version__, **vars(args)},
         "model": {
-            "dit": DIT,
-            "latent_frames": FRAMES,
+            "family": args.family,
+            "dit_class": type(pipe.transformer).__name__,
+            "dit": spec["dit"],
+            "guidance": spec["guidance"],
+            "latent_frames": spec["frames"],
             "max_seconds": max_s,
             "dit_parameters": sum(p.numel() for p in pipe.transformer.parameters()),
         },  # fmt: skip
@@ -163,10 +194,11 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 def render(report: dict[str, Any]) -> str:
     m, cfg = report["model"], report["config"]
     lines = [
-        f"# Text-to-audio step-level batching vs diffusers (stable_audio, {cfg['device']}, float32)",
+        f"# Text-to-audio step-level batching vs diffusers ({m['family']}, {cfg['device']}, float32)",
         "",
-        f"StableAudioDiTModel with {m['dit_parameters'] / 1e6:.1f}M parameters (the tiny fixture's, grown: {m['dit']}, "
-        f"{m['latent_frames']} latent frames = {m['max_seconds']:g} s), random weights; guidance 7 (CFG rows); "
+        f"{m['dit_class']} with {m['dit_parameters'] / 1e6:.1f}M parameters (the tiny fixture's, grown: {m['dit']}, "
+        f"{m['latent_frames']} latent frames = {m['max_seconds']:g} s), random weights; guidance {m['guidance']:g} "
+        "(CFG rows); "
         f"{cfg['requests']} requests of durations {report['durations_s']} s, {cfg['steps']} steps; best of "
         f"{cfg['repeats']} rounds. Ideal: one diffusers call per `concurrency` prompts at the batch's longest duration "
         "(diffusers takes one per call). Generated by `benchmarks/audio_batching.py`.",
@@ -192,6 +224,7 @@ def render(report: dict[str, Any]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--family", default="stable_audio", choices=sorted(FAMILIES))
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--steps", type=int, default=8)
@@ -203,8 +236,9 @@ def main() -> None:
     torch.set_num_threads(1)
     report = asyncio.run(bench(args))
     out = Path(args.out)
-    (out / f"{NAME}.json").write_text(json.dumps(report, indent=1) + "\n")
-    (out / f"{NAME}.md").write_text(render(report))
+    name = f"audio_batching_{args.family}"
+    (out / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / f"{name}.md").write_text(render(report))
     print(render(report))
 
 

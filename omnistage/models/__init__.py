@@ -23,6 +23,7 @@ from omnistage.models import (
     glm_image,
     helios,
     hunyuan_video15,
+    longcat_audio,
     longcat_image,
     ltx2,
     ovis_image,
@@ -79,6 +80,7 @@ FAMILIES = (
     ovis_image,
     longcat_image,
     stable_audio,
+    longcat_audio,
 )
 
 for _family in FAMILIES:

@@ -37,7 +37,7 @@ class AudioGenerateRequest(RequestKnobs):
 
     model: str | None = None
     prompt: str = Field(min_length=1, max_length=32000)
-    duration: float | None = Field(None, gt=0, allow_inf_nan=False)  # seconds; None: the model's longest clip
+    duration: float | None = Field(None, gt=0, allow_inf_nan=False)  # seconds; None: the model's default length
     response_format: Literal["wav", "flac", "mp3", "pcm"] = "wav"
     extra_body: dict[str, Any] | None = None
 
