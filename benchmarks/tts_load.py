@@ -14,9 +14,10 @@ RSS after the load within 10% of RSS before it. Results: ``benchmarks/results/tt
 
 ``--family qwen3_tts`` serves the tiny Qwen3-TTS Base checkpoint instead (every request clones: in
 context from the clip + its transcript, or from its x-vector alone, alternately); results
-``tts_load_qwen3_tts.{json,md}``.
+``tts_load_qwen3_tts.{json,md}``. ``--family higgs_audio`` serves the tiny Higgs Audio v2 folder (half the
+requests clone from the clip + its transcript); results ``tts_load_higgs_audio.{json,md}``.
 
-    python benchmarks/tts_load.py [--family llasa|qwen3_tts] [--concurrency 64] [--bursts 3] [--max-pending 24]
+    python benchmarks/tts_load.py [--family llasa|qwen3_tts|higgs_audio] [--concurrency 64] [--bursts 3] [--max-pending 24]
         [--frames 24]
 """
 
@@ -73,6 +74,9 @@ async def burst(url: str, n: int, frames: int, ref: str, family: str = "llasa") 
         "max_tokens": tokens,
         "min_tokens": tokens,
     }
+    if family == "higgs_audio":  # LM steps: the all-BOS step and 3 delay steps make no frame (4 codebooks)
+        body.pop("min_tokens")
+        body.update(max_tokens=frames + 4, sampling_params_list=[{"ras_win_len": 0}, None])  # no random redraws
 
     def clone(i: int) -> dict:
         if family == "qwen3_tts":  # a Base checkpoint always clones
@@ -108,13 +112,12 @@ def run_config(model: Path, storage: Path, args: argparse.Namespace, max_pending
     os.environ["OMNISTAGE_SERVER_STORAGE__PATH"] = str(storage)
     storage.mkdir(parents=True, exist_ok=True)
     log = storage / f"server-{max_pending or 'unlimited'}.log"
-    overrides = (
-        [] if args.family == "qwen3_tts" else ["--stage-overrides", '{"0": {"max_model_len": 512, "dtype": "float32"}}']
-    )
+    no_vllm = args.family in ("qwen3_tts", "higgs_audio")
+    overrides = [] if no_vllm else ["--stage-overrides", '{"0": {"max_model_len": 512, "dtype": "float32"}}']
     srv = ServeProcess.launch([str(model), "--served-model-name", f"tiny-{args.family}", *extra, *overrides], log)
     ref = clip_url()
-    # PCM16 bytes of a complete reply (320 samples per XCodec2 frame, 1920 per Qwen3-TTS frame)
-    whole = args.frames * (1920 if args.family == "qwen3_tts" else 320) * 2
+    # PCM16 bytes of a complete reply (320 samples per XCodec2 frame, 1920 per Qwen3-TTS frame, 960 per Higgs's)
+    whole = args.frames * {"qwen3_tts": 1920, "higgs_audio": 960}.get(args.family, 320) * 2
     try:
         asyncio.run(burst(srv.url, args.concurrency, args.frames, ref, args.family))  # warm-up: first-request costs
         time.sleep(args.settle_s)
@@ -179,7 +182,7 @@ def write(report: dict) -> None:
             else "half cloning a voice from an inline WAV"
         )
         + f"), {report['frames']} codec frames each, after one warm-up burst; RSS of the server process "
-        f"tree ({'server' if family == 'qwen3_tts' else 'server + vLLM engine core'}) after the warm-up vs after the "
+        f"tree ({'server + vLLM engine core' if family == 'llasa' else 'server'}) after the warm-up vs after the "
         f"last burst + {report['settle_s']} s.",
         "",
         "| --max-pending | requests | 200 (complete) | 503 (with Retry-After) | other | TTFB p50 / p95 ms | "
@@ -206,7 +209,7 @@ def main(args: argparse.Namespace) -> dict:
     if args.family == "qwen3_tts":  # its tiny checkpoints come from the reference package
         model = Path(__file__).resolve().parents[1] / "tests/models/qwen3_tts/tiny/base"
     else:
-        model = build("llasa", root / "llasa")
+        model = build(args.family, root / args.family)
     runs = [run_config(model, root / f"storage-{mp or 0}", args, mp) for mp in (None, args.max_pending)]
     return {
         "family": args.family,
@@ -220,7 +223,7 @@ def main(args: argparse.Namespace) -> dict:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", default="llasa", choices=["llasa", "qwen3_tts"])
+    parser.add_argument("--family", default="llasa", choices=["llasa", "qwen3_tts", "higgs_audio"])
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--bursts", type=int, default=3)
     parser.add_argument("--max-pending", type=int, default=24)

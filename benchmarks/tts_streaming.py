@@ -18,7 +18,7 @@ delta (one per frame), "whole" is the complete answer of the same request (what 
 waits for), and streamed vs whole compares the concatenated deltas with the final audio. ``--frames``
 caps its LM steps (``max_tokens``; the tiny model also ends itself), 40 by default.
 
-    python benchmarks/tts_streaming.py [--family codec_tts|llasa|csm|qwen3_tts|vibevoice | --model DIR]
+    python benchmarks/tts_streaming.py [--family codec_tts|llasa|csm|qwen3_tts|vibevoice|higgs_audio | --model DIR]
         [--rounds 5] [--chunk-frames 8] [--initial-chunk-frames N] [--frames 200] [--concurrency 1 8]
 
 Without --model the tiny fixture of --family is built (tiny LM and codec:
@@ -118,16 +118,21 @@ async def main(args: argparse.Namespace) -> dict:
     for engine in modes.values():
         await engine.start()
     from omnistage.models.csm.config import is_csm
+    from omnistage.models.higgs_audio.config import INITIAL_CHUNK_FRAMES as HIGGS_FIRST
+    from omnistage.models.higgs_audio.config import is_higgs_audio
     from omnistage.models.qwen3_tts.config import INITIAL_CHUNK_FRAMES as QWEN3_TTS_FIRST
     from omnistage.models.qwen3_tts.config import is_qwen3_tts
     from omnistage.models.shared.codec_lm.config import load_tts_config
 
     csm = is_csm(Path(model))
     qwen3_tts = is_qwen3_tts(Path(model))
+    higgs = is_higgs_audio(Path(model))
     if one_stage:  # VibeVoice: LM steps (the speech token's make frames); tokens are argmax, the seed sets the noise
         lm = {"max_tokens": args.frames, "seed": 0}
     elif csm:  # CSM's backbone stage counts frames (K codes each) and takes no repetition penalty / min_tokens
         lm = {"temperature": 0, "max_tokens": args.frames}
+    elif higgs:  # LM steps: the all-BOS step and N - 1 delay steps make no frame; no repetition-aware redraws
+        lm = {"temperature": 0, "ras_win_len": 0, "max_tokens": args.frames + 4}
     elif qwen3_tts:  # the talker counts tokens: N make N - 1 frames
         lm = {"temperature": 0, "repetition_penalty": 1.0, "max_tokens": args.frames + 1, "min_tokens": args.frames + 1}
     else:
@@ -190,10 +195,18 @@ async def main(args: argparse.Namespace) -> dict:
     if one_stage:
         codec_name, first, chunk = "vibevoice_acoustic", 1, 1  # every frame is a delta
     else:
-        codec_name = "mimi" if csm else "qwen3_tts_12hz" if qwen3_tts else codec_type(Path(model) / "codec")
+        codec_name = (
+            "mimi"
+            if csm
+            else "qwen3_tts_12hz"
+            if qwen3_tts
+            else "higgs_audio_v2_tokenizer"
+            if higgs
+            else codec_type(Path(model) / "codec")
+        )
         first = (
             args.initial_chunk_frames
-            or (QWEN3_TTS_FIRST if qwen3_tts else load_tts_config(model).initial_chunk_frames)
+            or (QWEN3_TTS_FIRST if qwen3_tts else HIGGS_FIRST if higgs else load_tts_config(model).initial_chunk_frames)
             or args.chunk_frames
         )
         chunk = args.chunk_frames
@@ -274,7 +287,7 @@ if __name__ == "__main__":
     parser.add_argument(
         "--family",
         default="codec_tts",
-        choices=["codec_tts", "llasa", "csm", "qwen3_tts", "vibevoice"],
+        choices=["codec_tts", "llasa", "csm", "qwen3_tts", "vibevoice", "higgs_audio"],
         help="tiny fixture to build when --model is not given",
     )
     parser.add_argument(

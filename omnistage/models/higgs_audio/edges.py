@@ -1,0 +1,30 @@
+"""The edge LM -> decoder: one ``token_ids`` row [N codes] per un-delayed frame in, codes [N, frames] out.
+
+Streamed (async chunk): the first ``initial_codec_chunk_frames`` frames as soon as they exist, then every
+``chunk_frames`` (the decoder stage's params, per request or deploy), the rest when the LM finishes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from omnistage.errors import InvalidRequestError
+from omnistage.models.higgs_audio.config import CHUNK_FRAMES, INITIAL_CHUNK_FRAMES
+from omnistage.stages.ar.params import frames_in_chunks
+
+NO_FRAMES = "Higgs Audio produced no audio frame for this input (its speech ended before a whole frame)"
+
+
+def whole_codes(source: dict[str, Any], request: Any) -> dict[str, Any]:
+    frames = source.get("token_ids")
+    if frames is None or len(frames) == 0:
+        raise InvalidRequestError("input", NO_FRAMES)
+    return {"codes": torch.as_tensor(frames).T.contiguous()}
+
+
+def codes_in_chunks(delta: dict[str, Any], request: Any, state: dict[str, Any]) -> dict[str, Any] | None:
+    return frames_in_chunks(
+        delta, request, state, first_default=INITIAL_CHUNK_FRAMES, every_default=CHUNK_FRAMES, no_frames=NO_FRAMES
+    )

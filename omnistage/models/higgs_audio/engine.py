@@ -1,0 +1,153 @@
+"""Higgs Audio v2's LM stage: ``stages.ar.StepEngine`` over ``model.HiggsModel``; it emits one ``token_ids``
+row [N codes] per un-delayed codec frame.
+
+Inputs (the request's prompt): ``prompt`` (the text to speak; several speakers as the release writes them,
+``[SPEAKER0] ... [SPEAKER1] ...``) and ``additional_information`` with ``instructions`` (the scene
+description: the release's "scene" turn, e.g. ``Audio is recorded from a quiet room.`` or
+``SPEAKER0: feminine``), ``voice`` (``default``: the model's own choice of voice), and ``ref_audio``
+(``(samples, rate)``) + ``ref_text`` (a voice to clone and its transcript: an earlier exchange of the
+conversation, the transcript a user turn and the clip the assistant's answer, as the release clones). The clip
+is encoded by the checkpoint's audio tokenizer (``audio_encoder.py``) in the prefill.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from omnistage.errors import InvalidRequestError
+from omnistage.models.higgs_audio.config import (
+    MAX_REF_AUDIO_S,
+    SAMPLE_RATE,
+    SYSTEM_PROMPT,
+    VOICES,
+    HiggsParams,
+    checkpoint_defaults,
+    parse_params,
+)
+from omnistage.models.higgs_audio.model import HiggsModel, HiggsRow
+from omnistage.models.shared.codec_lm.codec import mono_clip
+from omnistage.pipeline import StageContext
+from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
+from omnistage.stages.ar.kv import RequestKV
+from omnistage.stages.base import StageRequest
+
+
+@dataclass
+class HiggsRequest(ARRequest):
+    messages: list[dict] = field(default_factory=list)
+    clips: list[np.ndarray] = field(default_factory=list)  # the conversation's audio items, at the codec's rate
+    params: HiggsParams | None = None
+    row: HiggsRow | None = None
+
+
+def request_messages(inputs: Mapping[str, Any], rate: int) -> tuple[list[dict], list[np.ndarray]]:
+    """The conversation a request asks for (the release's chat: system, optional scene, a cloned voice's
+    transcript and clip as an earlier exchange, the text) and its clips (mono float32 at ``rate``)."""
+    text = inputs.get("prompt")
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidRequestError("prompt", "the text to speak is empty")
+    info = inputs.get("additional_information") or {}
+    if not isinstance(info, Mapping):
+        raise InvalidRequestError("additional_information", "expected an object")
+    voice = info.get("voice", info.get("speaker"))
+    if voice is not None and voice not in VOICES:
+        raise InvalidRequestError(
+            "voice", f"{voice!r} is not one of this model's voices ({', '.join(VOICES)}); clone one with ref_audio"
+        )
+    language = info.get("language")
+    if language is not None and not isinstance(language, str):
+        raise InvalidRequestError("language", f"expected a string, got {language!r}")
+    messages: list[dict] = [{"role": "system", "content": SYSTEM_PROMPT}]
+    scene = info.get("instructions")
+    if scene is not None:
+        if not isinstance(scene, str):
+            raise InvalidRequestError("instructions", "expected the scene description as a string")
+        if scene.strip():
+            messages.append({"role": "scene", "content": scene})
+    clips: list[np.ndarray] = []
+    ref_audio, ref_text = info.get("ref_audio"), info.get("ref_text")
+    if ref_audio is not None:
+        clip = mono_clip(ref_audio, "ref_audio", rate)
+        if clip.size > MAX_REF_AUDIO_S * rate:
+            raise InvalidRequestError(
+                "ref_audio", f"the reference clip is {clip.size / rate:.1f} s; at most {MAX_REF_AUDIO_S:g} s"
+            )
+        if not isinstance(ref_text, str) or not ref_text.strip():
+            raise InvalidRequestError("ref_text", "Higgs Audio clones from a clip and its transcript: give ref_text")
+        messages += [
+            {"role": "user", "content": ref_text},
+            {"role": "assistant", "content": [{"type": "audio"}]},
+        ]
+        clips.append(clip)
+    elif ref_text is not None:
+        raise InvalidRequestError("ref_text", "given without ref_audio")
+    messages.append({"role": "user", "content": text})
+    return messages, clips
+
+
+class HiggsEngine(StepEngine):
+    def __init__(self, ctx: StageContext):
+        if ctx.model is None:
+            raise ValueError("higgs_audio needs a model folder")
+        super().__init__(ctx)
+        self.folder = Path(ctx.model)
+        self.defaults = checkpoint_defaults(self.folder)
+
+    def load_model(self) -> HiggsModel:
+        return HiggsModel(self.folder, *self.device_and_dtype())
+
+    def new_request(self, req: StageRequest) -> HiggsRequest:
+        if req.stream_inputs:
+            raise ValueError(f"stage {self.stage_id} takes its whole input at once (no async chunk input)")
+        p = parse_params(req.params, self.defaults)
+        messages, clips = request_messages(req.inputs or {}, SAMPLE_RATE)
+        generator = None
+        if p.sampling.temperature > 0 or (p.ras_win_len and p.ras_win_max_num_repeat):  # RAS draws even greedy
+            generator = torch.Generator()
+            if p.seed is None:
+                generator.seed()
+            else:
+                generator.manual_seed(p.seed)
+        row = HiggsRow(RequestKV(self.model.num_layers), p.sampling, generator, p.ras_win_len, p.ras_win_max_num_repeat)
+        return HiggsRequest(req, messages=messages, clips=clips, params=p, row=row)
+
+    def prefill(self, r: HiggsRequest) -> Emit:
+        ids, audio = self.model.prompt(r.messages, [self.model.encoder.encode(c) for c in r.clips])
+        limit = self.model.max_positions
+        if len(ids) + r.params.max_tokens > limit:  # RoPE would run past what the model was trained on
+            raise InvalidRequestError(
+                "max_tokens",
+                f"the prompt ({len(ids)} positions) plus max_tokens ({r.params.max_tokens}) exceed the model's {limit}",
+            )
+        self.model.prefill(r.row, ids, audio)
+        return Emit()
+
+    def step(self, rs: list[HiggsRequest], items: list[Any]) -> list[Emit]:
+        emits: list[Emit] = []
+        going: list[int] = []
+        frames: list[torch.Tensor] = []
+        for i, r in enumerate(rs):
+            frame = self.model.choose(r.row)
+            if self.model.is_end(frame):  # all codebooks ended: not audio
+                emits.append(Emit(finish="stop"))
+                continue
+            out = self.model.undelayed(r.row, frame)
+            done = r.row.rows >= r.params.max_tokens
+            data = None if out is None else {"token_ids": out.unsqueeze(0)}
+            emits.append(Emit(data, tokens=0 if out is None else 1, finish="length" if done else None))
+            if not done:
+                going.append(i)
+                frames.append(frame)
+        if going:
+            self.model.advance([rs[i].row for i in going], torch.stack(frames))
+        return emits
+
+
+def build_lm_engine(ctx: StageContext) -> HiggsEngine:
+    return HiggsEngine(ctx)
