@@ -1,4 +1,4 @@
-"""Step-level continuous batching vs diffusers on SD3 / FLUX / Z-Image / Qwen-Image / LTX-2 (random weights), CPU/GPU.
+"""Step-level continuous batching vs diffusers on SD3 / FLUX / Z-Image / Qwen-Image / LTX-2 / Cosmos3 (random weights).
 
 N requests at each concurrency through omnistage (``AsyncOmni``, one diffusion stage), against
 (a) the diffusers pipeline called once per request, sequentially, and
@@ -9,6 +9,7 @@ N requests at each concurrency through omnistage (``AsyncOmni``, one diffusion s
     python benchmarks/diffusion_batching.py --device cuda --preset sd3-medium --sizes 512,1024
     .venv/bin/python benchmarks/diffusion_batching.py --family flux       # or z_image, qwen_image (family_shapes.py)
     .venv/bin/python benchmarks/diffusion_batching.py --family ltx2 --sizes 32 --steps 4 --concurrency 1,4 --requests 8
+    .venv/bin/python benchmarks/diffusion_batching.py --family cosmos3 --sizes 64 --steps 4 --concurrency 1,4 --requests 8
 
 Runs go in rounds (sequential, then engine and ideal per concurrency; every other round in reverse
 order, so drift hits all modes alike); the fastest run of each kind is kept and all durations are
@@ -216,6 +217,7 @@ async def _bench_sizes(
     msl = model["max_sequence_length"]
     sd3 = args.family == "sd3"
     knobs = sd3_knobs(msl) if sd3 else model["knobs"]
+    one_per_call = not sd3 and family_shapes.FAMILIES[args.family].one_per_call  # no batched diffusers call
     text_tokens = 77 + msl if sd3 else msl  # SD3: CLIP's 77 + T5's length; the others: at most this many
     sizes: dict[int, dict[str, Any]] = {}
     order = [(m, c) for m, c in ORDER if c in args.concurrency]
@@ -231,7 +233,8 @@ async def _bench_sizes(
         # warm-up: first kernels / cuBLAS handles at this shape, both paths, solo and the largest batch
         warm = [dict(r, num_inference_steps=2) for r in reqs[: max(args.concurrency)]]
         w = run_sequential(pipe, warm[:1], device)
-        run_batched(pipe, warm, len(warm), device)
+        if not one_per_call:
+            run_batched(pipe, warm, len(warm), device)
         await run_engine(omni, warm, len(warm), device)
         info = {
             "size": size,
@@ -261,7 +264,7 @@ async def _bench_sizes(
             entry = sizes[size]
             reqs = make_requests(args.requests, steps, size, knobs)
             for mode, c in order if rnd % 2 == 0 else order[::-1]:
-                if mode == "diffusers_batched_ideal" and c == 1:
+                if mode == "diffusers_batched_ideal" and (c == 1 or one_per_call):
                     continue
                 done = entry["results"]
                 other = "engine" if mode == "diffusers_batched_ideal" else "diffusers_batched_ideal"

@@ -25,6 +25,9 @@ class FamilyBench:
     knobs: dict[str, Any] = field(default_factory=dict)  # per-request parameters besides size / steps / prompt
     note: str = ""
     text_tokens: int | None = None  # a fixed text length where the family has no max_sequence_length knob
+    # diffusers' pipeline makes one sample per call (a prompt list is cut to its first): there is no batched
+    # diffusers call to compare with, so the benchmark runs no "ideal" baseline for it
+    one_per_call: bool = False
 
 
 FAMILIES: dict[str, FamilyBench] = {
@@ -154,6 +157,24 @@ FAMILIES: dict[str, FamilyBench] = {
         "HeliosPipeline's default CFG (5: cond and uncond forwards each step); 65 frames = two chunks of 9 latent "
         "frames, the second on the first's history (run with --sizes 32)",
     ),
+    "cosmos3": FamilyBench(
+        "cosmos3",
+        "Cosmos3OmniPipeline",
+        dict(
+            hidden_size=128,
+            head_dim=32,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=256,
+            num_hidden_layers=4,
+            rope_axes_dim=(8, 4, 4),
+        ),
+        dict(guidance_scale=6.0, num_frames=9),
+        "Cosmos3OmniPipeline's default CFG (6: a cond and an uncond transformer call each step); 9 frames; its "
+        "transformer takes one packed sequence (no batch axis), so the engine shares step boundaries, not forwards, "
+        "and diffusers has no batched call (one sample per __call__): engine vs sequential only",
+        one_per_call=True,
+    ),
 }
 
 
@@ -203,6 +224,9 @@ def image_tokens(pipe: Any, size: int) -> int:
         return (size // pipe.vae_scale_factor) ** 2
     if name == "HeliosPipeline":
         return 9 * (size // (pipe.vae_scale_factor_spatial * 2)) ** 2
+    if name == "Cosmos3OmniPipeline":  # 2x2 patches of every latent frame (4x temporal compression)
+        frames = (FAMILIES["cosmos3"].knobs["num_frames"] - 1) // pipe.vae_scale_factor_temporal + 1
+        return frames * (size // (pipe.vae_scale_factor_spatial * 2)) ** 2
     if name == "HunyuanVideo15Pipeline":
         frames = (FAMILIES["hunyuan_video15"].knobs["num_frames"] - 1) // pipe.vae_scale_factor_temporal + 1
         return frames * (size // pipe.vae_scale_factor_spatial) ** 2

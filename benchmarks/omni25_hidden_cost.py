@@ -44,7 +44,7 @@ async def main(args: argparse.Namespace) -> None:
     from omnistage.models.qwen2_5_omni.vllm_plugin import THINKER_ARCHITECTURE
     from omnistage.stages.llm.hidden import PATH_KEY, REPLY_KEY, read_rows
     from omnistage.stages.llm.inputs import parse, render
-    from tests.models.qwen_omni import media
+    from tests.models import omni_media as media
 
     torch.set_num_threads(1)
     folder = model_folder(args.model, "qwen2_5_omni")

@@ -9,6 +9,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from omnistage.stages.lifetime import die_with_spawning_parent
+
+# First, in a process an omnistage process spawned (a stage child, vLLM's engine core and its workers: spawn
+# imports the parent's main module, which imports omnistage): it ends with its parent from here on.
+die_with_spawning_parent()
+
 _EXPORTS = {
     "AsyncOmni": "omnistage.engine.async_omni",
     "Omni": "omnistage.engine.omni",

@@ -79,6 +79,9 @@ class PipelineInfo:
     # {"native": [w, h], "max_side": n, "multiple": m}: sizes the model card offers (omnistage.server.image_sizes)
     image_size: Mapping[str, Any] | None = None
     image_batch: bool = False  # an edit of several input images edits each on its own (n is per image)
+    image_edits: bool = True  # an image model takes input images (/v1/images/edits); False: it draws from text only
+    # it takes an input video (video-to-video, actions from frames): /v1/videos' video_reference
+    video_input: bool = False
     speech: SpeechInfo | None = None
     transcription: RecognizerInfo | None = None
 

@@ -337,20 +337,53 @@ def plan_memory(
     stages: list[StagePlan] = []
     for spec in pipeline.stages:
         sd = deploy.stage(spec.stage_id) or StageDeployConfig(stage_id=spec.stage_id)
-        root = sd.model or model
-        if root is None:
-            continue
-        folder = Path(root) / (spec.model_subfolder or "")
-        if spec.kind == "diffusion" and (folder / "model_index.json").is_file():
-            stages.append(_diffusion_plan(spec, sd, folder, limits, activations))
-        elif spec.kind == "llm" and folder.is_dir():
-            stages.append(_llm_plan(spec, sd, folder, device_memory))
-        else:  # generation stages and custom engines: their weights as stored
-            weights = sum(_numel(s) * _ST_SIZES.get(d, 4) for _, d, s in stage_table(spec, folder))
-            stages.append(
-                StagePlan(spec.stage_id, spec.kind, _stage_devices(sd), weights, 0, False, "weights as stored")
-            )
+        plan = stage_plan(spec, sd, model, device_memory, limits, activations)
+        if plan is not None:
+            stages.append(plan)
     return MemoryPlan(stages, device_memory, _problems(stages, device_memory, deploy))
+
+
+def stage_plan(
+    spec: Any,
+    sd: StageDeployConfig,
+    model: str | None,
+    device_memory: int | None,
+    limits: dict[str, int],
+    activations: bool = True,
+) -> StagePlan | None:
+    """One stage's plan (None: it names no model folder)."""
+    root = sd.model or model
+    if root is None:
+        return None
+    folder = Path(root) / (spec.model_subfolder or "")
+    if spec.kind == "diffusion" and (folder / "model_index.json").is_file():
+        return _diffusion_plan(spec, sd, folder, limits, activations)
+    if spec.kind == "llm" and folder.is_dir():
+        return _llm_plan(spec, sd, folder, device_memory)
+    # generation stages and custom engines: their weights as stored
+    weights = sum(_numel(s) * _ST_SIZES.get(d, 4) for _, d, s in stage_table(spec, folder))
+    return StagePlan(spec.stage_id, spec.kind, _stage_devices(sd), weights, 0, False, "weights as stored")
+
+
+def stage_need(spec: Any, sd: StageDeployConfig, model: str | None, gpu: bool) -> tuple[int, str] | None:
+    """The least memory one device of a stage's replica needs, and why (None: no model folder), for placing it
+    on a node of known size. The weights, with the budget beside them (``kv_cache_memory_bytes``); a vLLM stage
+    on a GPU keeps them within ``gpu_memory_utilization`` of the device. Diffusion activations are not counted
+    (the estimate assumes the largest batch at the size caps, which a deploy may never see)."""
+    plan = stage_plan(spec, sd, model, None, {"max_image_pixels": 0, "max_num_frames": 0}, activations=False)
+    if plan is None:
+        return None
+    if gpu and plan.budget_includes_weights:
+        util = sd.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
+        return -(
+            -plan.weight_bytes * 100 // round(util * 100)
+        ), f"{human(plan.weight_bytes)} of weights within {util} of it"
+    what = f"{human(plan.weight_bytes)} of weights" + (
+        f" + {human(plan.budget_bytes)} ({plan.budget_note})"
+        if plan.budget_bytes and not plan.budget_includes_weights
+        else ""
+    )
+    return plan.per_device, what
 
 
 def _problems(stages: list[StagePlan], device_memory: int | None, deploy: DeployConfig) -> list[str]:

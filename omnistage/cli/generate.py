@@ -6,6 +6,9 @@ denoising steps). With no MODEL the built-in demo pipeline is used.
 ``--audio FILE`` on a speech recogniser (Whisper, or an omni model: any pipeline with ``info.transcription``)
 prints the transcript instead: the file decoded and cut into the model's windows as
 ``/v1/audio/transcriptions`` does, ``--prompt`` the previous text, ``--language`` / ``--task`` as there.
+
+A world model's actions (Cosmos3's policy / inverse dynamics) go beside the MP4 as ``<output stem>.actions.json``,
+the JSON ``/v1/videos`` answers (``actions``, ``action_domain``, ``action_fps``).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="input image for img2img / edit (repeat for several, e.g. Qwen-Image-Edit-2509)",
     )
+    p.add_argument("--video", default=None, help="input video for video-to-video / inverse dynamics (Cosmos3)")
     p.add_argument("--strength", type=float, default=None, help="img2img strength in (0, 1]")
     p.add_argument("--num-inference-steps", type=int, default=None)
     p.add_argument("--height", type=int, default=None)
@@ -53,7 +57,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--output",
         default="output.png",
-        help="image path (several images get -1, -2, ... suffixes); speech -> .wav, video -> .mp4",
+        help="image path (several images get -1, -2, ... suffixes); speech -> .wav, video -> .mp4 "
+        "(and a world model's actions -> .actions.json beside it)",
     )
 
 
@@ -110,9 +115,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         params = build_params(args)
         prompt: dict[str, Any] = {"prompt": args.prompt}
+        media: dict[str, Any] = {}
         if args.image:
             images = [Image.open(path).convert("RGB") for path in args.image]
-            prompt["multi_modal_data"] = {"image": images[0] if len(images) == 1 else images}
+            media["image"] = images[0] if len(images) == 1 else images
+        if args.video:
+            media["video"] = _read_video(args.video)
+        if media:
+            prompt["multi_modal_data"] = media
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -153,6 +163,12 @@ def _write_media(out: Any, path: Path) -> int:
 
         path = path.with_suffix(".mp4") if image_suffix else path
         path.write_bytes(encode_mp4(out.video, out.fps or 16, out.audio, out.sample_rate))
+        if out.actions is not None:  # a world model's actions: beside the video, as /v1/videos answers them
+            from omnistage.server.result import action_fields
+
+            print(path)
+            path = path.with_suffix(".actions.json")
+            path.write_text(json.dumps(action_fields(out.actions, out.action_domain, out.action_fps)))
     else:
         import soundfile
 
@@ -160,6 +176,17 @@ def _write_media(out: Any, path: Path) -> int:
         soundfile.write(str(path), out.audio.T if out.audio.ndim == 2 else out.audio, out.sample_rate)
     print(path)
     return 0
+
+
+def _read_video(file: str) -> Any:
+    """uint8 [T, H, W, 3] frames, decoded by PyAV as the server decodes an uploaded video (its default limits)."""
+    from omnistage.server.errors import APIError
+    from omnistage.server.media import MediaLimits, video_from_bytes
+
+    try:
+        return video_from_bytes(Path(file).read_bytes(), "--video", MediaLimits())
+    except APIError as e:
+        raise ValueError(e.message) from None
 
 
 def transcribe(args: argparse.Namespace) -> int:

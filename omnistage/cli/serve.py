@@ -22,8 +22,11 @@ from omnistage.limits import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_INFERENCE_STE
 logger = logging.getLogger("omnistage.serve")
 
 # After --shutdown-timeout, what stopping the stages may take before the process exits regardless (its child
-# processes end with it: stages/lifetime.py). An mp child gets 10 s to stop, then is terminated.
-STOP_STAGES_S = 15.0
+# processes end with it: stages/lifetime.py): the requests still running get 5 s to abort and answer their 503
+# (server/drain.py), an mp child 10 s to stop before it is terminated.
+STOP_STAGES_S = 20.0
+# Once the app has drained its requests, what the connections get to close (their answers are sent).
+DRAINED_CLOSE_S = 2
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -335,6 +338,7 @@ def ready_line(host: str, port: int, model_name: str) -> str:
 
 
 def _server_class() -> type:
+    import asyncio
     import contextlib
 
     import uvicorn
@@ -357,6 +361,18 @@ def _server_class() -> type:
                 cancel = getattr(self.app.state, "cancel_start", None)
                 if cancel is not None:
                     cancel()
+
+        async def shutdown(self, sockets: Any = None) -> None:
+            # uvicorn would wait for the connections, then cancel what still runs (a bare 500, a stream cut off,
+            # realtime sessions closed at once): the app drains them first, so each ends with a 503 saying why
+            for listening in self.servers:
+                listening.close()  # no new connections from now on
+            if self.app is not None:
+                drain = asyncio.ensure_future(self.app.state.omni.drain.run())
+                while not drain.done() and not self.force_exit:  # a second Ctrl-C: quit now, as uvicorn does
+                    await asyncio.wait({drain}, timeout=0.1)
+            self.config.timeout_graceful_shutdown = DRAINED_CLOSE_S
+            await super().shutdown(sockets)
 
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets)

@@ -168,9 +168,12 @@ class AsyncOmni:
         sampling_params_list: Sequence[Any] | None = None,
         output_modalities: Sequence[str] | str | None = None,
         knobs: RequestKnobs | None = None,
+        session_id: str | None = None,
     ) -> AsyncIterator[OmniRequestOutput]:
-        """Stream one request's updates; each final stage's last one has ``finished=True``."""
+        """Stream one request's updates; each final stage's last one has ``finished=True``. Requests naming the
+        same ``session_id`` (a conversation's turns) are served by the same replica of every stage."""
         request = self.make_request(prompt, request_id, sampling_params_list, output_modalities, knobs)
+        request.session_id = session_id
         async for out in self.run(request):
             yield out
 
@@ -183,6 +186,12 @@ class AsyncOmni:
     async def abort(self, request_id: str) -> None:
         if self._orch is not None:
             await self._orch.abort(request_id)
+
+    def end_session(self, session_id: str) -> None:
+        """The conversation is over: its replicas are no longer kept for it."""
+        if self._orch is not None:
+            for client in self._orch.clients.values():
+                client.end_session(session_id)
 
 
 def _pipeline_name(deploy_config: Any) -> str | None:

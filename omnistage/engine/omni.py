@@ -115,9 +115,11 @@ def merge_outputs(outputs: list[OmniRequestOutput]) -> OmniRequestOutput:
     outputs = sorted(outputs, key=lambda o: o.stage_id)
     merged = outputs[-1]
     for o in outputs[:-1]:
-        for name in ("text", "token_ids", "audio", "sample_rate", "video", "fps", "latents"):
+        for name in ("text", "token_ids", "audio", "sample_rate", "video", "fps", "latents", "actions"):
             if getattr(merged, name) is None and getattr(o, name) is not None:
                 setattr(merged, name, getattr(o, name))
+                if name == "actions":  # its domain and step rate come with it
+                    merged.action_domain, merged.action_fps = o.action_domain, o.action_fps
         if not merged.images and o.images:
             merged.images = o.images
         merged.metrics = {**o.metrics, **merged.metrics}

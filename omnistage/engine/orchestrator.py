@@ -270,6 +270,7 @@ class Orchestrator:
             consumers=consumers,
             wanted=wanted,
             final_only=not run.request.stream and not st.subscribers,
+            session_id=run.request.session_id,
         )
         started = time.monotonic()
         st.submitted = True

@@ -36,6 +36,7 @@ class OmniRequest:
     extra: dict[str, Any] = field(default_factory=dict)
     stream: bool = True  # False: the caller reads only the final outputs (a whole HTTP answer), not the deltas
     warnings: list[str] = field(default_factory=list)  # what the request asked that is ignored (HTTP: said back)
+    session_id: str | None = None  # its conversation: every stage serves it on the replica that served the last turn
 
     @property
     def text(self) -> str | None:

@@ -16,6 +16,7 @@ declares no pipeline). The steps of adding a family: docs/adding-a-family.md.
 from omnistage.models import (
     chat,
     codec_tts,
+    cosmos3,
     csm,
     demo,
     flux,
@@ -27,6 +28,7 @@ from omnistage.models import (
     longcat_audio,
     longcat_image,
     ltx2,
+    omnivoice,
     ovis_image,
     pixart_sigma,
     prompt_expand,
@@ -71,6 +73,7 @@ FAMILIES = (
     qwen_image_21,
     csm,
     higgs_audio,
+    omnivoice,
     ltx2,
     qwen3_tts,
     pixart_sigma,
@@ -83,6 +86,7 @@ FAMILIES = (
     longcat_image,
     stable_audio,
     longcat_audio,
+    cosmos3,
 )
 
 for _family in FAMILIES:

@@ -112,14 +112,10 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
 
 
 async def _shutdown(state: ServerState) -> None:
-    """Refuse new work, let in-flight requests and video jobs finish (bounded), then stop the engine."""
-    state.admission.closing = True
-    grace = state.options.shutdown_grace_s
-    deadline = asyncio.get_running_loop().time() + grace  # one grace for requests and video jobs together
-    if not await state.admission.wait_idle(grace):
-        logger.warning(
-            "shutdown: %d request(s) still running after %.0fs; aborting them", state.admission.pending, grace
-        )
+    """Refuse new work, let in-flight requests and video jobs finish (bounded), then stop the engine. (The
+    HTTP server drains the requests before it closes their connections: ``state.drain``, done once.)"""
+    await state.drain.run()
+    deadline = state.drain.begin()  # one grace for requests and video jobs together
     jobs = list(state.background)
     if jobs:
         _, pending = await asyncio.wait(jobs, timeout=max(0.0, deadline - asyncio.get_running_loop().time()))

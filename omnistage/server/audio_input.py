@@ -21,13 +21,24 @@ from omnistage.server.media_fetch import MediaLimits
 def decode_audio(
     data: bytes, field: str, rate: int, max_seconds: float, limits: MediaLimits | None = None, mime: str | None = None
 ) -> np.ndarray:
-    # WAV and FLAC through libsndfile in large blocks: the same samples as PyAV's, without its Python loop over
-    # ~1000-sample frames (that loop was ~30% of the transcription route's CPU; benchmarks/asr_serve.py)
-    decode = read_audio if _sndfile_format(data) else decode_audio_av
-    samples, native = decode(data, field, limits or MediaLimits(), max_seconds, mime)
+    samples, native = decode_native(data, field, max_seconds, limits, mime)
     if not np.isfinite(samples).all():
         raise bad_request(f"{field}: the audio has non-finite samples", field)
     return resample(samples, native, rate)  # once, soxr HQ (media_intake: the one resampler of every input)
+
+
+def decode_native(
+    data: bytes,
+    field: str,
+    max_seconds: float | None = None,
+    limits: MediaLimits | None = None,
+    mime: str | None = None,
+) -> tuple[np.ndarray, int]:
+    """float32 mono (channels averaged) at the file's own rate, by the decoder every audio input uses."""
+    # WAV and FLAC through libsndfile in large blocks: the same samples as PyAV's, without its Python loop over
+    # ~1000-sample frames (that loop was ~30% of the transcription route's CPU; benchmarks/asr_serve.py)
+    decode = read_audio if _sndfile_format(data) else decode_audio_av
+    return decode(data, field, limits or MediaLimits(), max_seconds, mime)
 
 
 def _sndfile_format(data: bytes) -> bool:

@@ -52,7 +52,9 @@ async def build_chat_request(
         await _speech_fields(state, body, knobs, prompt)
     if transcript and text_hidden(state, body):
         modalities = [*(modalities or []), "text"]
-    return state.make_request(prompt, rid, body.sampling_params_list, modalities, knobs, lora)
+    req = state.make_request(prompt, rid, body.sampling_params_list, modalities, knobs, lora)
+    req.session_id = body.prompt_cache_key
+    return req
 
 
 def text_hidden(state: ServerState, body: ChatCompletionRequest) -> bool:

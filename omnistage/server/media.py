@@ -22,7 +22,7 @@ import numpy as np
 from PIL import Image
 
 from omnistage.media_intake import png_bytes, wav_bytes
-from omnistage.server.audio_input import decode_audio
+from omnistage.server.audio_input import decode_audio, decode_native
 from omnistage.server.decode_limits import decode_audio_av, open_image, open_video, read_audio
 from omnistage.server.errors import APIError, bad_request
 from omnistage.server.media_fetch import (  # noqa: F401 - the fetching half (and the limits), re-exported
@@ -62,13 +62,20 @@ async def load_image(url: Any, field: str, limits: MediaLimits) -> Image.Image:
 def audio_from_bytes(
     data: bytes, field: str, limits: MediaLimits | None = None, max_s: float | None = None, mime: str | None = None
 ) -> tuple[np.ndarray, int]:
-    """Float32 mono and the native rate (soundfile)."""
-    return read_audio(data, field, limits or MediaLimits(), max_s, mime)
+    """Float32 mono (channels averaged) and the native rate, decoded as every audio input is (audio_input.py:
+    libsndfile for WAV / FLAC, PyAV for the rest); undecodable bytes get the verdict every audio check gives."""
+    limits = limits or MediaLimits()
+    try:
+        return decode_native(data, field, max_s, limits, mime)
+    except APIError as e:
+        if e.status == 400 and e.code is None:
+            check_audio(data, field, limits, mime)
+        raise
 
 
 async def load_audio(url: Any, field: str, limits: MediaLimits) -> tuple[np.ndarray, int]:
     got = await fetch_media(url, field, limits)
-    return await asyncio.to_thread(read_audio, got.data, field, limits, None, got.mime)
+    return await asyncio.to_thread(audio_from_bytes, got.data, field, limits, None, got.mime)
 
 
 def video_from_bytes(data: bytes, field: str, limits: MediaLimits, mime: str | None = None) -> np.ndarray:

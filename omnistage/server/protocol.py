@@ -251,6 +251,8 @@ class ChatCompletionRequest(RequestKnobs):
     add_generation_prompt: bool = True
     logprobs: bool | None = None
     user: str | None = None
+    # OpenAI's cache-routing key: the requests naming one (a conversation's turns) go to the same replica
+    prompt_cache_key: str | None = None
     metadata: dict[str, Any] | None = None
     store: bool | None = None
 
@@ -342,6 +344,7 @@ class VideoRequest(RequestKnobs):
     model: str | None = None
     prompt: str = Field(min_length=1, max_length=32000)
     image_reference: str | URLRef | None = None
+    video_reference: str | URLRef | None = None  # an input video (URL, data: URL or {"url"}): video-to-video
     seconds: float | None = Field(None, gt=0, le=600)
     extra_params: dict[str, Any] | None = None
     return_stage_metrics: bool = False  # the job's stage_metrics once completed; X-Stage-Metrics on /sync
@@ -358,6 +361,10 @@ class VideoRequest(RequestKnobs):
 
     def reference_url(self) -> str | None:
         ref = self.image_reference
+        return ref.url if isinstance(ref, URLRef) else ref
+
+    def video_url(self) -> str | None:
+        ref = self.video_reference
         return ref.url if isinstance(ref, URLRef) else ref
 
 
@@ -377,3 +384,7 @@ class VideoJob(BaseModel):
     inference_time_s: float | None = None
     stage_metrics: dict[str, Any] | None = None  # when the request asked return_stage_metrics
     warnings: list[str] | None = None  # what the request asked that was ignored or adjusted (e.g. the frame count)
+    # a world model's action chunk beside the video: one list of floats per step, its embodiment, steps per second
+    actions: list[list[float]] | None = None
+    action_domain: str | None = None
+    action_fps: float | None = None

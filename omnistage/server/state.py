@@ -21,6 +21,7 @@ from omnistage.outputs import OmniRequestOutput
 from omnistage.params import RequestKnobs
 from omnistage.server.admission import Admission, Slot
 from omnistage.server.deadline import Deadline, wait_disconnect
+from omnistage.server.drain import Drain
 from omnistage.server.errors import APIError, from_engine_error
 from omnistage.server.jobs import JobStore
 from omnistage.server.metrics import ServerMetrics
@@ -39,6 +40,7 @@ class ServerState:
         self.options = options
         self.metrics = ServerMetrics(engine.stage_stats)
         self.admission = Admission(options.max_pending, options.retry_after_s, self.metrics)
+        self.drain = Drain(self.admission, engine, options.shutdown_grace_s, options.retry_after_s)
         self.media = options.media_limits()
         self.limits = options.request_limits()
         self.storage = FileStorage(settings.storage, on_expired=self._files_expired)
@@ -129,17 +131,21 @@ class ServerState:
         slot = slot or self.admission.acquire()
         finished = False
         deadline = Deadline(self.options.request_timeout_s, lambda: self.engine.abort(req.request_id))
+        self.drain.running.add(req.request_id)
         try:
             async for out in self.engine.run(req):
                 yield out
             deadline.check()  # an aborted request's stream may just end
+            self.drain.check(req.request_id)
             finished = True
         except Exception:
             self.metrics.failed.inc()
             deadline.check()  # ...or end in the abort's error: either way the caller hears of the timeout
+            self.drain.check(req.request_id)  # (or of the shutdown)
             raise
         finally:
             deadline.cancel()
+            self.drain.running.discard(req.request_id)
             if not finished:
                 self.metrics.aborted.inc()
                 await asyncio.shield(self.engine.abort(req.request_id))

@@ -23,6 +23,11 @@ class StageMetrics:
     queue_time_s: float = 0.0  # submitted -> first scheduled
     run_time_s: float = 0.0  # first scheduled -> finished
     num_tokens: int = 0  # llm: generated tokens
+    # llm: of its prompt, the tokens read from the prefix cache and the media placeholders' tokens (the rest is text)
+    num_cached_tokens: int = 0
+    num_prompt_audio_tokens: int = 0
+    num_prompt_image_tokens: int = 0
+    num_prompt_video_tokens: int = 0
     num_steps: int = 0  # diffusion: denoising steps run
     num_steps_reused: int = 0  # diffusion: of num_steps, those that reused cached blocks (step cache)
     peak_memory_mb: float = 0.0  # process peak RSS (CPU) or max allocated (CUDA)
@@ -82,6 +87,9 @@ class StageRequest:
     # nobody reads this stage's deltas (no streaming edge from it, and the caller takes only the final answer):
     # a stage may skip making them (an llm stage asks vLLM for the final output alone, not one per token)
     final_only: bool = False
+    # the conversation this request belongs to (a realtime session, a chat's prompt_cache_key): a stage's
+    # replicas route every request of one session to the same replica, the one holding its state
+    session_id: str | None = None
 
 
 @dataclass

@@ -16,7 +16,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import ctypes
-import multiprocessing
 import os
 import queue
 import signal
@@ -57,11 +56,37 @@ def die_with_parent(parent_pid: int) -> None:
 
 def die_with_spawning_parent() -> None:
     """In a process started inside ``children_die_with_this_process`` (spawned: its environment names the
-    parent), tie it to that parent, and its own children to itself. Elsewhere: nothing."""
-    want, parent = os.environ.get(ENV), multiprocessing.parent_process()
-    if want and parent is not None and str(parent.pid) == want:
-        die_with_parent(parent.pid)
+    parent), tie it to that parent, and its own children to itself. Elsewhere, or once tied: nothing.
+
+    ``import omnistage`` runs it, so a spawned child is tied within its first second: ``multiprocessing``'s
+    spawn imports the parent's main module (a script or CLI that imports omnistage) before anything else,
+    while vLLM's own hooks (its plugins, its worker's death pipe) come only after seconds of imports, and a
+    vLLM worker whose engine core was killed meanwhile would wait for it forever."""
+    want = os.environ.get(ENV)
+    if not want or want == str(os.getpid()):
+        return
+    if os.getppid() == int(want):
+        die_with_parent(int(want))
         os.environ[ENV] = str(os.getpid())
+    elif not _alive(int(want)):  # the parent died before this child got here: it was started to die with it
+        os._exit(1)
+
+
+def _alive(pid: int) -> bool:
+    """Running (a killed process its parent has not yet reaped is a zombie: not running)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc (another OS)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
 
 
 @contextlib.contextmanager

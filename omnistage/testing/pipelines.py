@@ -175,6 +175,36 @@ class FailingStartAdapter:
         raise RuntimeError("weights are corrupt")
 
 
+class SlowStartEngine(TokenStreamEngine):
+    """Takes seconds to start, as a model loading does: a replacement of it is observably still starting."""
+
+    START_S = 5.0
+
+    async def start(self) -> None:
+        await asyncio.sleep(self.START_S)
+
+
+class SessionTurnsEngine(TokenStreamEngine):
+    """Holds per-session state, as a stage caching a conversation does: answers with the number of turns of
+    the request's session this replica has served, this one included (one token)."""
+
+    def __init__(self, ctx: StageContext):
+        super().__init__(ctx)
+        self.turns: dict[str | None, int] = {}
+
+    async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
+        self.turns[req.session_id] = self.turns.get(req.session_id, 0) + 1
+        yield StageOutput(req.request_id, self.stage_id, {"token_ids": [self.turns[req.session_id]]}, False)
+        yield StageOutput(req.request_id, self.stage_id, {}, True, finish_reason="stop")
+
+
+def session_turns() -> Pipeline:
+    return Pipeline(
+        "test_session_turns",
+        [StageSpec(0, kind="llm", engine=SessionTurnsEngine, output="token_ids", final=True)],
+    )
+
+
 # ------------------------------------------------------------------ edge processors
 
 

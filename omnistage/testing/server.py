@@ -60,9 +60,10 @@ class ServerThread:
         self.stop()
 
 
-def serve_app(app: Any, *, engine: Any = None, ready_timeout: float = 60) -> ServerThread:
+def serve_app(app: Any, *, engine: Any = None, ready_timeout: float = 60, server_class: Any = None) -> ServerThread:
     """Start ``app`` on a free local port; returns once uvicorn has run the app's startup (for an omnistage
-    app: the engine has started) and listens. Raises ``RuntimeError`` if it dies or is not up in time."""
+    app: the engine has started) and listens. Raises ``RuntimeError`` if it dies or is not up in time.
+    ``server_class``: a ``uvicorn.Server`` subclass taking ``.app`` (``omnistage serve``'s, with its shutdown)."""
     import uvicorn
 
     # the socket is bound here, before the app's startup (an engine: seconds), and handed to uvicorn: a port only
@@ -72,7 +73,9 @@ def serve_app(app: Any, *, engine: Any = None, ready_timeout: float = 60) -> Ser
     sock.bind((HOST, 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, host=HOST, port=port, log_level="warning", timeout_graceful_shutdown=10)
-    server = uvicorn.Server(config)
+    server = (server_class or uvicorn.Server)(config)
+    if server_class is not None:
+        server.app = app
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=f"uvicorn-{port}")
     thread.start()
     deadline = time.monotonic() + ready_timeout

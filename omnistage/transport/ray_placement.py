@@ -1,6 +1,7 @@
-"""Can the Ray cluster hold a stage's replicas where its ``placement`` asks? Checked against the live nodes
-before an actor is created: Ray itself would leave an unplaceable actor pending forever, and a server
-that hangs at start-up (or in a restart after a node is lost) says nothing about why."""
+"""Can the Ray cluster hold a stage's replicas where its ``placement`` asks, on nodes big enough for it by the
+memory plan? Checked against the live nodes before an actor is created: Ray itself would leave an unplaceable
+actor pending forever, and a server that hangs at start-up (or in a restart after a node is lost) says nothing
+about why."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import math
 import re
 from typing import Any
 
+from omnistage.memory_plan import human, parse_bytes
+
 _IN = re.compile(r"^in\((.*)\)$")
+DEVICE_MEMORY_LABEL = "device_memory"  # a GPU node's label: the memory of each of its GPUs (e.g. 80GiB)
 
 
 def label_matches(selector: str, value: str | None) -> bool:
@@ -32,24 +36,52 @@ def node_capacity(node: dict[str, Any], label_selector: dict[str, str], demand: 
     return min((math.floor(total.get(k, 0.0) / n + 1e-9) for k, n in demand.items() if n > 0), default=math.inf)
 
 
+def node_memory(node: dict[str, Any], gpu: bool) -> int | None:
+    """The memory one device of the node has: its GPUs' (the node's ``DEVICE_MEMORY_LABEL``, e.g. ``80GiB``;
+    None when it does not say) or, for a CPU stage, the node's (Ray's ``memory`` resource)."""
+    if gpu:
+        label = (node.get("Labels") or {}).get(DEVICE_MEMORY_LABEL)
+        return parse_bytes(label) if label else None
+    amount = (node.get("Resources") or {}).get("memory")
+    return int(amount) if amount else None
+
+
 def check_placement(
-    stage: str, replicas: int, label_selector: dict[str, str], demand: dict[str, float], nodes: list[dict[str, Any]]
+    stage: str,
+    replicas: int,
+    label_selector: dict[str, str],
+    demand: dict[str, float],
+    nodes: list[dict[str, Any]],
+    need: tuple[int, str] | None = None,
 ) -> None:
     """Raise a RuntimeError naming the stage and what it asked for when the alive nodes cannot hold its
-    ``replicas`` (resource totals, not what is free now: a busy node frees up, a missing one does not)."""
+    ``replicas`` (resource totals, not what is free now: a busy node frees up, a missing one does not), or when
+    the ones that could are too small for it: ``need`` is the bytes one device of a replica needs and why
+    (memory_plan.stage_need); a node that does not say its size is taken to fit."""
     capacity = sum(node_capacity(n, label_selector, demand) for n in nodes)
-    if capacity >= replicas:
+    if capacity < replicas:
+        asked = f"label_selector={label_selector or {}}, resources={ {k: v for k, v in demand.items() if v} }"
+        seen = "; ".join(
+            f"{str(n.get('NodeID', '?'))[:8]} labels={_user_labels(n)} resources={_user_resources(n)}"
+            for n in nodes
+            if n.get("Alive")
+        )
+        held = "no node" if capacity == 0 else f"the matching nodes hold only {int(capacity)} of {replicas} replicas"
+        raise RuntimeError(
+            f"{stage}: placement {asked} cannot be satisfied by the Ray cluster ({held}); alive nodes: {seen}"
+        )
+    if need is None:
         return
-    asked = f"label_selector={label_selector or {}}, resources={ {k: v for k, v in demand.items() if v} }"
-    seen = "; ".join(
-        f"{str(n.get('NodeID', '?'))[:8]} labels={_user_labels(n)} resources={_user_resources(n)}"
-        for n in nodes
-        if n.get("Alive")
-    )
-    held = "no node" if capacity == 0 else f"the matching nodes hold only {int(capacity)} of {replicas} replicas"
-    raise RuntimeError(
-        f"{stage}: placement {asked} cannot be satisfied by the Ray cluster ({held}); alive nodes: {seen}"
-    )
+    gpu = demand.get("GPU", 0) > 0
+    allowed = [(n, node_memory(n, gpu)) for n in nodes if node_capacity(n, label_selector, demand)]
+    fits = sum(node_capacity(n, label_selector, demand) for n, size in allowed if size is None or size >= need[0])
+    if fits < replicas:
+        per = f"GPU (the nodes' {DEVICE_MEMORY_LABEL} label)" if gpu else "node (Ray's memory resource)"
+        sizes = "; ".join(f"{str(n.get('NodeID', '?'))[:8]} {human(size)}" for n, size in allowed if size)
+        raise RuntimeError(
+            f"{stage}: needs {human(need[0])} per {per} by the memory plan ({need[1]}), but the nodes its "
+            f"placement allows hold {int(fits)} of {replicas} replicas: {sizes}"
+        )
 
 
 def _user_labels(node: dict[str, Any]) -> dict[str, str]:

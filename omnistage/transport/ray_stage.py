@@ -4,8 +4,9 @@ The actor is placed by resource request (``runtime.num_gpus`` / ``num_cpus``,
 default: one GPU per device of the replica when it has devices, no CPU
 reservation) and the stage's ``placement`` (Ray label selector and custom
 resources; default anywhere) in the Ray cluster ``RAY_ADDRESS`` points at (or a
-local one); a placement the live nodes cannot hold is refused before the actor
-is created (ray_placement.py). Requests stream back through a Ray streaming generator; tensors travel in
+local one); a placement the live nodes cannot hold, or only on nodes too small
+for the stage by the memory plan, is refused before the actor is created
+(ray_placement.py). Requests stream back through a Ray streaming generator; tensors travel in
 the Ray object store. vLLM stages keep their own engine-core process inside
 the actor (vLLM's Ray executor refuses the CPU platform). Death, restart and
 per-request routing are RemoteStageEngine's (remote.py). Stage code must be
@@ -16,15 +17,19 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 import pickle
 from dataclasses import replace
 from typing import Any
 
+from omnistage.memory_plan import stage_need
 from omnistage.pipeline import StageContext
 from omnistage.stages.base import StageError, StageOutput, StageRequest, StageStats
 from omnistage.transport.ray_placement import check_placement
 from omnistage.transport.remote import RemoteStageEngine, serve_request
+
+logger = logging.getLogger(__name__)
 
 WATCH_INTERVAL_S = 0.5
 PLACEMENT_RECHECK_S = 5.0  # while an actor starts: how often its placement is checked against the live nodes
@@ -102,6 +107,7 @@ class RayStageEngine(RemoteStageEngine):
         super().__init__(ctx)
         self.actor: Any = None
         self.node_id: str | None = None  # the Ray node the live actor runs on
+        self.unplaceable = False  # the last placement check found no live node that can hold the stage
         self._pumps: dict[str, asyncio.Task] = {}
 
     def _resources(self) -> dict[str, float]:
@@ -124,14 +130,31 @@ class RayStageEngine(RemoteStageEngine):
             opts["label_selector"] = dict(pl.label_selector)
         return opts
 
+    @functools.cached_property
+    def _memory_need(self) -> tuple[int, str] | None:
+        """What one device of this stage needs by the memory plan (read off the weights' headers once)."""
+        gpu = self._resources()["num_gpus"] > 0
+        try:
+            return stage_need(self.ctx.spec, self.ctx.deploy, self.ctx.model, gpu)
+        except (OSError, ValueError, KeyError) as e:  # a folder the plan cannot read: the stage's load will say
+            logger.warning("stage %s: no memory plan for its placement (%s)", self.stage_id, e)
+            return None
+
     def _check_placement(self) -> None:
         import ray
 
         opts = self._options()
         demand = {"GPU": opts["num_gpus"], "CPU": opts["num_cpus"], **opts.get("resources", {})}
+        self.unplaceable = True
         check_placement(
-            f"stage {self.stage_id}", self.ctx.deploy.replicas, opts.get("label_selector", {}), demand, ray.nodes()
+            f"stage {self.stage_id}",
+            self.ctx.deploy.replicas,
+            opts.get("label_selector", {}),
+            demand,
+            ray.nodes(),
+            self._memory_need,
         )
+        self.unplaceable = False
 
     def payload(self) -> bytes:
         # Ray hands the actor its GPUs (CUDA_VISIBLE_DEVICES): device ids from this machine mean nothing there.
@@ -152,6 +175,10 @@ class RayStageEngine(RemoteStageEngine):
                 # alive for a while), and Ray keeps an actor no live node can take pending forever
                 await asyncio.to_thread(self._check_placement)
             start.result()
+        except asyncio.CancelledError:  # the stage stops while this actor starts (mid-restart): end it too
+            start.cancel()
+            ray.kill(actor)
+            raise
         except Exception as e:
             start.cancel()
             ray.kill(actor)
@@ -160,6 +187,21 @@ class RayStageEngine(RemoteStageEngine):
             ) from None
         self.actor = actor
         self.node_id = await actor.node_id.remote()
+
+    async def _until_placeable(self) -> bool:
+        """Down after its restarts failed because no live node could hold it: back once one can (a node
+        rejoined, or one with the labels and resources it asks for was added). Failed for another reason (its
+        engine does not start): it stays down."""
+        if not self.unplaceable:
+            return False
+        while not self._closing:
+            await asyncio.sleep(PLACEMENT_RECHECK_S)
+            try:
+                await asyncio.to_thread(self._check_placement)
+            except RuntimeError:
+                continue
+            return True
+        return False
 
     async def _until_dead(self) -> str:
         """Poll the actor's stats; a failed poll means the actor died."""

@@ -79,6 +79,10 @@ class RemoteStageEngine(ABC):
     async def _stop(self) -> None:
         """Shut the remote down (gracefully, then by force) and release its resources."""
 
+    async def _until_placeable(self) -> bool:
+        """After the restarts failed: return True once a new start may succeed, or False (stay down)."""
+        return False
+
     # ------------------------------------------------------------------ shared behaviour
 
     def payload(self) -> bytes:
@@ -114,25 +118,34 @@ class RemoteStageEngine(ABC):
             logger.error("%s; restarting it", self._dead)
             self._stats = StageStats(healthy=False, detail=self._dead)
             self._fail_all(self._dead)
-            if not await self._restart():
-                return
+            while not await self._restart():
+                # restarts exhausted: down until the remote can be placed again (a Ray node that satisfies its
+                # placement joins), then a new round of restarts; an mp child stays down
+                if not await self._until_placeable():
+                    return
             self._dead = None
 
     async def _restart(self) -> bool:
+        failed = ""
+
         async def relaunch() -> None:
+            nonlocal failed
             self.restarts += 1
             await self._stop()
             try:
                 await self._launch(self.payload())
             except Exception as e:
                 # /health says why the replica is not back (e.g. no live node its placement allows)
+                failed = str(e)
                 self._stats = StageStats(healthy=False, detail=f"{self._dead}; restart failed: {e}")
                 raise
             self._stats = StageStats()
 
         if await restart_with_backoff(f"stage {self.stage_id} {self.what}", relaunch):
             return True
-        self._stats = StageStats(healthy=False, detail=f"{self._dead}; {RESTART_ATTEMPTS} restarts failed")
+        self._stats = StageStats(
+            healthy=False, detail=f"{self._dead}; {RESTART_ATTEMPTS} restarts failed, the last: {failed}"
+        )
         return False
 
     async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:

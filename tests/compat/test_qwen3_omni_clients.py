@@ -18,9 +18,9 @@ from openai import OpenAI
 from transformers import AutoTokenizer
 
 from tests.compat.conftest import serve_as_default
-from tests.compat.omni_answers import assert_answers_as_ours
+from tests.compat.omni_answers import assert_answers_as_ours, counted
+from tests.models import omni_media as media
 from tests.models.chat.mm_cases import mp4
-from tests.models.qwen_omni import media
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
@@ -142,7 +142,7 @@ def test_the_openai_client_with_modalities_text(server, im_end):
     ours = chat(server, native(im_end, messages, ["text"]))
     assert completion.choices[0].message.content == ours["choices"][0]["message"]["content"]
     assert completion.choices[0].message.audio is None
-    assert completion.usage.model_dump(exclude_none=True) == ours["usage"]
+    assert counted(completion.usage.model_dump(exclude_none=True)) == counted(ours["usage"])
 
 
 @pytest.mark.parametrize("query, modalities", [("use_audio", None), ("use_video", ["text"])])
@@ -178,7 +178,7 @@ def test_content_parts_without_type(server, im_end):
     got = chat(server, native(im_end, [{"role": "user", "content": short}], ["text"]))
     expected = chat(server, native(im_end, [{"role": "user", "content": typed}], ["text"]))
     assert got["choices"][0]["message"]["content"] == expected["choices"][0]["message"]["content"]
-    assert got["usage"] == expected["usage"]  # the same media placeholders
+    assert counted(got["usage"]) == counted(expected["usage"])  # the same media placeholders
 
 
 @pytest.mark.parametrize(
@@ -227,7 +227,9 @@ def test_finish_reason_and_usage_do_not_depend_on_the_modalities(server):
     assert text["usage"]["completion_tokens"] == 5 and text["usage"]["prompt_tokens"] > 0
     for body in (both, audio):
         assert body["choices"][0]["finish_reason"] == text["choices"][0]["finish_reason"] == "length"
-        assert body["usage"] == text["usage"]
+        assert counted(body["usage"], speech=False) == counted(text["usage"], speech=False)
+    speech = [b["usage"]["completion_tokens_details"]["audio_tokens"] for b in (text, both, audio)]
+    assert speech[0] == 0 and speech[1] == speech[2] > 0  # the talker's codec tokens, only when it speaks
     reply = text["choices"][0]["message"]["content"]
     assert both["choices"][0]["message"]["audio"]["transcript"] == reply
     assert audio["choices"][0]["message"]["content"] is None
@@ -249,7 +251,40 @@ def test_finish_reason_and_usage_do_not_depend_on_the_modalities(server):
     assert "".join(d.get("audio", {}).get("transcript", "") for d in deltas) == reply
     assert not "".join(d.get("content") or "" for d in deltas)
     assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "length"
-    assert chunks[-1]["usage"] == text["usage"]
+    assert counted(chunks[-1]["usage"]) == counted(audio["usage"])
+
+
+def test_the_openai_client_reads_the_usage_details(server):
+    """``usage.prompt_tokens_details`` / ``completion_tokens_details`` as the official client parses them: the
+    prompt split into its audio placeholders and its text, the reply's text tokens, the same whatever the
+    modalities; the speech's codec tokens in ``completion_tokens_details.audio_tokens``; a prompt sent again is
+    partly read from vLLM's prefix cache (``cached_tokens``)."""
+    client = OpenAI(base_url=f"{server}/v1", api_key="EMPTY", max_retries=0)
+    # a long question: vLLM caches whole blocks of the prompt (128 tokens on the CPU)
+    question = {"type": "text", "text": "Say what you hear, slowly and in detail. " * 10}
+    messages = [{"role": "user", "content": [QUERIES["use_audio"][0], question]}]
+    talker = {"temperature": 0.9, "top_k": 50, "seed": 42, "max_tokens": 8}
+    usages = {}
+    for modalities in (["text"], ["text", "audio"], ["audio"]):
+        completion = client.chat.completions.create(
+            messages=messages,
+            model="default",
+            modalities=modalities,
+            temperature=0,
+            max_tokens=5,
+            extra_body={"sampling_params_list": [None, talker]},
+        )
+        usages[tuple(modalities)] = completion.usage
+    text_only = usages[("text",)]
+    prompt, reply = text_only.prompt_tokens_details, text_only.completion_tokens_details
+    assert prompt.audio_tokens > 0 and prompt.image_tokens == 0
+    assert prompt.text_tokens + prompt.audio_tokens == text_only.prompt_tokens
+    assert reply.text_tokens == text_only.completion_tokens == 5 and reply.audio_tokens == 0
+    for usage in usages.values():
+        assert counted(usage.model_dump(), speech=False) == counted(text_only.model_dump(), speech=False)
+    spoken = [usages[m].completion_tokens_details.audio_tokens for m in (("text", "audio"), ("audio",))]
+    assert spoken[0] == spoken[1] > 0
+    assert usages[("audio",)].prompt_tokens_details.cached_tokens > 0  # the third time, the prompt is cached
 
 
 def test_a_bad_short_form_part_names_the_key_sent(server):

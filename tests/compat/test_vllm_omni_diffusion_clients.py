@@ -26,8 +26,8 @@ from PIL import Image
 from omnistage import AsyncOmni
 from omnistage.server.prompt_warnings import HEADER
 from omnistage.testing.server import serve_engine
-from tests.e2e.test_ltx2_http import decode_mp4
 from tests.stages.diffusion.helpers import noise_image
+from tests.video_http import decode_mp4
 
 pytestmark = pytest.mark.slow
 

@@ -22,8 +22,8 @@ from omnistage import AsyncOmni, Omni
 from omnistage.params import DiffusionSamplingParams
 from omnistage.server.media import encode_mp4
 from omnistage.testing.server import serve_engine
-from tests.e2e.test_ltx2_http import decode_mp4
 from tests.stages.diffusion.helpers import noise_image
+from tests.video_http import decode_mp4
 
 pytestmark = pytest.mark.slow
 
@@ -61,6 +61,7 @@ ROWS = [
     Row("ltx23", (64, 32), frames=9, extra={"max_sequence_length": 16}),  # the LTX-2.3 layout
     Row("hunyuan_video15", (32, 16), frames=5),
     Row("helios", (32, 32), frames=65),  # two chunks: the shortest length Helios makes
+    Row("cosmos3", (48, 32), frames=9),
 ]
 STANDARD = set(DiffusionSamplingParams.model_fields)
 

@@ -15,8 +15,8 @@ import torch
 from omnistage import AsyncOmni
 from omnistage.server.media import encode_mp4
 from omnistage.testing.server import serve_engine
-from tests.e2e.test_ltx2_http import decode_mp4
 from tests.stages.diffusion.helpers import gen, reference_pipeline
+from tests.video_http import decode_mp4
 
 pytestmark = pytest.mark.slow
 

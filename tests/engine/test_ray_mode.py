@@ -20,6 +20,7 @@ import torch
 from omnistage import AsyncOmni, InvalidRequestError, StageFailedError
 from omnistage.pipeline import Pipeline, StageSpec
 from omnistage.testing import pipelines as tp
+from omnistage.testing.processes import ray_stage_actors
 from omnistage.testing.server import free_port
 from omnistage.testing.streams import final_output
 from tests.stages.diffusion.helpers import reference_pipeline
@@ -114,6 +115,27 @@ async def test_dying_actor_fails_in_flight_requests_and_is_restarted(ray_cluster
         assert engine.is_ready and replica.restarts == 1 and await replica.pid() != old
         out = await final_output(engine.generate("x", sampling_params_list=[{"max_tokens": 3}]))
         assert out.finished and len(out.token_ids) == 3
+
+
+async def test_a_stop_while_an_actor_is_replaced_leaves_no_actor(ray_cluster):
+    """The stage stops (what SIGTERM does to a server) while its dead actor's replacement is still starting
+    (its engine takes seconds): the replacement ends too, no ``ray::StageActor`` process stays."""
+    p = Pipeline(
+        "test_slow_start_ray", [StageSpec(0, kind="llm", engine=tp.SlowStartEngine, output="token_ids", final=True)]
+    )
+    engine = await AsyncOmni(pipeline=p, deploy_config=RAY).start()
+    try:
+        old = await engine.replicas(0)[0].pid()
+        os.kill(old, signal.SIGKILL)
+        async with asyncio.timeout(120):  # a deadline that stops a hang
+            while not [a for a in ray_stage_actors() if a.pid != old]:
+                await asyncio.sleep(0.1)
+        assert not engine.is_ready  # the replacement is still starting
+    finally:
+        await asyncio.wait_for(engine.shutdown(), 60)
+    async with asyncio.timeout(30):  # a deadline: the replacement, left to Ray, was still there after it
+        while ray_stage_actors():
+            await asyncio.sleep(0.2)
 
 
 async def test_diffusion_family_on_ray_equals_diffusers(ray_cluster, tiny_model):

@@ -1,12 +1,14 @@
 """Stages placed on chosen nodes of a three-node Ray cluster made on this machine (a head labelled
-``pool=ar``, a worker ``pool=dit`` with two ``dit_slot`` resources, a worker ``pool=spare``): results equal
-the single-process run, actors sit where the deploy file put them (the raylet that spawned each
-actor), a placement nobody can satisfy is refused at start-up, a lost node fails only its requests and its replica comes back on a
-node that rejoins."""
+``pool=ar``, a worker ``pool=dit`` with two ``dit_slot`` resources, a worker ``pool=spare`` with little
+memory): results equal the single-process run (GLM-Image, Qwen3-Omni), actors sit where the deploy file put
+them (the raylet that spawned each actor), a placement nobody can satisfy or on nodes too small by the memory
+plan is refused at start-up, a lost node fails only its requests and its replica comes back on a node that
+still allows it or rejoins, and a session's requests reach the replica holding its state."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -20,11 +22,19 @@ from omnistage import AsyncOmni, StageFailedError
 from omnistage.errors import StageUnavailableError
 from omnistage.pipeline import Pipeline, StageSpec
 from omnistage.testing import pipelines as tp
-from omnistage.testing.streams import final_output
+from omnistage.testing.streams import all_outputs, final_output, finished_by_stage
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.asyncio(loop_scope="module")]
 
 SMALL = {"num_cpus": 1, "object_store_memory": 80 * 2**20}  # Ray's floor is 75 MiB; two cores shared
+# the worker nodes: pool label -> what the node has (the spare node's memory, as Ray's memory resource, is too
+# small for any model's weights: the memory-plan check refuses a model stage placed there)
+WORKERS = {"dit": {"resources": {"dit_slot": 2}}, "spare": {"memory": 64 * 1024}}
+
+
+def add_worker(cluster, pool: str) -> None:
+    """(Re)join the worker node labelled ``pool``; ``cluster.pools`` keeps its handle."""
+    cluster.pools[pool] = cluster.add_node(**SMALL, labels={"pool": pool}, **WORKERS[pool])
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +60,9 @@ def nodes():
                 "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3},
             },
         )
-        cluster.dit = cluster.add_node(**SMALL, labels={"pool": "dit"}, resources={"dit_slot": 2})
-        cluster.add_node(**SMALL, labels={"pool": "spare"})
+        cluster.pools = {}
+        for pool in WORKERS:
+            add_worker(cluster, pool)
         cluster.wait_for_nodes()
         os.environ["RAY_ADDRESS"] = cluster.address
         yield cluster
@@ -130,42 +141,83 @@ async def test_a_placement_no_node_can_satisfy_is_refused_at_start_up(nodes, pla
     await engine.shutdown()
 
 
-async def test_a_lost_node_fails_its_requests_and_its_replica_returns_on_a_node_that_joins(nodes):
-    """The slow stage on the dit node, the other on the head: the dit node's raylet and everything on it
-    are killed mid-request; that request fails as unavailable (503) naming the stage, the replica's stats
-    (/health) say where it was, and it comes back on a dit node that joins."""
+async def until(predicate, seconds: float) -> None:
+    """Wait until ``predicate()`` holds; the deadline stops a hang (the assert after the wait says what failed)."""
+    for _ in range(int(seconds * 10)):
+        if predicate():
+            return
+        await asyncio.sleep(0.1)
+
+
+async def test_a_lost_node_fails_its_requests_and_its_replica_returns_where_its_placement_allows(nodes):
+    """A stage allowed on the ``dit`` or the ``spare`` node. The node its replica runs on is killed (its raylet and
+    everything on it) mid-request: that request fails as unavailable (503) naming the stage, the stage's stats
+    (/health) name the replica and the node it was on, and the replica comes back on the other allowed node. That
+    node lost too, no node can take it: its restarts fail saying so and run out; the first node rejoins and the
+    replica is back on it."""
     p = Pipeline(
         "test_lost_node",
         [StageSpec(0, kind="llm", engine=tp.TokenStreamEngine, output="token_ids", final=True)],
     )
-    deploy = ray_deploy({"stage_id": 0, "placement": {"label_selector": {"pool": "dit"}}})
-    async with AsyncOmni(pipeline=p, deploy_config=deploy) as engine:
-        replica = engine.replicas(0)[0]
-        assert await pool_of(nodes, replica) == "dit"
-        slow = [{"max_tokens": 1000, "delay": 0.01}]
-        task = asyncio.create_task(final_output(engine.generate("x", sampling_params_list=slow)))
-        await asyncio.sleep(0.5)
-        lost = replica.node_id
-        nodes.remove_node(nodes.dit, allow_graceful=False)
-        with pytest.raises(StageFailedError, match="stage 0 Ray actor died") as err:
-            await asyncio.wait_for(task, 60)
-        assert isinstance(err.value, StageUnavailableError)  # the server answers 503
-        stats = engine.stage_stats()[0]
-        assert not stats.healthy and lost in stats.detail and "replica 0" in stats.detail
-        # no node takes the placement now: the restart is refused, and the stats say so
-        for _ in range(300):
-            if "restart failed" in engine.stage_stats()[0].detail:
-                break
-            await asyncio.sleep(0.1)
-        assert "no node" in engine.stage_stats()[0].detail
-        nodes.dit = nodes.add_node(**SMALL, labels={"pool": "dit"}, resources={"dit_slot": 2})
-        for _ in range(600):  # the next restart attempt finds the new node
-            if engine.is_ready:
-                break
-            await asyncio.sleep(0.1)
-        assert engine.is_ready and await pool_of(nodes, replica) == "dit" and replica.node_id != lost
-        out = await final_output(engine.generate("x", sampling_params_list=[{"max_tokens": 3}]))
-        assert out.finished and len(out.token_ids) == 3
+    deploy = ray_deploy({"stage_id": 0, "placement": {"label_selector": {"pool": "in(dit,spare)"}}})
+    three = [{"max_tokens": 3}]
+    try:
+        async with AsyncOmni(pipeline=p, deploy_config=deploy) as engine:
+            replica = engine.replicas(0)[0]
+            first = await pool_of(nodes, replica)
+            other = {"dit": "spare", "spare": "dit"}[first]
+            slow = [{"max_tokens": 1000, "delay": 0.01}]
+            task = asyncio.create_task(final_output(engine.generate("x", sampling_params_list=slow)))
+            await asyncio.sleep(0.5)
+            lost = replica.node_id
+            nodes.remove_node(nodes.pools.pop(first), allow_graceful=False)
+            with pytest.raises(StageFailedError, match="stage 0 Ray actor died") as err:
+                await asyncio.wait_for(task, 60)
+            assert isinstance(err.value, StageUnavailableError)  # the server answers 503
+            stats = engine.stage_stats()[0]
+            assert not stats.healthy and lost in stats.detail and "replica 0" in stats.detail
+            # back on the node that still satisfies the placement
+            await until(lambda: engine.is_ready, 60)
+            assert engine.is_ready and await pool_of(nodes, replica) == other
+            assert len((await final_output(engine.generate("x", sampling_params_list=three))).token_ids) == 3
+            # that node lost as well: no node takes the placement, every restart is refused saying so
+            nodes.remove_node(nodes.pools.pop(other), allow_graceful=False)
+            await until(lambda: "restarts failed" in engine.stage_stats()[0].detail, 120)
+            detail = engine.stage_stats()[0].detail
+            assert "restarts failed" in detail and "no node" in detail, detail
+            # the first node rejoins: the replica, down after its restarts ran out, is back on it
+            add_worker(nodes, first)
+            await until(lambda: engine.is_ready, 60)
+            assert engine.is_ready and await pool_of(nodes, replica) == first
+            assert len((await final_output(engine.generate("x", sampling_params_list=three))).token_ids) == 3
+    finally:
+        for pool in WORKERS:  # the cluster as the other tests expect it
+            if pool not in nodes.pools:
+                add_worker(nodes, pool)
+        nodes.wait_for_nodes()
+
+
+async def test_a_sessions_turns_go_to_the_replica_holding_its_state_across_nodes(nodes):
+    """Two replicas of a stage that keeps per-session state, one on each worker node: every turn of a session,
+    the sessions interleaved, reaches the replica that served its first (each counts 1, 2, 3); requests naming no
+    session still alternate over both replicas; an ended session is placed afresh."""
+    one_per_node = {"runtime": {"num_cpus": 1}, "placement": {"label_selector": {"pool": "!ar"}}}
+    deploy = ray_deploy({"stage_id": 0, "num_replicas": 2, **one_per_node})
+    async with AsyncOmni(pipeline=tp.session_turns(), deploy_config=deploy) as engine:
+        assert sorted([await pool_of(nodes, r) for r in engine.replicas(0)]) == ["dit", "spare"]
+
+        async def turn(session):
+            return (await final_output(engine.generate("hi", session_id=session))).token_ids[0]
+
+        sessions = ["a", "b", "c"]  # a and c start on one replica, b on the other
+        got: dict[str, list[int]] = {s: [] for s in sessions}
+        for _ in range(3):
+            for s in sessions:
+                got[s].append(await turn(s))
+        assert got == {s: [1, 2, 3] for s in sessions}
+        assert [await turn(None) for _ in range(4)] == [1, 1, 2, 2]  # no session: round-robin
+        engine.end_session("a")
+        assert await turn("a") == 1  # ended: the next replica in turn (b's), which never served it
 
 
 async def test_a_replica_waiting_for_resources_is_refused_once_its_node_is_gone(nodes):
@@ -184,14 +236,34 @@ async def test_a_replica_waiting_for_resources_is_refused_once_its_node_is_gone(
             start = asyncio.create_task(engine.start())
             await asyncio.sleep(3)
             assert not start.done()  # both dit slots are taken: it waits
-            nodes.remove_node(nodes.dit, allow_graceful=False)
+            nodes.remove_node(nodes.pools.pop("dit"), allow_graceful=False)
             # Ray fails an actor queued on the lost node itself; one still pending cluster-wide is refused by
             # the placement re-check
             with pytest.raises(Exception, match=r"(?s)stage 1.*(node has died|dit_slot.*no node)"):
                 await asyncio.wait_for(start, 60)
             await engine.shutdown()
     finally:
-        nodes.dit = nodes.add_node(**SMALL, labels={"pool": "dit"}, resources={"dit_slot": 2})
+        add_worker(nodes, "dit")
+
+
+async def test_a_node_too_small_for_the_stage_by_the_memory_plan_is_refused_at_start_up(nodes, tiny_model):
+    """The chat model's vLLM stage placed on the spare node, whose memory (Ray's ``memory`` resource, 64 KiB) is
+    below the stage's weights: refused at start-up naming the stage and what it needs (the weights, as vLLM
+    loads them: bfloat16, two bytes per value), before any actor or engine starts."""
+    from safetensors import safe_open
+
+    folder = tiny_model("chat")
+    values = 0
+    for f in folder.glob("*.safetensors"):
+        with safe_open(f, "pt") as st:
+            values += sum(math.prod(st.get_slice(k).get_shape()) for k in st.keys())
+    need = f"{values * 2 / 2**20:.2f} MiB"
+    deploy = ray_deploy({"stage_id": 0, "placement": {"label_selector": {"pool": "spare"}}})
+    engine = AsyncOmni(str(folder), deploy_config=deploy)
+    with pytest.raises(Exception, match=r"stage 0: needs ") as err:
+        await asyncio.wait_for(engine.start(), 120)
+    assert err.match(rf"stage 0: needs {need} per node \(Ray's memory resource\) by the memory plan"), err.value
+    await engine.shutdown()
 
 
 @pytest.mark.vllm
@@ -218,3 +290,36 @@ async def test_glm_image_ar_on_one_node_and_two_dit_replicas_on_another(nodes, t
             for p, e in zip(prompts, expected):
                 got = (await final_output(engine.generate(p, sampling_params_list=params))).images[0]
                 assert np.array_equal(np.asarray(got), np.asarray(e))
+
+
+@pytest.mark.vllm
+async def test_qwen3_omni_thinker_on_one_node_talker_and_code2wav_on_another(nodes, tiny_model):
+    """Qwen3-Omni (tiny), an audio prompt: the thinker (vLLM) on the ``ar`` node, talker and code2wav on the
+    ``dit`` node. The talker reads the thinker's hidden-state rows at the audio positions: its engine's connector
+    writes them into a file on the thinker's own node, and the thinker stage hands them on as tensors in its
+    output, which cross to the talker's node through Ray. Text and waveform equal the single-process run."""
+    from tests.models import omni_media as media
+
+    folder = str(tiny_model("qwen3_omni"))
+    clip = {"type": "input_audio", "input_audio": {"data": media.wav_base64(media.clip(1.0, 0)), "format": "wav"}}
+    prompt = {"messages": [{"role": "user", "content": [clip, {"type": "text", "text": "what did i say?"}]}]}
+    greedy = [{"temperature": 0, "max_tokens": 8}, {"temperature": 0, "max_tokens": 12}]
+
+    async def run(engine):
+        finals = finished_by_stage(await all_outputs(engine.generate(prompt, sampling_params_list=greedy)))
+        return finals[0].token_ids, finals[2].audio
+
+    async with AsyncOmni(folder, max_model_len=1024) as inline:
+        want_ids, want_audio = await run(inline)
+    on_dit = {"placement": {"label_selector": {"pool": "dit"}, "resources": {"dit_slot": 1}}}
+    deploy = ray_deploy(
+        {"stage_id": 0, "placement": {"label_selector": {"pool": "ar"}}},
+        {"stage_id": 1, **on_dit},
+        {"stage_id": 2, **on_dit},
+    )
+    async with AsyncOmni(folder, deploy_config=deploy, max_model_len=1024) as engine:
+        placed = {sid: [await pool_of(nodes, r) for r in engine.replicas(sid)] for sid in range(3)}
+        assert placed == {0: ["ar"], 1: ["dit"], 2: ["dit"]}
+        ids, audio = await run(engine)
+    assert ids == want_ids and len(ids) > 0
+    assert want_audio.size > 0 and np.array_equal(audio, want_audio)

@@ -1,7 +1,7 @@
 """The omni families' recogniser hook without engines (transcription.py): a recogniser request becomes one user
 turn of audio + instruction whose audio decodes back to the very samples, greedy by default; chat requests pass
 unchanged; bad language / task / audio are 400s naming the field. (The model's answer to it, against
-transformers: tests/e2e/omni_transcripts.py.)"""
+transformers: tests/models/omni_transcripts.py.)"""
 
 from __future__ import annotations
 

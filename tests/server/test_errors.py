@@ -184,6 +184,20 @@ JSON_CASES = [
     ),
     ("/v1/videos/sync", {"json": {"prompt": "p", "num_inference_steps": -1}}, 400, "num_inference_steps"),
     ("/v1/videos/sync", {"json": {"prompt": "p", "model": "nope"}}, 404, "model"),
+    # an input video for a model that takes none: named by the field it came in (JSON URL, file, video upload)
+    ("/v1/videos", {"json": {"prompt": "p", "video_reference": "data:video/mp4;base64,AAAA"}}, 400, "video_reference"),
+    (
+        "/v1/videos/sync",
+        {"data": {"prompt": "p"}, "files": {"video_reference": ("v.mp4", b"\0" * 8, "video/mp4")}},
+        400,
+        "video_reference",
+    ),
+    (
+        "/v1/videos/sync",
+        {"data": {"prompt": "p"}, "files": {"input_reference": ("v.mp4", b"\0" * 8, "video/mp4")}},
+        400,
+        "input_reference",
+    ),
 ]
 
 

@@ -88,6 +88,13 @@ def test_a_pipeline_can_refuse_chat(server_factory):
     assert card["routes"] == ["images.generations", "images.edits", "audio.speech", "videos"]
 
 
+def test_a_text_to_image_model_lists_no_edits(server_factory):
+    pipeline = image_pipeline_with_defaults()
+    pipeline.info = dataclasses.replace(pipeline.info, image_edits=False)  # as a family that refuses input images
+    card = card_of(server_factory(new_engine(pipeline)))
+    assert card["routes"] == ["chat", "images.generations"]
+
+
 def test_audio_without_declared_speech_is_not_served_as_speech(server_factory):
     pipeline = omni_pipeline()
     pipeline.info = dataclasses.replace(pipeline.info, speech=None)  # audio out, but no voice to speak with

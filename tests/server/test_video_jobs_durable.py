@@ -70,7 +70,7 @@ def test_jobs_and_contents_survive_a_restart(tmp_path):
         content = c.get(f"/v1/videos/{done['id']}/content").content
         running = c.post("/v1/videos", json={"prompt": "block: a dog", "size": "16x16"}).json()
         wait_until(lambda: running["id"] in first.engine.running_requests())
-        # stop the old server with the second job still running (shutdown grace 0.5 s: it is cancelled)
+        # stop the old server with the second job still running (shutdown grace 0.5 s: it is ended, saying why)
         stopping = threading.Thread(target=first.stop)
         stopping.start()
         wait_until(lambda: first.state.videos[running["id"]].status == "failed")
@@ -83,7 +83,7 @@ def test_jobs_and_contents_survive_a_restart(tmp_path):
         assert listed[done["id"]]["status"] == "completed" and listed[done["id"]]["prompt"] == "a cat"
         assert c.get(f"/v1/videos/{done['id']}/content").content == content
         failed = listed[running["id"]]
-        assert failed["status"] == "failed" and failed["error"]["code"] == "cancelled"
+        assert failed["status"] == "failed" and failed["error"]["code"] == "shutting_down"
         assert c.delete(f"/v1/videos/{done['id']}").json()["deleted"]
     with server(tmp_path) as third:  # a deleted job stays deleted
         assert [j["id"] for j in third.client().get("/v1/videos").json()["data"]] == [running["id"]]

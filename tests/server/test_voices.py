@@ -1,7 +1,7 @@
 """The cloned-voice registry (omnistage/server/voices.py) over the server's SQLite job store: voices
 persist across a reopened store, list in registration order, delete, refuse duplicates, and bad names
 and clips are 400s naming the field. The HTTP routes and their use on /v1/audio/speech are tested end
-to end in tests/e2e/test_llasa_http.py."""
+to end in tests/models/codec_tts/test_llasa_http.py."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import psutil
 
@@ -105,3 +106,60 @@ def test_a_child_whose_parent_already_died_exits_at_once():
     )
     out = subprocess.run([sys.executable, "-c", code, "1"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "still here" not in out.stdout, (out.returncode, out.stdout, out.stderr)
+
+
+SLOW_STARTER = r"""
+import json, multiprocessing as mp, os, sys, time
+from omnistage.stages import lifetime  # imports omnistage: what a spawned child of this script runs first
+
+def engine_core(queue, marker):
+    # like vLLM's engine core: spawns a worker, then is killed before the worker ran any hook of its own
+    worker = mp.get_context("spawn").Process(target=worker_still_starting, args=(marker,))
+    worker.start()
+    queue.put(worker.pid)
+    time.sleep(600)
+
+def worker_still_starting(marker):
+    open(marker, "w").close()  # running its own code (vLLM's worker: importing vLLM, for seconds)
+    time.sleep(600)  # no lifetime call here: only what importing omnistage did can end this process
+
+if __name__ == "__main__":
+    spawn = mp.get_context("spawn")
+    queue = spawn.Queue()
+
+    def start():
+        with lifetime.children_die_with_this_process():
+            core = spawn.Process(target=engine_core, args=(queue, sys.argv[1]))
+            core.start()
+            return core
+
+    core = lifetime.start_in_spawner(start).result()
+    print(json.dumps({"core": core.pid, "worker": queue.get(timeout=120)}), flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_worker_whose_engine_core_dies_before_its_own_hooks_ran_ends_too(tmp_path):
+    """A vLLM worker loads omnistage's vLLM plugin only after seconds of imports; an engine core killed before
+    that used to leave it waiting forever. Spawning imports the parent's main module first, which imports
+    omnistage: that ties the worker to its engine core before anything slow. The worker here runs no hook at all."""
+    script = tmp_path / "starter.py"
+    script.write_text(SLOW_STARTER)
+    marker = tmp_path / "worker-running"
+    proc = subprocess.Popen([sys.executable, str(script), str(marker)], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = json.loads(proc.stdout.readline() or "{}")
+        core, worker = psutil.Process(pids["core"]), psutil.Process(pids["worker"])
+        assert worker.ppid() == core.pid
+        deadline = time.monotonic() + GONE_S
+        while not marker.exists():  # a deadline that stops a hang
+            assert time.monotonic() < deadline, "the worker did not start"
+            time.sleep(0.05)
+        os.kill(core.pid, signal.SIGKILL)
+        _, alive = psutil.wait_procs([worker], timeout=GONE_S)
+        for p in alive:
+            p.kill()
+        assert alive == []
+    finally:
+        proc.kill()
+        proc.wait(10)

@@ -47,6 +47,24 @@ def test_capacity_counts_resource_totals_of_matching_live_nodes():
     check_placement("stage 0", 5, {"pool": "ar"}, {"CPU": 0}, nodes)  # no resources asked: any count fits
 
 
+def test_nodes_too_small_for_the_stage_by_the_memory_plan_are_refused():
+    gib = 1 << 30
+    big, small = node("dit", GPU=1, memory=64 * gib), node("dit", GPU=1, memory=64 * gib)
+    big["Labels"]["device_memory"], small["Labels"]["device_memory"] = "80GiB", "24GB"
+    need = (30 * gib, "27 GiB of weights within 0.9 of it")
+    gpu = {"GPU": 1, "CPU": 0}
+    check_placement("stage 0", 1, {"pool": "dit"}, gpu, [big, small], need)
+    with pytest.raises(RuntimeError, match=r"stage 0: needs 30.00 GiB per GPU .*27 GiB of weights.* 1 of 2 repl"):
+        check_placement("stage 0", 2, {"pool": "dit"}, gpu, [big, small], need)
+    unlabelled = node("dit", GPU=1)  # says nothing of its GPUs: taken to fit
+    check_placement("stage 0", 2, {"pool": "dit"}, gpu, [big, unlabelled], need)
+    # a CPU stage: the node's own memory (Ray's memory resource)
+    cpu = {"CPU": 0}
+    check_placement("stage 1", 1, {}, cpu, [node("ar", memory=64 * gib)], need)
+    with pytest.raises(RuntimeError, match=r"stage 1: needs 30.00 GiB per node \(Ray's memory resource\)"):
+        check_placement("stage 1", 1, {}, cpu, [node("ar", memory=8 * gib)], need)
+
+
 def test_placement_in_the_deploy_file_and_overrides():
     cfg = load_deploy_config(
         {"distributed_executor_backend": "ray", "stages": [{"stage_id": 1, "placement": {"resources": {"x": 1}}}]},

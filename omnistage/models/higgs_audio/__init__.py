@@ -9,8 +9,8 @@ frame group with its whole receptive field on both sides (exact).
 
 - Voices: ``default`` (the model picks a voice for the text), or a clone: ``ref_audio`` + ``ref_text`` (or a
   voice registered through /v1/audio/voices), encoded by the checkpoint's audio tokenizer
-  (``audio_encoder.py``). ``instructions`` becomes the release's scene description; several speakers are
-  written in the text as the release's chat takes them (``[SPEAKER0] ... [SPEAKER1] ...``).
+  (``shared/higgs_tokenizer/encoder.py``). ``instructions`` becomes the release's scene description; several
+  speakers are written in the text as the release's chat takes them (``[SPEAKER0] ... [SPEAKER1] ...``).
 - Params of stage 0: ``temperature``, ``top_k``, ``top_p``, ``max_tokens`` (LM steps, as transformers'
   ``max_new_tokens``), ``seed``, ``ras_win_len`` / ``ras_win_max_num_repeat`` (repetition-aware sampling);
   defaults from the checkpoint's ``generation_config.json``.

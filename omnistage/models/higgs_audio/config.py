@@ -23,6 +23,9 @@ MAX_TOKENS = 1500  # LM steps (delayed frames; 60 s at 25 Hz) when the checkpoin
 MAX_REF_AUDIO_S = 30.0  # the longest reference clip a request may clone from
 CHUNK_FRAMES = 8  # streamed pieces to the decoder: 320 ms at 25 Hz
 INITIAL_CHUNK_FRAMES = 2  # the first piece: 80 ms, so the first audio leaves early
+# The decoder's receptive field after a frame (codec.receptive_frames of the release's DAC decoder, tiny fixture
+# alike): the first piece carries it, so the first block is decoded on arrival. Only timing depends on it.
+LOOKAHEAD_FRAMES = 10
 
 PARAM_KEYS = {"temperature", "top_k", "top_p", "max_tokens", "seed", "ras_win_len", "ras_win_max_num_repeat"}
 

@@ -7,7 +7,7 @@ description: the release's "scene" turn, e.g. ``Audio is recorded from a quiet r
 ``SPEAKER0: feminine``), ``voice`` (``default``: the model's own choice of voice), and ``ref_audio``
 (``(samples, rate)``) + ``ref_text`` (a voice to clone and its transcript: an earlier exchange of the
 conversation, the transcript a user turn and the clip the assistant's answer, as the release clones). The clip
-is encoded by the checkpoint's audio tokenizer (``audio_encoder.py``) in the prefill.
+is encoded by the checkpoint's audio tokenizer (``shared/higgs_tokenizer/encoder.py``) in the prefill.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class HiggsEngine(StepEngine):
         row = HiggsRow(RequestKV(self.model.num_layers), p.sampling, generator, p.ras_win_len, p.ras_win_max_num_repeat)
         return HiggsRequest(req, messages=messages, clips=clips, params=p, row=row)
 
-    def prefill(self, r: HiggsRequest) -> Emit:
+    def _prompt(self, r: HiggsRequest) -> tuple[list[int], torch.Tensor | None]:
         ids, audio = self.model.prompt(r.messages, [self.model.encoder.encode(c) for c in r.clips])
         limit = self.model.max_positions
         if len(ids) + r.params.max_tokens > limit:  # RoPE would run past what the model was trained on
@@ -125,27 +125,43 @@ class HiggsEngine(StepEngine):
                 "max_tokens",
                 f"the prompt ({len(ids)} positions) plus max_tokens ({r.params.max_tokens}) exceed the model's {limit}",
             )
-        self.model.prefill(r.row, ids, audio)
-        return Emit()
+        return ids, audio
+
+    def prefill_batch(self, rs: list[HiggsRequest]) -> list[Emit | Exception]:
+        """The joining requests' prompts (a bad one fails alone), then one batched forward over all of them."""
+        out: list[Emit | Exception] = []
+        going: list[HiggsRequest] = []
+        prompts: list[tuple[list[int], torch.Tensor | None]] = []
+        for r in rs:
+            try:
+                prompts.append(self._prompt(r))
+                going.append(r)
+                out.append(Emit())
+            except Exception as e:
+                out.append(e)
+        if going:
+            try:
+                self.model.prefill([r.row for r in going], prompts)
+            except Exception as e:  # the batch's forward failed: its requests fail, not the others
+                out = [e if isinstance(o, Emit) else o for o in out]
+        return out
 
     def step(self, rs: list[HiggsRequest], items: list[Any]) -> list[Emit]:
         emits: list[Emit] = []
         going: list[int] = []
-        frames: list[torch.Tensor] = []
+        frames, ended = self.model.choose([r.row for r in rs])
         for i, r in enumerate(rs):
-            frame = self.model.choose(r.row)
-            if self.model.is_end(frame):  # all codebooks ended: not audio
+            if ended[i]:  # all codebooks ended: not audio
                 emits.append(Emit(finish="stop"))
                 continue
-            out = self.model.undelayed(r.row, frame)
+            out = self.model.undelayed(r.row, frames[i])
             done = r.row.rows >= r.params.max_tokens
             data = None if out is None else {"token_ids": out.unsqueeze(0)}
             emits.append(Emit(data, tokens=0 if out is None else 1, finish="length" if done else None))
             if not done:
                 going.append(i)
-                frames.append(frame)
         if going:
-            self.model.advance([rs[i].row for i in going], torch.stack(frames))
+            self.model.advance([rs[i].row for i in going], frames if len(going) == len(rs) else frames[going])
         return emits
 
 

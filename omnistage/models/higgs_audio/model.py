@@ -15,8 +15,9 @@ The emitted frames are the un-delayed ones (``HiggsAudioV2Processor.revert_delay
 codebook k from generated row j + k, so frame j leaves as soon as row j + N - 1 exists, clipped to the
 codec's codes as the processor clips them before decoding.
 
-Batching: the LM runs all requests' rows as one right-padded batch (``stages.ar.kv``); sampling is per row
-with the request's own generator, in transformers' order (the warped draw, then RAS's redraws).
+Batching: the LM runs all requests' rows as one right-padded batch (``stages.ar.kv``), the joining requests'
+prompts too; the delay pattern's masks and greedy draws run over the batch, a sampled draw per row with the
+request's own generator, in transformers' order (the warped draw, then RAS's redraws).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class HiggsModel:
         self.max_positions = cfg.max_position_embeddings
         self.audio_token_text = self.tokenizer.convert_ids_to_tokens(self.audio_token)
         self.delay_token_text = self.tokenizer.convert_ids_to_tokens(self.delay_token)
-        from omnistage.models.higgs_audio.audio_encoder import HiggsAudioEncoder
+        from omnistage.models.shared.higgs_tokenizer.encoder import HiggsAudioEncoder
 
         self.encoder = HiggsAudioEncoder(folder / "audio_tokenizer", device, dtype)  # reference clips -> codes
 
@@ -133,51 +134,72 @@ class HiggsModel:
             row.logits = logits[i]
 
     @torch.no_grad()
-    def prefill(self, row: HiggsRow, ids: list[int], audio: torch.Tensor | None) -> None:
+    def prefill(self, rows: list[HiggsRow], prompts: list[tuple[list[int], torch.Tensor | None]]) -> None:
+        """The prompts' forward, one right-padded batch: row i's prompt is ``prompts[i]`` (token ids, the
+        prompt's audio frames [F, N] or None)."""
         n = self.num_codebooks
-        inputs: dict = {"input_ids": torch.tensor([ids], device=self.device)}
-        if audio is not None:
-            inputs["audio_input_ids"] = audio.unsqueeze(0).to(self.device)
-            inputs["audio_input_ids_mask"] = torch.ones(1, audio.shape[0], dtype=torch.bool, device=self.device)
-            row.history = list(audio[-row.ras_win_len :]) if row.ras_win_len else []
-        self._forward([row], [len(ids)], **inputs)
-        # the delay pattern processor's counters, from the prompt's last N ids as it reads them
-        tail = torch.tensor(ids[-n:])
+        lengths = [len(ids) for ids, _ in prompts]
+        # padding (a row's own first id: text, never an audio placeholder) is neither cached nor attended
+        ids = torch.tensor([p + p[:1] * (max(lengths) - len(p)) for p, _ in prompts])
+        inputs: dict = {"input_ids": ids.to(self.device)}
+        clips = [a for _, a in prompts]
+        if any(a is not None for a in clips):  # audio frames right-padded; the mask marks each row's own
+            width = max(a.shape[0] for a in clips if a is not None)
+            audio = torch.zeros(len(rows), width, n, dtype=torch.long)
+            mask = torch.zeros(len(rows), width, dtype=torch.bool)
+            for i, a in enumerate(clips):
+                if a is not None:
+                    audio[i, : a.shape[0]], mask[i, : a.shape[0]] = a, True
+            inputs["audio_input_ids"], inputs["audio_input_ids_mask"] = audio.to(self.device), mask.to(self.device)
+        self._forward(rows, lengths, **inputs)
         pattern = torch.arange(1, n + 1)
-        at = (tail == self.audio_bos_token).nonzero()
-        row.bos_delay = pattern - (n - int(at[0])) if len(at) else torch.zeros(n, dtype=torch.long)
-        at = (tail == self.delay_token).nonzero()
-        row.eos_delay = pattern - (n - int(at[0])) if len(at) else pattern.clone()
-        row.last_text = ids[-1]
+        for row, (p, a) in zip(rows, prompts):
+            if a is not None and row.ras_win_len:
+                row.history = list(a[-row.ras_win_len :])
+            # the delay pattern processor's counters, from the prompt's last N ids as it reads them
+            tail = torch.tensor(p[-n:])
+            at = (tail == self.audio_bos_token).nonzero()
+            row.bos_delay = pattern - (n - int(at[0])) if len(at) else torch.zeros(n, dtype=torch.long)
+            at = (tail == self.delay_token).nonzero()
+            row.eos_delay = pattern - (n - int(at[0])) if len(at) else pattern.clone()
+            row.last_text = p[-1]
 
-    def choose(self, row: HiggsRow) -> torch.Tensor:
-        """The row's next delayed frame [N] from its logits (the delay pattern's masks, the request's
-        sampling, RAS), and the text id the step appends."""
-        scores = row.logits.clone()
+    def choose(self, rows: list[HiggsRow]) -> tuple[torch.Tensor, list[bool]]:
+        """Each row's next delayed frame (the delay pattern's masks, the request's sampling, RAS) as [B, N], and
+        whether it is all stream EOS (the speech ended); records the text id the step appends. The masks and
+        greedy draws run as one batch (row by row they are the same numbers); a sampling row draws alone from
+        its own generator."""
+        scores = torch.stack([r.logits for r in rows])  # [B, N, C]
+        bos = torch.stack([r.bos_delay for r in rows])
+        eos = torch.stack([r.eos_delay for r in rows])
+        eos -= torch.tensor([r.last_text == self.delay_token for r in rows]).unsqueeze(1).long()
         codes = torch.arange(self.codebook_size)
-        forced = row.bos_delay >= 0
-        scores[forced[:, None] & (codes != self.stream_bos)] = float("-inf")
-        row.bos_delay[forced] -= 1
-        if row.last_text == self.delay_token:
-            row.eos_delay -= 1
-        scores[(row.eos_delay <= 0)[:, None] & (codes != self.stream_eos)] = float("-inf")
-        frame = _sample(scores, row.sampling, row.generator)
-        if row.ras_win_len and row.ras_win_max_num_repeat and row.history:
-            window = torch.stack(row.history[-row.ras_win_len :])
-            repeated = (window == frame) & (window != self.stream_bos) & (window != self.stream_eos)
-            redraw = repeated.sum(0) >= row.ras_win_max_num_repeat
-            if redraw.any():
-                probs = row.logits[redraw].softmax(-1)
-                frame[redraw] = torch.multinomial(probs, 1, replacement=True, generator=row.generator).view(-1)
-        if row.ras_win_len:
-            row.history = [*row.history[-(row.ras_win_len - 1) :], frame] if row.ras_win_len > 1 else [frame]
-        ends = frame == self.stream_eos
-        row.last_text = self.delay_token if ends.any() or row.last_text == self.delay_token else self.audio_token
-        row.rows += 1
-        return frame
-
-    def is_end(self, frame: torch.Tensor) -> bool:
-        return bool((frame == self.stream_eos).all())
+        forced = bos >= 0
+        scores[forced[..., None] & (codes != self.stream_bos)] = float("-inf")
+        scores[(eos <= 0)[..., None] & (codes != self.stream_eos)] = float("-inf")
+        bos -= forced.long()
+        greedy = scores.argmax(-1)
+        frames: list[torch.Tensor] = []
+        for i, row in enumerate(rows):
+            row.bos_delay, row.eos_delay = bos[i], eos[i]
+            frame = greedy[i] if row.sampling.temperature == 0 else _sample(scores[i], row.sampling, row.generator)
+            if row.ras_win_len and row.ras_win_max_num_repeat and row.history:
+                window = torch.stack(row.history[-row.ras_win_len :])
+                repeated = (window == frame) & (window != self.stream_bos) & (window != self.stream_eos)
+                redraw = repeated.sum(0) >= row.ras_win_max_num_repeat
+                if redraw.any():
+                    probs = row.logits[redraw].softmax(-1)
+                    frame = frame.clone()
+                    frame[redraw] = torch.multinomial(probs, 1, replacement=True, generator=row.generator).view(-1)
+            if row.ras_win_len:
+                row.history = [*row.history[-(row.ras_win_len - 1) :], frame] if row.ras_win_len > 1 else [frame]
+            row.rows += 1
+            frames.append(frame)
+        stacked = torch.stack(frames)
+        eos_codes = stacked == self.stream_eos
+        for row, ends in zip(rows, eos_codes.any(-1).tolist()):
+            row.last_text = self.delay_token if ends or row.last_text == self.delay_token else self.audio_token
+        return stacked, eos_codes.all(-1).tolist()
 
     def undelayed(self, row: HiggsRow, frame: torch.Tensor) -> torch.Tensor | None:
         """Record a generated row; the codec frame [N] it completes (None while it completes none)."""
@@ -186,7 +208,7 @@ class HiggsModel:
         row.delayed = [*row.delayed[-(self.num_codebooks - 1) :], frame]
         if len(row.delayed) < self.num_codebooks:
             return None
-        out = torch.stack([row.delayed[k][k] for k in range(self.num_codebooks)])
+        out = torch.stack(row.delayed).diagonal()  # codebook k from the k-th of the last N rows
         return out.clamp(0, self.stream_bos - 1)  # as the processor clips before decoding
 
     @torch.no_grad()

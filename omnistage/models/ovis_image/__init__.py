@@ -6,6 +6,7 @@ as the negative prompt), 1024x1024, text length 256 (also its maximum).
 
 from pathlib import Path
 
+from omnistage.info import PipelineInfo
 from omnistage.models.ovis_image.tiny import build
 from omnistage.models.shared.ovis_adapter import OvisImageAdapter
 from omnistage.pipeline import Pipeline, StageSpec
@@ -27,6 +28,7 @@ PIPELINE = Pipeline(
             default_params={"num_inference_steps": 50, "guidance_scale": 5.0},
         )
     ],
+    info=PipelineInfo(image_edits=False),  # text-to-image only: every input image is refused
     deploy_file=DEPLOY,
 )
 PIPELINES = [PIPELINE]

@@ -9,6 +9,7 @@ the requested size, a multiple of 16).
 
 from pathlib import Path
 
+from omnistage.info import PipelineInfo
 from omnistage.models.pixart_sigma.tiny import build
 from omnistage.models.shared.pixart_adapter import PixArtSigmaAdapter
 from omnistage.pipeline import Pipeline, StageSpec
@@ -34,6 +35,7 @@ PIPELINE = Pipeline(
     ],
     # use_resolution_binning: serve from the nearest trained aspect-ratio bin, resized back (default true)
     extra_body_params={"use_resolution_binning": bool},
+    info=PipelineInfo(image_edits=False),  # text-to-image only: every input image is refused
     deploy_file=DEPLOY,
 )
 PIPELINES = [PIPELINE]

@@ -80,7 +80,7 @@ class Bundle:
 
 def _clip(value: Any) -> np.ndarray:
     """``(samples, sample_rate)`` -> mono float32 at 24 kHz."""
-    from omnistage.models.shared.codec_lm.codec import resample
+    from omnistage.media_intake import mono, resample
 
     if not (isinstance(value, (tuple, list)) and len(value) == 2):
         raise InvalidRequestError("ref_audio", "expected (samples, sample_rate)")
@@ -90,12 +90,12 @@ def _clip(value: Any) -> np.ndarray:
     except (TypeError, ValueError):
         raise InvalidRequestError("ref_audio", "samples must be a sequence of numbers") from None
     if audio.ndim == 2:
-        audio = audio.mean(axis=1)
+        audio = mono(audio)
     if audio.ndim != 1 or audio.size == 0 or isinstance(sr, bool) or not isinstance(sr, int) or sr <= 0:
         raise InvalidRequestError("ref_audio", "expected non-empty mono samples and a positive integer sample rate")
     if not np.isfinite(audio).all():
         raise InvalidRequestError("ref_audio", "samples must be finite")
-    audio = resample(audio, sr, SAMPLE_RATE)
+    audio = resample(audio, sr, SAMPLE_RATE)  # once, soxr HQ, as every input (media_intake)
     if audio.size < MIN_REF_SAMPLES:  # the speaker encoder's STFT needs a window's worth of samples
         raise InvalidRequestError(
             "ref_audio",

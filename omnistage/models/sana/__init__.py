@@ -9,6 +9,7 @@ size, a multiple of 32).
 
 from pathlib import Path
 
+from omnistage.info import PipelineInfo
 from omnistage.models.sana.adapter import SanaAdapter
 from omnistage.models.sana.tiny import build, build_lora
 from omnistage.pipeline import Pipeline, StageSpec
@@ -34,6 +35,7 @@ PIPELINE = Pipeline(
     ],
     # use_resolution_binning: serve from the nearest trained aspect-ratio bin, resized back (default true)
     extra_body_params={"use_resolution_binning": bool},
+    info=PipelineInfo(image_edits=False),  # text-to-image only: every input image is refused
     deploy_file=DEPLOY,
 )
 PIPELINES = [PIPELINE]

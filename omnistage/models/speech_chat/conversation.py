@@ -78,11 +78,9 @@ def _decode(data: bytes, field: str) -> np.ndarray:
 def _resampled(audio: Any) -> np.ndarray:
     if not (isinstance(audio, (tuple, list)) and len(audio) == 2):
         raise InvalidRequestError("multi_modal_data.audio", "expected (samples, sample_rate)")
-    samples, rate = np.asarray(audio[0], dtype=np.float32).reshape(-1), int(audio[1])
-    if rate != SAMPLE_RATE:
-        import soxr
+    from omnistage.media_intake import resample
 
-        samples = soxr.resample(samples, rate, SAMPLE_RATE, quality="HQ").astype(np.float32)
+    samples = resample(audio[0], int(audio[1]), SAMPLE_RATE)  # channels averaged, soxr HQ once (every input's)
     if samples.size > WINDOW_S * SAMPLE_RATE:
         raise InvalidRequestError("multi_modal_data.audio", f"speech_chat hears at most {WINDOW_S} s of audio")
     return samples

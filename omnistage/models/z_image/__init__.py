@@ -32,8 +32,8 @@ PIPELINE = Pipeline(
     # cfg_normalization: cap the guided prediction's norm at this multiple of the cond one (0: off);
     # cfg_truncation: no CFG once (1000 - t) / 1000 exceeds it (1: never) — ZImagePipeline's knobs;
     extra_body_params={"cfg_normalization": float, "cfg_truncation": float},
-    # img2img edits each input image on its own (diffusers' image batch): /v1/images/edits reads n per image
-    info=PipelineInfo(image_batch=True),
+    # text-to-image only: the adapter refuses input images, so /v1/images/edits is not advertised
+    info=PipelineInfo(image_edits=False),
     deploy_file=DEPLOY,
 )
 PIPELINES = [PIPELINE]

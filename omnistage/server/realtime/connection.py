@@ -186,6 +186,7 @@ class Connection:
             self.response.task.cancel()
             await asyncio.gather(self.response.task, return_exceptions=True)
             self.response = None
+        self.state.engine.end_session(self.session.id)
 
     # ------------------------------------------------------------------ client events
 
@@ -285,6 +286,7 @@ class Connection:
                 speech.model = self.lora
                 req = await build_speech_request(self.state, speech, rid)
                 audio, spoken = True, speech.input
+            req.session_id = self.session.id  # the session's turns go to the replicas holding its state
         except APIError as e:  # what the HTTP route would answer 400 for, as an error event
             raise ProtocolError(e.message, e.param, e.code or "invalid_request_error", eid) from None
         item = ConversationItem(new_id("item"), "assistant", [], [], status="in_progress")

@@ -29,7 +29,7 @@ from omnistage.server.middleware import request_id
 from omnistage.server.openapi import SSE, success
 from omnistage.server.prompt_warnings import prompt_warnings, warning_headers
 from omnistage.server.protocol import ChatCompletionRequest
-from omnistage.server.result import Result
+from omnistage.server.result import Result, action_fields
 from omnistage.server.state import ServerState
 from omnistage.server.streaming import (
     SSE_DONE,
@@ -92,12 +92,8 @@ def _video_part(
     return {"type": "video_url", "video_url": {"url": data_url(mp4, "video/mp4")}}
 
 
-def _usage(result: Result) -> dict[str, int]:
-    return {
-        "prompt_tokens": result.prompt_tokens,
-        "completion_tokens": result.completion_tokens,
-        "total_tokens": result.prompt_tokens + result.completion_tokens,
-    }
+def _usage(result: Result) -> dict[str, Any]:
+    return result.usage()
 
 
 def _finish_reason(reason: str | None) -> str:
@@ -115,6 +111,7 @@ def _completion(state: ServerState, body: ChatCompletionRequest, rid: str, resul
         message["content"] = result.text if result.text is not None else ("" if result.audio is None else None)
     if text_hidden(state, body):  # the text is the speech's transcript only
         message["content"] = None
+    message.update(result.action_json() or {})  # a world model's actions: actions, action_domain, action_fps
     if result.audio is not None:
         message["audio"] = {
             "id": f"audio-{rid}",
@@ -217,6 +214,8 @@ async def _stream(
             if out.video is not None:
                 part = await asyncio.to_thread(_video_part, out.video, out.fps, out.audio, out.sample_rate)
                 pieces.append(chunk({"content": [part]}, "video"))
+            if out.actions is not None:
+                pieces.append(chunk(action_fields(out.actions, out.action_domain, out.action_fps), "action"))
         if pieces and first:
             state.metrics.ttft.labels("/v1/chat/completions").observe(time.monotonic() - start)
             first = False

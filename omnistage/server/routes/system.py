@@ -82,11 +82,12 @@ async def metrics(state: ServerState = Depends(get_state)) -> Response:
 # Route names a model card lists, and the output each needs (None: any pipeline).
 # Route name -> what a model needs to be served by it: "chat" (PipelineInfo.chat), "speech" (a declared
 # PipelineInfo.speech and audio out), "generate_audio" (a final diffusion stage whose output is audio alone: a
-# text-to-audio model, which is no speech model), or an output modality the model produces.
+# text-to-audio model, which is no speech model), "image_edits" (images out and PipelineInfo.image_edits), or an
+# output modality the model produces.
 ROUTES: tuple[tuple[str, OutputModality | str], ...] = (
     ("chat", "chat"),
     ("images.generations", OutputModality.IMAGE),
-    ("images.edits", OutputModality.IMAGE),
+    ("images.edits", "image_edits"),
     ("audio.speech", "speech"),
     ("audio.generate", "generate_audio"),
     ("videos", OutputModality.VIDEO),
@@ -102,6 +103,7 @@ def _routes(state: ServerState) -> list[str]:
     has = {
         "chat": info.chat,
         "speech": info.speech is not None and OutputModality.AUDIO in produced,
+        "image_edits": info.image_edits and OutputModality.IMAGE in produced,
         "generate_audio": any(
             s.kind == "diffusion" and s.final and OutputModality.parse(_stage_output(state, s)) == OutputModality.AUDIO
             for s in state.engine.pipeline.stages

@@ -12,15 +12,17 @@ the finished ones; jobs the old process was running are marked failed.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import re
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import FileResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
@@ -37,12 +39,13 @@ from omnistage.server.errors import (
     error_responses,
     from_engine_error,
 )
-from omnistage.server.media import encode_mp4, image_from_bytes, load_image, too_large
+from omnistage.server.media import encode_mp4, image_from_bytes, load_image, load_video, too_large, video_from_bytes
 from omnistage.server.middleware import request_id
 from omnistage.server.openapi import request_body, success
 from omnistage.server.param_names import as_sent
 from omnistage.server.prompt_warnings import warning_headers
 from omnistage.server.protocol import VideoJob, VideoRequest
+from omnistage.server.result import action_fields
 from omnistage.server.state import ServerState
 
 router = APIRouter(prefix="/v1")
@@ -53,10 +56,23 @@ _JOB_ID = re.compile(r"^video_[0-9a-f]{32}$")
 # --------------------------------------------------------------------------- parsing
 
 
-async def _parse(request: Request, state: ServerState) -> tuple[VideoRequest, Any]:
-    """(validated fields, reference image or None) from JSON or multipart."""
+@dataclass
+class _Inputs:
+    """The media a request brought, decoded, and the fields they came in (an error names those)."""
+
+    image: Any = None
+    video: Any = None  # uint8 [T, H, W, 3]
+    image_field: str = "image_reference"
+    video_field: str = "video_reference"
+
+
+async def _parse(request: Request, state: ServerState) -> tuple[VideoRequest, _Inputs]:
+    """(validated fields, the decoded reference image / input video) from JSON or multipart. An uploaded
+    ``input_reference`` is the reference image, or the input video when its content type is ``video/*`` (the
+    OpenAI client's reference asset); ``video_reference`` is the input video as a file or a URL."""
     ctype = request.headers.get("content-type", "")
-    upload = None
+    upload = video_upload = None
+    got = _Inputs()
     if ctype.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):  # (a form without files)
         form = await request.form(max_files=2, max_fields=100)
         fields: dict[str, Any] = {}
@@ -66,7 +82,12 @@ async def _parse(request: Request, state: ServerState) -> tuple[VideoRequest, An
                     raise bad_request(
                         "input_reference: expected a file upload (send URLs as image_reference)", "input_reference"
                     )
-                upload = value
+                if (value.content_type or "").startswith("video/"):
+                    video_upload, got.video_field = _one_video(video_upload, value, key), key
+                else:
+                    upload, got.image_field = value, key
+            elif key == "video_reference" and isinstance(value, UploadFile):
+                video_upload = _one_video(video_upload, value, key)
             elif isinstance(value, UploadFile):
                 raise bad_request(f"{key}: unexpected file upload", key)
             else:
@@ -95,18 +116,39 @@ async def _parse(request: Request, state: ServerState) -> tuple[VideoRequest, An
         raise bad_request(msg, param) from None
     if upload is not None and body.image_reference is not None:
         raise bad_request("input_reference and image_reference: send one reference image, not both", "input_reference")
-    image = None
+    if video_upload is not None and body.video_reference is not None:
+        raise bad_request(f"{got.video_field} and video_reference: send one input video, not both", got.video_field)
+    if (video_upload is not None or body.video_reference is not None) and not state.engine.pipeline.info.video_input:
+        raise bad_request(f"{got.video_field}: {state.model_name} takes no input video", got.video_field)
     if upload is not None:
-        data = await upload.read(state.media.max_bytes + 1)
-        if len(data) > state.media.max_bytes:
-            raise too_large("input_reference", len(data), state.media.max_bytes)
-        image = await asyncio.to_thread(image_from_bytes, data, "input_reference", state.media, upload.content_type)
+        data = await _read(upload, got.image_field, state)
+        got.image = await asyncio.to_thread(image_from_bytes, data, got.image_field, state.media, upload.content_type)
     elif body.image_reference is not None:
-        image = await load_image(body.reference_url(), "image_reference", state.media)
-    return body, image
+        got.image = await load_image(body.reference_url(), "image_reference", state.media)
+    if video_upload is not None:
+        data = await _read(video_upload, got.video_field, state)
+        got.video = await asyncio.to_thread(
+            video_from_bytes, data, got.video_field, state.media, video_upload.content_type
+        )
+    elif body.video_reference is not None:
+        got.video = await load_video(body.video_url(), "video_reference", state.media)
+    return body, got
 
 
-def _plan(state: ServerState, body: VideoRequest, image: Any, request_id: str) -> OmniRequest:
+def _one_video(before: UploadFile | None, upload: UploadFile, field: str) -> UploadFile:
+    if before is not None:
+        raise bad_request(f"{field}: send one input video (input_reference or video_reference), not two", field)
+    return upload
+
+
+async def _read(upload: UploadFile, field: str, state: ServerState) -> bytes:
+    data = await upload.read(state.media.max_bytes + 1)
+    if len(data) > state.media.max_bytes:
+        raise too_large(field, len(data), state.media.max_bytes)
+    return data
+
+
+def _plan(state: ServerState, body: VideoRequest, got: _Inputs, request_id: str) -> OmniRequest:
     lora = state.check_model(body.model)
     state.require(OutputModality.VIDEO, "video")
     knobs = body.knobs(body.extra_params, where="extra_params")
@@ -116,12 +158,18 @@ def _plan(state: ServerState, body: VideoRequest, image: Any, request_id: str) -
     prompt: dict[str, Any] = {"prompt": body.prompt}
     if body.negative_prompt:
         prompt["negative_prompt"] = body.negative_prompt
-    if image is not None:
-        prompt["multi_modal_data"] = {"image": [image]}
+    mm = {"image": [got.image]} if got.image is not None else {}
+    if got.video is not None:
+        mm["video"] = got.video
+    if mm:
+        prompt["multi_modal_data"] = mm
     # a stage that makes its video's sound too (LTX-2's video+audio) gets both into the MP4; a pipeline whose
     # audio comes from other stages (speech) does not run them for a video
     both = OutputModality.VIDEO | OutputModality.AUDIO
-    wanted = ["video", "audio"] if any(t & both == both for t in state.engine.final_output_types()) else ["video"]
+    made = state.engine.final_output_types()
+    wanted = ["video", "audio"] if any(t & both == both for t in made) else ["video"]
+    if any(OutputModality.VIDEO in t and OutputModality.ACTION in t for t in made):  # a world model's actions
+        wanted.append("action")
     return state.make_request(prompt, request_id, output_modalities=wanted, knobs=knobs, lora=lora)
 
 
@@ -147,10 +195,11 @@ def _warnings(state: ServerState, body: VideoRequest, req: OmniRequest, video: A
     return out
 
 
-def _as_sent(err: APIError, body: VideoRequest, upload: bool) -> APIError:
-    """The error in the caller's words (param_names.py): ``seconds``, ``size``, the reference image's field."""
+def _as_sent(err: APIError, body: VideoRequest, got: _Inputs) -> APIError:
+    """The error in the caller's words (param_names.py): ``seconds``, ``size``, the reference image's and the
+    input video's fields."""
     sent = body.model_fields_set | set(body.extra_params or {})
-    return as_sent(err, sent, "input_reference" if upload else "image_reference")
+    return as_sent(err, sent, got.image_field, got.video_field)
 
 
 def _job_or_404(state: ServerState, video_id: str) -> VideoJob:
@@ -163,6 +212,7 @@ def _job_or_404(state: ServerState, video_id: str) -> VideoJob:
 # --------------------------------------------------------------------------- the job record
 
 KIND = "video"  # its rows in the job store
+ACTION_KEYS = ("actions", "action_domain", "action_fps")
 INTERRUPTED = {"code": "server_restarted", "message": "the server stopped while this job was running; submit it again"}
 
 
@@ -196,16 +246,17 @@ async def restore_jobs(state: ServerState) -> None:
 
 
 @router.post(
-    "/videos", responses=error_responses(413, 415), openapi_extra=request_body(VideoRequest, {"input_reference": False})
+    "/videos",
+    responses=error_responses(413, 415),
+    openapi_extra=request_body(VideoRequest, {"input_reference": False, "video_reference": False}),
 )
 async def create_video(request: Request, state: ServerState = Depends(get_state)) -> dict:
-    body, image = await _parse(request, state)
-    upload = image is not None and body.image_reference is None
+    body, got = await _parse(request, state)
     job_id = f"video_{uuid.uuid4().hex}"
     try:
-        req = _plan(state, body, image, job_id)
+        req = _plan(state, body, got, job_id)
     except (APIError, InvalidRequestError) as e:
-        raise _as_sent(from_engine_error(e), body, upload) from None
+        raise _as_sent(from_engine_error(e), body, got) from None
     slot = state.admission.acquire()
     job = VideoJob(
         id=job_id,
@@ -230,7 +281,7 @@ async def create_video(request: Request, state: ServerState = Depends(get_state)
             task.cancel()
             raise
         except Exception as e:  # noqa: BLE001 - the stage refused it (or is down): answered like /sync
-            raise _as_sent(from_engine_error(e), body, upload) from None
+            raise _as_sent(from_engine_error(e), body, got) from None
         await _register(state, job)
     if not task.done():  # (a job may end before its POST does; its record is already final then)
         state.video_tasks[job.id] = task
@@ -261,6 +312,7 @@ async def _run_job(
     or the error that ended the request before any."""
     start = time.monotonic()
     video = fps = audio = sample_rate = None
+    actions: dict[str, Any] | None = None
     metrics: dict[int, dict[str, float]] = {}
     try:
         async for out in state.stream(req, slot=slot):
@@ -277,12 +329,15 @@ async def _run_job(
                     video, fps = out.video, out.fps
                 if out.audio is not None:
                     audio, sample_rate = out.audio, out.sample_rate
+                actions = action_fields(out.actions, out.action_domain, out.action_fps) or actions
         if video is None:
             raise APIError(500, "the pipeline finished without a video", code="no_output")
         data = await asyncio.to_thread(encode_mp4, video, fps or 8, audio, sample_rate)
         await state.storage.save(f"{job.id}.mp4", data)
         state.metrics.videos.inc()
         job.warnings = _warnings(state, body, req, video) or None
+        if actions is not None:
+            job.actions, job.action_domain, job.action_fps = (actions[k] for k in ACTION_KEYS)
         if body.return_stage_metrics:
             job.stage_metrics = {str(k): v for k, v in metrics.items()}
         job.status, job.progress = "completed", 100
@@ -359,21 +414,41 @@ async def delete_video(video_id: str, state: ServerState = Depends(get_state)) -
 # --------------------------------------------------------------------------- sync
 
 
+def _sync_success() -> dict[int | str, dict[str, Any]]:
+    """The MP4, or with ``Accept: application/json`` the MP4 (base64) and the actions of a world model."""
+    answer = success("The video (MP4), or JSON with the MP4 and its actions (Accept: application/json)", "video/mp4")
+    floats = {"type": "array", "items": {"type": "number"}}
+    answer[200]["content"]["application/json"] = {
+        "schema": {
+            "type": "object",
+            "required": ["object", "model", "b64_mp4"],
+            "properties": {
+                "object": {"type": "string"},
+                "model": {"type": "string"},
+                "b64_mp4": {"type": "string"},
+                "actions": {"type": "array", "items": floats},
+                "action_domain": {"type": ["string", "null"]},
+                "action_fps": {"type": ["number", "null"]},
+            },
+        }
+    }
+    return answer
+
+
 @router.post(
     "/videos/sync",
     response_class=Response,
-    responses={**success("The video (MP4)", "video/mp4"), **error_responses(413, 415)},
-    openapi_extra=request_body(VideoRequest, {"input_reference": False}),
+    responses={**_sync_success(), **error_responses(413, 415)},
+    openapi_extra=request_body(VideoRequest, {"input_reference": False, "video_reference": False}),
 )
 async def create_video_sync(request: Request, state: ServerState = Depends(get_state)) -> Response:
-    body, image = await _parse(request, state)
-    upload = image is not None and body.image_reference is None
+    body, got = await _parse(request, state)
     start = time.monotonic()
     try:
-        req = _plan(state, body, image, request_id(request.scope))
+        req = _plan(state, body, got, request_id(request.scope))
         result = await state.run(request, req)
     except (APIError, InvalidRequestError) as e:
-        raise _as_sent(from_engine_error(e), body, upload) from None
+        raise _as_sent(from_engine_error(e), body, got) from None
     if result.video is None:
         raise APIError(500, "the pipeline finished without a video", code="no_output")
     data = await asyncio.to_thread(encode_mp4, result.video, result.fps or 8, result.audio, result.sample_rate)
@@ -381,7 +456,18 @@ async def create_video_sync(request: Request, state: ServerState = Depends(get_s
     warnings = warning_headers(_warnings(state, body, req, result.video))
     if body.return_stage_metrics:  # the body is the MP4 itself: metrics travel as compact JSON in a header
         headers["X-Stage-Metrics"] = json.dumps({str(k): v for k, v in result.metrics.items()}, separators=(",", ":"))
-    response = Response(data, media_type="video/mp4", headers=headers)
+    if _wants_json(request):  # the MP4 and the actions in one answer (actions can outgrow a header)
+        answer = {"object": "video", "model": state.model_name, "b64_mp4": base64.b64encode(data).decode()}
+        answer.update(result.action_json() or {})
+        response = JSONResponse(answer, headers=headers)
+    else:
+        response = Response(data, media_type="video/mp4", headers=headers)
     for name, value in warnings:
         response.headers.append(name, value)
     return response
+
+
+def _wants_json(request: Request) -> bool:
+    """Whether the caller asked for the JSON answer (``Accept: application/json`` without ``video/mp4``)."""
+    accept = request.headers.get("accept", "")
+    return "application/json" in accept and "video/mp4" not in accept

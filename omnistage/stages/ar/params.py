@@ -66,9 +66,11 @@ def frames_in_chunks(
     first_default: int,
     every_default: int,
     no_frames: str,
+    lookahead: int = 0,
 ) -> dict[str, Any] | None:
     """One ``token_ids`` row [G codes] per frame in; codes [G, frames] out: the first
-    ``initial_codec_chunk_frames`` frames as soon as they exist, then every ``chunk_frames`` (the decoder
+    ``initial_codec_chunk_frames`` frames as soon as they exist (with ``lookahead`` more: the frames a
+    non-causal decoder needs after a block before it can decode it), then every ``chunk_frames`` (the decoder
     stage's params, per request or deploy), the rest when the AR stage finishes."""
     pending: list[torch.Tensor] = state.setdefault("pending", [])
     if delta.get("token_ids") is not None:
@@ -79,7 +81,7 @@ def frames_in_chunks(
         take = frames
     elif sent == 0:
         first = chunk_size(request, 1, "initial_codec_chunk_frames", first_default)
-        take = frames if frames >= first else 0
+        take = frames if frames >= first + lookahead else 0
     else:
         n = chunk_size(request, 1, "chunk_frames", every_default)
         take = frames - frames % n

@@ -39,7 +39,14 @@ from omnistage.stages.base import (
 )
 from omnistage.stages.lifetime import children_die_with_this_process, start_in_spawner
 from omnistage.stages.llm.args import engine_args_for, stage_output_type
-from omnistage.stages.llm.inputs import StagePrompt, check_media, decoder_token_ids, parse, render
+from omnistage.stages.llm.inputs import (
+    StagePrompt,
+    check_media,
+    decoder_token_ids,
+    parse,
+    prompt_media_tokens,
+    render,
+)
 from omnistage.stages.llm.loras import VllmLoras
 from omnistage.stages.llm.params import to_sampling_params
 from omnistage.stages.llm.threads import engine_closed, engine_env
@@ -285,6 +292,7 @@ class LLMStageEngine:
         engine_input = await prep.engine_input(engine)
         # as vLLM counts them: multimodal placeholders included (an encoder-decoder model: the decoder's)
         ids = decoder_token_ids(engine_input)
+        media = prompt_media_tokens(engine_input)  # usage: the prompt's tokens per modality
         self.check_length(ids, sp, prep.source.field if prep.source else "prompt")
         self.rendered(req, engine_input, sp)
         want_text = OutputModality.TEXT in self.output_type and sp.detokenize
@@ -318,6 +326,10 @@ class LLMStageEngine:
                         queue_time_s=started - req.arrival_time,
                         run_time_s=now - started,
                         num_tokens=num_tokens,
+                        num_cached_tokens=int(ro.num_cached_tokens or 0),
+                        num_prompt_audio_tokens=media.get("audio", 0),
+                        num_prompt_image_tokens=media.get("image", 0),
+                        num_prompt_video_tokens=media.get("video", 0),
                         peak_memory_mb=peak_memory_mb(),
                     )
                     reason = "abort" if rid in self._aborted else comp.finish_reason

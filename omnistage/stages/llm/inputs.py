@@ -168,6 +168,13 @@ def decoder_token_ids(engine_input: Mapping[str, Any]) -> list[int]:
     return list(engine_input["prompt_token_ids"])
 
 
+def prompt_media_tokens(engine_input: Mapping[str, Any]) -> dict[str, int]:
+    """Prompt tokens per media modality (``audio``, ``image``, ``video``): the lengths of vLLM's placeholder ranges
+    in the prompt the engine generates after (an encoder-decoder's media live in its encoder: none here)."""
+    placeholders = engine_input.get("mm_placeholders") if engine_input.get("type") != "enc_dec" else None
+    return {m: sum(int(r.length) for r in ranges) for m, ranges in (placeholders or {}).items()}
+
+
 def _chat_template_kwargs(info: Any) -> dict[str, Any]:
     if info is None:
         return {}
@@ -320,7 +327,7 @@ async def render(engine: Any, prompt: StagePrompt) -> Any:
             )
             # As LLM.chat and the OpenAI server: the template places the special tokens.
             tok = _unbounded(renderer.default_chat_tok_params).with_kwargs(add_special_tokens=False)
-            messages = _messages_in_model_form(engine, prompt.messages)
+            messages = await _messages_in_model_form(engine, prompt.messages)
             _, (engine_input,) = await renderer.render_chat_async([messages], chat, tok, prompt_extras=extras)
             return engine_input
         mm = _in_model_form(engine, prompt.multi_modal_data)
@@ -377,20 +384,30 @@ def _in_model_form(engine: Any, mm: dict[str, Any] | None) -> dict[str, Any] | N
     return out
 
 
-def _messages_in_model_form(engine: Any, messages: list[Any]) -> list[Any]:
-    """The messages with every inline audio part (``input_audio``, a base64 ``data:`` ``audio_url``) that is not
-    mono at the model's rate made so: decoded by vLLM's own loader, resampled once (media_intake), a float WAV.
-    The server's parts already are (a header read tells); an offline caller's may be at any rate."""
+async def _messages_in_model_form(engine: Any, messages: list[Any]) -> list[Any]:
+    """The messages with every audio part that is not mono at the model's rate made so: decoded by vLLM's own
+    loader, resampled once (media_intake), a float WAV. Inline parts (``input_audio``, a base64 ``data:``
+    ``audio_url``): the server's already are (a header read tells); an offline caller's may be at any rate.
+    An ``audio_url`` vLLM would fetch (http(s), ``file://``) is fetched here by vLLM's own connector, under the
+    engine's ``allowed_local_media_path`` / ``allowed_media_domains``; one that does not load is left as it is,
+    for vLLM to report as before."""
     changed: dict[tuple[int, int], dict[str, Any]] = {}
-    target = None
+    target = connector = None
     for i, msg in enumerate(messages):
         content = msg.get("content") if isinstance(msg, Mapping) else None
         for j, part in enumerate(content if isinstance(content, list) else []):
             kind, data = _inline_audio(part)
-            if data is None:
+            url = _fetched_audio_url(part) if kind == "audio_url" and data is None else None
+            if data is None and url is None:
                 continue
             target = target or _model_audio_rate(engine)
-            wav = _audio_at_rate(data, target) if target else None
+            if not target:
+                return messages
+            if url is not None:
+                connector = connector or _media_connector(engine)
+                wav = await _fetched_at_rate(connector, url, target)
+            else:
+                wav = _audio_at_rate(data, target)
             if wav is not None:
                 changed[(i, j)] = _audio_part(part, kind, wav)
     if not changed:
@@ -424,6 +441,40 @@ def _inline_audio(part: Any) -> tuple[str, bytes | None]:
         return kind, base64.b64decode(text, validate=True) if isinstance(text, str) else None
     except (binascii.Error, ValueError):
         return kind, None  # vLLM's own loader says what is wrong
+
+
+def _fetched_audio_url(part: Mapping[str, Any]) -> str | None:
+    payload = part.get("audio_url")
+    url = payload.get("url") if isinstance(payload, Mapping) else payload
+    if isinstance(url, str) and url.split(":", 1)[0].lower() in ("http", "https", "file"):
+        return url
+    return None
+
+
+def _media_connector(engine: Any) -> Any:
+    """vLLM's media connector as its chat renderer builds it (the same fetch limits, paths and domains)."""
+    from vllm import envs
+    from vllm.multimodal.media import MEDIA_CONNECTOR_REGISTRY
+
+    mc = engine.model_config
+    return MEDIA_CONNECTOR_REGISTRY.load(
+        envs.VLLM_MEDIA_CONNECTOR,
+        media_io_kwargs=mc.multimodal_config.media_io_kwargs if mc.multimodal_config else None,
+        allowed_local_media_path=mc.allowed_local_media_path,
+        allowed_media_domains=mc.allowed_media_domains,
+    )
+
+
+async def _fetched_at_rate(connector: Any, url: str, target: int) -> bytes | None:
+    """The audio at ``url`` as a mono float WAV at ``target`` (fetched and decoded once, by vLLM's loader);
+    None when it does not load (vLLM's renderer then reports it as before)."""
+    from omnistage.media_intake import resample, wav_bytes
+
+    try:
+        samples, rate = await connector.fetch_audio_async(url)
+    except Exception:  # a path outside the allowed folder, a failed download, an undecodable file: vLLM's to say
+        return None
+    return wav_bytes(resample(samples, rate, target), target)
 
 
 def _audio_at_rate(data: bytes, target: int) -> bytes | None:

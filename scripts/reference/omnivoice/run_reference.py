@@ -8,7 +8,8 @@ text-row ids, the target length in frames, the generated codes [8, T] and the wa
 The clone case adds the reference clip, its transcript, the clip's codes (``create_voice_clone_prompt``:
 the audio tokenizer's encode after the package's silence trimming) and its RMS. Each case is computed from the package's own steps
 (``_preprocess_all`` -> ``_generate_iterative`` -> ``_decode_and_post_process``, so the codes are kept) and
-checked bit-equal to ``generate`` itself under the same seed.
+checked bit-equal to ``generate`` itself under the same seed. ``silence.npz``: the package's silence trimming
+on noise with silent gaps (``silence_golden``).
 """
 
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from omnivoice import OmniVoice, OmniVoiceGenerationConfig
+from omnivoice.utils.audio import remove_silence
 
 REF_TEXT = "a clip of my voice."
 CASES = {
@@ -88,6 +90,25 @@ def run_case(model: OmniVoice, case: dict) -> dict:
     return out
 
 
+def silence_golden(golden: Path, rate: int = 24000) -> None:
+    """``silence.npz``: the package's silence trimming (as ``generate`` calls it) on noise of several levels
+    with silent and near-silent gaps, the cases a random tiny model's speech never reaches. In and out are
+    16-bit samples (the trimming works at 16 bits, so nothing is lost)."""
+    rng = np.random.default_rng(0)
+    out = {}
+    for i in range(6):
+        n = int(rng.integers(100, 50000))
+        x = rng.standard_normal(n) * rng.uniform(0.001, 0.3)
+        for _ in range(int(rng.integers(1, 4))):
+            a = int(rng.integers(0, n))
+            x[a : a + int(rng.integers(0, 30000))] *= rng.choice([0.0, 1e-4, 2e-3])
+        pcm = (x * 32768).clip(-32768, 32767).astype(np.int16)
+        trimmed = remove_silence(pcm[None].astype(np.float32) / 32768.0, rate, mid_sil=500, lead_sil=100, trail_sil=100)
+        out[f"in{i}"] = pcm
+        out[f"out{i}"] = np.round(trimmed[0] * 32768.0).astype(np.int16)
+    np.savez_compressed(golden / "silence.npz", **out)
+
+
 def main(tiny: Path, golden: Path) -> None:
     model = OmniVoice.from_pretrained(str(tiny), dtype=torch.float32).eval()
     golden.mkdir(parents=True, exist_ok=True)
@@ -98,6 +119,7 @@ def main(tiny: Path, golden: Path) -> None:
             assert np.array_equal(first[k], again[k]), f"{name}.{k} differs between two runs"
         np.savez(golden / f"{name}.npz", **first)
         print(name, "frames", int(first["target_len"]), "samples", first["audio"].size)
+    silence_golden(golden)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """PEFT LoRA adapters on the chat family through vLLM's own LoRA support: outputs equal
 ``vllm.LLM.generate(..., lora_request=LoRARequest(...))`` with ``lora`` in the prompt dict, for requests using
 different adapters and none in flight together; runtime load / unload on the stage and the errors that name
-their field. (Over HTTP: tests/e2e/test_chat_lora_http.py.)
+their field. (Over HTTP: tests/models/chat/test_lora_http.py.)
 
 One engine of each kind for the module: vLLM engines take tens of seconds to start here.
 """

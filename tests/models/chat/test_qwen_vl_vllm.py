@@ -142,7 +142,7 @@ async def test_the_media_reach_the_prompt(vl, tiny_model):
 )
 async def test_undecodable_video_is_refused(vl, part, message):
     """vLLM decodes the media of an offline prompt itself and names no part; the error names the
-    prompt (the HTTP server checks each part first and names it: tests/e2e/test_chat_vl_http.py)."""
+    prompt (the HTTP server checks each part first and names it: tests/models/chat/test_vl_http.py)."""
     engine, _, _ = vl
     with pytest.raises(InvalidRequestError, match=message) as e:
         await run(engine, {"messages": [{"role": "user", "content": [text("look"), part]}]})

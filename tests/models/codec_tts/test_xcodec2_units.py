@@ -121,7 +121,7 @@ def test_encoder_features_are_kaldi_fbank(adapter):
 
 
 def test_resample_keeps_length_and_pitch():
-    from omnistage.models.shared.codec_lm.codec import resample
+    from omnistage.media_intake import resample  # what the codec LM resamples reference clips with
 
     t = np.arange(24000) / 24000
     out = resample(np.sin(2 * np.pi * 1000 * t).astype(np.float32), 24000, 16000)

@@ -14,6 +14,7 @@ from omnistage import AsyncOmni, InvalidRequestError
 from omnistage.models import flux
 from omnistage.pipeline import resolve_pipeline
 from omnistage.testing.staggered import generate_final
+from tests.stages.diffusion.helpers import reference_pipeline, tiny_family
 
 # 32x48 pixels -> a 4x6 latent -> 2x3 packed tokens; a short T5 length keeps the forwards cheap
 SMALL = dict(height=32, width=48, max_sequence_length=32)
@@ -28,27 +29,12 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.float() - b.float()).abs().max().item()
 
 
-def reference(cls_name: str, folder: str):
-    import diffusers
-
-    pipe = getattr(diffusers, cls_name).from_pretrained(folder)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
-
-
-@pytest.fixture(scope="module")
-def dev(tiny_model):
-    return str(tiny_model("flux"))
+dev, _, ref = tiny_family("flux", reference="FluxPipeline", folder="dev")
 
 
 @pytest.fixture(scope="module")
 def schnell(tiny_model):
     return str(tiny_model("flux_schnell"))
-
-
-@pytest.fixture(scope="module")
-def ref(dev):
-    return reference("FluxPipeline", dev)
 
 
 def test_folders_resolve_to_their_pipelines(dev, schnell, tiny_model):
@@ -82,7 +68,7 @@ async def test_default_t5_length_equals_diffusers_call(dev, ref):
 
 
 async def test_schnell_equals_diffusers_call(schnell):
-    ref = reference("FluxPipeline", schnell)
+    ref = reference_pipeline("FluxPipeline", schnell)
     async with AsyncOmni(schnell, deploy_config=DEPLOY) as omni:
         # schnell's declared defaults: 4 steps, T5 length 256, no guidance embedding
         out = await generate_final(

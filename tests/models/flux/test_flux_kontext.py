@@ -12,8 +12,9 @@ from PIL import Image
 
 from omnistage import AsyncOmni, InvalidRequestError
 from omnistage.testing.staggered import generate_final, solo_then_staggered
+from tests.stages.diffusion.helpers import tiny_family
 
-from .test_flux import DEPLOY, gen, max_diff, reference
+from .test_flux import DEPLOY, gen, max_diff
 
 # keep the requested 32x48 output (max_area = its area) and the input image's own size (no resize to a
 # ~1 Mpx Kontext training resolution): a few tokens per forward
@@ -29,14 +30,7 @@ def edit(prompt: str, im: Image.Image, negative: str | None = None) -> dict:
     return {"prompt": prompt, "multi_modal_data": {"image": im}, **({"negative_prompt": negative} if negative else {})}
 
 
-@pytest.fixture(scope="module")
-def kontext(tiny_model):
-    return str(tiny_model("flux_kontext"))
-
-
-@pytest.fixture(scope="module")
-def ref(kontext):
-    return reference("FluxKontextPipeline", kontext)
+kontext, _, ref = tiny_family("flux_kontext", reference="FluxKontextPipeline", folder="kontext")
 
 
 @pytest.mark.parametrize(

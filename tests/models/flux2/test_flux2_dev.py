@@ -16,21 +16,14 @@ from omnistage.models import flux2
 from omnistage.pipeline import resolve_pipeline
 from omnistage.testing.staggered import generate_final
 from tests.models.image_families import by_name
-from tests.stages.diffusion.helpers import noise_image, reference_pipeline
+from tests.stages.diffusion.helpers import noise_image, reference_pipeline, tiny_family
 
 ONE_LOOP = pytest.mark.asyncio(loop_scope="module")
 DEPLOY = {"stages": [{"stage_id": 0, "engine_output_type": "image,latent"}]}
 TEXT = dict(max_sequence_length=64)  # the system turn takes ~40 tiny tokens
 
 
-@pytest.fixture(scope="module")
-def folder(tiny_model):
-    return str(tiny_model("flux2"))
-
-
-@pytest.fixture(scope="module")
-def ref(folder):
-    return reference_pipeline("Flux2Pipeline", folder)
+folder, _, ref = tiny_family("flux2", reference="Flux2Pipeline")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

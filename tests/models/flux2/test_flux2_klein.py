@@ -15,19 +15,12 @@ from omnistage.models import flux2
 from omnistage.pipeline import resolve_pipeline
 from omnistage.testing.staggered import generate_final
 from tests.models.image_families import flux2_unpacked
-from tests.stages.diffusion.helpers import noise_image, reference_pipeline
+from tests.stages.diffusion.helpers import noise_image, tiny_family
 
 DEPLOY = {"stages": [{"stage_id": 0, "engine_output_type": "image,latent"}]}
 
 
-@pytest.fixture(scope="module")
-def folder(tiny_model):
-    return str(tiny_model("flux2_klein"))
-
-
-@pytest.fixture(scope="module")
-def ref(folder):
-    return reference_pipeline("Flux2KleinPipeline", folder)
+folder, _, ref = tiny_family("flux2_klein", reference="Flux2KleinPipeline")
 
 
 def test_resolves_and_defaults_are_the_pipelines(folder):

@@ -61,14 +61,18 @@ def hf_greedy(folder):
 DIT = {"num_inference_steps": 3, "guidance_scale": 1.5, "seed": 5}
 
 
-async def final_image(folder, prompt):
-    """Both stages through AsyncOmni (greedy AR, DIT params) -> the diffusion stage's image."""
-    omni = AsyncOmni(folder, dtype="float32")
-    await omni.start()
-    try:
-        outs = await all_outputs(omni.generate(prompt, sampling_params_list=[{}, DIT]))
-    finally:
-        await omni.shutdown()
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def omni(folder):
+    """Both stages through AsyncOmni, one start for the end-to-end tests."""
+    engine = AsyncOmni(folder, dtype="float32")
+    await engine.start()
+    yield engine
+    await engine.shutdown()
+
+
+async def final_image(omni, prompt):
+    """One request through both stages (greedy AR, DIT params) -> the diffusion stage's image."""
+    outs = await all_outputs(omni.generate(prompt, sampling_params_list=[{}, DIT]))
     return finished_by_stage(outs)[1].images[0]
 
 
@@ -81,6 +85,7 @@ def dit_kwargs() -> dict:
     }
 
 
+@pytest.fixture(scope="module")
 def dit_reference(folder):
     return reference_pipeline("GlmImagePipeline", folder, dtype=torch.float32)
 
@@ -150,11 +155,11 @@ async def test_bad_requests_name_the_field(ar_engine):
             await ar_run(ar_engine, "bad", inputs, params)
 
 
-async def test_end_to_end_through_omni(folder, hf_greedy):
+async def test_end_to_end_through_omni(omni, folder, hf_greedy, dit_reference):
     assert resolve_pipeline(folder).name == "glm_image"
     _, expected_ids, _ = hf_greedy
-    image = await final_image(folder, {"prompt": PROMPT, "additional_information": {"height": H, "width": W}})
-    ref = dit_reference(folder)
+    image = await final_image(omni, {"prompt": PROMPT, "additional_information": {"height": H, "width": W}})
+    ref = dit_reference
     (th, tw), (ph, pw) = target_grids(H, W)
     prior = ref._upsample_token_ids(torch.tensor(expected_ids[ph * pw : ph * pw + th * tw]), th, tw)
     expected = ref(PROMPT, height=H, width=W, prior_token_ids=prior, **dit_kwargs()).images[0]
@@ -270,13 +275,13 @@ async def test_i2i_bad_source_images_name_the_field(ar_engine):
     assert len(ids) == 7
 
 
-async def test_i2i_end_to_end_through_omni(folder):
+async def test_i2i_end_to_end_through_omni(omni, folder, dit_reference):
     """Both stages: the DiT conditions on the AR's target ids, the source ids and the source image,
     exactly as diffusers' GlmImagePipeline given the AR outputs transformers computes."""
     img = source_image(4, 64, 96)
     _, ar_ids, vq, grids = hf_i2i(folder, [img])
-    image = await final_image(folder, {"prompt": I2I_PROMPT, "multi_modal_data": {"image": img}})
-    ref = dit_reference(folder)
+    image = await final_image(omni, {"prompt": I2I_PROMPT, "multi_modal_data": {"image": img}})
+    ref = dit_reference
     (th, tw), _ = target_grids(H, W)
     up = ref._upsample_token_ids
     ((_, sh, sw),) = grids

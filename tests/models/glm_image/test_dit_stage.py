@@ -13,22 +13,9 @@ from omnistage.models.glm_image import PIPELINE, GlmImageAdapter, ar_tokens_to_p
 from omnistage.models.glm_image.grid import target_grids
 from omnistage.stages.base import StageRequest
 from omnistage.testing.streams import all_outputs, final_output
-from tests.stages.diffusion.helpers import gen, max_diff, reference_pipeline, start_engine
+from tests.stages.diffusion.helpers import gen, max_diff, start_engine, tiny_family
 
-
-@pytest.fixture(scope="module")
-def folder(tiny_model):
-    return str(tiny_model("glm_image"))
-
-
-@pytest.fixture(scope="module")
-def adapter(folder):
-    return GlmImageAdapter.load(folder, torch.float32, torch.device("cpu"))
-
-
-@pytest.fixture(scope="module")
-def ref(folder):
-    return reference_pipeline("GlmImagePipeline", folder, dtype=torch.float32)
+folder, adapter, ref = tiny_family("glm_image", GlmImageAdapter, "GlmImagePipeline", dtype=torch.float32)
 
 
 async def start(adapter, folder):

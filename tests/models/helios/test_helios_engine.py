@@ -21,24 +21,18 @@ from tests.stages.diffusion.helpers import (
     run,
     solo_then_staggered,
     start_engine,
+    tiny_family,
 )
 
 PROMPT = "a red cat on a blue chair"
 
 
-@pytest.fixture(scope="module")
-def folder(tiny_model):
-    return str(tiny_model("helios"))
+folder, adapter, _ = tiny_family("helios", HeliosAdapter)  # (references: per test, some with other schedulers)
 
 
 @pytest.fixture(scope="module")
 def pyramid_folder(tiny_model):
     return str(tiny_model("helios_pyramid"))
-
-
-@pytest.fixture(scope="module")
-def adapter(folder):
-    return HeliosAdapter.load(folder, torch.float32, torch.device("cpu"))
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from omnistage.models.higgs_audio.audio_encoder import HiggsAudioEncoder, resample
 from omnistage.models.higgs_audio.engine import request_messages
 from omnistage.models.higgs_audio.model import HiggsModel
+from omnistage.models.shared.higgs_tokenizer.encoder import HiggsAudioEncoder, resample
 from tests.models.higgs_audio.conftest import golden
 
 torch.set_num_threads(1)

@@ -134,3 +134,29 @@ def test_bad_requests_are_400_naming_the_field(url, body, param):
     assert resp.status_code == 400, resp.text
     err = resp.json()["error"]
     assert err["param"] == param and param in err["message"], err
+
+
+async def test_a_realtime_text_turn_is_spoken_as_the_reference(url, higgs_dir):
+    """/v1/realtime (the openai client's realtime connection): a text turn comes back as the reference's speech
+    of that text, within one 16-bit step (24 kHz PCM, the model's own rate)."""
+    from tests.server.realtime_client import next_event, openai_client, read_reply
+
+    plain = golden("plain")
+    async with openai_client(url, "none").realtime.connect(model=higgs_dir.name) as conn:
+        await next_event(conn, "session.created")
+        await conn.session.update(
+            session={
+                "type": "realtime",
+                "max_output_tokens": int(plain["steps"]),
+                "audio": {"output": {"voice": "default"}},
+                "extra_body": {"temperature": 0, "sampling_params_list": KNOBS["sampling_params_list"]},
+            }
+        )
+        await next_event(conn, "session.updated")
+        await conn.conversation.item.create(
+            item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": str(plain["text"])}]}
+        )
+        await conn.response.create()
+        reply = await read_reply(conn)
+    assert reply.status == "completed" and not reply.errors
+    within_one_step(np.frombuffer(reply.pcm, "<i2"), plain["wav"])

@@ -76,7 +76,7 @@ def run_engine(folder, cases):
             outs = await asyncio.gather(
                 *(all_outputs(engine.generate(StageRequest(rid, prompt, params))) for rid, prompt, params, *_ in cases)
             )
-            return outs, list(engine.batch_sizes)
+            return outs, list(engine.batch_sizes), list(engine.prefill_sizes)
         finally:
             await engine.shutdown()
 
@@ -101,7 +101,7 @@ def test_tiny_folder_resolves_to_higgs_audio(higgs_dir):
 
 
 def test_solo_request_equals_transformers_generate(higgs_dir, reference):
-    (out,), batches = run_engine(higgs_dir, CASES[:1])
+    (out,), batches, _ = run_engine(higgs_dir, CASES[:1])
     *_, messages, seed, sampling = CASES[0]
     ref = reference.run(messages, STEPS, seed, **sampling)
     assert ref.codes.shape == (STEPS - 1 - 3, 4)  # the BOS row, then 3 rows of delay before the first frame
@@ -111,8 +111,9 @@ def test_solo_request_equals_transformers_generate(higgs_dir, reference):
 
 
 def test_concurrent_requests_equal_transformers_generate(higgs_dir, reference):
-    outs, batches = run_engine(higgs_dir, CASES)
+    outs, batches, prefills = run_engine(higgs_dir, CASES)
     assert max(batches) == len(CASES)  # all shared steps
+    assert prefills == [len(CASES)]  # and one batched prefill
     for (rid, _prompt, params, messages, seed, sampling), out in zip(CASES, outs):
         ref = reference.run(messages, params["max_tokens"], seed, **sampling)
         assert torch.equal(frames_of(out), ref.codes), rid

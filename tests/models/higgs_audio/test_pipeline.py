@@ -1,7 +1,7 @@
 """Higgs Audio end to end in-process (``AsyncOmni``: LM stage -> decoder stage, async chunk on): the waveform
 against the reference's (golden: transformers' ``generate`` greedy + ``HiggsAudioV2Processor.decode``),
-a cloned voice (``ref_audio`` + ``ref_text``), streamed while the LM runs and equal to the whole decode, four mixed concurrent requests each equal to
-their solo run, bad input named."""
+a cloned voice (``ref_audio`` + ``ref_text``), streamed while the LM runs and equal to the whole decode, five mixed concurrent requests (one cloning) each
+equal to their solo run, bad input named."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ async def test_cloned_voice_equals_the_reference(omni):
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_streamed_speech_arrives_in_chunks_and_equals_the_whole_decode(omni, reference, higgs_dir):
-    from omnistage.models.higgs_audio.codec import HiggsCodec
+    from omnistage.models.shared.higgs_tokenizer.decoder import HiggsCodec
 
     steps = 60
     deltas, final = await speak(
@@ -85,7 +85,7 @@ async def test_streamed_speech_arrives_in_chunks_and_equals_the_whole_decode(omn
 
 
 @pytest.mark.asyncio(loop_scope="module")
-async def test_four_mixed_concurrent_requests_equal_their_solo_runs(omni):
+async def test_five_mixed_concurrent_requests_equal_their_solo_runs(omni):
     cases = [
         ("hello there", {**GREEDY, "max_tokens": 20}),
         (
@@ -95,11 +95,15 @@ async def test_four_mixed_concurrent_requests_equal_their_solo_runs(omni):
         ("[SPEAKER0] hi [SPEAKER1] how are you", {"temperature": 3.0, "top_k": 0, "seed": 5, "max_tokens": 24}),
         ("the quick fox", {"temperature": 0, "seed": 9, "ras_win_max_num_repeat": 1, "max_tokens": 30}),
     ]
+    clone = golden("clone")  # a prompt with audio frames in the same batched prefill as prompts without
+    info = {"ref_audio": (clone["clip"], 24000), "ref_text": str(clone["ref_text"])}
+    cases.append(({"prompt": "hello there", "additional_information": info}, {**GREEDY, "max_tokens": 22}))
     solo = [(await speak(omni, prompt, params))[1].audio for prompt, params in cases]
     lm = omni.replicas(0)[0]
     before = len(lm.batch_sizes)
     results = await asyncio.gather(*(speak(omni, prompt, params) for prompt, params in cases))
     assert max(list(lm.batch_sizes)[before:]) >= 3  # the requests shared LM steps
+    assert max(list(lm.prefill_sizes)[-len(cases) :]) >= 3  # and prefills
     for (prompt, _), alone, (_, final) in zip(cases, solo, results):
         assert gap(final.audio, alone) <= TOL, prompt
 

@@ -20,20 +20,14 @@ from tests.stages.diffusion.helpers import (
     run,
     solo_then_staggered,
     start_engine,
+    tiny_family,
 )
 
 SMALL = dict(height=16, width=32, num_frames=5)  # latents [1, 4, 3, 4, 8]
 PROMPT = 'a red cat holding a sign that says "hi"'  # quoted text: the ByT5 glyph encoder runs too
 
 
-@pytest.fixture(scope="module")
-def folder(tiny_model):
-    return str(tiny_model("hunyuan_video15"))
-
-
-@pytest.fixture(scope="module")
-def adapter(folder):
-    return HunyuanVideo15Adapter.load(folder, torch.float32, torch.device("cpu"))
+folder, adapter, _ = tiny_family("hunyuan_video15", HunyuanVideo15Adapter)  # (its reference sets the guider: below)
 
 
 def reference(cls: str, folder: str, guidance: float | None):

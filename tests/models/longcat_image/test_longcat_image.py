@@ -17,20 +17,13 @@ from omnistage import AsyncOmni, InvalidRequestError
 from omnistage.models import longcat_image
 from omnistage.pipeline import resolve_pipeline
 from omnistage.testing.staggered import generate_final, solo_then_staggered
-from tests.stages.diffusion.helpers import noise_image, reference_pipeline
+from tests.stages.diffusion.helpers import noise_image, tiny_family
 
 ONE_LOOP = pytest.mark.asyncio(loop_scope="module")
 DEPLOY = {"stages": [{"stage_id": 0, "engine_output_type": "image,latent"}]}
 
 
-@pytest.fixture(scope="module")
-def folder(tiny_model):
-    return str(tiny_model("longcat_image_edit"))
-
-
-@pytest.fixture(scope="module")
-def ref(folder):
-    return reference_pipeline("LongCatImageEditPipeline", folder)
+folder, _, ref = tiny_family("longcat_image_edit", reference="LongCatImageEditPipeline")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -23,6 +23,7 @@ from tests.stages.diffusion.helpers import (
     run,
     solo_then_staggered,
     start_engine,
+    tiny_family,
 )
 
 SMALL = dict(height=32, width=32, num_frames=9, fps=25, max_sequence_length=16)  # video [1, 1280, 4], audio [1, 9, 8]
@@ -31,19 +32,7 @@ REF_SMALL = dict(height=32, width=32, num_frames=9, frame_rate=25.0, max_sequenc
 STG = {"spatio_temporal_guidance_blocks": [1]}
 
 
-@pytest.fixture(scope="module")
-def folder(tiny_model):
-    return str(tiny_model("ltx2"))
-
-
-@pytest.fixture(scope="module")
-def adapter(folder):
-    return LTX2Adapter.load(folder, torch.float32, torch.device("cpu"))
-
-
-@pytest.fixture(scope="module")
-def ref(folder):
-    return reference_pipeline("LTX2Pipeline", folder)
+folder, adapter, ref = tiny_family("ltx2", LTX2Adapter, "LTX2Pipeline")
 
 
 def ref_outputs(out) -> tuple[np.ndarray, np.ndarray]:

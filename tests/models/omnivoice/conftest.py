@@ -4,7 +4,7 @@ Both come from ``omnivoice`` 0.2.1 in its own environment (it imports torchaudio
 this torch): ``scripts/reference/omnivoice/setup.sh`` builds the venv, the tiny checkpoint with the
 package's own classes (``tiny/``, committed) and ``golden/`` (per case: the request, the prompt's text-row
 ids, the target length, the codes [8, T] and the waveform ``generate`` returns; the clone case adds the
-reference clip and its codes). Regenerate with that script (a few minutes on 2 cores; the venv lives
+reference clip and its codes; ``silence.npz``: the package's silence trimming on noise with gaps). Regenerate with that script (a few minutes on 2 cores; the venv lives
 outside the repo).
 """
 
@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 import torch
 
+from omnistage.models.omnivoice.text import language_id
+
 HERE = Path(__file__).parent
 TINY = HERE / "tiny"
 GOLDEN = HERE / "golden"
 CASES = ("auto", "design", "duration", "clone")
-# what the reference resolved the cases' languages to (the package's name -> id table is not served yet)
-LANGUAGE_IDS = {"en": "en", "English": "en", "": None}
 
 
 def golden(name: str) -> dict[str, np.ndarray]:
@@ -36,7 +36,7 @@ def request_of(lm, name: str, seed: int | None = None):
     prompt, audio_start = lm.prompt(
         str(g["text"]),
         target,
-        language=LANGUAGE_IDS[str(g["language"])],
+        language=language_id(str(g["language"])),
         instruct=str(g["instruct"]) or None,
         ref_text=str(g["ref_text_used"]) if clone else None,
         ref_codes=torch.from_numpy(g["ref_codes"]) if clone else None,

@@ -17,8 +17,8 @@ import torch
 from omnistage import AsyncOmni
 from omnistage.errors import InvalidRequestError
 from omnistage.testing.streams import all_outputs, finished_by_stage
+from tests.models import omni_media as media
 from tests.models.qwen2_5_omni.conftest import SEED
-from tests.models.qwen_omni import media
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

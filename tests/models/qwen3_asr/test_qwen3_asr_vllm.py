@@ -7,27 +7,31 @@ tiny model — offline and through ``/v1/audio/transcriptions`` with the officia
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 import pytest_asyncio
 
 from omnistage import AsyncOmni
-from omnistage.errors import InvalidRequestError
 from omnistage.models.qwen3_asr.prompt import LANGUAGES
 from omnistage.pipeline import resolve_pipeline
-from tests.e2e.test_transcriptions_http import as_heard, wav
-from tests.models.offline_llm import offline_llm
-from tests.models.whisper.cases import clip, request, run
+from tests.models.asr_cases import (
+    CHAT_ASR_ENGINE,
+    HEARD_CLIPS,
+    check_family_equals_references,
+    check_refused_naming,
+    request,
+    transformers_greedy,
+    vllm_server_prompt_reference,
+    wav,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
-ENGINE = dict(max_model_len=512, max_num_seqs=8, dtype="float32", enforce_eager=True)
+ENGINE = CHAT_ASR_ENGINE
+CLIPS = HEARD_CLIPS
 MAX_TOKENS = 16
-# as a 16-bit WAV holds them (the HTTP test uploads them); the last shorter than the extractor's 0.5 s minimum
-CLIPS = [as_heard(wav(clip(s, seed))) for s, seed in ((2.0, 1), (5.5, 2), (0.3, 3))]
 # (language, previous text); None: the model names the language before its transcript (``language X<asr_text>``)
 CASES = [("en", ""), ("de", ""), ("en", "hello world"), (None, "")]
+KEYED = {(i, j): (audio, lang, prev) for i, audio in enumerate(CLIPS) for j, (lang, prev) in enumerate(CASES)}
 
 
 @pytest.fixture(scope="module")
@@ -37,46 +41,21 @@ def folder(tiny_model):
 
 @pytest.fixture(scope="module")
 def hf_reference(folder):
-    """transformers' generate, greedy: (clip, case) -> generated ids."""
-    import torch
-    from transformers import AutoProcessor, Qwen3ASRForConditionalGeneration
+    """transformers' generate, greedy: (clip, case) -> (generated ids, text)."""
+    from transformers import Qwen3ASRForConditionalGeneration
 
-    torch.set_num_threads(1)
-    proc = AutoProcessor.from_pretrained(folder)
-    model = Qwen3ASRForConditionalGeneration.from_pretrained(folder).eval()
-    out = {}
-    for i, audio in enumerate(CLIPS):
-        for j, (language, previous) in enumerate(CASES):
-            inputs = proc.apply_transcription_request(audio, language=language, prompt=previous or None)
-            with torch.no_grad():
-                ids = model.generate(**inputs, do_sample=False, max_new_tokens=MAX_TOKENS)
-            out[i, j] = [int(t) for t in ids[0, inputs["input_ids"].shape[1] :]]
-    return out
+    def inputs(proc, audio, language, previous):
+        return proc.apply_transcription_request(audio, language=language, prompt=previous or None)
+
+    return transformers_greedy(folder, Qwen3ASRForConditionalGeneration, KEYED, inputs, MAX_TOKENS)
 
 
 @pytest.fixture(scope="module")
 def vllm_reference(folder):
-    """vLLM's LLM.generate on its server's own transcription prompt: (clip, case) -> (ids, text)."""
-    from vllm import SamplingParams
-    from vllm.config.speech_to_text import SpeechToTextParams
+    """vLLM's LLM.generate on its server's own transcription prompt: (clip, case) -> (ids, text, prompt ids)."""
     from vllm.model_executor.models.qwen3_asr import Qwen3ASRForConditionalGeneration as VllmQwen3ASR
 
-    with offline_llm(folder, **ENGINE) as llm:
-        config = llm.llm_engine.model_config
-        stt = VllmQwen3ASR.get_speech_to_text_config(config, "transcribe")
-        keys, prompts = [], []
-        for i, audio in enumerate(CLIPS):
-            for j, (language, previous) in enumerate(CASES):
-                keys.append((i, j))
-                prompts.append(
-                    VllmQwen3ASR.get_generation_prompt(
-                        SpeechToTextParams(
-                            audio=audio, stt_config=stt, model_config=config, language=language, request_prompt=previous
-                        )
-                    )
-                )
-        outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS), use_tqdm=False)
-        return {k: (list(o.outputs[0].token_ids), o.outputs[0].text) for k, o in zip(keys, outs)}
+    return vllm_server_prompt_reference(folder, VllmQwen3ASR, KEYED, MAX_TOKENS, **ENGINE)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -99,24 +78,14 @@ async def test_folder_resolves_to_qwen3_asr(folder):
 
 async def test_references_agree(hf_reference, vllm_reference):
     """vLLM and transformers agree first (so a failure below is the family's, not the tiny model's)."""
-    for key, ids in hf_reference.items():
+    for key, (ids, _) in hf_reference.items():
         assert vllm_reference[key][0] == ids, key
 
 
 async def test_family_equals_references(omni, vllm_reference, hf_reference):
-    # every clip and case in flight together: continuous batching must not change anyone's output
-    keys = list(vllm_reference)
-    results = await asyncio.gather(
-        *(run(omni, request(CLIPS[i], CASES[j][0], previous=CASES[j][1]), max_tokens=MAX_TOKENS) for i, j in keys)
-    )
-    texts = set()
-    for key, (out, deltas) in zip(keys, results):
-        ref_ids, ref_text = vllm_reference[key]
-        assert out.token_ids == ref_ids == hf_reference[key], key
-        assert out.text == ref_text
-        assert "".join(d.get("text", "") for d in deltas) == ref_text
-        texts.add(ref_text)
-    assert len(texts) > 3  # the clips, languages and prompts make a difference
+    requests = {(i, j): request(CLIPS[i], CASES[j][0], previous=CASES[j][1]) for i, j in vllm_reference}
+    hf_ids = {key: ids for key, (ids, _) in hf_reference.items()}
+    await check_family_equals_references(omni, requests, vllm_reference, hf_ids, MAX_TOKENS)
 
 
 @pytest.mark.parametrize(
@@ -128,11 +97,7 @@ async def test_family_equals_references(omni, vllm_reference, hf_reference):
     ],
 )
 async def test_bad_requests_name_the_field(omni, prompt, field):
-    with pytest.raises(InvalidRequestError) as e:
-        await run(omni, prompt, max_tokens=4)
-    assert e.value.field == field
-    out, _ = await run(omni, request(CLIPS[0]), max_tokens=2)  # the engine keeps serving
-    assert out.finished
+    await check_refused_naming(omni, prompt, field, request(CLIPS[0]))
 
 
 def test_transcriptions_route_equals_references(server_factory, folder, hf_reference, vllm_reference):
@@ -150,7 +115,7 @@ def test_transcriptions_route_equals_references(server_factory, folder, hf_refer
             extra_body=extra,
             **named,
         )
-        assert len(out.segments) == 1 and out.segments[0].tokens == hf_reference[1, j]
+        assert len(out.segments) == 1 and out.segments[0].tokens == hf_reference[1, j][0]
         if language:
             assert out.language == language and out.text == vllm_reference[1, j][1]
             continue

@@ -16,7 +16,7 @@ import torch
 from omnistage.models.qwen_omni.config import load_omni_config
 from omnistage.models.qwen_omni.vllm_plugin import SPEAKING_ARCHITECTURE
 from omnistage.stages.llm.hidden import CONNECTOR, PATH_KEY, REPLY_KEY, read_rows
-from tests.models.qwen_omni import media
+from tests.models import omni_media as media
 from tests.models.qwen_omni.test_omni_media_vllm import audio_part, image_part, template_messages, text
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

@@ -16,7 +16,7 @@ import torch
 from omnistage import AsyncOmni
 from omnistage.errors import InvalidRequestError
 from omnistage.testing.streams import all_outputs, finished_by_stage
-from tests.models.qwen_omni import media
+from tests.models import omni_media as media
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -168,7 +168,7 @@ async def test_the_talker_conditioning_comes_from_the_thinker_engine_itself(omni
 )
 async def test_a_bad_media_part_is_refused_and_the_stages_keep_serving(omni, part, says):
     """Offline, vLLM loads the media and its complaint names the messages (over HTTP the server checks each
-    part first and names it: tests/e2e/qwen3_omni/test_http.py)."""
+    part first and names it: tests/models/qwen_omni/server/test_http.py)."""
     with pytest.raises(InvalidRequestError) as e:
         await run(omni, {"messages": [{"role": "user", "content": [part, text("hi")]}]})
     assert e.value.field == "messages" and says in e.value.message

@@ -116,7 +116,7 @@ async def test_text_only_never_runs_the_talker(omni, reference):
             },
             GREEDY,
             "messages",
-        ),  # offline vLLM loads the media (HTTP names the part: tests/e2e/qwen3_omni/test_http.py)
+        ),  # offline vLLM loads the media (HTTP names the part: tests/models/qwen_omni/server/test_http.py)
     ],
 )
 async def test_bad_input_names_the_field(omni, prompt, params, field):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from omnistage import Omni
-from tests.models.qwen_omni import media
+from tests.models import omni_media as media
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

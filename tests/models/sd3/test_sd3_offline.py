@@ -8,17 +8,9 @@ from PIL import Image
 
 from omnistage import Omni
 from omnistage.cli.main import main as cli_main
-from tests.stages.diffusion.helpers import gen, reference_pipeline
+from tests.stages.diffusion.helpers import gen, tiny_family
 
-
-@pytest.fixture(scope="module")
-def sd3(tiny_model):
-    return str(tiny_model("sd3"))
-
-
-@pytest.fixture(scope="module")
-def ref(sd3):
-    return reference_pipeline("StableDiffusion3Pipeline", sd3)
+sd3, _, ref = tiny_family("sd3", reference="StableDiffusion3Pipeline", folder="sd3")
 
 
 def test_omni_generate_returns_pil_images_equal_to_diffusers(sd3, ref):

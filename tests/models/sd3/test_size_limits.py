@@ -9,17 +9,9 @@ import torch
 
 from omnistage.errors import InvalidRequestError
 from omnistage.models.sd3 import PIPELINE, SD3Adapter
-from tests.stages.diffusion.helpers import finished_data, run, start_engine
+from tests.stages.diffusion.helpers import finished_data, run, start_engine, tiny_family
 
-
-@pytest.fixture(scope="module")
-def sd3(tiny_model):
-    return str(tiny_model("sd3"))
-
-
-@pytest.fixture(scope="module")
-def adapter(sd3):
-    return SD3Adapter.load(sd3, torch.float32, torch.device("cpu"))
+sd3, adapter, _ = tiny_family("sd3", SD3Adapter, folder="sd3")
 
 
 def test_max_side_is_where_diffusers_patch_embed_stops(adapter):

@@ -24,7 +24,7 @@ import torch
 
 from omnistage import Omni
 from omnistage.engine.async_omni import AsyncOmni
-from tests.models.whisper.cases import TransformersWhisper
+from tests.models.asr_cases import TransformersWhisper
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 

@@ -7,26 +7,32 @@ bad requests are 400s naming the field.
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 import pytest_asyncio
 
 from omnistage import AsyncOmni
-from omnistage.errors import InvalidRequestError
 from omnistage.models.voxtral.prompt import ENGINE_ARGS, LANGUAGES
 from omnistage.pipeline import resolve_pipeline
-from tests.e2e.test_transcriptions_http import as_heard, wav
-from tests.models.offline_llm import offline_llm
-from tests.models.whisper.cases import RATE, clip, request, run
+from tests.models.asr_cases import (
+    CHAT_ASR_ENGINE,
+    HEARD_CLIPS,
+    RATE,
+    check_family_equals_references,
+    check_refused_naming,
+    request,
+    run,
+    transformers_greedy,
+    vllm_server_prompt_reference,
+    wav,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
-ENGINE = dict(max_model_len=512, max_num_seqs=8, dtype="float32", enforce_eager=True)
-MAX_TOKENS = 16
-# as a 16-bit WAV holds them (the HTTP test uploads them); each is padded to one 30 s chunk (375 audio tokens)
-CLIPS = [as_heard(wav(clip(s, seed))) for s, seed in ((2.0, 1), (5.5, 2), (0.3, 3))]
+ENGINE = CHAT_ASR_ENGINE
+CLIPS = HEARD_CLIPS
+MAX_TOKENS = 16  # (each clip is padded to one 30 s chunk: 375 audio tokens)
 LANGUAGE_CASES = ["en", "de", "fr", None]  # None: the prompt names no language
+KEYED = {(i, lang): (audio, lang, "") for i, audio in enumerate(CLIPS) for lang in LANGUAGE_CASES}
 
 
 @pytest.fixture(scope="module")
@@ -37,51 +43,22 @@ def folder(tiny_model):
 @pytest.fixture(scope="module")
 def hf_reference(folder):
     """transformers' generate, greedy, on transformers' layout: (clip, language) -> (generated ids, text)."""
-    import torch
-    from transformers import AutoProcessor, VoxtralForConditionalGeneration
+    from transformers import VoxtralForConditionalGeneration
 
-    torch.set_num_threads(1)
-    proc = AutoProcessor.from_pretrained(folder)
-    model = VoxtralForConditionalGeneration.from_pretrained(folder).eval()
-    out = {}
-    for i, audio in enumerate(CLIPS):
-        for language in LANGUAGE_CASES:
-            inputs = proc.apply_transcription_request(
-                audio=audio, model_id=str(folder), language=language, sampling_rate=RATE, format="wav"
-            )
-            with torch.no_grad():
-                ids = model.generate(**inputs, do_sample=False, max_new_tokens=MAX_TOKENS)
-            new = [int(t) for t in ids[0, inputs["input_ids"].shape[1] :]]
-            out[i, language] = (new, proc.tokenizer.decode(new, skip_special_tokens=True))
-    return out
+    def inputs(proc, audio, language, _):
+        return proc.apply_transcription_request(
+            audio=audio, model_id=str(folder), language=language, sampling_rate=RATE, format="wav"
+        )
+
+    return transformers_greedy(folder, VoxtralForConditionalGeneration, KEYED, inputs, MAX_TOKENS)
 
 
 @pytest.fixture(scope="module")
 def vllm_reference(folder):
     """vLLM's LLM.generate on its server's own transcription prompt: (clip, language) -> (ids, text, prompt ids)."""
-    from vllm import SamplingParams
-    from vllm.config.speech_to_text import SpeechToTextParams
     from vllm.model_executor.models.voxtral import VoxtralForConditionalGeneration as VllmVoxtral
 
-    with offline_llm(folder, **ENGINE, **ENGINE_ARGS) as llm:
-        config = llm.llm_engine.model_config
-        stt = VllmVoxtral.get_speech_to_text_config(config, "transcribe")
-        keys, prompts = [], []
-        for i, audio in enumerate(CLIPS):
-            for language in LANGUAGE_CASES:
-                keys.append((i, language))
-                prompts.append(
-                    VllmVoxtral.get_generation_prompt(
-                        SpeechToTextParams(
-                            audio=audio, stt_config=stt, model_config=config, language=language, request_prompt=""
-                        )
-                    )
-                )
-        outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS), use_tqdm=False)
-        return {
-            k: (list(o.outputs[0].token_ids), o.outputs[0].text, list(p["prompt_token_ids"]))
-            for k, o, p in zip(keys, outs, prompts)
-        }
+    return vllm_server_prompt_reference(folder, VllmVoxtral, KEYED, MAX_TOKENS, **ENGINE, **ENGINE_ARGS)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -118,19 +95,9 @@ async def test_prompt_is_vllm_servers(omni, folder, vllm_reference):
 
 
 async def test_family_equals_references(omni, vllm_reference, hf_reference):
-    # every clip and language in flight together: continuous batching must not change anyone's output
-    keys = list(vllm_reference)
-    results = await asyncio.gather(
-        *(run(omni, request(CLIPS[i], language), max_tokens=MAX_TOKENS) for i, language in keys)
-    )
-    texts = set()
-    for key, (out, deltas) in zip(keys, results):
-        ref_ids, ref_text, _ = vllm_reference[key]
-        assert out.token_ids == ref_ids == hf_reference[key][0], key
-        assert out.text == ref_text
-        assert "".join(d.get("text", "") for d in deltas) == ref_text
-        texts.add(ref_text)
-    assert len(texts) > 3  # the clips and languages make a difference
+    requests = {(i, language): request(CLIPS[i], language) for i, language in vllm_reference}
+    hf_ids = {key: ids for key, (ids, _) in hf_reference.items()}
+    await check_family_equals_references(omni, requests, vllm_reference, hf_ids, MAX_TOKENS)
 
 
 @pytest.mark.parametrize(
@@ -143,11 +110,7 @@ async def test_family_equals_references(omni, vllm_reference, hf_reference):
     ],
 )
 async def test_bad_requests_name_the_field(omni, prompt, field):
-    with pytest.raises(InvalidRequestError) as e:
-        await run(omni, prompt, max_tokens=4)
-    assert e.value.field == field
-    out, _ = await run(omni, request(CLIPS[0]), max_tokens=2)  # the engine keeps serving
-    assert out.finished
+    await check_refused_naming(omni, prompt, field, request(CLIPS[0]))
 
 
 def test_transcriptions_route_equals_references(server_factory, folder, hf_reference, vllm_reference):

@@ -9,17 +9,9 @@ import torch
 
 from omnistage.errors import InvalidRequestError
 from omnistage.models.wan import PIPELINE, WanAdapter
-from tests.stages.diffusion.helpers import run, start_engine
+from tests.stages.diffusion.helpers import run, start_engine, tiny_family
 
-
-@pytest.fixture(scope="module")
-def wan(tiny_model):
-    return str(tiny_model("wan"))
-
-
-@pytest.fixture(scope="module")
-def adapter(wan):
-    return WanAdapter.load(wan, torch.float32, torch.device("cpu"))
+wan, adapter, _ = tiny_family("wan", WanAdapter, folder="wan")
 
 
 def limits(adapter: WanAdapter) -> dict[str, tuple[int, int]]:

@@ -23,24 +23,13 @@ from tests.stages.diffusion.helpers import (
     run,
     solo_then_staggered,
     start_engine,
+    tiny_family,
 )
 
 SMALL = dict(height=32, width=32, num_frames=5, max_sequence_length=16)  # latents [1, 16, 2, 4, 4]
 
 
-@pytest.fixture(scope="module")
-def wan(tiny_model):
-    return str(tiny_model("wan"))
-
-
-@pytest.fixture(scope="module")
-def adapter(wan):
-    return WanAdapter.load(wan, torch.float32, torch.device("cpu"))
-
-
-@pytest.fixture(scope="module")
-def ref(wan):
-    return reference_pipeline("WanPipeline", wan)
+wan, adapter, ref = tiny_family("wan", WanAdapter, "WanPipeline", folder="wan")
 
 
 def _ref_frames(frames: np.ndarray) -> np.ndarray:

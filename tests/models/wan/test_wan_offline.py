@@ -7,19 +7,12 @@ import pytest
 
 from omnistage import AsyncOmni, Omni
 from omnistage.testing.streams import all_outputs, final_output
-from tests.stages.diffusion.helpers import gen, reference_pipeline
+from tests.stages.diffusion.helpers import gen, tiny_family
 
 KW = dict(num_inference_steps=3, guidance_scale=5.0, height=32, width=48, num_frames=5, max_sequence_length=16)
 
 
-@pytest.fixture(scope="module")
-def wan(tiny_model):
-    return str(tiny_model("wan"))
-
-
-@pytest.fixture(scope="module")
-def ref(wan):
-    return reference_pipeline("WanPipeline", wan)
+wan, _, ref = tiny_family("wan", reference="WanPipeline", folder="wan")
 
 
 def _want(ref, prompt, seed, **kw):

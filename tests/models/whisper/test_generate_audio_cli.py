@@ -13,7 +13,8 @@ import sys
 import pytest
 import soundfile as sf
 
-from tests.models.whisper.cases import ENGINE, RATE, TransformersWhisper, clip
+from tests.models.asr_cases import RATE, TransformersWhisper, clip
+from tests.models.whisper.cases import ENGINE
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -33,8 +33,9 @@ from omnistage import AsyncOmni
 from omnistage.models.shared.whisper.prompt import decoder_prompt
 from omnistage.models.shared.whisper.timestamps import TimestampRules, TimestampTokens
 from omnistage.server.segments import tokenizer, window_segments
+from tests.models.asr_cases import RATE, clip
 
-from .cases import CASES, CLIPS, ENGINE, RATE, between_timestamps, clip
+from .cases import CASES, CLIPS, ENGINE, between_timestamps
 
 pytestmark = pytest.mark.vllm
 

@@ -17,9 +17,10 @@ from omnistage import AsyncOmni
 from omnistage.errors import InvalidRequestError
 from omnistage.models.shared.whisper.prompt import decoder_prompt
 from omnistage.pipeline import resolve_pipeline
+from tests.models.asr_cases import RATE, request, run
 from tests.models.offline_llm import offline_llm
 
-from .cases import CASES, CLIPS, ENGINE, MAX_TOKENS, RATE, request, run
+from .cases import CASES, CLIPS, ENGINE, MAX_TOKENS
 
 pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="module")]
 

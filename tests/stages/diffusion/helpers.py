@@ -96,3 +96,29 @@ async def solo_then_staggered(
         tasks.append(asyncio.create_task(run(engine, rid, p, started=prev, **kw, **common)))
     together = [latent(outs) for outs in await asyncio.gather(*tasks)]
     return solo, together, [ids for _, ids in engine.forward_log]
+
+
+def tiny_family(
+    tiny: str, adapter_class: Any = None, reference: str | None = None, *, folder: str = "folder", **ref_kw: Any
+):
+    """The module-scoped trio a family's engine tests start from: the tiny folder (fixture named ``folder``), the
+    family's adapter loaded from it in fp32 on the CPU (``adapter``) and diffusers' pipeline class ``reference`` on
+    the same folder (``ref``; ``ref_kw`` go to ``from_pretrained``). A test module assigns all three, so pytest
+    finds them: ``folder, adapter, ref = tiny_family("wan", WanAdapter, "WanPipeline")``."""
+    import pytest
+
+    @pytest.fixture(scope="module", name=folder)
+    def folder_fixture(tiny_model):
+        return str(tiny_model(tiny))
+
+    @pytest.fixture(scope="module", name="adapter")
+    def adapter_fixture(request):
+        assert adapter_class is not None, f"tiny_family({tiny!r}) names no adapter class"
+        return adapter_class.load(request.getfixturevalue(folder), torch.float32, torch.device("cpu"))
+
+    @pytest.fixture(scope="module", name="ref")
+    def ref_fixture(request):
+        assert reference is not None, f"tiny_family({tiny!r}) names no reference pipeline"
+        return reference_pipeline(reference, request.getfixturevalue(folder), **ref_kw)
+
+    return folder_fixture, adapter_fixture, ref_fixture

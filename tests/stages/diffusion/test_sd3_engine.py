@@ -7,28 +7,14 @@ import logging
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from omnistage.models.sd3 import PIPELINE, SD3Adapter
 from omnistage.testing.streams import final_output
 
-from .helpers import gen, latent, max_diff, reference_pipeline, run, solo_then_staggered, start_engine
+from .helpers import gen, latent, max_diff, reference_pipeline, run, solo_then_staggered, start_engine, tiny_family
 
-
-@pytest.fixture(scope="module")
-def sd3(tiny_model):
-    return str(tiny_model("sd3"))
-
-
-@pytest.fixture(scope="module")
-def adapter(sd3):
-    return SD3Adapter.load(sd3, torch.float32, torch.device("cpu"))
-
-
-@pytest.fixture(scope="module")
-def ref(sd3):
-    return reference_pipeline("StableDiffusion3Pipeline", sd3)
+sd3, adapter, ref = tiny_family("sd3", SD3Adapter, "StableDiffusion3Pipeline", folder="sd3")
 
 
 @pytest.mark.parametrize("guidance", [7.0, 1.0])

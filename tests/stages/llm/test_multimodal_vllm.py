@@ -6,7 +6,7 @@ One engine per tiny fixture for the whole module; vLLM's answers are computed on
 Video: Idefics3 takes images only, so here a video part is checked to be refused naming the part.
 Video in (``video_url`` parts, decoded frames in ``multi_modal_data``) is tested on the tiny Qwen2.5-VL
 and Qwen3-VL fixtures against vLLM's ``LLM.chat`` / ``LLM.generate``: offline in
-tests/models/chat/test_qwen_vl_vllm.py, over HTTP in tests/e2e/test_chat_vl_http.py.
+tests/models/chat/test_qwen_vl_vllm.py, over HTTP in tests/models/chat/test_vl_http.py.
 """
 
 from __future__ import annotations

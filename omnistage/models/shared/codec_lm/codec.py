@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
+from omnistage.media_intake import mono, resample
 
 SUPPORTED = ("mimi", "xcodec2")
 
@@ -135,28 +136,13 @@ def mono_clip(value: Any, field_name: str, rate: int) -> np.ndarray:
         raise InvalidRequestError(field_name, "expected (samples, sample_rate)")
     samples, sr = value
     audio = np.asarray(samples, dtype=np.float32)
-    if audio.ndim == 2:  # (samples, channels) -> mono
-        audio = audio.mean(axis=1)
+    if audio.ndim == 2:  # (samples, channels) or (channels, samples) -> mono, as every other input
+        audio = mono(audio)
     if audio.ndim != 1 or audio.size == 0 or isinstance(sr, bool) or not isinstance(sr, int) or sr <= 0:
         raise InvalidRequestError(field_name, "expected non-empty mono samples and a positive integer sample rate")
     if not np.isfinite(audio).all():
         raise InvalidRequestError(field_name, "samples must be finite")
-    return resample(audio, sr, rate)
-
-
-def resample(audio: np.ndarray, rate: int, target: int) -> np.ndarray:
-    """Mono float32 audio from ``rate`` to ``target`` Hz (FFmpeg's swresample through PyAV)."""
-    audio = np.ascontiguousarray(audio, dtype=np.float32).reshape(-1)
-    if rate == target:
-        return audio
-    import av
-
-    resampler = av.AudioResampler(format="flt", layout="mono", rate=target)
-    frame = av.AudioFrame.from_ndarray(audio[None, :], format="flt", layout="mono")
-    frame.sample_rate = rate
-    parts = [f.to_ndarray().reshape(-1) for f in resampler.resample(frame)]
-    parts += [f.to_ndarray().reshape(-1) for f in resampler.resample(None)]  # flush
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+    return resample(audio, sr, rate)  # the one media intake: soxr HQ, once, unchanged at the codec's own rate
 
 
 def codec_type(folder: Path) -> str:

@@ -172,12 +172,14 @@ class CodecDecoderAdapter:
         """Each window's kept samples, in window order; one decode call per batch."""
         if not windows:
             return []
+        # a codec that decodes a span of a window computes only the kept samples: windows batch per span
+        spans = not self.codec.causal and hasattr(self.codec, "decode_span")
         if self.codec.causal:
             groups = [list(range(len(windows)))]  # right padding is harmless: one batch
         else:
-            by_len: dict[int, list[int]] = defaultdict(list)
-            for j, (_, w, _, _) in enumerate(windows):
-                by_len[w.shape[1]].append(j)
+            by_len: dict[tuple[int, ...], list[int]] = defaultdict(list)
+            for j, (_, w, keep_from, keep_to) in enumerate(windows):
+                by_len[(w.shape[1], keep_from, keep_to) if spans else (w.shape[1],)].append(j)
             groups = list(by_len.values())
         spf = self.codec.samples_per_frame
         out: dict[int, tuple[int, torch.Tensor]] = {}
@@ -186,9 +188,13 @@ class CodecDecoderAdapter:
             batch = torch.zeros(len(group), self.codec.num_quantizers, longest, dtype=torch.long)
             for row, j in enumerate(group):
                 batch[row, :, : windows[j][1].shape[1]] = windows[j][1]
-            audio = self.codec.decode(batch)
+            if spans:
+                _, _, keep_from, keep_to = windows[group[0]]
+                audio = self.codec.decode_span(batch, keep_from * spf, keep_to * spf)
+            else:
+                audio = self.codec.decode(batch)
             self.calls.append(len(group))
             for row, j in enumerate(group):
                 i, _, keep_from, keep_to = windows[j]
-                out[j] = (i, audio[row, keep_from * spf : keep_to * spf].clone())
+                out[j] = (i, audio[row] if spans else audio[row, keep_from * spf : keep_to * spf].clone())
         return [out[j] for j in range(len(windows))]

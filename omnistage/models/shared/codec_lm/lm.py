@@ -9,6 +9,7 @@ Voice cloning (the Llasa recipe), for folders whose template has
 ``{ref_codes}``: ``additional_information`` carries ``ref_audio`` (``(float
 array, sample_rate)``) or ready ``ref_codes`` ([K, frames] ints), with
 ``ref_text`` (the clip's transcript). The clip is resampled to the codec's rate
+(once, soxr HQ: omnistage/media_intake.py)
 and encoded with the codec's own encoder (loaded in this stage only for
 this; encoded clips are cached by content, so a registered voice is encoded
 once per replica). The transcript goes in front of the text, the codes at
@@ -134,7 +135,7 @@ class CodecLMEngine(LLMStageEngine):
         return codes
 
     def _encode(self, audio: np.ndarray, rate: int) -> list[list[int]]:
-        from omnistage.models.shared.codec_lm.codec import resample
+        from omnistage.media_intake import resample
 
         codes = self.encoder.encode(resample(audio, rate, self.encoder.sample_rate))
         if codes.shape[1] == 0:
