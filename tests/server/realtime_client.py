@@ -101,5 +101,17 @@ def chat_stream(url: str, key: str, messages: list[dict], **body: Any) -> tuple[
     return text, pcm
 
 
+def chat_usage(url: str, key: str, messages: list[dict], **body: Any) -> dict[str, Any]:
+    """/v1/chat/completions unstreamed: the ``usage`` it answers."""
+    r = httpx.post(
+        f"{url}/v1/chat/completions",
+        timeout=300,
+        headers={"Authorization": f"Bearer {key}"},
+        json={"messages": messages, **body},
+    )
+    assert r.status_code == 200, r.text
+    return r.json()["usage"]
+
+
 def ws_url(url: str, model: str | None = None) -> str:
     return url.replace("http://", "ws://") + "/v1/realtime" + (f"?model={model}" if model else "")

@@ -54,6 +54,19 @@ def _retrieve(task: asyncio.Task) -> None:
         task.exception()
 
 
+def realtime_usage(chat: dict[str, Any]) -> dict[str, Any]:
+    """The Realtime API's ``response.usage`` from the chat route's ``usage`` (``Result.usage()``): the same counts
+    under the Realtime names. Its input details have no ``video_tokens``: a realtime turn carries no video."""
+    prompt, completion = chat["prompt_tokens_details"], chat["completion_tokens_details"]
+    return {
+        "total_tokens": chat["total_tokens"],
+        "input_tokens": chat["prompt_tokens"],
+        "output_tokens": chat["completion_tokens"],
+        "input_token_details": {k: prompt[k] for k in ("cached_tokens", "text_tokens", "audio_tokens", "image_tokens")},
+        "output_token_details": {k: completion[k] for k in ("text_tokens", "audio_tokens")},
+    }
+
+
 @dataclass
 class Response:
     """One response being generated: what has been sent so far (a cancel keeps exactly that)."""
@@ -66,6 +79,7 @@ class Response:
     text: str = ""
     prompt_tokens: int = 0
     output_tokens: int = 0
+    chat_usage: dict[str, Any] | None = None  # the finished request's usage, as the chat route answers it
     task: asyncio.Task | None = None
     finishing: bool = False  # the closing events are being sent: too late to cancel
 
@@ -81,7 +95,9 @@ class Response:
             "metadata": self.metadata,
             "usage": None,
         }
-        if final:
+        if final and self.chat_usage is not None:
+            out["usage"] = realtime_usage(self.chat_usage)
+        elif final:  # cancelled or failed: the tokens streamed before it ended, no split known
             out["usage"] = {
                 "total_tokens": self.prompt_tokens + self.output_tokens,
                 "input_tokens": self.prompt_tokens,
@@ -345,8 +361,7 @@ class Connection:
             )
             return
         state.record(result)
-        resp.prompt_tokens = result.prompt_tokens or resp.prompt_tokens
-        resp.output_tokens = result.completion_tokens or resp.output_tokens
+        resp.chat_usage = result.usage()
         incomplete = result.finish_reason == "length"
         await self._finish(
             resp,
