@@ -29,14 +29,24 @@ _EXPORTS = {
     "Pipeline": "omnistage.pipeline",
     "StageSpec": "omnistage.pipeline",
     "register_pipeline": "omnistage.pipeline",
+    "SpeechInput": "omnistage.speech",
+    "SpeechTurn": "omnistage.speech",
+    "Transcription": "omnistage.speech",
 }
 
 __all__ = sorted(_EXPORTS)
+
+# The engines resolve a model folder against the pipeline registry; the package is the one place that fills it
+# with the built-in families (cheap: each family's __init__ declares, loads nothing), so the engine layer never
+# imports the models above it.
+_NEED_FAMILIES = {"AsyncOmni", "Omni"}
 
 
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'omnistage' has no attribute {name!r}")
+    if name in _NEED_FAMILIES:
+        importlib.import_module("omnistage.models")
     value = getattr(importlib.import_module(_EXPORTS[name]), name)
     globals()[name] = value
     return value
@@ -54,3 +64,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs
     from omnistage.outputs import OmniRequestOutput
     from omnistage.params import DiffusionSamplingParams, RequestKnobs
     from omnistage.pipeline import Edge, Pipeline, StageSpec, register_pipeline
+    from omnistage.speech import SpeechInput, SpeechTurn, Transcription

@@ -10,6 +10,8 @@ only); ``StageUnavailableError`` a stage that cannot take requests right now
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class InvalidRequestError(ValueError):
     """The caller sent something invalid; ``field`` names it (``None`` when no single field is at fault)."""
@@ -33,3 +35,47 @@ class StageFailedError(RuntimeError):
 
 class StageUnavailableError(StageFailedError):
     """The stage cannot serve requests right now (e.g. its process died and is restarting)."""
+
+
+# OpenAI's error types by HTTP status.
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "server_overloaded",
+}
+
+
+class APIError(Exception):
+    """A refusal with its HTTP status (400, 413, 415, ...) and OpenAI's error fields; raised where the status is
+    decided (media decoding, the routes) and rendered by the server."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        type: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.type = type or _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+        self.headers = headers
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
+    return APIError(400, message, param=param, code=code)

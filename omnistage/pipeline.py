@@ -365,8 +365,11 @@ def resolve_pipeline(model: str | Path | None, name: str | None = None) -> Pipel
     """An explicit name wins; otherwise match the model folder's metadata."""
     if name:
         return get_pipeline(name)
-    if model is None:
-        return get_pipeline("demo")
+    if model is None:  # the pipeline that ships weights of its own (the built-in demo) serves without a folder
+        shipped = [p for p in registered_pipelines().values() if p.info.default_model]
+        if not shipped:
+            raise ValueError(f"no model folder given and no registered pipeline ships weights{_not_loaded_hint()}")
+        return shipped[0]
     folder = ModelFolder(Path(model))
     if not folder.path.is_dir():
         raise ValueError(f"model {str(model)!r} is not a local folder (models load from local folders only)")

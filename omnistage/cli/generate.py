@@ -192,7 +192,7 @@ def _read_video(file: str) -> Any:
 def transcribe(args: argparse.Namespace) -> int:
     """``--audio``: the transcript of the file, its windows joined as the transcription route joins them."""
     from omnistage import AsyncOmni, Omni
-    from omnistage.server.audio_input import decode_audio
+    from omnistage.media.audio import decode_audio
     from omnistage.server.errors import APIError
     from omnistage.server.recognition import (
         DEFAULT_MAX_AUDIO_S,

@@ -43,8 +43,6 @@ class AsyncOmni:
         platform: str | None = None,
         **engine_kwargs: Any,
     ):
-        import omnistage.models  # noqa: F401 - registers the built-in families (once; they import cheaply)
-
         self.model = str(model) if model is not None else None
         if isinstance(pipeline, Pipeline):
             self.pipeline = pipeline

@@ -13,12 +13,12 @@ from omnistage.config.loader import ConfigError, load_deploy_config
 from omnistage.config.schema import DeployConfig, StageDeployConfig
 from omnistage.engine.orchestrator import Orchestrator
 from omnistage.engine.stage_client import StageClient
+from omnistage.engine.stage_factory import build_engine
 from omnistage.errors import InvalidRequestError
 from omnistage.modality import OutputModality
 from omnistage.params import DiffusionSamplingParams
 from omnistage.pipeline import Pipeline, StageContext
 from omnistage.stages.base import StageEngine
-from omnistage.stages.factory import build_engine
 from omnistage.transport.codec import DEFAULT_SHM_THRESHOLD
 
 logger = logging.getLogger(__name__)

@@ -16,55 +16,19 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from omnistage.errors import (
+from omnistage.errors import (  # APIError and bad_request live below the server so media decoding can raise them
+    APIError,
     InvalidRequestError,
     StageFailedError,
     StageUnavailableError,
+    bad_request,  # noqa: F401 - re-exported: the routes raise it from here
 )
 
 logger = logging.getLogger(__name__)
 
-_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    409: "invalid_request_error",
-    413: "invalid_request_error",
-    415: "invalid_request_error",
-    422: "invalid_request_error",
-    429: "rate_limit_error",
-    503: "server_overloaded",
-}
 
-
-class APIError(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        param: str | None = None,
-        code: str | None = None,
-        type: str | None = None,
-        headers: dict[str, str] | None = None,
-    ):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-        self.code = code
-        self.type = type or _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-        self.headers = headers
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
-
-
-def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
-    return APIError(400, message, param=param, code=code)
+def error_response(err: APIError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
 
 def from_engine_error(err: BaseException) -> APIError:
@@ -155,26 +119,26 @@ def describe_validation(errors: list[dict[str, Any]]) -> tuple[str, str | None]:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        return exc.response()
+        return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         message, param = describe_validation(list(exc.errors()))
-        return APIError(400, message, param=param).response()
+        return error_response(APIError(400, message, param=param))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
-        return APIError(exc.status_code, message, headers=getattr(exc, "headers", None)).response()
+        return error_response(APIError(exc.status_code, message, headers=getattr(exc, "headers", None)))
 
     @app.exception_handler(InvalidRequestError)
     async def _invalid(request: Request, exc: InvalidRequestError) -> JSONResponse:
-        return from_engine_error(exc).response()
+        return error_response(from_engine_error(exc))
 
     @app.exception_handler(StageFailedError)
     async def _stage_failed(request: Request, exc: StageFailedError) -> JSONResponse:
-        return from_engine_error(exc).response()
+        return error_response(from_engine_error(exc))
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
-        return from_engine_error(exc).response()
+        return error_response(from_engine_error(exc))

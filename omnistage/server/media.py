@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from omnistage.media.audio import decode_audio, decode_native
+from omnistage.media.decode import decode_audio_av, open_image, open_video, read_audio
 from omnistage.media_intake import png_bytes, wav_bytes
-from omnistage.server.audio_input import decode_audio, decode_native
-from omnistage.server.decode_limits import decode_audio_av, open_image, open_video, read_audio
 from omnistage.server.errors import APIError, bad_request
 from omnistage.server.media_fetch import (  # noqa: F401 - the fetching half (and the limits), re-exported
     Fetched,

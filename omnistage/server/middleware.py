@@ -14,8 +14,8 @@ from typing import Any
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from omnistage.server.decode_limits import MAX_JSON_DEPTH, check_json_depth
-from omnistage.server.errors import APIError
+from omnistage.media.decode import MAX_JSON_DEPTH, check_json_depth
+from omnistage.server.errors import APIError, error_response
 
 logger = logging.getLogger("omnistage.server")
 _ID = re.compile(r"^[A-Za-z0-9._:-]{1,96}$")
@@ -138,7 +138,7 @@ class JsonDepthLimit:
         try:
             check_json_depth(body, self.max_depth)
         except APIError as err:
-            return await err.response()(scope, receive, send)
+            return await error_response(err)(scope, receive, send)
         replay = (
             [{"type": "http.request", "body": body, "more_body": False}]
             if message["type"] == "http.request"

@@ -11,8 +11,8 @@ from omnistage.limits import (
     DEFAULT_MAX_NUM_FRAMES,
     RequestLimits,
 )
+from omnistage.media.limits import DEFAULT_MAX_AUDIO_S
 from omnistage.server.media import MediaLimits
-from omnistage.server.media_fetch import DEFAULT_MAX_AUDIO_S
 
 
 @dataclass

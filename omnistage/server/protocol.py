@@ -14,8 +14,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
 
+from omnistage.media.decode import loads
 from omnistage.params import RequestKnobs
-from omnistage.server.decode_limits import loads
 
 # --------------------------------------------------------------------------- chat
 

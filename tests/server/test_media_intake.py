@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import soundfile
 
-from omnistage.server.audio_input import decode_audio
+from omnistage.media.audio import decode_audio
+from omnistage.media.limits import MediaLimits
 from omnistage.server.media import image_from_bytes
-from omnistage.server.media_fetch import MediaLimits
 from tests.e2e import media_matrix as mm
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from omnistage.server.audio_input import decode_audio
+from omnistage.media.audio import decode_audio
 from omnistage.server.errors import APIError
 from omnistage.server.recognition import windows
 from omnistage.server.transcripts import Segment, Transcript

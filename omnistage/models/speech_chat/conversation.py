@@ -3,7 +3,7 @@
 The request hook (``to_recognizer``) finds the single audio part of the last user message (``input_audio``
 base64, or an ``audio_url`` ``data:`` URL, as the chat route passes them on), decodes it to Whisper's
 16 kHz mono and turns the prompt into Whisper's explicit encoder-decoder prompt. The conversation
-itself rides along in ``additional_information`` (the recogniser ignores it there), so the edge to the
+itself rides along as the prompt's ``conversation`` (the recogniser ignores it), so the edge to the
 chat stage can put the transcript where the audio part was. Offline callers may also send a recogniser
 request (``{"prompt": "", "multi_modal_data": {"audio": (samples, rate)}}``): the conversation is then the transcript alone.
 """
@@ -19,8 +19,9 @@ import numpy as np
 
 from omnistage.errors import InvalidRequestError
 from omnistage.models.shared.whisper.prompt import SAMPLE_RATE, WINDOW_S, to_encoder_decoder
+from omnistage.speech import SpeechInput, Transcription
 
-CONVERSATION_KEY = "speech_chat_messages"
+CONVERSATION_KEY = "conversation"
 AUDIO_PARTS = ("input_audio", "audio_url")
 
 
@@ -65,12 +66,12 @@ def _part_bytes(part: Mapping[str, Any], field: str) -> bytes:
 
 def _decode(data: bytes, field: str) -> np.ndarray:
     """Whisper's input: 16 kHz mono float32, at most one 30 s window (longer speech is refused, not cut)."""
-    from omnistage.server.audio_input import decode_audio  # PyAV + the server's bounded decoder, lazily
-    from omnistage.server.errors import APIError
+    from omnistage.errors import APIError
+    from omnistage.media.audio import decode_audio  # PyAV + the bounded decoder every entry point uses, lazily
 
     try:
         return decode_audio(data, field, SAMPLE_RATE, WINDOW_S)
-    except APIError as e:  # the server's decoder speaks HTTP; offline the same fault is the same 400
+    except APIError as e:  # the decoder's refusals carry an HTTP status; offline the same fault is the same 400
         where = e.param or field
         raise InvalidRequestError(where, e.message.removeprefix(f"{where}: ")) from None
 
@@ -88,9 +89,7 @@ def _resampled(audio: Any) -> np.ndarray:
 
 def to_recognizer(prompt: dict[str, Any], params: list[Any]) -> None:
     """The pipeline's request hook (in place): the chat request becomes the recogniser's request."""
-    info = prompt.get("additional_information") or {}
-    if not isinstance(info, Mapping):
-        raise InvalidRequestError("additional_information", f"expected an object, got {type(info).__name__}")
+    speech: SpeechInput | None = prompt.get("speech")
     messages = prompt.pop("messages", None)
     if messages is not None:
         if not isinstance(messages, list):
@@ -103,18 +102,15 @@ def to_recognizer(prompt: dict[str, Any], params: list[Any]) -> None:
         samples = _resampled((prompt.get("multi_modal_data") or {}).get("audio"))
         messages = [{"role": "user", "content": [{"type": "input_audio"}]}]
     prompt.pop("prompt", None)
-    language = info.get("language") or "en"
+    language = (speech.language if speech is not None else None) or "en"
     recognizer = {
         "multi_modal_data": {"audio": (samples, SAMPLE_RATE)},
-        "additional_information": {"language": language, "task": "transcribe"},
+        "transcription": Transcription(language=language, task="transcribe"),
     }
     to_encoder_decoder(recognizer, params)  # Whisper's own hook: its prompt, its max_tokens default
     prompt.pop("multi_modal_data", None)
     prompt.update(recognizer)
-    prompt["additional_information"] = {
-        **{k: v for k, v in info.items() if k != "language"},
-        CONVERSATION_KEY: messages,
-    }
+    prompt[CONVERSATION_KEY] = messages
 
 
 def transcript_into_messages(source: dict[str, Any], request: Any) -> dict[str, Any]:
@@ -122,15 +118,14 @@ def transcript_into_messages(source: dict[str, Any], request: Any) -> dict[str, 
     transcript = (source.get("text") or "").strip()
     if not transcript:
         raise InvalidRequestError("messages", "the recogniser heard no words in the audio")
-    info = dict(request.prompt.get("additional_information") or {})
-    messages = [dict(m) for m in info.pop(CONVERSATION_KEY)]
+    messages = [dict(m) for m in request.prompt[CONVERSATION_KEY]]
     i, j, _ = _audio_part(messages)
     content = list(messages[i]["content"])
     content[j] = {"type": "text", "text": transcript}
     messages[i]["content"] = content
     out: dict[str, Any] = {"messages": messages}
-    if "chat_template_kwargs" in info:
-        out["additional_information"] = {"chat_template_kwargs": info["chat_template_kwargs"]}
+    if request.prompt.get("chat_template_kwargs") is not None:
+        out["chat_template_kwargs"] = request.prompt["chat_template_kwargs"]
     return out
 
 
@@ -139,5 +134,6 @@ def reply_to_speech(source: dict[str, Any], request: Any) -> dict[str, Any]:
     reply = (source.get("text") or "").strip()
     if not reply:
         raise InvalidRequestError("messages", "the chat model's reply is empty: nothing to speak")
-    voice = (request.prompt.get("additional_information") or {}).get("voice")
-    return {"prompt": reply, **({"additional_information": {"voice": voice}} if voice is not None else {})}
+    speech = request.prompt.get("speech")
+    voice = speech.voice if speech is not None else None
+    return {"prompt": reply, **({"speech": SpeechInput(voice=voice)} if voice is not None else {})}

@@ -15,8 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from omnistage.server import decode_limits
-from omnistage.server.decode_limits import MAX_JSON_DEPTH, json_too_deep
+from omnistage.media import decode as decode_limits
+from omnistage.media.decode import MAX_JSON_DEPTH, json_too_deep
 from omnistage.server.errors import APIError, describe_validation
 
 MAX_ID = 64  # OpenAI's limit on client-chosen ids

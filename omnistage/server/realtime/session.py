@@ -10,8 +10,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from omnistage.server.decode_limits import base64_size
-from omnistage.server.media_fetch import MediaLimits
+from omnistage.media.decode import base64_size
+from omnistage.media.limits import MediaLimits
 from omnistage.server.protocol import ChatCompletionRequest, SpeechRequest
 from omnistage.server.realtime.audio import pcm16_to_wav
 from omnistage.server.realtime.extra_body import check_extra_body

@@ -38,9 +38,9 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.datastructures import UploadFile
 
 from omnistage.engine.request import OmniRequest
+from omnistage.media.audio import decode_audio
 from omnistage.modality import OutputModality
 from omnistage.params import RequestKnobs, validation_error
-from omnistage.server.audio_input import decode_audio
 from omnistage.server.deps import get_state
 from omnistage.server.errors import APIError, bad_request, error_responses, from_engine_error
 from omnistage.server.middleware import request_id

@@ -88,7 +88,7 @@ async def test_deploy_refuses_what_the_family_cannot_run(folder):
     (``Flux2Pipeline.lora_state_dict``) and so is the step cache (test_step_cache_equals_a_plain_reference_loop)."""
     from omnistage.engine.builder import resolve_deploy
     from omnistage.pipeline import StageContext
-    from omnistage.stages.diffusion.parallel.launcher import check_supported
+    from omnistage.transport.process_group import check_supported
 
     assert resolve_deploy(flux2.DEV, {"stages": [{"stage_id": 0, "enable_lora": True}]}).stage(0).lora_enabled
     deploy = resolve_deploy(

@@ -90,7 +90,7 @@ def test_deploy_refuses_what_the_family_cannot_run(tiny_model):
     from omnistage.config import ConfigError
     from omnistage.engine.builder import resolve_deploy
     from omnistage.pipeline import StageContext
-    from omnistage.stages.diffusion.parallel.launcher import check_supported
+    from omnistage.transport.process_group import check_supported
 
     with pytest.raises(ConfigError, match=r"stages\[0\]\.lora_modules: pipeline 'pixart_sigma' does not support LoRA"):
         resolve_deploy(pixart_sigma.PIPELINE, {"stages": [{"stage_id": 0, "enable_lora": True}]})

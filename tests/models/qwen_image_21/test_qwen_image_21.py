@@ -121,7 +121,7 @@ async def test_deploy_refuses_what_the_family_cannot_run(folder):
     (``QwenImage21Pipeline.lora_state_dict``), and so is the step cache (test_step_cache_families.py's row)."""
     from omnistage.engine.builder import resolve_deploy
     from omnistage.pipeline import StageContext
-    from omnistage.stages.diffusion.parallel.launcher import check_supported
+    from omnistage.transport.process_group import check_supported
 
     pipe = qwen_image_21.PIPELINE
     assert resolve_deploy(pipe, {"stages": [{"stage_id": 0, "enable_lora": True}]}).stage(0).lora_enabled

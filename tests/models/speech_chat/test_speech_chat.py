@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from omnistage import Omni
-from omnistage.engine.async_omni import AsyncOmni
+from omnistage import AsyncOmni
 from tests.models.asr_cases import TransformersWhisper
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]

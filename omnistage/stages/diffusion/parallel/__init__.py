@@ -1,8 +1,9 @@
 """One diffusion replica over several devices (``parallel_config: {cfg_parallel_size, ulysses_degree}``).
 
 The replica is a group of processes under ``torch.distributed`` (NCCL between GPUs, gloo on CPU), one
-per device, started and watched together by ``launcher.ProcessGroupStageEngine`` (the mp transport's
-process engine: a rank dying fails the replica's requests and the group restarts, remote.py's policy).
+per device, started and watched together by ``omnistage.transport.process_group.ProcessGroupStageEngine``
+(the mp transport's process engine: a rank dying fails the replica's requests and the group restarts,
+remote.py's policy).
 
 - Rank 0 is the ordinary diffusion engine (engine.py): it owns the scheduler and the step loop. Before
   each step it sends the other ranks a small typed ``StepPlan`` (steps.py): which requests the forward

@@ -43,7 +43,7 @@ class Layout:
 
 
 def runs_as_group(spec: StageSpec, deploy: StageDeployConfig) -> bool:
-    """Whether a replica of this stage is a process group (stages/factory.py builds one)."""
+    """Whether a replica of this stage is a process group (engine/stage_factory.py builds one)."""
     return spec.kind == "diffusion" and spec.engine is None and deploy.devices_per_replica > 1
 
 

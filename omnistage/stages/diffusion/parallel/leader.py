@@ -37,7 +37,7 @@ class Leader:
             raise ValueError(
                 f"stages[{ctx.spec.stage_id}].parallel_config: a replica over "
                 f"{ctx.deploy.devices_per_replica} devices runs as a process group "
-                "(omnistage.stages.factory.build_engine starts one), not as a lone engine"
+                "(omnistage.engine.stage_factory.build_engine starts one), not as a lone engine"
             )
         zctx = zmq.Context()
         sockets = []

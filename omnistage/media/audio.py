@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from omnistage.errors import bad_request
+from omnistage.media.decode import decode_audio_av, read_audio
+from omnistage.media.limits import MediaLimits
 from omnistage.media_intake import resample
-from omnistage.server.decode_limits import decode_audio_av, read_audio
-from omnistage.server.errors import bad_request
-from omnistage.server.media_fetch import MediaLimits
 
 
 def decode_audio(

@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
+from omnistage.errors import APIError, bad_request
+from omnistage.media.limits import MediaLimits
 from omnistage.media_intake import rgb_image
-from omnistage.server.errors import APIError, bad_request
-from omnistage.server.media_fetch import MediaLimits
 
 MAX_JSON_DEPTH = 64
 MAX_FPS = 240  # a declared frame count above max_video_s x this is a lying header

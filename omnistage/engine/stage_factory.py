@@ -17,7 +17,7 @@ def process_mode(ctx: StageContext) -> str:
 def build_engine(ctx: StageContext) -> StageEngine:
     mode = process_mode(ctx)
     if runs_as_group(ctx.spec, ctx.deploy):  # one replica over several devices: a process group (inline or mp alike)
-        from omnistage.stages.diffusion.parallel.launcher import ProcessGroupStageEngine
+        from omnistage.transport.process_group import ProcessGroupStageEngine
 
         return ProcessGroupStageEngine(ctx)
     if mode == "inline":
