@@ -57,6 +57,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--enforce-eager", action="store_true", default=None, help="no CUDA graphs / compilation")
     p.add_argument("--trust-remote-code", action="store_true", default=None)
     p.add_argument("--distributed-executor-backend", choices=["mp", "ray"])
+    _add_media_args(p)
+    _add_limit_args(p)
+    _add_lora_args(p)
+    _add_realtime_args(p)
+    p.add_argument(
+        "--device-memory",
+        metavar="SIZE",
+        help="memory of each device (e.g. 80GiB; default: the GPU's): a deploy that does not fit is refused "
+        "before any engine starts (omnistage plan prints the numbers)",
+    )
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def _add_media_args(p: argparse.ArgumentParser) -> None:
+    """Media inputs: where they may come from and how large they may be."""
     p.add_argument("--allowed-local-media-path", metavar="DIR", help="allow file:// media URLs under DIR")
     p.add_argument(
         "--limit-mm-per-prompt",
@@ -98,7 +113,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="duration of one input audio, from its header and while decoding; a model may accept less "
         "(default: %(default)s)",
     )
-    # Per-request caps, checked before any model work (400 naming the field)
+
+
+def _add_limit_args(p: argparse.ArgumentParser) -> None:
+    """Per-request caps, checked before any model work (400 naming the field), and request lifetimes."""
     p.add_argument(
         "--max-image-pixels",
         type=positive_int,
@@ -135,7 +153,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="seconds in-flight requests get to finish on SIGTERM / Ctrl-C; the process exits at most "
         f"{STOP_STAGES_S:.0f} s after that, whatever it was doing (default: %(default)s)",
     )
-    # LoRA adapters (vLLM's flags): loaded into the pipeline's diffusion stages, else its llm stages
+
+
+def _add_lora_args(p: argparse.ArgumentParser) -> None:
+    """LoRA adapters (vLLM's flags): loaded into the pipeline's diffusion stages, else its llm stages."""
     p.add_argument(
         "--lora-modules",
         nargs="+",
@@ -158,7 +179,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's "
         "VLLM_ALLOW_RUNTIME_LORA_UPDATING; local development)",
     )
-    # /v1/realtime (WebSocket sessions)
+
+
+def _add_realtime_args(p: argparse.ArgumentParser) -> None:
+    """/v1/realtime (WebSocket sessions)."""
     p.add_argument(
         "--max-realtime-sessions",
         type=positive_int,
@@ -182,13 +206,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="close a realtime session open this long (default: none)",
     )
-    p.add_argument(
-        "--device-memory",
-        metavar="SIZE",
-        help="memory of each device (e.g. 80GiB; default: the GPU's): a deploy that does not fit is refused "
-        "before any engine starts (omnistage plan prints the numbers)",
-    )
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:

@@ -45,13 +45,10 @@ def gemma3(vocab_size: int = 300):
 def components(version: str = "2.0"):
     import torch
     from diffusers import (
-        AutoencoderKLLTX2Audio,
-        AutoencoderKLLTX2Video,
         FlowMatchEulerDiscreteScheduler,
         LTX2VideoTransformer3DModel,
     )
     from diffusers.pipelines.ltx2 import LTX2TextConnectors
-    from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
 
     v23 = version == "2.3"
     text_encoder = gemma3()
@@ -112,7 +109,33 @@ def components(version: str = "2.0"):
         audio_hidden_dim=audio_heads * audio_dim,
         proj_bias=v23,
     ).eval()
-    vae = AutoencoderKLLTX2Video(
+    vae = video_vae()  # (the construction order is the seeded weights' order: keep it)
+    audio_vae, vocoder = audio_decoder(v23)
+    # the released checkpoints' scheduler: dynamic (resolution-dependent) shift, as LTX-2's scheduler_config
+    scheduler = FlowMatchEulerDiscreteScheduler(
+        use_dynamic_shifting=True,
+        base_shift=0.95,
+        max_shift=2.05,
+        base_image_seq_len=1024,
+        max_image_seq_len=4096,
+        shift_terminal=0.1,
+    )
+    return dict(
+        transformer=transformer,
+        vae=vae,
+        audio_vae=audio_vae,
+        scheduler=scheduler,
+        text_encoder=text_encoder,
+        tokenizer=gemma_tokenizer(),
+        connectors=connectors,
+        vocoder=vocoder,
+    )
+
+
+def video_vae():
+    from diffusers import AutoencoderKLLTX2Video
+
+    return AutoencoderKLLTX2Video(
         in_channels=3,
         out_channels=3,
         latent_channels=4,
@@ -132,6 +155,13 @@ def components(version: str = "2.0"):
         encoder_causal=True,
         decoder_causal=False,
     ).eval()
+
+
+def audio_decoder(v23: bool):
+    """The audio VAE and the vocoder after it (2.3's with bandwidth extension)."""
+    from diffusers import AutoencoderKLLTX2Audio
+    from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
+
     audio_vae = AutoencoderKLLTX2Audio(
         base_channels=4,
         output_channels=2,
@@ -166,25 +196,7 @@ def components(version: str = "2.0"):
             output_sampling_rate=16000,
         )
     ).eval()
-    # the released checkpoints' scheduler: dynamic (resolution-dependent) shift, as LTX-2's scheduler_config
-    scheduler = FlowMatchEulerDiscreteScheduler(
-        use_dynamic_shifting=True,
-        base_shift=0.95,
-        max_shift=2.05,
-        base_image_seq_len=1024,
-        max_image_seq_len=4096,
-        shift_terminal=0.1,
-    )
-    return dict(
-        transformer=transformer,
-        vae=vae,
-        audio_vae=audio_vae,
-        scheduler=scheduler,
-        text_encoder=text_encoder,
-        tokenizer=gemma_tokenizer(),
-        connectors=connectors,
-        vocoder=vocoder,
-    )
+    return audio_vae, vocoder
 
 
 def bwe_vocoder(audio_vae):

@@ -195,6 +195,18 @@ def build_config(tok):
         **starts,
         **CODEC,
     )
+    return Qwen2_5OmniConfig(
+        thinker_config=thinker,
+        talker_config=talker,
+        token2wav_config=_token2wav_config(wide),
+        enable_audio_output=True,
+        torch_dtype="float32",
+        architectures=["Qwen2_5OmniForConditionalGeneration"],
+    )
+
+
+def _token2wav_config(wide):
+    """The DiT (ECAPA speaker encoder, block attention) and BigVGAN vocoder, shrunk."""
     dit = dict(
         hidden_size=HIDDEN,
         num_hidden_layers=2,
@@ -226,14 +238,7 @@ def build_config(tok):
         upsample_rates=[5, 3, 2, 2, 2, 2],
         upsample_kernel_sizes=[11, 7, 4, 4, 4, 4],
     )
-    return Qwen2_5OmniConfig(
-        thinker_config=thinker,
-        talker_config=talker,
-        token2wav_config={"dit_config": dit, "bigvgan_config": bigvgan},
-        enable_audio_output=True,
-        torch_dtype="float32",
-        architectures=["Qwen2_5OmniForConditionalGeneration"],
-    )
+    return {"dit_config": dit, "bigvgan_config": bigvgan}
 
 
 def build(outdir: Path, *, seed: int = 0) -> None:

@@ -134,9 +134,31 @@ def build_config(tok):
         "video_token_id": ids("<|video_pad|>"),
     }
     eos = ids("<|im_end|>")
-    pad = ids("<|endoftext|>")
     wide = 0.3  # a wide init gives peaked logits, so greedy choices are not near-ties
-    thinker = dict(
+    parts = (tok, ids, role, rope, media, wide)
+    thinker, talker = _thinker_config(*parts), _talker_config(*parts)
+    code2wav = _code2wav_config(wide)
+    return Qwen3OmniMoeConfig(
+        thinker_config=thinker,
+        talker_config=talker,
+        code2wav_config=code2wav,
+        enable_audio_output=True,
+        im_start_token_id=ids("<|im_start|>"),
+        im_end_token_id=eos,
+        tts_pad_token_id=ids("<tts_pad>"),
+        tts_bos_token_id=ids("<tts_text_bos>"),
+        tts_eos_token_id=ids("<tts_text_eod>"),
+        system_token_id=role("system"),
+        user_token_id=role("user"),
+        assistant_token_id=role("assistant"),
+        torch_dtype="float32",
+        architectures=["Qwen3OmniMoeForConditionalGeneration"],
+    )
+
+
+def _thinker_config(tok, ids, role, rope, media, wide):
+    eos, pad = ids("<|im_end|>"), ids("<|endoftext|>")
+    return dict(
         audio_config=dict(
             num_mel_bins=MEL_BINS,
             encoder_layers=1,
@@ -197,7 +219,10 @@ def build_config(tok):
         initializer_range=wide,
         **media,
     )
-    talker = dict(
+
+
+def _talker_config(tok, ids, role, rope, media, wide):
+    return dict(
         text_config=dict(
             vocab_size=TALKER_VOCAB,
             hidden_size=HIDDEN,
@@ -239,7 +264,10 @@ def build_config(tok):
         **media,
         **CODEC,
     )
-    code2wav = dict(
+
+
+def _code2wav_config(wide):
+    return dict(
         codebook_size=CODEBOOK,
         hidden_size=HEAD_DIM,
         num_attention_heads=2,
@@ -253,22 +281,6 @@ def build_config(tok):
         decoder_dim=32,
         max_position_embeddings=8000,
         initializer_range=wide,
-    )
-    return Qwen3OmniMoeConfig(
-        thinker_config=thinker,
-        talker_config=talker,
-        code2wav_config=code2wav,
-        enable_audio_output=True,
-        im_start_token_id=ids("<|im_start|>"),
-        im_end_token_id=eos,
-        tts_pad_token_id=ids("<tts_pad>"),
-        tts_bos_token_id=ids("<tts_text_bos>"),
-        tts_eos_token_id=ids("<tts_text_eod>"),
-        system_token_id=role("system"),
-        user_token_id=role("user"),
-        assistant_token_id=role("assistant"),
-        torch_dtype="float32",
-        architectures=["Qwen3OmniMoeForConditionalGeneration"],
     )
 
 

@@ -306,18 +306,11 @@ class LLMStageEngine:
             async for ro in engine.generate(engine_input, sp, request_id=rid, lora_request=prep.lora):
                 comp = ro.outputs[0]
                 now = time.monotonic()
-                data: dict[str, Any] = {}
+                data = _delta(comp, want_text, want_ids, sp.logprobs is not None)
                 if first_at is None:
                     first_at = now
-                    data["prompt_token_ids"] = list(ids)
-                    data.update(prep.extra)
+                    data = {"prompt_token_ids": list(ids), **prep.extra, **data}
                 num_tokens += len(comp.token_ids)
-                if want_text and comp.text:
-                    data["text"] = comp.text
-                if want_ids and comp.token_ids:
-                    data["token_ids"] = list(comp.token_ids)
-                if sp.logprobs is not None and comp.logprobs:
-                    data["logprobs"] = [float(lp[t].logprob) for t, lp in zip(comp.token_ids, comp.logprobs)]
                 if ro.finished:
                     # Without vLLM's stats logging the scheduling time is not exposed: the queue time here runs up
                     # to the first output (final-only: that is the last one, so the run time holds it all)
@@ -371,14 +364,17 @@ class LLMStageEngine:
                 raise self._engine_died("the engine core process exited") from None
             raise
         finally:
-            self._active.discard(rid)
-            self._aborted.discard(rid)
-            if not done and not engine.errored:
-                # Closed early by the consumer: free vLLM's slot now rather than when the
-                # inner generator is garbage-collected (a task, since this may run during cancellation).
-                task = asyncio.get_running_loop().create_task(self._abort_in_vllm(engine, rid))
-                self._bg.add(task)  # keep a reference until it ran
-                task.add_done_callback(self._bg.discard)
+            self._release(engine, rid, done)
+
+    def _release(self, engine: Any, rid: str, done: bool) -> None:
+        self._active.discard(rid)
+        self._aborted.discard(rid)
+        if not done and not engine.errored:
+            # Closed early by the consumer: free vLLM's slot now rather than when the
+            # inner generator is garbage-collected (a task, since this may run during cancellation).
+            task = asyncio.get_running_loop().create_task(self._abort_in_vllm(engine, rid))
+            self._bg.add(task)  # keep a reference until it ran
+            task.add_done_callback(self._bg.discard)
 
     def rendered(self, req: StageRequest, engine_input: Any, params: Any) -> None:
         """Called with the request's validated engine input and its ``SamplingParams`` before vLLM runs it (a
@@ -402,3 +398,15 @@ class LLMStageEngine:
     def num_unfinished_in_vllm(self) -> int:
         """Requests vLLM still tracks (0 once aborted/finished ones are freed)."""
         return self.engine.get_num_unfinished_requests() if self.engine is not None else 0
+
+
+def _delta(comp: Any, want_text: bool, want_ids: bool, want_logprobs: bool) -> dict[str, Any]:
+    """What one vLLM completion update adds: its text, its token ids, their logprobs (each when asked for)."""
+    data: dict[str, Any] = {}
+    if want_text and comp.text:
+        data["text"] = comp.text
+    if want_ids and comp.token_ids:
+        data["token_ids"] = list(comp.token_ids)
+    if want_logprobs and comp.logprobs:
+        data["logprobs"] = [float(lp[t].logprob) for t, lp in zip(comp.token_ids, comp.logprobs)]
+    return data
