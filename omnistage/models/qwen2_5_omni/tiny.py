@@ -24,9 +24,10 @@ fixture's own (the release's ids differ; the model reads them by id from the con
 
 from __future__ import annotations
 
-import json
-import string
 from pathlib import Path
+
+from omnistage.models.shared.tiny.qwen_omni import MediaTokens, processor_files, save_tokenizer
+from omnistage.models.shared.tiny.qwen_omni import train_tokenizer as shared_tokenizer
 
 HEAD_DIM = 32
 HIDDEN = 2 * HEAD_DIM
@@ -60,50 +61,21 @@ SPECIAL_TOKENS = [
     "<|spk_chelsie|>",
     "<|spk_ethan|>",
 ]
-NAMED_TOKENS = {  # tokenizer attributes Qwen2_5OmniProcessor reads
-    "image_token": "<|IMAGE|>",
-    "audio_token": "<|AUDIO|>",
-    "video_token": "<|VIDEO|>",
-    "vision_bos_token": "<|vision_bos|>",
-    "vision_eos_token": "<|vision_eos|>",
-    "audio_bos_token": "<|audio_bos|>",
-    "audio_eos_token": "<|audio_eos|>",
-}
-
-# The release's template, cut to what the tiny model needs: ChatML turns and the media placeholders the
-# processor expands (no default system prompt).
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
-    "{% if m['content'] is string %}{{ m['content'] }}"
-    "{% else %}{% for c in m['content'] %}"
-    "{% if c['type'] == 'image' or 'image' in c or 'image_url' in c %}<|vision_bos|><|IMAGE|><|vision_eos|>"
-    "{% elif c['type'] == 'audio' or 'audio' in c or 'audio_url' in c %}<|audio_bos|><|AUDIO|><|audio_eos|>"
-    "{% elif c['type'] == 'video' or 'video' in c %}<|vision_bos|><|VIDEO|><|vision_eos|>"
-    "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}"
-    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+TOKENS = MediaTokens(
+    image="<|IMAGE|>",
+    audio="<|AUDIO|>",
+    video="<|VIDEO|>",
+    vision_bos="<|vision_bos|>",
+    vision_eos="<|vision_eos|>",
+    audio_bos="<|audio_bos|>",
+    audio_eos="<|audio_eos|>",
 )
-
-_CORPUS = [
-    "<|im_start|>system\nyou are a helpful assistant.<|im_end|>\n",
-    "<|im_start|>user\nhello, who are you?<|im_end|>\n<|im_start|>assistant\ni am a voice assistant.<|im_end|>\n",
-    "the quick brown fox jumps over the lazy dog",
-    "describe the picture and the sound: a red cat sits on a blue chair in the sun",
-    "user assistant system user assistant system",
-    string.ascii_letters + string.digits + string.punctuation + " \n",
-]
+NAMED_TOKENS = TOKENS.named()  # tokenizer attributes the processor reads
+CHAT_TEMPLATE = TOKENS.chat_template()
 
 
 def train_tokenizer(vocab_size: int = 400):
-    from transformers import Qwen2Tokenizer
-
-    tok = Qwen2Tokenizer().train_new_from_iterator(
-        _CORPUS * 40, vocab_size=vocab_size, new_special_tokens=SPECIAL_TOKENS
-    )
-    tok.chat_template = CHAT_TEMPLATE
-    tok.eos_token = "<|im_end|>"  # as the release's tokenizer: the turn ends the reply
-    tok.pad_token = "<|endoftext|>"
-    return tok
+    return shared_tokenizer(SPECIAL_TOKENS, CHAT_TEMPLATE, vocab_size)
 
 
 def build_config(tok):
@@ -243,7 +215,7 @@ def _token2wav_config(wide):
 
 def build(outdir: Path, *, seed: int = 0) -> None:
     import torch
-    from transformers import AutoTokenizer, GenerationConfig, Qwen2_5OmniForConditionalGeneration
+    from transformers import GenerationConfig, Qwen2_5OmniForConditionalGeneration
 
     outdir = Path(outdir)
     tok = train_tokenizer()
@@ -260,9 +232,7 @@ def build(outdir: Path, *, seed: int = 0) -> None:
     GenerationConfig(
         eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"), pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>")
     ).save_pretrained(outdir)
-    tok.save_pretrained(outdir)
-    # the processor reads these names off the tokenizer (image_token, audio_bos_token, ...), as in the release
-    AutoTokenizer.from_pretrained(str(outdir), extra_special_tokens=NAMED_TOKENS).save_pretrained(outdir)
+    save_tokenizer(outdir, tok, NAMED_TOKENS)
     _speakers(outdir, tok, config, seed)
     _processor_files(outdir)
 
@@ -286,9 +256,17 @@ def _speakers(outdir: Path, tok, config, seed: int) -> None:
 
 
 def _processor_files(outdir: Path) -> None:
-    preprocessor = {
-        "processor_class": "Qwen2_5OmniProcessor",
-        "feature_extractor_type": "WhisperFeatureExtractor",
+    """The processor's files as the release has them."""
+    vision = {
+        "patch_size": PATCH,
+        "temporal_patch_size": 2,
+        "merge_size": 2,
+        "min_pixels": 28 * 28,
+        "max_pixels": 56 * 56,
+        "image_mean": [0.48145466, 0.4578275, 0.40821073],
+        "image_std": [0.26862954, 0.26130258, 0.27577711],
+    }
+    audio = {
         "feature_size": MEL_BINS,
         "sampling_rate": 16000,
         "hop_length": 160,
@@ -296,35 +274,12 @@ def _processor_files(outdir: Path) -> None:
         "n_fft": 400,
         "n_samples": 4800000,
         "nb_max_frames": 30000,
-        "padding_side": "right",
-        "padding_value": 0.0,
-        "return_attention_mask": True,
-        "dither": 0.0,
-        "image_processor_type": "Qwen2VLImageProcessor",
-        "patch_size": PATCH,
-        "temporal_patch_size": 2,
-        "merge_size": 2,
-        "min_pixels": 28 * 28,
-        "max_pixels": 56 * 56,
-        "image_mean": [0.48145466, 0.4578275, 0.40821073],
-        "image_std": [0.26862954, 0.26130258, 0.27577711],
-        "do_resize": True,
-        "do_rescale": True,
-        "do_normalize": True,
-        "do_convert_rgb": True,
     }
-    video = {
-        "video_processor_type": "Qwen2VLVideoProcessor",
-        "processor_class": "Qwen2_5OmniProcessor",
-        "patch_size": PATCH,
-        "temporal_patch_size": 2,
-        "merge_size": 2,
-        "min_pixels": 28 * 28,
-        "max_pixels": 56 * 56,
-        "size": {"shortest_edge": 28 * 28, "longest_edge": 56 * 56},
-        "image_mean": [0.48145466, 0.4578275, 0.40821073],
-        "image_std": [0.26862954, 0.26130258, 0.27577711],
-    }
-    (outdir / "preprocessor_config.json").write_text(json.dumps(preprocessor, indent=2) + "\n")
-    (outdir / "video_preprocessor_config.json").write_text(json.dumps(video, indent=2) + "\n")
-    (outdir / "chat_template.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}, indent=2) + "\n")
+    processor_files(
+        outdir,
+        CHAT_TEMPLATE,
+        "Qwen2_5OmniProcessor",
+        vision,
+        audio,
+        {"size": {"shortest_edge": 28 * 28, "longest_edge": 56 * 56}},
+    )

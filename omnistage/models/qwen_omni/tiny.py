@@ -23,9 +23,10 @@ image processor, ``video_preprocessor_config.json``, ``chat_template.json``), so
 
 from __future__ import annotations
 
-import json
-import string
 from pathlib import Path
+
+from omnistage.models.shared.tiny.qwen_omni import MediaTokens, processor_files, save_tokenizer
+from omnistage.models.shared.tiny.qwen_omni import train_tokenizer as shared_tokenizer
 
 SPEAKERS = {"chelsie": 2301, "ethan": 2302, "aiden": 2303}  # the release's talker speaker ids
 CODEC = {
@@ -61,56 +62,21 @@ SPECIAL_TOKENS = [
     "<tts_text_eod>",
     "<tts_text_bos_single>",
 ]
-NAMED_TOKENS = {  # tokenizer attributes Qwen3OmniMoeProcessor reads
-    "image_token": "<|image_pad|>",
-    "audio_token": "<|audio_pad|>",
-    "video_token": "<|video_pad|>",
-    "vision_bos_token": "<|vision_start|>",
-    "vision_eos_token": "<|vision_end|>",
-    "audio_bos_token": "<|audio_start|>",
-    "audio_eos_token": "<|audio_end|>",
-}
-
-# The release's template, cut to what the tiny model needs: ChatML turns, media placeholders
-# the processor expands, an optional system turn (never added by default).
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
-    "{% if m['content'] is string %}{{ m['content'] }}"
-    "{% else %}{% for c in m['content'] %}"
-    "{% if c['type'] == 'image' or 'image' in c or 'image_url' in c %}<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif c['type'] == 'audio' or 'audio' in c or 'audio_url' in c %}<|audio_start|><|audio_pad|><|audio_end|>"
-    "{% elif c['type'] == 'video' or 'video' in c %}<|vision_start|><|video_pad|><|vision_end|>"
-    "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}"
-    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+TOKENS = MediaTokens(
+    image="<|image_pad|>",
+    audio="<|audio_pad|>",
+    video="<|video_pad|>",
+    vision_bos="<|vision_start|>",
+    vision_eos="<|vision_end|>",
+    audio_bos="<|audio_start|>",
+    audio_eos="<|audio_end|>",
 )
-
-_CORPUS = [
-    "<|im_start|>system\nyou are a helpful assistant.<|im_end|>\n",
-    "<|im_start|>user\nhello, who are you?<|im_end|>\n<|im_start|>assistant\ni am a voice assistant.<|im_end|>\n",
-    "the quick brown fox jumps over the lazy dog",
-    "describe the picture and the sound: a red cat sits on a blue chair in the sun",
-    "user assistant system user assistant system",
-    string.ascii_letters + string.digits + string.punctuation + " \n",
-]
+NAMED_TOKENS = TOKENS.named()  # tokenizer attributes the processor reads
+CHAT_TEMPLATE = TOKENS.chat_template()
 
 
 def train_tokenizer(vocab_size: int = 400):
-    """A Qwen2 BPE tokenizer whose role names (``system``/``user``/``assistant``) are single tokens, as in
-    the release: the talker finds the user turns by the token after ``<|im_start|>``."""
-    from transformers import Qwen2Tokenizer
-
-    tok = Qwen2Tokenizer().train_new_from_iterator(
-        _CORPUS * 40, vocab_size=vocab_size, new_special_tokens=SPECIAL_TOKENS
-    )
-    for role in ("system", "user", "assistant"):
-        ids = tok.encode(role, add_special_tokens=False)
-        if len(ids) != 1:
-            raise RuntimeError(f"tiny tokenizer: role {role!r} is not one token ({ids})")
-    tok.chat_template = CHAT_TEMPLATE
-    tok.eos_token = "<|im_end|>"  # as the release's tokenizer: the turn ends the reply
-    tok.pad_token = "<|endoftext|>"
-    return tok
+    return shared_tokenizer(SPECIAL_TOKENS, CHAT_TEMPLATE, vocab_size)
 
 
 def build_config(tok):
@@ -313,45 +279,13 @@ def build(outdir: Path, *, seed: int = 0) -> None:
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     pad = tok.convert_tokens_to_ids("<|endoftext|>")
     GenerationConfig(eos_token_id=eos, pad_token_id=pad, bos_token_id=pad).save_pretrained(outdir)
-    tok.save_pretrained(outdir)
-    from transformers import AutoTokenizer
-
-    # the processor reads these names off the tokenizer (image_token, audio_bos_token, ...), as in the release
-    AutoTokenizer.from_pretrained(str(outdir), extra_special_tokens=NAMED_TOKENS).save_pretrained(outdir)
-    _processor_files(outdir, tok)
+    save_tokenizer(outdir, tok, NAMED_TOKENS)
+    _processor_files(outdir)
 
 
-def _processor_files(outdir: Path, tok) -> None:
-    """The processor's files as the release has them (feature extractor + image processor in
-    ``preprocessor_config.json``, the video processor, the chat template)."""
-    preprocessor = {
-        "processor_class": "Qwen3OmniMoeProcessor",
-        "feature_extractor_type": "WhisperFeatureExtractor",
-        "feature_size": MEL_BINS,
-        "sampling_rate": 16000,
-        "hop_length": 160,
-        "chunk_length": 300,
-        "n_fft": 400,
-        "padding_side": "right",
-        "padding_value": 0.0,
-        "return_attention_mask": True,
-        "dither": 0.0,
-        "image_processor_type": "Qwen2VLImageProcessor",
-        "patch_size": 16,
-        "temporal_patch_size": 2,
-        "merge_size": 2,
-        "min_pixels": 32 * 32,
-        "max_pixels": 64 * 64,
-        "image_mean": [0.5, 0.5, 0.5],
-        "image_std": [0.5, 0.5, 0.5],
-        "do_resize": True,
-        "do_rescale": True,
-        "do_normalize": True,
-        "do_convert_rgb": True,
-    }
-    video = {
-        "video_processor_type": "Qwen2VLVideoProcessor",
-        "processor_class": "Qwen3OmniMoeProcessor",
+def _processor_files(outdir: Path) -> None:
+    """The processor's files as the release has them."""
+    vision = {
         "patch_size": 16,
         "temporal_patch_size": 2,
         "merge_size": 2,
@@ -360,6 +294,5 @@ def _processor_files(outdir: Path, tok) -> None:
         "image_mean": [0.5, 0.5, 0.5],
         "image_std": [0.5, 0.5, 0.5],
     }
-    (outdir / "preprocessor_config.json").write_text(json.dumps(preprocessor, indent=2) + "\n")
-    (outdir / "video_preprocessor_config.json").write_text(json.dumps(video, indent=2) + "\n")
-    (outdir / "chat_template.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}, indent=2) + "\n")
+    audio = {"feature_size": MEL_BINS, "sampling_rate": 16000, "hop_length": 160, "chunk_length": 300, "n_fft": 400}
+    processor_files(outdir, CHAT_TEMPLATE, "Qwen3OmniMoeProcessor", vision, audio)
