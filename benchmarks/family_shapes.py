@@ -101,6 +101,14 @@ FAMILIES: dict[str, FamilyBench] = {
         "prompt rewriting off (the engine's default; diffusers' is on)",
         text_tokens=512,
     ),
+    "ernie_image": FamilyBench(
+        "ernie_image",
+        "ErnieImagePipeline",
+        dict(hidden_size=128, num_attention_heads=4, num_layers=8, ffn_hidden_size=256, rope_axes_dim=(8, 12, 12)),
+        dict(guidance_scale=4.0, extra_args=dict(use_pe=False)),
+        "ErnieImagePipeline's default CFG (4.0: a cond and an uncond row each step); prompts at their own token "
+        "lengths in one forward (masked); the prompt enhancer off (a whole LLM generation per request, not batched)",
+    ),
     "sana": FamilyBench(
         "sana",
         "SanaPipeline",
@@ -221,6 +229,8 @@ def image_tokens(pipe: Any, size: int) -> int:
     the tiny fixture); Helios' are one chunk's 9 latent frames in 2x2 patches (its history tokens come on top)."""
     name = type(pipe).__name__
     if name == "SanaPipeline":  # DC-AE latents in 1x1 patches
+        return (size // pipe.vae_scale_factor) ** 2
+    if name == "ErnieImagePipeline":  # its VAE factor (16) already counts the 2x2 patches; 1x1 tokens
         return (size // pipe.vae_scale_factor) ** 2
     if name == "HeliosPipeline":
         return 9 * (size // (pipe.vae_scale_factor_spatial * 2)) ** 2

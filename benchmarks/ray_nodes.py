@@ -97,7 +97,7 @@ async def glm_image(folder: str, runs: int) -> dict:
     import numpy as np
 
     params = [{}, {"num_inference_steps": 3, "guidance_scale": 1.5, "seed": 5}]
-    prompt = {"prompt": "a red cat", "additional_information": {"height": 64, "width": 96}}
+    prompt = {"prompt": "a red cat", "image_size": (64, 96)}
     pools = {"one_node": ["ar", "ar"], "across_nodes": ["ar", "dit"]}
     out = await measure(folder, prompt, params, pools, runs, dtype="float32")
     images = {k: np.asarray(f[1].images[0]) for k, f in out.pop("finals").items()}

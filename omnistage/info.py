@@ -76,6 +76,9 @@ class PipelineInfo:
     vocabulary: Mapping[str, tuple[str, ...]] | None = None
     filler_words: tuple[str, ...] = ()
     example_prompts: tuple[str, ...] = ()  # prompts that work (the playground offers them)
+    # "WxH" sizes a model draws at; empty: any. Another size still runs, with a warning (a model trained at one
+    # size, as the demo is, draws shapeless colour at others)
+    trained_sizes: tuple[str, ...] = ()
     # {"native": [w, h], "max_side": n, "multiple": m}: sizes the model card offers (omnistage.server.image_sizes)
     image_size: Mapping[str, Any] | None = None
     image_batch: bool = False  # an edit of several input images edits each on its own (n is per image)
@@ -86,7 +89,7 @@ class PipelineInfo:
     transcription: RecognizerInfo | None = None
 
     def __post_init__(self) -> None:
-        _tuples(self, "filler_words", "example_prompts")
+        _tuples(self, "filler_words", "example_prompts", "trained_sizes")
         for name, typ in (("speech", SpeechInfo), ("transcription", RecognizerInfo)):
             value = getattr(self, name)
             if value is not None and not isinstance(value, typ):

@@ -142,8 +142,9 @@ DEFAULT_RULES: dict[str, AccumulationRule] = {
     "action": AccumulationRule(_concat(0)),  # chunks of steps join in time
 }
 # Scalars that travel beside a payload: the newest value wins (``action_domain``: the embodiment the actions
-# are for; ``action_fps``: action steps per second).
-SIDE_KEYS = ("sample_rate", "fps", "num_steps", "action_domain", "action_fps")
+# are for; ``action_fps``: action steps per second; ``revised_prompt``: the prompt a stage drew from after
+# rewriting the caller's).
+SIDE_KEYS = ("sample_rate", "fps", "num_steps", "action_domain", "action_fps", "revised_prompt")
 _SIDE_RULE = AccumulationRule(_keep_last)
 _AUX_RULE = AccumulationRule(_append)  # unknown auxiliary keys: a list of items
 # Producer keys that mean "the stage's main output".

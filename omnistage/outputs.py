@@ -39,6 +39,7 @@ class OmniRequestOutput:
     actions: torch.Tensor | None = None  # float32 [steps, action width] (a world model's action chunk)
     action_domain: str | None = None  # the embodiment the actions are for (e.g. "av", "bridge_orig_lerobot")
     action_fps: float | None = None  # action steps per second
+    revised_prompt: str | None = None  # the prompt the stage drew from when it rewrote the caller's (a prompt enhancer)
     finish_reason: str | None = None
     prompt_token_ids: list[int] | None = None  # finished outputs of llm stages
     num_prompt_tokens: int | None = None
@@ -172,6 +173,8 @@ def final_output(
         out.actions = action_tensor(whole["action"])
         out.action_domain = whole.get("action_domain")
         out.action_fps = whole.get("action_fps")
+    if whole.get("revised_prompt") is not None:
+        out.revised_prompt = str(whole["revised_prompt"])
     if "prompt_token_ids" in whole:
         out.prompt_token_ids = _ids(whole["prompt_token_ids"])
         out.num_prompt_tokens = len(out.prompt_token_ids)

@@ -11,7 +11,8 @@ import torch  # noqa: E402
 # Two OpenMP threads on two shared cores made tiny forwards ~30x slower.
 torch.set_num_threads(1)
 
-pytest_plugins = ["omnistage.testing.fixtures", "tests.shared_servers"]
+# requires: a test that needs a missing tool or package skips here and fails in CI
+pytest_plugins = ["omnistage.testing.fixtures", "omnistage.testing.requires", "tests.shared_servers"]
 
 
 # Packages whose modules share one expensive package-scoped server: their files are one xdist work unit (one

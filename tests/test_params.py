@@ -271,7 +271,7 @@ def test_the_hook_sees_the_merged_dicts_before_they_are_typed():
 
     def hook(prompt: dict[str, Any], params: list[Any]) -> None:
         seen.append((dict(prompt), [dict(p) for p in params]))
-        prompt["additional_information"] = {"height": params[1]["height"]}
+        prompt["image_size"] = (params[1]["height"], params[1]["width"])
         params[0]["max_tokens"] = params[1]["height"] // 8  # a hook may shape any stage's parameters
 
     pipeline = ar_then_dit(shape_request=hook)
@@ -284,7 +284,7 @@ def test_the_hook_sees_the_merged_dicts_before_they_are_typed():
         {"temperature": 1.0},
         {"guidance_scale": 4.0, "width": 64, "height": 48, "num_inference_steps": 3, "extra_args": {}},
     ]
-    assert prompt["additional_information"] == {"height": 48}
+    assert prompt["image_size"] == (48, 64)
     assert llm == {"temperature": 1.0, "max_tokens": 6} and isinstance(dit, DiffusionSamplingParams)
     # without a prompt (parameters alone) there is nothing to shape
     stage_params(pipeline, defaults, RequestKnobs(size="64x48"))

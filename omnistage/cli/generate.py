@@ -106,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
     from PIL import Image
 
     from omnistage import Omni
+    from omnistage.drawable import prompt_warnings
 
     if args.audio is not None:
         return transcribe(args)
@@ -136,6 +137,11 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
+        name = omni.pipeline.info.served_model_name or Path(omni.engine.model or omni.pipeline.name).name
+        info = omni.pipeline.info
+    if out.images:  # what the model cannot draw (words, a size), as the server's X-Omnistage-Warning says it
+        for warning in prompt_warnings(info, name, args.prompt, out.images[0].size):
+            print(f"warning: {warning}", file=sys.stderr)
     if out.error:
         print(f"error: {out.error}", file=sys.stderr)
         return 1
@@ -191,7 +197,7 @@ def _read_video(file: str) -> Any:
 
 def transcribe(args: argparse.Namespace) -> int:
     """``--audio``: the transcript of the file, its windows joined as the transcription route joins them."""
-    from omnistage import AsyncOmni, Omni
+    from omnistage import AsyncOmni, Omni, Transcription
     from omnistage.media.audio import decode_audio
     from omnistage.server.errors import APIError
     from omnistage.server.recognition import (
@@ -247,7 +253,7 @@ def transcribe(args: argparse.Namespace) -> int:
             {
                 "prompt": args.prompt or "",
                 "multi_modal_data": {"audio": (piece, rate)},
-                "additional_information": {"language": None if unforced else language, "task": args.task},
+                "transcription": Transcription(language=None if unforced else language, task=args.task),
             }
             for _, piece in pieces
         ]

@@ -13,6 +13,12 @@ import logging
 import os
 import sys
 
+from omnistage import torchao_gate
+
+# A process an omnistage command started (spawn imports this module through the command's script) hides torchao
+# as its parent does (omnistage/torchao_gate.py says why).
+torchao_gate.hide_if_inherited()
+
 SUBCOMMANDS = {
     "serve": "omnistage.cli.serve",
     "generate": "omnistage.cli.generate",
@@ -25,6 +31,8 @@ SUBCOMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     from_command_line = argv is None  # not a call from Python (tests): the process is ours to end
     argv = list(sys.argv[1:] if argv is None else argv)
+    if from_command_line:  # before anything imports diffusers / transformers
+        torchao_gate.hide_unless_named(argv)
     parser = argparse.ArgumentParser(prog="omnistage", description="Serve omni-modality generative pipelines.")
     sub = parser.add_subparsers(dest="command", required=True)
     # Only the chosen subcommand's module is imported (fast --help for the rest).

@@ -67,6 +67,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="memory of each device (e.g. 80GiB; default: the GPU's): a deploy that does not fit is refused "
         "before any engine starts (omnistage plan prints the numbers)",
     )
+    # Where async jobs and their outputs live (docs/fleet.md); also OMNISTAGE_SERVER_JOB_STORE / _MEDIA_STORE
+    p.add_argument(
+        "--job-store",
+        metavar="URL",
+        help="async jobs: sqlite:///path (default: .jobs.sqlite3 under the storage path; one machine) or "
+        "redis://host:port/db (front-ends on many machines share it)",
+    )
+    p.add_argument(
+        "--media-store",
+        metavar="URL",
+        help="their outputs: file:///path (default: the storage path) or s3://bucket/prefix (endpoint and "
+        "credentials from the AWS environment variables)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
@@ -431,6 +444,21 @@ def end_leftover_children() -> None:
             child.join(5)
 
 
+def unreachable_store(settings: Any) -> str | None:
+    """Why the job store or the media store cannot be used, checked before any model loads (None when both
+    answer)."""
+    import asyncio
+
+    from omnistage.server.fleet import probe_stores
+    from omnistage.server.jobs import StoreUnavailable
+
+    try:
+        asyncio.run(probe_stores(settings))
+    except StoreUnavailable as e:
+        return str(e)
+    return None
+
+
 def bound_socket(host: str, port: int) -> socket.socket:
     """The server's socket, bound before the engine starts: a port in use fails at once, not after the models
     loaded, and nothing can take the port meanwhile. It listens only once the engine is up (uvicorn), so until
@@ -460,7 +488,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: --allowed-local-media-path {args.allowed_local_media_path!r} is not a folder", file=sys.stderr)
         return 2
     try:
-        settings = ServerSettings()
+        stores = {"job_store": args.job_store, "media_store": args.media_store}
+        settings = ServerSettings(**{k: v for k, v in stores.items() if v})
+        stores_problem = unreachable_store(settings)
+        if stores_problem:
+            print(f"error: {stores_problem}", file=sys.stderr)
+            return 2
         engine = AsyncOmni(args.model, **with_lora_flags(args.model, engine_kwargs(args), args))
     except (ValueError, ValidationError) as e:  # bad configuration: a clear message, no traceback
         print(f"error: {e}", file=sys.stderr)

@@ -262,6 +262,7 @@ class Orchestrator:
         wanted = None
         if run.request.modalities is not None and not consumers:
             wanted = str(st.output_type & run.request.modalities)
+        speech = inputs.pop("speech", None)  # crosses to the stage as its typed field
         req = StageRequest(
             rid,
             inputs,
@@ -271,6 +272,7 @@ class Orchestrator:
             wanted=wanted,
             final_only=not run.request.stream and not st.subscribers,
             session_id=run.request.session_id,
+            speech=speech,
         )
         started = time.monotonic()
         st.submitted = True

@@ -4,27 +4,34 @@ params and the modalities the caller wants back."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from omnistage.errors import InvalidRequestError
 from omnistage.modality import OutputModality
+from omnistage.speech import SpeechInput, check_speech, check_transcription
 
-# lora: the name of a LoRA adapter (params.stage_params routes it to the stages holding adapters)
+# lora: the name of a LoRA adapter (params.stage_params routes it to the stages holding adapters);
+# encoder_prompt / decoder_prompt: an encoder-decoder model's explicit prompt (Whisper). The typed keys below
+# (TYPED_KEYS) are checked here, once, so a stage never meets a wrong-typed one.
 _PROMPT_KEYS = {
     "prompt",
     "prompt_token_ids",
     "negative_prompt",
     "multi_modal_data",
     "modalities",
-    "additional_information",
     "mm_processor_kwargs",
     "messages",
     "lora",
     "encoder_prompt",
     "decoder_prompt",
-}  # an encoder-decoder model's explicit prompt (Whisper)
+    "speech",
+    "transcription",
+    "chat_template_kwargs",
+    "system_prompt",
+    "image_size",
+}
 
 
 @dataclass
@@ -42,6 +49,10 @@ class OmniRequest:
     def text(self) -> str | None:
         return self.prompt.get("prompt")
 
+    @property
+    def speech(self) -> SpeechInput | None:
+        return self.prompt.get("speech")
+
 
 def normalize_prompt(prompt: str | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(prompt, str):
@@ -57,7 +68,46 @@ def normalize_prompt(prompt: str | Mapping[str, Any]) -> dict[str, Any]:
         raise InvalidRequestError("prompt", "needs 'prompt', 'prompt_token_ids', 'messages' or 'encoder_prompt'")
     if "prompt" in prompt and not isinstance(prompt["prompt"], str):
         raise InvalidRequestError("prompt.prompt", f"expected a string, got {type(prompt['prompt']).__name__}")
-    return dict(prompt)
+    out = dict(prompt)
+    for key, check in TYPED_KEYS.items():
+        if out.get(key) is not None:
+            out[key] = check(out[key])
+    return out
+
+
+def _chat_template_kwargs(value: Any) -> dict[str, Any]:
+    """The chat template's keyword arguments (``add_generation_prompt``, ``continue_final_message``, ...)."""
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise InvalidRequestError("chat_template_kwargs", f"expected an object, got {type(value).__name__}")
+    return dict(value)
+
+
+def _system_prompt(value: Any) -> str:
+    """A system prompt that replaces a stage's own (prompt_expand)."""
+    if not isinstance(value, str):
+        raise InvalidRequestError("system_prompt", f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _image_size(value: Any) -> tuple[int, int]:
+    """The (height, width) of the image a multi-stage pipeline draws, for a stage that must know it before the
+    stage that draws it runs (GLM-Image's AR stage lays its tokens on the target grid)."""
+    if (
+        not isinstance(value, (tuple, list))
+        or len(value) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
+        raise InvalidRequestError("image_size", f"expected (height, width) as two integers, got {value!r}")
+    return int(value[0]), int(value[1])
+
+
+TYPED_KEYS: dict[str, Callable[[Any], Any]] = {
+    "speech": check_speech,
+    "transcription": check_transcription,
+    "chat_template_kwargs": _chat_template_kwargs,
+    "system_prompt": _system_prompt,
+    "image_size": _image_size,
+}
 
 
 def parse_modalities(value: Sequence[str] | str | OutputModality | None) -> OutputModality | None:

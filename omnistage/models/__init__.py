@@ -19,6 +19,7 @@ from omnistage.models import (
     cosmos3,
     csm,
     demo,
+    ernie_image,
     flux,
     flux2,
     glm_image,
@@ -37,6 +38,7 @@ from omnistage.models import (
     qwen3_tts,
     qwen_image,
     qwen_image_21,
+    qwen_image_layered,
     qwen_omni,
     sana,
     sd,
@@ -87,6 +89,8 @@ FAMILIES = (
     stable_audio,
     longcat_audio,
     cosmos3,
+    ernie_image,
+    qwen_image_layered,
 )
 
 for _family in FAMILIES:

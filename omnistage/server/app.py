@@ -18,6 +18,8 @@ from fastapi.openapi.utils import get_openapi
 from omnistage.config.settings import ServerSettings
 from omnistage.server.deps import require_api_key
 from omnistage.server.errors import error_responses, install_error_handlers
+from omnistage.server.fleet import store_unavailable
+from omnistage.server.jobs import StoreUnavailable
 from omnistage.server.middleware import BodySizeLimit, JsonDepthLimit, RequestContext
 from omnistage.server.options import ServeOptions
 from omnistage.server.routes import (
@@ -27,6 +29,7 @@ from omnistage.server.routes import (
     images,
     lora,
     realtime,
+    robot,
     system,
     transcriptions,
     videos,
@@ -45,10 +48,10 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        await state.jobs.open()  # a store that cannot be reached: start-up fails naming it
         await state.storage.start()
-        await state.jobs.open()
-        await videos.restore_jobs(state)  # jobs of an earlier run on the same storage path
         await _start_engine(app, engine)
+        await videos.start_leases(state).start()  # and take over jobs left by a front-end that died
         logger.info("serving %s (pipeline %s) as %r", engine.model, engine.pipeline.name, state.model_name)
         try:
             yield
@@ -58,6 +61,7 @@ def create_app(
     app = FastAPI(title="omnistage", description="OpenAI-compatible API for omni-modality pipelines", lifespan=lifespan)
     app.state.omni = state
     install_error_handlers(app)
+    app.add_exception_handler(StoreUnavailable, store_unavailable)  # a 503 naming the store
 
     app.include_router(system.router)
     secured = [Depends(require_api_key)]
@@ -67,6 +71,7 @@ def create_app(
         app.include_router(module, dependencies=secured, responses=common)
     app.include_router(audio_generate.router, dependencies=secured, responses=common)  # text -> sound
     app.include_router(realtime.router)  # a WebSocket: checks the API key itself (an error event + close code)
+    app.include_router(robot.router)  # OpenPI's policy WebSocket: checks the API key itself (refused handshake)
     if options.allow_runtime_lora_updating:  # as vLLM: without the flag these paths do not exist (404)
         app.include_router(lora.router, dependencies=secured, responses=common)
     app.openapi = lambda: _openapi(app)
@@ -122,6 +127,8 @@ async def _shutdown(state: ServerState) -> None:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+    if state.leases is not None:
+        await state.leases.stop()  # (after the final writes of the jobs cancelled above)
     await state.storage.stop()
     await state.jobs.close()
     await state.engine.shutdown()

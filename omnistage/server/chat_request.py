@@ -24,8 +24,9 @@ from omnistage.server.media import (
     model_form_part,
 )
 from omnistage.server.protocol import ChatCompletionRequest, SpeechRequest
-from omnistage.server.speech_request import speech_information
+from omnistage.server.speech_request import speech_input
 from omnistage.server.state import ServerState
+from omnistage.speech import SpeechInput
 
 
 async def build_chat_request(
@@ -78,7 +79,7 @@ def _choose_voice(state: ServerState, body: ChatCompletionRequest, knobs: Any, p
     names = list(state.engine.pipeline.info.speaks.voices)
     if not isinstance(voice, str) or voice.lower() not in {n.lower() for n in names}:
         raise bad_request(f"{field}: {voice!r} is not one of this model's voices ({', '.join(names) or 'none'})", field)
-    prompt.setdefault("additional_information", {})["voice"] = voice
+    prompt["speech"] = SpeechInput(voice=voice)
 
 
 # the speech route's fields a chat turn to a speech family may carry in extra_body
@@ -103,9 +104,9 @@ async def _speech_fields(state: ServerState, body: ChatCompletionRequest, knobs:
         speech = SpeechRequest.model_validate({"input": ".", "voice": voice, **fields})
     except ValidationError as e:
         raise validation_error(e, "extra_body.") from None
-    info = await speech_information(state, speech)
-    if info:
-        prompt["additional_information"] = {**(prompt.get("additional_information") or {}), **info}
+    typed = await speech_input(state, speech)
+    if typed is not None:
+        prompt["speech"] = typed
 
 
 def _modalities(state: ServerState, asked: list[str] | None) -> list[str] | None:
@@ -166,7 +167,7 @@ async def _chat_prompt(state: ServerState, body: ChatCompletionRequest) -> dict[
         "add_generation_prompt": body.add_generation_prompt,
         "continue_final_message": body.continue_final_message,
     }  # the top-level flags win, as in vLLM
-    prompt: dict[str, Any] = {"messages": messages, "additional_information": {"chat_template_kwargs": template}}
+    prompt: dict[str, Any] = {"messages": messages, "chat_template_kwargs": template}
     if body.mm_processor_kwargs:
         prompt["mm_processor_kwargs"] = body.mm_processor_kwargs
     return prompt

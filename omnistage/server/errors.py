@@ -70,9 +70,10 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         409: "The job is not finished",
         413: "Upload or body too large",
         415: "Unsupported content type",
+        416: "Range outside the file",
         429: "Rate limited",
         500: "Internal fault (this request only)",
-        503: "Saturated, shutting down or a stage restarting (see Retry-After)",
+        503: "Saturated, shutting down, a stage restarting or a job/media store unreachable (see Retry-After)",
         504: "Not finished within the server's --request-timeout",
     }
     return {s: {"model": ErrorResponse, "description": why[s]} for s in statuses}

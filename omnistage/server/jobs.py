@@ -1,101 +1,101 @@
-"""Async jobs that outlive the process: one SQLite table under the storage folder.
+"""The job store: where async jobs (videos) and other records (uploaded voices) live, shared by every front-end
+that points at it (docs/fleet.md).
 
-Each row is one job as the API shows it (its JSON ``record``), with the
-columns the server queries by: ``kind`` (``video`` today; uploaded voices will
-be rows of their own kind), ``status``, ``created_at`` and ``file`` (its file
-in FileStorage, if any). The server keeps the jobs it serves in memory and
-writes a row on every status change; on start it reads them back, so a restart
-loses nothing that finished, and a job that was still running when the
-process ended is marked failed with the reason.
+One row per job: its ``kind`` (``video``, ``voice``), ``status``, ``created_at``, the JSON ``record`` the API
+shows, the ``request`` that made it (what another front-end needs to run it again), and the front-end that runs
+it (``owner``) with its lease expiry (``lease_until``, epoch seconds). A front-end renews the leases of the jobs
+it runs; a job whose lease expired is taken by another front-end with an atomic compare-and-set (``claim``), so
+two front-ends never run the same job at once. Writes by a job's runner are conditional on still owning it
+(``update``): a job deleted elsewhere is never written back, and its runner learns it lost it (``renew``).
 
-stdlib ``sqlite3``: one connection used from worker threads under a lock,
-one short transaction per write (WAL journal, so readers never wait).
+Implementations: ``jobstore/sqlite_store.py`` (one machine), ``jobstore/redis_store.py`` (a fleet). A store
+that cannot be reached raises ``StoreUnavailable`` naming its URL.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import logging
-import sqlite3
-import threading
-import time
-from pathlib import Path
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any
 
-logger = logging.getLogger(__name__)
-
-DB_NAME = ".jobs.sqlite3"  # a dot name: FileStorage's sweeper and name rules never touch it
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY,
-    kind TEXT NOT NULL,
-    status TEXT NOT NULL,
-    created_at INTEGER NOT NULL,
-    updated_at REAL NOT NULL,
-    file TEXT,
-    record TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS jobs_by_kind ON jobs (kind, created_at);
-"""
 RUNNING = ("queued", "in_progress")
 
 
-class JobStore:
-    def __init__(self, folder: str | Path):
-        self.path = Path(folder).resolve() / DB_NAME
-        self._conn: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
+class StoreUnavailable(RuntimeError):
+    """The job store (or media store) could not be reached; the message names it."""
 
+
+@dataclass
+class Claimed:
+    """A job this front-end took over: its record, the stored request (None if none was kept) and how many
+    front-ends have taken it so far (this one included)."""
+
+    record: dict[str, Any]
+    request: dict[str, Any] | None
+    attempts: int
+
+
+class JobStore(ABC):
+    url: str
+
+    @abstractmethod
     async def open(self) -> None:
-        await asyncio.to_thread(self._open)
+        """Connect (and create what is missing); ``StoreUnavailable`` if the store cannot be reached."""
 
-    def _open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.executescript(_SCHEMA)
-        self._conn = conn
+    @abstractmethod
+    async def close(self) -> None: ...
 
-    async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await asyncio.to_thread(self._close, conn)
-
-    def _close(self, conn: sqlite3.Connection) -> None:
-        with self._lock:
-            conn.close()
-
-    def _run(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        if self._conn is None:
-            raise RuntimeError(f"the job store {self.path} is not open")
-        with self._lock:
-            return self._conn.execute(sql, args).fetchall()
-
+    @abstractmethod
     async def put(
-        self, kind: str, job_id: str, status: str, created_at: int, record: dict[str, Any], file: str | None = None
+        self,
+        kind: str,
+        job_id: str,
+        status: str,
+        created_at: int,
+        record: dict[str, Any],
+        file: str | None = None,
+        *,
+        owner: str | None = None,
+        lease_until: float | None = None,
+        request: dict[str, Any] | None = None,
     ) -> None:
-        """Insert or replace one job's row."""
-        await asyncio.to_thread(
-            self._run,
-            "INSERT OR REPLACE INTO jobs (id, kind, status, created_at, updated_at, file, record) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (job_id, kind, status, int(created_at), time.time(), file, json.dumps(record)),
-        )
+        """Insert or replace one row (a new job, or a record nobody runs)."""
 
-    async def delete(self, *job_ids: str) -> None:
-        for job_id in job_ids:
-            await asyncio.to_thread(self._run, "DELETE FROM jobs WHERE id = ?", (job_id,))
+    @abstractmethod
+    async def update(
+        self, job_id: str, owner: str, status: str, record: dict[str, Any], file: str | None = None
+    ) -> bool:
+        """Write a running job's new state if ``owner`` still holds it; False (nothing written) if the row is
+        gone or another front-end took it."""
 
+    @abstractmethod
+    async def get(self, job_id: str) -> dict[str, Any] | None:
+        """One job's record, or None."""
+
+    @abstractmethod
     async def load(self, kind: str) -> list[dict[str, Any]]:
-        """Every job of ``kind``, oldest first, as recorded."""
-        rows = await asyncio.to_thread(
-            self._run, "SELECT record FROM jobs WHERE kind = ? ORDER BY created_at, id", (kind,)
-        )
-        out = []
-        for (record,) in rows:
-            try:
-                out.append(json.loads(record))
-            except json.JSONDecodeError:  # a damaged row must not stop the server from starting
-                logger.error("job store %s: skipping an unreadable row", self.path)
-        return out
+        """Every record of ``kind``, oldest first (``created_at``, then id)."""
+
+    @abstractmethod
+    async def delete(self, *job_ids: str) -> None: ...
+
+    @abstractmethod
+    async def renew(self, owner: str, job_ids: list[str], lease_until: float) -> set[str]:
+        """Extend the leases ``owner`` holds; returns the ids it no longer holds (deleted, or taken)."""
+
+    @abstractmethod
+    async def claim(self, job_id: str, owner: str, now: float, lease_until: float) -> Claimed | None:
+        """Take a running job whose lease expired before ``now`` (or that has none): atomic, so of two
+        front-ends claiming it one wins; None when the job is not (or no longer) up for taking."""
+
+    async def expired(self, kind: str, now: float) -> list[dict[str, Any]]:
+        """Records of ``kind`` still queued or running whose lease expired before ``now`` (or that have none)."""
+        return [record for record, until in await self.running(kind) if (until or 0) < now]
+
+    @abstractmethod
+    async def running(self, kind: str) -> list[tuple[dict[str, Any], float | None]]:
+        """(record, lease_until) of every row of ``kind`` that is queued or in progress."""
+
+
+def parse_lease(value: Any) -> float | None:
+    return None if value in (None, "", b"") else float(value)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from omnistage.server.errors import APIError
+from omnistage.speech import Transcription
 
 DEFAULT_MAX_AUDIO_S = 3600.0  # one upload; longer files are refused while decoding
 NO_SPACE_LANGUAGES = {"zh", "ja", "th", "lo", "my", "yue"}  # texts of windows join without a space
@@ -45,7 +46,7 @@ def language_probe(piece: np.ndarray, rate: int, ids: Mapping[str, int]) -> tupl
     prompt = {
         "prompt": "",
         "multi_modal_data": {"audio": (piece, rate)},
-        "additional_information": {"detect_language": True},
+        "transcription": Transcription(detect_language=True),
     }
     return prompt, {"max_tokens": 1, "temperature": 0.0, "allowed_token_ids": list(ids.values())}
 

@@ -31,6 +31,7 @@ class Result:
     actions: Any = None  # float32 [steps, action width] tensor
     action_domain: str | None = None
     action_fps: float | None = None
+    revised_prompt: str | None = None  # the rewritten prompt the images were drawn from (OpenAI's revised_prompt)
     finish_reason: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -50,6 +51,7 @@ class Result:
         if out.actions is not None:
             self.actions, self.action_domain, self.action_fps = out.actions, out.action_domain, out.action_fps
         self.finish_reason = out.finish_reason or self.finish_reason
+        self.revised_prompt = out.revised_prompt or self.revised_prompt
         self.metrics.update(out.metrics or {})
         if out.num_prompt_tokens:
             self.prompt_tokens = max(self.prompt_tokens, out.num_prompt_tokens)

@@ -24,6 +24,7 @@ from omnistage.server.voices import (
     clip_from_bytes,
     registry,
 )
+from omnistage.speech import SpeechInput
 
 
 def preset_voices(state: ServerState) -> list[str]:
@@ -54,7 +55,7 @@ async def _reference_clip(state: ServerState, ref: str) -> tuple[np.ndarray, int
 
 
 async def _speaker(state: ServerState, body: SpeechRequest) -> dict[str, Any]:
-    """The voice part of ``additional_information``: a preset ``voice``, or a cloned voice's clip + text."""
+    """The voice fields of the speech input: a preset ``voice``, or a cloned voice's clip + text."""
     if body.ref_audio is not None:
         require_cloning(state, "ref_audio")
         if body.voice is not None:
@@ -80,9 +81,9 @@ async def _speaker(state: ServerState, body: SpeechRequest) -> dict[str, Any]:
     return {"voice": body.voice}  # no voices listed at all: the pipeline decides
 
 
-async def speech_information(state: ServerState, body: SpeechRequest) -> dict[str, Any]:
-    """The request's ``additional_information`` for a speech family: voice or clone, instructions, language,
-    ... (the speech route's fields; chat turns to a speech family take the same ones from ``extra_body``)."""
+async def speech_input(state: ServerState, body: SpeechRequest) -> SpeechInput | None:
+    """The request's speech input for a speech family: voice or clone, instructions, language, ... (the speech
+    route's fields; chat turns to a speech family take the same ones from ``extra_body``). None: nothing set."""
     info = {
         **await _speaker(state, body),
         "speed": body.speed if body.speed != 1.0 else None,
@@ -91,7 +92,8 @@ async def speech_information(state: ServerState, body: SpeechRequest) -> dict[st
         "initial_codec_chunk_frames": body.initial_codec_chunk_frames,
         "x_vector_only_mode": body.x_vector_only_mode,
     }
-    return {k: v for k, v in info.items() if v is not None}
+    fields = {k: v for k, v in info.items() if v is not None}
+    return SpeechInput(**fields) if fields else None
 
 
 async def build_speech_request(state: ServerState, body: SpeechRequest, rid: str) -> OmniRequest:
@@ -111,9 +113,9 @@ async def build_speech_request(state: ServerState, body: SpeechRequest, rid: str
         nested["max_tokens"] = body.max_new_tokens
     knobs = body.knobs(nested)
     prompt: dict[str, Any] = {"prompt": body.input}
-    extra_info = await speech_information(state, body)
-    if extra_info:
-        prompt["additional_information"] = extra_info
+    speech = await speech_input(state, body)
+    if speech is not None:
+        prompt["speech"] = speech
     return state.make_request(
         prompt, rid, body.sampling_params_list, output_modalities=["audio"], knobs=knobs, lora=lora
     )

@@ -23,12 +23,12 @@ from omnistage.server.admission import Admission, Slot
 from omnistage.server.deadline import Deadline, wait_disconnect
 from omnistage.server.drain import Drain
 from omnistage.server.errors import APIError, from_engine_error
-from omnistage.server.jobs import JobStore
+from omnistage.server.jobstore import job_store
 from omnistage.server.metrics import ServerMetrics
 from omnistage.server.options import ServeOptions
 from omnistage.server.realtime.sessions import RealtimeSessions
 from omnistage.server.result import Result
-from omnistage.server.storage import FileStorage
+from omnistage.server.storage import MediaStore
 
 logger = logging.getLogger("omnistage.server")
 
@@ -43,9 +43,10 @@ class ServerState:
         self.drain = Drain(self.admission, engine, options.shutdown_grace_s, options.retry_after_s)
         self.media = options.media_limits()
         self.limits = options.request_limits()
-        self.storage = FileStorage(settings.storage, on_expired=self._files_expired)
-        self.jobs = JobStore(settings.storage.path)  # async jobs (videos) recorded across restarts
-        self.videos: dict[str, Any] = {}  # video job id -> VideoJob
+        self.storage = MediaStore(settings.storage, settings.media_store, on_expired=self._files_expired)
+        self.jobs = job_store(settings.job_store_url())  # async jobs (videos), shared by a fleet's front-ends
+        self.leases: Any = None  # the leases of the jobs this front-end runs (fleet.py), set at start-up
+        self.videos: dict[str, Any] = {}  # video job id -> VideoJob, for the jobs this front-end runs
         self.video_tasks: dict[str, asyncio.Task] = {}
         named = options.served_model_name
         self.model_names = ([named] if isinstance(named, str) else list(named or [])) or [default_model_name(engine)]
@@ -70,7 +71,8 @@ class ServerState:
     # ------------------------------------------------------------------ checks
 
     def is_base_model(self, model: str | None) -> bool:
-        return model in (*self.model_names, self.engine.model, self.engine.pipeline.name)
+        # "default" too: a server serves one model, and clients written for vLLM-Omni send that name
+        return model in (*self.model_names, self.engine.model, self.engine.pipeline.name, DEFAULT_MODEL)
 
     def check_model(self, model: str | None) -> str | None:
         """404 unless ``model`` is the base model or a loaded LoRA adapter; returns the adapter's name (None
@@ -206,6 +208,9 @@ class ServerState:
         m.generation_tokens.inc(result.completion_tokens)
         for sid, stage in result.metrics.items():
             m.stage_latency.labels(str(sid)).observe(float(stage.get("run_time_s", 0.0)))
+
+
+DEFAULT_MODEL = "default"  # the name every server answers to as its (one) base model
 
 
 def default_model_name(engine: Any) -> str:

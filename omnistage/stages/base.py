@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from omnistage.errors import InvalidRequestError, StageFailedError, StageUnavailableError
+from omnistage.speech import SpeechInput
 
 
 @dataclass
@@ -90,6 +91,8 @@ class StageRequest:
     # the conversation this request belongs to (a realtime session, a chat's prompt_cache_key): a stage's
     # replicas route every request of one session to the same replica, the one holding its state
     session_id: str | None = None
+    # how to speak (a speech stage's voice, clip, language, ...): the prompt's or an edge's ``speech``, typed
+    speech: SpeechInput | None = None
 
 
 @dataclass

@@ -25,6 +25,17 @@ async def all_outputs(stream: AsyncIterable[U]) -> list[U]:
     return [o async for o in stream]
 
 
+def stage_request(request_id: str, prompt: Mapping[str, Any], params: Any, **kw: Any) -> Any:
+    """A stage request for a prompt, as the orchestrator makes a source stage's: the prompt's ``speech`` (a
+    ``SpeechInput`` or a mapping of its fields, checked as at admission) becomes the request's typed field."""
+    from omnistage.speech import check_speech
+    from omnistage.stages.base import StageRequest
+
+    inputs = dict(prompt)
+    speech = inputs.pop("speech", None)
+    return StageRequest(request_id, inputs, params, speech=check_speech(speech) if speech is not None else None, **kw)
+
+
 async def fed_outputs(
     engine: Any,
     request_id: str,
@@ -35,9 +46,7 @@ async def fed_outputs(
 ) -> list[Any]:
     """A started stage engine's updates for one request: ``inputs`` whole (``feeds`` None), or its first chunk with
     the ``(chunk, last)`` feeds following ``gap_s`` apart (the engine runs ahead of them: it must wait, not guess)."""
-    from omnistage.stages.base import StageRequest
-
-    req = StageRequest(request_id, dict(inputs), params, stream_inputs=feeds is not None)
+    req = stage_request(request_id, inputs, params, stream_inputs=feeds is not None)
     task = asyncio.ensure_future(all_outputs(engine.generate(req)))
     for chunk, last in feeds or []:
         await asyncio.sleep(gap_s)

@@ -1,5 +1,5 @@
-"""Servers for the peer clients: the tiny Qwen-Omni fixtures served under two names (``--served-model-name NAME
-default``, so a client may send ``model: "default"``), each one ``omnistage serve`` subprocess per module."""
+"""Servers for the peer clients: the tiny Qwen-Omni fixtures, each one ``omnistage serve`` subprocess per module,
+served under one name (a client's ``model: "default"`` is answered as the one model served)."""
 
 from __future__ import annotations
 
@@ -28,14 +28,14 @@ def speech_that_ends(folder: Path, dest: Path, eos: int) -> Path:
 
 
 def serve_as_default(tiny_model, tmp_path_factory, family: str, name: str, eos: int):
-    """``serve_tiny`` with ``default`` as a second served name and the talker of ``speech_that_ends``."""
+    """``serve_tiny`` with the talker of ``speech_that_ends``; no ``default`` among the served names: the clients
+    send it to a plain server."""
     folder = speech_that_ends(tiny_model(family), tmp_path_factory.mktemp(f"{family}-compat") / "model", eos)
     yield from serve_tiny(
         lambda _: folder,
         tmp_path_factory,
         family,
         name,
-        "default",  # (serve_tiny's --served-model-name NAME is followed by this: two names)
         "--stage-overrides",
         f'{{"0": {{"max_model_len": {CONTEXT}}}}}',
         "--max-image-pixels",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import io
 import json
-import shutil
+import os
 import subprocess
 import time
 
@@ -25,6 +25,7 @@ from PIL import Image
 
 from omnistage import AsyncOmni
 from omnistage.server.prompt_warnings import HEADER
+from omnistage.testing.requires import requires_tool
 from omnistage.testing.server import serve_engine
 from tests.stages.diffusion.helpers import noise_image
 from tests.video_http import decode_mp4
@@ -35,8 +36,8 @@ T2I_SEED, STEPS = 42, 2  # the clients' seed; steps cut for a CPU run (the clien
 
 
 def _serve(tiny_model, name: str):
-    # the deploy's own name and "default" (what the benchmark sends), as --served-model-name NAME default
-    return serve_engine(AsyncOmni(str(tiny_model(name))), served_model_name=[f"tiny-{name}", "default"])
+    # one served name: the benchmark's model "default" is answered as the one model a server serves
+    return serve_engine(AsyncOmni(str(tiny_model(name))), served_model_name=f"tiny-{name}")
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +94,14 @@ def assert_same(got: list[np.ndarray], want: list[np.ndarray]) -> None:
         np.testing.assert_array_equal(g, w)
 
 
+def plain_video(url: str, **body) -> np.ndarray:
+    """The frames of the same video asked for plainly (JSON, num_frames), decoded."""
+    body = {"prompt": "a red cat", "size": "48x32", "num_inference_steps": STEPS, **body}
+    r = httpx.post(f"{url}/v1/videos/sync", json=body, timeout=300)
+    assert r.status_code == 200, r.text
+    return decode_mp4(r.content)["frames"]
+
+
 # ------------------------------------------------------------------ text to image (chat client and curl script)
 
 
@@ -120,7 +129,7 @@ def test_text_to_image_chat_client(t2i, outputs):
     assert_same(got, want)
 
 
-@pytest.mark.skipif(shutil.which("curl") is None or shutil.which("jq") is None, reason="needs curl and jq")
+@requires_tool("curl", "jq")
 def test_text_to_image_curl_script(t2i, tmp_path):
     out = tmp_path / "out.png"
     body = json.dumps(
@@ -141,7 +150,7 @@ def test_text_to_image_curl_script(t2i, tmp_path):
         "| jq -r '.choices[0].message.content[0].image_url.url' | sed 's/^data:image[^,]*,\\s*//' "
         f'| base64 -d > "{out}"'
     )
-    subprocess.run(["bash", "-c", script], env={"SERVER": t2i, "BODY": body, "PATH": "/usr/bin:/bin"}, check=True)
+    subprocess.run(["bash", "-c", script], env={"SERVER": t2i, "BODY": body, "PATH": os.environ["PATH"]}, check=True)
     assert_same([pixels(out.read_bytes())], plain_images(t2i, size="48x32", num_inference_steps=STEPS, seed=T2I_SEED))
 
 
@@ -187,7 +196,19 @@ def test_benchmark_warm_up_says_which_step_counts_work(t2i):
     # Qwen-Image's scheduler (shift_terminal) has no 1-step schedule: diffusers returns NaN, omnistage says so
     assert r.status_code == 400, r.text
     err = r.json()["error"]
-    assert err["param"] == "num_inference_steps" and "2 or more" in err["message"]
+    assert err["param"] == "num_inference_steps" and "send num_inference_steps 2 or more" in err["message"]
+    # and what it says to send works
+    payload["extra_body"]["num_inference_steps"] = 2
+    assert httpx.post(f"{t2i}/v1/chat/completions", json=payload, timeout=300).status_code == 200
+
+
+def test_benchmark_warm_up_on_an_edit_model_says_which_step_counts_work(i2i):
+    form = {"model": "default", "prompt": "make it red", "size": "32x32", "num_inference_steps": "1", "seed": "0"}
+    image = {"image": ("a.png", png(noise_image(32, 32, 2)), "image/png")}
+    r = httpx.post(f"{i2i}/v1/images/edits", data=form, files=image, timeout=300)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "num_inference_steps" and "send num_inference_steps 2 or more" in err["message"]
 
 
 def test_benchmark_chat_request(t2i):
@@ -268,8 +289,9 @@ def test_benchmark_videos_request_with_polling(video):
     assert job["status"] == "completed", job
     content = httpx.get(f"{video}/v1/videos/{job['id']}/content", timeout=60)
     assert content.status_code == 200 and content.headers["content-type"] == "video/mp4"
-    got = decode_mp4(content.content)  # (see test_seconds_and_fps_take_the_nearest_frame_count on comparing frames)
+    got = decode_mp4(content.content)
     assert got["frames"].shape == (9, 32, 48, 3) and got["fps"] == 8
+    np.testing.assert_array_equal(got["frames"], plain_video(video, num_frames=9, seed=1, fps=8))
     assert job["warnings"] is None  # every field it sent was used
 
 
@@ -278,15 +300,15 @@ def test_benchmark_videos_request_with_polling(video):
 
 def test_seconds_and_fps_take_the_nearest_frame_count(video):
     body = {"prompt": "a red cat", "size": "48x32", "num_inference_steps": STEPS, "seed": 2}
-    # 1 s x 8 fps = 8 frames; Wan makes 4k+1 counts: 9. The frames are not compared with a plain 9-frame request:
-    # identical video requests to one tiny-Wan server can decode up to 25 levels apart after earlier requests (a
-    # known server-side discrepancy offline runs do not show); test_typed_params_families.py compares a fresh
-    # server's video with the offline one.
+    # 1 s x 8 fps = 8 frames; Wan makes 4k+1 counts: 9, the video a plain 9-frame request gives (the MP4 writer
+    # gives the same bytes for the same frames: tests/server/test_mp4_repeatable.py)
+    nine = plain_video(video, num_frames=9, seed=2, fps=8)
     r = httpx.post(f"{video}/v1/videos/sync", json={**body, "seconds": 1, "fps": 8}, timeout=300)
     assert r.status_code == 200, r.text
     assert any("8 frames" in w and "nearest, 9" in w for w in r.headers.get_list(HEADER))
     got = decode_mp4(r.content)
     assert got["frames"].shape == (9, 32, 48, 3) and got["fps"] == 8
+    np.testing.assert_array_equal(got["frames"], nine)
     # the async job says it too
     job = httpx.post(f"{video}/v1/videos", json={**body, "seconds": 1, "fps": 8}, timeout=300).json()
     deadline = time.monotonic() + 300  # stops a hang; not a timing assertion
@@ -295,6 +317,9 @@ def test_seconds_and_fps_take_the_nearest_frame_count(video):
         time.sleep(0.5)
         job = httpx.get(f"{video}/v1/videos/{job['id']}", timeout=30).json()
     assert job["status"] == "completed" and any("nearest, 9" in w for w in job["warnings"])
+    content = httpx.get(f"{video}/v1/videos/{job['id']}/content", timeout=60)
+    assert content.status_code == 200, content.text
+    np.testing.assert_array_equal(decode_mp4(content.content)["frames"], nine)
     # docs/server.md's example: 2 s x 16 fps = 32 frames -> 33, said in a warning
     r = httpx.post(f"{video}/v1/videos/sync", json={**body, "seconds": 2, "fps": 16}, timeout=300)
     assert r.status_code == 200, r.text
@@ -302,13 +327,14 @@ def test_seconds_and_fps_take_the_nearest_frame_count(video):
     assert "32 frames" in warning and "nearest, 33" in warning
     got = decode_mp4(r.content)
     assert got["frames"].shape == (33, 32, 48, 3) and got["fps"] == 16
+    np.testing.assert_array_equal(got["frames"], plain_video(video, num_frames=33, seed=2, fps=16))
 
 
 @pytest.mark.parametrize(
     "body, files, param",
     [
         ({"size": "40x32", "num_frames": "9"}, None, "size"),  # the width the size gives is not a multiple of 16
-        ({"size": "48x32", "num_frames": "6"}, None, "num_frames"),  # sent as num_frames: named so
+        ({"size": "48x32", "num_frames": "129"}, None, "num_frames"),  # past the tiny DiT's rotary table: named so
         ({"size": "48x32", "seconds": "600", "fps": "24"}, None, "seconds"),  # beyond the model's frames
         ({"size": "48x32", "num_frames": "9"}, {"input_reference": ("a.png", b"", "image/png")}, "input_reference"),
     ],

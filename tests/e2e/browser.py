@@ -2,15 +2,13 @@
 
 tests/e2e/conftest.py provides the ``browser`` fixture to the tests there (elsewhere: import it); mark browser
 test modules with ``requires_browser``. Install the browser with ``scripts/install-browser.sh`` (``make test`` runs it).
-Without it the tests skip, saying why, except in CI (``CI`` set to anything but empty/0/false/no, as CI services
-set it): there a missing browser fails each browser test, so they cannot pass by skipping.
+Without it the tests skip, saying why, except in CI: there a missing browser fails each browser test, so they
+cannot pass by skipping (omnistage/testing/requires.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,36 +16,24 @@ from typing import Any
 
 import pytest
 
+from omnistage.testing.requires import missing_modules, requirement
+
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"  # screenshots (git-ignored)
 CHROMIUM = Path("/usr/bin/chromium")
 DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-
-IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def missing_browser() -> str | None:
     """Why the browser tests cannot run here, or None."""
     if not CHROMIUM.exists() or not Path(DRIVER).exists():
         return f"headless Chromium is not installed ({CHROMIUM}, {DRIVER}; run scripts/install-browser.sh)"
-    if importlib.util.find_spec("selenium") is None:
+    if missing_modules("selenium"):
         return "selenium is not installed (pip install '.[dev]')"
     return None
 
 
-@pytest.fixture(scope="session")
-def browser_installed() -> None:
-    """In CI, a browser test without a browser fails (session scope: before any module's servers start)."""
-    reason = missing_browser()
-    if reason:
-        pytest.fail(f"{reason}; CI is set, so the browser tests must run", pytrace=False)
-
-
-requires_browser = (
-    pytest.mark.usefixtures("browser_installed")
-    if IN_CI
-    else pytest.mark.skipif(missing_browser() is not None, reason=missing_browser() or "")
-)
+requires_browser = requirement(missing_browser())
 
 
 @pytest.fixture
@@ -60,7 +46,7 @@ def browser() -> Iterator[Any]:
 @contextlib.contextmanager
 def chromium(*flags: str) -> Iterator[Any]:
     """Headless Chromium with the ``browser`` fixture's flags plus ``flags`` (e.g. a fake microphone's file)."""
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install '.[dev]')")
+    from selenium import webdriver  # (a dev dependency; requires_browser says when it is missing)
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()

@@ -191,7 +191,3 @@ def model_form_video(data: bytes) -> bytes:
         fps = stream.average_rate
         pixels = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(stream)])
     return video(pixels, fps, "libx264rgb", "mp4", qp="0")
-
-
-def missing_encoders(names: set[str]) -> list[str]:
-    return sorted(n for n in names if n not in av.codecs_available)

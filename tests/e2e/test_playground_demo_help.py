@@ -1,8 +1,8 @@
 """The playground on the demo server helps a newcomer, in headless Chromium: the page is titled with
 the model's name, lists the demo's example prompts (a click puts one in the prompt box) and its words, offers the
-sizes the card lists (the native one chosen), shows the server's warning about words the demo cannot draw, drops
-the token column for a model with no llm stage, prefills the chat box with a prompt the model can draw, and
-clears the metrics panel when a request fails."""
+sizes the card lists (the native one chosen), shows the server's warnings about words and sizes the demo cannot
+draw, drops the token column for a model with no llm stage, prefills the chat box with a prompt the model can
+draw, and clears the metrics panel when a request fails."""
 
 from __future__ import annotations
 
@@ -43,6 +43,27 @@ def test_the_demo_page_says_what_it_can_draw(demo_server, browser):
         "Steps",
         "Peak MB",
     ]  # no llm stage: no token counts
+
+
+def test_a_size_and_a_background_it_cannot_draw_are_said_beside_the_picture(demo_server, browser):
+    """256x256 (the size list offers it) and "yellow background": the picture comes, and the warnings box says
+    both, as the API's headers do."""
+    open_page(browser, demo_server, "omnistage-demo", "tab-image")
+    prompt = "a red circle on a yellow background"
+    fill(browser, "prompt", prompt)
+    fill(browser, "steps", "1")
+    Select(browser.find_element("id", "size")).select_by_value("256x256")
+    browser.find_element("id", "generate").click()
+    wait_for(browser, 120, lambda d: d.find_elements("id", "result-image"), "the generated image")
+    no_error(browser)
+    with httpx.Client(base_url=demo_server, timeout=120) as c:
+        want = c.post(
+            "/v1/images/generations", json={"prompt": prompt, "size": "256x256", "num_inference_steps": 1}
+        ).headers.get_list("x-omnistage-warning")
+    shown = browser.find_element("id", "warnings")
+    assert shown.is_displayed() and shown.text.split("\n") == want and len(want) == 2
+    assert "'yellow background'" in want[0] and "at 256x256" in want[1]
+    screenshot(browser, "playground-demo-size-warning.png")
 
 
 def test_warnings_show_and_metrics_clear_after_an_error(demo_server, browser):

@@ -56,6 +56,8 @@ ROWS = [
     Row("ovis_image", (48, 32), extra={"max_sequence_length": 32}),
     Row("longcat_image", (48, 32), extra={"enable_prompt_rewrite": False}),
     Row("longcat_image_edit", None, edit=(32, 32)),
+    Row("qwen_image_layered", None, edit=(32, 32), extra={"layers": 1}),  # one RGBA layer: one picture each way
+    Row("ernie_image", (48, 32)),  # its prompt enhancer on (the default): the rewrite is seeded like the picture
     Row("wan", (48, 32), frames=9),
     Row("ltx2", (64, 32), frames=9),
     Row("ltx23", (64, 32), frames=9, extra={"max_sequence_length": 16}),  # the LTX-2.3 layout

@@ -11,6 +11,7 @@ import asyncio
 import math
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import filelock
@@ -99,6 +100,26 @@ def raylet_pid(node) -> int:
 
 def ray_deploy(*stages: dict) -> dict:
     return {"distributed_executor_backend": "ray", "stages": list(stages)}
+
+
+def actor_states() -> dict[str, str]:
+    """Every actor of the cluster and its state, from the GCS's actor table (``ray.util.state`` needs the
+    dashboard, which the minimal ``ray`` install lacks)."""
+    from ray._private import state
+
+    return {a["ActorID"]: a["State"] for a in state.actors().values()}
+
+
+async def until_pending(start: asyncio.Task, before: set[str], started: int) -> None:
+    """Until Ray holds a new actor pending creation after ``started`` new actors came alive (the stages start in
+    order: the one waiting for resources), or ``start`` ends. The deadline stops a hang only."""
+    deadline = time.monotonic() + 120
+    while not start.done():
+        new = [s for a, s in actor_states().items() if a not in before]
+        if new.count("ALIVE") >= started and "PENDING_CREATION" in new:
+            return
+        assert time.monotonic() < deadline, new
+        await asyncio.sleep(0.1)
 
 
 async def test_stages_run_on_the_nodes_their_placement_names(nodes):
@@ -232,9 +253,10 @@ async def test_a_replica_waiting_for_resources_is_refused_once_its_node_is_gone(
     )
     try:
         async with AsyncOmni(pipeline=tp.chain(), deploy_config=holder):
+            before = set(actor_states())
             engine = AsyncOmni(pipeline=tp.chain(), deploy_config=waiter)
             start = asyncio.create_task(engine.start())
-            await asyncio.sleep(3)
+            await until_pending(start, before, started=1)  # stage 0 is up, stage 1's actor waits in Ray
             assert not start.done()  # both dit slots are taken: it waits
             nodes.remove_node(nodes.pools.pop("dit"), allow_graceful=False)
             # Ray fails an actor queued on the lost node itself; one still pending cluster-wide is refused by
@@ -272,7 +294,7 @@ async def test_glm_image_ar_on_one_node_and_two_dit_replicas_on_another(nodes, t
     the images equal the single-process run's (prior tokens and latents cross nodes through Ray)."""
     folder = str(tiny_model("glm_image"))
     params = [{}, {"num_inference_steps": 3, "guidance_scale": 1.5, "seed": 5}]
-    prompts = [{"prompt": p, "additional_information": {"height": 64, "width": 96}} for p in ("a red cat", "a dog")]
+    prompts = [{"prompt": p, "image_size": (64, 96)} for p in ("a red cat", "a dog")]
     async with AsyncOmni(folder, dtype="float32") as inline:
         expected = [(await final_output(inline.generate(p, sampling_params_list=params))).images[0] for p in prompts]
     deploy = ray_deploy(

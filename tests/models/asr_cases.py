@@ -12,6 +12,7 @@ import pytest
 import soundfile as sf
 
 from omnistage.errors import InvalidRequestError
+from omnistage.speech import Transcription
 from omnistage.testing.streams import all_outputs
 from tests.models.offline_llm import offline_llm
 
@@ -50,7 +51,7 @@ def request(audio, language="en", task="transcribe", previous=""):
     return {
         "prompt": previous,
         "multi_modal_data": {"audio": (audio, RATE)},
-        "additional_information": {"language": language, "task": task},
+        "transcription": Transcription(language=language, task=task),
     }
 
 

@@ -515,6 +515,44 @@ FAMILIES: list[ImageFamily] = [
             negative_prompt="blurry",
         ),
     ),
+    ImageFamily(
+        # VAE factor 16 (8 x the 2x2 patches): 32x48 pixels are a 2x3 latent grid; prompts of any token length
+        # share a forward (the transformer masks the padding)
+        name="ernie_image",
+        diffusers_class="ErnieImagePipeline",
+        size=dict(height=32, width=48),
+        # diffusers' default rewrites the prompt with the enhancer (its own test: tests/models/ernie_image)
+        extra=dict(use_pe=False),
+        solo=(
+            Req("a red cat on a chair", dict(num_inference_steps=4, guidance_scale=4.0, seed=11), id="cfg"),
+            Req(
+                "a red cat on a chair",
+                dict(num_inference_steps=3, guidance_scale=1.0, seed=5, num_outputs_per_prompt=2),
+                id="no-cfg-two-outputs",
+            ),
+            Req(
+                "mountains at sunset",
+                dict(num_inference_steps=3, guidance_scale=3.0, seed=5, num_outputs_per_prompt=2),
+                negative_prompt="blurry, dark",
+                id="negative-two-outputs",
+            ),
+        ),
+        concurrent=(
+            Req("a red cat", dict(num_inference_steps=8, guidance_scale=4.0, seed=1)),
+            Req("green square and yellow circle", dict(num_inference_steps=6, guidance_scale=1.0, seed=2)),
+            Req(
+                "mountains at sunset",
+                dict(num_inference_steps=5, guidance_scale=2.0, seed=3, num_outputs_per_prompt=2),
+                negative_prompt="dark",
+            ),
+            Req("city skyline at night", dict(num_inference_steps=7, guidance_scale=6.0, seed=4)),
+        ),
+        http=Req(
+            "a red cat",
+            dict(num_inference_steps=3, guidance_scale=4.0, seed=3, num_outputs_per_prompt=2),
+            negative_prompt="blurry",
+        ),
+    ),
 ]
 
 

@@ -16,15 +16,17 @@ import soundfile as sf
 from omnistage.errors import InvalidRequestError
 from omnistage.models.shared.transcription_chat import to_transcription_chat
 from omnistage.pipeline import get_pipeline
+from omnistage.speech import SpeechInput, Transcription
 
 SAMPLES = np.random.default_rng(0).standard_normal(8000).astype(np.float32) * 0.1
 
 
-def request(language="en", task="transcribe", prompt="", **info):
+def request(language="en", task="transcribe", prompt="", **rest):
     return {
         "prompt": prompt,
         "multi_modal_data": {"audio": (SAMPLES, 16000)},
-        "additional_information": {"language": language, "task": task, **info},
+        "transcription": Transcription(language=language, task=task),
+        **rest,
     }
 
 
@@ -56,17 +58,17 @@ def test_instruction_wording(args, words):
 
 
 def test_the_request_keeps_its_own_knobs_and_other_information():
-    prompt, params = request(voice="Ethan"), [{"temperature": 0.7, "max_tokens": 5}]
+    prompt, params = request(speech=SpeechInput(voice="Ethan")), [{"temperature": 0.7, "max_tokens": 5}]
     to_transcription_chat(prompt, params)
     assert params == [{"temperature": 0.7, "max_tokens": 5}]
-    assert prompt["additional_information"] == {"voice": "Ethan"}
+    assert prompt["speech"] == SpeechInput(voice="Ethan") and "transcription" not in prompt
 
 
 def test_chat_requests_pass_unchanged():
     for prompt in (
         {"prompt": "hi"},
         {"messages": [{"role": "user", "content": "hi"}]},
-        {"prompt": "x", "multi_modal_data": {"audio": (SAMPLES, 16000)}, "additional_information": {"voice": "Ethan"}},
+        {"prompt": "x", "multi_modal_data": {"audio": (SAMPLES, 16000)}, "speech": SpeechInput(voice="Ethan")},
     ):
         before = copy.deepcopy(prompt)
         to_transcription_chat(prompt, [{}])
@@ -78,7 +80,7 @@ def test_chat_requests_pass_unchanged():
     [
         (request(language="xx"), "language"),
         (request(task="summarise"), "task"),
-        ({"prompt": "", "additional_information": {"task": "transcribe"}}, "multi_modal_data.audio"),
+        ({"prompt": "", "transcription": Transcription()}, "multi_modal_data.audio"),
         (request(prompt=3), "prompt"),
     ],
 )

@@ -27,7 +27,7 @@ from omnistage.server.media import (
     load_image,
     pcm16,
 )
-from omnistage.server.storage import FileStorage, InvalidName
+from omnistage.server.storage import InvalidName, MediaStore
 
 
 def _png(size=(6, 4), color=(10, 20, 30)) -> bytes:
@@ -109,23 +109,24 @@ def test_mp4_encode_odd_sizes():
 
 @pytest.mark.parametrize("name", ["../x", "..", "a/b", "/etc/passwd", "", ".hidden", "a\x00b", "x" * 200, "a/../../b"])
 def test_storage_refuses_path_traversal(tmp_path, name):
-    storage = FileStorage(StorageSettings(path=str(tmp_path / "s")))
+    storage = MediaStore(StorageSettings(path=str(tmp_path / "s")))
     with pytest.raises(InvalidName):
-        storage.path_for(name)
+        storage.key_for(name)
 
 
 async def test_storage_save_open_delete(tmp_path):
-    storage = FileStorage(StorageSettings(path=str(tmp_path)))
+    storage = MediaStore(StorageSettings(path=str(tmp_path)))
     await storage.start()
-    path = await storage.save("video_1.mp4", b"abc")
-    assert path.parent == tmp_path.resolve() and (await storage.open("video_1.mp4")).read_bytes() == b"abc"
-    assert await storage.delete("video_1.mp4") and await storage.open("video_1.mp4") is None
+    await storage.save("video_1.mp4", b"abcdef")
+    assert (tmp_path / "video_1.mp4").read_bytes() == b"abcdef" and await storage.size("video_1.mp4") == 6
+    assert await storage.read("video_1.mp4") == b"abcdef" and await storage.read("video_1.mp4", 2, 4) == b"cd"
+    assert await storage.delete("video_1.mp4") and await storage.size("video_1.mp4") is None
     assert not await storage.delete("video_1.mp4")
 
 
 async def test_ttl_sweeper_deletes_expired_files(tmp_path):
     expired_names = []
-    storage = FileStorage(
+    storage = MediaStore(
         StorageSettings(path=str(tmp_path), file_ttl=60, ttl_sweep_interval=1), on_expired=expired_names.extend
     )
     await storage.start()

@@ -26,10 +26,10 @@ class GridTokenEngine:
         pass
 
     async def generate(self, req: StageRequest):
-        info = req.inputs.get("additional_information") or {}
-        if "height" not in info or "width" not in info:
-            raise InvalidRequestError("additional_information", "the target height/width did not reach the AR stage")
-        h, w = info["height"] // 8, info["width"] // 8
+        size = req.inputs.get("image_size")
+        if size is None:
+            raise InvalidRequestError("image_size", "the target height/width did not reach the AR stage")
+        h, w = size[0] // 8, size[1] // 8
         yield StageOutput(req.request_id, self.stage_id, {"token_ids": list(range(h * w)), "grid": [[h, w]]}, False)
         yield StageOutput(req.request_id, self.stage_id, {}, True, finish_reason="length")
 
@@ -100,4 +100,4 @@ def test_size_reaches_the_ar_stage(server_factory):
         )
         assert r.status_code == 200, r.text
         r = http.post("/v1/images/generations", json={"prompt": "x"})  # no size: the AR stage says so
-        assert r.status_code == 400 and "additional_information" in r.json()["error"]["message"]
+        assert r.status_code == 400 and "image_size" in r.json()["error"]["message"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import time
+from pathlib import Path
 
 import av
 import numpy as np
@@ -45,6 +46,23 @@ def test_models_list(oai, srv):
     assert [m.id for m in models] == ["test_omni"]
     assert oai.models.retrieve("test_omni").id == "test_omni"
     assert srv.client().get("/v1/models/nope").status_code == 404
+
+
+def test_default_is_the_one_model_served(oai, srv):
+    """Clients written for vLLM-Omni send ``model: "default"``: answered as the model served (not listed)."""
+    assert [m.id for m in oai.models.list().data] == ["test_omni"]
+    assert oai.models.retrieve("default").id == "test_omni"
+    asked = [
+        oai.images.generate(model=m, prompt="a red square", size="48x32", extra_body={"seed": 3})
+        for m in ("default", "test_omni")
+    ]
+    assert asked[0].data[0].b64_json == asked[1].data[0].b64_json
+    chat = oai.chat.completions.create(model="default", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    assert chat.model == "test_omni"
+    r = srv.client().post(
+        "/v1/chat/completions", json={"model": "defaults", "messages": [{"role": "user", "content": "x"}]}
+    )
+    assert r.status_code == 404 and "'test_omni'" in r.json()["error"]["message"]
 
 
 def test_images_generate_size_count_and_seed(oai):
@@ -266,7 +284,7 @@ def test_video_job_lifecycle(srv):
     assert len(frames) == 5 and frames[0].shape == (16, 32, 3)
     assert c.delete(f"/v1/videos/{job['id']}").json()["deleted"] is True
     assert c.get(f"/v1/videos/{job['id']}").status_code == 404
-    assert not list(srv.state.storage.root.glob(f"{job['id']}*"))
+    assert not list(Path(srv.state.storage.root).glob(f"{job['id']}*"))
 
 
 def test_video_sync(srv):

@@ -12,7 +12,7 @@ import pytest
 import soundfile
 
 from omnistage.server.errors import APIError
-from omnistage.server.jobs import JobStore
+from omnistage.server.jobstore.sqlite_store import SqliteJobStore as JobStore
 from omnistage.server.voices import Voice, VoiceRegistry, check_name, clip_from_bytes
 
 

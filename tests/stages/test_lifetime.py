@@ -21,8 +21,11 @@ PARENT = r"""
 import json, multiprocessing as mp, os, sys, threading, time
 from omnistage.stages import lifetime
 
-def tied_child(parent):
+def tied_child(parent, conn):
     lifetime.die_with_parent(parent)
+    conn.send("armed")  # its parent-death signal is set: the end of the thread that started it would kill it now
+    conn.recv()
+    conn.send("alive")
     time.sleep(600)
 
 def env_tied_child(queue):
@@ -45,9 +48,16 @@ def fork_child():
 
 if __name__ == "__main__":
     spawn = mp.get_context("spawn")
-    mp_child = spawn.Process(target=tied_child, args=(os.getpid(),), daemon=True)
-    # asked for from a thread that ends at once: the child must survive that thread
-    asker = threading.Thread(target=lambda: lifetime.start_in_spawner(mp_child.start).result())
+    conn, child_conn = spawn.Pipe()
+    mp_child = spawn.Process(target=tied_child, args=(os.getpid(), child_conn), daemon=True)
+
+    def ask():  # asks for the child, and ends once the child's signal is armed
+        lifetime.start_in_spawner(mp_child.start).result()
+        child_conn.close()  # the child's end is the child's only: its death reads as EOF here
+        assert conn.poll(120) and conn.recv() == "armed"
+
+    # the child must survive the thread that asked for it
+    asker = threading.Thread(target=ask)
     asker.start()
     asker.join()
 
@@ -67,9 +77,14 @@ if __name__ == "__main__":
             return fork_child()
 
     forked_pid = lifetime.start_in_spawner(forked).result()
-    time.sleep(3)  # the asking thread has long ended: the mp child must still run
+    # the asking thread has ended: a child killed with it (SIGKILL, sent as the thread ended) answers nothing
+    try:
+        conn.send("still there?")
+        answered = conn.poll(120) and conn.recv() == "alive"
+    except (BrokenPipeError, EOFError):
+        answered = False
     pids = {"mp": mp_child.pid, "env": env_child.pid, "env_grandchild": grandchild, "fork": forked_pid}
-    print(json.dumps(pids), flush=True)
+    print(json.dumps({"pids": pids, "mp_answered_after_the_asker_ended": answered}), flush=True)
     time.sleep(600)
 """
 
@@ -81,13 +96,15 @@ def test_a_killed_parent_takes_every_child_it_started(tmp_path):
     try:
         line = proc.stdout.readline()
         assert line, "the parent script printed nothing"
-        pids = json.loads(line)
+        report = json.loads(line)
+        pids = report["pids"]
         children = {name: psutil.Process(pid) for name, pid in pids.items()}
         alive_before = {name: p.is_running() and p.status() != psutil.STATUS_ZOMBIE for name, p in children.items()}
     except BaseException:
         proc.kill()
         raise
-    assert alive_before == dict.fromkeys(pids, True)  # the mp child outlived the thread that asked for it
+    assert report["mp_answered_after_the_asker_ended"]  # the mp child outlived the thread that asked for it
+    assert alive_before == dict.fromkeys(pids, True)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
     _, alive = psutil.wait_procs(list(children.values()), timeout=GONE_S)

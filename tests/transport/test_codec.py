@@ -6,6 +6,7 @@ import pytest
 import torch
 from PIL import Image
 
+from omnistage.speech import SpeechInput, SpeechTurn
 from omnistage.stages.base import StageError, StageMetrics, StageOutput, StageRequest
 from omnistage.transport.codec import Codec
 from omnistage.transport.messages import Command, Event, Generate, Output, Ready
@@ -81,3 +82,20 @@ def test_messages_decode_into_their_types():
 def test_unsupported_objects_are_refused_clearly():
     with pytest.raises(TypeError, match="cannot send a Generator"):
         Codec().encode({"g": torch.Generator()})
+
+
+@pytest.mark.parametrize("threshold", [None, 1024])
+def test_a_stage_requests_speech_input_arrives_typed(threshold):
+    """The speech input crosses to a stage process as the typed object (its clip's samples exact, through shared
+    memory when large), not as a dict the stage would have to re-check."""
+    clip = np.linspace(-1, 1, 48000, dtype=np.float32)
+    turn = SpeechTurn(speaker="1", text="earlier", audio=(clip[:100], 24000))
+    speech = SpeechInput(voice="0", ref_audio=(clip, 24000), ref_text="a clip", speed=1.25, context=(turn,))
+    codec = Codec(Command, threshold)
+    got = codec.decode(codec.encode(Generate(StageRequest("r", {"prompt": "hi"}, {"temperature": 0}, speech=speech))))
+    s = got.request.speech
+    assert isinstance(s, SpeechInput) and isinstance(s.context[0], SpeechTurn)
+    assert (s.voice, s.ref_text, s.speed, s.ref_audio[1], s.context[0].text) == ("0", "a clip", 1.25, 24000, "earlier")
+    assert np.array_equal(s.ref_audio[0], clip) and np.array_equal(s.context[0].audio[0], clip[:100])
+    plain = codec.decode(codec.encode(Generate(StageRequest("r", {"prompt": "hi"}, None))))
+    assert plain.request.speech is None

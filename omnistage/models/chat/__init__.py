@@ -15,7 +15,7 @@ English." — through the hook the omni families use too (omnistage/models/share
 requests pass the hook untouched.
 
 Tiny fixtures: ``chat`` (Qwen2 text LM), ``vlm`` (Idefics3, images), ``audio_lm`` (Qwen2-Audio),
-``qwen2_5_vl`` / ``qwen3_vl`` (Qwen2.5-VL / Qwen3-VL, images and video), ``chat_lora`` (a PEFT
+``qwen2_5_vl`` / ``qwen3_vl`` / ``qwen3_5`` (Qwen2.5-VL / Qwen3-VL / Qwen3.5, images and video), ``chat_lora`` (a PEFT
 adapter for ``chat``).
 """
 
@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from omnistage.info import PipelineInfo
-from omnistage.models.chat import tiny, tiny_audio, tiny_lora, tiny_qwen_vl, tiny_vlm
+from omnistage.models.chat import tiny, tiny_audio, tiny_lora, tiny_qwen3_5, tiny_qwen_vl, tiny_vlm
 from omnistage.models.shared.transcription_chat import TRANSCRIPTION_INFO, to_transcription_chat
 from omnistage.pipeline import ModelFolder, Pipeline, StageSpec, read_json
 
@@ -82,4 +82,5 @@ TINY = {
     "chat_lora": tiny_lora.build,
     "qwen2_5_vl": tiny_qwen_vl.build_qwen2_5_vl,
     "qwen3_vl": tiny_qwen_vl.build_qwen3_vl,
+    "qwen3_5": tiny_qwen3_5.build_qwen3_5,
 }

@@ -7,10 +7,10 @@ inside the step. Stage 1 ``codec`` (generation): the checkpoint's own Mimi, deco
 decodes it (``codec.py``); with async chunk (the default) the first frame is decoded as soon as it
 exists, then every ``chunk_frames`` (Mimi is causal: the streamed audio equals the whole decode).
 
-- Voices are CSM speaker ids (``"0"``, ``"1"``; ``voice`` on /v1/audio/speech, or
-  ``additional_information.speaker``). A reference clip (``ref_audio`` + its transcript ``ref_text``)
+- Voices are CSM speaker ids (``"0"``, ``"1"``; ``voice`` on /v1/audio/speech, or the prompt's
+  ``SpeechInput(voice=...)``). A reference clip (``ref_audio`` + its transcript ``ref_text``)
   becomes an earlier turn of that speaker: CSM's conversational context is its voice prompt. More
-  earlier turns: ``additional_information.context`` (``[{"speaker", "text", "audio": (samples, rate)}]``).
+  earlier turns: ``SpeechInput(context=[SpeechTurn(speaker=..., text=..., audio=(samples, rate))])``.
 - Params of stage 0: ``temperature``, ``top_k``, ``top_p``, ``max_tokens`` (frames, as transformers'
   ``max_new_tokens``), ``seed`` (request knobs reach it: it takes the llm knobs), and ``depth_decoder_temperature``
   / ``_top_k`` / ``_top_p``; defaults from the checkpoint's ``generation_config.json``. ``temperature: 0``

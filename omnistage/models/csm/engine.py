@@ -1,16 +1,14 @@
 """CSM's backbone stage: ``stages.ar.StepEngine`` over ``model.CsmModel``; it emits one ``token_ids``
 row [K codes] per frame.
 
-Inputs (the request's prompt): ``prompt`` (the text to speak) and ``additional_information`` with
-``voice`` / ``speaker`` (a speaker id, ``"0"`` by default), ``ref_audio`` (``(samples, rate)``) +
-``ref_text`` (a reference clip and its transcript: an earlier turn of the same speaker, CSM's way
-of holding a voice), and ``context`` (earlier turns: ``[{"speaker", "text", "audio": (samples, rate)}]``,
-before the reference turn).
+Inputs: the prompt's ``prompt`` (the text to speak) and the request's ``SpeechInput`` with ``voice`` (a speaker
+id, ``"0"`` by default), ``ref_audio`` (``(samples, rate)``) + ``ref_text`` (a reference clip and its transcript:
+an earlier turn of the same speaker, CSM's way of holding a voice), and ``context`` (earlier turns, ``SpeechTurn``
+speaker / text / audio, before the reference turn).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from omnistage.models.csm.config import CsmParams, checkpoint_defaults, parse_pa
 from omnistage.models.csm.model import CsmModel, CsmRow, Turn, check_turn
 from omnistage.models.shared.codec_lm.codec import mono_clip
 from omnistage.pipeline import StageContext
+from omnistage.speech import SpeechInput
 from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
 from omnistage.stages.ar.kv import RequestKV
 from omnistage.stages.ar.sampling import request_generator
@@ -35,34 +34,24 @@ class CsmRequest(ARRequest):
     row: CsmRow | None = None
 
 
-def request_turns(inputs: Mapping[str, Any], rate: int) -> list[Turn]:
+def request_turns(text: Any, speech: SpeechInput | None, rate: int) -> list[Turn]:
     """The conversation a request asks for, its last turn the text to speak."""
-    text = inputs.get("prompt")
-    info = inputs.get("additional_information") or {}
-    if not isinstance(info, Mapping):
-        raise InvalidRequestError("additional_information", "expected an object")
-    speaker = info.get("voice", info.get("speaker", "0"))
-    speaker = str(speaker) if isinstance(speaker, int) and not isinstance(speaker, bool) else speaker
+    speech = speech or SpeechInput()
+    speaker = speech.voice if speech.voice is not None else "0"
     check_turn(speaker, text, "")
-    if info.get("instructions") is not None:
+    if speech.instructions is not None:
         raise InvalidRequestError("instructions", "CSM takes no instructions; give context turns instead")
-    language = info.get("language")
-    if language is not None and str(language).lower() not in ENGLISH:
+    language = speech.language
+    if language is not None and language.lower() not in ENGLISH:
         raise InvalidRequestError("language", f"CSM speaks English only, got {language!r}")
     turns: list[Turn] = []
-    context = info.get("context") or []
-    if not isinstance(context, list):
-        raise InvalidRequestError("context", "expected a list of turns {speaker, text, audio}")
-    for i, t in enumerate(context):
+    for i, t in enumerate(speech.context or ()):
         where = f"context[{i}]."
-        if not isinstance(t, Mapping):
-            raise InvalidRequestError(f"context[{i}]", "expected an object {speaker, text, audio}")
-        s = str(t.get("speaker")) if isinstance(t.get("speaker"), int) else t.get("speaker")
-        check_turn(s, t.get("text"), where)
-        turns.append(Turn(s, t["text"], mono_clip(t.get("audio"), where + "audio", rate)))
-    ref_audio, ref_text = info.get("ref_audio"), info.get("ref_text")
+        check_turn(t.speaker, t.text, where)
+        turns.append(Turn(t.speaker, t.text, mono_clip(t.audio, where + "audio", rate)))
+    ref_audio, ref_text = speech.ref_audio, speech.ref_text
     if ref_audio is not None:
-        if not isinstance(ref_text, str) or not ref_text.strip():
+        if ref_text is None or not ref_text.strip():
             raise InvalidRequestError("ref_text", "CSM needs the transcript of ref_audio (it becomes an earlier turn)")
         turns.append(Turn(speaker, ref_text, mono_clip(ref_audio, "ref_audio", rate)))
     elif ref_text is not None:
@@ -86,7 +75,7 @@ class CsmEngine(StepEngine):
         if req.stream_inputs:
             raise ValueError(f"stage {self.stage_id} takes its whole input at once (no async chunk input)")
         params = parse_params(req.params, self.defaults)
-        turns = request_turns(req.inputs or {}, self.model.sample_rate)
+        turns = request_turns((req.inputs or {}).get("prompt"), req.speech, self.model.sample_rate)
         generator = request_generator(max(params.backbone.temperature, params.depth.temperature), params.seed)
         row = CsmRow(RequestKV(self.model.num_layers), params.backbone, params.depth, generator)
         return CsmRequest(req, turns=turns, params=params, row=row)

@@ -43,7 +43,8 @@ PIPELINE = Pipeline(
             default_params=dict(DEFAULT_PARAMS),
         )
     ],
-    # vocabulary / filler_words: every word it was trained on (the server warns about others);
+    # vocabulary / filler_words: every word it was trained on (the server warns about others, and about a
+    # background named with a shape colour);
     # example_prompts: the playground offers them
     info=PipelineInfo(
         default_model=str(WEIGHTS),
@@ -51,6 +52,9 @@ PIPELINE = Pipeline(
         vocabulary=VOCABULARY,
         filler_words=FILLER_WORDS,
         example_prompts=EXAMPLE_PROMPTS,
+        # trained on 64x64 pictures only: at 128x128 and up (or 32x32) it draws shapeless colour, so other sizes
+        # earn a warning (the playground still offers them: the model card lists what the weights allow)
+        trained_sizes=(f"{DEFAULT_PARAMS['width']}x{DEFAULT_PARAMS['height']}",),
     ),
     deploy_file=DEPLOY,
 )

@@ -3,7 +3,7 @@
 The demo's tokenizer gives each of these words one token; any other word falls apart into characters the model
 never learned from, so the picture cannot follow "at the top" or "a star". The server lists these
 words in the demo's ``/v1/models`` entry, the playground offers the example prompts, and a prompt with other
-words gets a warning back (``omnistage/server/prompt_warnings.py``). ``tests/models/demo`` checks that these
+words gets a warning back (``omnistage/drawable.py``). ``tests/models/demo`` checks that these
 lists equal the training script's.
 """
 

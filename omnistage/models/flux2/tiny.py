@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from omnistage.models.shared.tiny import mistral3
+from omnistage.models.shared.tiny.flux2_vae import vae
+
 # FLUX.2 [klein]'s scheduler config (the shift exponent mu comes from the pipeline's empirical rule)
 SCHEDULER = dict(
     shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096
@@ -46,24 +49,6 @@ def transformer(*, text_dim: int, latent_channels: int = 4, guidance_embeds: boo
     ).eval()
 
 
-def vae(latent_channels: int = 4):
-    import torch
-    from diffusers import AutoencoderKLFlux2
-
-    model = AutoencoderKLFlux2(
-        block_out_channels=(4, 4, 4, 4),
-        latent_channels=latent_channels,
-        layers_per_block=1,
-        norm_num_groups=1,
-        sample_size=32,
-    ).eval()
-    # non-trivial batch-norm statistics (fresh ones are 0 and 1), so (de)normalisation is exercised
-    g = torch.Generator().manual_seed(1)
-    model.bn.running_mean.copy_(torch.randn(model.bn.running_mean.shape, generator=g) * 0.1)
-    model.bn.running_var.copy_(torch.rand(model.bn.running_var.shape, generator=g) + 0.5)
-    return model
-
-
 def build_klein(outdir: Path) -> None:
     """A Flux2KleinPipeline folder, not distilled (CFG when guidance_scale > 1); sizes are multiples of 16."""
     import torch
@@ -85,67 +70,20 @@ def build_klein(outdir: Path) -> None:
     pipe.save_pretrained(outdir, safe_serialization=True)
 
 
-# FLUX.2 [dev]'s text encoder is Mistral Small 3.1 behind a Pixtral processor: the tokens its chat template and
-# the pipeline's ``format_input`` use (system turn, user turn, image placeholders)
-MISTRAL_SPECIAL = ["[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[IMG]", "[IMG_BREAK]", "[IMG_END]"]
-# the shape of Mistral Small 3.1's template for the turns Flux2Pipeline sends (content as lists of parts)
-MISTRAL_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}"
-    "{% set text = m['content'] if m['content'] is string else "
-    "m['content'] | selectattr('type', 'equalto', 'text') | map(attribute='text') | join('') %}"
-    "{% if m['role'] == 'system' %}[SYSTEM_PROMPT]{{ text }}[/SYSTEM_PROMPT]"
-    "{% elif m['role'] == 'user' %}[INST]{% if m['content'] is not string %}"
-    "{% for c in m['content'] if c['type'] == 'image' %}[IMG]{% endfor %}{% endif %}{{ text }}[/INST]"
-    "{% else %}{{ text }}{{ eos_token }}{% endif %}{% endfor %}"
-)
-MISTRAL_LAYERS = 30  # the pipeline stacks hidden states 10, 20 and 30
-
-
 def mistral_processor(vocab_size: int = 400):
-    """A PixtralProcessor around a locally trained tokenizer; the corpus includes the pipeline's system message
-    so that it stays a few dozen tokens (it precedes every prompt)."""
+    """A PixtralProcessor (FLUX.2 [dev]'s text encoder is Mistral Small 3.1 behind one) around a locally trained
+    tokenizer; the corpus includes the pipeline's system message so that it stays a few dozen tokens (it precedes
+    every prompt)."""
     from diffusers.pipelines.flux2.system_messages import SYSTEM_MESSAGE
-    from transformers import LlamaTokenizer, PixtralImageProcessor, PixtralProcessor
+    from transformers import PixtralImageProcessor, PixtralProcessor
 
-    from omnistage.stages.diffusion.tiny_parts import _CORPUS
-
-    tok = LlamaTokenizer().train_new_from_iterator(
-        (_CORPUS + [SYSTEM_MESSAGE]) * 4, vocab_size=vocab_size, new_special_tokens=MISTRAL_SPECIAL
-    )
-    tok.pad_token = tok.unk_token
+    tok = mistral3.tokenizer(vocab_size, extra_corpus=[SYSTEM_MESSAGE])
     return PixtralProcessor(
-        image_processor=PixtralImageProcessor(patch_size=8), tokenizer=tok, patch_size=8, chat_template=MISTRAL_TEMPLATE
-    )
-
-
-def mistral_encoder(vocab_size: int, hidden: int = 16):
-    from transformers import Mistral3Config, Mistral3ForConditionalGeneration
-
-    text = dict(
-        model_type="mistral",
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=MISTRAL_LAYERS,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-        max_position_embeddings=1024,
-        sliding_window=None,
-    )
-    vision = dict(
-        model_type="pixtral",
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        head_dim=8,
+        image_processor=PixtralImageProcessor(patch_size=8),
+        tokenizer=tok,
         patch_size=8,
-        image_size=64,
+        chat_template=mistral3.TEMPLATE,
     )
-    return Mistral3ForConditionalGeneration(
-        Mistral3Config(text_config=text, vision_config=vision, spatial_merge_size=1)
-    ).eval()
 
 
 def build_dev(outdir: Path) -> None:
@@ -156,7 +94,7 @@ def build_dev(outdir: Path) -> None:
 
     torch.manual_seed(0)
     processor = mistral_processor()
-    encoder = mistral_encoder(len(processor.tokenizer))
+    encoder = mistral3.encoder(len(processor.tokenizer))
     pipe = Flux2Pipeline(
         scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER),
         vae=vae(),

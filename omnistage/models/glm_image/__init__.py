@@ -3,8 +3,8 @@
 Stage 0 (llm, ``token_ids``): the autoregressive model draws the image as VQ
 token ids. Stage 1 (diffusion, ``image``): GlmImageTransformer2DModel + VAE,
 conditioned on those ids through ``edges.ar_tokens_to_prior``. The target
-size reaches stage 0 through the request (``additional_information`` height/
-width, or stage 0's params), see ``edges.requested_size``.
+size reaches stage 0 through the request (the prompt's ``image_size``,
+(height, width), or stage 0's params), see ``edges.requested_size``.
 """
 
 from pathlib import Path

@@ -44,22 +44,19 @@ def source_images(prompt: Mapping[str, Any]) -> list[Image.Image]:
 
 
 def requested_size(prompt: Mapping[str, Any], params: Any) -> tuple[int, int]:
-    """The target (height, width) of a request: ``additional_information`` wins, then the
+    """The target (height, width) of a request: the prompt's ``image_size`` wins, then the
     AR stage's params (``height``/``width``), then the first source image's size (cut down to
     a multiple of 32), then the default."""
-    info = prompt.get("additional_information") or {}
-    if not isinstance(info, Mapping):
-        raise InvalidRequestError("additional_information", "expected an object")
+    size = prompt.get("image_size")  # checked at admission: two integers (a list once it crossed processes)
     p = params if isinstance(params, Mapping) else {}
     default_h = default_w = DEFAULT_SIZE
     images = source_images(prompt)
     if images:
         w, h = images[0].size
         default_h, default_w = max(AR_FACTOR, h // AR_FACTOR * AR_FACTOR), max(AR_FACTOR, w // AR_FACTOR * AR_FACTOR)
-    h = info.get("height", p.get("height", default_h))
-    w = info.get("width", p.get("width", default_w))
-    where = "additional_information." if ("height" in info or "width" in info) else ""
-    return check_size(h, w, where)
+    if size is not None:
+        return check_size(size[0], size[1], "image_size.")
+    return check_size(p.get("height", default_h), p.get("width", default_w), "")
 
 
 def _fit(image: Image.Image, grid: list[int]) -> Image.Image:
@@ -97,11 +94,8 @@ def ar_tokens_to_prior(source: dict[str, Any], request: Any) -> dict[str, Any]:
 def size_for_ar_stage(prompt: dict[str, Any], params: list[Any]) -> None:
     """The pipeline's request hook: the AR stage draws the image tokens on the target grid, so it must know
     the size the DiT stage will use — the DiT's height/width (from ``size``, the request, or its deploy
-    defaults) go into ``additional_information`` unless the caller put a size there already."""
+    defaults) go into the prompt's ``image_size`` unless the caller put a size there already."""
     dit = params[1]
     height, width = (dit.get("height"), dit.get("width")) if isinstance(dit, Mapping) else (dit.height, dit.width)
     if height is not None and width is not None:
-        info = dict(prompt.get("additional_information") or {})
-        info.setdefault("height", height)
-        info.setdefault("width", width)
-        prompt["additional_information"] = info
+        prompt.setdefault("image_size", (height, width))

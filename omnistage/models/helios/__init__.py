@@ -1,8 +1,9 @@
-"""Helios text-to-video: one diffusion stage (UMT5 -> HeliosTransformer3DModel, chunk after chunk on its own
-history -> Wan VAE), and its pyramid variant (resolution stages inside every chunk)."""
+"""Helios text-, image- and video-to-video: one diffusion stage (UMT5 -> HeliosTransformer3DModel, chunk after
+chunk on its own history -> Wan VAE), and its pyramid variant (resolution stages inside every chunk)."""
 
 from pathlib import Path
 
+from omnistage.info import PipelineInfo
 from omnistage.models.helios.adapter import CALL_NUM_FRAMES, DEFAULT_FPS, DEFAULT_STEPS, HeliosAdapter, frames_made
 from omnistage.models.helios.pyramid import DEFAULT_STAGE_STEPS, HeliosPyramidAdapter
 from omnistage.models.helios.tiny import build, build_pyramid
@@ -31,22 +32,27 @@ def _stage(adapter: type, steps: int) -> StageSpec:
     )
 
 
+# an image (the first frame) or a video (continued) may seed the video: /v1/videos takes either
+INFO = PipelineInfo(video_input=True)
+
 PIPELINE = Pipeline(
     name="helios",
-    description="Helios text-to-video: UMT5 -> HeliosTransformer3DModel (chunks of 33 frames on multi-term "
-    "history, UniPC) -> AutoencoderKLWan",
+    description="Helios text-, image- and video-to-video: UMT5 -> HeliosTransformer3DModel (chunks of 33 frames "
+    "on multi-term history, UniPC) -> AutoencoderKLWan",
     matches=lambda f: f.diffusers_class == "HeliosPipeline",
     stages=[_stage(HeliosAdapter, DEFAULT_STEPS)],
     deploy_file=DEPLOY,
+    info=INFO,
 )
 
 PYRAMID = Pipeline(
     name="helios_pyramid",
-    description="Helios pyramid text-to-video: as helios, each chunk denoised in resolution stages "
-    "(num_inference_steps per stage)",
+    description="Helios pyramid text-, image- and video-to-video: as helios, each chunk denoised in resolution "
+    "stages (num_inference_steps per stage)",
     matches=lambda f: f.diffusers_class == "HeliosPyramidPipeline",
     stages=[_stage(HeliosPyramidAdapter, DEFAULT_STAGE_STEPS)],
     deploy_file=DEPLOY,
+    info=INFO,
 )
 
 PIPELINES = [PIPELINE, PYRAMID]

@@ -1,5 +1,5 @@
-"""Helios text-to-video (UMT5 text, a 3-D DiT conditioned on multi-term history latents, the Wan video VAE) for the
-diffusion engine.
+"""Helios text-, image- and video-to-video (UMT5 text, a 3-D DiT conditioned on multi-term history latents, the Wan
+video VAE) for the diffusion engine (an input image or video seeds the history: conditioning.py).
 
 Helios makes a video in chunks of ``CHUNK_LATENT_FRAMES`` latent frames, one after another: each chunk starts from
 fresh noise, runs the whole schedule, and is conditioned on the latents made so far (the last 16 + 2 + 1 latent
@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
+from omnistage.models.helios.conditioning import IMAGE, VIDEO, InputLatents, image_latents, input_video, video_latents
 from omnistage.stages.diffusion.adapter import DiffusionJob
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 from omnistage.stages.diffusion.samplers import SamplerState, SchedulerSampler
@@ -74,7 +75,7 @@ class HeliosRun:
     chunks: int
     chunk: int = 0
     history: torch.Tensor | None = None  # fp32 [1, C, T, h, w]: zeros, then every finished chunk appended
-    prefix: torch.Tensor | None = None  # the video's first latent frame, once the first chunk is done
+    prefix: torch.Tensor | None = None  # the input's first latent frame, else the video's once its first chunk is done
     generated: int = 0  # latent frames made so far
     done: list[torch.Tensor] = field(default_factory=list)  # each finished chunk's latents (decoded one by one)
 
@@ -85,6 +86,7 @@ class HeliosJob(DiffusionJob):
 
     num_frames: int = 0
     max_sequence_length: int = 0
+    video: list[Any] | None = None  # video-to-video: the input's frames (PIL)
     run: HeliosRun | None = None
 
 
@@ -127,10 +129,6 @@ class HeliosAdapter(DiffusersAdapter):
     # ------------------------------------------------------------- request checks
 
     def validate(self, job: HeliosJob) -> None:
-        if job.images:
-            raise InvalidRequestError(
-                "multi_modal_data.image", "Helios image-to-video is not supported yet; this stage makes text-to-video"
-            )
         p = job.params
         for name, default in (("height", DEFAULT_HEIGHT), ("width", DEFAULT_WIDTH)):
             value = int(getattr(p, name) or default)
@@ -139,19 +137,7 @@ class HeliosAdapter(DiffusersAdapter):
                     name, f"{value} is not divisible by {self.size_multiple()} ({self.size_rule})"
                 )
             setattr(job, name, value)
-        ft = self.pipe.vae_scale_factor_temporal
-        frames = p.num_frames or frames_made(CALL_NUM_FRAMES, ft)
-        if frames_made(frames, ft) != frames:
-            made = [frames_made(k * self.window, ft) for k in range(1, (frames + self.window - 1) // self.window + 2)]
-            near = [m for m in made if m < frames][-1:] + [m for m in made if m > frames][:1]
-            if p.nearest_frames:  # derived from seconds x fps: the nearest length Helios makes
-                frames = min(near, key=lambda m: (abs(m - frames), -m))
-        if frames_made(frames, ft) != frames:
-            raise InvalidRequestError(
-                "num_frames",
-                f"{frames} is not a length Helios makes (chunks of {self.window} "
-                f"frames, trimmed to {ft}k+1); try {' or '.join(map(str, near))}",
-            )
+        frames = self.frames_for(p.num_frames or CALL_NUM_FRAMES, p.nearest_frames)
         if p.num_outputs_per_prompt != 1:
             raise InvalidRequestError(
                 "num_outputs_per_prompt",
@@ -162,9 +148,26 @@ class HeliosAdapter(DiffusersAdapter):
             if getattr(p, name) is not None:
                 raise InvalidRequestError(name, "not used by Helios")
         job.num_frames = frames
+        job.video = input_video(job, self.window)
+        if job.images and len(job.images) != 1:
+            raise InvalidRequestError(IMAGE, f"expected one first frame, got {len(job.images)}")
+        if job.images and job.video is not None:  # as HeliosPipeline.check_inputs
+            raise InvalidRequestError(VIDEO, "send an image or a video, not both")
         job.max_sequence_length = p.max_sequence_length or MAX_SEQUENCE_LENGTH
         job.run = HeliosRun(chunks=(frames + self.window - 1) // self.window)
         job.rows = 1
+
+    def frames_for(self, asked: int, nearest: bool) -> int:
+        """The frames made for ``asked``: HeliosPipeline makes whole chunks (9 -> 33, 34 -> 65); a count the
+        server derived from seconds x fps (``nearest``) gets the nearest length Helios makes instead (the longer
+        on a tie)."""
+        ft = self.pipe.vae_scale_factor_temporal
+        made = frames_made(asked, ft)
+        if nearest and made > self.window:
+            shorter = frames_made(made - self.window, ft)
+            if asked - shorter < made - asked:
+                return shorter
+        return made
 
     @property
     def size_rule(self) -> str:
@@ -207,7 +210,23 @@ class HeliosAdapter(DiffusersAdapter):
             device=self.device,
             dtype=torch.float32,
         )
+        given = self.input_latents(job)
+        if given is not None:  # the input's latents end the history (all of it when they are longer)
+            keep = max(0, run.history.shape[2] - given.history.shape[2])
+            run.history = torch.cat([run.history[:, :, :keep], given.history], dim=2)
+            run.prefix, run.generated = given.prefix, given.generated
         self.start_chunk(job)
+
+    def input_latents(self, job: HeliosJob) -> InputLatents | None:
+        if not job.images and job.video is None:
+            return None
+        cfg = self.pipe.vae.config
+        dtype = self.pipe.vae.dtype
+        mean = torch.tensor(cfg.latents_mean).view(1, cfg.z_dim, 1, 1, 1).to(self.device, dtype)
+        inv_std = 1.0 / torch.tensor(cfg.latents_std).view(1, cfg.z_dim, 1, 1, 1).to(self.device, dtype)
+        if job.images:
+            return image_latents(self.pipe, job, CHUNK_LATENT_FRAMES, (mean, inv_std), self.device)
+        return video_latents(self.pipe, job, job.video, CHUNK_LATENT_FRAMES, (mean, inv_std), self.device)
 
     def start_chunk(self, job: HeliosJob) -> None:
         """The chunk's history conditioning (as HeliosPipeline slices it), its noise, and its schedule."""

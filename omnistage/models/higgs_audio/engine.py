@@ -1,8 +1,8 @@
 """Higgs Audio v2's LM stage: ``stages.ar.StepEngine`` over ``model.HiggsModel``; it emits one ``token_ids``
 row [N codes] per un-delayed codec frame.
 
-Inputs (the request's prompt): ``prompt`` (the text to speak; several speakers as the release writes them,
-``[SPEAKER0] ... [SPEAKER1] ...``) and ``additional_information`` with ``instructions`` (the scene
+Inputs: the prompt's ``prompt`` (the text to speak; several speakers as the release writes them,
+``[SPEAKER0] ... [SPEAKER1] ...``) and the request's ``SpeechInput`` with ``instructions`` (the scene
 description: the release's "scene" turn, e.g. ``Audio is recorded from a quiet room.`` or
 ``SPEAKER0: feminine``), ``voice`` (``default``: the model's own choice of voice), and ``ref_audio``
 (``(samples, rate)``) + ``ref_text`` (a voice to clone and its transcript: an earlier exchange of the
@@ -12,7 +12,6 @@ is encoded by the checkpoint's audio tokenizer (``shared/higgs_tokenizer/encoder
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from omnistage.models.higgs_audio.config import (
 from omnistage.models.higgs_audio.model import HiggsModel, HiggsRow
 from omnistage.models.shared.codec_lm.codec import mono_clip
 from omnistage.pipeline import StageContext
+from omnistage.speech import SpeechInput
 from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
 from omnistage.stages.ar.kv import RequestKV
 from omnistage.stages.base import StageRequest
@@ -46,39 +46,30 @@ class HiggsRequest(ARRequest):
     row: HiggsRow | None = None
 
 
-def request_messages(inputs: Mapping[str, Any], rate: int) -> tuple[list[dict], list[np.ndarray]]:
+def request_messages(text: Any, speech: SpeechInput | None, rate: int) -> tuple[list[dict], list[np.ndarray]]:
     """The conversation a request asks for (the release's chat: system, optional scene, a cloned voice's
     transcript and clip as an earlier exchange, the text) and its clips (mono float32 at ``rate``)."""
-    text = inputs.get("prompt")
     if not isinstance(text, str) or not text.strip():
         raise InvalidRequestError("prompt", "the text to speak is empty")
-    info = inputs.get("additional_information") or {}
-    if not isinstance(info, Mapping):
-        raise InvalidRequestError("additional_information", "expected an object")
-    voice = info.get("voice", info.get("speaker"))
+    info = speech or SpeechInput()
+    voice = info.voice
     if voice is not None and voice not in VOICES:
         raise InvalidRequestError(
             "voice", f"{voice!r} is not one of this model's voices ({', '.join(VOICES)}); clone one with ref_audio"
         )
-    language = info.get("language")
-    if language is not None and not isinstance(language, str):
-        raise InvalidRequestError("language", f"expected a string, got {language!r}")
     messages: list[dict] = [{"role": "system", "content": SYSTEM_PROMPT}]
-    scene = info.get("instructions")
-    if scene is not None:
-        if not isinstance(scene, str):
-            raise InvalidRequestError("instructions", "expected the scene description as a string")
-        if scene.strip():
-            messages.append({"role": "scene", "content": scene})
+    scene = info.instructions
+    if scene is not None and scene.strip():
+        messages.append({"role": "scene", "content": scene})
     clips: list[np.ndarray] = []
-    ref_audio, ref_text = info.get("ref_audio"), info.get("ref_text")
+    ref_audio, ref_text = info.ref_audio, info.ref_text
     if ref_audio is not None:
         clip = mono_clip(ref_audio, "ref_audio", rate)
         if clip.size > MAX_REF_AUDIO_S * rate:
             raise InvalidRequestError(
                 "ref_audio", f"the reference clip is {clip.size / rate:.1f} s; at most {MAX_REF_AUDIO_S:g} s"
             )
-        if not isinstance(ref_text, str) or not ref_text.strip():
+        if ref_text is None or not ref_text.strip():
             raise InvalidRequestError("ref_text", "Higgs Audio clones from a clip and its transcript: give ref_text")
         messages += [
             {"role": "user", "content": ref_text},
@@ -106,7 +97,7 @@ class HiggsEngine(StepEngine):
         if req.stream_inputs:
             raise ValueError(f"stage {self.stage_id} takes its whole input at once (no async chunk input)")
         p = parse_params(req.params, self.defaults)
-        messages, clips = request_messages(req.inputs or {}, SAMPLE_RATE)
+        messages, clips = request_messages((req.inputs or {}).get("prompt"), req.speech, SAMPLE_RATE)
         generator = None
         if p.sampling.temperature > 0 or (p.ras_win_len and p.ras_win_max_num_repeat):  # RAS draws even greedy
             generator = torch.Generator()

@@ -90,8 +90,8 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
                     f"(VAE factor {pipe.vae_scale_factor_spatial} x patch {self.patch[1]})",
                 )
         ft = pipe.vae_scale_factor_temporal
-        frames = p.num_frames or DEFAULT_NUM_FRAMES
-        frames = frames_of_form(job, frames, ft, f"VAE temporal factor {ft}")
+        # as asked, as HunyuanVideo15Pipeline takes it: its VAE decodes (n - 1) // ft * ft + 1 frames
+        frames = frames_of_form(job, p.num_frames or DEFAULT_NUM_FRAMES, ft)
         if p.num_outputs_per_prompt != 1:
             raise InvalidRequestError(
                 "num_outputs_per_prompt",

@@ -105,8 +105,9 @@ class LTX2Adapter(DiffusersAdapter):
                 raise InvalidRequestError(name, f"{value} is not divisible by {m}")
             setattr(job, name, int(value))
         ft = pipe.vae_temporal_compression_ratio * pipe.transformer_temporal_patch_size
-        frames = p.num_frames or DEFAULT_NUM_FRAMES
-        frames = frames_of_form(job, frames, ft, f"VAE temporal factor {ft}")
+        # as asked, as LTX2Pipeline takes it: its VAE decodes (n - 1) // ft * ft + 1 frames, while the audio's
+        # length follows n / fps
+        frames = frames_of_form(job, p.num_frames or DEFAULT_NUM_FRAMES, ft)
         if p.num_outputs_per_prompt != 1:
             raise InvalidRequestError(
                 "num_outputs_per_prompt",

@@ -3,7 +3,7 @@ step of every running request in one forward (requests at different steps and of
 request emits its whole utterance's codes — ``token_ids`` [frames, 8] — with its last step (nothing of it is
 known before).
 
-Inputs (the request's prompt): ``prompt`` (the text) and ``additional_information`` with ``voice``
+Inputs: the prompt's ``prompt`` (the text) and the request's ``SpeechInput`` with ``voice``
 (``default``), ``instructions`` (voice design: ``female, low pitch``), ``language`` (an id or English name),
 ``speed``, and ``ref_audio`` (``(samples, rate)``) + ``ref_text`` (a voice to clone and its transcript; the
 clip is encoded in the prefill, ``clone.py``). Params: ``num_inference_steps`` (unmasking steps), ``guidance_scale``, ``t_shift``,
@@ -13,7 +13,6 @@ instead of the estimate from the text).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from omnistage.models.omnivoice.model import CodeRequest, OmniVoiceCodes
 from omnistage.models.omnivoice.text import estimate_frames, language_id, voice_design
 from omnistage.models.shared.codec_lm.codec import mono_clip
 from omnistage.pipeline import StageContext
+from omnistage.speech import SpeechInput
 from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
 from omnistage.stages.ar.params import StageParams
 from omnistage.stages.base import StageRequest
@@ -70,38 +70,30 @@ class Utterance:
     seed: int
 
 
-def parse_request(inputs: Mapping[str, Any], params: Any) -> Utterance:
-    text = inputs.get("prompt")
+def parse_request(text: Any, speech: SpeechInput | None, params: Any) -> Utterance:
     if not isinstance(text, str) or not text.strip():
         raise InvalidRequestError("prompt", "the text to speak is empty")
-    info = inputs.get("additional_information") or {}
-    if not isinstance(info, Mapping):
-        raise InvalidRequestError("additional_information", "expected an object")
-    voice = info.get("voice", info.get("speaker"))
+    info = speech or SpeechInput()
+    voice = info.voice
     if voice is not None and voice not in VOICES:
         raise InvalidRequestError(
             "voice", f"{voice!r} is not one of this model's voices ({', '.join(VOICES)}); design one with instructions"
         )
-    clip, ref_text = None, info.get("ref_text")
-    if info.get("ref_audio") is not None:
-        clip = mono_clip(info["ref_audio"], "ref_audio", SAMPLE_RATE)
+    clip, ref_text = None, info.ref_text
+    if info.ref_audio is not None:
+        clip = mono_clip(info.ref_audio, "ref_audio", SAMPLE_RATE)
         if clip.size > MAX_REF_AUDIO_S * SAMPLE_RATE:
             raise InvalidRequestError(
                 "ref_audio", f"the reference clip is {clip.size / SAMPLE_RATE:.1f} s; at most {MAX_REF_AUDIO_S:g} s"
             )
-        if not isinstance(ref_text, str) or not ref_text.strip():
+        if ref_text is None or not ref_text.strip():
             raise InvalidRequestError("ref_text", "OmniVoice clones from a clip and its transcript: give ref_text")
         ref_text = with_end_punctuation(ref_text)
     elif ref_text is not None:
         raise InvalidRequestError("ref_text", "given without ref_audio")
-    language = info.get("language")
-    if language is not None and not isinstance(language, str):
-        raise InvalidRequestError("language", f"expected a string, got {language!r}")
-    instructions = info.get("instructions")
-    if instructions is not None and not isinstance(instructions, str):
-        raise InvalidRequestError("instructions", "expected the voice design as a string")
-    speed = info.get("speed", 1.0)
-    if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not 0.25 <= speed <= 4.0:
+    language, instructions = info.language, info.instructions
+    speed = info.speed if info.speed is not None else 1.0
+    if not 0.25 <= speed <= 4.0:
         raise InvalidRequestError("speed", f"expected a number in 0.25..4, got {speed!r}")
     p = StageParams(params, DEFAULTS, PARAM_KEYS, "OmniVoice's code stage", "")
     num_step = int(p.number("num_inference_steps", 1, integer=True))
@@ -167,7 +159,7 @@ class OmniVoiceEngine(StepEngine):
     def new_request(self, req: StageRequest) -> OmniVoiceRequest:
         if req.stream_inputs:
             raise ValueError(f"stage {self.stage_id} takes its whole input at once (no async chunk input)")
-        return OmniVoiceRequest(req, utterance=parse_request(req.inputs or {}, req.params))
+        return OmniVoiceRequest(req, utterance=parse_request((req.inputs or {}).get("prompt"), req.speech, req.params))
 
     def prefill(self, r: OmniVoiceRequest) -> Emit:
         u = r.utterance

@@ -17,7 +17,7 @@ Choosing the two models — a folder laid out as::
 Either stage's folder can instead be given in the deploy YAML with
 ``stages: [{stage_id: 0, model: /path/to/llm}, {stage_id: 1, model: /path/to/image}]``
 (a stage's own ``model`` wins over the subfolder). The system prompt can be
-overridden per request with ``additional_information: {"system_prompt": ...}``.
+overridden per request with the prompt's ``system_prompt``.
 """
 
 from __future__ import annotations

@@ -19,14 +19,13 @@ class PromptExpanderEngine(LLMStageEngine):
 
     def expansion_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
         if "messages" in inputs or "prompt_token_ids" in inputs:
-            return {k: v for k, v in inputs.items() if k != "multi_modal_data"}  # caller built the conversation
+            # the caller built the conversation (its own system message, if any)
+            return {k: v for k, v in inputs.items() if k not in ("multi_modal_data", "system_prompt")}
         prompt = inputs.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
             raise InvalidRequestError("prompt", "prompt_expand needs a non-empty text prompt")
-        info = inputs.get("additional_information") or {}
-        system = info.get("system_prompt", self.system_prompt)
-        if not isinstance(system, str):
-            raise InvalidRequestError("additional_information.system_prompt", "expected a string")
+        system = inputs.get("system_prompt")  # a string: checked at admission
+        system = self.system_prompt if system is None else system
         if getattr(self.tokenizer, "chat_template", None) is None:  # a base LM: plain text framing
             return {"prompt": f"{system}\n\nPrompt: {prompt}\nDescription:"}
         return {"messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}]}

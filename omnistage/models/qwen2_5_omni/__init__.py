@@ -10,7 +10,7 @@ code sequence; docs/families/qwen2_5_omni.md says what that costs).
 
 - ``modalities: ["text"]`` runs the thinker only; ``["text", "audio"]`` (default) all three.
 - Voices are the speakers of the checkpoint's ``spk_dict.pt`` (``Chelsie``, ``Ethan`` in the release); default
-  ``Chelsie`` as in transformers. A request picks one with ``additional_information.voice`` (HTTP: chat
+  ``Chelsie`` as in transformers. A request picks one with its ``SpeechInput(voice=...)`` (HTTP: chat
   ``audio.voice``, ``extra_body.speaker``, speech ``voice``) or the talker's ``speaker`` sampling param.
 - Per-stage sampling (``sampling_params_list``): vLLM ``SamplingParams`` keys for the thinker and the talker
   (``temperature``, ``top_k``, ``top_p``, ``repetition_penalty``, ``max_tokens`` — the talker's counts codes, as

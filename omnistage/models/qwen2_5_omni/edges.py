@@ -15,19 +15,15 @@ from typing import Any
 
 import torch
 
-from omnistage.errors import InvalidRequestError
 from omnistage.models.shared.omni.edges import first_chunk
-
-# the talker ended (codec_pad / codec_end) before its first code: no audio; a 400 naming the input, as in qwen_omni
-NO_CODES = "the talker produced no speech code for this input"
 
 
 def request_speaker(request: Any) -> str | None:
-    """The voice a request asks for: ``additional_information`` ``voice`` / ``speaker`` (HTTP routes put it
-    there), else the talker's own ``speaker`` sampling param, else None (the default speaker)."""
-    info = request.prompt.get("additional_information")
-    if isinstance(info, Mapping) and (info.get("voice") or info.get("speaker")):
-        return info.get("voice") or info.get("speaker")
+    """The voice a request asks for: its speech input's ``voice`` (HTTP routes put it there), else the talker's
+    own ``speaker`` sampling param, else None (the default speaker)."""
+    speech = request.prompt.get("speech")
+    if speech is not None and speech.voice:
+        return speech.voice
     params = request.sampling_params
     talker = params[1] if len(params) > 1 and isinstance(params[1], Mapping) else {}
     return talker.get("speaker")
@@ -70,5 +66,5 @@ def thinker_to_talker_chunks(delta: dict[str, Any], request: Any, state: dict[st
 def talker_to_token2wav(source: dict[str, Any], request: Any) -> dict[str, Any]:
     codes = source.get("token_ids")
     if codes is None or len(codes) == 0:
-        raise InvalidRequestError("input", NO_CODES)
+        return {}  # the talker had nothing to say (the thinker stopped on its first token): token2wav makes no audio
     return {"codes": torch.as_tensor(codes).reshape(-1).long(), "speaker": request_speaker(request)}

@@ -20,17 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omnistage.errors import InvalidRequestError
 from omnistage.models.qwen2_5_omni.config import load_omni25_config
 from omnistage.models.shared.omni.sampling import talker_sampling  # the same SamplingParams keys + speaker
 from omnistage.pipeline import StageContext
 from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
 from omnistage.stages.ar.kv import RequestKV
 from omnistage.stages.base import StageRequest
-
-# the thinker's reply must reach the talker's prefill with its first token and one more (the talker's input is the
-# reply fed back to the thinker, its last token excluded); a shorter reply has nothing to say
-NO_SPEECH = "the thinker's reply is too short to speak (fewer than 2 tokens)"
 
 
 @dataclass
@@ -99,7 +94,9 @@ class TalkerEngine(StepEngine):
         if r.prompt_ids is None or not r.rows:
             raise ValueError("the talker got no prompt or hidden states from the thinker")
         if len(r.reply) < 2:
-            raise InvalidRequestError("input", NO_SPEECH)
+            # the talker's input is the reply fed back to the thinker, its last token excluded: a thinker that
+            # stopped on its first token left nothing to say, so the talker ends without a code (no audio)
+            return Emit(finish="stop")
         n = len(r.prompt_ids)
         if len(r.rows) <= n:
             raise ValueError(f"the thinker sent {len(r.rows)} hidden states for a {n}-token prompt and a reply")

@@ -86,7 +86,11 @@ class Token2WavAdapter:
         results: list[Any] = []
         for item in items:
             try:
-                params, codes = self.params(item), self.codes(item)
+                params = self.params(item)
+                if item.inputs.get("codes") is None:  # the talker said nothing (edges.py): a reply without audio
+                    results.append({})
+                    continue
+                codes = self.codes(item)
                 speaker = self.omni.speakers[self.omni.speaker(item.inputs.get("speaker"))]
             except ValueError as e:
                 results.append(e)

@@ -1,7 +1,7 @@
 """Qwen3-ASR's prompt and the request shape the family takes (no torch, no vLLM).
 
 A recogniser request (``{"prompt": previous text, "multi_modal_data": {"audio": ...},
-"additional_information": {"language", "task"}}``, the shape the transcription routes build, see
+"transcription": Transcription(language, task)}``, the shape the transcription routes build, see
 omnistage/models/shared/whisper/prompt.py) becomes the ChatML prompt vLLM's own Qwen3-ASR transcription prompt
 writes (``get_generation_prompt``) and transformers' ``Qwen3ASRProcessor.apply_transcription_request``
 renders: the previous text as the system turn (only when given), the audio as the user turn, and the
@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from omnistage.errors import InvalidRequestError
+from omnistage.speech import Transcription
 
 SAMPLE_RATE = 16000
 WINDOW_S = 30  # the feature extractor's chunk_length: what vLLM's server cuts long audio into
@@ -78,23 +79,21 @@ def chat_prompt(language: str | None, previous: str = "") -> str:
 
 def to_chat_prompt(prompt: dict[str, Any], params: list[Any]) -> None:
     """The family's request hook: a recogniser request becomes Qwen3-ASR's prompt (in place); a request
-    without ``additional_information`` (an explicit prompt) passes as it is."""
+    without ``transcription`` (an explicit prompt) passes as it is."""
     if isinstance(params[0], dict):
         params[0].setdefault("max_tokens", DEFAULT_MAX_TOKENS)
-    if "additional_information" not in prompt:
+    info: Transcription | None = prompt.pop("transcription", None)
+    if info is None:
         return
     mm = prompt.get("multi_modal_data")
     if not isinstance(mm, Mapping) or mm.get("audio") is None:
         raise InvalidRequestError("multi_modal_data.audio", "a Qwen3-ASR request needs the audio to transcribe")
-    info = prompt.pop("additional_information") or {}
-    if not isinstance(info, Mapping):
-        raise InvalidRequestError("additional_information", f"expected an object, got {type(info).__name__}")
-    language = info.get("language")  # None: the model names it before the transcript (LANGUAGE_PREFIX)
-    if language is not None and (not isinstance(language, str) or language.lower() not in LANGUAGES):
+    language = info.language  # None: the model names it before the transcript (LANGUAGE_PREFIX)
+    if language is not None and language.lower() not in LANGUAGES:
         raise InvalidRequestError(
             "language", f"{language!r} is not a language Qwen3-ASR knows ({', '.join(LANGUAGES)})"
         )
-    if (info.get("task") or "transcribe") != "transcribe":
+    if info.task != "transcribe":
         raise InvalidRequestError("task", "Qwen3-ASR only transcribes")
     previous = prompt.get("prompt") or ""
     if not isinstance(previous, str):

@@ -1,8 +1,8 @@
 """Qwen3-TTS's talker stage: ``stages.ar.StepEngine`` over ``talker.TalkerModel``; it emits one ``token_ids``
 row [G codes] per frame (an in-context clone's first output also carries ``ref_codes``).
 
-Inputs (the request's prompt): ``prompt`` (the text to speak) and ``additional_information`` with
-``voice`` / ``speaker`` (CustomVoice: a preset, matched case-insensitively), ``instructions`` (VoiceDesign,
+Inputs: the prompt's ``prompt`` (the text to speak) and the request's ``SpeechInput`` with
+``voice`` (CustomVoice: a preset, matched case-insensitively), ``instructions`` (VoiceDesign,
 and CustomVoice 1.7B), ``language`` (``Auto`` by default; a dialect speaker speaking Chinese or ``Auto``
 uses its dialect), ``ref_audio`` (``(samples, rate)``) + ``ref_text`` or ``x_vector_only_mode`` (Base), and
 ``non_streaming_mode`` (the package's switch between the whole text in the prompt — its default for
@@ -11,7 +11,6 @@ CustomVoice / VoiceDesign — and the text trailing one token per frame — its 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from omnistage.models.qwen3_tts.config import (
 )
 from omnistage.models.qwen3_tts.talker import TalkerModel, TTSRow
 from omnistage.pipeline import StageContext
+from omnistage.speech import SpeechInput
 from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
 from omnistage.stages.ar.kv import RequestKV
 from omnistage.stages.ar.sampling import request_generator
@@ -111,21 +111,19 @@ def _text(value: Any, name: str) -> str:
     return value
 
 
-def request_spoken(inputs: Mapping[str, Any], ck: Checkpoint, tokens: Any) -> Spoken:
-    """Check a request's inputs against the checkpoint (every problem a 400 naming its field)."""
-    text = _text(inputs.get("prompt"), "prompt")
-    info = inputs.get("additional_information") or {}
-    if not isinstance(info, Mapping):
-        raise InvalidRequestError("additional_information", "expected an object")
+def request_spoken(text: Any, speech: SpeechInput | None, ck: Checkpoint, tokens: Any) -> Spoken:
+    """Check a request's text and speech input against the checkpoint (every problem a 400 naming its field)."""
+    text = _text(text, "prompt")
+    info = speech or SpeechInput()
     kind = ck.model_type
     spoken = Spoken(tokens(f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n"))
-    language = info.get("language") or "auto"
+    language = info.language or "auto"
     if not isinstance(language, str) or language.lower() not in ck.public_languages:
         raise InvalidRequestError(
             "language", f"{language!r} is not one of {', '.join(ck.public_languages)} (case-insensitive)"
         )
     spoken.language = language.lower()
-    voice = info.get("voice", info.get("speaker"))
+    voice = info.voice
     if kind == "custom_voice":
         voice = voice if voice is not None else sorted(ck.speakers)[0]
         if not isinstance(voice, str) or voice.lower() not in ck.speakers:
@@ -140,17 +138,15 @@ def request_spoken(inputs: Mapping[str, Any], ck: Checkpoint, tokens: Any) -> Sp
             f"this Qwen3-TTS {kind} checkpoint has no preset voices"
             + (" (clone one with ref_audio)" if kind == "base" else " (describe one in instructions)"),
         )
-    instructions = info.get("instructions")
+    instructions = info.instructions
     if instructions is not None and instructions != "":
         if not ck.takes_instructions:
             raise InvalidRequestError(
                 "instructions", f"this Qwen3-TTS {kind} ({ck.model_size}) checkpoint takes no instructions"
             )
         spoken.instruct_ids = tokens(f"<|im_start|>user\n{_text(instructions, 'instructions')}<|im_end|>\n")
-    ref_audio, ref_text = info.get("ref_audio"), info.get("ref_text")
-    x_only = info.get("x_vector_only_mode", False)
-    if not isinstance(x_only, bool):
-        raise InvalidRequestError("x_vector_only_mode", f"expected a boolean, got {x_only!r}")
+    ref_audio, ref_text = info.ref_audio, info.ref_text
+    x_only = bool(info.x_vector_only_mode)
     if kind == "base":
         if ref_audio is None:
             raise InvalidRequestError(
@@ -172,10 +168,7 @@ def request_spoken(inputs: Mapping[str, Any], ck: Checkpoint, tokens: Any) -> Sp
         )
     elif ref_text is not None:
         raise InvalidRequestError("ref_text", "given without ref_audio")
-    non_streaming = info.get("non_streaming_mode", kind != "base")
-    if not isinstance(non_streaming, bool):
-        raise InvalidRequestError("non_streaming_mode", f"expected a boolean, got {non_streaming!r}")
-    spoken.non_streaming = non_streaming
+    spoken.non_streaming = info.non_streaming_mode if info.non_streaming_mode is not None else kind != "base"
     return spoken
 
 
@@ -195,7 +188,7 @@ class Qwen3TTSEngine(StepEngine):
         if req.stream_inputs:
             raise ValueError(f"stage {self.stage_id} takes its whole input at once (no async chunk input)")
         params = parse_params(req.params, self.defaults)
-        spoken = request_spoken(req.inputs or {}, self.checkpoint, self.model.tokens)
+        spoken = request_spoken((req.inputs or {}).get("prompt"), req.speech, self.checkpoint, self.model.tokens)
         generator = request_generator(max(params.talker.temperature, params.sub.temperature), params.seed)
         row = TTSRow(
             RequestKV(self.model.talker.num_layers),

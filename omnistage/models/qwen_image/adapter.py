@@ -114,8 +114,9 @@ class QwenImageAdapter(DiffusersAdapter):
             # the stretch to the terminal sigma divides by zero for a one-sigma table (diffusers returns NaN)
             raise InvalidRequestError(
                 "num_inference_steps",
-                "1 step has no schedule with this scheduler's "
-                f"shift_terminal={self.pipe.scheduler.config.shift_terminal}; use 2 or more",
+                "1 step makes a NaN image here (the scheduler's "
+                f"shift_terminal={self.pipe.scheduler.config.shift_terminal} stretch has no 1-step schedule); "
+                "send num_inference_steps 2 or more (a warm-up: 2)",
             )
         scale = p.true_cfg_scale if p.true_cfg_scale is not None else DEFAULT_TRUE_CFG
         # diffusers' do_true_cfg: a scale without a negative prompt runs without (params.stage_params warns)

@@ -11,7 +11,7 @@ after the thinker's first reply token and code2wav after the first frames.
 - ``modalities: ["text"]`` runs the thinker only; ``["text", "audio"]`` (default) both.
 - Voices are the checkpoint's speakers (``talker_config.speaker_id``: Chelsie, Ethan,
   Aiden in the release); default ``Ethan`` as in transformers. A request picks one with
-  ``additional_information.voice`` (HTTP: chat ``audio.voice``, ``extra_body.speaker``,
+  ``SpeechInput(voice=...)`` (HTTP: chat ``audio.voice``, ``extra_body.speaker``,
   speech ``voice``) or the talker's ``speaker`` sampling param.
 - Per-stage sampling (``sampling_params_list``): vLLM ``SamplingParams`` keys for the
   thinker and the talker (``temperature``, ``top_k``, ``top_p``, ``repetition_penalty``,

@@ -16,28 +16,22 @@ same whatever their sizes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from omnistage.errors import InvalidRequestError
 from omnistage.models.shared.omni.edges import _ids, first_chunk
 from omnistage.pipeline import chunk_size
 
 CHUNK_FRAMES = 4  # 4 frames = 320 ms of speech at 12.5 Hz
 INITIAL_CHUNK_FRAMES = 1  # the first piece: one frame (80 ms), so the first audio packet leaves early
-# the talker ended before its first frame: no audio to send; a 400 naming the input, as in codec_tts and csm
-NO_FRAMES = "the talker produced no codec frame for this input"
 
 
 def request_speaker(request: Any) -> str | None:
-    """The voice a request asks for: ``additional_information`` ``voice`` / ``speaker`` (HTTP routes put it
-    there), else None (the talker's own ``speaker`` param, or the default speaker)."""
-    info = request.prompt.get("additional_information")
-    if isinstance(info, Mapping):
-        return info.get("voice") or info.get("speaker")
-    return None
+    """The voice a request asks for: its speech input's ``voice`` (HTTP routes put it there), else None (the
+    talker's own ``speaker`` param, or the default speaker)."""
+    speech = request.prompt.get("speech")
+    return (speech.voice or None) if speech is not None else None
 
 
 def thinker_to_talker(source: dict[str, Any], request: Any) -> dict[str, Any]:
@@ -69,9 +63,12 @@ def thinker_to_talker_chunks(delta: dict[str, Any], request: Any, state: dict[st
 
 
 def talker_to_code2wav(source: dict[str, Any], request: Any) -> dict[str, Any]:
+    """The talker's frames as code2wav's ``codes``. A talker that ended before its first frame (the thinker
+    stopped on its first token: no turn to speak) hands on no codes, and code2wav then answers no audio: the
+    reply is its text alone, not an error."""
     codes = source.get("token_ids")
     if codes is None or len(codes) == 0:
-        raise InvalidRequestError("input", NO_FRAMES)
+        return {}
     return {"codes": torch.as_tensor(codes).T.contiguous()}
 
 
@@ -85,9 +82,7 @@ def talker_to_code2wav_chunks(delta: dict[str, Any], request: Any, state: dict[s
     else:
         n = chunk_size(request, 2, "initial_codec_chunk_frames", INITIAL_CHUNK_FRAMES)
     if frames == 0 or (frames < n and not state.get("finished")):
-        if state.get("finished") and not state.get("sent"):
-            raise InvalidRequestError("input", NO_FRAMES)
-        return None
+        return None  # at the end with nothing sent: code2wav's last input is empty, so the reply has no audio
     state["sent"] = True
     codes = torch.cat(pending, dim=0).T.contiguous()  # [G, frames]
     pending.clear()

@@ -36,9 +36,7 @@ def speak_last_user_message(prompt: dict[str, Any]) -> None:
     """``messages`` -> ``prompt`` (the last user message's text); the chat template's kwargs are dropped (no
     template is applied: the family builds its own prompt around the text)."""
     messages = prompt.pop("messages", None)
-    info = prompt.get("additional_information")
-    if isinstance(info, Mapping) and "chat_template_kwargs" in info:
-        prompt["additional_information"] = {k: v for k, v in info.items() if k != "chat_template_kwargs"}
+    prompt.pop("chat_template_kwargs", None)
     if messages is None:
         return
     if "prompt" in prompt:

@@ -3,8 +3,8 @@ transcription routes send becomes a chat turn of the model's own (no torch, no v
 ``qwen_omni``, ``qwen2_5_omni`` and ``chat`` families, so it belongs to none of them.
 
 A recogniser request is ``{"prompt": previous text, "multi_modal_data": {"audio": (samples, rate)},
-"additional_information": {"language": ..., "task": "transcribe" | "translate"}}`` (omnistage/models/whisper/
-prompt.py). The hook turns it into one user message — the audio, then an instruction worded as vLLM's own
+"transcription": Transcription(language=..., task="transcribe" | "translate")}`` (omnistage/models/shared/
+whisper/prompt.py). The hook turns it into one user message — the audio, then an instruction worded as vLLM's own
 Qwen3-Omni ``get_generation_prompt`` words it ("Transcribe this audio into English.", the previous text after
 it) — which the thinker renders with the checkpoint's chat template, as any chat turn. Decoding is greedy
 unless the request says otherwise (OpenAI's transcription default, temperature 0).
@@ -23,6 +23,7 @@ from typing import Any
 
 from omnistage.errors import InvalidRequestError
 from omnistage.info import RecognizerInfo
+from omnistage.speech import Transcription
 
 SAMPLE_RATE = 16000  # the audio encoder's feature extractor
 WINDOW_S = 30  # the feature extractor's chunk_length (vLLM's speech-to-text config cuts there too)
@@ -76,8 +77,7 @@ def float_wav(samples: Any, rate: int) -> str:
 
 
 def is_recognition(prompt: Mapping[str, Any]) -> bool:
-    info = prompt.get("additional_information")
-    return isinstance(info, Mapping) and "task" in info and prompt.get("messages") is None
+    return prompt.get("transcription") is not None and prompt.get("messages") is None
 
 
 def to_transcription_chat(prompt: dict[str, Any], params: list[Any]) -> None:
@@ -85,12 +85,12 @@ def to_transcription_chat(prompt: dict[str, Any], params: list[Any]) -> None:
     request passes as it is."""
     if not is_recognition(prompt):
         return
-    info = dict(prompt.pop("additional_information"))
-    task = info.pop("task")
+    info: Transcription = prompt.pop("transcription")
+    task = info.task
     if task not in TASKS:
         raise InvalidRequestError("task", f"expected one of {', '.join(TASKS)}, got {task!r}")
-    language = info.pop("language", None) or "en"
-    if not isinstance(language, str) or language.lower() not in LANGUAGES:
+    language = info.language or "en"
+    if language.lower() not in LANGUAGES:
         raise InvalidRequestError(
             "language", f"{language!r} is not a language this model transcribes ({', '.join(LANGUAGES)})"
         )
@@ -112,8 +112,6 @@ def to_transcription_chat(prompt: dict[str, Any], params: list[Any]) -> None:
             ],
         }
     ]
-    if info:
-        prompt["additional_information"] = info
     if isinstance(params[0], dict):
         params[0].setdefault("temperature", 0.0)
         params[0].setdefault("max_tokens", DEFAULT_MAX_TOKENS)

@@ -21,7 +21,7 @@ Three models, so it is only ever selected by name (``--pipeline speech_chat`` or
 
 ``modalities: ["text"]`` stops after the chat stage; the default gives text and audio. Per-stage knobs go in
 ``sampling_params_list`` (top-level llm knobs such as ``temperature`` reach every llm stage).
-``additional_information.language`` is the spoken language (Whisper code, default ``en``), ``.voice`` one
+The prompt's ``SpeechInput`` gives the spoken ``language`` (Whisper code, default ``en``) and the ``voice``, one
 of the TTS folder's voices. Limits: one audio part of at most 30 s (Whisper's window); the codec stage's
 per-request ``chunk_frames`` knobs are not routed (the codec_tts edge reads them as stage 1's params), so
 its folder's defaults apply.

@@ -8,7 +8,6 @@ each on its own caches, so each equals its solo run up to float rounding.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from omnistage.models.shared.codec_lm.codec import mono_clip
 from omnistage.models.vibevoice.config import SAMPLE_RATE, checkpoint_defaults, parse_params, script_turns
 from omnistage.models.vibevoice.model import VibeVoiceModel, VoiceRow
 from omnistage.pipeline import StageContext
+from omnistage.speech import SpeechInput
 from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
 from omnistage.stages.base import StageRequest
 
@@ -47,23 +47,21 @@ class VibeVoiceEngine(StepEngine):
             raise ValueError(f"stage {self.stage_id} takes its whole input at once (no async chunk input)")
         params = parse_params(req.params, self.defaults)
         inputs = req.inputs or {}
-        info = inputs.get("additional_information") or {}
-        if not isinstance(info, Mapping):
-            raise InvalidRequestError("additional_information", "expected an object")
-        for name in ("voice", "speaker", "instructions"):
-            if info.get(name) is not None:  # no preset voices: a voice is a clip (ref_audio or a registered voice)
+        info = req.speech or SpeechInput()
+        for name in ("voice", "instructions"):
+            if getattr(info, name) is not None:  # no preset voices: a voice is a clip (ref_audio or a registered voice)
                 raise InvalidRequestError(
                     name,
                     "VibeVoice has no preset voices; speakers are 'Speaker N:' lines in "
                     "the input, and ref_audio (or a registered voice) voices the first one",
                 )
         voice = None
-        if info.get("ref_audio") is not None:  # ref_text is not needed: VibeVoice's voice prompt is the clip alone
+        if info.ref_audio is not None:  # ref_text is not needed: VibeVoice's voice prompt is the clip alone
             if self.model.voice_rate is None:
                 raise InvalidRequestError(
                     "ref_audio", "this checkpoint has no processor (feature extractor) for voice prompts"
                 )
-            voice = mono_clip(info["ref_audio"], "ref_audio", self.model.voice_rate)
+            voice = mono_clip(info.ref_audio, "ref_audio", self.model.voice_rate)
         steps = int(self.model.scheduler.config.num_train_timesteps)  # more cannot be scheduled (diffusers raises)
         if params.num_diffusion_steps > steps:
             raise InvalidRequestError("num_diffusion_steps", f"must be <= {steps}, got {params.num_diffusion_steps}")

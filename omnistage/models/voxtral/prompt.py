@@ -1,7 +1,7 @@
 """Voxtral's transcription prompt and the request shape the family takes (no torch, no vLLM).
 
 A recogniser request (``{"prompt": previous text, "multi_modal_data": {"audio": (samples, rate)},
-"additional_information": {"language", "task"}}``, the shape the transcription routes build, see
+"transcription": Transcription(language, task)}``, the shape the transcription routes build, see
 omnistage/models/shared/whisper/prompt.py) becomes the token prompt vLLM's own Voxtral transcription prompt builds
 (``get_generation_prompt``): mistral_common's ``TranscriptionRequest`` encoded by the folder's ``tekken.json``
 — ``<s>[INST][BEGIN_AUDIO]`` + one ``[AUDIO]`` per 80 ms of the audio padded to whole 30 s chunks +
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from omnistage.errors import InvalidRequestError
+from omnistage.speech import Transcription
 
 SAMPLE_RATE = 16000
 WINDOW_S = 30  # the tokenizer's chunk_length_s: vLLM's server cuts long audio into these too
@@ -75,12 +76,13 @@ def check_language(language: Any) -> str | None:
 
 def request_hook(folder: Path) -> Callable[[dict[str, Any], list[Any]], None]:
     """The family's request hook for one folder: a recogniser request becomes Voxtral's token prompt (in place);
-    a request without ``additional_information`` (an explicit prompt) passes as it is."""
+    a request without ``transcription`` (an explicit prompt) passes as it is."""
 
     def to_transcription(prompt: dict[str, Any], params: list[Any]) -> None:
         if isinstance(params[0], dict):
             params[0].setdefault("max_tokens", DEFAULT_MAX_TOKENS)
-        if "additional_information" not in prompt:
+        info: Transcription | None = prompt.pop("transcription", None)
+        if info is None:
             return
         mm = prompt.get("multi_modal_data")
         audio = mm.get("audio") if isinstance(mm, Mapping) else None
@@ -88,11 +90,8 @@ def request_hook(folder: Path) -> Callable[[dict[str, Any], list[Any]], None]:
             raise InvalidRequestError(
                 "multi_modal_data.audio", "a Voxtral request needs the audio to transcribe, as (samples, rate)"
             )
-        info = prompt.pop("additional_information") or {}
-        if not isinstance(info, Mapping):
-            raise InvalidRequestError("additional_information", f"expected an object, got {type(info).__name__}")
-        language = check_language(info.get("language"))
-        if (info.get("task") or "transcribe") != "transcribe":
+        language = check_language(info.language)
+        if info.task != "transcribe":
             raise InvalidRequestError("task", "Voxtral only transcribes")
         prompt.pop("prompt", None)  # (no previous text in Voxtral's request)
         prompt.update(transcription_prompt(folder, audio[0], audio[1], language))

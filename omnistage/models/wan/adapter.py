@@ -79,8 +79,9 @@ class WanAdapter(DiffusersAdapter):
                 )
             setattr(job, name, int(value))
         ft = self.pipe.vae_scale_factor_temporal
-        frames = p.num_frames or DEFAULT_NUM_FRAMES
-        frames = frames_of_form(job, frames, ft, f"VAE temporal factor {ft}")
+        frames = frames_of_form(job, p.num_frames or DEFAULT_NUM_FRAMES, ft)
+        if frames % ft != 1:  # WanPipeline's own rounding of a count its VAE does not make
+            frames = frames // ft * ft + 1
         job.num_frames = frames
         self.check_rope_range(job)
         if p.num_outputs_per_prompt != 1:

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from omnistage.errors import InvalidRequestError
+from omnistage.models.shared.text_padding import pad_texts
 from omnistage.stages.diffusion.adapter import DiffusionJob
 from omnistage.stages.diffusion.blocks import BlockIO, BlockLayout
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
@@ -126,14 +127,7 @@ class ZImageAdapter(DiffusersAdapter):
     def collate(self, conds: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         """Captions padded to the longest in the forward, with their lengths (kept on the host: ``predict``
         reads them without waiting for the device)."""
-        feats = [c["cap_feats"] for c in conds]
-        longest = max(f.shape[1] for f in feats)
-        padded = feats[0].new_zeros(sum(f.shape[0] for f in feats), longest, feats[0].shape[2])
-        lengths, pos = [], 0
-        for f in feats:
-            padded[pos : pos + f.shape[0], : f.shape[1]] = f
-            lengths += [f.shape[1]] * f.shape[0]
-            pos += f.shape[0]
+        padded, lengths = pad_texts([c["cap_feats"] for c in conds])
         return {"cap_feats": padded, "cap_len": torch.tensor(lengths)}
 
     def timesteps(self, job: ZImageJob) -> None:

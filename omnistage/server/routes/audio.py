@@ -4,7 +4,7 @@ GET /v1/audio/voices, POST /v1/audio/voices (register a cloned voice), DELETE /v
 Generic over pipelines: any pipeline whose outputs include audio serves speech; preset voices come from
 the pipeline's ``info.speech.voices``, cloned ones from the voice registry (voices.py). Voice cloning
 (``ref_audio`` + ``ref_text``, or a registered voice) needs ``info.speech.supports_voice_cloning``; the
-clip is fetched and decoded here and reaches the pipeline as ``additional_information.ref_audio``
+clip is fetched and decoded here and reaches the pipeline as the speech input's ``ref_audio``
 (``(samples, sample_rate)``) with ``ref_text``; the pipeline's stage validates the rest.
 """
 

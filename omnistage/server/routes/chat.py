@@ -27,7 +27,7 @@ from omnistage.server.media import (
 )
 from omnistage.server.middleware import request_id
 from omnistage.server.openapi import SSE, success
-from omnistage.server.prompt_warnings import prompt_warnings, warning_headers
+from omnistage.server.prompt_warnings import drawn_size, prompt_warnings, warning_headers
 from omnistage.server.protocol import ChatCompletionRequest
 from omnistage.server.result import Result, action_fields
 from omnistage.server.state import ServerState
@@ -50,7 +50,8 @@ async def chat_completions(
     req = await build_chat_request(state, body, request_id(request.scope), transcript=True)
     # what the request asked that is ignored (a stage's unused sampling params), and words a closed-vocabulary
     # model (the demo) cannot draw: a header on either answer, a field on the JSON one
-    warnings = [*req.warnings, *prompt_warnings(state.engine.pipeline.info, state.model_name, req.prompt.get("prompt"))]
+    info, size = state.engine.pipeline.info, drawn_size(req.sampling_params)
+    warnings = [*req.warnings, *prompt_warnings(info, state.model_name, req.prompt.get("prompt"), size)]
     if body.stream:
         slot = state.admission.acquire()  # before the response starts, so saturation is a real 503
         try:

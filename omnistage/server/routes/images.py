@@ -31,7 +31,7 @@ from omnistage.server.media import (
 from omnistage.server.middleware import request_id
 from omnistage.server.openapi import request_body
 from omnistage.server.param_names import as_sent
-from omnistage.server.prompt_warnings import prompt_warnings, warning_headers
+from omnistage.server.prompt_warnings import drawn_size, prompt_warnings, warning_headers
 from omnistage.server.protocol import ImageRequest
 from omnistage.server.state import ServerState
 
@@ -140,16 +140,18 @@ async def generate_images(
         raise as_sent(from_engine_error(e), body.model_fields_set | set(body.extra_body or {}), image_field) from None
     quality = body.output_compression
     encoded = await asyncio.to_thread(lambda: [encode_image(im, body.output_format, quality) for im in result.images])
+    revised = {"revised_prompt": result.revised_prompt} if result.revised_prompt is not None else {}
     out: dict[str, Any] = {
         "created": int(time.time()),
-        "data": [{"b64_json": b64(e)} for e in encoded],
+        "data": [{"b64_json": b64(e), **revised} for e in encoded],
         "output_format": body.output_format,
     }
     if result.images:
         out["size"] = "{}x{}".format(*result.images[0].size)
     if body.return_stage_metrics:
         out["stage_metrics"] = {str(k): v for k, v in result.metrics.items()}
-    warnings = req.warnings + prompt_warnings(state.engine.pipeline.info, state.model_name, body.prompt)
+    info = state.engine.pipeline.info
+    warnings = req.warnings + prompt_warnings(info, state.model_name, body.prompt, drawn_size(req.sampling_params))
     if warnings:  # words the model cannot draw (docs/server.md): said, not silently ignored
         out["warnings"] = warnings
         for name, value in warning_headers(warnings):

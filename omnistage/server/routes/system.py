@@ -14,7 +14,7 @@ from omnistage.params import RequestKnobs, denoising_stages
 from omnistage.server.deps import get_state
 from omnistage.server.errors import APIError
 from omnistage.server.image_sizes import image_sizes
-from omnistage.server.state import ServerState
+from omnistage.server.state import DEFAULT_MODEL, ServerState
 
 router = APIRouter()
 v1 = APIRouter(prefix="/v1")
@@ -214,6 +214,8 @@ async def retrieve_model(model_id: str, state: ServerState = Depends(get_state))
     module = state.loras.get(model_id)
     if module is not None:
         return _lora_card(state, module)
+    if model_id == DEFAULT_MODEL and DEFAULT_MODEL not in state.model_names:  # the one base model, by its own name
+        return _model_card(state, state.model_name)
     if model_id not in state.model_names:
         raise APIError(
             404,

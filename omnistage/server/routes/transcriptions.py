@@ -15,11 +15,11 @@ Generic over pipelines: any pipeline whose ``info.transcription`` (omnistage.inf
 feed it (``sample_rate``, ``window_s``, ``languages``, ``tasks``) serves these routes. The audio is decoded and resampled here, cut
 into the model's windows (Whisper: 30 s, cut in the quietest 0.1 s of each window's last second, as
 ``vllm serve`` cuts), and each window becomes one engine request of the recogniser
-shape (``prompt`` + ``multi_modal_data.audio`` + ``additional_information.language/task``, see
+shape (``prompt`` + ``multi_modal_data.audio`` + ``transcription`` language/task, see
 omnistage/models/shared/whisper/prompt.py); the windows run concurrently (the llm stage batches them) and their
 texts are joined in order, each window one segment from its offset. Where the info has ``timestamps``
-(Whisper), verbose_json / srt / vtt ask each window for timestamp tokens instead (``additional_information.
-timestamps``: the family's prompt and timestamp rules; ``logprobs``: 1) and give the segments they mark
+(Whisper), verbose_json / srt / vtt ask each window for timestamp tokens instead (``Transcription.timestamps``:
+the family's prompt and timestamp rules; ``logprobs``: 1) and give the segments they mark
 (server/segments.py, cut as ``vllm serve`` cuts them). Every check happens before model work.
 """
 
@@ -50,6 +50,7 @@ from omnistage.server.segments import tokenizer, window_segments
 from omnistage.server.state import ServerState
 from omnistage.server.streaming import AbortOnDisconnect, primed, sse, with_error_event
 from omnistage.server.transcripts import FORMATS, MEDIA_TYPES, LanguagePrefix, Segment, Transcript
+from omnistage.speech import Transcription
 
 router = APIRouter(prefix="/v1")
 logger = logging.getLogger("omnistage.server")
@@ -181,10 +182,8 @@ def parse_form(form: Any, state: ServerState, task: str) -> TranscriptionForm:
 def window_prompt(piece: np.ndarray, rate: int, form: TranscriptionForm) -> dict[str, Any]:
     """The recogniser request for one window (the family turns it into its model's prompt)."""
     language = None if form.language_prefix or form.unforced_language else form.language  # (None: the model's)
-    info: dict[str, Any] = {"language": language, "task": form.task}
-    if form.timestamps:
-        info["timestamps"] = True
-    return {"prompt": form.prompt, "multi_modal_data": {"audio": (piece, rate)}, "additional_information": info}
+    info = Transcription(language=language, task=form.task, timestamps=bool(form.timestamps))
+    return {"prompt": form.prompt, "multi_modal_data": {"audio": (piece, rate)}, "transcription": info}
 
 
 async def _read_form(request: Request, task: str, state: ServerState) -> TranscriptionForm:

@@ -2,11 +2,13 @@
 and POST /v1/videos/sync returning the MP4 directly.
 
 Generic over pipelines: any pipeline whose outputs include video serves these
-routes. Job files live in FileStorage (TTL, bounded file concurrency); job ids
-are validated, so no id can name a path outside the storage folder. Every job
-is recorded in the job store (jobs.py) at each status change and read back at
-start-up (``restore_jobs``): a restarted server still lists its jobs and serves
-the finished ones; jobs the old process was running are marked failed.
+routes. Job outputs live in the media store (storage.py: a folder or S3; TTL,
+bounded file concurrency); job ids are validated, so no id can name another key.
+Every job is a row of the job store (jobs.py: SQLite or Redis), written at each
+status change and read by every front-end sharing the store: any of them lists,
+polls, fetches and deletes any job. The front-end running a job holds a lease on
+it (fleet.py); a job whose front-end died is re-run from its stored request by
+another one, or failed saying why (docs/fleet.md).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
@@ -39,7 +41,10 @@ from omnistage.server.errors import (
     error_responses,
     from_engine_error,
 )
+from omnistage.server.fleet import JobLeases
+from omnistage.server.jobs import Claimed, StoreUnavailable
 from omnistage.server.media import encode_mp4, image_from_bytes, load_image, load_video, too_large, video_from_bytes
+from omnistage.server.media_response import stored_file
 from omnistage.server.middleware import request_id
 from omnistage.server.openapi import request_body, success
 from omnistage.server.param_names import as_sent
@@ -202,8 +207,15 @@ def _as_sent(err: APIError, body: VideoRequest, got: _Inputs) -> APIError:
     return as_sent(err, sent, got.image_field, got.video_field)
 
 
-def _job_or_404(state: ServerState, video_id: str) -> VideoJob:
+async def _job_or_404(state: ServerState, video_id: str) -> VideoJob:
+    """The job as this front-end runs it (its latest progress), else as the job store has it: any front-end
+    sharing the store answers for every job of this model."""
     job = state.videos.get(video_id) if _JOB_ID.match(video_id) else None
+    if job is None and _JOB_ID.match(video_id):
+        record = await state.jobs.get(video_id)
+        job = (
+            VideoJob.model_validate(record) if record is not None and record.get("model") == state.model_name else None
+        )
     if job is None:
         raise APIError(404, f"video {video_id!r} not found", param="video_id", code="video_not_found")
     return job
@@ -214,32 +226,95 @@ def _job_or_404(state: ServerState, video_id: str) -> VideoJob:
 KIND = "video"  # its rows in the job store
 ACTION_KEYS = ("actions", "action_domain", "action_fps")
 INTERRUPTED = {"code": "server_restarted", "message": "the server stopped while this job was running; submit it again"}
+PROGRESS_WRITE_S = 0.5  # progress reaches the job store (other front-ends) at most this often
 
 
-async def _record(state: ServerState, job: VideoJob) -> None:
-    file = f"{job.id}.mp4" if job.status == "completed" else None
-    await state.jobs.put(KIND, job.id, job.status, job.created_at, job.model_dump(), file)
+def _file(job: VideoJob) -> str | None:
+    return f"{job.id}.mp4" if job.status == "completed" else None
 
 
-async def restore_jobs(state: ServerState) -> None:
-    """Read this model's recorded jobs back at start-up: finished ones as they were (a completed one whose
-    file is gone is dropped), ones that were still running as failed. (Jobs of other models, e.g. of another
-    server sharing the storage path, are left alone.)"""
-    dropped = []
-    for record in await state.jobs.load(KIND):
-        job = VideoJob.model_validate(record)
-        if job.model != state.model_name:
-            continue
-        if job.status in ("queued", "in_progress"):
-            job.status, job.error = "failed", dict(INTERRUPTED)
-            await _record(state, job)
-        elif job.status == "completed" and await state.storage.open(f"{job.id}.mp4") is None:
-            dropped.append(job.id)  # expired (or deleted) while the server was down
-            continue
-        state.videos[job.id] = job
-    await state.jobs.delete(*dropped)
-    if state.videos or dropped:
-        logger.info("video jobs: %d restored, %d expired", len(state.videos), len(dropped))
+async def _record(state: ServerState, job: VideoJob) -> bool:
+    """Write the state of a job this front-end runs; False when it no longer holds it (deleted elsewhere, or
+    taken over after its lease expired): nothing is written then."""
+    return await state.jobs.update(job.id, state.leases.owner, job.status, job.model_dump(), _file(job))
+
+
+def _stored_request(body: VideoRequest, got: _Inputs) -> dict[str, Any]:
+    """What another front-end needs to run the job again: the fields as sent (media inputs sent as files are
+    not kept: such a job is failed, not re-run, when its front-end dies)."""
+    uploaded = got.image is not None and body.image_reference is None
+    uploaded |= got.video is not None and body.video_reference is None
+    return {"body": body.model_dump(mode="json", exclude_unset=True), "uploads": uploaded}
+
+
+def start_leases(state: ServerState) -> JobLeases:
+    """The leases of this front-end's jobs, and the take-over of jobs of this model whose front-end died."""
+
+    def lost(job_id: str) -> None:
+        task = state.video_tasks.get(job_id)
+        if task is not None:
+            task.cancel()
+        state.videos.pop(job_id, None)
+
+    state.leases = JobLeases(
+        state.jobs,
+        KIND,
+        state.settings.job_lease_s,
+        on_lost=lost,
+        on_claimed=lambda claimed: _take_over(state, claimed),
+        wanted=lambda record: record.get("model") == state.model_name,
+    )
+    return state.leases
+
+
+async def _take_over(state: ServerState, claimed: Claimed) -> None:
+    """Run again a job whose front-end stopped (from its stored request), or fail it saying why."""
+    job = VideoJob.model_validate(claimed.record)
+    stored = claimed.request
+    why = None
+    if stored is None or stored.get("uploads"):
+        why = "the front-end running this job stopped, and its inputs were not kept; submit it again"
+    elif claimed.attempts > state.settings.job_max_attempts:
+        why = f"the front-ends running this job stopped {claimed.attempts} times; it is not run again"
+    req = body = None
+    if why is None:
+        try:
+            body = VideoRequest.model_validate(stored["body"])
+            got = _Inputs()
+            if body.image_reference is not None:
+                got.image = await load_image(body.reference_url(), "image_reference", state.media)
+            if body.video_reference is not None:
+                got.video = await load_video(body.video_url(), "video_reference", state.media)
+            req = _plan(state, body, got, job.id)
+            slot = state.admission.acquire()
+        except APIError as e:
+            if e.status_code == 503:  # this front-end is full: the lease expires and another one takes it
+                state.leases.held.discard(job.id)
+                return
+            why = f"the front-end running this job stopped, and running it again failed: {e.message}"
+        except (InvalidRequestError, ValidationError, KeyError) as e:
+            why = f"the front-end running this job stopped, and running it again failed: {e}"
+    if why is not None:
+        job.status, job.error = "failed", {**INTERRUPTED, "message": why}
+        await _record(state, job)
+        state.leases.held.discard(job.id)
+        logger.warning("video job %s: %s", job.id, why)
+        return
+    job.status, job.progress, job.error = "queued", 0, None
+    state.videos[job.id] = job
+    await _record(state, job)
+    _launch(state, job, req, slot, body, None)
+
+
+def _launch(
+    state: ServerState, job: VideoJob, req: OmniRequest, slot: Slot, body: VideoRequest, taken: asyncio.Future | None
+) -> asyncio.Task:
+    task = asyncio.create_task(_run_job(state, job, req, slot, body, taken), name=job.id)
+    state.background.add(task)
+    task.add_done_callback(state.background.discard)
+    state.video_tasks[job.id] = task
+    task.add_done_callback(lambda _: state.video_tasks.pop(job.id, None))
+    return task
 
 
 # --------------------------------------------------------------------------- async jobs
@@ -252,7 +327,7 @@ async def restore_jobs(state: ServerState) -> None:
 )
 async def create_video(request: Request, state: ServerState = Depends(get_state)) -> dict:
     body, got = await _parse(request, state)
-    job_id = f"video_{uuid.uuid4().hex}"
+    job_id = _new_job_id()
     try:
         req = _plan(state, body, got, job_id)
     except (APIError, InvalidRequestError) as e:
@@ -269,11 +344,14 @@ async def create_video(request: Request, state: ServerState = Depends(get_state)
     # the family's own checks (size, frames, ...) run where its stage takes the request: wait for that verdict,
     # so a request /sync would refuse is refused here too (its 400 or 503) and no job is made of it
     taken = asyncio.get_running_loop().create_future() if _checked_when_taken(state) else None
+    stored = _stored_request(body, got)
     if taken is None:
-        await _register(state, job)
-    task = asyncio.create_task(_run_job(state, job, req, slot, body, taken), name=job.id)
-    state.background.add(task)
-    task.add_done_callback(state.background.discard)
+        try:
+            await _register(state, job, stored)
+        except BaseException:  # the job store is down (a 503 naming it): no job, no slot held
+            slot.release()
+            raise
+    task = _launch(state, job, req, slot, body, taken)
     if taken is not None:
         try:
             await taken
@@ -282,11 +360,23 @@ async def create_video(request: Request, state: ServerState = Depends(get_state)
             raise
         except Exception as e:  # noqa: BLE001 - the stage refused it (or is down): answered like /sync
             raise _as_sent(from_engine_error(e), body, got) from None
-        await _register(state, job)
-    if not task.done():  # (a job may end before its POST does; its record is already final then)
-        state.video_tasks[job.id] = task
+        try:
+            await _register(state, job, stored)
+        except BaseException:
+            task.cancel()
+            raise
+        if task.done():  # (a job may end before its POST does: its record was written final just now)
+            state.leases.held.discard(job.id)
+            state.videos.pop(job.id, None)
     logger.info("%s: video job %s queued", request_id(request.scope), job.id)
     return job.model_dump()
+
+
+def _new_job_id() -> str:
+    """``video_`` and 32 hex digits: the creation time in microseconds, then random ones. Ids sort as the
+    jobs were made (to the microsecond, on every front-end), which orders the listing of jobs made within
+    the same second of ``created_at``."""
+    return f"video_{time.time_ns() // 1000:013x}{uuid.uuid4().hex[:19]}"
 
 
 def _checked_when_taken(state: ServerState) -> bool:
@@ -300,9 +390,26 @@ def _checked_when_taken(state: ServerState) -> bool:
     )
 
 
-async def _register(state: ServerState, job: VideoJob) -> None:
+async def _register(state: ServerState, job: VideoJob, stored: dict[str, Any]) -> None:
+    """Make the job's row, held by this front-end, with the request another front-end would re-run it from."""
     state.videos[job.id] = job
-    await _record(state, job)
+    state.leases.held.add(job.id)
+    try:
+        await state.jobs.put(
+            KIND,
+            job.id,
+            job.status,
+            job.created_at,
+            job.model_dump(),
+            _file(job),
+            owner=state.leases.owner,
+            lease_until=state.leases.lease_until(),
+            request=stored,
+        )
+    except BaseException:
+        state.videos.pop(job.id, None)
+        state.leases.held.discard(job.id)
+        raise
 
 
 async def _run_job(
@@ -314,6 +421,7 @@ async def _run_job(
     video = fps = audio = sample_rate = None
     actions: dict[str, Any] | None = None
     metrics: dict[int, dict[str, float]] = {}
+    written = time.monotonic()
     try:
         async for out in state.stream(req, slot=slot):
             if taken is not None and not taken.done():
@@ -323,6 +431,9 @@ async def _run_job(
                 await _record(state, job)
             if out.progress is not None and out.progress[1]:
                 job.progress = min(99, int(100 * out.progress[0] / out.progress[1]))
+                if time.monotonic() - written >= PROGRESS_WRITE_S:  # other front-ends see it move too
+                    written = time.monotonic()
+                    await _record(state, job)
             if out.finished:
                 metrics.update(out.metrics or {})
                 if out.video is not None:
@@ -360,54 +471,93 @@ async def _run_job(
     finally:
         slot.release()
         state.video_tasks.pop(job.id, None)
-        if job.id in state.videos:  # (a deleted job's record is gone with it)
-            await asyncio.shield(_record(state, job))
+        if job.id in state.videos:  # (a job deleted here is gone with its record)
+            # the shutdown waits for this write before it closes the store, even when it cancels this task
+            await asyncio.shield(state.leases.write(_finish(state, job)))
+
+
+async def _finish(state: ServerState, job: VideoJob) -> None:
+    """Write the job's final state; a job deleted on another front-end meanwhile leaves no file behind."""
+    try:
+        if not await _record(state, job) and job.status == "completed" and await state.jobs.get(job.id) is None:
+            await state.storage.delete(f"{job.id}.mp4")
+    except StoreUnavailable as e:  # its lease runs out: another front-end (or this one) takes it over
+        logger.warning("video job %s: its end could not be recorded: %s", job.id, e)
+    finally:
+        state.leases.held.discard(job.id)
+        state.videos.pop(job.id, None)
 
 
 @router.get("/videos")
 async def list_videos(
     limit: int = Query(20, ge=1, le=100),
     order: str = Query("desc", pattern="^(asc|desc)$"),
+    after: str | None = Query(None, description="the last id of the previous page"),
     state: ServerState = Depends(get_state),
 ) -> dict:
-    jobs = sorted(state.videos.values(), key=lambda j: j.created_at, reverse=order == "desc")[:limit]
-    return {"object": "list", "data": [j.model_dump() for j in jobs], "has_more": len(state.videos) > limit}
+    """One page of this model's jobs from the job store (every front-end sharing it lists the same), by
+    creation time; a job this front-end runs shows its latest progress."""
+    jobs = [VideoJob.model_validate(r) for r in await state.jobs.load(KIND) if r.get("model") == state.model_name]
+    jobs = [state.videos.get(j.id, j) for j in jobs]  # (load is oldest first; ties by id)
+    if order == "desc":
+        jobs.reverse()
+    if after is not None:
+        ids = [j.id for j in jobs]
+        if after not in ids:
+            raise APIError(404, f"after: video {after!r} not found", param="after", code="video_not_found")
+        jobs = jobs[ids.index(after) + 1 :]
+    return {
+        "object": "list",
+        "data": [j.model_dump() for j in jobs[:limit]],
+        "first_id": jobs[0].id if jobs else None,
+        "last_id": jobs[:limit][-1].id if jobs else None,
+        "has_more": len(jobs) > limit,
+    }
 
 
 @router.get("/videos/{video_id}")
 async def retrieve_video(video_id: str, state: ServerState = Depends(get_state)) -> dict:
-    return _job_or_404(state, video_id).model_dump()
+    return (await _job_or_404(state, video_id)).model_dump()
 
 
 @router.get(
     "/videos/{video_id}/content",
-    response_class=FileResponse,
-    responses={**success("The video (MP4)", "video/mp4"), **error_responses(409)},
+    response_class=Response,
+    responses={**success("The video (MP4)", "video/mp4"), **error_responses(409, 416)},
 )
-async def video_content(video_id: str, state: ServerState = Depends(get_state)) -> FileResponse:
-    job = _job_or_404(state, video_id)
+async def video_content(video_id: str, request: Request, state: ServerState = Depends(get_state)) -> Response:
+    """The MP4 from the media store (byte ranges honoured), or a redirect to a presigned URL when the deploy
+    asks for one and the store has them."""
+    job = await _job_or_404(state, video_id)
     if job.status != "completed":
         raise APIError(
             409, f"video {video_id!r} is {job.status}, not completed", param="video_id", code="video_not_ready"
         )
-    path = await state.storage.open(f"{job.id}.mp4")
-    if path is None:
+    name = f"{job.id}.mp4"
+    size = await state.storage.size(name)
+    if size is None:
         state.videos.pop(job.id, None)
         await state.jobs.delete(job.id)
         raise APIError(404, f"video {video_id!r} has expired", param="video_id", code="video_expired")
-    return FileResponse(path, media_type="video/mp4", filename=f"{job.id}.mp4")
+    if state.settings.presign_s is not None:
+        url = await asyncio.to_thread(state.storage.presign, name, state.settings.presign_s)
+        if url is not None:
+            return RedirectResponse(url, status_code=307)
+    return await stored_file(request, state.storage, name, size, "video/mp4")
 
 
 @router.delete("/videos/{video_id}")
 async def delete_video(video_id: str, state: ServerState = Depends(get_state)) -> dict:
-    job = _job_or_404(state, video_id)
+    """Any front-end deletes any job: one running on another front-end is stopped there when it next renews
+    its lease and finds the job gone (within a second)."""
+    job = await _job_or_404(state, video_id)
     task = state.video_tasks.get(job.id)
     if task is not None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+    await state.jobs.delete(job.id)  # first: a runner elsewhere writes nothing more, and saves no file after
     await state.storage.delete(f"{job.id}.mp4")
     state.videos.pop(job.id, None)
-    await state.jobs.delete(job.id)
     return {"id": job.id, "object": "video.deleted", "deleted": True}
 
 

@@ -108,19 +108,14 @@ class DiffusionJob(Tracked):
         return self.sampler_state.num_steps if self.sampler_state is not None else self.params.num_inference_steps
 
 
-def frames_of_form(job: DiffusionJob, frames: int, step: int, why: str) -> int:
-    """``frames`` when it is ``step``k+1 (the counts a temporal VAE factor of ``step`` makes); with
-    ``nearest_frames`` the nearest such count (the higher on a tie), else an error naming both neighbours."""
-    from omnistage.errors import InvalidRequestError
-
-    if (frames - 1) % step == 0:
+def frames_of_form(job: DiffusionJob, frames: int, step: int) -> int:
+    """The frame count to pass to a video pipeline: ``frames`` as asked (each family then rounds it as its own
+    pipeline does), or, with ``nearest_frames`` (a count the server derived from seconds x fps), the nearest count
+    of the form ``step``k+1 a temporal VAE factor of ``step`` decodes to (the higher on a tie)."""
+    if not job.params.nearest_frames or (frames - 1) % step == 0:
         return frames
     lower = (frames - 1) // step * step + 1
-    if job.params.nearest_frames:
-        return lower if frames - lower < lower + step - frames else lower + step
-    raise InvalidRequestError(
-        "num_frames", f"{frames} is not of the form {step}k+1 ({why}); try {lower} or {lower + step}"
-    )
+    return lower if frames - lower < lower + step - frames else lower + step
 
 
 def check_first_frame(job: DiffusionJob) -> None:
@@ -162,6 +157,8 @@ class DiffusionAdapter(ABC):
     # the engine's per-request job: a family keeps its own per-request state in typed fields of a subclass
     # (module level, so the job pickles to the ranks of a multi-device replica)
     job_class: ClassVar[type[DiffusionJob]] = DiffusionJob
+    # the PIL mode input images are converted to before ``validate`` ("RGBA": a family that reads their alpha)
+    input_image_mode: ClassVar[str] = "RGB"
     sampler: Sampler
 
     @classmethod

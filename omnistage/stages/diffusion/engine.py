@@ -216,7 +216,7 @@ class DiffusionStageEngine(InProcessEngine[DiffusionJob]):
             raise InvalidRequestError("negative_prompt", f"expected a string, got {type(negative).__name__}")
         if params.output_type not in _OUTPUT_TYPES:
             raise InvalidRequestError("output_type", f"{params.output_type!r} is not one of {', '.join(_OUTPUT_TYPES)}")
-        images = _input_images(inputs)
+        images = _input_images(inputs, self.adapter.input_image_mode)
         if params.strength is not None and not images:
             raise InvalidRequestError("strength", "given, but the request has no input image (multi_modal_data.image)")
         if params.generator is not None:
@@ -292,7 +292,7 @@ class DiffusionStageEngine(InProcessEngine[DiffusionJob]):
         self._finish(job, data, error=error, num_steps=job.step, num_steps_reused=steps_reused(job))
 
 
-def _input_images(inputs: dict[str, Any]) -> list[Image.Image]:
+def _input_images(inputs: dict[str, Any], mode: str = "RGB") -> list[Image.Image]:
     mm = inputs.get("multi_modal_data") or {}
     if not isinstance(mm, dict):
         raise InvalidRequestError("multi_modal_data", f"expected a dict, got {type(mm).__name__}")
@@ -305,4 +305,4 @@ def _input_images(inputs: dict[str, Any]) -> list[Image.Image]:
     for i, im in enumerate(images):
         if not isinstance(im, Image.Image):
             raise InvalidRequestError(f"multi_modal_data.image[{i}]", f"expected a PIL image, got {type(im).__name__}")
-    return [im.convert("RGB") if im.mode != "RGB" else im for im in images]
+    return [im.convert(mode) if im.mode != mode else im for im in images]

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from omnistage import torchao_gate
 from omnistage.config.schema import QuantizationConfig
 
 BACKENDS = ("torchao", "gguf", "quanto", "bitsandbytes_4bit", "bitsandbytes_8bit")
@@ -65,6 +66,7 @@ def _component_libraries(folder: Path) -> dict[str, tuple[str, str]]:
 def torchao_base_config(kwargs: dict[str, Any], where: str) -> tuple[Any, dict[str, Any]]:
     """torchao's config object named by ``quant_type`` (with the other keys as its arguments) and
     TorchAoConfig's own keywords."""
+    torchao_gate.require(where)
     import torchao.quantization as tq
 
     kwargs = dict(kwargs)
@@ -156,6 +158,8 @@ def check_environment(q: QuantizationConfig, where: str) -> None:
         raise QuantizationError(f"{where}.quant_backend: {q.quant_backend!r} is not one of {', '.join(BACKENDS)}")
     import importlib
 
+    if q.quant_backend == "torchao":
+        torchao_gate.require(where)
     try:
         importlib.import_module(packages[q.quant_backend])
     except ImportError as e:
@@ -244,6 +248,8 @@ def check_stage(kind: str, sd: Any, where: str) -> None:
             raise QuantizationError(
                 f"{where}: a {kind} stage takes vLLM's method name (e.g. fp8, awq, gptq, gguf), not a mapping"
             )
+        if q == "torchao":  # vLLM's engine processes, started after this, import it
+            torchao_gate.require(where)
         return
     if isinstance(q, str):
         raise QuantizationError(

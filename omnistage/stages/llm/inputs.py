@@ -5,8 +5,7 @@ A stage input (a source stage's prompt or an edge processor's output) is one of
 - ``{"prompt_token_ids": [...], "prompt"?: str}``: token ids as they are;
 - ``{"prompt": str, "multi_modal_data"?: {...}, "mm_processor_kwargs"?: {...}}``:
   as ``vllm.LLM.generate`` takes it (the text carries the model's placeholders);
-- ``{"messages": [...], "mm_processor_kwargs"?: {...},
-  "additional_information"?: {"chat_template_kwargs": {...}}}``: as ``LLM.chat``
+- ``{"messages": [...], "mm_processor_kwargs"?: {...}, "chat_template_kwargs"?: {...}}``: as ``LLM.chat``
   and the OpenAI server take it. ``chat_template_kwargs`` may hold
   ``add_generation_prompt`` and ``continue_final_message``. Message content
   parts are vLLM's: ``text``, ``image_url`` / ``audio_url`` / ``video_url``
@@ -44,8 +43,9 @@ INPUT_KEYS = {
     "multi_modal_data",
     "mm_processor_kwargs",
     "negative_prompt",
-    "additional_information",
+    "chat_template_kwargs",
     "modalities",
+    "conversation",  # a later stage's conversation (speech_chat's edge reads it; this stage does not)
     "encoder_prompt",
     "decoder_prompt",
 }
@@ -131,7 +131,7 @@ def parse(inputs: Mapping[str, Any]) -> StagePrompt:
             messages=messages,
             mm_processor_kwargs=mm_kwargs,
             media=media,
-            chat_template_kwargs=_chat_template_kwargs(inputs.get("additional_information")),
+            chat_template_kwargs=_chat_template_kwargs(inputs.get("chat_template_kwargs")),
         )
     prompt = inputs.get("prompt")
     if not isinstance(prompt, str):
@@ -175,12 +175,8 @@ def prompt_media_tokens(engine_input: Mapping[str, Any]) -> dict[str, int]:
     return {m: sum(int(r.length) for r in ranges) for m, ranges in (placeholders or {}).items()}
 
 
-def _chat_template_kwargs(info: Any) -> dict[str, Any]:
-    if info is None:
-        return {}
-    if not isinstance(info, Mapping):
-        raise InvalidRequestError("additional_information", f"expected an object, got {type(info).__name__}")
-    opts = info.get("chat_template_kwargs") or {}
+def _chat_template_kwargs(opts: Any) -> dict[str, Any]:
+    opts = opts or {}
     if not isinstance(opts, Mapping):
         raise InvalidRequestError("chat_template_kwargs", f"expected an object, got {type(opts).__name__}")
     opts = dict(opts)

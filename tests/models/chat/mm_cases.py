@@ -107,12 +107,10 @@ class Case:
         """The same conversation as an ``AsyncOmni`` / ``Omni`` prompt."""
         prompt: dict[str, Any] = {
             "messages": self.messages,
-            "additional_information": {
-                "chat_template_kwargs": {
-                    **self.chat_template_kwargs,
-                    "add_generation_prompt": self.add_generation_prompt,
-                    "continue_final_message": self.continue_final_message,
-                }
+            "chat_template_kwargs": {
+                **self.chat_template_kwargs,
+                "add_generation_prompt": self.add_generation_prompt,
+                "continue_final_message": self.continue_final_message,
             },
         }
         if self.mm_processor_kwargs:

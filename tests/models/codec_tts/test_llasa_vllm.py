@@ -145,7 +145,7 @@ async def run(omni, prompt, params=GREEDY, codec_params=None, events=None):
 
 
 def cloned(text: str, ref: np.ndarray, rate: int = 16000) -> dict:
-    return {"prompt": text, "additional_information": {"ref_audio": (ref, rate), "ref_text": REF_TEXT}}
+    return {"prompt": text, "speech": {"ref_audio": (ref, rate), "ref_text": REF_TEXT}}
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -263,7 +263,7 @@ async def test_resampled_reference_and_cache(engines):
 )
 async def test_bad_cloning_inputs_name_the_field(engines, info, field):
     with pytest.raises(InvalidRequestError) as e:
-        await run(engines["whole"], {"prompt": "hi", "additional_information": info})
+        await run(engines["whole"], {"prompt": "hi", "speech": info})
     assert e.value.field == field
 
 

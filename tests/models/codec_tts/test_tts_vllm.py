@@ -89,7 +89,7 @@ async def test_lm_ids_equal_transformers_generate(omni, tts_dir):
 @pytest.mark.asyncio(loop_scope="module")
 async def test_streamed_audio_equals_whole_decode_and_starts_early(omni, tts_dir):
     events = []
-    finals = await run(omni, {"prompt": "good morning", "additional_information": {"voice": "bass"}}, events=events)
+    finals = await run(omni, {"prompt": "good morning", "speech": {"voice": "bass"}}, events=events)
     ids = finals[0].token_ids
     assert len(ids) == TOKENS
     audio = torch.from_numpy(finals[1].audio)
@@ -108,7 +108,7 @@ async def test_concurrent_requests_batch_in_the_codec_stage(omni):
     adapter = omni.replicas(1)[0].adapter
 
     def voiced(text: str, voice: str) -> dict:
-        return {"prompt": text, "additional_information": {"voice": voice}}
+        return {"prompt": text, "speech": {"voice": voice}}
 
     prompts = [
         "hello world",
@@ -155,13 +155,13 @@ async def test_abort_mid_stream_frees_the_vllm_slot(omni):
     [
         ("   ", GREEDY, InvalidRequestError, "prompt: the text to speak is empty"),
         (
-            {"prompt": "hi", "additional_information": {"voice": "tenor"}},
+            {"prompt": "hi", "speech": {"voice": "tenor"}},
             GREEDY,
             InvalidRequestError,
             "voice: 'tenor' is not one of alto, bass",
         ),
         (
-            {"prompt": "hi", "additional_information": {"instructions": "whisper"}},
+            {"prompt": "hi", "speech": {"instructions": "whisper"}},
             GREEDY,
             InvalidRequestError,
             "instructions: this model does not take",
@@ -175,7 +175,7 @@ async def test_abort_mid_stream_frees_the_vllm_slot(omni):
         ),
         # no {ref_codes} in this folder's prompt_template: it cannot clone
         (
-            {"prompt": "hi", "additional_information": {"ref_audio": ([0.1] * 1600, 16000), "ref_text": "hi"}},
+            {"prompt": "hi", "speech": {"ref_audio": ([0.1] * 1600, 16000), "ref_text": "hi"}},
             GREEDY,
             InvalidRequestError,
             "ref_audio: this model cannot clone voices",

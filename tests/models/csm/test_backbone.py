@@ -16,6 +16,7 @@ from omnistage.models.csm.codec import CsmCodecAdapter
 from omnistage.models.csm.config import checkpoint_defaults, parse_params
 from omnistage.models.csm.engine import CsmEngine
 from omnistage.pipeline import StageContext, get_pipeline, resolve_pipeline
+from omnistage.speech import SpeechInput, SpeechTurn
 from omnistage.stages.base import StageRequest
 from omnistage.stages.generation.engine import GenerationItem
 from omnistage.testing.streams import all_outputs
@@ -55,7 +56,7 @@ CASES = [
     ("plain-0", {"prompt": "hello there"}, GREEDY, [("0", "hello there", None)], None, {}),
     (
         "plain-1",
-        {"prompt": "good morning", "additional_information": {"voice": "1"}},
+        {"prompt": "good morning", "speech": SpeechInput(voice="1")},
         GREEDY,
         [("1", "good morning", None)],
         None,
@@ -65,7 +66,7 @@ CASES = [
         "ref-1",
         {
             "prompt": "how are you today",
-            "additional_information": {"voice": "1", "ref_audio": (CLIP_A, 24000), "ref_text": "a clip of my voice"},
+            "speech": SpeechInput(voice="1", ref_audio=(CLIP_A, 24000), ref_text="a clip of my voice"),
         },
         GREEDY,
         [("1", "a clip of my voice", CLIP_A), ("1", "how are you today", None)],
@@ -76,12 +77,12 @@ CASES = [
         "context-0",
         {
             "prompt": "i am fine",
-            "additional_information": {
-                "context": [
-                    {"speaker": "1", "text": "how are you", "audio": (CLIP_B, 24000)},
-                    {"speaker": 0, "text": "the quick fox", "audio": (CLIP_A, 24000)},
-                ]
-            },
+            "speech": SpeechInput(
+                context=(
+                    SpeechTurn(speaker="1", text="how are you", audio=(CLIP_B, 24000)),
+                    SpeechTurn(speaker="0", text="the quick fox", audio=(CLIP_A, 24000)),
+                )
+            ),
         },
         GREEDY,
         [("1", "how are you", CLIP_B), ("0", "the quick fox", CLIP_A), ("0", "i am fine", None)],
@@ -93,7 +94,7 @@ CASES = [
         "seeded-ref-1",
         {
             "prompt": "the lazy dog",
-            "additional_information": {"speaker": "1", "ref_audio": (CLIP_B, 24000), "ref_text": "thank you"},
+            "speech": SpeechInput(voice="1", ref_audio=(CLIP_B, 24000), ref_text="thank you"),
         },
         {**HOT, "seed": 11},
         [("1", "thank you", CLIP_B), ("1", "the lazy dog", None)],
@@ -109,7 +110,12 @@ def run_engine(folder, cases):
         await engine.start()
         try:
             outs = await asyncio.gather(
-                *(all_outputs(engine.generate(StageRequest(rid, prompt, params))) for rid, prompt, params, *_ in cases)
+                *(
+                    all_outputs(
+                        engine.generate(StageRequest(rid, {"prompt": p["prompt"]}, params, speech=p.get("speech")))
+                    )
+                    for rid, p, params, *_ in cases
+                )
             )
             return outs, list(engine.batch_sizes)
         finally:

@@ -122,6 +122,7 @@ def test_reference_clip_and_registered_voice_are_an_earlier_turn(server, ref):
         ),
         ({"input": "hi", "ref_audio": "not audio at all"}, "ref_audio"),
         ({"input": "hi", "speed": 1.5}, "speed"),
+        ({"input": "hi", "language": 5}, "language"),  # wrong-typed speech input
         ({"input": "hi", "instructions": "whisper"}, "instructions"),
         ({"input": "hi", "response_format": "ogg"}, "response_format"),
     ],

@@ -13,6 +13,7 @@ import torch
 
 from omnistage import AsyncOmni
 from omnistage.errors import InvalidRequestError
+from omnistage.speech import SpeechInput
 from omnistage.testing.streams import all_outputs
 from tests.models.csm.conftest import clip
 
@@ -49,7 +50,7 @@ def close(audio, ref) -> float:
 async def test_streamed_speech_equals_transformers_and_arrives_in_chunks(omni, reference):
     deltas, final = await speak(
         omni,
-        {"prompt": "hello there", "additional_information": {"voice": "1"}},
+        {"prompt": "hello there", "speech": SpeechInput(voice="1")},
         {"temperature": 0, "max_tokens": FRAMES},
         {"initial_codec_chunk_frames": 2, "chunk_frames": 4},
     )
@@ -83,7 +84,7 @@ async def test_eight_concurrent_requests_each_equal_their_reference(omni, refere
         params = {**hot, "seed": 100 + i} if seeded else greedy
         cases.append(
             (
-                {"prompt": text, "additional_information": info},
+                {"prompt": text, "speech": info},
                 params,
                 turns,
                 100 + i if seeded else None,
@@ -116,8 +117,27 @@ async def test_eight_concurrent_requests_each_equal_their_reference(omni, refere
 )
 async def test_bad_input_names_the_field(omni, info, params, field):
     with pytest.raises(InvalidRequestError) as e:
-        await speak(omni, {"prompt": "hi", "additional_information": info}, {"max_tokens": 2, **params})
+        await speak(omni, {"prompt": "hi", "speech": info}, {"max_tokens": 2, **params})
     assert e.value.field == field
+
+
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize(
+    "speech, field",
+    [
+        ({"voice": 1}, "voice"),
+        ({"ref_audio": "clip.wav", "ref_text": "hi"}, "ref_audio"),
+        ({"context": [{"speaker": "0", "text": ["hi"], "audio": (CLIP, 24000)}]}, "context[0].text"),
+        (SpeechInput(language=5), "language"),
+    ],
+)
+async def test_wrong_typed_speech_fails_at_admission(omni, speech, field):
+    backbone = omni.replicas(0)[0]
+    before = len(backbone.batch_sizes)
+    with pytest.raises(InvalidRequestError) as e:
+        await speak(omni, {"prompt": "hi", "speech": speech}, {"max_tokens": 2})
+    assert e.value.field == field and e.value.context == ""  # admission's error, not a stage's
+    assert len(backbone.batch_sizes) == before  # no stage saw the request
 
 
 @pytest.mark.asyncio(loop_scope="module")

@@ -11,9 +11,10 @@ import base64
 import httpx
 import pytest
 
+from omnistage.testing.requires import requires_encoder
 from tests.e2e import media_matrix as mm
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, requires_encoder("libmp3lame", "libopus", "aac")]  # to make the clips
 
 MODEL_RATE = 24000  # Mimi's rate: CSM's reference clips are encoded at it
 MIME = {
@@ -33,9 +34,6 @@ def server(tiny_model, tmp_path_factory):
     from omnistage import AsyncOmni
     from omnistage.testing.server import serve_engine
 
-    missing = mm.missing_encoders({"libmp3lame", "libopus", "aac"})
-    if missing:
-        pytest.skip(f"this FFmpeg has no {missing} encoder")
     with pytest.MonkeyPatch.context() as mp:  # its own storage: the uploaded voices stay out of other servers
         mp.setenv("OMNISTAGE_SERVER_STORAGE__PATH", str(tmp_path_factory.mktemp("csm-voices")))
         with serve_engine(AsyncOmni(str(tiny_model("csm"))), served_model_name="tiny-csm") as srv:

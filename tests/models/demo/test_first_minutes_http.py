@@ -1,6 +1,7 @@
 """What a newcomer meets on the demo server, through the official ``openai`` client: the model card
 says what the demo can draw (its words, example prompts, the sizes it draws, up to its own limit), and a prompt
-with words it was not trained on is answered with a warning, in a header and in the body, not silently."""
+with words it was not trained on, or a size it was not trained at, is answered with a warning, in a header and in
+the body, not silently."""
 
 from __future__ import annotations
 
@@ -70,6 +71,34 @@ def test_a_prompt_it_cannot_draw_gets_a_warning(client):
         model="omnistage-demo", prompt="A Yellow circle, on the left.", size="64x64", extra_body=FAST
     )
     assert "x-omnistage-warning" not in plain.headers and "warnings" not in plain.http_response.json()
+
+
+def test_a_size_or_background_it_cannot_draw_gets_a_warning(client):
+    """256x256 (offered: the weights allow it) and "yellow background" (yellow is a shape colour) still draw,
+    each with a warning naming it, in the headers and the body, on the images and the chat routes."""
+    raw = client.images.with_raw_response.generate(
+        model="omnistage-demo", prompt="a red circle on a yellow background", size="256x256", extra_body=FAST
+    )
+    headers = raw.headers.get_list("x-omnistage-warning")
+    assert raw.http_response.json()["warnings"] == headers and len(headers) == 2, headers
+    assert "'yellow background'" in headers[0] and "at 256x256" in headers[1] and "64x64" in headers[1]
+    assert Image.open(io.BytesIO(base64.b64decode(raw.parse().data[0].b64_json))).size == (256, 256)
+
+    ask = {
+        "model": "omnistage-demo",
+        "messages": [{"role": "user", "content": "a red circle on the left"}],
+        "extra_body": {**FAST, "height": 128, "width": 128},
+    }
+    chat = client.chat.completions.with_raw_response.create(**ask)
+    [size] = chat.headers.get_list("x-omnistage-warning")
+    assert "at 128x128" in size and chat.http_response.json()["warnings"] == [size]
+    with client.chat.completions.with_streaming_response.create(**ask, stream=True) as streamed:
+        assert streamed.headers.get_list("x-omnistage-warning") == [size]
+        assert any(chunk.choices for chunk in streamed.parse())
+    native = client.images.with_raw_response.generate(
+        model="omnistage-demo", prompt="a red circle on a gray background", size="64x64", extra_body=FAST
+    )
+    assert "x-omnistage-warning" not in native.headers
 
 
 def test_warnings_survive_any_characters(demo_server):

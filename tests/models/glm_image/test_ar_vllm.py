@@ -113,9 +113,7 @@ async def ar_run(engine, rid, inputs, params):
 async def test_greedy_equals_transformers_generate(ar_engine, hf_greedy):
     prompt_ids, expected, plain = hf_greedy
     assert expected != plain  # the 2-D decode positions matter for this model: the check below can fail
-    got_prompt, ids, last = await ar_run(
-        ar_engine, "g", {"prompt": PROMPT, "additional_information": {"height": H, "width": W}}, GREEDY
-    )
+    got_prompt, ids, last = await ar_run(ar_engine, "g", {"prompt": PROMPT, "image_size": (H, W)}, GREEDY)
     assert got_prompt == prompt_ids
     assert ids == expected and last.finish_reason == "length"
     # the size can also ride in the stage's params
@@ -132,9 +130,7 @@ async def test_concurrent_requests_of_different_sizes(ar_engine, folder):
     model = GlmImageForConditionalGeneration.from_pretrained(folder / "vision_language_encoder", dtype=torch.float32)
     sizes = [(64, 96), (96, 64), (32, 32)]
     runs = [
-        ar_run(
-            ar_engine, f"c{i}", {"prompt": "green tree", "additional_information": {"height": h, "width": w}}, GREEDY
-        )
+        ar_run(ar_engine, f"c{i}", {"prompt": "green tree", "image_size": (h, w)}, GREEDY)
         for i, (h, w) in enumerate(sizes)
     ]
     results = await asyncio.gather(*runs)
@@ -146,7 +142,7 @@ async def test_concurrent_requests_of_different_sizes(ar_engine, folder):
 
 async def test_bad_requests_name_the_field(ar_engine):
     cases = [
-        ({"prompt": PROMPT, "additional_information": {"height": 50, "width": 64}}, {}, "height"),
+        ({"prompt": PROMPT, "image_size": (50, 64)}, {}, "image_size.height"),
         ({"prompt": PROMPT}, {"height": 64, "width": 64, "max_tokens": 5}, "max_tokens"),
         ({"prompt": ""}, {}, "prompt"),
     ]
@@ -158,7 +154,7 @@ async def test_bad_requests_name_the_field(ar_engine):
 async def test_end_to_end_through_omni(omni, folder, hf_greedy, dit_reference):
     assert resolve_pipeline(folder).name == "glm_image"
     _, expected_ids, _ = hf_greedy
-    image = await final_image(omni, {"prompt": PROMPT, "additional_information": {"height": H, "width": W}})
+    image = await final_image(omni, {"prompt": PROMPT, "image_size": (H, W)})
     ref = dit_reference
     (th, tw), (ph, pw) = target_grids(H, W)
     prior = ref._upsample_token_ids(torch.tensor(expected_ids[ph * pw : ph * pw + th * tw]), th, tw)
@@ -208,7 +204,7 @@ async def test_i2i_greedy_equals_transformers_generate(ar_engine, folder):
     got_prompt, ids, last = await ar_run(
         ar_engine,
         "i",
-        {"prompt": I2I_PROMPT, "multi_modal_data": {"image": img}, "additional_information": {"height": H, "width": W}},
+        {"prompt": I2I_PROMPT, "multi_modal_data": {"image": img}, "image_size": (H, W)},
         GREEDY,
     )
     assert got_prompt == prompt_ids and ids == expected
@@ -226,7 +222,7 @@ async def test_i2i_greedy_equals_transformers_generate(ar_engine, folder):
         {
             "prompt": I2I_PROMPT,
             "multi_modal_data": {"image": source_image(1, 64, 96)},
-            "additional_information": {"height": H, "width": W},
+            "image_size": (H, W),
         },
         GREEDY,
     )
@@ -244,11 +240,11 @@ async def test_i2i_two_sources_and_t2i_in_one_batch(ar_engine, folder):
             {
                 "prompt": I2I_PROMPT,
                 "multi_modal_data": {"image": two},
-                "additional_information": {"height": 32, "width": 64},
+                "image_size": (32, 64),
             },
             GREEDY,
         ),
-        ar_run(ar_engine, "t2i", {"prompt": PROMPT, "additional_information": {"height": H, "width": W}}, GREEDY),
+        ar_run(ar_engine, "t2i", {"prompt": PROMPT, "image_size": (H, W)}, GREEDY),
     ]
     (_, ids_two, _), (_, ids_t2i, _) = await asyncio.gather(*runs)
     assert ids_two == hf_i2i(folder, two, height=32, width=64)[1]

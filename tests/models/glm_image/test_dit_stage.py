@@ -117,14 +117,12 @@ def test_edge_cuts_the_target_grid_from_cumulative_ids():
     (th, tw), (ph, pw) = target_grids(height, width)
     preview = list(range(ph * pw))
     target = [7] * (th * tw)
-    request = SimpleNamespace(
-        prompt={"prompt": "p", "additional_information": {"height": height, "width": width}}, sampling_params=[{}, {}]
-    )
+    request = SimpleNamespace(prompt={"prompt": "p", "image_size": (height, width)}, sampling_params=[{}, {}])
     out = ar_tokens_to_prior({"token_ids": preview + target + [65]}, request)
     assert out == {"prompt": "p", "prior_token_ids": target, "prior_grid": [th, tw]}
     assert "prior_token_image_ids" not in out  # present only for image-to-image
     with pytest.raises(ValueError, match="generated"):
         ar_tokens_to_prior({"token_ids": preview}, request)
-    request.prompt["additional_information"] = {"height": 50, "width": 64}
-    with pytest.raises(ValueError, match="additional_information.height"):
+    request.prompt["image_size"] = (50, 64)
+    with pytest.raises(ValueError, match="image_size.height"):
         ar_tokens_to_prior({"token_ids": preview + target}, request)

@@ -60,6 +60,15 @@ def test_defaults_are_the_pipelines():
     assert PYRAMID.stages[0].default_params["num_inference_steps"] == helios_pyramid.DEFAULT_STAGE_STEPS
 
 
+def test_frame_counts_round_as_the_pipeline_and_seconds_to_the_nearest(adapter):
+    # whole chunks of 33, trimmed to 4k+1 (against HeliosPipeline itself: tests/models/test_video_frame_counts.py)
+    made = {n: adapter.frames_for(n, nearest=False) for n in (1, 9, 33, 34, 66, 67, 132)}
+    assert made == {1: 33, 9: 33, 33: 33, 34: 65, 66: 65, 67: 97, 132: 129}
+    # a count derived from seconds x fps: the nearest of those (the longer on a tie: 49 is 16 from 33 and 65)
+    near = {n: adapter.frames_for(n, nearest=True) for n in (9, 48, 49, 100)}
+    assert near == {9: 33, 48: 33, 49: 65, 100: 97}
+
+
 def test_families_resolve_from_the_folder(folder, pyramid_folder):
     from omnistage.pipeline import resolve_pipeline
 
@@ -159,11 +168,10 @@ async def test_pyramid_concurrent_requests_batch_by_stage(pyramid_folder, pyrami
 @pytest.mark.parametrize(
     "pyramid,params,inputs,field",
     [
-        (False, dict(num_frames=40), {}, "num_frames"),  # chunks of 33 frames trimmed to 4k+1: 33, 65, 97, ...
         (False, dict(height=40), {}, "height"),
         (False, dict(num_outputs_per_prompt=2), {}, "num_outputs_per_prompt"),
         (False, dict(guidance_scale_2=2.0), {}, "guidance_scale_2"),
-        (False, {}, {"multi_modal_data": {"image": Image.new("RGB", (32, 32))}}, "multi_modal_data.image"),
+        (False, {}, {"multi_modal_data": {"video": [Image.new("RGB", (64, 64))] * 9}}, "multi_modal_data.video"),
         (True, dict(width=32), {}, "width"),  # the pyramid's lowest stage needs multiples of 64
     ],
 )

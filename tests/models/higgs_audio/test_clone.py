@@ -10,6 +10,7 @@ import torch
 from omnistage.models.higgs_audio.engine import request_messages
 from omnistage.models.higgs_audio.model import HiggsModel
 from omnistage.models.shared.higgs_tokenizer.encoder import HiggsAudioEncoder, resample
+from omnistage.speech import SpeechInput
 from tests.models.higgs_audio.conftest import golden
 
 torch.set_num_threads(1)
@@ -30,11 +31,7 @@ def test_clip_codes_equal_the_reference_encode(higgs_dir):
 def test_cloning_prompt_equals_the_processors(higgs_dir):
     ref = golden("clone")
     messages, clips = request_messages(
-        {
-            "prompt": str(ref["text"]),
-            "additional_information": {"ref_audio": (ref["clip"], 24000), "ref_text": str(ref["ref_text"])},
-        },
-        24000,
+        str(ref["text"]), SpeechInput(ref_audio=(ref["clip"], 24000), ref_text=str(ref["ref_text"])), 24000
     )
     assert len(clips) == 1 and np.array_equal(clips[0], ref["clip"])  # already at the codec's rate: untouched
     model = HiggsModel(higgs_dir)

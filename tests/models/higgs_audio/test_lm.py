@@ -15,8 +15,7 @@ from omnistage.errors import InvalidRequestError
 from omnistage.models.higgs_audio.config import checkpoint_defaults, parse_params
 from omnistage.models.higgs_audio.engine import HiggsEngine
 from omnistage.pipeline import StageContext, get_pipeline, resolve_pipeline
-from omnistage.stages.base import StageRequest
-from omnistage.testing.streams import all_outputs
+from omnistage.testing.streams import all_outputs, stage_request
 from tests.models.higgs_audio.conftest import conversation
 
 pytestmark = pytest.mark.slow
@@ -37,7 +36,7 @@ CASES = [
         "scene",
         {
             "prompt": "[SPEAKER0] good morning [SPEAKER1] how are you",
-            "additional_information": {"instructions": "SPEAKER0: feminine"},
+            "speech": {"instructions": "SPEAKER0: feminine"},
         },
         GREEDY,
         conversation("[SPEAKER0] good morning [SPEAKER1] how are you", "SPEAKER0: feminine"),
@@ -74,7 +73,7 @@ def run_engine(folder, cases):
         await engine.start()
         try:
             outs = await asyncio.gather(
-                *(all_outputs(engine.generate(StageRequest(rid, prompt, params))) for rid, prompt, params, *_ in cases)
+                *(all_outputs(engine.generate(stage_request(rid, prompt, params))) for rid, prompt, params, *_ in cases)
             )
             return outs, list(engine.batch_sizes), list(engine.prefill_sizes)
         finally:

@@ -60,7 +60,7 @@ async def test_cloned_voice_equals_the_reference(omni):
     ref = golden("clone")
     info = {"ref_audio": (ref["clip"], 24000), "ref_text": str(ref["ref_text"])}
     _, final = await speak(
-        omni, {"prompt": str(ref["text"]), "additional_information": info}, {**GREEDY, "max_tokens": int(ref["steps"])}
+        omni, {"prompt": str(ref["text"]), "speech": info}, {**GREEDY, "max_tokens": int(ref["steps"])}
     )
     assert gap(final.audio, ref["wav"]) <= TOL
     plain = golden("plain")  # the same text without the clip: other codes, another waveform
@@ -89,7 +89,7 @@ async def test_five_mixed_concurrent_requests_equal_their_solo_runs(omni):
     cases = [
         ("hello there", {**GREEDY, "max_tokens": 20}),
         (
-            {"prompt": "good morning", "additional_information": {"instructions": "SPEAKER0: feminine"}},
+            {"prompt": "good morning", "speech": {"instructions": "SPEAKER0: feminine"}},
             {**GREEDY, "max_tokens": 26},
         ),
         ("[SPEAKER0] hi [SPEAKER1] how are you", {"temperature": 3.0, "top_k": 0, "seed": 5, "max_tokens": 24}),
@@ -97,7 +97,7 @@ async def test_five_mixed_concurrent_requests_equal_their_solo_runs(omni):
     ]
     clone = golden("clone")  # a prompt with audio frames in the same batched prefill as prompts without
     info = {"ref_audio": (clone["clip"], 24000), "ref_text": str(clone["ref_text"])}
-    cases.append(({"prompt": "hello there", "additional_information": info}, {**GREEDY, "max_tokens": 22}))
+    cases.append(({"prompt": "hello there", "speech": info}, {**GREEDY, "max_tokens": 22}))
     solo = [(await speak(omni, prompt, params))[1].audio for prompt, params in cases]
     lm = omni.replicas(0)[0]
     before = len(lm.batch_sizes)
@@ -124,7 +124,7 @@ async def test_five_mixed_concurrent_requests_equal_their_solo_runs(omni):
 )
 async def test_bad_input_names_the_field(omni, info, params, field):
     with pytest.raises(InvalidRequestError) as e:
-        await speak(omni, {"prompt": "hi", "additional_information": info}, {"max_tokens": 8, **params})
+        await speak(omni, {"prompt": "hi", "speech": info}, {"max_tokens": 8, **params})
     assert e.value.field == field
 
 

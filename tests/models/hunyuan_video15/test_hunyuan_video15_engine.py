@@ -116,7 +116,6 @@ async def test_videos_finishing_together_decode(folder, adapter):
 @pytest.mark.parametrize(
     "params,inputs,field",
     [
-        (dict(num_frames=4), {}, "num_frames"),  # 2k+1 here (4k+1 in the release)
         (dict(width=None), {}, "width"),  # one side alone
         (dict(height=18, width=32), {}, "height"),
         (dict(max_sequence_length=64), {}, "max_sequence_length"),

@@ -63,7 +63,7 @@ async def test_concurrent_requests_equal_their_solo_runs(omni):
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_bad_input_is_named(omni):
-    bad = {"prompt": "hello", "additional_information": {"instructions": "purple"}}
+    bad = {"prompt": "hello", "speech": {"instructions": "purple"}}
     with pytest.raises(InvalidRequestError) as e:
         await speak(omni, bad, {})
     assert e.value.field == "instructions"

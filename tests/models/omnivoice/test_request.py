@@ -13,6 +13,7 @@ from omnistage.models.omnivoice.clone import clip_codes, with_end_punctuation
 from omnistage.models.omnivoice.engine import checked_estimate, parse_request
 from omnistage.models.omnivoice.postprocess import remove_silence
 from omnistage.models.shared.higgs_tokenizer.encoder import HiggsAudioEncoder
+from omnistage.speech import check_speech
 from tests.models.omnivoice.conftest import GOLDEN, TINY, golden
 
 
@@ -23,13 +24,17 @@ def request_of_case(g) -> tuple[dict, dict]:
     params = {"seed": int(g["seed"]), "num_inference_steps": int(g["num_step"])}
     if float(g["duration"]):
         params["duration"] = float(g["duration"])
-    return {"prompt": str(g["text"]), "additional_information": info}, params
+    return {"prompt": str(g["text"]), "speech": check_speech(info)}, params
+
+
+def parsed(prompt: dict, params: dict):
+    return parse_request(prompt["prompt"], prompt["speech"], params)
 
 
 @pytest.mark.parametrize("name", ["auto", "design", "duration"])
 def test_request_becomes_the_reference_prompt(omnivoice_lm, name):
     g = golden(name)
-    u = parse_request(*request_of_case(g))
+    u = parsed(*request_of_case(g))
     assert u.target_len == int(g["target_len"])  # the estimate from the text, or the duration's frames
     prompt, _ = omnivoice_lm.prompt(u.text, u.target_len, language=u.language, instruct=u.instruct)
     np.testing.assert_array_equal(prompt[0].numpy(), g["prompt_ids"])
@@ -39,7 +44,7 @@ def test_clone_request_becomes_the_reference_prompt(omnivoice_lm):
     """The clip trimmed and encoded (codes, loudness), the transcript punctuated, the length estimated at the
     clip's pace: the package's clone prompt."""
     g = golden("clone")
-    u = parse_request(*request_of_case(g))
+    u = parsed(*request_of_case(g))
     assert u.ref_text == str(g["ref_text_used"])
     assert with_end_punctuation(" a clip ") == "a clip." and with_end_punctuation("你好") == "你好。"
     encoder = HiggsAudioEncoder(TINY / "audio_tokenizer")
@@ -83,5 +88,5 @@ def test_silence_trimming_equals_the_reference():
 )
 def test_bad_requests_name_the_field(info, params, field):
     with pytest.raises(InvalidRequestError) as e:
-        parse_request({"prompt": "hello", "additional_information": info}, params)
+        parse_request("hello", check_speech(info), params)
     assert e.value.field == field

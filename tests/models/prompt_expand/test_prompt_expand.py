@@ -44,7 +44,7 @@ async def omni(folder):
 async def collect(omni, prompt, modalities=None, system=None):
     p = {"prompt": prompt}
     if system is not None:
-        p["additional_information"] = {"system_prompt": system}
+        p["system_prompt"] = system
     outs = await all_outputs(omni.generate(p, sampling_params_list=[EXPAND, IMAGE], output_modalities=modalities))
     return finished_by_stage(outs), outs
 

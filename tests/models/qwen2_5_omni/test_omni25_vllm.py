@@ -162,7 +162,7 @@ async def test_voices_and_text_out_asks_no_hidden_states(omni, reference):
     thinker = omni.replicas(0)[0]
     before = thinker.rows_read
     ethan = reference.run([{"role": "user", "content": "hello, who are you?"}], THINK, TALK, speaker="Ethan")
-    finals = await run(omni, {**prompt, "additional_information": {"voice": "ethan"}})
+    finals = await run(omni, {**prompt, "speech": {"voice": "ethan"}})
     assert_equal(finals, ethan)
     assert thinker.rows_read == before + 1  # the talker's conditioning, from the thinker's own engine
     text_only = await run(omni, prompt, output_modalities=["text"])

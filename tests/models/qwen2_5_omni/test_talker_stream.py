@@ -15,9 +15,10 @@ from transformers import AutoConfig, Qwen2_5OmniThinkerForConditionalGeneration
 
 from omnistage.config.schema import StageDeployConfig
 from omnistage.modality import OutputAccumulator
-from omnistage.models.qwen2_5_omni.edges import thinker_to_talker, thinker_to_talker_chunks
-from omnistage.models.qwen2_5_omni.talker_engine import NO_SPEECH, TalkerEngine
+from omnistage.models.qwen2_5_omni.edges import talker_to_token2wav, thinker_to_talker, thinker_to_talker_chunks
+from omnistage.models.qwen2_5_omni.talker_engine import TalkerEngine
 from omnistage.pipeline import StageContext, get_pipeline
+from omnistage.speech import SpeechInput
 from omnistage.testing.streams import fed_outputs
 
 TALK = 12
@@ -80,11 +81,15 @@ def test_streamed_inputs_give_the_codes_of_whole_inputs_while_sharing_steps(omni
     assert max(batches) >= 2
 
 
-def test_a_one_token_reply_or_an_unknown_voice_fails_that_request(omni25_dir, rows):
+def test_a_one_token_reply_ends_without_a_code_and_an_unknown_voice_fails_that_request(omni25_dir, rows):
+    """A thinker that stopped on its first token leaves the talker nothing to say: it finishes with no code (the
+    reply is its text without audio), and the edge hands token2wav no codes; a voice it lacks is that request's
+    error alone."""
     short, _ = streamed(rows, reply=REPLY[:1])
     bad, feeds = streamed(rows, voice="bob")
     (one, unknown), _ = run(omni25_dir, [("short", short, [({}, True)]), ("bob", bad, feeds)])
-    assert one[-1].error is not None and NO_SPEECH in one[-1].error.message
+    assert codes(one) == [] and one[-1].finish_reason == "stop"
+    assert talker_to_token2wav({"token_ids": []}, SimpleNamespace(prompt={}, sampling_params=[])) == {}
     assert unknown[-1].error is not None and unknown[-1].error.field == "speaker", unknown[-1].error
 
 
@@ -95,7 +100,7 @@ def test_the_whole_edge_joins_the_thinkers_outputs_as_the_streamed_one_forwards_
     media = {"image_grid_thw": None, "use_audio_in_video": False}
     outputs = [{"prompt_token_ids": PROMPT, "token_ids": REPLY[:1], "talker_rows": rows[:n], "talker_media": media}]
     outputs += [{"token_ids": [t], "talker_rows": rows[n + j : n + j + 1]} for j, t in enumerate(REPLY[1:])]
-    request = SimpleNamespace(prompt={"additional_information": {"voice": "ethan"}}, sampling_params=[None, None])
+    request = SimpleNamespace(prompt={"speech": SpeechInput(voice="ethan")}, sampling_params=[None, None])
     acc = OutputAccumulator()
     for out in outputs:
         acc.add(out)

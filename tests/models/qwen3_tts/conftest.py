@@ -31,7 +31,7 @@ def golden(name: str) -> dict[str, np.ndarray]:
 
 
 def prompt_of(name: str) -> dict:
-    """The omnistage request of a reference case (``qwen-tts`` arguments -> prompt + additional_information)."""
+    """The omnistage request of a reference case (``qwen-tts`` arguments -> prompt + speech input)."""
     case = CASES[name]
     args = case["args"]
     info = {"language": args.get("language")}
@@ -47,7 +47,7 @@ def prompt_of(name: str) -> dict:
             info["x_vector_only_mode"] = True
         else:
             info["ref_text"] = args["ref_text"]
-    return {"prompt": args["text"], "additional_information": info}
+    return {"prompt": args["text"], "speech": info}
 
 
 def names(kind: str) -> list[str]:

@@ -113,7 +113,7 @@ def test_chat_without_text_to_speak_is_a_400(url, messages, param):
 def test_offline_messages_equal_the_reference():
     prompt = {
         "messages": [{"role": "user", "content": "Hello world."}],
-        "additional_information": {"voice": "Vivian", "language": "English"},
+        "speech": {"voice": "Vivian", "language": "English"},
     }
     with Omni(str(TINY / "custom_voice")) as omni:
         (out,) = omni.generate([prompt], [GREEDY, None], use_tqdm=False)

@@ -19,9 +19,8 @@ from omnistage.models.qwen3_tts.engine import Qwen3TTSEngine
 from omnistage.models.qwen3_tts.speech_decoder import SpeechTokenizerDecoder, decoder_adapter
 from omnistage.models.qwen3_tts.speech_encoder import MimiEncoder, XVectorExtractor
 from omnistage.pipeline import StageContext, get_pipeline, resolve_pipeline
-from omnistage.stages.base import StageRequest
 from omnistage.stages.generation.engine import GenerationItem
-from omnistage.testing.streams import all_outputs
+from omnistage.testing.streams import all_outputs, stage_request
 from tests.models.qwen3_tts.conftest import CASES, GOLDEN, GREEDY, REF_CLIP, golden, names, prompt_of
 
 torch.set_num_threads(1)
@@ -39,7 +38,7 @@ def run_talker(folder, requests):
         await engine.start()
         try:
             outs = await asyncio.gather(
-                *(all_outputs(engine.generate(StageRequest(rid, prompt, params))) for rid, prompt, params in requests)
+                *(all_outputs(engine.generate(stage_request(rid, prompt, params))) for rid, prompt, params in requests)
             )
             return outs, list(engine.batch_sizes)
         finally:
@@ -167,9 +166,7 @@ def test_bad_input_names_the_field(tiny, kind, info, field):
         await engine.start()
         try:
             with pytest.raises(InvalidRequestError) as e:
-                await all_outputs(
-                    engine.generate(StageRequest("bad", {"prompt": "hi", "additional_information": info}, GREEDY))
-                )
+                await all_outputs(engine.generate(stage_request("bad", {"prompt": "hi", "speech": info}, GREEDY)))
             return e.value
         finally:
             await engine.shutdown()

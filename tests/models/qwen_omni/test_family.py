@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from omnistage.engine.builder import resolve_deploy
-from omnistage.errors import InvalidRequestError
 from omnistage.models.qwen_omni import edges
 from omnistage.pipeline import resolve_pipeline
+from omnistage.speech import SpeechInput
 
 DEPLOY = Path(__file__).parents[3] / "omnistage" / "models" / "qwen_omni" / "deploy"
 
@@ -78,20 +78,20 @@ def test_code2wav_decodes_in_few_shapes_and_keeps_short_pieces_off_long_windows(
     assert decode_batches([325, 300]) == [(325, 2, [1, 0])]  # a whole chunk with its context: no more
 
 
-def test_a_talker_that_ends_before_its_first_frame_is_a_400_naming_the_input():
+def test_a_talker_that_ends_before_its_first_frame_hands_code2wav_no_codes():
+    """The thinker stopped on its first token, so the talker had no turn to speak: code2wav gets no codes (its
+    empty last input, streamed or whole) and the reply is its text without audio, not an error."""
+
     class Req:
         sampling_params = (None, None, None)
 
-    with pytest.raises(InvalidRequestError, match="no codec frame") as e:
-        edges.talker_to_code2wav_chunks({}, Req, {"finished": True})
-    assert e.value.field == "input"
-    with pytest.raises(InvalidRequestError, match="no codec frame"):
-        edges.talker_to_code2wav({"token_ids": []}, Req)
+    assert edges.talker_to_code2wav_chunks({}, Req, {"finished": True}) is None  # the feed's last input is {}
+    assert edges.talker_to_code2wav({"token_ids": []}, Req) == {}
 
 
 def test_reply_chunks_carry_the_prompt_and_the_voice_once():
     class Req:
-        prompt: ClassVar = {"messages": [], "additional_information": {"voice": "Chelsie"}}
+        prompt: ClassVar = {"messages": [], "speech": SpeechInput(voice="Chelsie")}
 
     state: dict = {"finished": False}
     first = edges.thinker_to_talker_chunks({"prompt_token_ids": [1, 2], "token_ids": [5], "text": "a"}, Req, state)

@@ -66,7 +66,7 @@ async def test_text_and_streamed_speech_equal_transformers(omni, reference):
 async def test_messages_with_a_system_turn_and_a_chosen_speaker(omni, reference):
     chat = [{"role": "system", "content": "you are a helpful assistant."}, *messages("hello")]
     ref = reference.run(chat, THINK, TALK, speaker="Chelsie")
-    _, finals = await run(omni, {"messages": chat, "additional_information": {"voice": "chelsie"}})
+    _, finals = await run(omni, {"messages": chat, "speech": {"voice": "chelsie"}})
     assert finals[0].token_ids == ref.reply
     assert (torch.from_numpy(finals[2].audio) - ref.audio).abs().max().item() <= TOL
     other = reference.run(chat, THINK, TALK, speaker="Aiden")
@@ -100,7 +100,7 @@ async def test_text_only_never_runs_the_talker(omni, reference):
 @pytest.mark.parametrize(
     "prompt, params, field",
     [
-        ({"prompt": "hi", "additional_information": {"voice": "Bob"}}, GREEDY, "speaker"),
+        ({"prompt": "hi", "speech": {"voice": "Bob"}}, GREEDY, "speaker"),
         ("hi", [GREEDY[0], {**GREEDY[1], "speaker": "Bob"}], "speaker"),
         # (a vLLM field the talker does not read, e.g. min_p, is dropped with a warning: tests/test_sampling_fields.py)
         ("hi", [GREEDY[0], {"temprature": 0.5}], "temprature"),

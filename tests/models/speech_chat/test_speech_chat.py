@@ -22,8 +22,7 @@ import numpy as np
 import pytest
 import torch
 
-from omnistage import Omni
-from omnistage import AsyncOmni
+from omnistage import AsyncOmni, Omni
 from tests.models.asr_cases import TransformersWhisper
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]

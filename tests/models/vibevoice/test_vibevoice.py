@@ -98,7 +98,7 @@ async def omni(folder):
 
 
 async def speak(omni, script, seed, voice=False, **params):
-    prompt = {"prompt": script, "additional_information": {"ref_audio": (VOICE, RATE)}} if voice else script
+    prompt = {"prompt": script, "speech": {"ref_audio": (VOICE, RATE)}} if voice else script
     outs = await all_outputs(omni.generate(prompt, sampling_params_list=[{"seed": seed, **params}]))
     final = outs[-1]
     assert final.finished and final.error is None and final.sample_rate == 24000, final.error

@@ -103,10 +103,10 @@ async def test_family_equals_references(omni, vllm_reference, hf_reference):
 @pytest.mark.parametrize(
     "prompt, field",
     [
-        ({"prompt": "", "additional_information": {"language": "en"}}, "multi_modal_data.audio"),
+        ({"prompt": "", "transcription": {"language": "en"}}, "multi_modal_data.audio"),
         (request(CLIPS[0], language="xx"), "language"),
         (request(CLIPS[0], language="ja"), "language"),  # a language code, but not Voxtral's
-        ({**request(CLIPS[0]), "additional_information": {"task": "translate"}}, "task"),
+        ({**request(CLIPS[0]), "transcription": {"task": "translate"}}, "task"),
     ],
 )
 async def test_bad_requests_name_the_field(omni, prompt, field):

@@ -37,7 +37,9 @@ async def test_async_omni_streams_progress_then_the_video(wan, ref):
         )
         with pytest.raises(ValueError, match="num_frames"):
             await final_output(
-                engine.generate("green square", request_id="v2", sampling_params_list=[{"num_frames": 6}])
+                engine.generate(
+                    "green square", request_id="v2", sampling_params_list=[{"num_frames": 129}]
+                )  # past the rotary table
             )
     # every denoising step is reported before the video arrives
     steps = [o.progress[0] for o in outs if o.progress is not None]

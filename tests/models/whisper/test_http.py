@@ -61,7 +61,7 @@ def key(data: bytes, language: str = "en", task: str = "transcribe", prompt: str
 def offline(tiny_model):
     """The family's own output per case: (start s, end s, text) per window, AsyncOmni on the same folder
     (before the server: one engine at a time); and per clip of STAMPED, ``("stamped", k)``: the token ids of
-    each window asked for timestamps as the route asks (``additional_information.timestamps``)."""
+    each window asked for timestamps as the route asks (``Transcription.timestamps``)."""
     from vllm.multimodal.audio import split_audio
 
     from omnistage import AsyncOmni
@@ -75,7 +75,7 @@ def offline(tiny_model):
                 req = {
                     "prompt": prompt,
                     "multi_modal_data": {"audio": (samples, RATE)},
-                    "additional_information": {"language": language, "task": task, "timestamps": timestamps},
+                    "transcription": {"language": language, "task": task, "timestamps": timestamps},
                 }
                 last = None
                 async for out in engine.generate(

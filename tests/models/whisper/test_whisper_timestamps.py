@@ -4,7 +4,7 @@ transformers' Whisper on the tiny fixture.
 - The rules alone, no engine: ``TimestampRules`` on random logits and token histories gives transformers'
   ``WhisperTimeStampLogitsProcessor``'s logits exactly (with and without a first timestamp in the prompt, with
   and without ``max_initial_timestamp_index``).
-- The family on vLLM, greedy, asked for timestamps as the transcription route asks (``additional_information.
+- The family on vLLM, greedy, asked for timestamps as the transcription route asks (``Transcription.
   timestamps``, ``logprobs: 1``): its tokens are transformers' ``generate(return_timestamps=True)``'s, its
   log-probabilities are the log-softmax of transformers' raw logits, and the segments cut from its tokens
   (omnistage/server/segments.py) are transformers' segments (times past the clip's audio held at its end).
@@ -113,7 +113,7 @@ def asked(i, j):
         {
             "prompt": "",
             "multi_modal_data": {"audio": (AUDIO[i], RATE)},
-            "additional_information": {"language": language, "task": task, "timestamps": True},
+            "transcription": {"language": language, "task": task, "timestamps": True},
         },
         {"max_tokens": MAX_TOKENS, "logprobs": 1},
     )

@@ -79,7 +79,7 @@ def test_inputs_parse_into_what_vllm_renders():
             ],
         },
     ]
-    p = parse({"messages": msgs, "additional_information": {"chat_template_kwargs": {"continue_final_message": True}}})
+    p = parse({"messages": msgs, "chat_template_kwargs": {"continue_final_message": True}})
     assert p.field == "messages" and p.messages is msgs
     assert p.media == [
         ("messages[0].content[1].image_url", "image"),
@@ -124,9 +124,7 @@ def test_multi_modal_data_items_are_normalised():
         (
             {
                 "messages": [{"role": "user", "content": "x"}],
-                "additional_information": {
-                    "chat_template_kwargs": {"continue_final_message": True, "add_generation_prompt": True}
-                },
+                "chat_template_kwargs": {"continue_final_message": True, "add_generation_prompt": True},
             },
             r"^continue_final_message: cannot be combined",
         ),

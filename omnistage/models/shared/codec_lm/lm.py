@@ -6,9 +6,8 @@ tokens. The template parts around it (with the voice's prefix) come from the
 folder's ``omnistage.json`` and keep their special tokens.
 
 Voice cloning (the Llasa recipe), for folders whose template has
-``{ref_codes}``: ``additional_information`` carries ``ref_audio`` (``(float
-array, sample_rate)``) or ready ``ref_codes`` ([K, frames] ints), with
-``ref_text`` (the clip's transcript). The clip is resampled to the codec's rate
+``{ref_codes}``: the request's ``SpeechInput`` carries ``ref_audio`` (``(float
+array, sample_rate)``) with ``ref_text`` (the clip's transcript). The clip is resampled to the codec's rate
 (once, soxr HQ: omnistage/media_intake.py)
 and encoded with the codec's own encoder (loaded in this stage only for
 this; encoded clips are cached by content, so a registered voice is encoded
@@ -33,9 +32,12 @@ from omnistage.errors import InvalidRequestError
 from omnistage.models.shared.codec_lm.config import TTSConfig, lookahead_frames
 from omnistage.models.shared.codec_lm.edges import LAYOUT_KEY
 from omnistage.pipeline import StageContext
+from omnistage.speech import SpeechInput
 from omnistage.stages.base import StageOutput, StageRequest
 from omnistage.stages.llm.engine import LLMStageEngine, Prepared
 
+# the reference clip's codes, encoded by generate() for prepare() (within this stage: they never cross processes)
+REF_CODES_KEY = "ref_codes"
 REF_CACHE_SIZE = 64  # encoded reference clips kept per replica (registered voices are re-sent every request)
 
 
@@ -90,13 +92,10 @@ class CodecLMEngine(LLMStageEngine):
     # ------------------------------------------------------------------ reference clips
 
     async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
-        info = req.inputs.get("additional_information")
-        if isinstance(info, Mapping) and info.get("ref_audio") is not None:
-            codes = await self.reference_codes(info["ref_audio"])
-            info = {k: v for k, v in info.items() if k != "ref_audio"}
-            if info.get("ref_codes") is not None:
-                raise InvalidRequestError("ref_codes", "give ref_audio or ref_codes, not both")
-            req = replace(req, inputs={**req.inputs, "additional_information": {**info, "ref_codes": codes}})
+        if req.speech is not None and req.speech.ref_audio is not None:
+            # encoded here (async, cached) so prepare() finds the codes ready: [K, frames] ints
+            codes = await self.reference_codes(req.speech.ref_audio)
+            req = replace(req, inputs={**req.inputs, REF_CODES_KEY: codes})
         async for out in super().generate(req):
             yield out
 
@@ -161,38 +160,35 @@ class CodecLMEngine(LLMStageEngine):
 
     # ------------------------------------------------------------------ prompt
 
-    def prompt_ids(self, inputs: dict[str, Any]) -> tuple[list[int], str, list[list[int]] | None]:
+    def prompt_ids(
+        self, inputs: dict[str, Any], speech: SpeechInput | None
+    ) -> tuple[list[int], str, list[list[int]] | None]:
         """Token ids of the family's prompt around the text (+ the voice prefix or a cloned voice's
         transcript and codes), its text form (codes shown as ``{ref_codes}``), and the reference codes."""
         if inputs.get("prompt_token_ids") is not None or inputs.get("messages") is not None:
             raise InvalidRequestError(
                 "prompt", "codec_tts speaks a text 'prompt'; prompt_token_ids and messages are not supported"
             )
-        if inputs.get("multi_modal_data"):  # a reference voice clip goes in additional_information.ref_audio
+        if inputs.get("multi_modal_data"):  # a reference voice clip goes in the speech input's ref_audio
             raise InvalidRequestError(
                 "multi_modal_data",
-                "codec_tts takes text only (a reference clip for voice "
-                "cloning goes in additional_information.ref_audio)",
+                "codec_tts takes text only (a reference clip for voice cloning goes in the speech input's ref_audio)",
             )
         text = inputs.get("prompt")
         if not isinstance(text, str) or not text.strip():
             raise InvalidRequestError("prompt", "the text to speak is empty")
-        info = inputs.get("additional_information") or {}
-        if not isinstance(info, Mapping):
-            raise InvalidRequestError("additional_information", "expected an object")
-        if info.get("instructions") is not None:
+        info = speech or SpeechInput()
+        if info.instructions is not None:
             raise InvalidRequestError("instructions", "this model does not take speaking instructions")
-        speed = info.get("speed")
+        speed = info.speed
         if speed is not None and speed != 1.0:
             raise InvalidRequestError("speed", "this model does not support changing the speed")
-        language = info.get("language")
-        if language is not None and (not isinstance(language, str) or language.lower() != "auto"):
+        language = info.language
+        if language is not None and language.lower() != "auto":
             raise InvalidRequestError("language", "this model speaks the language of the text; only 'auto' is accepted")
-        voice = info.get("voice")
-        if voice is not None and not isinstance(voice, str):
-            raise InvalidRequestError("voice", f"expected a string, got {type(voice).__name__}")
+        voice = info.voice
         cfg = self.config
-        ref_codes, ref_text = info.get("ref_codes"), info.get("ref_text")
+        ref_codes, ref_text = inputs.get(REF_CODES_KEY), info.ref_text
         if ref_codes is not None:
             if not cfg.can_clone:
                 raise InvalidRequestError(
@@ -202,7 +198,7 @@ class CodecLMEngine(LLMStageEngine):
                 )
             if voice is not None:
                 raise InvalidRequestError("voice", "give a voice or a reference clip (ref_audio), not both")
-            if not isinstance(ref_text, str) or not ref_text.strip():
+            if ref_text is None or not ref_text.strip():
                 raise InvalidRequestError("ref_text", "the transcript of the reference clip is required with ref_audio")
             ref_codes = self._ref_codes(ref_codes)
             text = ref_text + cfg.ref_text_separator + text
@@ -257,7 +253,7 @@ class CodecLMEngine(LLMStageEngine):
         return {**defaults, **dict(params or {})}
 
     def prepare(self, req: StageRequest) -> Prepared:
-        ids, text, ref_codes = self.prompt_ids(req.inputs)
+        ids, text, ref_codes = self.prompt_ids(req.inputs, req.speech)
         prep = super().prepare(
             replace(req, inputs={"prompt_token_ids": ids, "prompt": text}, params=self.sampling_defaults(req.params))
         )

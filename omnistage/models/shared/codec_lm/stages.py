@@ -6,8 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 from omnistage.models.shared.codec_lm.edges import codes_every_n_frames, whole_codes
 from omnistage.pipeline import Edge, StageSpec, lazy
+from omnistage.speech import SpeechInput
 
 CODEC_STAGE_KNOBS = ("initial_codec_chunk_frames", "chunk_frames")
 SPEECH_LM_DEFAULTS = {"temperature": 0.7, "top_p": 0.95, "repetition_penalty": 1.1, "max_tokens": 1024}
@@ -40,14 +43,15 @@ def codec_stage(stage_id: int, source: int) -> StageSpec:
 
 
 def chunk_sizes_to_codec_stage(prompt: dict[str, Any], params: list[Any]) -> None:
-    """A request hook: /v1/audio/speech sends the codec stage's chunk sizes in ``additional_information`` (the
-    route does not know the stage layout); they become stage 1's params, over its deploy defaults (the codec
-    stage validates them)."""
-    info = prompt.get("additional_information")
-    if not isinstance(info, Mapping) or not any(k in info for k in CODEC_STAGE_KNOBS):
+    """A request hook: /v1/audio/speech sends the codec stage's chunk sizes in the speech input (the route does
+    not know the stage layout); they become stage 1's params, over its deploy defaults (the codec stage
+    validates them)."""
+    speech: SpeechInput | None = prompt.get("speech")
+    if speech is None:
         return
-    rest = {k: v for k, v in info.items() if k not in CODEC_STAGE_KNOBS}
-    sizes = {k: info[k] for k in CODEC_STAGE_KNOBS if info.get(k) is not None}
-    prompt["additional_information"] = rest
+    sizes = {k: getattr(speech, k) for k in CODEC_STAGE_KNOBS if getattr(speech, k) is not None}
+    if not sizes:
+        return
+    prompt["speech"] = msgspec.structs.replace(speech, **dict.fromkeys(CODEC_STAGE_KNOBS))
     if isinstance(params[1], Mapping):
         params[1] = {**params[1], **sizes}

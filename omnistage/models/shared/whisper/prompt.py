@@ -1,8 +1,8 @@
 """Whisper's decoder prompt and the request shape the family takes (no torch, no vLLM).
 
 A recogniser request is ``{"prompt": previous text (may be ""), "multi_modal_data": {"audio": (samples,
-rate)}, "additional_information": {"language": "en", "task": "transcribe" | "translate"}}`` (or
-``{"detect_language": true}``: the prompt that makes the next token the spoken language) — the same
+rate)}, "transcription": Transcription(language="en", task="transcribe" | "translate")}`` (or
+``Transcription(detect_language=True)``: the prompt that makes the next token the spoken language) — the same
 shape any recogniser family takes (the transcription routes build it). The family's request hook turns it
 into the explicit encoder-decoder prompt vLLM's Whisper takes::
 
@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from omnistage.errors import InvalidRequestError
+from omnistage.speech import Transcription
 
 TASKS = ("transcribe", "translate")
 SAMPLE_RATE = 16000
@@ -55,7 +56,7 @@ def check_language(language: Any, field: str = "language") -> str:
 def to_encoder_decoder(prompt: dict[str, Any], params: list[Any]) -> None:
     """The family's request hook: a recogniser request becomes Whisper's explicit prompt (in place);
     an explicit ``encoder_prompt`` passes as it is. Stage 0 gets the default ``max_tokens``; a request with
-    ``additional_information.timestamps`` gets the prompt ending ``<|0.00|>`` and turns the stage's timestamp
+    ``Transcription(timestamps=True)`` gets the prompt ending ``<|0.00|>`` and turns the stage's timestamp
     rules on (timestamps.py)."""
     if isinstance(params[0], dict):
         params[0].setdefault("max_tokens", DEFAULT_MAX_TOKENS)
@@ -64,19 +65,17 @@ def to_encoder_decoder(prompt: dict[str, Any], params: list[Any]) -> None:
     mm = prompt.get("multi_modal_data")
     if not isinstance(mm, Mapping) or mm.get("audio") is None:
         raise InvalidRequestError("multi_modal_data.audio", "a Whisper request needs the audio to transcribe")
-    info = prompt.pop("additional_information", None) or {}
-    if not isinstance(info, Mapping):
-        raise InvalidRequestError("additional_information", f"expected an object, got {type(info).__name__}")
+    info = prompt.pop("transcription", None) or Transcription()
     encoder_prompt = {"prompt": "", "multi_modal_data": {"audio": mm["audio"]}}
-    if info.get("detect_language"):
+    if info.detect_language:
         # Whisper's own language detection: the decoder sees the start token alone and its next token is the
         # language (the caller restricts it to the language tokens, as openai-whisper and transformers do)
         prompt.pop("prompt", None)
         prompt.pop("multi_modal_data")
         prompt.update(encoder_prompt=encoder_prompt, decoder_prompt=START)
         return
-    language = check_language(info.get("language") or "en")
-    task = info.get("task") or "transcribe"
+    language = check_language(info.language or "en")
+    task = info.task
     if task not in TASKS:
         raise InvalidRequestError("task", f"expected one of {', '.join(TASKS)}, got {task!r}")
     previous = prompt.pop("prompt", None) or ""
@@ -84,7 +83,7 @@ def to_encoder_decoder(prompt: dict[str, Any], params: list[Any]) -> None:
         raise InvalidRequestError("prompt", f"expected a string, got {type(previous).__name__}")
     prompt.pop("multi_modal_data")
     prompt["encoder_prompt"] = encoder_prompt
-    timestamps = bool(info.get("timestamps"))
+    timestamps = info.timestamps
     prompt["decoder_prompt"] = decoder_prompt(language, task, previous, timestamps)
     if timestamps and isinstance(params[0], dict):
         extra = params[0].get("extra_args") or {}

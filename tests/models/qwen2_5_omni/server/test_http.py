@@ -8,6 +8,7 @@ import io
 
 import httpx
 import numpy as np
+import openai
 import pytest
 import soundfile
 
@@ -61,6 +62,32 @@ def test_chat_returns_text_and_a_wav_within_one_16bit_step(server, reference):
     r = httpx.post(f"{server}/v1/chat/completions", json=BODY, timeout=300)
     assert r.status_code == 200, r.text
     assert_speaks_as(r.json(), reference, run)
+
+
+def test_a_thinker_that_stops_on_its_first_token_answers_its_text_without_audio(server, reference):
+    """Speech asked, but the thinker stops after one token (max_tokens=1): the talker has nothing to say (it reads
+    the reply without its last token). A 200 with that text, no audio part and the thinker's finish_reason, whole
+    and streamed, read with the openai client."""
+    run = reference.run([{"role": "user", "content": PROMPT}], THINK, TALK)
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
+    ask = dict(
+        model="tiny-omni25",
+        messages=[{"role": "user", "content": PROMPT}],
+        temperature=0,
+        max_tokens=1,
+        seed=SEED,
+        modalities=["text", "audio"],
+        extra_body={"sampling_params_list": [None, {"temperature": 0, "max_tokens": TALK}]},
+    )
+    text = reference.tok.decode(run.reply[:1], skip_special_tokens=True).rstrip("\ufffd")  # greedy: its first
+    finish = "stop" if run.reply[0] == reference.tok.convert_tokens_to_ids("<|im_end|>") else "length"
+    whole = client.chat.completions.create(**ask)
+    assert whole.choices[0].message.content == text and whole.choices[0].message.audio is None
+    assert whole.choices[0].finish_reason == finish
+    choices = [c.choices[0] for c in client.chat.completions.create(**ask, stream=True) if c.choices]
+    assert "".join(c.delta.content or "" for c in choices) == text
+    assert not [c for c in choices if getattr(c.delta, "audio", None) and c.delta.audio.get("data")]
+    assert [c.finish_reason for c in choices if c.finish_reason] == [finish]
 
 
 def test_chat_with_an_audio_clip_speaks_as_transformers(server, reference):

@@ -10,6 +10,7 @@ import json
 
 import httpx
 import numpy as np
+import openai
 import pytest
 import soundfile
 
@@ -105,6 +106,32 @@ def test_streamed_chat_interleaves_text_and_audio_deltas(omni_server, ref):
     assert pcm.shape == run.audio.shape
     assert np.abs(pcm / 32768.0 - np.clip(run.audio.numpy(), -1, 1)).max() <= STEP + FLOAT
     assert chunks[-1]["usage"]["completion_tokens"] == len(run.reply)
+
+
+def test_a_thinker_that_stops_on_its_first_token_answers_its_text_without_audio(omni_server, ref):
+    """Speech asked, but the thinker stops after one token (max_tokens=1): the talker, which needs the turn's first
+    4 tokens, has nothing to speak. The answer is a 200 with that token's text, no audio part and the thinker's
+    finish_reason, whole and streamed, read with the openai client."""
+    reference, run = ref
+    client = openai.OpenAI(base_url=f"{omni_server}/v1", api_key="unused", max_retries=0)
+    ask = dict(
+        model="tiny-omni",
+        messages=[{"role": "user", "content": PROMPT}],
+        temperature=0,
+        max_tokens=1,
+        modalities=["text", "audio"],
+        extra_body={"sampling_params_list": [None, {"temperature": 0, "max_tokens": TALK}]},
+    )
+    text = reference.tok.decode(run.reply[:1], skip_special_tokens=True)  # greedy: the 12-token reply's first
+    finish = "stop" if run.reply[0] == reference.tok.convert_tokens_to_ids("<|im_end|>") else "length"
+    whole = client.chat.completions.create(**ask)
+    assert whole.choices[0].message.content == text and whole.choices[0].message.audio is None
+    assert whole.choices[0].finish_reason == finish
+    chunks = list(client.chat.completions.create(**ask, stream=True))
+    choices = [c.choices[0] for c in chunks if c.choices]
+    assert "".join(c.delta.content or "" for c in choices) == text
+    assert not [c for c in choices if getattr(c.delta, "audio", None) and c.delta.audio.get("data")]
+    assert [c.finish_reason for c in choices if c.finish_reason] == [finish]
 
 
 def test_text_only_modality_and_voices(omni_server):

@@ -13,6 +13,7 @@ import base64
 import httpx
 import pytest
 
+from omnistage.testing.requires import requires_encoder
 from tests.e2e import media_matrix as mm
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
@@ -46,17 +47,14 @@ def url_part(kind: str, data: bytes, mime: str) -> dict:
     return {"type": kind, kind: {"url": f"data:{mime};base64,{b64(data)}"}}
 
 
-def _skip_without(*encoders: str) -> None:
-    missing = mm.missing_encoders(set(encoders))
-    if missing:
-        pytest.skip(f"this FFmpeg build has no {', '.join(missing)} encoder to make the input")
-
-
 AUDIO_ENCODERS = {"mp3_22k05": "libmp3lame", "ogg_opus": "libopus", "m4a_aac": "aac", "webm_opus": "libopus"}
+# the encoders that make the inputs
+requires_audio_encoders = requires_encoder(*AUDIO_ENCODERS.values())
+requires_video_encoders = requires_encoder(*mm.VIDEO_ENCODERS)
 
 
+@requires_audio_encoders
 def test_audio_at_any_rate_and_container_answers_as_its_content_at_the_model_rate(omni_server):
-    _skip_without(*AUDIO_ENCODERS.values())
     answers = {}
     for name, make in mm.AUDIO.items():
         data = make()
@@ -81,8 +79,8 @@ def test_images_in_any_mode_answer_as_diffusers_load_image_of_them(omni_server):
     assert len(set(answers.values())) > 1, answers
 
 
+@requires_video_encoders
 def test_h265_and_vp9_video_at_30_and_12_5_fps_answer_as_their_frames(omni_server):
-    _skip_without(*mm.VIDEO_ENCODERS)
     answers = {}
     for name, make in mm.VIDEOS.items():
         data = make()
@@ -93,8 +91,8 @@ def test_h265_and_vp9_video_at_30_and_12_5_fps_answer_as_their_frames(omni_serve
     assert len(set(answers.values())) > 1, answers
 
 
+@requires_audio_encoders
 def test_transcription_of_any_audio_equals_that_of_its_content_at_the_model_rate(omni_server):
-    _skip_without(*AUDIO_ENCODERS.values())
     import openai
 
     client = openai.OpenAI(base_url=f"{omni_server}/v1", api_key="x", max_retries=0, timeout=300)
