@@ -8,7 +8,7 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: install lint test test-fast serve clean browser redis tools
 
-install: $(STAMP) tools
+install: $(STAMP)
 
 # Re-install only when the dependency list changes (idempotent).
 # torch: the registry's CUDA-enabled 2.13.0 build (`===`: `==` would match the local +cpu wheel), because the
@@ -46,7 +46,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: install lint browser redis
+test: install tools lint browser redis
 	$(PY) -m pytest -q -rs --durations=40 -n 2 --dist loadfile --no-loadscope-reorder -m "not ray" tests; rc=$$?; \
 	$(PY) -m pytest -q -rs -m ray tests/engine && exit $$rc
 

@@ -144,7 +144,7 @@ class ServeProcess:
         while True:
             if proc.poll() is not None:
                 text = log.read_text()
-                if "address already in use" in text:
+                if "address already in use" in text.lower():  # the CLI prints the OS's "Address already in use"
                     raise PortTaken(text[-3000:])
                 raise RuntimeError(f"server exited with {proc.returncode}:\n{text[-3000:]}")
             try:

@@ -208,8 +208,6 @@ async def test_batched_decode_gives_each_request_its_video_and_audio(folder, ada
 @pytest.mark.parametrize(
     "params,inputs,field",
     [
-        (dict(num_frames=8), {}, "num_frames"),  # the video VAE's rule: 2k+1 frames here (8k+1 in the release)
-        (dict(num_frames=10), {}, "num_frames"),
         (dict(height=48), {}, "height"),
         (dict(width=40), {}, "width"),
         (dict(num_outputs_per_prompt=2), {}, "num_outputs_per_prompt"),

@@ -145,7 +145,6 @@ async def test_frame_counts_are_separate_batch_keys(wan, adapter):
 @pytest.mark.parametrize(
     "params,inputs,field",
     [
-        (dict(num_frames=8), {}, "num_frames"),
         (dict(num_frames=0), {}, "num_frames"),
         (dict(height=24), {}, "height"),
         (dict(width=40), {}, "width"),

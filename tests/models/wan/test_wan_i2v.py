@@ -102,7 +102,6 @@ async def test_solo_equals_diffusers_and_batched_within_tolerance(i2v, adapter, 
         ({}, {"multi_modal_data": {"image": [_image(0), _image(1)]}}, "multi_modal_data.image"),
         (dict(strength=0.5), {"multi_modal_data": {"image": _image(0)}}, "strength"),
         (dict(max_sequence_length=64), {"multi_modal_data": {"image": _image(0)}}, "max_sequence_length"),
-        (dict(num_frames=4), {"multi_modal_data": {"image": _image(0)}}, "num_frames"),
     ],
 )
 async def test_bad_inputs_name_the_field(i2v, adapter, params, inputs, field):
