@@ -42,10 +42,11 @@ def prompt_warnings(info: PipelineInfo, model_name: str, prompt: Any, size: tupl
 def drawn_size(sampling_params: list[Any]) -> tuple[int, int] | None:
     """``(width, height)`` a request draws at: its first stage whose merged params name both (None: unknown, e.g.
     an edit that takes its input's size)."""
+    from omnistage.params import DiffusionSamplingParams
+
     for p in sampling_params:
-        width, height = getattr(p, "width", None), getattr(p, "height", None)
-        if isinstance(width, int) and isinstance(height, int):
-            return width, height
+        if isinstance(p, DiffusionSamplingParams) and p.width is not None and p.height is not None:
+            return p.width, p.height
     return None
 
 
