@@ -7,33 +7,20 @@ the area every condition image is resized to; ``extra_body``), ``true_cfg_scale`
 sends a scale > 1 and a negative prompt); ``guidance_scale`` is not used by this transformer.
 """
 
-from pathlib import Path
-
 from omnistage.models.qwen_image_21.adapter import QwenImage21Adapter
 from omnistage.models.qwen_image_21.tiny import build, build_lora
-from omnistage.pipeline import Pipeline, StageSpec
+from omnistage.models.shared.diffusers_family import diffusers_pipeline
 
-DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment
-
-PIPELINE = Pipeline(
-    name="qwen_image_21",
-    description="Qwen-Image-2.1: Qwen3-VL -> QwenImage21Transformer2DModel (block-causal, true CFG; "
-    "condition-image edits) -> VAE",
-    matches=lambda f: f.diffusers_class == "QwenImage21Pipeline",
-    stages=[
-        StageSpec(
-            0,
-            kind="diffusion",
-            adapter=QwenImage21Adapter,
-            output="image",
-            can_output="image,latent",
-            final=True,
-            default_params={"num_inference_steps": 40},
-        )
-    ],
+PIPELINE = diffusers_pipeline(
+    __file__,
+    "qwen_image_21",
+    "Qwen-Image-2.1: Qwen3-VL -> QwenImage21Transformer2DModel (block-causal, true CFG; condition-image edits) -> VAE",
+    classes="QwenImage21Pipeline",
+    adapter=QwenImage21Adapter,
+    output="image",
+    defaults={"num_inference_steps": 40},
     # output_resolution: the default side length and the area condition images are resized to (default 1024)
     extra_body_params={"output_resolution": int},
-    deploy_file=DEPLOY,
 )
 PIPELINES = [PIPELINE]
 TINY = {"qwen_image_21": build, "qwen_image_21_lora": build_lora}

@@ -5,36 +5,24 @@ Defaults are ``QwenImageLayeredPipeline.__call__``'s: 50 steps, ``true_cfg_scale
 prompt), 4 layers, a 640² pixel area at the input image's aspect ratio.
 """
 
-from pathlib import Path
-
 from omnistage.info import PipelineInfo
 from omnistage.models.qwen_image_layered.adapter import MAX_LAYERS, QwenImageLayeredAdapter
 from omnistage.models.qwen_image_layered.tiny import build
-from omnistage.pipeline import Pipeline, StageSpec
+from omnistage.models.shared.diffusers_family import diffusers_pipeline
 
-DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment
-
-PIPELINE = Pipeline(
-    name="qwen_image_layered",
-    description="Qwen-Image-Layered: one RGBA image -> N RGBA layers (Qwen2.5-VL -> QwenImage MMDiT -> VAE)",
-    matches=lambda f: f.diffusers_class == "QwenImageLayeredPipeline",
-    stages=[
-        StageSpec(
-            0,
-            kind="diffusion",
-            adapter=QwenImageLayeredAdapter,
-            output="image",
-            can_output="image,latent",
-            final=True,
-            default_params={"num_inference_steps": 50, "true_cfg_scale": 4.0},
-        )
-    ],
+PIPELINE = diffusers_pipeline(
+    __file__,
+    "qwen_image_layered",
+    "Qwen-Image-Layered: one RGBA image -> N RGBA layers (Qwen2.5-VL -> QwenImage MMDiT -> VAE)",
+    classes="QwenImageLayeredPipeline",
+    adapter=QwenImageLayeredAdapter,
+    output="image",
+    defaults={"num_inference_steps": 50, "true_cfg_scale": 4.0},
     # layers: how many RGBA layers (1..MAX_LAYERS); resolution: the pixel area's side (640 or 1024);
     # cfg_normalize: rescale the guided prediction to the cond one's norm; use_en_prompt: caption in English
     extra_body_params={"layers": int, "resolution": int, "cfg_normalize": bool, "use_en_prompt": bool},
     # one image in, its layers out: /v1/images/edits; a chat turn has no place for the layer count
     info=PipelineInfo(chat=False),
-    deploy_file=DEPLOY,
 )
 PIPELINES = [PIPELINE]
 TINY = {"qwen_image_layered": build}

@@ -7,36 +7,22 @@ pipeline's complex-human instruction, and resolution binning on
 size, a multiple of 32).
 """
 
-from pathlib import Path
-
 from omnistage.info import PipelineInfo
 from omnistage.models.sana.adapter import SanaAdapter
 from omnistage.models.sana.tiny import build, build_lora
-from omnistage.pipeline import Pipeline, StageSpec
+from omnistage.models.shared.diffusers_family import diffusers_pipeline
 
-DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment
-
-DEFAULT_PARAMS = {"num_inference_steps": 20, "guidance_scale": 4.5}  # SanaPipeline.__call__'s
-
-PIPELINE = Pipeline(
-    name="sana",
-    description="Sana: Gemma-2 -> SanaTransformer2DModel (linear attention, CFG, flow DPM-Solver++) -> DC-AE",
-    matches=lambda f: f.diffusers_class == "SanaPipeline",
-    stages=[
-        StageSpec(
-            0,
-            kind="diffusion",
-            adapter=SanaAdapter,
-            output="image",
-            can_output="image,latent",
-            final=True,
-            default_params=dict(DEFAULT_PARAMS),
-        )
-    ],
+PIPELINE = diffusers_pipeline(
+    __file__,
+    "sana",
+    "Sana: Gemma-2 -> SanaTransformer2DModel (linear attention, CFG, flow DPM-Solver++) -> DC-AE",
+    classes="SanaPipeline",
+    adapter=SanaAdapter,
+    output="image",
+    defaults={"num_inference_steps": 20, "guidance_scale": 4.5},  # SanaPipeline.__call__'s
     # use_resolution_binning: serve from the nearest trained aspect-ratio bin, resized back (default true)
     extra_body_params={"use_resolution_binning": bool},
     info=PipelineInfo(image_edits=False),  # text-to-image only: every input image is refused
-    deploy_file=DEPLOY,
 )
 PIPELINES = [PIPELINE]
 TINY = {"sana": build, "sana_lora": build_lora}

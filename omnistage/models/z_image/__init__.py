@@ -5,36 +5,24 @@ base Z-Image checkpoint takes ``guidance_scale`` > 0 (and the ``cfg_*`` extras)
 per request or through the deploy config's ``default_sampling_params``.
 """
 
-from pathlib import Path
-
 from omnistage.info import PipelineInfo
+from omnistage.models.shared.diffusers_family import diffusers_pipeline
 from omnistage.models.z_image.adapter import ZImageAdapter
 from omnistage.models.z_image.tiny import build
-from omnistage.pipeline import Pipeline, StageSpec
 
-DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment
-
-PIPELINE = Pipeline(
-    name="z_image",
-    description="Z-Image(-Turbo): Qwen3 -> ZImageTransformer2DModel (few-step flow matching) -> VAE",
-    matches=lambda f: f.diffusers_class == "ZImagePipeline",
-    stages=[
-        StageSpec(
-            0,
-            kind="diffusion",
-            adapter=ZImageAdapter,
-            output="image",
-            can_output="image,latent",
-            final=True,
-            default_params={"num_inference_steps": 9, "guidance_scale": 0.0},
-        )
-    ],
+PIPELINE = diffusers_pipeline(
+    __file__,
+    "z_image",
+    "Z-Image(-Turbo): Qwen3 -> ZImageTransformer2DModel (few-step flow matching) -> VAE",
+    classes="ZImagePipeline",
+    adapter=ZImageAdapter,
+    output="image",
+    defaults={"num_inference_steps": 9, "guidance_scale": 0.0},
     # cfg_normalization: cap the guided prediction's norm at this multiple of the cond one (0: off);
     # cfg_truncation: no CFG once (1000 - t) / 1000 exceeds it (1: never) — ZImagePipeline's knobs;
     extra_body_params={"cfg_normalization": float, "cfg_truncation": float},
     # text-to-image only: the adapter refuses input images, so /v1/images/edits is not advertised
     info=PipelineInfo(image_edits=False),
-    deploy_file=DEPLOY,
 )
 PIPELINES = [PIPELINE]
 TINY = {"z_image": build}
