@@ -26,38 +26,21 @@ from omnistage.info import PipelineInfo, SpeechInfo
 from omnistage.models.csm import tiny
 from omnistage.models.csm.config import ARCHITECTURE, SAMPLE_RATE, VOICES
 from omnistage.models.csm.edges import codes_in_chunks, whole_codes
-from omnistage.models.shared.codec_lm.stages import chunk_sizes_to_codec_stage
-from omnistage.pipeline import Edge, Pipeline, StageSpec, lazy
+from omnistage.models.shared.speech_family import lm_then_decoder
 
-PIPELINE = Pipeline(
-    name="csm",
-    description="Sesame CSM: backbone + depth decoder stream Mimi frames to the Mimi decoder (text -> 24 kHz speech)",
-    matches=lambda folder: folder.omnistage_pipeline is None and ARCHITECTURE in folder.architectures,
-    stages=[
-        StageSpec(
-            0,
-            kind="ar",
-            knobs="llm",
-            name="backbone",
-            output="token_ids",
-            engine=lazy("omnistage.models.csm.engine:build_backbone_engine"),
-        ),
-        StageSpec(
-            1,
-            kind="generation",
-            name="codec",
-            output="audio",
-            final=True,
-            adapter=lazy("omnistage.models.csm.codec:CsmCodecAdapter"),
-            inputs=[Edge(0, process=whole_codes, process_chunk=codes_in_chunks)],
-        ),
-    ],
-    default_deploy={"async_chunk": True},
+PIPELINE = lm_then_decoder(
+    "csm",
+    "Sesame CSM: backbone + depth decoder stream Mimi frames to the Mimi decoder (text -> 24 kHz speech)",
+    architecture=ARCHITECTURE,
+    lm="omnistage.models.csm.engine:build_backbone_engine",
+    lm_name="backbone",
+    decoder="omnistage.models.csm.codec:CsmCodecAdapter",
+    whole=whole_codes,
+    chunks=codes_in_chunks,
     info=PipelineInfo(
         chat=False,
         speech=SpeechInfo(sample_rate=SAMPLE_RATE, voices=VOICES, default_voice=VOICES[0], supports_voice_cloning=True),
     ),
-    shape_request=chunk_sizes_to_codec_stage,
 )
 PIPELINES = [PIPELINE]
 TINY = {"csm": tiny.build}

@@ -25,34 +25,17 @@ from omnistage.info import PipelineInfo, SpeechInfo
 from omnistage.models.higgs_audio import tiny
 from omnistage.models.higgs_audio.config import ARCHITECTURE, MAX_REF_AUDIO_S, PARAM_KEYS, SAMPLE_RATE, VOICES
 from omnistage.models.higgs_audio.edges import codes_in_chunks, whole_codes
-from omnistage.models.shared.codec_lm.stages import chunk_sizes_to_codec_stage
-from omnistage.pipeline import Edge, Pipeline, StageSpec, lazy
+from omnistage.models.shared.speech_family import lm_then_decoder
 
-PIPELINE = Pipeline(
-    name="higgs_audio",
-    description="Higgs Audio v2: a delay-pattern LM streams codec frames to its audio tokenizer's decoder (text -> 24 kHz speech)",
-    matches=lambda folder: folder.omnistage_pipeline is None and ARCHITECTURE in folder.architectures,
-    stages=[
-        StageSpec(
-            0,
-            kind="ar",
-            knobs="llm",
-            name="lm",
-            output="token_ids",
-            engine=lazy("omnistage.models.higgs_audio.engine:build_lm_engine"),
-            param_keys=frozenset(PARAM_KEYS),
-        ),
-        StageSpec(
-            1,
-            kind="generation",
-            name="codec",
-            output="audio",
-            final=True,
-            adapter=lazy("omnistage.models.higgs_audio.codec:HiggsCodecAdapter"),
-            inputs=[Edge(0, process=whole_codes, process_chunk=codes_in_chunks)],
-        ),
-    ],
-    default_deploy={"async_chunk": True},
+PIPELINE = lm_then_decoder(
+    "higgs_audio",
+    "Higgs Audio v2: a delay-pattern LM streams codec frames to its audio tokenizer's decoder (text -> 24 kHz speech)",
+    architecture=ARCHITECTURE,
+    lm="omnistage.models.higgs_audio.engine:build_lm_engine",
+    param_keys=PARAM_KEYS,
+    decoder="omnistage.models.higgs_audio.codec:HiggsCodecAdapter",
+    whole=whole_codes,
+    chunks=codes_in_chunks,
     info=PipelineInfo(
         chat=False,
         speech=SpeechInfo(
@@ -63,7 +46,6 @@ PIPELINE = Pipeline(
             max_ref_audio_s=MAX_REF_AUDIO_S,
         ),
     ),
-    shape_request=chunk_sizes_to_codec_stage,
 )
 PIPELINES = [PIPELINE]
 TINY = {"higgs_audio": tiny.build}

@@ -19,33 +19,20 @@ from __future__ import annotations
 from omnistage.info import PipelineInfo, SpeechInfo
 from omnistage.models.omnivoice.config import ARCHITECTURE, MAX_REF_AUDIO_S, PARAM_KEYS, SAMPLE_RATE, VOICES
 from omnistage.models.omnivoice.edges import whole_codes
-from omnistage.pipeline import Edge, Pipeline, StageSpec, lazy
+from omnistage.models.shared.speech_family import lm_then_decoder
 
-PIPELINE = Pipeline(
-    name="omnivoice",
-    description="OmniVoice: masked-diffusion codes of the whole utterance, then the Higgs Audio v2 tokenizer's decoder (text -> 24 kHz speech)",
-    matches=lambda folder: folder.omnistage_pipeline is None and ARCHITECTURE in folder.architectures,
-    stages=[
-        StageSpec(
-            0,
-            kind="ar",
-            knobs="diffusion",  # num_inference_steps / guidance_scale / seed are the unmasking's
-            name="codes",
-            output="token_ids",
-            engine=lazy("omnistage.models.omnivoice.engine:build_code_engine"),
-            param_keys=frozenset(PARAM_KEYS),
-        ),
-        StageSpec(
-            1,
-            kind="generation",
-            knobs="none",
-            name="decoder",
-            output="audio",
-            final=True,
-            adapter=lazy("omnistage.models.omnivoice.decoder:OmniVoiceDecoder"),
-            inputs=[Edge(0, process=whole_codes)],
-        ),
-    ],
+PIPELINE = lm_then_decoder(
+    "omnivoice",
+    "OmniVoice: masked-diffusion codes of the whole utterance, then the Higgs Audio v2 tokenizer's decoder (text -> 24 kHz speech)",
+    architecture=ARCHITECTURE,
+    lm="omnistage.models.omnivoice.engine:build_code_engine",
+    lm_name="codes",
+    lm_knobs="diffusion",  # num_inference_steps / guidance_scale / seed are the unmasking's
+    param_keys=PARAM_KEYS,
+    decoder="omnistage.models.omnivoice.decoder:OmniVoiceDecoder",
+    decoder_name="decoder",
+    decoder_knobs="none",
+    whole=whole_codes,
     info=PipelineInfo(
         chat=False,
         speech=SpeechInfo(

@@ -34,7 +34,7 @@ from omnistage.models.qwen3_tts.config import ARCHITECTURE, SAMPLE_RATE, folder_
 from omnistage.models.qwen3_tts.edges import codes_in_chunks, whole_codes
 from omnistage.models.shared.chat_to_speech import speak_last_user_message
 from omnistage.models.shared.codec_lm.stages import chunk_sizes_to_codec_stage
-from omnistage.pipeline import Edge, Pipeline, StageSpec, lazy
+from omnistage.models.shared.speech_family import lm_then_decoder
 
 
 def shape_request(prompt: dict[str, Any], params: list[Any]) -> None:
@@ -42,31 +42,17 @@ def shape_request(prompt: dict[str, Any], params: list[Any]) -> None:
     chunk_sizes_to_codec_stage(prompt, params)
 
 
-PIPELINE = Pipeline(
-    name="qwen3_tts",
-    description="Qwen3-TTS: talker + code predictor stream 12 Hz codes to the speech tokenizer's decoder "
+PIPELINE = lm_then_decoder(
+    "qwen3_tts",
+    "Qwen3-TTS: talker + code predictor stream 12 Hz codes to the speech tokenizer's decoder "
     "(text -> 24 kHz speech; preset voices, voice design, voice cloning)",
-    matches=lambda folder: folder.omnistage_pipeline is None and ARCHITECTURE in folder.architectures,
-    stages=[
-        StageSpec(
-            0,
-            kind="ar",
-            knobs="llm",
-            name="talker",
-            output="token_ids",
-            engine=lazy("omnistage.models.qwen3_tts.engine:build_talker_engine"),
-        ),
-        StageSpec(
-            1,
-            kind="generation",
-            name="decoder",
-            output="audio",
-            final=True,
-            adapter=lazy("omnistage.models.qwen3_tts.speech_decoder:decoder_adapter"),
-            inputs=[Edge(0, process=whole_codes, process_chunk=codes_in_chunks)],
-        ),
-    ],
-    default_deploy={"async_chunk": True},
+    architecture=ARCHITECTURE,
+    lm="omnistage.models.qwen3_tts.engine:build_talker_engine",
+    lm_name="talker",
+    decoder="omnistage.models.qwen3_tts.speech_decoder:decoder_adapter",
+    decoder_name="decoder",
+    whole=whole_codes,
+    chunks=codes_in_chunks,
     info=PipelineInfo(speech=SpeechInfo(sample_rate=SAMPLE_RATE, voices_case_insensitive=True)),
     folder_info=folder_info,
     shape_request=shape_request,
