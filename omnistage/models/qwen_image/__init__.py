@@ -15,52 +15,40 @@ too). Edit requests are ``/v1/images/edits`` with the input images; the output
 size defaults to the (last) input image's aspect ratio at ~1024x1024 pixels.
 """
 
-from pathlib import Path
-
 from omnistage.models.qwen_image.adapter import QwenImageAdapter, QwenImageEditAdapter, QwenImageEditPlusAdapter
 from omnistage.models.qwen_image.tiny import build, build_edit, build_edit_plus
-from omnistage.pipeline import Pipeline, StageSpec
+from omnistage.models.shared.diffusers_family import diffusers_pipeline
 
-DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment
+DEFAULTS = {"num_inference_steps": 50}  # the pipelines' __call__ default (true_cfg_scale: see above)
 
-DEFAULT_PARAMS = {"num_inference_steps": 50}  # the pipelines' __call__ default (true_cfg_scale: see above)
-
-
-def _stage(adapter: type[QwenImageAdapter]) -> StageSpec:
-    return StageSpec(
-        0,
-        kind="diffusion",
-        adapter=adapter,
-        output="image",
-        can_output="image,latent",
-        final=True,
-        default_params=dict(DEFAULT_PARAMS),
-    )
-
-
-PIPELINE = Pipeline(
-    name="qwen_image",
-    description="Qwen-Image(-2512): Qwen2.5-VL -> QwenImageTransformer2DModel (true CFG, flow matching) -> VAE",
-    matches=lambda f: f.diffusers_class == "QwenImagePipeline",
-    stages=[_stage(QwenImageAdapter)],
-    # max_sequence_length: prompt tokens kept (diffusers' default 512, at most 1024),
-    deploy_file=DEPLOY,
+PIPELINE = diffusers_pipeline(
+    __file__,
+    "qwen_image",
+    "Qwen-Image(-2512): Qwen2.5-VL -> QwenImageTransformer2DModel (true CFG, flow matching) -> VAE",
+    classes="QwenImagePipeline",
+    adapter=QwenImageAdapter,
+    output="image",
+    defaults=DEFAULTS,
 )
 
-EDIT = Pipeline(
-    name="qwen_image_edit",
-    description="Qwen-Image-Edit: one input image through the Qwen2.5-VL vision tower and the VAE -> edited image",
-    matches=lambda f: f.diffusers_class == "QwenImageEditPipeline",
-    stages=[_stage(QwenImageEditAdapter)],
-    deploy_file=DEPLOY,
+EDIT = diffusers_pipeline(
+    __file__,
+    "qwen_image_edit",
+    "Qwen-Image-Edit: one input image through the Qwen2.5-VL vision tower and the VAE -> edited image",
+    classes="QwenImageEditPipeline",
+    adapter=QwenImageEditAdapter,
+    output="image",
+    defaults=DEFAULTS,
 )
 
-EDIT_PLUS = Pipeline(
-    name="qwen_image_edit_plus",
-    description='Qwen-Image-Edit-2509/-2511: 1-3 input images ("Picture i") -> edited / composed image',
-    matches=lambda f: f.diffusers_class == "QwenImageEditPlusPipeline",
-    stages=[_stage(QwenImageEditPlusAdapter)],
-    deploy_file=DEPLOY,
+EDIT_PLUS = diffusers_pipeline(
+    __file__,
+    "qwen_image_edit_plus",
+    'Qwen-Image-Edit-2509/-2511: 1-3 input images ("Picture i") -> edited / composed image',
+    classes="QwenImageEditPlusPipeline",
+    adapter=QwenImageEditPlusAdapter,
+    output="image",
+    defaults=DEFAULTS,
 )
 
 PIPELINES = [PIPELINE, EDIT, EDIT_PLUS]

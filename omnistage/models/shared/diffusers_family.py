@@ -7,12 +7,12 @@ A family built on it declares only what differs: its classes, adapter, output, `
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from omnistage.info import PipelineInfo
-from omnistage.pipeline import Pipeline, StageSpec
+from omnistage.pipeline import ModelFolder, Pipeline, StageSpec
 
 
 def diffusion_stage(
@@ -44,15 +44,17 @@ def diffusers_pipeline(
     latent_output: bool = True,
     extra_body_params: Mapping[str, type] | None = None,
     info: PipelineInfo | None = None,
+    when: Callable[[ModelFolder], bool] | None = None,
 ) -> Pipeline:
     """A one-stage diffusers family. ``family_file``: the family's ``__file__`` (its ``deploy.yaml`` is beside it);
     ``classes``: the diffusers pipeline class name(s) it serves; ``defaults``: that pipeline's ``__call__``
-    defaults for the knobs it has."""
+    defaults for the knobs it has; ``when``: a further test of the folder, where one class serves two pipelines
+    (FLUX.1-dev and -schnell)."""
     wanted = frozenset([classes] if isinstance(classes, str) else classes)
     return Pipeline(
         name=name,
         description=description,
-        matches=lambda f: f.diffusers_class in wanted,
+        matches=lambda f: f.diffusers_class in wanted and (when is None or when(f)),
         stages=[diffusion_stage(adapter, output, defaults, latent_output=latent_output)],
         extra_body_params=dict(extra_body_params or {}),
         info=info or PipelineInfo(),
