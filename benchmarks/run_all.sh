@@ -106,6 +106,9 @@ for r in $(seq 1 "$ROUNDS"); do  # ABBA order, so drift in machine load hits bot
   if (( r % 2 )); then t2i_omnistage "$r"; t2i_naive "$r"; else t2i_naive "$r"; t2i_omnistage "$r"; fi
 done
 stop_all
+# What batching gains in one process here (diffusers, same fixture and load shape): the serving ratio's ceiling.
+"$PY" benchmarks/t2i_headroom.py "$WORK/sd3" --size "$T2I_SIZE" --steps "$T2I_STEPS" --prompts "$T2I_PROMPTS" \
+  --concurrency "$T2I_CONCURRENCY" --rounds "$ROUNDS" --threads "$THREADS" --out "$RESULTS/serving_t2i_headroom.json"
 
 # ---------------------------------------------------------------- chat
 OMNI_URL=http://127.0.0.1:$((PORT_BASE + 3)); VLLM_URL=http://127.0.0.1:$((PORT_BASE + 4))
