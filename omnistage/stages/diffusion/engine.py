@@ -38,6 +38,9 @@ from omnistage.stages.inprocess import InProcessEngine
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_ADMIT_WINDOW_STEPS = 2.0
+MAX_ADMIT_WINDOW_S = 0.5
+
 _DTYPES = {
     "float32": torch.float32,
     "fp32": torch.float32,
@@ -78,6 +81,16 @@ class DiffusionStageEngine(InProcessEngine[DiffusionJob]):
         self.ctx = ctx
         engine_args = dict(ctx.deploy.engine_args or {})
         self.max_wait_steps = int(engine_args.pop("max_wait_steps", 8))
+        # When several requests finished together and left nothing running, the next forward waits up to this
+        # many step times (at most MAX_ADMIT_WINDOW_S; 0: never) for as many requests to arrive: clients answered
+        # together come back together, and admitted one by one the first would run a step ahead of the rest,
+        # finish and be replaced first, and the staggering (an extra forward, encode and decode per wave) would
+        # repeat every wave. A request that finished alone opens no window (one client in turn waits for
+        # nothing). Measured: docs/benchmarks.md, "Admission window".
+        self.admit_window_steps = float(engine_args.pop("admit_window_steps", DEFAULT_ADMIT_WINDOW_STEPS))
+        self._step_s = 0.0  # a recent forward's duration (moving average)
+        # when several requests finishing together left nothing running: (then, requests to expect back by)
+        self._burst: tuple[float, int] | None = None
         if engine_args:
             raise ValueError(
                 f"stages[{self.stage_id}].engine_args: unknown for a diffusion stage: {', '.join(engine_args)}"
@@ -254,6 +267,9 @@ class DiffusionStageEngine(InProcessEngine[DiffusionJob]):
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            if self._burst is not None and not self._sched.running:
+                await self._gather(*self._burst)
+            self._burst = None
             batch, new = self._sched.next_batch()
             if not batch:
                 continue
@@ -268,7 +284,10 @@ class DiffusionStageEngine(InProcessEngine[DiffusionJob]):
                     if self._parallel is not None:
                         result = await self._parallel.step(batch, new)
                     else:
+                        t0 = time.monotonic()
                         result = await asyncio.to_thread(run_step, self.adapter, batch, new, self.accel.hooks)
+                        took = time.monotonic() - t0
+                        self._step_s = 0.8 * self._step_s + 0.2 * took if self._step_s else took
             except Exception as e:  # one failed forward fails its batch, not the engine
                 logger.exception("diffusion stage %d: step failed", self.stage_id)
                 if self._parallel is not None:
@@ -287,6 +306,23 @@ class DiffusionStageEngine(InProcessEngine[DiffusionJob]):
                     self._emit(j, StageOutput(j.request_id, self.stage_id, {}, False, progress=(j.step, j.total_steps)))
             for j, data in result.finished:
                 self._done(j, data=data)
+            if len(result.finished) > 1 and not self._sched.running:  # one finished alone: no burst to expect
+                self._burst = (time.monotonic(), len(self._sched.waiting) + len(result.finished))
+
+    async def _gather(self, since: float, expected: int) -> None:
+        """Wait, for at most the admission window from ``since``, until ``expected`` requests wait or the
+        next batch is full."""
+        sched, deadline = self._sched, since + min(self.admit_window_steps * self._step_s, MAX_ADMIT_WINDOW_S)
+        while (
+            (wait := deadline - time.monotonic()) > 0
+            and len(sched.waiting) < expected
+            and sum(j.rows for j in sched.waiting) < sched.max_rows
+        ):
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), wait)
+            except TimeoutError:
+                return
 
     def _done(self, job: DiffusionJob, data: dict | None = None, error: StageError | None = None) -> None:
         self._finish(job, data, error=error, num_steps=job.step, num_steps_reused=steps_reused(job))

@@ -237,3 +237,30 @@ async def test_undeclared_extra_args_are_dropped_at_the_edge(sd3, caplog):
         with pytest.raises(InvalidRequestError, match="mu: expected float") as err:
             omni.make_request("a red cat", sampling_params_list=[{**kw, "extra_args": {"mu": "high"}}])
         assert err.value.field == "mu"
+
+
+@pytest.mark.parametrize("window_steps, together", [(1000.0, True), (0.0, False)])
+async def test_a_burst_after_a_batch_finished_starts_as_one_batch(sd3, adapter, window_steps, together):
+    """Clients answered together come back a few ms apart. With the admission window (``admit_window_steps``
+    step times, at most ``MAX_ADMIT_WINDOW_S``, after several requests finished together) the first waits for
+    the second and they share every forward; without it the first runs a step ahead. A request that finished
+    alone opens no window: the next one starts at once."""
+    engine = await start_engine(PIPELINE, adapter, sd3, engine_args={"admit_window_steps": window_steps})
+    kw = dict(num_inference_steps=3, guidance_scale=4.0, height=32, width=32)
+
+    async def pair(a: str, b: str) -> list[list[str]]:
+        first = asyncio.create_task(run(engine, a, "a red cat", seed=1, **kw))
+        await asyncio.sleep(0.01)  # the second arrives a moment later
+        await asyncio.gather(first, run(engine, b, "green square", seed=2, **kw))
+        return [ids for _, ids in engine.forward_log if a in ids or b in ids]
+
+    try:
+        await asyncio.gather(run(engine, "w1", "x", seed=0, **kw), run(engine, "w2", "y", seed=0, **kw))
+        if together:
+            assert await pair("a", "b") == [["a", "b"]] * 3
+        else:
+            assert (await pair("a", "b"))[0] == ["a"]  # a alone, a+b twice, b alone
+        await run(engine, "c", "z", seed=0, **kw)  # finishes alone
+        assert (await pair("d", "e"))[0] == ["d"]
+    finally:
+        await engine.shutdown()
