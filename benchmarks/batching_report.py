@@ -39,7 +39,10 @@ def render_md(report: dict[str, Any]) -> str:
         "",
     ]
     for s in report["sizes"]:
-        fwd = f"{s['forward_ms_b2']:.1f} ms at batch 2"
+        if s.get("forward_ms_b2") is not None:
+            fwd = f"{s['forward_ms_b2']:.1f} ms at batch 2"
+        else:  # (a pipeline that makes one sample per call)
+            fwd = f"{s['forward_ms_b1']:.1f} ms at batch 1"
         if s.get("forward_ms_b32"):
             fwd += f", {s['forward_ms_b32']:.1f} ms at batch 32"
         flop = f"~{s['approx_tflop_per_row']:.2f} TFLOP per transformer row; " if s["approx_tflop_per_row"] else ""

@@ -247,8 +247,12 @@ async def _bench_sizes(
             "forward_ms_b2": (
                 sd3_shapes.forward_ms(pipe.transformer, latent_hw, text_tokens, 2, device, dtype)
                 if sd3
+                else None
+                if one_per_call
                 else family_shapes.forward_ms(pipe, call_kw(reqs[0]), 2, device)
             ),
+            # a pipeline of one sample per call has no batch-2 call: its lone forward instead
+            "forward_ms_b1": family_shapes.forward_ms(pipe, call_kw(reqs[0]), 1, device) if one_per_call else None,
             "forward_ms_b32": (
                 sd3_shapes.forward_ms(pipe.transformer, latent_hw, text_tokens, 32, device, dtype, repeats=2)
                 if device.type == "cuda" and sd3

@@ -183,6 +183,16 @@ FAMILIES: dict[str, FamilyBench] = {
         "and diffusers has no batched call (one sample per __call__): engine vs sequential only",
         one_per_call=True,
     ),
+    "wan_vace": FamilyBench(
+        "wan_vace",
+        "WanVACEPipeline",
+        dict(num_layers=4, num_attention_heads=4, attention_head_dim=32, ffn_dim=128, vace_layers=[0, 2]),
+        dict(guidance_scale=5.0, num_frames=9, max_sequence_length=64),
+        "WanVACEPipeline's default CFG (5: cond and uncond forwards each step); 9 frames from the prompt alone (the "
+        "pipeline's all-zero control video, whose VACE hints every forward still computes); diffusers takes one "
+        "prompt per __call__ (a list is refused), so there is no batched call: engine vs sequential only",
+        one_per_call=True,
+    ),
 }
 
 
@@ -234,6 +244,9 @@ def image_tokens(pipe: Any, size: int) -> int:
         return (size // pipe.vae_scale_factor) ** 2
     if name == "HeliosPipeline":
         return 9 * (size // (pipe.vae_scale_factor_spatial * 2)) ** 2
+    if name == "WanVACEPipeline":  # 2x2 patches of every latent frame (4x temporal compression)
+        frames = (FAMILIES["wan_vace"].knobs["num_frames"] - 1) // pipe.vae_scale_factor_temporal + 1
+        return frames * (size // (pipe.vae_scale_factor_spatial * 2)) ** 2
     if name == "Cosmos3OmniPipeline":  # 2x2 patches of every latent frame (4x temporal compression)
         frames = (FAMILIES["cosmos3"].knobs["num_frames"] - 1) // pipe.vae_scale_factor_temporal + 1
         return frames * (size // (pipe.vae_scale_factor_spatial * 2)) ** 2
@@ -263,12 +276,13 @@ def forward_ms(pipe: Any, call: dict[str, Any], rows: int, device: torch.device,
         times.append(time.perf_counter() - start[-1])
 
     kw = {**call, "num_inference_steps": 2, "output_type": "latent"}
+    prompt = ["a red cat"] * rows if rows > 1 else "a red cat"  # (one string: a pipeline that refuses lists)
     hooks = [pipe.transformer.register_forward_pre_hook(pre), pipe.transformer.register_forward_hook(post)]
     try:
-        pipe(prompt=["a red cat"] * rows, **kw)
+        pipe(prompt=prompt, **kw)
         times.clear()
         for _ in range(repeats):
-            pipe(prompt=["a red cat"] * rows, **kw)
+            pipe(prompt=prompt, **kw)
     finally:
         for h in hooks:
             h.remove()

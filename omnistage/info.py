@@ -85,6 +85,7 @@ class PipelineInfo:
     image_edits: bool = True  # an image model takes input images (/v1/images/edits); False: it draws from text only
     # it takes an input video (video-to-video, actions from frames): /v1/videos' video_reference
     video_input: bool = False
+    video_mask: bool = False  # it takes a mask video beside the input video (Wan VACE): /v1/videos' mask
     speech: SpeechInfo | None = None
     transcription: RecognizerInfo | None = None
 

@@ -48,6 +48,7 @@ from omnistage.models import (
     vibevoice,
     voxtral,
     wan,
+    wan_vace,
     whisper,
     z_image,
 )
@@ -91,6 +92,7 @@ FAMILIES = (
     cosmos3,
     ernie_image,
     qwen_image_layered,
+    wan_vace,
 )
 
 for _family in FAMILIES:

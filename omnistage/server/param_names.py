@@ -3,8 +3,8 @@
 The routes turn HTTP fields into the engine's parameters: ``size`` into ``height`` / ``width``, ``seconds`` x
 ``fps`` into ``num_frames``, an uploaded ``image`` / ``input_reference`` or an ``image_url`` into
 ``multi_modal_data.image``, a ``video_reference`` (or a video uploaded as ``input_reference``) into
-``multi_modal_data.video``. A stage that refuses one of those names its own parameter; the route says it again
-in the caller's words before answering.
+``multi_modal_data.video``, an uploaded ``mask`` into ``multi_modal_data.mask``. A stage that refuses one of
+those names its own parameter; the route says it again in the caller's words before answering.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from omnistage.server.errors import APIError
 
 _IMAGE = "multi_modal_data.image"
 _VIDEO = "multi_modal_data.video"
+_MASK = "multi_modal_data.mask"
 
 
 def as_sent(
@@ -31,6 +32,8 @@ def as_sent(
         new = image_field + param[len(_IMAGE) :]  # (an index, e.g. image[1], stays)
     elif video_field is not None and param.startswith(_VIDEO):
         new = video_field + param[len(_VIDEO) :]
+    elif param.startswith(_MASK):  # (only the video routes take a mask)
+        new = "mask" + param[len(_MASK) :]
     else:
         return err
     message = err.message.replace(f"{param}: ", f"{new}: ", 1)

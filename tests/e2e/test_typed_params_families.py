@@ -64,6 +64,7 @@ ROWS = [
     Row("hunyuan_video15", (32, 16), frames=5),
     Row("helios", (32, 32), frames=65),  # two chunks: the shortest length Helios makes
     Row("cosmos3", (48, 32), frames=9),
+    Row("wan_vace", (48, 32), frames=9, extra={"max_sequence_length": 16}),  # no source video: the zero one
 ]
 STANDARD = set(DiffusionSamplingParams.model_fields)
 

@@ -1,6 +1,6 @@
 """Every video family takes the frame counts its diffusers pipeline takes and returns exactly the frames that
-pipeline returns for them, rounded as the pipeline rounds (Wan to ``4k+1``, Helios to whole chunks of 33, the
-others by their VAE's temporal factor); a count the pipeline itself refuses is an error naming ``num_frames``.
+pipeline returns for them, rounded as the pipeline rounds (Wan and Wan VACE to ``4k+1``, Helios to whole chunks of
+33, the others by their VAE's temporal factor); a count the pipeline itself refuses is an error naming ``num_frames``.
 Offline ``Omni`` on each tiny folder against the pipeline's ``__call__`` (same seed, one step, fp32 on the CPU)."""
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ SEQ = {"max_sequence_length": 16}
 CASES = {
     # WanPipeline rounds a count that is not 4k+1 to (n // 4) * 4 + 1: 6 -> 5, 8 -> 9, 12 -> 13
     "wan": Case("WanPipeline", (6, 8, 12), size=(32, 48), params=SEQ),
+    # Wan VACE rounds as Wan does (here with no source video: the pipeline's all-zero control video)
+    "wan_vace": Case("WanVACEPipeline", (6, 8, 12), size=(32, 48), params=SEQ),
     # HunyuanVideo-1.5 and LTX-2 take the count as is; their VAEs decode (n - 1) // 4 (or 8) + 1 latent frames
     "hunyuan_video15": Case("HunyuanVideo15Pipeline", (7, 10)),
     "ltx2": Case("LTX2Pipeline", (12, 17), params=SEQ, ref_params={"frame_rate": 24.0}),

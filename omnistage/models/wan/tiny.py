@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omnistage.models.shared.tiny.wan import umt5_encoder, vae
+from omnistage.models.shared.tiny.wan import scheduler, umt5_encoder, vae
 from omnistage.stages.diffusion import tiny_parts as parts
 
 
@@ -30,15 +30,6 @@ def transformer(
         image_dim=image_dim,
         added_kv_proj_dim=None if image_dim is None else heads * head_dim,
     ).eval()
-
-
-def scheduler(flow_shift: float = 3.0):
-    from diffusers import UniPCMultistepScheduler
-
-    # what the Wan2.1 T2V checkpoints ship: UniPC on flow sigmas
-    return UniPCMultistepScheduler(
-        prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=flow_shift, num_train_timesteps=1000
-    )
 
 
 def build(outdir: Path, *, boundary_ratio: float | None = None) -> None:

@@ -67,6 +67,7 @@ class _Inputs:
 
     image: Any = None
     video: Any = None  # uint8 [T, H, W, 3]
+    mask: Any = None  # uint8 [T, H, W, 3]: which pixels of the input video to regenerate (white) or keep (black)
     image_field: str = "image_reference"
     video_field: str = "video_reference"
 
@@ -74,9 +75,10 @@ class _Inputs:
 async def _parse(request: Request, state: ServerState) -> tuple[VideoRequest, _Inputs]:
     """(validated fields, the decoded reference image / input video) from JSON or multipart. An uploaded
     ``input_reference`` is the reference image, or the input video when its content type is ``video/*`` (the
-    OpenAI client's reference asset); ``video_reference`` is the input video as a file or a URL."""
+    OpenAI client's reference asset); ``video_reference`` is the input video as a file or a URL; ``mask``, a video
+    file, masks it (a model that declares ``video_mask``)."""
     ctype = request.headers.get("content-type", "")
-    upload = video_upload = None
+    upload = video_upload = mask_upload = None
     got = _Inputs()
     if ctype.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):  # (a form without files)
         form = await request.form(max_files=2, max_fields=100)
@@ -93,6 +95,10 @@ async def _parse(request: Request, state: ServerState) -> tuple[VideoRequest, _I
                     upload, got.image_field = value, key
             elif key == "video_reference" and isinstance(value, UploadFile):
                 video_upload = _one_video(video_upload, value, key)
+            elif key == "mask":
+                if not isinstance(value, UploadFile) or mask_upload is not None:
+                    raise bad_request("mask: expected one file upload (a video of the input video's frames)", key)
+                mask_upload = value
             elif isinstance(value, UploadFile):
                 raise bad_request(f"{key}: unexpected file upload", key)
             else:
@@ -125,6 +131,8 @@ async def _parse(request: Request, state: ServerState) -> tuple[VideoRequest, _I
         raise bad_request(f"{got.video_field} and video_reference: send one input video, not both", got.video_field)
     if (video_upload is not None or body.video_reference is not None) and not state.engine.pipeline.info.video_input:
         raise bad_request(f"{got.video_field}: {state.model_name} takes no input video", got.video_field)
+    if mask_upload is not None and not state.engine.pipeline.info.video_mask:
+        raise bad_request(f"mask: {state.model_name} takes no mask video", "mask")
     if upload is not None:
         data = await _read(upload, got.image_field, state)
         got.image = await asyncio.to_thread(image_from_bytes, data, got.image_field, state.media, upload.content_type)
@@ -137,6 +145,9 @@ async def _parse(request: Request, state: ServerState) -> tuple[VideoRequest, _I
         )
     elif body.video_reference is not None:
         got.video = await load_video(body.video_url(), "video_reference", state.media)
+    if mask_upload is not None:
+        data = await _read(mask_upload, "mask", state)
+        got.mask = await asyncio.to_thread(video_from_bytes, data, "mask", state.media, mask_upload.content_type)
     return body, got
 
 
@@ -166,6 +177,8 @@ def _plan(state: ServerState, body: VideoRequest, got: _Inputs, request_id: str)
     mm = {"image": [got.image]} if got.image is not None else {}
     if got.video is not None:
         mm["video"] = got.video
+    if got.mask is not None:
+        mm["mask"] = got.mask
     if mm:
         prompt["multi_modal_data"] = mm
     # a stage that makes its video's sound too (LTX-2's video+audio) gets both into the MP4; a pipeline whose
@@ -244,6 +257,7 @@ def _stored_request(body: VideoRequest, got: _Inputs) -> dict[str, Any]:
     not kept: such a job is failed, not re-run, when its front-end dies)."""
     uploaded = got.image is not None and body.image_reference is None
     uploaded |= got.video is not None and body.video_reference is None
+    uploaded |= got.mask is not None
     return {"body": body.model_dump(mode="json", exclude_unset=True), "uploads": uploaded}
 
 
@@ -323,7 +337,7 @@ def _launch(
 @router.post(
     "/videos",
     responses=error_responses(413, 415),
-    openapi_extra=request_body(VideoRequest, {"input_reference": False, "video_reference": False}),
+    openapi_extra=request_body(VideoRequest, {"input_reference": False, "video_reference": False, "mask": False}),
 )
 async def create_video(request: Request, state: ServerState = Depends(get_state)) -> dict:
     body, got = await _parse(request, state)
@@ -589,7 +603,7 @@ def _sync_success() -> dict[int | str, dict[str, Any]]:
     "/videos/sync",
     response_class=Response,
     responses={**_sync_success(), **error_responses(413, 415)},
-    openapi_extra=request_body(VideoRequest, {"input_reference": False, "video_reference": False}),
+    openapi_extra=request_body(VideoRequest, {"input_reference": False, "video_reference": False, "mask": False}),
 )
 async def create_video_sync(request: Request, state: ServerState = Depends(get_state)) -> Response:
     body, got = await _parse(request, state)

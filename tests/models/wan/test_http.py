@@ -97,3 +97,11 @@ def test_async_job_reports_progress_and_completes(wan_server):
         assert frames.shape == (9, 64, 64, 3) and fps == 16  # the family's default fps
         assert c.delete(f"/v1/videos/{job['id']}").json()["deleted"] is True
         assert c.get(f"/v1/videos/{job['id']}").status_code == 404
+
+
+def test_a_mask_upload_is_refused_naming_it(wan_server):
+    """Wan takes no mask video (Wan VACE does): the upload is a 400 naming ``mask``, before any decoding."""
+    _, url = wan_server
+    form = {"prompt": "a red cat", "size": "48x32", "num_frames": "9"}
+    r = httpx.post(f"{url}/v1/videos/sync", data=form, files={"mask": ("m.mp4", b"\0" * 64, "video/mp4")}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "mask", r.text

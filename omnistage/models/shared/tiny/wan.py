@@ -1,4 +1,4 @@
-"""Wan's UMT5 text encoder and video VAE at toy size (Helios uses both)."""
+"""Wan's UMT5 text encoder, video VAE and scheduler at toy size (Helios uses the first two, Wan VACE all three)."""
 
 from __future__ import annotations
 
@@ -25,3 +25,12 @@ def vae():
     return AutoencoderKLWan(
         base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]
     ).eval()
+
+
+def scheduler(flow_shift: float = 3.0):
+    from diffusers import UniPCMultistepScheduler
+
+    # what the Wan2.1 T2V checkpoints ship: UniPC on flow sigmas
+    return UniPCMultistepScheduler(
+        prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=flow_shift, num_train_timesteps=1000
+    )

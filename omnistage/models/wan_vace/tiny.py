@@ -1,0 +1,47 @@
+"""Tiny Wan VACE folder: real classes (WanVACETransformer3DModel, UMT5, AutoencoderKLWan), random weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omnistage.models.shared.tiny.wan import scheduler, umt5_encoder, vae
+from omnistage.stages.diffusion import tiny_parts as parts
+
+
+def transformer():
+    from diffusers import WanVACETransformer3DModel
+
+    # two DiT layers, each fed a VACE hint; the hints' input is 96 channels: the video's inactive and reactive
+    # latents (16 + 16) and the mask folded 8x8 into channels (64, the VAE's spatial factor squared)
+    return WanVACETransformer3DModel(
+        patch_size=(1, 2, 2),
+        num_attention_heads=2,
+        attention_head_dim=12,
+        in_channels=16,
+        out_channels=16,
+        text_dim=32,
+        freq_dim=256,
+        ffn_dim=32,
+        num_layers=2,
+        cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads",
+        rope_max_seq_len=32,
+        vace_layers=[0, 1],
+        vace_in_channels=96,
+    ).eval()
+
+
+def build(outdir: Path) -> None:
+    """Write a loadable WanVACEPipeline folder (sizes are multiples of 16, frame counts 4k+1)."""
+    import torch
+    from diffusers import WanVACEPipeline
+
+    torch.manual_seed(0)
+    pipe = WanVACEPipeline(
+        tokenizer=parts.t5_tokenizer(),
+        text_encoder=umt5_encoder(),
+        vae=vae(),
+        scheduler=scheduler(),
+        transformer=transformer(),
+    )
+    pipe.save_pretrained(outdir, safe_serialization=True)
