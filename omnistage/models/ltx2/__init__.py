@@ -5,9 +5,13 @@ which diffusers' classes read themselves."""
 
 from pathlib import Path
 
+from omnistage.modality import AccumulationRule
 from omnistage.models.ltx2.adapter import DEFAULT_FPS, DEFAULT_NUM_FRAMES, EXTRA_PARAMS, LTX2Adapter
+from omnistage.models.ltx2.handoff import one_payload, split_params_for, to_refine_pass
+from omnistage.models.ltx2.image_to_video import LTX2I2VAdapter  # (registers itself as LTX2Adapter's I2V variant)
+from omnistage.models.ltx2.refine import LTX2FirstPassAdapter, LTX2RefineAdapter
 from omnistage.models.ltx2.tiny import build, build_i2v, build_v23
-from omnistage.pipeline import Pipeline, StageSpec
+from omnistage.pipeline import Edge, Pipeline, StageSpec
 
 DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment
 
@@ -39,7 +43,43 @@ PIPELINE = Pipeline(
     deploy_file=DEPLOY,
 )
 
-PIPELINES = [PIPELINE]
+# The published two-stage recipe as a deploy of this family (``omnistage serve MODEL --pipeline ltx2_two_stage``,
+# placement in two_stage.yaml): LTX2Pipeline(output_type="latent") at half the size -> LTX2LatentUpsamplePipeline ->
+# a 3-step LTX2Pipeline refine pass on the upsampled latents (handoff.py, refine.py).
+TWO_STAGE = Pipeline(
+    name="ltx2_two_stage",
+    description="LTX-2 two-stage: first pass at half size (latents) -> 2x latent upsampler + 3-step refine pass "
+    "-> AutoencoderKLLTX2Video + AutoencoderKLLTX2Audio + vocoder",
+    stages=[
+        StageSpec(
+            0,
+            kind="diffusion",
+            name="first_pass",
+            adapter=LTX2FirstPassAdapter,
+            output="latent",
+            default_params={**PIPELINE.stages[0].default_params, "output_type": "latent"},
+            accumulation={"latent": AccumulationRule(one_payload)},  # a typed payload, not rows to concatenate
+        ),
+        StageSpec(
+            1,
+            kind="diffusion",
+            name="refine",
+            adapter=LTX2RefineAdapter,
+            output="video+audio",
+            can_output="video,audio,latent",
+            final=True,
+            knobs="none",  # the request's steps and guidance_scale are the first pass's; split_params carries the rest
+            # the recipe's refine call: num_inference_steps=3 (its sigmas), guidance_scale=1.0
+            default_params={"num_inference_steps": 3, "guidance_scale": 1.0},
+            inputs=[Edge(0, process=to_refine_pass)],
+        ),
+    ],
+    extra_body_params=EXTRA_PARAMS,
+    folder_shape_request=split_params_for,
+    deploy_file=Path(__file__).with_name("two_stage.yaml"),
+)
+
+PIPELINES = [PIPELINE, TWO_STAGE]
 TINY = {"ltx2": build, "ltx2_i2v": build_i2v, "ltx23": build_v23}  # ltx23: the LTX-2.3 layout
 
-__all__ = ["LTX2Adapter", "PIPELINE", "PIPELINES", "TINY"]
+__all__ = ["LTX2Adapter", "LTX2I2VAdapter", "PIPELINE", "PIPELINES", "TINY", "TWO_STAGE"]

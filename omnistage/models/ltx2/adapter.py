@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
-from omnistage.stages.diffusion.adapter import DiffusionJob, check_first_frame, frames_of_form
+from omnistage.stages.diffusion.adapter import DiffusionJob, frames_of_form
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 
 # LTX2Pipeline.__call__'s own defaults (tests check they still agree)
@@ -222,9 +222,14 @@ class LTX2Adapter(DiffusersAdapter):
             cfg.get("base_shift", 0.95),
             cfg.get("max_shift", 2.05),
         )
-        state = self.sampler.make_state(n, device=self.device, sigmas=np.linspace(1.0, 1 / n, n), mu=mu)
+        state = self.sampler.make_state(n, device=self.device, sigmas=self.sigmas(job), mu=mu)
         state.scheduler.set_begin_index(0)
         job.sampler_state = state
+
+    def sigmas(self, job: LTX2Job) -> Any:
+        """The sigma table ``__call__`` passes the scheduler when the caller gives none."""
+        n = job.params.num_inference_steps
+        return np.linspace(1.0, 1 / n, n)
 
     def init_latents(self, job: LTX2Job) -> None:
         video = self.pipe.prepare_latents(
@@ -446,58 +451,3 @@ class LTX2Adapter(DiffusersAdapter):
         if len(decoded) > 1:
             out["audio"], out["sample_rate"] = decoded[1], self.sr
         return out
-
-
-# Image-to-video (LTX2ImageToVideoPipeline): the same loop; the input image, VAE-encoded (its mode), is the first
-# latent frame, never noised and never stepped, and the DiT sees timestep 0 on its tokens.
-class LTX2I2VAdapter(LTX2Adapter):
-    pipeline_class_name = "LTX2ImageToVideoPipeline"
-
-    def validate(self, job: LTX2Job) -> None:
-        check_first_frame(job)
-        if job.params.strength is not None:
-            raise InvalidRequestError("strength", "not used by image-to-video (the image is the first frame)")
-        self.validate_video(job)
-        crf = job.params.extra_args.get("image_crf")
-        if crf is not None and not 0 <= int(crf) <= 51:
-            raise InvalidRequestError("image_crf", f"{crf} is not an H.264 CRF (0-51; 0 skips the re-compression)")
-
-    def init_latents(self, job: LTX2Job) -> None:
-        from diffusers.pipelines.ltx2.utils import apply_image_conditioning_crf, resolve_default_image_crf
-
-        pipe = self.pipe
-        crf = job.params.extra_args.get("image_crf")
-        crf = int(crf) if crf is not None else resolve_default_image_crf(pipe.text_encoder)
-        image = job.images[0]
-        if crf != 0:  # re-compressed as the model saw its training frames
-            from PIL import Image
-
-            image = Image.fromarray(apply_image_conditioning_crf(np.array(image.convert("RGB")), crf))
-        image = pipe.video_processor.preprocess(image, height=job.height, width=job.width)
-        image = image.to(device=self.device, dtype=self.model_dtype)
-        video, mask = pipe.prepare_latents(
-            image,
-            1,
-            self.model.config.in_channels,
-            job.height,
-            job.width,
-            job.num_frames,
-            0.0,
-            torch.float32,
-            self.device,
-            job.generator,
-        )
-        for cond in (job.cond, job.uncond):
-            if cond is not None:
-                cond["frame_mask"] = mask
-        self.set_latents(job, video)
-
-    def video_timestep(self, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
-        return t.unsqueeze(-1) * (1 - cond["frame_mask"])
-
-    def keep_given_frames(self, velocity: torch.Tensor, job: LTX2Job) -> None:
-        f = self.pipe.vae_spatial_compression_ratio
-        velocity[:, : (job.height // f) * (job.width // f) * self.model.config.in_channels] = 0.0  # x + dt * 0 == x
-
-
-LTX2Adapter.variants = {"LTX2ImageToVideoPipeline": LTX2I2VAdapter}  # one entry point for T2V and I2V folders

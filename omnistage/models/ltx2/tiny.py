@@ -232,13 +232,27 @@ def bwe_vocoder(audio_vae):
 
 
 def build(outdir: Path) -> None:
-    """Write a loadable LTX2Pipeline folder (text -> video + audio)."""
+    """Write a loadable LTX2Pipeline folder (text -> video + audio), with the two-stage recipe's latent upsampler in
+    ``latent_upsampler/`` (as the release keeps it: beside the pipeline, not in ``model_index.json``)."""
     import torch
     from diffusers import LTX2Pipeline
 
     torch.manual_seed(0)
     pipe = LTX2Pipeline(**components())
     pipe.save_pretrained(outdir, safe_serialization=True)
+    latent_upsampler().save_pretrained(Path(outdir) / "latent_upsampler", safe_serialization=True)
+
+
+def latent_upsampler():
+    """The 2x spatial latent upsampler at toy width (GroupNorm needs 32 channels), seeded on its own so the
+    pipeline's weights above stay what they were."""
+    import torch
+    from diffusers.pipelines.ltx2.latent_upsampler import LTX2LatentUpsamplerModel
+
+    torch.manual_seed(1)
+    return LTX2LatentUpsamplerModel(
+        in_channels=4, mid_channels=32, num_blocks_per_stage=1, dims=3, rational_spatial_scale=2.0
+    ).eval()
 
 
 def build_i2v(outdir: Path) -> None:

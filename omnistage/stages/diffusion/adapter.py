@@ -214,6 +214,12 @@ class DiffusionAdapter(ABC):
         """The finished job's output delta; video families put frames (and fps) under ``video``."""
         return {"image": decoded}
 
+    def pack_latents(self, job: DiffusionJob) -> dict[str, Any]:
+        """The output delta of a job asked for ``output_type="latent"``: its latent rows as they are. A family
+        whose next stage needs them as its diffusers pipeline returns them (LTX-2's unpacked video and audio
+        latents, for its refine pass) hands on a typed payload instead."""
+        return {"latent": job.latents}
+
     def block_layouts(self) -> list[BlockLayout]:
         """Each denoiser's transformer blocks in call order (blocks.py), for step caching and regional
         ``torch.compile``. None by default: the stage then refuses step caching (a UNet has no single

@@ -169,7 +169,7 @@ def advance(
         return
     latent_out = [j for j in done if j.params.output_type == "latent"]
     for j in latent_out:
-        result.finished.append((j, {"latent": j.latents}))
+        result.finished.append((j, adapter.pack_latents(j)))
     to_decode = [j for j in done if j.params.output_type != "latent"]
     if to_decode:
         try:
