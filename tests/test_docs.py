@@ -71,6 +71,8 @@ PLACEHOLDERS = {
     "path/to/loras": "sd3 LoRAs",  # watercolor/, ink/ (folders) and pixel.safetensors for the tiny SD3: loras()
 }
 
+WORKED_FAMILY = "z_image"  # what ``<family>`` in docs/adding-a-family.md's runnable commands stands for
+
 FENCE = re.compile(r"^```(\w*)\s*$")
 DIRECTIVE = re.compile(r"^<!--\s*docs-test:\s*(\w+)\s*(.*?)\s*-->\s*$")
 
@@ -243,7 +245,8 @@ def substitute(code: str, fixtures: dict[str, Path]) -> str:
     for placeholder, name in PLACEHOLDERS.items():
         if placeholder in code:
             code = code.replace(placeholder, str(fixtures[name]))
-    return code
+    # the guide's commands for a new family run on a family that exists, from the checkout's venv
+    return code.replace("<family>", WORKED_FAMILY).replace(".venv/bin/", f"{Path(sys.executable).parent}/")
 
 
 class Servers(dict):
