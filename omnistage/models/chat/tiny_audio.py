@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omnistage.models.chat.tiny import train_tokenizer
+from omnistage.models.chat.tiny import ROOT, save_multimodal, text_config, train_tokenizer
 
 AUDIO_TOKENS = ["<|audio_bos|>", "<|AUDIO|>", "<|audio_eos|>"]
 SAMPLE_RATE = 16000
@@ -40,9 +40,7 @@ CHAT_TEMPLATE = (
 def build(
     outdir: Path, *, seed: int = 0, head_dim: int = 32, num_layers: int = 2, max_position_embeddings: int = 2048
 ) -> None:
-    import torch
     from transformers import (
-        GenerationConfig,
         Qwen2AudioConfig,
         Qwen2AudioForConditionalGeneration,
         Qwen2AudioProcessor,
@@ -51,7 +49,6 @@ def build(
 
     outdir = Path(outdir)
     tok = train_tokenizer(extra_special_tokens=AUDIO_TOKENS)
-    eos = tok.convert_tokens_to_ids("<|im_end|>")
     bos = tok.convert_tokens_to_ids("<|endoftext|>")
     hidden = 2 * head_dim
     frames = CHUNK_S * SAMPLE_RATE // HOP
@@ -65,35 +62,16 @@ def build(
             max_source_positions=frames // 2,
             initializer_range=0.3,
         ),
-        text_config=dict(
-            model_type="qwen2",
-            vocab_size=len(tok),
-            hidden_size=hidden,
-            intermediate_size=2 * hidden,
-            num_hidden_layers=num_layers,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=head_dim,
-            max_position_embeddings=max_position_embeddings,
-            # A wide init gives peaked logits, so greedy choices are not near-ties.
-            initializer_range=0.3,
-            bos_token_id=bos,
-            eos_token_id=eos,
-            pad_token_id=bos,
-            tie_word_embeddings=False,
+        text_config=text_config(
+            tok, hidden, num_layers, max_position_embeddings, model_type="qwen2", head_dim=head_dim
         ),
         audio_token_index=tok.convert_tokens_to_ids("<|AUDIO|>"),
         pad_token_id=bos,
-        # Untied: vLLM ties the LM head only on text_config's flag, transformers on the root's.
-        tie_word_embeddings=False,
-        torch_dtype="float32",
+        **ROOT,
         architectures=["Qwen2AudioForConditionalGeneration"],
     )
-    torch.manual_seed(seed)
-    model = Qwen2AudioForConditionalGeneration(config).to(torch.float32).eval()
-    model.save_pretrained(outdir)
+    save_multimodal(outdir, Qwen2AudioForConditionalGeneration, config, seed)
     _hub_layout(outdir / "model.safetensors")
-    GenerationConfig(eos_token_id=eos, bos_token_id=bos, pad_token_id=bos).save_pretrained(outdir)
 
     features = WhisperFeatureExtractor(
         feature_size=MEL_BINS, sampling_rate=SAMPLE_RATE, hop_length=HOP, chunk_length=CHUNK_S, n_fft=400

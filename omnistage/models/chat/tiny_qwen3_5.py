@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omnistage.models.chat.tiny_qwen_vl import CHAT_TEMPLATE, MERGE, _save, _text_config, _tokenizer
+from omnistage.models.chat.tiny import ROOT
+from omnistage.models.chat.tiny_qwen_vl import _save, _text_config, _tokenizer, _vision_config, qwen3_processor
 
 
 def _linear_attention(num_layers: int, full_attention_interval: int) -> dict:
@@ -55,34 +56,14 @@ def build_qwen3_5(
     max_position_embeddings: int = 2048,
     initializer_range: float = 0.02,
 ) -> None:
-    import torch
-    from transformers import (
-        GenerationConfig,
-        Qwen2VLImageProcessor,
-        Qwen3_5Config,
-        Qwen3_5ForConditionalGeneration,
-        Qwen3VLProcessor,
-        Qwen3VLVideoProcessor,
-    )
+    from transformers import GenerationConfig, Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
     patch = 16
-    factor = patch * MERGE  # 32 px: one merged token
     tok, special = _tokenizer()
     hidden = 2 * head_dim
     rotary_half = head_dim // 8  # partial_rotary_factor 0.25: a quarter of the head turns, split in (t, h, w)
     config = Qwen3_5Config(
-        vision_config=dict(
-            depth=num_layers,
-            hidden_size=hidden,
-            intermediate_size=2 * hidden,
-            num_heads=2,
-            patch_size=patch,
-            spatial_merge_size=MERGE,
-            temporal_patch_size=2,
-            out_hidden_size=hidden,
-            num_position_embeddings=64,
-            initializer_range=0.3,
-        ),
+        vision_config=_vision_config(hidden, patch, num_layers, num_position_embeddings=64),
         text_config=_text_config(
             tok,
             hidden,
@@ -100,25 +81,11 @@ def build_qwen3_5(
         )
         | {"initializer_range": initializer_range},
         **special,
-        tie_word_embeddings=False,
-        torch_dtype="float32",
+        **ROOT,
         architectures=["Qwen3_5ForConditionalGeneration"],
     )
-    torch.manual_seed(seed)
-    model = Qwen3_5ForConditionalGeneration(config).to(torch.float32).eval()
-    common = dict(patch_size=patch, merge_size=MERGE, temporal_patch_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3)
-    images = Qwen2VLImageProcessor(min_pixels=factor**2, max_pixels=4 * factor**2, **common)
-    # the video budget counts all sampled frames together (frames x height x width)
-    videos = Qwen3VLVideoProcessor(
-        size={"shortest_edge": factor**2, "longest_edge": 16 * factor**2}, fps=2, min_frames=2, max_frames=8, **common
-    )
     outdir = Path(outdir)
-    _save(
-        outdir,
-        model,
-        tok,
-        Qwen3VLProcessor(image_processor=images, tokenizer=tok, video_processor=videos, chat_template=CHAT_TEMPLATE),
-    )
+    _save(outdir, Qwen3_5ForConditionalGeneration, config, seed, tok, qwen3_processor(tok, patch))
     # Both ends of a turn stop generation, as in the released checkpoints' generation config: vLLM stops at the
     # tokenizer's eos (<|endoftext|>) anyway, so transformers' generate must too for the two to agree.
     text = config.text_config

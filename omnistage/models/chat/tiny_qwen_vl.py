@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omnistage.models.chat.tiny import train_tokenizer
+from omnistage.models.chat.tiny import ROOT, save_multimodal, text_config, train_tokenizer
+from omnistage.models.shared.tiny.sizes import qwen_vision
 
 VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 MERGE = 2  # spatial merge (2x2 patches -> one LM token), as the released models
@@ -56,42 +57,36 @@ def _tokenizer():
 
 
 def _text_config(tok, hidden: int, num_layers: int, max_position_embeddings: int, **extra):
-    bos, eos = tok.convert_tokens_to_ids("<|endoftext|>"), tok.convert_tokens_to_ids("<|im_end|>")
-    return dict(
-        vocab_size=len(tok),
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=num_layers,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=max_position_embeddings,
-        rms_norm_eps=1e-6,
-        # A wide init gives peaked logits, so greedy choices are not near-ties.
-        initializer_range=0.3,
-        bos_token_id=bos,
-        eos_token_id=eos,
-        pad_token_id=bos,
-        tie_word_embeddings=False,
-        **extra,
-    )
+    return text_config(tok, hidden, num_layers, max_position_embeddings, rms_norm_eps=1e-6, **extra)
 
 
-def _save(outdir: Path, model, tok, processor) -> None:
-    from transformers import GenerationConfig
+def _vision_config(hidden: int, patch: int, num_layers: int, **extra) -> dict:
+    return dict(qwen_vision(hidden, hidden, patch=patch, depth=num_layers), initializer_range=0.3, **extra)
 
-    model.save_pretrained(outdir)
-    text = model.config.text_config
-    GenerationConfig(
-        eos_token_id=text.eos_token_id, bos_token_id=text.bos_token_id, pad_token_id=text.pad_token_id
-    ).save_pretrained(outdir)
+
+def _save(outdir: Path, model_class, config, seed: int, tok, processor) -> None:
+    save_multimodal(outdir, model_class, config, seed)
     processor.save_pretrained(outdir)
     tok.save_pretrained(outdir)
+
+
+def qwen3_processor(tok, patch: int):
+    """Qwen3-VL's processor with tiny pixel budgets (an image at most 2x2 merged tokens, a whole video 16)."""
+    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+    factor = patch * MERGE  # one merged token
+    common = dict(patch_size=patch, merge_size=MERGE, temporal_patch_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    images = Qwen2VLImageProcessor(min_pixels=factor**2, max_pixels=4 * factor**2, **common)
+    # Qwen3-VL's video budget counts all sampled frames together (frames x height x width)
+    videos = Qwen3VLVideoProcessor(
+        size={"shortest_edge": factor**2, "longest_edge": 16 * factor**2}, fps=2, min_frames=2, max_frames=8, **common
+    )
+    return Qwen3VLProcessor(image_processor=images, tokenizer=tok, video_processor=videos, chat_template=CHAT_TEMPLATE)
 
 
 def build_qwen2_5_vl(
     outdir: Path, *, seed: int = 0, head_dim: int = 32, num_layers: int = 2, max_position_embeddings: int = 2048
 ) -> None:
-    import torch
     from transformers import (
         Qwen2_5_VLConfig,
         Qwen2_5_VLForConditionalGeneration,
@@ -106,19 +101,13 @@ def build_qwen2_5_vl(
     hidden = 2 * head_dim  # two heads; the LM's head size is hidden / heads
     half = head_dim // 2  # M-RoPE splits the rotary half of each head into (t, h, w) sections
     config = Qwen2_5_VLConfig(
-        vision_config=dict(
-            depth=num_layers,
-            hidden_size=hidden,
-            intermediate_size=2 * hidden,
-            num_heads=2,
-            patch_size=patch,
-            spatial_merge_size=MERGE,
-            temporal_patch_size=2,
+        vision_config=_vision_config(
+            hidden,
+            patch,
+            num_layers,
             window_size=2 * factor,
-            out_hidden_size=hidden,
             fullatt_block_indexes=[num_layers - 1],
             tokens_per_second=2,
-            initializer_range=0.3,
         ),
         text_config=_text_config(
             tok,
@@ -132,18 +121,17 @@ def build_qwen2_5_vl(
             },
         ),
         **special,
-        tie_word_embeddings=False,
-        torch_dtype="float32",
+        **ROOT,
         architectures=["Qwen2_5_VLForConditionalGeneration"],
     )
-    torch.manual_seed(seed)
-    model = Qwen2_5_VLForConditionalGeneration(config).to(torch.float32).eval()
     common = dict(patch_size=patch, merge_size=MERGE, temporal_patch_size=2)
     images = Qwen2VLImageProcessor(min_pixels=factor**2, max_pixels=4 * factor**2, **common)
     videos = Qwen2VLVideoProcessor(min_pixels=factor**2, max_pixels=6 * factor**2, **common)  # per frame
     _save(
         Path(outdir),
-        model,
+        Qwen2_5_VLForConditionalGeneration,
+        config,
+        seed,
         tok,
         Qwen2_5_VLProcessor(image_processor=images, tokenizer=tok, video_processor=videos, chat_template=CHAT_TEMPLATE),
     )
@@ -152,34 +140,16 @@ def build_qwen2_5_vl(
 def build_qwen3_vl(
     outdir: Path, *, seed: int = 0, head_dim: int = 32, num_layers: int = 2, max_position_embeddings: int = 2048
 ) -> None:
-    import torch
-    from transformers import (
-        Qwen2VLImageProcessor,
-        Qwen3VLConfig,
-        Qwen3VLForConditionalGeneration,
-        Qwen3VLProcessor,
-        Qwen3VLVideoProcessor,
-    )
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
     patch = 16
-    factor = patch * MERGE  # 32 px: one merged token
     tok, special = _tokenizer()
     hidden = 2 * head_dim
     half = head_dim // 2
     t_sec = half - 2 * (5 * half // 16)  # the released (24, 20, 20) of 64, scaled
     config = Qwen3VLConfig(
-        vision_config=dict(
-            depth=num_layers,
-            hidden_size=hidden,
-            intermediate_size=2 * hidden,
-            num_heads=2,
-            patch_size=patch,
-            spatial_merge_size=MERGE,
-            temporal_patch_size=2,
-            out_hidden_size=hidden,
-            num_position_embeddings=64,
-            deepstack_visual_indexes=[0],
-            initializer_range=0.3,
+        vision_config=_vision_config(
+            hidden, patch, num_layers, num_position_embeddings=64, deepstack_visual_indexes=[0]
         ),
         text_config=_text_config(
             tok,
@@ -195,21 +165,7 @@ def build_qwen3_vl(
             },
         ),
         **special,
-        tie_word_embeddings=False,
-        torch_dtype="float32",
+        **ROOT,
         architectures=["Qwen3VLForConditionalGeneration"],
     )
-    torch.manual_seed(seed)
-    model = Qwen3VLForConditionalGeneration(config).to(torch.float32).eval()
-    common = dict(patch_size=patch, merge_size=MERGE, temporal_patch_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3)
-    images = Qwen2VLImageProcessor(min_pixels=factor**2, max_pixels=4 * factor**2, **common)
-    # Qwen3-VL's video budget counts all sampled frames together (frames x height x width)
-    videos = Qwen3VLVideoProcessor(
-        size={"shortest_edge": factor**2, "longest_edge": 16 * factor**2}, fps=2, min_frames=2, max_frames=8, **common
-    )
-    _save(
-        Path(outdir),
-        model,
-        tok,
-        Qwen3VLProcessor(image_processor=images, tokenizer=tok, video_processor=videos, chat_template=CHAT_TEMPLATE),
-    )
+    _save(Path(outdir), Qwen3VLForConditionalGeneration, config, seed, tok, qwen3_processor(tok, patch))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omnistage.models.chat.tiny import train_tokenizer
+from omnistage.models.chat.tiny import ROOT, save_multimodal, text_config, train_tokenizer
 
 TILE, PATCH, SCALE = 32, 8, 2  # tile side (px), vision patch (px), pixel-shuffle factor
 TOKENS_PER_TILE = (TILE // PATCH) ** 2 // SCALE**2
@@ -45,9 +45,7 @@ CHAT_TEMPLATE = (
 def build(
     outdir: Path, *, seed: int = 0, head_dim: int = 32, num_layers: int = 2, max_position_embeddings: int = 2048
 ) -> None:
-    import torch
     from transformers import (
-        GenerationConfig,
         Idefics3Config,
         Idefics3ForConditionalGeneration,
         Idefics3ImageProcessorPil,
@@ -56,7 +54,6 @@ def build(
 
     outdir = Path(outdir)
     tok = train_tokenizer(extra_special_tokens=IMAGE_TOKENS)
-    eos = tok.convert_tokens_to_ids("<|im_end|>")
     bos = tok.convert_tokens_to_ids("<|endoftext|>")
     hidden = 2 * head_dim
     config = Idefics3Config(
@@ -69,36 +66,16 @@ def build(
             patch_size=PATCH,
             initializer_range=0.3,
         ),
-        text_config=dict(
-            model_type="llama",
-            vocab_size=len(tok),
-            hidden_size=hidden,
-            intermediate_size=2 * hidden,
-            num_hidden_layers=num_layers,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=head_dim,
-            max_position_embeddings=max_position_embeddings,
-            rms_norm_eps=1e-5,
-            # A wide init gives peaked logits, so greedy choices are not near-ties.
-            initializer_range=0.3,
-            bos_token_id=bos,
-            eos_token_id=eos,
-            pad_token_id=bos,
-            tie_word_embeddings=False,
+        text_config=text_config(
+            tok, hidden, num_layers, max_position_embeddings, model_type="llama", head_dim=head_dim, rms_norm_eps=1e-5
         ),
         scale_factor=SCALE,
         image_token_id=tok.convert_tokens_to_ids("<image>"),
         pad_token_id=bos,
-        # Untied: vLLM ties the LM head only on text_config's flag, transformers on the root's.
-        tie_word_embeddings=False,
-        torch_dtype="float32",
+        **ROOT,
         architectures=["Idefics3ForConditionalGeneration"],
     )
-    torch.manual_seed(seed)
-    model = Idefics3ForConditionalGeneration(config).to(torch.float32).eval()
-    model.save_pretrained(outdir)
-    GenerationConfig(eos_token_id=eos, bos_token_id=bos, pad_token_id=bos).save_pretrained(outdir)
+    save_multimodal(outdir, Idefics3ForConditionalGeneration, config, seed)
 
     images = Idefics3ImageProcessorPil(
         size={"longest_edge": MAX_TILES_PER_SIDE * TILE}, max_image_size={"longest_edge": TILE}, do_image_splitting=True

@@ -15,6 +15,8 @@ import json
 import string
 from pathlib import Path
 
+from omnistage.models.shared.tiny import causal_lm, mimi
+
 SPECIAL = ["<|endoftext|>", "<|text_start|>", "<|text_end|>", "<|speech_start|>", "<|speech_end|>"]
 CODEBOOK_SIZE = 32
 NUM_QUANTIZERS = 2
@@ -29,77 +31,34 @@ _CORPUS = [
 
 def build_lm(outdir: Path, *, seed: int = 0, head_dim: int = 32) -> int:
     """Writes the LM folder; returns the id of codec token 0."""
-    import torch
-    from transformers import (
-        GenerationConfig,
-        Qwen2Config,
-        Qwen2ForCausalLM,
-        Qwen2Tokenizer,
-    )
+    from transformers import Qwen2ForCausalLM, Qwen2Tokenizer
 
     tok = Qwen2Tokenizer().train_new_from_iterator(_CORPUS * 20, vocab_size=300, new_special_tokens=SPECIAL)
     offset = len(tok)
     tok.add_tokens([f"<|c_{i}|>" for i in range(CODEBOOK_SIZE)], special_tokens=True)
     assert tok.convert_tokens_to_ids("<|c_0|>") == offset
     end = tok.convert_tokens_to_ids("<|speech_end|>")
-    config = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=2 * head_dim,
-        intermediate_size=4 * head_dim,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=head_dim,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        initializer_range=0.3,  # peaked logits: greedy choices are not near-ties
-        bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
-        eos_token_id=end,
-        pad_token_id=tok.pad_token_id,
-        torch_dtype="float32",
-        architectures=["Qwen2ForCausalLM"],
-    )
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config).to(torch.float32).eval()
-    with torch.no_grad():  # a zero (tied) embedding: the end token's logit is 0, so random weights rarely stop at once
-        model.get_input_embeddings().weight[end] = 0
-    model.save_pretrained(outdir)
-    GenerationConfig(
-        eos_token_id=end, bos_token_id=config.bos_token_id, pad_token_id=config.pad_token_id
-    ).save_pretrained(outdir)
-    tok.save_pretrained(outdir)
+    bos = tok.convert_tokens_to_ids("<|endoftext|>")
+    _save_lm(outdir, Qwen2ForCausalLM, tok, seed=seed, head_dim=head_dim, bos=bos, end=end)
     return offset
+
+
+def _save_lm(outdir: Path, model_class, tok, *, seed: int, head_dim: int, bos: int, end: int) -> None:
+    """A speech LM that stops on ``end``, silent at first (see ``causal_lm.save``)."""
+    config = causal_lm.config(
+        model_class, tok, head_dim=head_dim, max_positions=2048, bos=bos, eos=end, pad=tok.pad_token_id
+    )
+    causal_lm.save(outdir, model_class, config, tok, seed=seed, eos=end, silent_end=True)
 
 
 def build_codec(outdir: Path, *, seed: int = 0) -> None:
     import torch
-    from transformers import MimiConfig, MimiModel
+    from transformers import MimiModel
 
-    config = MimiConfig(
-        sampling_rate=16000,
-        hidden_size=32,
-        num_filters=4,
-        upsampling_ratios=[8, 5, 4],
-        codebook_size=CODEBOOK_SIZE,
-        codebook_dim=16,
-        num_quantizers=NUM_QUANTIZERS,
-        num_semantic_quantizers=1,
-        vector_quantization_hidden_dimension=16,
-        upsample_groups=32,
-        num_hidden_layers=2,
-        intermediate_size=64,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=16,
-        sliding_window=8,
-        max_position_embeddings=8192,
-        layer_scale_initial_scale=1.0,  # the transformer matters, so the streamed context is really exercised
-    )
+    config = mimi.config(16000, [8, 5, 4], CODEBOOK_SIZE, NUM_QUANTIZERS)
     torch.manual_seed(seed)
     model = MimiModel(config).eval()
-    for name, buf in model.named_buffers():
-        if name.endswith("codebook.embed_sum"):  # initialised to zeros: every code would sound the same
-            buf.normal_(std=0.03)
+    mimi.spread_codebooks(model)
     model.save_pretrained(outdir)
 
 
@@ -156,8 +115,7 @@ _LLASA_CORPUS = _CORPUS + ["user assistant Convert the text to speech:", "a refe
 
 def build_llasa_lm(outdir: Path, *, seed: int = 0, head_dim: int = 32) -> int:
     """Writes the Llama LM folder; returns the id of ``<|s_0|>``."""
-    import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Tokenizer
+    from transformers import LlamaForCausalLM, Qwen2Tokenizer
 
     tok = Qwen2Tokenizer().train_new_from_iterator(_LLASA_CORPUS * 20, vocab_size=300, new_special_tokens=LLASA_SPECIAL)
     offset = len(tok)
@@ -166,32 +124,7 @@ def build_llasa_lm(outdir: Path, *, seed: int = 0, head_dim: int = 32) -> int:
     tok.bos_token, tok.eos_token = "<|begin_of_text|>", "<|end_of_text|>"
     tok.chat_template = LLASA_CHAT_TEMPLATE
     end = tok.convert_tokens_to_ids("<|SPEECH_GENERATION_END|>")
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=2 * head_dim,
-        intermediate_size=4 * head_dim,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=head_dim,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        initializer_range=0.3,  # peaked logits: greedy choices are not near-ties
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=end,
-        pad_token_id=tok.pad_token_id,
-        torch_dtype="float32",
-        architectures=["LlamaForCausalLM"],
-    )
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).to(torch.float32).eval()
-    with torch.no_grad():  # a zero (tied) embedding: the end token's logit is 0, so random weights rarely stop at once
-        model.get_input_embeddings().weight[end] = 0
-    model.save_pretrained(outdir)
-    GenerationConfig(
-        eos_token_id=end, bos_token_id=config.bos_token_id, pad_token_id=config.pad_token_id
-    ).save_pretrained(outdir)
-    tok.save_pretrained(outdir)
+    _save_lm(outdir, LlamaForCausalLM, tok, seed=seed, head_dim=head_dim, bos=tok.bos_token_id, end=end)
     return offset
 
 

@@ -19,6 +19,9 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
+from omnistage.models.shared.tiny import mimi
+from omnistage.models.shared.tiny.sizes import decoder
+
 NUM_CODEBOOKS = 8
 CODEBOOK_SIZE = 64
 HEAD_DIM = 32
@@ -68,56 +71,22 @@ def build_processor(outdir: Path):
 
 def build(outdir: Path, *, seed: int = 0) -> None:
     import torch
-    from transformers import CsmConfig, CsmForConditionalGeneration, GenerationConfig, MimiConfig
+    from transformers import CsmConfig, CsmForConditionalGeneration, GenerationConfig
 
     outdir = Path(outdir)
     processor = build_processor(outdir)
     tok = processor.tokenizer
-    codec = MimiConfig(
-        sampling_rate=SAMPLE_RATE,
-        frame_rate=12.5,
-        hidden_size=32,
-        num_filters=4,
-        upsampling_ratios=[8, 6, 5, 4],
-        codebook_size=CODEBOOK_SIZE,
-        codebook_dim=16,
-        num_quantizers=NUM_CODEBOOKS,
-        num_semantic_quantizers=1,
-        vector_quantization_hidden_dimension=16,
-        upsample_groups=32,
-        num_hidden_layers=2,
-        intermediate_size=64,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=16,
-        sliding_window=8,
-        max_position_embeddings=8192,
-        layer_scale_initial_scale=1.0,
-    )
-    depth = {
-        "num_codebooks": NUM_CODEBOOKS,
-        "backbone_hidden_size": HIDDEN,
-        "vocab_size": CODEBOOK_SIZE,
-        "hidden_size": HIDDEN,
-        "intermediate_size": 2 * HIDDEN,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "head_dim": HEAD_DIM,
-        "max_position_embeddings": NUM_CODEBOOKS + 1,
-        "initializer_range": 0.3,
-    }
-    config = CsmConfig(
+    codec = mimi.config(SAMPLE_RATE, [8, 6, 5, 4], CODEBOOK_SIZE, NUM_CODEBOOKS, frame_rate=12.5)
+    depth = dict(
+        decoder(CODEBOOK_SIZE, HIDDEN, head_dim=HEAD_DIM, max_positions=NUM_CODEBOOKS + 1),
         num_codebooks=NUM_CODEBOOKS,
-        vocab_size=CODEBOOK_SIZE,
+        backbone_hidden_size=HIDDEN,
+        initializer_range=0.3,
+    )
+    config = CsmConfig(
+        **decoder(CODEBOOK_SIZE, HIDDEN, head_dim=HEAD_DIM, max_positions=2048),
+        num_codebooks=NUM_CODEBOOKS,
         text_vocab_size=len(tok),
-        hidden_size=HIDDEN,
-        intermediate_size=2 * HIDDEN,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=HEAD_DIM,
-        max_position_embeddings=2048,
         initializer_range=0.3,  # peaked logits: greedy is no tie
         pad_token_id=tok.convert_tokens_to_ids("<|AUDIO|>"),
         codebook_pad_token_id=CODEBOOK_SIZE - 1,
@@ -131,9 +100,7 @@ def build(outdir: Path, *, seed: int = 0) -> None:
     )
     torch.manual_seed(seed)
     model = CsmForConditionalGeneration(config).to(torch.float32).eval()
-    for name, buf in model.codec_model.named_buffers():
-        if name.endswith("codebook.embed_sum"):  # initialised to zeros: every code would sound the same
-            buf.normal_(std=0.03)
+    mimi.spread_codebooks(model.codec_model)
     with torch.no_grad():  # random weights peak near 5; keep the waveform inside [-1, 1] (16-bit PCM clips)
         last = model.codec_model.decoder.layers[-1].conv
         last.weight.mul_(0.1)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from omnistage.models.shared.tiny import mistral3
 from omnistage.models.shared.tiny.flux2_vae import vae
+from omnistage.models.shared.tiny.sizes import decoder
 
 # FLUX.2 [klein]'s scheduler config (the shift exponent mu comes from the pipeline's empirical rule)
 SCHEDULER = dict(
@@ -18,16 +19,7 @@ TEXT_LAYERS = 27  # the pipeline stacks hidden states 9, 18 and 27
 def text_encoder(vocab_size: int, hidden: int = 16):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    cfg = Qwen3Config(
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=TEXT_LAYERS,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-        max_position_embeddings=1024,
-    )
+    cfg = Qwen3Config(**decoder(vocab_size, hidden, layers=TEXT_LAYERS, head_dim=8))
     return Qwen3ForCausalLM(cfg).eval()
 
 

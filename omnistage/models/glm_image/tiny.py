@@ -127,14 +127,10 @@ def ar_model(tok, seed: int = 0):
 
 def build(outdir: Path, *, seed: int = 0) -> None:
     import torch
-    from diffusers import (
-        AutoencoderKL,
-        FlowMatchEulerDiscreteScheduler,
-        GlmImagePipeline,
-        GlmImageTransformer2DModel,
-    )
+    from diffusers import FlowMatchEulerDiscreteScheduler, GlmImagePipeline, GlmImageTransformer2DModel
     from transformers import ByT5Tokenizer, GenerationConfig, GlmImageProcessor
 
+    from omnistage.models.shared.tiny import autoencoder_kl
     from omnistage.stages.diffusion.tiny_parts import t5_encoder
 
     outdir = Path(outdir)
@@ -157,16 +153,7 @@ def build(outdir: Path, *, seed: int = 0) -> None:
         condition_dim=16,
         prior_vq_quantizer_codebook_size=VISION_VOCAB,
     )
-    channels = (4, 4, 4, 4)  # x8, as GLM-Image's VAE
-    vae = AutoencoderKL(
-        block_out_channels=channels,
-        in_channels=3,
-        out_channels=3,
-        down_block_types=("DownEncoderBlock2D",) * 4,
-        up_block_types=("UpDecoderBlock2D",) * 4,
-        latent_channels=4,
-        layers_per_block=1,
-        norm_num_groups=1,
+    vae = autoencoder_kl.vae(  # x8, as GLM-Image's VAE
         sample_size=64,
         use_quant_conv=False,
         use_post_quant_conv=False,

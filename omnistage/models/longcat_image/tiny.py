@@ -74,24 +74,10 @@ def transformer(*, text_dim: int, layers: int = 1, single_layers: int = 1, heads
 
 
 def vae(stages: int):
-    from diffusers import AutoencoderKL
+    from omnistage.models.shared.tiny import flux
 
     # 16 latent channels (the pipelines hard-code them), FLUX.1's scaling and shift, x2**(stages-1)
-    return AutoencoderKL(
-        block_out_channels=(4,) * stages,
-        in_channels=3,
-        out_channels=3,
-        down_block_types=("DownEncoderBlock2D",) * stages,
-        up_block_types=("UpDecoderBlock2D",) * stages,
-        latent_channels=16,
-        layers_per_block=1,
-        norm_num_groups=1,
-        sample_size=32,
-        use_quant_conv=False,
-        use_post_quant_conv=False,
-        shift_factor=0.1159,
-        scaling_factor=0.3611,
-    ).eval()
+    return flux.vae(16, stages)
 
 
 def _build(outdir: Path, class_name: str, vae_stages: int) -> None:

@@ -29,22 +29,6 @@ def tokenizer():
     return tok
 
 
-def text_encoder(vocab_size: int):
-    from transformers import Qwen3Config, Qwen3Model
-
-    cfg = Qwen3Config(
-        vocab_size=vocab_size,
-        hidden_size=TEXT_DIM,
-        intermediate_size=2 * TEXT_DIM,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        max_position_embeddings=1024,
-    )
-    return Qwen3Model(cfg).eval()
-
-
 def transformer(*, layers: int = 1, single_layers: int = 1, heads: int = 2, head_dim: int = 16):
     from diffusers import OvisImageTransformer2DModel
 
@@ -70,13 +54,14 @@ def build(outdir: Path) -> None:
     from diffusers import FlowMatchEulerDiscreteScheduler, OvisImagePipeline
 
     from omnistage.models.shared.tiny.flux import DEV_SCHEDULER, vae
+    from omnistage.models.shared.tiny.qwen3 import text_encoder
 
     torch.manual_seed(0)
     tok = tokenizer()
     pipe = OvisImagePipeline(
         scheduler=FlowMatchEulerDiscreteScheduler(**DEV_SCHEDULER),
         vae=vae(),
-        text_encoder=text_encoder(len(tok)),
+        text_encoder=text_encoder(len(tok), TEXT_DIM),
         tokenizer=tok,
         transformer=transformer(),
     )

@@ -27,21 +27,10 @@ def transformer(*, sample_size: int = 32, layers: int = 1, heads: int = 2, head_
 
 
 def vae():
-    from diffusers import AutoencoderKL
+    from omnistage.models.shared.tiny import autoencoder_kl
 
     # spatial factor 8 (four blocks) and the SDXL VAE's scaling factor, as PixArt-Σ ships
-    return AutoencoderKL(
-        block_out_channels=(4, 4, 4, 4),
-        in_channels=3,
-        out_channels=3,
-        down_block_types=("DownEncoderBlock2D",) * 4,
-        up_block_types=("UpDecoderBlock2D",) * 4,
-        latent_channels=4,
-        layers_per_block=1,
-        norm_num_groups=1,
-        sample_size=32,
-        scaling_factor=0.13025,
-    ).eval()
+    return autoencoder_kl.vae(scaling_factor=0.13025)
 
 
 def build(outdir: Path) -> None:

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omnistage.models.shared.tiny.qwen_omni import MediaTokens, processor_files, save_tokenizer
+from omnistage.models.shared.tiny.qwen_omni import MediaTokens, audio_encoder, processor_files, save_tokenizer
 from omnistage.models.shared.tiny.qwen_omni import train_tokenizer as shared_tokenizer
+from omnistage.models.shared.tiny.sizes import decoder, qwen_vision
 
 HEAD_DIM = 32
 HIDDEN = 2 * HEAD_DIM
@@ -91,44 +92,21 @@ def build_config(tok):
     }
     starts = {"audio_start_token_id": ids("<|audio_bos|>"), "audio_end_token_id": ids("<|audio_eos|>")}
     eos, pad = ids("<|im_end|>"), ids("<|endoftext|>")
+    lm = {"rope_parameters": rope, "initializer_range": wide}  # the thinker's and the talker's language models
     thinker = dict(
-        audio_config=dict(
-            num_mel_bins=MEL_BINS,
-            encoder_layers=1,
-            encoder_attention_heads=2,
-            encoder_ffn_dim=64,
-            d_model=HIDDEN,
-            output_dim=HIDDEN,
-            n_window=50,
-            max_source_positions=1500,
-            initializer_range=wide,
-        ),
+        audio_config=audio_encoder(MEL_BINS, HIDDEN, HIDDEN, 50, wide),
         vision_config=dict(
-            depth=2,
-            hidden_size=HIDDEN,
-            intermediate_size=64,
-            num_heads=2,
-            patch_size=PATCH,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
+            qwen_vision(HIDDEN, HIDDEN, patch=PATCH, depth=2, ffn=64),
             window_size=56,
             fullatt_block_indexes=[1],
-            out_hidden_size=HIDDEN,
             in_channels=3,
             initializer_range=wide,
             # in the release's config; vLLM's use_audio_in_video and M-RoPE read it
             tokens_per_second=25,
         ),
         text_config=dict(
-            vocab_size=len(tok),
-            hidden_size=HIDDEN,
-            intermediate_size=2 * HIDDEN,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            max_position_embeddings=4096,
-            rope_parameters=dict(rope),
-            initializer_range=wide,
+            decoder(len(tok), HIDDEN, max_positions=4096),
+            **lm,
             tie_word_embeddings=False,
             pad_token_id=pad,
             eos_token_id=eos,
@@ -144,17 +122,9 @@ def build_config(tok):
         **starts,
     )
     talker = dict(
-        vocab_size=TALKER_VOCAB,
+        decoder(TALKER_VOCAB, HIDDEN, head_dim=HEAD_DIM, max_positions=4096),
         embedding_size=HIDDEN,
-        hidden_size=HIDDEN,
-        intermediate_size=2 * HIDDEN,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=HEAD_DIM,
-        max_position_embeddings=4096,
-        rope_parameters=dict(rope),
-        initializer_range=wide,
+        **lm,
         tts_text_start_token_id=ids("<tts_text_bos>"),
         tts_text_end_token_id=ids("<tts_text_eod>"),
         tts_text_pad_token_id=ids("<tts_pad>"),

@@ -14,20 +14,15 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
+from omnistage.models.shared.tiny.qwen_omni import QWEN3_AUDIO, QWEN3_AUDIO_TOKENS, audio_encoder
+from omnistage.models.shared.tiny.sizes import decoder
+
 HEAD_DIM = 32
 HIDDEN = 2 * HEAD_DIM
 MEL_BINS = 128
 SAMPLE_RATE = 16000
 
-SPECIAL_TOKENS = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|audio_start|>",
-    "<|audio_end|>",
-    "<|audio_pad|>",
-    "<timestamp>",
-]
+SPECIAL_TOKENS = [*QWEN3_AUDIO_TOKENS, "<timestamp>"]
 # added but not special, as in the released tokenizer: decoded text keeps it (vLLM's server and transformers'
 # ``parse_output`` find the language prefix's end by it in text decoded without special tokens)
 TEXT_TOKENS = ["<asr_text>"]
@@ -84,30 +79,10 @@ def build(outdir: Path, *, seed: int = 0) -> None:
     eos, pad = ids("<|im_end|>"), ids("<|endoftext|>")
     wide = 0.3  # a wide init gives peaked logits, so greedy choices are not near-ties
     config = Qwen3ASRConfig(
-        audio_config=dict(
-            num_mel_bins=MEL_BINS,
-            encoder_layers=1,
-            encoder_attention_heads=2,
-            encoder_ffn_dim=64,
-            d_model=HEAD_DIM,
-            output_dim=HIDDEN,
-            n_window=50,
-            n_window_infer=800,
-            downsample_hidden_size=8,
-            initializer_range=wide,
-            # read by vLLM's encoder (transformers' takes its defaults)
-            max_source_positions=1500,
-            conv_chunksize=500,
-        ),
+        # max_source_positions and conv_chunksize are read by vLLM's encoder (transformers' takes its defaults)
+        audio_config=audio_encoder(MEL_BINS, HEAD_DIM, HIDDEN, 50, wide, n_window_infer=800, **QWEN3_AUDIO),
         text_config=dict(
-            vocab_size=len(tok),
-            hidden_size=HIDDEN,
-            intermediate_size=2 * HIDDEN,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=HEAD_DIM,
-            max_position_embeddings=2048,
+            decoder(len(tok), HIDDEN, head_dim=HEAD_DIM, max_positions=2048),
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
             initializer_range=wide,
             pad_token_id=pad,

@@ -5,15 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SPECIAL_TOKENS = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-]
+from omnistage.models.shared.tiny.qwen_vl import SPECIAL_TOKENS
+from omnistage.models.shared.tiny.sizes import decoder, qwen_vision
+
 # Qwen3-VL's template for the turns the pipeline renders (content a string or a list of text parts)
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
@@ -53,28 +47,9 @@ def text_encoder(tok, hidden: int = 32):
         )
     }
     text = dict(
-        vocab_size=len(tok),
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        max_position_embeddings=1024,
-        rope_scaling={"rope_type": "default", "mrope_section": [2, 3, 3]},
+        decoder(len(tok), hidden, head_dim=16), rope_scaling={"rope_type": "default", "mrope_section": [2, 3, 3]}
     )
-    vision = dict(
-        depth=1,
-        hidden_size=16,
-        intermediate_size=32,
-        num_heads=2,
-        out_hidden_size=hidden,
-        patch_size=16,
-        spatial_merge_size=2,
-        temporal_patch_size=2,
-        num_position_embeddings=64,
-        deepstack_visual_indexes=[0],
-    )
+    vision = dict(qwen_vision(16, hidden), num_position_embeddings=64, deepstack_visual_indexes=[0])
     return Qwen3VLForConditionalGeneration(Qwen3VLConfig(text_config=text, vision_config=vision, **ids)).eval()
 
 

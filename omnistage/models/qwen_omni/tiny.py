@@ -25,8 +25,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omnistage.models.shared.tiny.qwen_omni import MediaTokens, processor_files, save_tokenizer
+from omnistage.models.shared.tiny.qwen_omni import (
+    QWEN3_AUDIO,
+    QWEN3_AUDIO_TOKENS,
+    MediaTokens,
+    audio_encoder,
+    processor_files,
+    save_tokenizer,
+)
 from omnistage.models.shared.tiny.qwen_omni import train_tokenizer as shared_tokenizer
+from omnistage.models.shared.tiny.sizes import decoder, qwen_vision
 
 SPEAKERS = {"chelsie": 2301, "ethan": 2302, "aiden": 2303}  # the release's talker speaker ids
 CODEC = {
@@ -45,14 +53,10 @@ HIDDEN = 2 * HEAD_DIM
 SAMPLE_RATE = 24000
 MEL_BINS = 128
 N_WINDOW = 50
+MOE = {"moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2}
 
 SPECIAL_TOKENS = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|audio_start|>",
-    "<|audio_end|>",
-    "<|audio_pad|>",
+    *QWEN3_AUDIO_TOKENS,
     "<|vision_start|>",
     "<|vision_end|>",
     "<|image_pad|>",
@@ -122,32 +126,18 @@ def build_config(tok):
     )
 
 
+def _moe_lm(vocab_size: int, layers: int, max_positions: int, rope, wide: float, **extra) -> dict:
+    """The thinker's and the talker's mixture-of-experts language models."""
+    sizes = decoder(vocab_size, HIDDEN, layers=layers, head_dim=HEAD_DIM, max_positions=max_positions)
+    return dict(sizes, **MOE, rope_parameters=dict(rope), initializer_range=wide, **extra)
+
+
 def _thinker_config(tok, ids, role, rope, media, wide):
     eos, pad = ids("<|im_end|>"), ids("<|endoftext|>")
     return dict(
-        audio_config=dict(
-            num_mel_bins=MEL_BINS,
-            encoder_layers=1,
-            encoder_attention_heads=2,
-            encoder_ffn_dim=64,
-            d_model=HEAD_DIM,
-            output_dim=HIDDEN,
-            n_window=N_WINDOW,
-            n_window_infer=400,
-            downsample_hidden_size=8,
-            max_source_positions=1500,
-            conv_chunksize=500,
-            initializer_range=wide,
-        ),
+        audio_config=audio_encoder(MEL_BINS, HEAD_DIM, HIDDEN, N_WINDOW, wide, n_window_infer=400, **QWEN3_AUDIO),
         vision_config=dict(
-            depth=2,
-            hidden_size=HEAD_DIM,
-            intermediate_size=64,
-            num_heads=2,
-            patch_size=16,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-            out_hidden_size=HIDDEN,
+            qwen_vision(HEAD_DIM, HIDDEN, depth=2),
             num_position_embeddings=64,
             deepstack_visual_indexes=[0],
             initializer_range=wide,
@@ -155,21 +145,13 @@ def _thinker_config(tok, ids, role, rope, media, wide):
             image_size=8 * 16,
             apply_vit_abs_pos_embed=True,
         ),
-        text_config=dict(
-            vocab_size=len(tok),
-            hidden_size=HIDDEN,
-            intermediate_size=2 * HIDDEN,
-            num_hidden_layers=3,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=HEAD_DIM,
-            moe_intermediate_size=32,
-            num_experts=4,
-            num_experts_per_tok=2,
+        text_config=_moe_lm(
+            len(tok),
+            3,
+            2048,
+            rope,
+            wide,
             norm_topk_prob=True,
-            max_position_embeddings=2048,
-            rope_parameters=dict(rope),
-            initializer_range=wide,
             pad_token_id=pad,
             eos_token_id=eos,
             tie_word_embeddings=False,
@@ -189,33 +171,12 @@ def _thinker_config(tok, ids, role, rope, media, wide):
 
 def _talker_config(tok, ids, role, rope, media, wide):
     return dict(
-        text_config=dict(
-            vocab_size=TALKER_VOCAB,
-            hidden_size=HIDDEN,
-            intermediate_size=2 * HIDDEN,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=HEAD_DIM,
-            moe_intermediate_size=32,
-            shared_expert_intermediate_size=32,
-            num_experts=4,
-            num_experts_per_tok=2,
-            norm_topk_prob=False,
-            max_position_embeddings=4096,
-            rope_parameters=dict(rope),
-            initializer_range=wide,
+        text_config=_moe_lm(
+            TALKER_VOCAB, 2, 4096, rope, wide, norm_topk_prob=False, shared_expert_intermediate_size=32
         ),
         code_predictor_config=dict(
-            vocab_size=CODEBOOK,
-            hidden_size=HIDDEN,
-            intermediate_size=2 * HIDDEN,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=HEAD_DIM,
+            decoder(CODEBOOK, HIDDEN, layers=1, head_dim=HEAD_DIM, max_positions=64),
             num_code_groups=CODE_GROUPS,
-            max_position_embeddings=64,
             initializer_range=wide,
         ),
         num_code_groups=CODE_GROUPS,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from omnistage.models.shared.tiny.sizes import decoder
 from omnistage.stages.diffusion import tiny_parts as parts
 
 
@@ -19,17 +20,7 @@ def text_encoder(vocab_size: int, hidden: int = 32):
 
     # long positions: the prompt is prefixed with the pipeline's complex_human_instruction, which a tiny
     # vocabulary splits into many tokens
-    cfg = Gemma2Config(
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        max_position_embeddings=8192,
-    )
-    return Gemma2Model(cfg).eval()
+    return Gemma2Model(Gemma2Config(**decoder(vocab_size, hidden, head_dim=16, max_positions=8192))).eval()
 
 
 def transformer(*, sample_size: int = 16, caption_dim: int = 32):

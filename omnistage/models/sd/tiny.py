@@ -23,19 +23,9 @@ _UNET = dict(
 
 
 def _vae():
-    from diffusers import AutoencoderKL
+    from omnistage.models.shared.tiny import autoencoder_kl
 
-    return AutoencoderKL(
-        block_out_channels=(4, 4),
-        in_channels=3,
-        out_channels=3,
-        latent_channels=4,
-        down_block_types=("DownEncoderBlock2D",) * 2,
-        up_block_types=("UpDecoderBlock2D",) * 2,
-        layers_per_block=1,
-        norm_num_groups=1,
-        sample_size=64,
-    ).eval()
+    return autoencoder_kl.vae(stages=2, sample_size=64)
 
 
 def build_sd15(outdir: Path) -> None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from omnistage.models.shared.tiny.sizes import decoder
+
 AUDIO_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|vision_pad|>"]  # audio bos / eos / diffusion token
 HEAD_SEED = 7  # rows under which the tests' scripts (noise seed 3) speak 5 frames with audio_bos restarts
 DECODER_GAIN = 2e4  # the acoustic decoder's last convolution, scaled: audio peaks near 0.15 (the same tokens)
@@ -51,18 +53,7 @@ def build(outdir: Path, *, seed: int = 0) -> None:
     hidden = 64
     codec = dict(hidden_size=8, num_filters=4, downsampling_ratios=[2, 4], depths=[1, 1, 1], kernel_size=3)
     config = VibeVoiceConfig(
-        text_config=dict(
-            model_type="qwen2",
-            vocab_size=len(tok),
-            hidden_size=hidden,
-            intermediate_size=96,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=32,
-            max_position_embeddings=1024,
-            tie_word_embeddings=False,
-        ),
+        text_config=dict(decoder(len(tok), hidden, head_dim=32, ffn=96), model_type="qwen2", tie_word_embeddings=False),
         audio_config=codec,
         semantic_model_config=dict(codec),
         diffusion_head_config=dict(

@@ -23,6 +23,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from omnistage.models.shared.tiny.sizes import decoder
+
 SAMPLE_RATE = 16000
 CHUNK_S = 30
 MEL_BINS = 128
@@ -227,14 +229,7 @@ def build(outdir: Path, *, seed: int = 0) -> None:
             initializer_range=wide,
         ),  # (its vocab_size stays Whisper's, as released: unused)
         text_config=dict(
-            vocab_size=vocab,
-            hidden_size=HIDDEN,
-            intermediate_size=2 * HIDDEN,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=HEAD_DIM,
-            max_position_embeddings=2048,
+            decoder(vocab, HIDDEN, head_dim=HEAD_DIM, max_positions=2048),
             rope_parameters={"rope_type": "default", "rope_theta": 100000000.0},
             rms_norm_eps=1e-5,
             tie_word_embeddings=False,

@@ -4,23 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omnistage.models.shared.tiny.qwen3 import tokenizer
-
-
-def text_encoder(vocab_size: int, hidden: int = 32):
-    from transformers import Qwen3Config, Qwen3Model
-
-    cfg = Qwen3Config(
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        max_position_embeddings=1024,
-    )
-    return Qwen3Model(cfg).eval()
+from omnistage.models.shared.tiny.qwen3 import text_encoder, tokenizer
 
 
 def transformer(

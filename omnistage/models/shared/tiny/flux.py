@@ -8,23 +8,16 @@ DEV_SCHEDULER = dict(
 )
 
 
-def vae(latent_channels: int = 4):
-    from diffusers import AutoencoderKL
+def vae(latent_channels: int = 4, stages: int = 4):
+    """Four stages: spatial factor 8 as FLUX's VAE (sizes are multiples of 16 after 2x2 packing); FLUX's
+    scaling/shift factors, no quant convs."""
+    from omnistage.models.shared.tiny import autoencoder_kl
 
-    # four blocks: spatial factor 8 as FLUX's VAE (sizes are multiples of 16 after 2x2 packing); FLUX's
-    # scaling/shift factors, no quant convs
-    return AutoencoderKL(
-        block_out_channels=(4, 4, 4, 4),
-        in_channels=3,
-        out_channels=3,
-        down_block_types=("DownEncoderBlock2D",) * 4,
-        up_block_types=("UpDecoderBlock2D",) * 4,
+    return autoencoder_kl.vae(
+        stages=stages,
         latent_channels=latent_channels,
-        layers_per_block=1,
-        norm_num_groups=1,
-        sample_size=32,
         use_quant_conv=False,
         use_post_quant_conv=False,
         shift_factor=0.1159,
         scaling_factor=0.3611,
-    ).eval()
+    )

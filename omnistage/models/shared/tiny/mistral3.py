@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from omnistage.models.shared.tiny.sizes import decoder
+
 # the tokens Mistral's chat templates and FLUX.2's ``format_input`` use (system turn, user turn, image placeholders)
 SPECIAL = ["[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[IMG]", "[IMG_BREAK]", "[IMG_END]"]
 # the shape of Mistral Small 3.1's template for system and user turns (content a string or a list of parts)
@@ -35,18 +37,8 @@ def tokenizer(vocab_size: int = 400, extra_corpus: Sequence[str] = ()):
 
 
 def text_config(vocab_size: int, hidden: int = 16, layers: int = LAYERS) -> dict:
-    return dict(
-        model_type="mistral",
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-        max_position_embeddings=1024,
-        sliding_window=None,
-    )
+    sizes = decoder(vocab_size, hidden, layers=layers, head_dim=8)
+    return dict(sizes, model_type="mistral", sliding_window=None)
 
 
 def encoder(

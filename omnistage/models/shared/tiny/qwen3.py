@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from omnistage.models.shared.tiny.sizes import decoder
 from omnistage.stages.diffusion import tiny_parts as parts
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
@@ -24,3 +25,10 @@ def tokenizer(vocab_size: int = 300):
     tok.pad_token = "<|endoftext|>"
     tok.chat_template = CHAT_TEMPLATE
     return tok
+
+
+def text_encoder(vocab_size: int, hidden: int = 32):
+    """A ``Qwen3Model`` at toy size (Z-Image's and Ovis-Image's text encoder)."""
+    from transformers import Qwen3Config, Qwen3Model
+
+    return Qwen3Model(Qwen3Config(**decoder(vocab_size, hidden, head_dim=16))).eval()

@@ -20,6 +20,17 @@ CORPUS = [
     string.ascii_letters + string.digits + string.punctuation + " \n",
 ]
 
+# ChatML's and the audio placeholders, first in Qwen3-Omni's and Qwen3-ASR's special tokens (in this order: the ids)
+QWEN3_AUDIO_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|audio_start|>",
+    "<|audio_end|>",
+    "<|audio_pad|>",
+]
+QWEN3_AUDIO = {"downsample_hidden_size": 8, "conv_chunksize": 500}  # Qwen3's audio encoder (AuT) beyond Whisper's
+
 
 @dataclass(frozen=True)
 class MediaTokens:
@@ -62,6 +73,15 @@ class MediaTokens:
             "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
         )
+
+
+def audio_encoder(mel: int, width: int, out: int, window: int, init: float, **extra) -> dict:
+    """The Whisper-style audio encoder of the Qwen-Omni thinkers and Qwen3-ASR (one layer of two heads), ``width``
+    wide, projecting to ``out``; ``extra``: the release's own fields (Qwen3's chunked convolution, ...)."""
+    fixed = {"encoder_layers": 1, "encoder_attention_heads": 2, "encoder_ffn_dim": 64, "max_source_positions": 1500}
+    return dict(
+        num_mel_bins=mel, d_model=width, output_dim=out, n_window=window, initializer_range=init, **fixed, **extra
+    )
 
 
 def train_tokenizer(special_tokens: Sequence[str], template: str, vocab_size: int = 400):

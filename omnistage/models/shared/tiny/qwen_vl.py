@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from omnistage.models.shared.tiny.sizes import decoder, qwen_vision
+
 SPECIAL_TOKENS = [
     "<|endoftext|>",
     "<|im_start|>",
@@ -27,32 +29,11 @@ def text_encoder(tok, seed: int = 0):
     import torch
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-    text = dict(
-        vocab_size=len(tok),
-        hidden_size=TEXT_DIM,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=4096,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.pad_token_id,
-        eos_token_id=tok.pad_token_id,
-    )
-    vision = dict(
-        depth=1,
-        hidden_size=32,
-        intermediate_size=64,
-        num_heads=2,
-        out_hidden_size=TEXT_DIM,
-        patch_size=PATCH,
-        spatial_merge_size=MERGE,
-        temporal_patch_size=2,
-        window_size=112,
-        fullatt_block_indexes=[0],
-        in_channels=3,
-    )
+    pad = tok.pad_token_id
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}
+    text = dict(decoder(len(tok), TEXT_DIM, max_positions=4096), rope_parameters=rope)
+    text.update(pad_token_id=pad, bos_token_id=pad, eos_token_id=pad)
+    vision = dict(qwen_vision(32, TEXT_DIM, patch=PATCH), window_size=112, fullatt_block_indexes=[0], in_channels=3)
     ids = {
         name: tok.convert_tokens_to_ids(t)
         for name, t in (
