@@ -18,7 +18,7 @@ delta (one per frame), "whole" is the complete answer of the same request (what 
 waits for), and streamed vs whole compares the concatenated deltas with the final audio. ``--frames``
 caps its LM steps (``max_tokens``; the tiny model also ends itself), 40 by default.
 
-    python benchmarks/tts_streaming.py [--family codec_tts|llasa|csm|qwen3_tts|vibevoice|higgs_audio | --model DIR]
+    python benchmarks/tts_streaming.py [--family codec_tts|llasa|csm|qwen3_tts|vibevoice|higgs_audio|voxcpm | --model DIR]
         [--rounds 5] [--chunk-frames 8] [--initial-chunk-frames N] [--frames 200] [--concurrency 1 8]
 
 Without --model the tiny fixture of --family is built (tiny LM and codec:
@@ -103,10 +103,13 @@ async def main(args: argparse.Namespace) -> dict:
 
         model = str(build(args.family, tempfile.mkdtemp(prefix=f"omnistage-bench-{args.family}-")))
     from omnistage.models.vibevoice.config import is_vibevoice
+    from omnistage.models.voxcpm.config import INITIAL_CHUNK_FRAMES as VOXCPM_FIRST
+    from omnistage.models.voxcpm.config import is_voxcpm
 
     one_stage = is_vibevoice(Path(model))
-    if args.frames is None:
-        args.frames = 40 if one_stage else 200
+    voxcpm = is_voxcpm(Path(model))
+    if args.frames is None:  # VoxCPM2 caps its steps at 6 per text token + 10: 22 for "hello world"
+        args.frames = 40 if one_stage else 20 if voxcpm else 200
     engine_args = {"max_model_len": 8 * args.frames + 128, "dtype": "float32", "max_num_seqs": 8}
     if one_stage:  # one engine: streamed and whole are the same requests (see the docstring)
         modes = {"streamed": AsyncOmni(model, **engine_args)}
@@ -131,6 +134,8 @@ async def main(args: argparse.Namespace) -> dict:
         lm = {"max_tokens": args.frames, "seed": 0}
     elif csm:  # CSM's backbone stage counts frames (K codes each) and takes no repetition penalty / min_tokens
         lm = {"temperature": 0, "max_tokens": args.frames}
+    elif voxcpm:  # LM steps, one latent patch each; min_tokens keeps the stop head from ending it earlier
+        lm = {"temperature": 0, "max_tokens": args.frames, "min_tokens": args.frames}
     elif higgs:  # LM steps: the all-BOS step and N - 1 delay steps make no frame; no repetition-aware redraws
         lm = {"temperature": 0, "ras_win_len": 0, "max_tokens": args.frames + 4}
     elif qwen3_tts:  # the talker counts tokens: N make N - 1 frames
@@ -198,6 +203,8 @@ async def main(args: argparse.Namespace) -> dict:
         codec_name = (
             "mimi"
             if csm
+            else "voxcpm_audio_vae"
+            if voxcpm
             else "qwen3_tts_12hz"
             if qwen3_tts
             else "higgs_audio_v2_tokenizer"
@@ -206,7 +213,15 @@ async def main(args: argparse.Namespace) -> dict:
         )
         first = (
             args.initial_chunk_frames
-            or (QWEN3_TTS_FIRST if qwen3_tts else HIGGS_FIRST if higgs else load_tts_config(model).initial_chunk_frames)
+            or (
+                QWEN3_TTS_FIRST
+                if qwen3_tts
+                else HIGGS_FIRST
+                if higgs
+                else VOXCPM_FIRST
+                if voxcpm
+                else load_tts_config(model).initial_chunk_frames
+            )
             or args.chunk_frames
         )
         chunk = args.chunk_frames
@@ -287,7 +302,7 @@ if __name__ == "__main__":
     parser.add_argument(
         "--family",
         default="codec_tts",
-        choices=["codec_tts", "llasa", "csm", "qwen3_tts", "vibevoice", "higgs_audio"],
+        choices=["codec_tts", "llasa", "csm", "qwen3_tts", "vibevoice", "higgs_audio", "voxcpm"],
         help="tiny fixture to build when --model is not given",
     )
     parser.add_argument(

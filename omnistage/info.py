@@ -88,6 +88,8 @@ class PipelineInfo:
     video_mask: bool = False  # it takes a mask video beside the input video (Wan VACE): /v1/videos' mask
     speech: SpeechInfo | None = None
     transcription: RecognizerInfo | None = None
+    # full duplex: sessions stream audio in and frames out, stepped frame by frame (AsyncOmni.open_duplex)
+    duplex: bool = False
 
     def __post_init__(self) -> None:
         _tuples(self, "filler_words", "example_prompts", "trained_sizes")

@@ -17,7 +17,12 @@ pytest_plugins = ["omnistage.testing.fixtures", "omnistage.testing.requires", "t
 
 # Packages whose modules share one expensive package-scoped server: their files are one xdist work unit (one
 # worker runs them back to back, so the fixture starts once) and run next to each other without xdist too.
-ONE_WORKER = ("tests/models/qwen_omni/server/", "tests/models/qwen2_5_omni/server/", "tests/models/codec_tts/server/")
+ONE_WORKER = (
+    "tests/models/qwen_omni/server/",
+    "tests/models/qwen2_5_omni/server/",
+    "tests/models/codec_tts/server/",
+    "tests/models/moshi/server/",
+)
 
 
 def scope_of(nodeid: str) -> str:

@@ -214,6 +214,20 @@ def _add_realtime_args(p: argparse.ArgumentParser) -> None:
         help="close a realtime session that sends no event for this long (default: none)",
     )
     p.add_argument(
+        "--duplex-resume-grace",
+        type=positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="a duplex session whose socket dropped keeps its state this long for session.resume (default: 30)",
+    )
+    p.add_argument(
+        "--duplex-frame-budget-ms",
+        type=positive_float,
+        default=80.0,
+        help="admit a duplex session only while a step of every live session stays within 80%% of this "
+        "(default: %(default)s, one 80 ms frame)",
+    )
+    p.add_argument(
         "--realtime-max-session-seconds",
         type=positive_float,
         metavar="SECONDS",
@@ -295,6 +309,8 @@ def serve_options(args: argparse.Namespace) -> Any:
         realtime_max_buffer_s=args.realtime_max_audio_seconds,
         realtime_idle_timeout_s=args.realtime_idle_timeout,
         realtime_max_session_s=args.realtime_max_session_seconds,
+        duplex_resume_grace_s=args.duplex_resume_grace,
+        duplex_frame_budget_ms=args.duplex_frame_budget_ms,
     )
 
 

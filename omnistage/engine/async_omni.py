@@ -10,6 +10,7 @@ from typing import Any
 
 from omnistage.config.schema import DeployConfig
 from omnistage.engine.builder import resolve_deploy, start_orchestrator
+from omnistage.engine.duplex import DuplexSession
 from omnistage.engine.orchestrator import Orchestrator
 from omnistage.engine.request import (
     OmniRequest,
@@ -184,6 +185,18 @@ class AsyncOmni:
     async def abort(self, request_id: str) -> None:
         if self._orch is not None:
             await self._orch.abort(request_id)
+
+    async def open_duplex(
+        self, sampling_params: Mapping[str, Any] | None = None, session_id: str | None = None
+    ) -> DuplexSession:
+        """A full-duplex session on a duplex pipeline (``PipelineInfo.duplex``): send audio, receive frames
+        (``omnistage.engine.duplex``)."""
+        if not self.pipeline.info.duplex:
+            raise ValueError(f"pipeline {self.pipeline.name!r} has no duplex sessions")
+        await self.start()
+        return await DuplexSession(
+            self._orch.clients[self.pipeline.stages[0].stage_id], sampling_params, session_id
+        ).start()
 
     def end_session(self, session_id: str) -> None:
         """The conversation is over: its replicas are no longer kept for it."""

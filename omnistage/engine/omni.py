@@ -14,6 +14,7 @@ from typing import Any
 from tqdm import tqdm
 
 from omnistage.engine.async_omni import AsyncOmni
+from omnistage.engine.duplex import SyncDuplexSession
 from omnistage.outputs import OmniRequestOutput
 
 
@@ -87,6 +88,10 @@ class Omni:
             return list(await asyncio.gather(*(one(r) for r in requests)))
         finally:
             bar.close()
+
+    def open_duplex(self, sampling_params: Any = None, session_id: str | None = None) -> SyncDuplexSession:
+        """A full-duplex session (``AsyncOmni.open_duplex``) for synchronous scripts."""
+        return SyncDuplexSession(self._call, self._call(self.engine.open_duplex(sampling_params, session_id)))
 
     def close(self) -> None:
         if self._loop.is_running():

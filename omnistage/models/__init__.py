@@ -29,6 +29,7 @@ from omnistage.models import (
     longcat_audio,
     longcat_image,
     ltx2,
+    moshi,
     omnivoice,
     ovis_image,
     pixart_sigma,
@@ -46,10 +47,12 @@ from omnistage.models import (
     speech_chat,
     stable_audio,
     vibevoice,
+    voxcpm,
     voxtral,
     wan,
     wan_vace,
     whisper,
+    xtts,
     z_image,
 )
 from omnistage.pipeline import register_family
@@ -93,6 +96,9 @@ FAMILIES = (
     ernie_image,
     qwen_image_layered,
     wan_vace,
+    xtts,
+    moshi,
+    voxcpm,
 )
 
 for _family in FAMILIES:

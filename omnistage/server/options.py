@@ -45,6 +45,9 @@ class ServeOptions:
     realtime_max_buffer_s: float = 120.0  # seconds of uncommitted input audio one session may hold
     realtime_idle_timeout_s: float | None = None  # a session with no client event for this long is closed
     realtime_max_session_s: float | None = None  # a session open this long is closed
+    duplex_resume_grace_s: float = 30.0  # a duplex session whose socket dropped waits this long for a resume
+    # a duplex step (every live session's frame) must fit this period with a margin, or new sessions are refused
+    duplex_frame_budget_ms: float = 80.0
 
     def media_limits(self) -> MediaLimits:
         root = Path(self.allowed_local_media_path).resolve() if self.allowed_local_media_path else None

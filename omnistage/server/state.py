@@ -26,6 +26,7 @@ from omnistage.server.errors import APIError, from_engine_error
 from omnistage.server.jobstore import job_store
 from omnistage.server.metrics import ServerMetrics
 from omnistage.server.options import ServeOptions
+from omnistage.server.realtime.duplex import DuplexCollector
 from omnistage.server.realtime.sessions import RealtimeSessions
 from omnistage.server.result import Result
 from omnistage.server.storage import MediaStore
@@ -59,6 +60,8 @@ class ServerState:
         self.started_at = int(time.time())
         self.background: set[asyncio.Task] = set()  # async jobs (videos) to finish on shutdown
         self.realtime = RealtimeSessions(options.max_realtime_sessions, self.metrics.registry)
+        if getattr(getattr(engine, "pipeline", None), "info", None) and engine.pipeline.info.duplex:  # /metrics
+            self.metrics.registry.register(DuplexCollector(engine))
 
     def _files_expired(self, names: list[str]) -> None:
         ids = [name.rsplit(".", 1)[0] for name in names]

@@ -61,3 +61,10 @@ def test_flags_reach_the_options_and_the_limits():
         9,
     )
     assert o.request_timeout_s == 2.5
+
+
+def test_duplex_flags_map_onto_serve_options():
+    default = serve.serve_options(parse())
+    assert (default.duplex_resume_grace_s, default.duplex_frame_budget_ms) == (30.0, 80.0)
+    o = serve.serve_options(parse("--duplex-resume-grace", "2.5", "--duplex-frame-budget-ms", "40"))
+    assert (o.duplex_resume_grace_s, o.duplex_frame_budget_ms) == (2.5, 40.0)

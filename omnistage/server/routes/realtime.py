@@ -14,6 +14,7 @@ import hmac
 import json
 
 from fastapi import APIRouter, WebSocket
+from fastapi.responses import JSONResponse
 from starlette.websockets import WebSocketDisconnect
 
 from omnistage.modality import OutputModality
@@ -26,6 +27,7 @@ from omnistage.server.realtime.connection import (
     UNSUPPORTED,
     Connection,
 )
+from omnistage.server.realtime.duplex_socket import capacity_refusal, serve_duplex
 from omnistage.server.realtime.protocol import ProtocolError
 from omnistage.server.realtime.session import ModelInfo, Session, new_id
 from omnistage.server.state import ServerState
@@ -70,7 +72,10 @@ def model_info(state: ServerState) -> ModelInfo:
 
 
 @router.websocket("/realtime")
-async def realtime(ws: WebSocket, model: str | None = None) -> None:
+async def realtime(ws: WebSocket, model: str | None = None, duplex: str | None = None) -> None:
+    if duplex not in (None, "", "0", "false"):
+        await duplex_session(ws, model)
+        return
     state: ServerState = ws.app.state.omni
     await ws.accept(subprotocol="realtime" if "realtime" in _subprotocols(ws) else None)
     refusal = _refusal(state, ws, model)
@@ -100,6 +105,25 @@ async def realtime(ws: WebSocket, model: str | None = None) -> None:
         state.realtime.close()
 
 
+@router.websocket("/duplex")
+async def duplex_session(ws: WebSocket, model: str | None = None) -> None:
+    """Full duplex on a duplex model (Moshi): realtime/duplex.py."""
+    state: ServerState = ws.app.state.omni
+    full = state.engine.pipeline.info.duplex and capacity_refusal(state.engine, state.options.duplex_frame_budget_ms)
+    if full and _authorized(ws, state.options.api_key):  # refused before the upgrade: HTTP 429
+        error = {"type": "rate_limit_error", "code": "rate_limit_exceeded", "message": full, "param": None}
+        await ws.send_denial_response(JSONResponse({"error": error}, status_code=429))
+        return
+    await ws.accept(subprotocol="realtime" if "realtime" in _subprotocols(ws) else None)
+    refusal = _refusal(state, ws, model, duplex=True)
+    if refusal is not None:
+        await _refuse(ws, *refusal)
+        return
+    if not hasattr(ws.app.state, "duplex_sessions"):
+        ws.app.state.duplex_sessions = {}  # session id -> DuplexConnection, across sockets (resume)
+    await serve_duplex(ws, state.engine, ws.app.state.duplex_sessions, state.options)
+
+
 async def _refuse(ws: WebSocket, error: ProtocolError, code: int) -> None:
     try:
         await ws.send_text(json.dumps({"type": "error", "event_id": new_id("event"), "error": error.error()}))
@@ -108,7 +132,9 @@ async def _refuse(ws: WebSocket, error: ProtocolError, code: int) -> None:
         pass
 
 
-def _refusal(state: ServerState, ws: WebSocket, model: str | None) -> tuple[ProtocolError, int] | None:
+def _refusal(
+    state: ServerState, ws: WebSocket, model: str | None, duplex: bool = False
+) -> tuple[ProtocolError, int] | None:
     if not _authorized(ws, state.options.api_key):
         return ProtocolError(
             "missing or wrong API key (send 'Authorization: Bearer <key>')",
@@ -122,6 +148,11 @@ def _refusal(state: ServerState, ws: WebSocket, model: str | None) -> tuple[Prot
         state.check_model(model)
     except APIError as e:
         return ProtocolError(e.message, "model", e.code or "model_not_found"), POLICY_VIOLATION
+    if duplex != state.engine.pipeline.info.duplex:
+        what = "has no duplex sessions" if duplex else "is full duplex: connect with ?duplex=1 or to /v1/duplex"
+        return ProtocolError(f"model {state.model_name!r} {what}", "model", "unsupported_model"), UNSUPPORTED
+    if duplex:
+        return None  # a duplex model converses in frames, not turns
     writes_chat = state.engine.pipeline.info.chat and OutputModality.TEXT in state.engine.output_modalities
     if not (_speaks(state) or writes_chat):  # a conversation needs a speech model or a chat model's text
         return ProtocolError(

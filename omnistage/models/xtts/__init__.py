@@ -1,0 +1,71 @@
+"""``xtts``: Coqui XTTS v2 (coqui-tts 0.28.0's ``Xtts``) — a GPT over audio codes conditioned on a reference
+clip's speaker latents -> the HiFi-GAN decoder (text -> 24 kHz speech in a cloned voice, 17 languages).
+
+Stage 0 ``gpt`` (``ar``, omnistage's step-batched AR engine over transformers' ``GPT2Model`` and the release's
+conditioning modules, ``engine.py`` / ``model.py``; why not vLLM: the GPT's inputs are summed per-stream
+embeddings after 32 conditioning latents, with no token table vLLM could serve): one audio code and its
+latent per step. Stage 1 ``decoder`` (generation): the HiFi-GAN generator over the latents (``codec.py``),
+whole or streamed as the release's ``inference_stream`` streams.
+
+- Voice: cloned from ``ref_audio`` (or a voice registered through /v1/audio/voices); its conditioning is
+  computed once per clip content (sha256) and cached. ``ref_text`` is not used (XTTS clones from the clip).
+- ``language``: one of the checkpoint's ``languages`` (a 400 naming ``language`` otherwise); ``speed``
+  stretches the latents (the release's ``length_scale``).
+- Params of stage 0: ``temperature`` (0: greedy), ``top_k``, ``top_p``, ``repetition_penalty``,
+  ``max_tokens`` (audio codes), ``seed``; defaults from the checkpoint's ``config.json``. Stage 1 takes
+  ``chunk_frames`` (codes per streamed piece, the release's ``stream_chunk_size``; default 20).
+
+Tiny fixture: ``python -m omnistage.testing.tiny xtts DIR``.
+"""
+
+from __future__ import annotations
+
+from omnistage.info import PipelineInfo, SpeechInfo
+from omnistage.models.shared.codec_lm.stages import chunk_sizes_to_codec_stage
+from omnistage.models.xtts import tiny
+from omnistage.models.xtts.config import LANGUAGES, MAX_REF_AUDIO_S, PARAM_KEYS, SAMPLE_RATE, VOICES, is_xtts
+from omnistage.models.xtts.edges import latents_in_chunks, whole_latents
+from omnistage.pipeline import Edge, Pipeline, StageSpec, lazy
+
+PIPELINE = Pipeline(
+    name="xtts",
+    description="Coqui XTTS v2: a GPT over audio codes, conditioned on a cloned voice, streams latents to HiFi-GAN (text -> 24 kHz speech)",
+    matches=lambda folder: folder.omnistage_pipeline is None and is_xtts(folder.path),
+    stages=[
+        StageSpec(
+            0,
+            kind="ar",
+            knobs="llm",
+            name="gpt",
+            output="token_ids",
+            engine=lazy("omnistage.models.xtts.engine:build_gpt_engine"),
+            param_keys=frozenset(PARAM_KEYS),
+        ),
+        StageSpec(
+            1,
+            kind="generation",
+            knobs="none",
+            name="decoder",
+            output="audio",
+            final=True,
+            adapter=lazy("omnistage.models.xtts.codec:XttsDecoderAdapter"),
+            inputs=[Edge(0, process=whole_latents, process_chunk=latents_in_chunks)],
+        ),
+    ],
+    default_deploy={"async_chunk": True},
+    info=PipelineInfo(
+        chat=False,
+        speech=SpeechInfo(
+            sample_rate=SAMPLE_RATE,
+            voices=VOICES,
+            default_voice=VOICES[0],
+            supports_voice_cloning=True,
+            max_ref_audio_s=MAX_REF_AUDIO_S,
+            supports_speed=True,
+            languages=LANGUAGES,
+        ),
+    ),
+    shape_request=chunk_sizes_to_codec_stage,
+)
+PIPELINES = [PIPELINE]
+TINY = {"xtts": tiny.build}
