@@ -495,7 +495,7 @@ def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from omnistage import AsyncOmni
-    from omnistage.config.settings import ServerSettings
+    from omnistage.config.settings import server_settings
     from omnistage.server import create_app
 
     logging.getLogger().setLevel(args.log_level.upper())
@@ -504,13 +504,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: --allowed-local-media-path {args.allowed_local_media_path!r} is not a folder", file=sys.stderr)
         return 2
     try:
+        engine = AsyncOmni(args.model, **with_lora_flags(args.model, engine_kwargs(args), args))  # (loads nothing yet)
         stores = {"job_store": args.job_store, "media_store": args.media_store}
-        settings = ServerSettings(**{k: v for k, v in stores.items() if v})
+        settings = server_settings(stores, engine.deploy.server)  # flags > OMNISTAGE_SERVER_* > the deploy file
         stores_problem = unreachable_store(settings)
         if stores_problem:
             print(f"error: {stores_problem}", file=sys.stderr)
             return 2
-        engine = AsyncOmni(args.model, **with_lora_flags(args.model, engine_kwargs(args), args))
     except (ValueError, ValidationError) as e:  # bad configuration: a clear message, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -61,6 +61,13 @@ def _without_overridden_placement(base: Mapping[str, Any], overlay: Mapping[str,
             base_rt.pop(key, None)
         if key in over_rt:
             base.pop(key, None)
+    # a fixed replica count and a scaling one (``replicas: {min, max}``) replace each other across layers
+    if "replicas" in overlay:
+        base.pop("num_replicas", None)
+        if base_rt is not None:
+            base_rt.pop("num_replicas", None)
+    if "num_replicas" in overlay or "num_replicas" in over_rt:
+        base.pop("replicas", None)
     return base
 
 

@@ -96,6 +96,24 @@ class PlacementConfig(_Strict):
         return v
 
 
+class ReplicaScalingConfig(_Strict):
+    """``replicas:`` of a Ray stage (docs/distributed.md): between ``min`` and ``max`` replicas, as many as its
+    requests in flight need at ``target_queue_per_replica`` each. It starts with ``min``; one more is started as
+    soon as the load asks for it, one less only after the load asked for fewer for ``scale_down_delay_s``
+    without a break (a burst's gaps do not stop and restart replicas)."""
+
+    min: int = Field(1, ge=1)
+    max: int = Field(ge=1)
+    target_queue_per_replica: float = Field(1.0, gt=0)
+    scale_down_delay_s: float = Field(30.0, ge=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ReplicaScalingConfig:
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        return self
+
+
 class ConnectorConfig(_Strict):
     name: str
     extra: dict[str, Any] = Field(default_factory=dict)
@@ -173,6 +191,9 @@ class StageDeployConfig(_Strict):
     model_stage: str | None = None  # legacy: name of the stage inside a multi-stage checkpoint
     devices: str | list[int | str] | None = None
     num_replicas: int = Field(1, ge=1)
+    # Ray stages: a replica count that follows the load (the YAML key is ``replicas``; ``replicas`` below is the
+    # count a stage starts with)
+    autoscale: ReplicaScalingConfig | None = Field(None, alias="replicas")
     process: Literal["inline", "mp", "ray"] | None = None  # None: the engine kind's default
     runtime: RuntimeConfig | None = None
     placement: PlacementConfig | None = None  # Ray stages: which nodes may take the replicas
@@ -252,6 +273,11 @@ class StageDeployConfig(_Strict):
                 raise ValueError("devices given both at stage level and under runtime")
             if rt.num_replicas is not None and "num_replicas" in self.model_fields_set:
                 raise ValueError("num_replicas given both at stage level and under runtime")
+        if self.autoscale is not None:
+            if "num_replicas" in self.model_fields_set or (rt is not None and rt.num_replicas is not None):
+                raise ValueError("replicas: a stage takes num_replicas (a fixed count) or replicas (min/max), not both")
+            if self.device_list is not None:
+                raise ValueError("replicas: a stage whose replica count follows the load takes no devices list")
         pc, tp = self.parallel_config, self.tensor_parallel_size
         if (
             pc is not None
@@ -287,6 +313,9 @@ class StageDeployConfig(_Strict):
 
     @property
     def replicas(self) -> int:
+        """The replicas the stage starts with."""
+        if self.autoscale is not None:
+            return self.autoscale.min
         if self.runtime and self.runtime.num_replicas is not None:
             return self.runtime.num_replicas
         return self.num_replicas
@@ -319,8 +348,31 @@ class StageDeployConfig(_Strict):
         return [devices[i * n : (i + 1) * n] for i in range(self.replicas)]
 
 
+class StorageDeployConfig(_Strict):
+    """``server.storage:`` (``OMNISTAGE_SERVER_STORAGE__*``): the output folder and retention."""
+
+    path: str | None = None
+    file_concurrency: int | None = Field(None, ge=1)
+    file_ttl: int | None = Field(None, ge=1)  # seconds an output is kept
+    ttl_sweep_interval: int | None = Field(None, ge=1)
+
+
+class ServerDeployConfig(_Strict):
+    """``server:`` of a deploy file: the settings ``omnistage serve`` also takes as ``OMNISTAGE_SERVER_*``
+    variables (same names, lower case; config/settings.py) and, for the two stores, as flags. A flag wins over
+    a variable, a variable over this (docs/fleet.md)."""
+
+    job_store: str | None = None  # sqlite:///path or redis://host:port/db
+    media_store: str | None = None  # file:///path or s3://bucket/prefix
+    job_lease_s: float | None = Field(None, gt=0)
+    job_max_attempts: int | None = Field(None, ge=1)
+    presign_s: int | None = Field(None, ge=1)  # redirect downloads to a URL presigned this long (s3)
+    storage: StorageDeployConfig | None = None
+
+
 class DeployConfig(_Strict):
     pipeline: str | None = None
+    server: ServerDeployConfig | None = None  # omnistage serve only: where async jobs and outputs live
     async_chunk: bool | None = None  # None: the pipeline's default
     distributed_executor_backend: Literal["mp", "ray"] = "mp"
     connectors: dict[str, ConnectorConfig] = Field(default_factory=dict)
@@ -340,6 +392,11 @@ class DeployConfig(_Strict):
             if s.placement is not None and self.stage_process(s.stage_id) != "ray":
                 raise ValueError(
                     f"stage {s.stage_id}: placement applies to Ray stages only "
+                    "(distributed_executor_backend: ray, or process: ray)"
+                )
+            if s.autoscale is not None and self.stage_process(s.stage_id) != "ray":
+                raise ValueError(
+                    f"stage {s.stage_id}: replicas (min/max) applies to Ray stages only "
                     "(distributed_executor_backend: ray, or process: ray)"
                 )
         return self

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+# the deploy file's ``server:`` while ``server_settings`` builds the settings (the layer below the environment)
+_DEPLOY_LAYER: ContextVar[dict[str, Any] | None] = ContextVar("deploy_server_settings", default=None)
 
 
 class StorageSettings(BaseModel):
@@ -40,3 +45,27 @@ class ServerSettings(BaseSettings):
 
     def job_store_url(self) -> str:
         return self.job_store or f"sqlite:///{Path(self.storage.path).resolve() / '.jobs.sqlite3'}"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # highest first; nested fields (storage) merge key by key across the layers
+        deploy = InitSettingsSource(settings_cls, init_kwargs=_DEPLOY_LAYER.get() or {})
+        return init_settings, env_settings, deploy, dotenv_settings, file_secret_settings
+
+
+def server_settings(flags: dict[str, Any] | None = None, deploy: Any = None) -> ServerSettings:
+    """The server's settings: ``flags`` (given on the command line) over the ``OMNISTAGE_SERVER_*`` environment
+    over ``deploy`` (a deploy file's ``server:``, a ``ServerDeployConfig``) over the defaults."""
+    layer = deploy.model_dump(exclude_none=True) if deploy is not None else {}
+    token = _DEPLOY_LAYER.set(layer)
+    try:
+        return ServerSettings(**{k: v for k, v in (flags or {}).items() if v is not None})
+    finally:
+        _DEPLOY_LAYER.reset(token)

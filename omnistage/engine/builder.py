@@ -5,6 +5,7 @@ are shut down (no orphan processes)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from omnistage.config.loader import ConfigError, load_deploy_config
 from omnistage.config.schema import DeployConfig, StageDeployConfig
 from omnistage.engine.orchestrator import Orchestrator
+from omnistage.engine.replica_scaler import ReplicaScaler
 from omnistage.engine.stage_client import StageClient
 from omnistage.engine.stage_factory import build_engine
 from omnistage.errors import InvalidRequestError
@@ -50,7 +52,8 @@ def resolve_deploy(
     defaults = pipeline_deploy_defaults(pipeline)
     if pipeline.deploy_file is not None:  # the family's shipped deploy YAML: the lowest file layer
         defaults = load_deploy_config(pipeline.deploy_file, defaults=defaults, platform=platform).model_dump(
-            exclude_unset=True
+            exclude_unset=True,
+            by_alias=True,  # a stage's ``replicas:`` (min/max) is the YAML key of ``autoscale``
         )
     deploy = load_deploy_config(deploy_config, stage_overrides, defaults=defaults, cli=cli, platform=platform)
     check_deploy(pipeline, deploy)
@@ -135,6 +138,40 @@ def stage_output_types(pipeline: Pipeline, deploy: DeployConfig) -> dict[int, Ou
     return out
 
 
+def _replica_context(
+    pipeline: Pipeline, deploy: DeployConfig, sd: StageDeployConfig, model: str | None, idx: int, devices: Any
+) -> StageContext:
+    return StageContext(
+        spec=pipeline.stage(sd.stage_id),
+        deploy=sd,
+        model=sd.model or model,
+        replica=idx,
+        devices=devices,
+        pipeline_name=pipeline.name,
+        shm_threshold=shm_threshold(deploy, sd),
+    )
+
+
+async def _start_replica(ctx: StageContext) -> StageEngine:
+    """One more replica of a stage whose count follows the load: started, or shut down again."""
+    engine = build_engine(ctx)
+    try:
+        await engine.start()
+    except BaseException:
+        await asyncio.shield(engine.shutdown())
+        raise
+    return engine
+
+
+def _scaler(
+    pipeline: Pipeline, deploy: DeployConfig, sd: StageDeployConfig, model: str | None, client: StageClient
+) -> ReplicaScaler:
+    async def start_replica(idx: int) -> StageEngine:
+        return await _start_replica(_replica_context(pipeline, deploy, sd, model, idx, None))
+
+    return ReplicaScaler(client, start_replica, sd.autoscale)
+
+
 async def start_orchestrator(pipeline: Pipeline, deploy: DeployConfig, model: str | None) -> Orchestrator:
     clients: dict[int, StageClient] = {}
     started: list[StageEngine] = []
@@ -146,20 +183,13 @@ async def start_orchestrator(pipeline: Pipeline, deploy: DeployConfig, model: st
                 sd = sd.model_copy(update={"process": mode})
             replicas = []
             for idx, devices in enumerate(sd.replica_devices()):
-                ctx = StageContext(
-                    spec=spec,
-                    deploy=sd,
-                    model=sd.model or model,
-                    replica=idx,
-                    devices=devices,
-                    pipeline_name=pipeline.name,
-                    shm_threshold=shm_threshold(deploy, sd),
-                )
-                engine = build_engine(ctx)
+                engine = build_engine(_replica_context(pipeline, deploy, sd, model, idx, devices))
                 started.append(engine)  # before start(): a half-started engine is shut down too
                 await engine.start()
                 replicas.append(engine)
             clients[spec.stage_id] = StageClient(spec, replicas)
+            if sd.autoscale is not None:
+                clients[spec.stage_id].scaler = _scaler(pipeline, deploy, sd, model, clients[spec.stage_id])
             logger.info("stage %d (%s) ready: %d replica(s)", spec.stage_id, spec.name, len(replicas))
     except BaseException:
         for engine in reversed(started):
@@ -168,6 +198,9 @@ async def start_orchestrator(pipeline: Pipeline, deploy: DeployConfig, model: st
             except Exception:
                 logger.exception("shutting down a stage after a failed start")
         raise
+    for client in clients.values():  # once every stage is up: a failed start leaves no scaler running
+        if client.scaler is not None:
+            client.scaler.start()
     async_chunk = (
         deploy.async_chunk
         if deploy.async_chunk is not None

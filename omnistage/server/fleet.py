@@ -3,8 +3,10 @@ and the take-over of jobs whose front-end died.
 
 Every ``poll_s`` the front-end renews the lease of each job it runs; a job it no longer holds (deleted on another
 front-end, or taken over after this one could not renew in time) is handed to ``on_lost``, which cancels it here.
-Every ``reap_s`` it looks for queued or running jobs whose lease expired and claims them one by one (an atomic
-compare-and-set in the store: of two front-ends exactly one gets each); ``on_claimed`` then re-runs or fails it.
+Then it looks for queued or running jobs whose lease expired, or that a stopping front-end released, and claims
+them one by one (an atomic compare-and-set in the store: of two front-ends exactly one gets each);
+``on_claimed`` then re-runs or fails it (``wanted`` says which jobs it takes: none once it is stopping).
+``release`` hands a job it will not finish back to the others.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ class JobLeases:
         self.owner = front_end_id()
         self.held: set[str] = set()
         self.poll_s = min(1.0, lease_s / 3)  # also how soon a DELETE on another front-end stops the job here
-        self.reap_s = max(0.5, lease_s / 2)
+        # also how soon a released job is taken: one read of the running jobs of this kind per look
+        self.reap_s = self.poll_s
         self._on_lost, self._on_claimed, self._wanted = on_lost, on_claimed, wanted
         self._task: asyncio.Task | None = None
         self._writes: set[asyncio.Task] = set()
@@ -104,15 +107,25 @@ class JobLeases:
             logger.info("job %s: no longer held by this front-end (deleted or taken over): stopping it", job_id)
             self._on_lost(job_id)
 
+    async def release(self, job_id: str, record: dict[str, Any]) -> None:
+        """Hand a job this front-end will not finish (it is stopping) to the others, written as ``record``."""
+        self.held.discard(job_id)
+        if await self.store.release(job_id, self.owner, record):
+            logger.info("job %s: handed over to the other front-ends", job_id)
+
     async def reap(self) -> None:
-        for record in await self.store.expired(self.kind, time.time()):
+        now = time.time()
+        for record, until in await self.store.running(self.kind):
+            if until is not None and until >= now:
+                continue  # its front-end holds it
             job_id = record.get("id")
             if not isinstance(job_id, str) or job_id in self.held or not self._wanted(record):
                 continue
             claimed = await self.store.claim(job_id, self.owner, time.time(), self.lease_until())
             if claimed is not None:
                 self.held.add(job_id)
-                logger.info("job %s: lease expired, taken over (attempt %d)", job_id, claimed.attempts)
+                why = "lease expired" if until is not None else "unowned (handed over)"
+                logger.info("job %s: %s, taken over (attempt %d)", job_id, why, claimed.attempts)
                 try:
                     await self._on_claimed(claimed)
                 except BaseException:  # not renewed from now on: its lease runs out and it is taken over again

@@ -6,7 +6,9 @@ shows, the ``request`` that made it (what another front-end needs to run it agai
 it (``owner``) with its lease expiry (``lease_until``, epoch seconds). A front-end renews the leases of the jobs
 it runs; a job whose lease expired is taken by another front-end with an atomic compare-and-set (``claim``), so
 two front-ends never run the same job at once. Writes by a job's runner are conditional on still owning it
-(``update``): a job deleted elsewhere is never written back, and its runner learns it lost it (``renew``).
+(``update``): a job deleted elsewhere is never written back, and its runner learns it lost it (``renew``). A
+front-end that stops gracefully hands the jobs it has not finished back (``release``): unowned and without a
+lease, they are claimed by the next front-end that looks, without counting as a failed attempt.
 
 Implementations: ``jobstore/sqlite_store.py`` (one machine), ``jobstore/redis_store.py`` (a fleet). A store
 that cannot be reached raises ``StoreUnavailable`` naming its URL.
@@ -86,7 +88,13 @@ class JobStore(ABC):
     @abstractmethod
     async def claim(self, job_id: str, owner: str, now: float, lease_until: float) -> Claimed | None:
         """Take a running job whose lease expired before ``now`` (or that has none): atomic, so of two
-        front-ends claiming it one wins; None when the job is not (or no longer) up for taking."""
+        front-ends claiming it one wins; None when the job is not (or no longer) up for taking. Taking it from
+        a front-end that held it counts as an attempt; taking a released one does not."""
+
+    @abstractmethod
+    async def release(self, job_id: str, owner: str, record: dict[str, Any]) -> bool:
+        """Hand a job ``owner`` runs over to the fleet: write ``record`` (queued again) and leave it unowned,
+        with no lease, so the next front-end that looks claims it at once. False if ``owner`` no longer held it."""
 
     async def expired(self, kind: str, now: float) -> list[dict[str, Any]]:
         """Records of ``kind`` still queued or running whose lease expired before ``now`` (or that have none)."""

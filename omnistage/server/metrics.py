@@ -12,7 +12,7 @@ _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 12
 
 
 class _StageCollector:
-    """Per-stage queue depth, running batch size and health, read at scrape time."""
+    """Per-stage queue depth, running batch size, health and replicas, read at scrape time."""
 
     def __init__(self, stats: Callable[[], dict[int, Any]]):
         self._stats = stats
@@ -21,11 +21,18 @@ class _StageCollector:
         depth = GaugeMetricFamily("omnistage_stage_queue_depth", "requests waiting in a stage", labels=["stage"])
         running = GaugeMetricFamily("omnistage_stage_running", "requests in a stage's current batch", labels=["stage"])
         healthy = GaugeMetricFamily("omnistage_stage_healthy", "1 when the stage is healthy", labels=["stage"])
+        replicas = GaugeMetricFamily("omnistage_stage_replicas", "replicas taking requests", labels=["stage"])
+        scaled = GaugeMetricFamily(
+            "omnistage_stage_last_scaling", "why the stage's replica count last changed (1)", labels=["stage", "reason"]
+        )
         for sid, s in sorted(self._stats().items()):
             depth.add_metric([str(sid)], s.queue_depth)
             running.add_metric([str(sid)], s.running)
             healthy.add_metric([str(sid)], 1.0 if s.healthy else 0.0)
-        yield from (depth, running, healthy)
+            replicas.add_metric([str(sid)], s.replicas)
+            if s.scaled:  # only stages whose replica count follows the load
+                scaled.add_metric([str(sid), s.scaled], 1.0)
+        yield from (depth, running, healthy, replicas, scaled)
 
 
 class ServerMetrics:

@@ -116,6 +116,8 @@ class StageStats:
     running: int = 0  # requests currently in a batch
     healthy: bool = True
     detail: str = ""
+    replicas: int = 1  # a stage's replicas taking requests (per replica: 1)
+    scaled: str = ""  # a stage whose replica count follows the load: why it last changed
 
 
 @runtime_checkable

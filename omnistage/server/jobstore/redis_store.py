@@ -46,8 +46,17 @@ for i = 4, #ARGV do if ARGV[i] == status then running = true end end
 if not running then return 0 end
 local lease = redis.call('HGET', KEYS[1], 'lease_until')
 if lease and lease ~= '' and tonumber(lease) >= tonumber(ARGV[2]) then return 0 end
+local before = redis.call('HGET', KEYS[1], 'owner')
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease_until', ARGV[3])
-return redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+local step = 0
+if before and before ~= '' then step = 1 end
+return {1, redis.call('HINCRBY', KEYS[1], 'attempts', step)}
+"""
+# KEYS: job hash; ARGV: owner, record, updated_at (a released job: queued, unowned, no lease)
+_RELEASE = """
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'queued', 'record', ARGV[2], 'updated_at', ARGV[3], 'owner', '', 'lease_until', '')
+return 1
 """
 # KEYS: job hash; ARGV: job id, prefix
 _DELETE = """
@@ -164,15 +173,18 @@ class RedisJobStore(JobStore):
         return lost
 
     async def claim(self, job_id: str, owner: str, now: float, lease_until: float) -> Claimed | None:
-        attempts = await self._do(
-            self.client.eval(_CLAIM, 1, _job(job_id), owner, repr(now), repr(lease_until), *RUNNING)
-        )
-        if not attempts:
+        won = await self._do(self.client.eval(_CLAIM, 1, _job(job_id), owner, repr(now), repr(lease_until), *RUNNING))
+        if not won:
             return None
+        attempts = won[1]
         record, request = await self._do(self.client.hmget(_job(job_id), ["record", "request"]))
         if record is None:  # deleted right after the claim
             return None
         return Claimed(json.loads(record), json.loads(request) if request else None, int(attempts))
+
+    async def release(self, job_id: str, owner: str, record: dict[str, Any]) -> bool:
+        script = self.client.eval(_RELEASE, 1, _job(job_id), owner, json.dumps(record), repr(time.time()))
+        return bool(await self._do(script))
 
     async def running(self, kind: str) -> list[tuple[dict[str, Any], float | None]]:
         ids = sorted(await self._do(self.client.smembers(f"{PREFIX}running:{kind}")))

@@ -152,9 +152,10 @@ class SqliteJobStore(JobStore):
         return lost
 
     async def claim(self, job_id: str, owner: str, now: float, lease_until: float) -> Claimed | None:
+        # (the right-hand sides read the row as it was: a released job, with no owner, costs no attempt)
         _, changed = await self._call(
-            f"UPDATE jobs SET owner = ?, lease_until = ?, attempts = attempts + 1 WHERE id = ? AND {_RUNNING_SQL} "
-            "AND (lease_until IS NULL OR lease_until < ?)",
+            "UPDATE jobs SET owner = ?, lease_until = ?, attempts = attempts + (owner IS NOT NULL) "
+            f"WHERE id = ? AND {_RUNNING_SQL} AND (lease_until IS NULL OR lease_until < ?)",
             (owner, lease_until, job_id, now),
         )
         if changed != 1:
@@ -166,6 +167,14 @@ class SqliteJobStore(JobStore):
             return None
         record, request, attempts = rows[0]
         return Claimed(json.loads(record), None if request is None else json.loads(request), int(attempts))
+
+    async def release(self, job_id: str, owner: str, record: dict[str, Any]) -> bool:
+        _, changed = await self._call(
+            "UPDATE jobs SET status = 'queued', updated_at = ?, record = ?, owner = NULL, lease_until = NULL "
+            "WHERE id = ? AND owner = ?",
+            (time.time(), json.dumps(record), job_id, owner),
+        )
+        return changed == 1
 
     async def running(self, kind: str) -> list[tuple[dict[str, Any], float | None]]:
         rows, _ = await self._call(

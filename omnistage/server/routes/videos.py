@@ -81,7 +81,7 @@ async def _parse(request: Request, state: ServerState) -> tuple[VideoRequest, _I
     upload = video_upload = mask_upload = None
     got = _Inputs()
     if ctype.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):  # (a form without files)
-        form = await request.form(max_files=2, max_fields=100)
+        form = await request.form(max_files=3, max_fields=100)
         fields: dict[str, Any] = {}
         for key, value in form.multi_items():
             if key == "input_reference":
@@ -276,7 +276,8 @@ def start_leases(state: ServerState) -> JobLeases:
         state.settings.job_lease_s,
         on_lost=lost,
         on_claimed=lambda claimed: _take_over(state, claimed),
-        wanted=lambda record: record.get("model") == state.model_name,
+        # a stopping front-end takes no job: it would hand it straight back
+        wanted=lambda record: record.get("model") == state.model_name and not state.admission.closing,
     )
     return state.leases
 
@@ -436,6 +437,7 @@ async def _run_job(
     actions: dict[str, Any] | None = None
     metrics: dict[int, dict[str, float]] = {}
     written = time.monotonic()
+    handover = False  # the server stops before the job ends: the fleet gets it back rather than a failure
     try:
         async for out in state.stream(req, slot=slot):
             if taken is not None and not taken.done():
@@ -471,6 +473,7 @@ async def _run_job(
         if state.storage.ttl is not None:
             job.expires_at = job.completed_at + state.storage.ttl
     except asyncio.CancelledError:
+        handover = state.admission.closing  # stopped by the server's shutdown, not deleted
         job.status = "failed"
         job.error = {"code": "cancelled", "message": "the job was cancelled"}
         raise
@@ -479,15 +482,31 @@ async def _run_job(
             taken.set_exception(e)  # refused before the stage took it: the POST answers it, no job exists
             return
         err = from_engine_error(e)
+        handover = state.admission.closing and err.code == "shutting_down"  # cut at the shutdown's grace end
         job.status = "failed"
         job.error = {"code": err.code or err.type, "message": err.message}
-        logger.warning("video job %s failed: %s", job.id, err.message)
+        if not handover:
+            logger.warning("video job %s failed: %s", job.id, err.message)
     finally:
         slot.release()
         state.video_tasks.pop(job.id, None)
         if job.id in state.videos:  # (a job deleted here is gone with its record)
             # the shutdown waits for this write before it closes the store, even when it cancels this task
-            await asyncio.shield(state.leases.write(_finish(state, job)))
+            end = _hand_over(state, job) if handover else _finish(state, job)
+            await asyncio.shield(state.leases.write(end))
+
+
+async def _hand_over(state: ServerState, job: VideoJob) -> None:
+    """A job this front-end is stopping before it ends: queued again, unowned, for the next front-end that
+    looks to run from its stored request (or to fail, saying why, when its inputs were uploaded)."""
+    job.status, job.progress, job.error = "queued", 0, None
+    try:
+        await state.leases.release(job.id, job.model_dump())
+    except StoreUnavailable as e:  # its lease runs out instead: another front-end takes it over then
+        logger.warning("video job %s: could not be handed over: %s", job.id, e)
+    finally:
+        state.leases.held.discard(job.id)
+        state.videos.pop(job.id, None)
 
 
 async def _finish(state: ServerState, job: VideoJob) -> None:

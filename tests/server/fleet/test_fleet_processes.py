@@ -2,7 +2,9 @@
 fleet behind a load balancer runs them: SQLite + a folder (one machine), then a real Redis server + moto's S3
 server (many machines). A video job made on front-end A is polled, listed, fetched and deleted on B, after
 which A answers 404 too; the outputs are objects on the S3 server; a front-end killed with SIGKILL mid-job
-leaves the job to the other, which runs it again from the stored request once the lease has expired."""
+leaves the job to the other, which runs it again from the stored request once the lease has expired; one
+stopped with SIGTERM hands its job over, and the other runs it at once. The one-machine pair takes its stores
+from the deploy file (``server:``), the fleet pair from flags."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import time
 
 import httpx
 import pytest
+import yaml
 
 from omnistage.testing.server import ServeProcess
 from tests.server.fleet.stores import RedisServer, S3Server, needs_redis
@@ -23,9 +26,12 @@ JOB = {"prompt": "a red cat", "size": "48x32", "num_frames": 5, "num_inference_s
 LEASE_S = "2"  # a killed front-end's job is taken over this long after its last renewal
 
 
-def launch_pair(folder, logs, store_args: list[str], env: dict[str, str] | None = None) -> list[ServeProcess]:
-    """A and B, started side by side (each start is mostly imports and the model load)."""
-    env = {"OMNISTAGE_SERVER_JOB_LEASE_S": LEASE_S, **(env or {})}
+def launch_pair(
+    folder, logs, store_args: list[str], env: dict[str, str] | None = None, lease: str | None = LEASE_S
+) -> list[ServeProcess]:
+    """A and B, started side by side (each start is mostly imports and the model load); ``lease``: the job lease
+    in seconds (None: as the deploy file or the default says)."""
+    env = {**({"OMNISTAGE_SERVER_JOB_LEASE_S": lease} if lease else {}), **(env or {})}
     args = [str(folder), "--served-model-name", "tiny-wan", *store_args]
     out: dict[str, ServeProcess | BaseException] = {}
 
@@ -88,16 +94,42 @@ def deleted_on_b(a: ServeProcess, b: ServeProcess, job_id: str) -> None:
         assert job_id not in [j["id"] for j in httpx.get(f"{srv.url}/v1/videos", timeout=10).json()["data"]]
 
 
-def test_one_machine_sqlite_and_a_folder(tiny_model, tmp_path):
-    stores = ["--job-store", f"sqlite:///{tmp_path}/jobs.db", "--media-store", f"file://{tmp_path}/media"]
-    a, b = launch_pair(tiny_model("wan"), tmp_path, stores)
+def test_one_machine_sqlite_and_a_folder_from_the_deploy_file(tiny_model, tmp_path):
+    """The stores named in the deploy file alone; a front-end stopped with SIGTERM mid-job hands the job back
+    and the other runs it at once, long before the 60 s lease a crashed front-end's job waits for."""
+    deploy = tmp_path / "fleet.yaml"
+    server = {
+        "job_store": f"sqlite:///{tmp_path}/jobs.db",
+        "media_store": f"file://{tmp_path}/media",
+        "job_lease_s": 60,
+    }
+    deploy.write_text(yaml.safe_dump({"server": server}))
+    args = ["--deploy-config", str(deploy), "--shutdown-timeout", "0"]
+    a, b = launch_pair(tiny_model("wan"), tmp_path, args, lease=None)
     try:
         job_id, content = made_on_a_served_by_b(a, b)
         assert (tmp_path / "media" / f"{job_id}.mp4").read_bytes() == content
+        assert (tmp_path / "jobs.db").is_file()
         deleted_on_b(a, b, job_id)
         assert not (tmp_path / "media" / f"{job_id}.mp4").exists()
+
+        long = httpx.post(f"{a.url}/v1/videos", json={**JOB, "num_inference_steps": 20, "seed": 6}, timeout=60)
+        assert long.status_code == 200, long.text
+        long_id = long.json()["id"]
+        wait_job(b.url, long_id, lambda j: j["status"] == "in_progress", timeout=60)
+        a.proc.send_signal(signal.SIGTERM)  # --shutdown-timeout 0: the job cannot finish on A
+        assert a.proc.wait(60) in (0, -signal.SIGTERM)  # (uvicorn re-raises the signal after a clean stop)
+        assert f"job {long_id}: handed over to the other front-ends" in a.log.read_text()
+        # queued again by A; B looks every second, so it runs it well within the lease (a deadline, not a timing)
+        taken = wait_job(b.url, long_id, lambda j: j["status"] != "queued", timeout=25)
+        assert taken["status"] in ("in_progress", "completed") and taken["error"] is None, taken
+        done = wait_job(b.url, long_id, lambda j: j["status"] in ("completed", "failed"), timeout=240)
+        assert done["status"] == "completed" and done["error"] is None, done
+        again = httpx.get(f"{b.url}/v1/videos/{long_id}/content", timeout=60)
+        assert again.status_code == 200 and frames_of(again.content) == (5, 32, 48)
     finally:
-        a.stop()
+        if a.proc.poll() is None:
+            a.stop()
         b.stop()
 
 

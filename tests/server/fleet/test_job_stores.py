@@ -86,6 +86,22 @@ async def test_an_expired_job_is_claimed_by_exactly_one_front_end(store):
     assert await store.expired("video", time.time()) == []
 
 
+async def test_a_released_job_is_queued_unowned_and_taken_without_costing_an_attempt(store):
+    """(What a front-end that stops gracefully does with the jobs it has not finished.)"""
+    until = time.time() + 30
+    await store.put("video", "j", "in_progress", 1, rec("j", "in_progress"), owner="A", lease_until=until, request={})
+    assert await store.release("j", "B", rec("j")) is False  # only its runner hands it over
+    assert await store.expired("video", time.time()) == []  # A's lease still holds
+    assert await store.release("j", "A", rec("j", progress=0)) is True
+    assert await store.get("j") == rec("j", progress=0)
+    assert [r["id"] for r, until in await store.running("video") if until is None] == ["j"]  # no lease: up now
+    assert await store.renew("A", ["j"], time.time() + 30) == {"j"}  # and A no longer holds it
+    claimed = await store.claim("j", "B", time.time(), time.time() + 30)
+    assert claimed is not None and claimed.attempts == 0  # handed over, not taken from a dead front-end
+    assert await store.claim("j", "C", time.time(), time.time() + 30) is None
+    assert await store.update("j", "B", "completed", rec("j", "completed")) is True
+
+
 async def test_a_row_without_a_lease_is_up_for_taking(store):
     """(A row written before leases existed, or by a front-end that died before leasing it.)"""
     await store.put("video", "old", "in_progress", 1, rec("old"))
