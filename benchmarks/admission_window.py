@@ -3,7 +3,7 @@
 with 0, benchmarked in alternating (ABBA) rounds by ``omnistage bench serve``; the ratios on / off per round
 and their median. Results: benchmarks/results/admission_window.{json,md}.
 
-    python benchmarks/admission_window.py [--rounds 4] [--prompts 32]
+    python benchmarks/admission_window.py [--rounds 6] [--prompts 64]
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> None:
     from omnistage.testing.tiny import build
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--prompts", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--prompts", type=int, default=64)
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="omnistage-bench-window-"))
     model = build("sd3", work / "sd3")
