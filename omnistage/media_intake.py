@@ -75,15 +75,16 @@ def wav_bytes(samples: np.ndarray, rate: int) -> bytes:
     return buf.getvalue()
 
 
-def rgb_image(image: Any) -> Any:
+def rgb_image(image: Any, mode: str = "RGB") -> Any:
     """An RGB ``PIL.Image``: the first frame, EXIF orientation applied, then ``convert("RGB")`` (alpha
-    dropped, palette / CMYK / 16-bit / 1-bit mapped by PIL), as diffusers' ``load_image``."""
+    dropped, palette / CMYK / 16-bit / 1-bit mapped by PIL), as diffusers' ``load_image``. ``mode="RGBA"``
+    keeps the alpha instead, for a model that reads it (an image without one gets an opaque alpha)."""
     from PIL import ImageOps
 
     if getattr(image, "n_frames", 1) > 1 and image.tell() != 0:
         image.seek(0)
     image = ImageOps.exif_transpose(image)  # a copy of the current frame; rotated when EXIF says so
-    return image if image.mode == "RGB" else image.convert("RGB")
+    return image if image.mode == mode else image.convert(mode)
 
 
 def png_bytes(image: Any) -> bytes:

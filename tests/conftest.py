@@ -31,6 +31,22 @@ def scope_of(nodeid: str) -> str:
     return next((pkg for pkg in ONE_WORKER if path.startswith(pkg)), path)
 
 
+RUN_CACHE = pytest.StashKey[str | None]()
+
+
+def pytest_configure(config):
+    """The run's shared values (omnistage/testing/run_cache.py): made before xdist starts its workers."""
+    from omnistage.testing import run_cache
+
+    config.stash[RUN_CACHE] = run_cache.start_run()
+
+
+def pytest_unconfigure(config):
+    from omnistage.testing import run_cache
+
+    run_cache.end_run(config.stash.get(RUN_CACHE, None))
+
+
 def pytest_collection_modifyitems(config, items):
     """The slowest modules first (tests/slow_modules.txt, scripts/suite_order.py), the rest in collection order:
     with ``--dist loadfile --no-loadscope-reorder`` (make test) the two workers then end close together."""

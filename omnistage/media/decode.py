@@ -71,9 +71,9 @@ def check_mime(mime: str | None, kind: str, field: str) -> None:
 # --------------------------------------------------------------------------- images
 
 
-def open_image(data: bytes, field: str, limits: MediaLimits, mime: str | None = None) -> Any:
-    """A decoded RGB ``PIL.Image`` (media_intake.rgb_image); the size is checked from the header before any pixel
-    is inflated."""
+def open_image(data: bytes, field: str, limits: MediaLimits, mime: str | None = None, mode: str = "RGB") -> Any:
+    """A decoded RGB ``PIL.Image`` (media_intake.rgb_image; ``mode="RGBA"``: its alpha kept); the size is checked
+    from the header before any pixel is inflated."""
     from PIL import Image, UnidentifiedImageError
 
     check_mime(mime, "image", field)
@@ -81,7 +81,7 @@ def open_image(data: bytes, field: str, limits: MediaLimits, mime: str | None = 
     try:
         img = Image.open(io.BytesIO(data), formats=IMAGE_OPEN_FORMATS)
         w, h = img.size
-        if w * h > limit or w * h * 7 > limits.max_decoded_bytes:  # RGBA while loading, RGB after
+        if w * h > limit or w * h * (4 + len(mode)) > limits.max_decoded_bytes:  # RGBA while loading, then mode
             raise too_big(
                 field,
                 f"the image declares {w}x{h} = {w * h} pixels, above this server's limit of "
@@ -89,7 +89,7 @@ def open_image(data: bytes, field: str, limits: MediaLimits, mime: str | None = 
                 "image_too_large",
             )
         img.load()
-        return rgb_image(img)  # EXIF orientation, first frame, RGB: the one normal form of every image input
+        return rgb_image(img, mode)  # EXIF orientation, first frame, RGB: the one normal form of every image input
     except APIError:
         raise
     except Image.DecompressionBombError:  # PIL's own guard fires at open, above twice its default limit

@@ -50,13 +50,15 @@ AUDIO_MIME = {"wav": "audio/wav", "flac": "audio/flac", "mp3": "audio/mpeg", "pc
 # decode_limits.py: every decode is checked from the header first and bounded while it runs.
 
 
-def image_from_bytes(data: bytes, field: str, limits: MediaLimits, mime: str | None = None) -> Image.Image:
-    return open_image(data, field, limits, mime)
+def image_from_bytes(
+    data: bytes, field: str, limits: MediaLimits, mime: str | None = None, mode: str = "RGB"
+) -> Image.Image:
+    return open_image(data, field, limits, mime, mode)
 
 
-async def load_image(url: Any, field: str, limits: MediaLimits) -> Image.Image:
+async def load_image(url: Any, field: str, limits: MediaLimits, mode: str = "RGB") -> Image.Image:
     got = await fetch_media(url, field, limits)
-    return await asyncio.to_thread(open_image, got.data, field, limits, got.mime)
+    return await asyncio.to_thread(open_image, got.data, field, limits, got.mime, mode)
 
 
 def audio_from_bytes(

@@ -110,6 +110,12 @@ class ServerState:
     def text_stages(self) -> set[int]:
         return {s.stage_id for s in self.engine.pipeline.stages if s.knobs == "llm"}
 
+    def image_mode(self) -> str:
+        """How an uploaded image is decoded: ``RGBA`` when a stage the request enters reads alpha (its adapter's
+        ``input_image_mode``, as the offline engine converts a given image to it), else the normal form, RGB."""
+        sources = [s for s in self.engine.pipeline.stages if not s.inputs]
+        return "RGBA" if any(getattr(s.adapter, "input_image_mode", "RGB") == "RGBA" for s in sources) else "RGB"
+
     # ------------------------------------------------------------------ running
 
     def make_request(

@@ -7,6 +7,7 @@ process's tiny models; a subprocess is what a user runs (signals, logging, start
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -47,6 +48,11 @@ class ServerThread:
 
     def client(self, **kw: Any) -> httpx.Client:
         return httpx.Client(base_url=self.url, **{"timeout": 60, **kw})
+
+    def run(self, coro: Any, timeout: float | None = None) -> Any:
+        """Run ``coro`` on the server's event loop (where its engine lives) and return its result: a test's
+        offline answers from the very ``AsyncOmni`` it serves, instead of a second engine started for them."""
+        return asyncio.run_coroutine_threadsafe(coro, self.server.servers[0].get_loop()).result(timeout)
 
     def stop(self, timeout: float = 30) -> None:
         """Graceful: uvicorn stops accepting, lets open requests finish, then runs the app's shutdown."""

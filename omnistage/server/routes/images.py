@@ -69,7 +69,8 @@ async def edits(request: Request, response: Response, state: ServerState = Depen
     if len(images) + len(urls) > MAX_INPUT_IMAGES:
         raise bad_request(f"image: at most {MAX_INPUT_IMAGES} input images", "image")
     for i, url in enumerate(urls):
-        images.append(await load_image(url, f"image_url[{i}]" if len(urls) > 1 else "image_url", state.media))
+        field = f"image_url[{i}]" if len(urls) > 1 else "image_url"
+        images.append(await load_image(url, field, state.media, state.image_mode()))
     if not images:
         raise bad_request(
             "image: at least one input image is required (upload 'image' files or send 'image_url')", "image"
@@ -98,7 +99,8 @@ async def _from_multipart(request: Request, state: ServerState) -> tuple[ImageRe
             data = await value.read(state.media.max_bytes + 1)
             if len(data) > state.media.max_bytes:
                 raise too_large("image", len(data), state.media.max_bytes)
-            images.append(await asyncio.to_thread(image_from_bytes, data, "image", state.media, value.content_type))
+            mode, mime = state.image_mode(), value.content_type
+            images.append(await asyncio.to_thread(image_from_bytes, data, "image", state.media, mime, mode))
         elif key == "mask":
             raise bad_request("mask: masked edits are not supported; send the image only", "mask")
         elif isinstance(value, UploadFile):

@@ -1,5 +1,6 @@
 import pytest
 
+from omnistage.testing.run_cache import shared
 from tests.models.offline_llm import offline_llm
 
 from .chat_cases import ENGINE, GREEDY, MESSAGES, PROMPTS, SEEDED
@@ -12,7 +13,12 @@ def chat_dir(tiny_model):
 
 @pytest.fixture(scope="session")
 def reference(chat_dir):
-    """vLLM's own offline ``LLM.generate`` / ``LLM.chat`` on the same folder and engine settings."""
+    """vLLM's own offline ``LLM.generate`` / ``LLM.chat`` on the same folder and engine settings, computed once
+    per test run for both xdist workers (omnistage/testing/run_cache.py)."""
+    return shared("chat-vllm-reference", lambda: _reference(chat_dir))
+
+
+def _reference(chat_dir) -> dict:
     from vllm import SamplingParams
 
     with offline_llm(chat_dir, **ENGINE) as llm:

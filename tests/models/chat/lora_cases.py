@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from omnistage.models.chat.tiny_lora import build as build_lora
+from omnistage.testing.run_cache import shared
 from tests.models.offline_llm import offline_llm
 
 from .chat_cases import ENGINE, GREEDY, MESSAGES, PROMPTS
@@ -24,7 +25,12 @@ def adapters(chat_lora: Path, root: Path) -> dict[str, str]:
 
 def vllm_reference(chat_dir: Path, paths: dict[str, str]) -> dict:
     """vLLM's ``LLM.generate`` per prompt and ``LLM.chat`` on MESSAGES, greedy: base (None), adapter a, b;
-    chat outputs under ``("chat", name)``."""
+    chat outputs under ``("chat", name)``. Computed once per test run, for both xdist workers (the adapters are
+    seeded: each worker's copies hold the same bytes; omnistage/testing/run_cache.py)."""
+    return shared("chat-lora-vllm-reference", lambda: _vllm_reference(chat_dir, paths))
+
+
+def _vllm_reference(chat_dir: Path, paths: dict[str, str]) -> dict:
     from vllm import SamplingParams
     from vllm.lora.request import LoRARequest
 

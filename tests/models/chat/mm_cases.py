@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from omnistage.testing.run_cache import shared
 from tests.models.offline_llm import offline_llm
 
 ENGINE = {"max_model_len": 1024, "max_num_seqs": 4, "dtype": "float32", "enforce_eager": True}
@@ -254,7 +255,12 @@ class Answer:
 @functools.cache
 def vllm_answers(folder: str, family: str) -> dict[str, Answer]:
     """vLLM's own greedy answers for every case of ``family`` (a key of ``FAMILIES``) and for its
-    raw prompts, by name; the engine is shut down before this returns."""
+    raw prompts, by name; the engine is shut down before this returns. Computed once per test run, for both
+    xdist workers (omnistage/testing/run_cache.py)."""
+    return shared(f"chat-mm-vllm-answers-{family}", lambda: _vllm_answers(folder, family))
+
+
+def _vllm_answers(folder: str, family: str) -> dict[str, Answer]:
     from vllm import SamplingParams
 
     cases, raw, limits = FAMILIES[family]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from functools import cached_property
 
 import pytest
 import torch
+
+from omnistage.testing.run_cache import shared
 
 SEED = 7  # token2wav's noise: the stage's own generator, transformers' global one after manual_seed
 
@@ -66,9 +69,10 @@ class TransformersReference:
         **kwargs,
     ) -> Reference:
         key = (repr(messages), repr(mm), thinker_tokens, talker_tokens, speaker, repr(kwargs))
-        if key not in self._cache:
-            self._cache[key] = self._run(
-                self.template(messages), thinker_tokens, talker_tokens, speaker, mm or {}, **kwargs
+        if key not in self._cache:  # once per test run, for both xdist workers (omnistage/testing/run_cache.py)
+            self._cache[key] = shared(
+                f"qwen2_5-omni-transformers-{hashlib.sha256(repr(key).encode()).hexdigest()}",
+                lambda: self._run(self.template(messages), thinker_tokens, talker_tokens, speaker, mm or {}, **kwargs),
             )
         return self._cache[key]
 

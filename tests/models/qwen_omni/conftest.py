@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from omnistage.models.qwen_omni.checkpoint import with_thinker_audio_window
+from omnistage.testing.run_cache import shared
 
 
 @pytest.fixture(scope="session")
@@ -51,9 +53,12 @@ class TransformersReference:
 
     def run(self, messages, thinker_tokens: int, talker_tokens: int, speaker: str = "Ethan") -> Reference:
         key = (repr(messages), thinker_tokens, talker_tokens, speaker)
-        if key not in self._cache:
-            self._cache[key] = self.run_inputs(
-                {"input_ids": torch.tensor([self.prompt_ids(messages)])}, thinker_tokens, talker_tokens, speaker
+        if key not in self._cache:  # once per test run, for both xdist workers (omnistage/testing/run_cache.py)
+            self._cache[key] = shared(
+                f"qwen3-omni-transformers-{hashlib.sha256(repr(key).encode()).hexdigest()}",
+                lambda: self.run_inputs(
+                    {"input_ids": torch.tensor([self.prompt_ids(messages)])}, thinker_tokens, talker_tokens, speaker
+                ),
             )
         return self._cache[key]
 

@@ -1,6 +1,6 @@
 """``/v1/audio/transcriptions`` and ``/v1/audio/translations`` on the tiny ``whisper`` fixture, through the
-official ``openai`` client: json, text and the SSE stream equal the family's offline output (AsyncOmni on
-the same folder, computed here first, on the windows vLLM's own ``split_audio`` cuts, as ``vllm serve``
+official ``openai`` client: json, text and the SSE stream equal the family's offline output (the served
+AsyncOmni's own ``generate``, asked first, on the windows vLLM's own ``split_audio`` cuts, as ``vllm serve``
 does); verbose_json / srt / vtt give the segments Whisper's timestamp tokens mark inside each window — on the
 65 s and 95 s clips in order, never overlapping, inside the clip, each from the window's own timestamped
 tokens (the family's offline output asked for timestamps), srt and vtt the same segments; concurrent
@@ -58,55 +58,7 @@ def key(data: bytes, language: str = "en", task: str = "transcribe", prompt: str
 
 
 @pytest.fixture(scope="module")
-def offline(tiny_model):
-    """The family's own output per case: (start s, end s, text) per window, AsyncOmni on the same folder
-    (before the server: one engine at a time); and per clip of STAMPED, ``("stamped", k)``: the token ids of
-    each window asked for timestamps as the route asks (``Transcription.timestamps``)."""
-    from vllm.multimodal.audio import split_audio
-
-    from omnistage import AsyncOmni
-
-    async def run() -> dict:
-        engine = AsyncOmni(tiny_model("whisper"), **ENGINE)
-        await engine.start()
-        try:
-
-            async def one(samples, language, task, prompt, timestamps=False):
-                req = {
-                    "prompt": prompt,
-                    "multi_modal_data": {"audio": (samples, RATE)},
-                    "transcription": {"language": language, "task": task, "timestamps": timestamps},
-                }
-                last = None
-                async for out in engine.generate(
-                    req, sampling_params_list=[{"max_tokens": MAX_TOKENS}], output_modalities=["text", "token_ids"]
-                ):
-                    last = out
-                return last.token_ids if timestamps else last.text or ""
-
-            def pieces_of(data):
-                samples = as_heard(data)
-                return split_audio(samples, RATE, WINDOW_S, 1, 1600) if samples.size > WINDOW_S * RATE else [samples]
-
-            out = {}
-            for i, (data, language, task, prompt) in enumerate(CASES):
-                pieces = pieces_of(data)
-                texts = await asyncio.gather(*(one(p, language, task, prompt) for p in pieces))
-                ends = np.cumsum([p.size / RATE for p in pieces])
-                out[(i,)] = [(end - p.size / RATE, end, text) for p, end, text in zip(pieces, ends, texts)]
-            for k, data in enumerate(STAMPED):
-                out["stamped", k] = await asyncio.gather(
-                    *(one(p, "en", "transcribe", "", True) for p in pieces_of(data))
-                )
-            return out
-        finally:
-            await engine.shutdown()
-
-    return asyncio.run(run())
-
-
-@pytest.fixture(scope="module")
-def server(tiny_model, offline):
+def server(tiny_model):
     from omnistage import AsyncOmni
 
     with serve_engine(
@@ -119,7 +71,48 @@ def server(tiny_model, offline):
 
 
 @pytest.fixture(scope="module")
-def client(server):
+def offline(server):
+    """The family's own output per case: (start s, end s, text) per window, from the served AsyncOmni's own
+    ``generate`` (on the server's loop, before any HTTP request: one engine for both); and per clip of STAMPED,
+    ``("stamped", k)``: the token ids of each window asked for timestamps as the route asks
+    (``Transcription.timestamps``)."""
+    from vllm.multimodal.audio import split_audio
+
+    engine = server.engine
+
+    async def one(samples, language, task, prompt, timestamps=False):
+        req = {
+            "prompt": prompt,
+            "multi_modal_data": {"audio": (samples, RATE)},
+            "transcription": {"language": language, "task": task, "timestamps": timestamps},
+        }
+        last = None
+        async for out in engine.generate(
+            req, sampling_params_list=[{"max_tokens": MAX_TOKENS}], output_modalities=["text", "token_ids"]
+        ):
+            last = out
+        return last.token_ids if timestamps else last.text or ""
+
+    def pieces_of(data):
+        samples = as_heard(data)
+        return split_audio(samples, RATE, WINDOW_S, 1, 1600) if samples.size > WINDOW_S * RATE else [samples]
+
+    async def run() -> dict:
+        out = {}
+        for i, (data, language, task, prompt) in enumerate(CASES):
+            pieces = pieces_of(data)
+            texts = await asyncio.gather(*(one(p, language, task, prompt) for p in pieces))
+            ends = np.cumsum([p.size / RATE for p in pieces])
+            out[(i,)] = [(end - p.size / RATE, end, text) for p, end, text in zip(pieces, ends, texts)]
+        for k, data in enumerate(STAMPED):
+            out["stamped", k] = await asyncio.gather(*(one(p, "en", "transcribe", "", True) for p in pieces_of(data)))
+        return out
+
+    return server.run(run(), timeout=600)
+
+
+@pytest.fixture(scope="module")
+def client(server, offline):  # the offline answers first: no HTTP request has reached the engine before them
     return openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=120)
 
 
