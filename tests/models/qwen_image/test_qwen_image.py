@@ -50,9 +50,10 @@ def test_tiny_tokenizer_drops_the_templates_like_the_real_one(ref, tiny_model):
 def test_defaults_are_the_pipelines():
     from diffusers import QwenImageEditPipeline, QwenImageEditPlusPipeline, QwenImagePipeline
 
-    for cls in (QwenImagePipeline, QwenImageEditPipeline, QwenImageEditPlusPipeline):
+    declared = (qwen_image.PIPELINE, qwen_image.EDIT, qwen_image.EDIT_PLUS)
+    for cls, pipeline in zip((QwenImagePipeline, QwenImageEditPipeline, QwenImageEditPlusPipeline), declared):
         sig = inspect.signature(cls.__call__).parameters
-        assert qwen_image.DEFAULT_PARAMS["num_inference_steps"] == sig["num_inference_steps"].default
+        assert pipeline.stages[0].default_params["num_inference_steps"] == sig["num_inference_steps"].default
         assert qwen_image.adapter.DEFAULT_TRUE_CFG == sig["true_cfg_scale"].default
         assert qwen_image.adapter.MAX_SEQUENCE_LENGTH == sig["max_sequence_length"].default
 
