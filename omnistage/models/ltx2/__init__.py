@@ -11,36 +11,20 @@ from omnistage.models.ltx2.handoff import one_payload, split_params_for, to_refi
 from omnistage.models.ltx2.image_to_video import LTX2I2VAdapter  # (registers itself as LTX2Adapter's I2V variant)
 from omnistage.models.ltx2.refine import LTX2FirstPassAdapter, LTX2RefineAdapter
 from omnistage.models.ltx2.tiny import build, build_i2v, build_v23
+from omnistage.models.shared.diffusers_family import diffusers_pipeline
 from omnistage.pipeline import Edge, Pipeline, StageSpec
 
-DEPLOY = Path(__file__).with_name("deploy.yaml")  # the family's default deployment
-
-LTX2_CLASSES = {"LTX2Pipeline", "LTX2ImageToVideoPipeline"}
-
-PIPELINE = Pipeline(
-    name="ltx2",
-    description="LTX-2 text/image-to-video with audio: Gemma3 -> LTX2VideoTransformer3DModel (flow Euler) -> "
+PIPELINE = diffusers_pipeline(
+    __file__,
+    "ltx2",
+    "LTX-2 text/image-to-video with audio: Gemma3 -> LTX2VideoTransformer3DModel (flow Euler) -> "
     "AutoencoderKLLTX2Video + AutoencoderKLLTX2Audio + vocoder",
-    matches=lambda f: f.diffusers_class in LTX2_CLASSES,
-    stages=[
-        StageSpec(
-            0,
-            kind="diffusion",
-            adapter=LTX2Adapter,
-            output="video+audio",
-            can_output="video,audio,latent",
-            final=True,
-            # LTX2Pipeline.__call__'s defaults (frame_rate is its fps)
-            default_params={
-                "num_inference_steps": 30,
-                "guidance_scale": 3.0,
-                "num_frames": DEFAULT_NUM_FRAMES,
-                "fps": DEFAULT_FPS,
-            },
-        )
-    ],
+    classes={"LTX2Pipeline", "LTX2ImageToVideoPipeline"},
+    adapter=LTX2Adapter,
+    output="video+audio",
+    # LTX2Pipeline.__call__'s defaults (frame_rate is its fps)
+    defaults={"num_inference_steps": 30, "guidance_scale": 3.0, "num_frames": DEFAULT_NUM_FRAMES, "fps": DEFAULT_FPS},
     extra_body_params=EXTRA_PARAMS,
-    deploy_file=DEPLOY,
 )
 
 # The published two-stage recipe as a deploy of this family (``omnistage serve MODEL --pipeline ltx2_two_stage``,
