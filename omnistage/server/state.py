@@ -60,7 +60,7 @@ class ServerState:
         self.started_at = int(time.time())
         self.background: set[asyncio.Task] = set()  # async jobs (videos) to finish on shutdown
         self.realtime = RealtimeSessions(options.max_realtime_sessions, self.metrics.registry)
-        if getattr(getattr(engine, "pipeline", None), "info", None) and engine.pipeline.info.duplex:  # /metrics
+        if engine.pipeline.info.duplex:  # live sessions, step time, late frames on /metrics
             self.metrics.registry.register(DuplexCollector(engine))
 
     def _files_expired(self, names: list[str]) -> None:

@@ -24,6 +24,7 @@ import torch
 
 from omnistage.errors import InvalidRequestError
 from omnistage.models.helios.conditioning import IMAGE, VIDEO, InputLatents, image_latents, input_video, video_latents
+from omnistage.models.shared.wan_adapter import umt5_embeds
 from omnistage.stages.diffusion.adapter import DiffusionJob
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 from omnistage.stages.diffusion.samplers import SamplerState, SchedulerSampler
@@ -186,14 +187,7 @@ class HeliosAdapter(DiffusersAdapter):
     # ------------------------------------------------------------- preparation
 
     def embed(self, prompts: list[str], jobs: list[HeliosJob]) -> dict[str, torch.Tensor]:
-        embeds, _ = self.pipe.encode_prompt(
-            prompt=prompts,
-            do_classifier_free_guidance=False,
-            num_videos_per_prompt=1,
-            max_sequence_length=jobs[0].max_sequence_length,
-            device=self.device,
-        )
-        return {"encoder_hidden_states": embeds.to(self.model_dtype)}
+        return umt5_embeds(self, prompts, jobs[0].max_sequence_length)
 
     def timesteps(self, job: HeliosJob) -> None:
         pass  # every chunk sets its own (start_chunk)

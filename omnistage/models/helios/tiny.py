@@ -15,15 +15,7 @@ def transformer():
 
     # rope_dim splits the head (t, h, w) as the release's (44, 42, 42) splits 128
     return HeliosTransformer3DModel(
-        patch_size=(1, 2, 2),
-        num_attention_heads=2,
-        attention_head_dim=12,
-        in_channels=16,
-        out_channels=16,
-        text_dim=32,
-        freq_dim=256,
-        ffn_dim=32,
-        num_layers=2,
+        **wan_tiny.DIT,
         rope_dim=(4, 4, 4),
     ).eval()
 

@@ -167,8 +167,8 @@ class MoshiEngine(StepEngine):
             return r.pending[0]
         return END if r.ending else None
 
-    def _on_close(self, item: Any) -> None:
-        if getattr(item, "slot", None) is not None:
+    def _on_close(self, item: DuplexSession) -> None:
+        if item.slot is not None:
             with self._freed_lock:
                 self._freed.append(item.slot)
             item.slot = None

@@ -34,13 +34,15 @@ def lm_then_decoder(
     name: str,
     description: str,
     *,
-    architecture: str,
+    architecture: str | None = None,
+    matches: Callable[[ModelFolder], bool] | None = None,
     lm: str,
     decoder: str,
     whole: EdgeProcess,
     chunks: EdgeChunkProcess | None = None,
     info: PipelineInfo,
     lm_name: str = "lm",
+    lm_output: str = "token_ids",
     decoder_name: str = "codec",
     lm_knobs: StageKnobs = "llm",
     decoder_knobs: StageKnobs | None = None,
@@ -51,19 +53,23 @@ def lm_then_decoder(
     """``lm``: ``"module:factory"`` of the stage-0 step engine; ``decoder``: ``"module:adapter"`` of stage 1;
     ``whole`` / ``chunks``: the edge processors handing stage 0's codes on whole / as they stream. With
     ``chunks`` the pipeline streams by default (async chunk) and a request's codec chunk sizes reach stage 1
-    (``shape_request`` replaces that hook; a family's own hook then calls ``chunk_sizes_to_codec_stage``)."""
+    (``shape_request`` replaces that hook; a family's own hook then calls ``chunk_sizes_to_codec_stage``).
+    ``architecture`` matches the folder config's ``architectures``; a release whose config names none gives its own
+    ``matches`` instead. ``lm_output``: what stage 0 hands on (``"latent"`` for an LM of continuous latents)."""
+    if (architecture is None) == (matches is None):
+        raise TypeError(f"pipeline {name!r}: give architecture or matches, not both or neither")
     streams = chunks is not None
     return Pipeline(
         name=name,
         description=description,
-        matches=by_architecture(architecture),
+        matches=matches or by_architecture(architecture),
         stages=[
             StageSpec(
                 0,
                 kind="ar",
                 knobs=lm_knobs,
                 name=lm_name,
-                output="token_ids",
+                output=lm_output,
                 engine=lazy(lm),
                 param_keys=frozenset(param_keys) if param_keys is not None else None,
             ),

@@ -35,6 +35,19 @@ DEFAULT_FPS = 16  # what the Wan releases export their videos at
 WAN_BLOCK = BlockIO(returns="hidden_states", per_row=("encoder_hidden_states", "temb"))
 
 
+def umt5_embeds(adapter: DiffusersAdapter, prompts: list[str], max_sequence_length: int) -> dict[str, torch.Tensor]:
+    """The prompts' UMT5 embeddings as a Wan-family pipeline's ``encode_prompt`` makes them (each prompt padded to
+    ``max_sequence_length``), in the denoiser's dtype: Wan's, VACE's and Helios' conditioning."""
+    embeds, _ = adapter.pipe.encode_prompt(
+        prompt=prompts,
+        do_classifier_free_guidance=False,
+        num_videos_per_prompt=1,
+        max_sequence_length=max_sequence_length,
+        device=adapter.device,
+    )
+    return {"encoder_hidden_states": embeds.to(adapter.model_dtype)}
+
+
 @dataclass
 class WanJob(DiffusionJob):
     """A request's Wan state, set in validate."""
@@ -130,14 +143,7 @@ class WanAdapter(DiffusersAdapter):
     # ------------------------------------------------------------- preparation
 
     def embed(self, prompts: list[str], jobs: list[WanJob]) -> dict[str, torch.Tensor]:
-        embeds, _ = self.pipe.encode_prompt(
-            prompt=prompts,
-            do_classifier_free_guidance=False,
-            num_videos_per_prompt=1,
-            max_sequence_length=jobs[0].max_sequence_length,
-            device=self.device,
-        )
-        return {"encoder_hidden_states": embeds.to(self.model_dtype)}
+        return umt5_embeds(self, prompts, jobs[0].max_sequence_length)
 
     def timesteps(self, job: WanJob) -> None:
         state = self.sampler.make_state(job.params.num_inference_steps, device=self.device)

@@ -21,38 +21,23 @@ Tiny fixture: ``python -m omnistage.testing.tiny voxcpm DIR``.
 from __future__ import annotations
 
 from omnistage.info import PipelineInfo, SpeechInfo
-from omnistage.models.shared.codec_lm.stages import chunk_sizes_to_codec_stage
+from omnistage.models.shared.speech_family import lm_then_decoder
 from omnistage.models.voxcpm import tiny
 from omnistage.models.voxcpm.config import MAX_REF_AUDIO_S, PARAM_KEYS, SAMPLE_RATE, VOICES, folder_info, is_voxcpm
 from omnistage.models.voxcpm.edges import latents_in_chunks, whole_latents
-from omnistage.pipeline import Edge, Pipeline, StageSpec, lazy
 
-PIPELINE = Pipeline(
-    name="voxcpm",
-    description="VoxCPM2: an LM with a local diffusion head streams audio latents to its VAE decoder (text -> speech)",
+PIPELINE = lm_then_decoder(
+    "voxcpm",
+    "VoxCPM2: an LM with a local diffusion head streams audio latents to its VAE decoder (text -> speech)",
     matches=lambda folder: folder.omnistage_pipeline is None and is_voxcpm(folder.path),
-    stages=[
-        StageSpec(
-            0,
-            kind="ar",
-            knobs="llm",
-            name="lm",
-            output="latent",
-            engine=lazy("omnistage.models.voxcpm.engine:build_lm_engine"),
-            param_keys=frozenset(PARAM_KEYS),
-        ),
-        StageSpec(
-            1,
-            kind="generation",
-            knobs="none",
-            name="decoder",
-            output="audio",
-            final=True,
-            adapter=lazy("omnistage.models.voxcpm.codec:VoxDecoderAdapter"),
-            inputs=[Edge(0, process=whole_latents, process_chunk=latents_in_chunks)],
-        ),
-    ],
-    default_deploy={"async_chunk": True},
+    lm="omnistage.models.voxcpm.engine:build_lm_engine",
+    lm_output="latent",
+    param_keys=PARAM_KEYS,
+    decoder="omnistage.models.voxcpm.codec:VoxDecoderAdapter",
+    decoder_name="decoder",
+    decoder_knobs="none",
+    whole=whole_latents,
+    chunks=latents_in_chunks,
     info=PipelineInfo(
         chat=False,
         speech=SpeechInfo(
@@ -64,7 +49,6 @@ PIPELINE = Pipeline(
         ),
     ),
     folder_info=folder_info,
-    shape_request=chunk_sizes_to_codec_stage,
 )
 PIPELINES = [PIPELINE]
 TINY = {"voxcpm": tiny.build}

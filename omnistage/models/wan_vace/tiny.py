@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omnistage.models.shared.tiny.wan import scheduler, umt5_encoder, vae
+from omnistage.models.shared.tiny.wan import DIT, scheduler, umt5_encoder, vae
 from omnistage.stages.diffusion import tiny_parts as parts
 
 
@@ -14,15 +14,7 @@ def transformer():
     # two DiT layers, each fed a VACE hint; the hints' input is 96 channels: the video's inactive and reactive
     # latents (16 + 16) and the mask folded 8x8 into channels (64, the VAE's spatial factor squared)
     return WanVACETransformer3DModel(
-        patch_size=(1, 2, 2),
-        num_attention_heads=2,
-        attention_head_dim=12,
-        in_channels=16,
-        out_channels=16,
-        text_dim=32,
-        freq_dim=256,
-        ffn_dim=32,
-        num_layers=2,
+        **DIT,
         cross_attn_norm=True,
         qk_norm="rms_norm_across_heads",
         rope_max_seq_len=32,

@@ -21,38 +21,25 @@ Tiny fixture: ``python -m omnistage.testing.tiny xtts DIR``.
 from __future__ import annotations
 
 from omnistage.info import PipelineInfo, SpeechInfo
-from omnistage.models.shared.codec_lm.stages import chunk_sizes_to_codec_stage
+from omnistage.models.shared.speech_family import lm_then_decoder
 from omnistage.models.xtts import tiny
 from omnistage.models.xtts.config import LANGUAGES, MAX_REF_AUDIO_S, PARAM_KEYS, SAMPLE_RATE, VOICES, is_xtts
 from omnistage.models.xtts.edges import latents_in_chunks, whole_latents
-from omnistage.pipeline import Edge, Pipeline, StageSpec, lazy
 
-PIPELINE = Pipeline(
-    name="xtts",
-    description="Coqui XTTS v2: a GPT over audio codes, conditioned on a cloned voice, streams latents to HiFi-GAN (text -> 24 kHz speech)",
+PIPELINE = lm_then_decoder(
+    "xtts",
+    "Coqui XTTS v2: a GPT over audio codes, conditioned on a cloned voice, streams latents to HiFi-GAN "
+    "(text -> 24 kHz speech)",
+    # coqui's config.json names no architectures ("model": "xtts")
     matches=lambda folder: folder.omnistage_pipeline is None and is_xtts(folder.path),
-    stages=[
-        StageSpec(
-            0,
-            kind="ar",
-            knobs="llm",
-            name="gpt",
-            output="token_ids",
-            engine=lazy("omnistage.models.xtts.engine:build_gpt_engine"),
-            param_keys=frozenset(PARAM_KEYS),
-        ),
-        StageSpec(
-            1,
-            kind="generation",
-            knobs="none",
-            name="decoder",
-            output="audio",
-            final=True,
-            adapter=lazy("omnistage.models.xtts.codec:XttsDecoderAdapter"),
-            inputs=[Edge(0, process=whole_latents, process_chunk=latents_in_chunks)],
-        ),
-    ],
-    default_deploy={"async_chunk": True},
+    lm="omnistage.models.xtts.engine:build_gpt_engine",
+    lm_name="gpt",
+    param_keys=PARAM_KEYS,
+    decoder="omnistage.models.xtts.codec:XttsDecoderAdapter",
+    decoder_name="decoder",
+    decoder_knobs="none",
+    whole=whole_latents,
+    chunks=latents_in_chunks,
     info=PipelineInfo(
         chat=False,
         speech=SpeechInfo(
@@ -65,7 +52,6 @@ PIPELINE = Pipeline(
             languages=LANGUAGES,
         ),
     ),
-    shape_request=chunk_sizes_to_codec_stage,
 )
 PIPELINES = [PIPELINE]
 TINY = {"xtts": tiny.build}

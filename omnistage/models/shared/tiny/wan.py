@@ -1,6 +1,20 @@
-"""Wan's UMT5 text encoder, video VAE and scheduler at toy size (Helios uses the first two, Wan VACE all three)."""
+"""Wan's UMT5 text encoder, video VAE and scheduler at toy size (Helios uses the first two, Wan VACE all three), and
+the toy 3-D DiT sizes the Wan-derived transformers share."""
 
 from __future__ import annotations
+
+# WanTransformer3DModel's toy sizes, which Helios' and Wan VACE's transformers take too (each adds its own keys)
+DIT = dict(
+    patch_size=(1, 2, 2),
+    num_attention_heads=2,
+    attention_head_dim=12,
+    in_channels=16,
+    out_channels=16,
+    text_dim=32,
+    freq_dim=256,
+    ffn_dim=32,
+    num_layers=2,
+)
 
 
 def umt5_encoder(d_model: int = 32, vocab_size: int = 1000):
