@@ -27,6 +27,9 @@ $(STAMP): pyproject.toml
 	# OpenPI's published client, which the robot-policy WebSocket's tests drive: without its dependencies, as its
 	# numpy<2 pin is its own stack's (its client modules need only msgpack, numpy and websockets, installed here).
 	$(PIP) install -q --no-deps 'openpi-client==0.1.2'
+	# Kyutai's moshi.client (the /api/chat tests drive it unchanged) needs only aiohttp, numpy and sphn, installed
+	# here; the package pins torch<2.10 for its models, so it goes to a folder of its own, put on the client's path.
+	rm -rf $(VENV)/moshi-client && $(PIP) install -q --no-deps --target $(VENV)/moshi-client 'moshi==0.2.13'
 	$(PY) scripts/check_env.py
 	touch $(STAMP)
 

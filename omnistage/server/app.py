@@ -28,6 +28,7 @@ from omnistage.server.routes import (
     chat,
     images,
     lora,
+    moshi_chat,
     realtime,
     robot,
     system,
@@ -72,6 +73,7 @@ def create_app(
     app.include_router(audio_generate.router, dependencies=secured, responses=common)  # text -> sound
     app.include_router(realtime.router)  # a WebSocket: checks the API key itself (an error event + close code)
     app.include_router(robot.router)  # OpenPI's policy WebSocket: checks the API key itself (refused handshake)
+    app.include_router(moshi_chat.router)  # moshi.server's /api/chat: checks the API key itself (refused handshake)
     if options.allow_runtime_lora_updating:  # as vLLM: without the flag these paths do not exist (404)
         app.include_router(lora.router, dependencies=secured, responses=common)
     app.openapi = lambda: _openapi(app)

@@ -7,6 +7,7 @@
 #
 # Writes tests/models/moshi/tiny/ (the authors' checkpoint format, committed: the tests load what the reference
 # loaded) and tests/models/moshi/golden/ (*.npz, sampled.json). About a minute once the venv exists.
+# The venv also runs moshi.server for benchmarks/duplex.py (serve_reference.py).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../../.." && pwd)"
