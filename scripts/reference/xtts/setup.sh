@@ -10,7 +10,8 @@
 # packages (a .pth onto the project's .venv) and installs coqui-tts with its other dependencies under a
 # constraint that keeps the project's torch, numpy and transformers; torchaudio and torchcodec without their
 # dependencies. Nothing is installed into the project's .venv.
-# Writes WORK/tiny (as `python -m omnistage.testing.tiny xtts` builds it) and tests/models/xtts/golden/.
+# Writes WORK/tiny (as `python -m omnistage.testing.tiny xtts` builds it) and tests/models/xtts/golden/ (the
+# model's goldens by run_reference.py, the text front end's by text_goldens.py).
 # A few minutes on 2 cores (most of it the install).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -35,3 +36,4 @@ fi
 rm -rf "$WORK/tiny"
 "$VENV/bin/python" -m omnistage.testing.tiny xtts "$WORK/tiny"
 "$VENV/bin/python" "$HERE/run_reference.py" "$WORK/tiny" "$REPO/tests/models/xtts/golden"
+"$VENV/bin/python" "$HERE/text_goldens.py" "$WORK/tiny" "$REPO/tests/models/xtts/golden"

@@ -1,6 +1,7 @@
 """XTTS v2 through the HTTP server (in-process, the ``openai`` client and httpx; audio decoded with soundfile):
 a whole answer equal to coqui-tts 0.28.0's ``Xtts.inference`` and a streamed one to its ``inference_stream``
-(goldens, conftest.py) within one 16-bit step, ``/v1/audio/voices``, 400s naming the field."""
+(goldens, conftest.py) within one 16-bit step, a /v1/realtime text turn as that stream, what users type
+(prices, Chinese, Japanese) spoken, ``/v1/audio/voices``, 400s naming the field."""
 
 from __future__ import annotations
 
@@ -83,3 +84,43 @@ def test_voices_and_bad_fields(url, clip_url):
         resp = httpx.post(f"{url}/v1/audio/speech", json={**body, **extra}, timeout=120)
         assert resp.status_code == 400, resp.text
         assert field in resp.text
+
+
+def test_what_users_type_is_spoken_and_what_the_release_refuses_is_a_400(url, clip_url):
+    """Digits, prices and symbols, Chinese and Japanese script: spelt out and romanised as the release does
+    (test_text.py compares the text with it); a Czech ordinal, which the release's num2words cannot say, is a
+    400 naming ``input``."""
+    body = {"ref_audio": clip_url, "max_tokens": 2, "response_format": "wav", "temperature": 0}
+    for text, language in [
+        ("It costs $5.50 on 3/4, 20% off.", "en"),
+        ("价格是5.50元。", "zh"),
+        ("今日は3日です。", "ja"),
+    ]:
+        resp = httpx.post(f"{url}/v1/audio/speech", json={**body, "input": text, "language": language}, timeout=120)
+        assert resp.status_code == 200, resp.text
+        assert soundfile.read(io.BytesIO(resp.content))[0].size > 0
+    resp = httpx.post(f"{url}/v1/audio/speech", json={**body, "input": "Je to 1. den.", "language": "cs"}, timeout=60)
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "input", resp.text
+
+
+@pytest.mark.asyncio
+async def test_a_realtime_text_turn_is_the_references_stream(url, xtts_dir, clip_url):
+    """/v1/realtime (the openai client's realtime connection): a text turn, the clip and the stream settings in
+    the session's ``extra_body``, comes back as the release's ``inference_stream`` of that text."""
+    from tests.server.realtime_client import next_event, openai_client, read_reply
+
+    case, seed, chunk = STREAMS["es_seed0"]
+    text, language, _, _ = CASES[case]
+    extra = {"ref_audio": clip_url, "language": language}
+    extra |= {"sampling_params_list": [{"seed": seed}, {"chunk_frames": chunk}]}
+    async with openai_client(url, "none").realtime.connect(model=xtts_dir.name) as conn:
+        await next_event(conn, "session.created")
+        await conn.session.update(session={"type": "realtime", "output_modalities": ["audio"], "extra_body": extra})
+        await next_event(conn, "session.updated")
+        await conn.conversation.item.create(
+            item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+        )
+        await conn.response.create()
+        reply = await read_reply(conn)
+    assert reply.status == "completed" and not reply.errors
+    within_one_step(np.frombuffer(reply.pcm, "<i2"), np.concatenate(stream_pieces("es_seed0")))
