@@ -44,13 +44,15 @@ tools: $(STAMP)
 # Two xdist workers, one test file each at a time (module-scoped engines stay per file): ~1 core is idle when
 # serial. The Ray tests run afterwards on their own: their cluster's teardown (`ray stop --force`) ends every Ray
 # process on the machine, and beside the parallel part the actor's vLLM engine-core child was not found in time.
-# Lint and format first: seconds, and a red run before any engine starts.
+# Lint and format first: seconds, and a red run before any engine starts. test-artifacts/junit.xml holds every test's
+# time: `python scripts/suite_order.py test-artifacts/junit.xml` re-ranks tests/slow_modules.txt (the order they start).
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
 test: install tools lint browser redis
-	$(PY) -m pytest -q -rs --durations=40 -n 2 --dist loadfile --no-loadscope-reorder -m "not ray" tests; rc=$$?; \
+	$(PY) -m pytest -q -rs --durations=40 -n 2 --dist loadfile --no-loadscope-reorder -m "not ray" \
+		--junitxml=test-artifacts/junit.xml tests; rc=$$?; \
 	$(PY) -m pytest -q -rs -m ray tests/engine && exit $$rc
 
 # Headless Chromium for the playground's browser tests (needs root/sudo; without it they skip, saying why). In CI

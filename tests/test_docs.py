@@ -23,7 +23,8 @@ An HTML comment on the line before a block changes that (the reader sees it in t
 
 Model paths in the docs are placeholders that become tiny random-weight folders: ``PLACEHOLDERS`` below. Media
 URLs on ``https://example.com/`` (the domain reserved for documentation) are served from the scratch folder.
-A server is stopped after the last block that uses it, so at most a few run at once.
+A server is stopped after the last block that uses it (its clean exit checked when the module ends), so at most
+a few run at once.
 """
 
 from __future__ import annotations
@@ -255,6 +256,7 @@ class Servers(dict):
     def __init__(self, logs: Callable[[], Path], fixtures: dict[str, Path]) -> None:
         super().__init__()
         self.logs, self.fixtures = logs, fixtures
+        self.stopping: list[ServeProcess] = []  # sent SIGTERM; their clean exit is checked when the module ends
 
     def __missing__(self, key: str) -> ServeProcess:
         where = self.logs()  # also its storage: voices and video jobs the blocks make stay out of the shared default
@@ -265,16 +267,30 @@ class Servers(dict):
         return self[key]
 
     def release(self, key: str) -> None:
+        """Stop a server no later block uses: the next blocks run while it shuts down (a vLLM engine core takes
+        seconds to exit); that it stopped cleanly is asserted in ``finish``."""
         if key in self:
-            self.pop(key).stop()
+            server = self.pop(key)
+            server.terminate()
+            self.stopping.append(server)
+
+    def finish(self) -> None:
+        for key in list(self):
+            self.release(key)
+        unclean = []
+        for server in self.stopping:  # every one waited for (or killed at its deadline), then the first failure
+            try:
+                server.wait_stopped()
+            except AssertionError as e:
+                unclean.append(f"{server.log}: {e}")
+        assert not unclean, unclean
 
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory, fixtures) -> Iterator[Servers]:
     running = Servers(lambda: tmp_path_factory.mktemp("docs-server"), fixtures)
     yield running
-    for key in list(running):
-        running.release(key)
+    running.finish()
 
 
 def api_key(args: str) -> str:

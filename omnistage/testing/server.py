@@ -166,7 +166,16 @@ class ServeProcess:
     def stop(self, timeout: float = 90) -> None:
         """SIGTERM must shut the server down gracefully (uvicorn re-raises the signal afterwards, so -15 is a
         clean exit); raises ``AssertionError`` when it does not."""
+        self.terminate()
+        self.wait_stopped(timeout)
+
+    def terminate(self) -> None:
+        """``stop``'s first half: the SIGTERM, without waiting (a caller with other work meanwhile, e.g. the
+        next server to start, checks the exit later with ``wait_stopped``)."""
         self.proc.send_signal(signal.SIGTERM)
+
+    def wait_stopped(self, timeout: float = 90) -> None:
+        """``stop``'s second half: the server exits within ``timeout`` after ``terminate``, cleanly."""
         try:
             code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
