@@ -6,7 +6,7 @@
   diffusers' ``load_image`` uses), whatever mode PIL opened (RGBA, LA, P, CMYK, I;16, 1).
 
 Bounded decoding of the bytes a client sends (any container and codec FFmpeg opens, any frame rate for
-video) is the server's (server/decode_limits.py); this module is what both the server and the engine's
+video) is media/decode.py's (and audio_decode.py's); this module is what both the server and the engine's
 stages apply to what was decoded. Cheap to import: no server, engine or vLLM imports.
 """
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omnistage.config.schema import DeployConfig, QuantizationConfig, StageDeployConfig
+from omnistage.config.schema import DeployConfig, StageDeployConfig
+from omnistage.config.stage_sections import QuantizationConfig
 from omnistage.pipeline import Pipeline
 
 GIB = 1 << 30

@@ -6,13 +6,9 @@ from omnistage.config.loader import (
     load_deploy_config,
     parse_stage_overrides,
 )
-from omnistage.config.schema import (
-    DeployConfig,
-    ParallelConfig,
-    RuntimeConfig,
-    StageDeployConfig,
-)
+from omnistage.config.schema import DeployConfig, StageDeployConfig
 from omnistage.config.settings import ServerSettings, StorageSettings
+from omnistage.config.stage_sections import ParallelConfig, RuntimeConfig
 
 __all__ = [
     "ConfigError",

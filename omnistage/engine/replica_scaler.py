@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from omnistage.config.schema import ReplicaScalingConfig
+from omnistage.config.stage_sections import ReplicaScalingConfig
 from omnistage.engine.scaling_policy import decide
 from omnistage.engine.stage_client import StageClient
 from omnistage.stages.base import StageEngine

@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from omnistage.config.schema import ReplicaScalingConfig
+from omnistage.config.stage_sections import ReplicaScalingConfig
 
 
 @dataclass(frozen=True)

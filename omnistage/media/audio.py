@@ -3,7 +3,7 @@ soxr resamples).
 
 Any container and codec PyAV (FFmpeg) opens: wav, mp3, flac, ogg/opus, m4a, webm. Channels are averaged
 (as librosa and vLLM's own loader downmix); a rate other than the model's is resampled once with soxr's
-high-quality filter. Decoding is decode_limits.py's: a file that is not audio is a 400 naming the field; a
+high-quality filter. Decoding is audio_decode.py's: a file that is not audio is a 400 naming the field; a
 file longer than ``max_seconds`` (or the server's ``--max-audio-seconds``) is refused from its header, or
 while decoding, before any model work.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from omnistage.errors import bad_request
-from omnistage.media.decode import decode_audio_av, read_audio
+from omnistage.media.audio_decode import decode_audio_av, read_audio
 from omnistage.media.limits import MediaLimits
 from omnistage.media_intake import resample
 

@@ -1,6 +1,7 @@
 """Bounded decoding of the media and JSON a client sends: the one place every entry point goes through
 (chat parts, image edits uploads and URLs, speech ``ref_audio``, voice uploads, video ``input_reference``,
-transcription files; JSON bodies and realtime events).
+transcription files; JSON bodies and realtime events). Images and video are decoded here, audio in
+audio_decode.py, JSON's depth checked in json_depth.py; the rules are the same for all.
 
 Each input is checked from its header before anything is decoded, then bounded again while decoding
 (headers lie both ways):
@@ -29,11 +30,7 @@ media, 400 for what does not decode or is truncated.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import io
-import re
-import struct
 from typing import Any
 
 import numpy as np
@@ -42,10 +39,8 @@ from omnistage.errors import APIError, bad_request
 from omnistage.media.limits import MediaLimits
 from omnistage.media_intake import rgb_image
 
-MAX_JSON_DEPTH = 64
 MAX_FPS = 240  # a declared frame count above max_video_s x this is a lying header
 IMAGE_OPEN_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")  # no EPS (Ghostscript), no exotic decoders
-AUDIO_BLOCK = 1 << 16  # frames read (and down-mixed) at a time
 
 
 def too_big(field: str, what: str, code: str) -> APIError:
@@ -102,173 +97,6 @@ def open_image(data: bytes, field: str, limits: MediaLimits, mime: str | None = 
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as e:
         why = "truncated" if "truncated" in str(e) else type(e).__name__
         raise bad_request(f"{field}: not a decodable image ({why})", field) from None
-
-
-# --------------------------------------------------------------------------- audio
-
-
-def _riff_wav(data: bytes) -> tuple[int, int, int | None, int] | None:
-    """(sample rate, bytes per frame, declared data bytes or None when unknown, data bytes present) of a
-    RIFF WAVE file, from its own chunk headers; None if it is not one."""
-    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
-        return None
-    rate = block = 0
-    off = 12
-    while off + 8 <= len(data):
-        cid, size = data[off : off + 4], struct.unpack("<I", data[off + 4 : off + 8])[0]
-        if cid == b"fmt " and size >= 16 and off + 24 <= len(data):
-            _, _, rate, _, block = struct.unpack("<HHIIH", data[off + 8 : off + 22])
-        elif cid == b"data":
-            present = len(data) - off - 8
-            return rate, block, None if size in (0, 0xFFFFFFFF) else size, present  # streamed WAVs say "unknown"
-        off += 8 + size + (size & 1)
-    return None
-
-
-def _declared_seconds(data: bytes) -> tuple[float | None, float | None]:
-    """The duration the audio's header declares (None: it does not say), and for a WAV the seconds its
-    file holds."""
-    wav = _riff_wav(data)
-    if wav is not None:
-        rate, block, declared, present = wav
-        if declared is None or rate <= 0 or block <= 0:
-            return None, None  # the decoder says what is wrong
-        return declared / (rate * block), present / (rate * block)
-    import soundfile as sf
-
-    try:
-        info = sf.info(io.BytesIO(data))
-        return (info.frames / info.samplerate if info.frames > 0 and info.samplerate > 0 else None), None
-    except (sf.LibsndfileError, RuntimeError, TypeError, ValueError):
-        pass
-    import av
-
-    try:
-        with av.open(io.BytesIO(data)) as container:
-            stream = container.streams.audio[0] if container.streams.audio else None
-            if stream is not None and stream.duration and stream.time_base:
-                return float(stream.duration * stream.time_base), None
-            return (container.duration / 1e6 if container.duration else None), None
-    except (av.error.FFmpegError, ValueError, IndexError, OSError):
-        return None, None  # the decoder says why
-
-
-class AudioBudget:
-    """Counts decoded frames of one input against its limits (both duration and memory)."""
-
-    def __init__(self, field: str, limits: MediaLimits, max_s: float | None, data: bytes):
-        self.field = field
-        own = max_s is not None and max_s < limits.max_audio_s  # the route's (the model's) limit binds
-        self.max_s = max_s if own else limits.max_audio_s
-        self.whose = "the model's limit" if own else "this server's limit, --max-audio-seconds"
-        self.max_samples = limits.max_decoded_bytes // 4  # float32 mono
-        self.frames = 0
-        declared, present = _declared_seconds(data)
-        if declared is not None and declared > self.max_s:
-            raise self._too_long(f"the audio declares {declared:.1f} s")
-        if declared is not None and present is not None and declared > present + 0.01:
-            raise bad_request(
-                f"{field}: truncated: the WAV header declares {declared:.2f} s, the file holds {present:.2f} s",
-                field,
-                code="truncated_media",
-            )
-
-    def _too_long(self, what: str) -> APIError:
-        # a 400 (as a clip over a model's length always was), not a 413: the bytes may be few
-        return bad_request(
-            f"{self.field}: {what}, longer than {self.max_s:g} s ({self.whose})", self.field, code="audio_too_long"
-        )
-
-    def add(self, frames: int, rate: int) -> None:
-        self.frames += frames
-        if self.frames > self.max_s * rate:
-            raise self._too_long(f"the audio decodes to more than {self.max_s:g} s")
-        if self.frames > self.max_samples:
-            raise too_big(
-                self.field,
-                f"the audio decodes to more than {self.max_samples} samples, above this "
-                f"server's limit of {self.max_samples * 4} decoded bytes",
-                "audio_too_large",
-            )
-
-
-def read_audio(
-    data: bytes, field: str, limits: MediaLimits, max_s: float | None = None, mime: str | None = None
-) -> tuple[np.ndarray, int]:
-    """Float32 mono samples (channels averaged) and the native rate, decoded by soundfile in bounded blocks."""
-    import soundfile as sf
-
-    check_mime(mime, "audio", field)
-    budget = AudioBudget(field, limits, max_s, data)
-    pieces: list[np.ndarray] = []
-    try:
-        with sf.SoundFile(io.BytesIO(data)) as f:
-            rate = int(f.samplerate)
-            while True:
-                block = f.read(AUDIO_BLOCK, dtype="float32", always_2d=True)
-                if not len(block):
-                    break
-                budget.add(len(block), rate)
-                pieces.append(block.mean(axis=1, dtype=np.float32))
-    except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
-        raise bad_request(f"{field}: not decodable audio ({type(e).__name__})", field) from None
-    samples = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
-    return samples.astype(np.float32, copy=False), rate
-
-
-def decode_audio_av(
-    data: bytes, field: str, limits: MediaLimits, max_s: float | None = None, mime: str | None = None
-) -> tuple[np.ndarray, int]:
-    """The same through PyAV (any container and codec FFmpeg opens): float32 mono at the native rate."""
-    import av
-
-    check_mime(mime, "audio", field)
-    budget = AudioBudget(field, limits, max_s, data)
-    pieces: list[np.ndarray] = []
-    native = 0
-    try:
-        with av.open(io.BytesIO(data)) as container:
-            if not container.streams.audio:
-                raise bad_request(f"{field}: not a decodable audio file (no audio stream)", field)
-            # planar float, channels kept: averaged here rather than by FFmpeg's mixing matrix
-            resampler = av.AudioResampler(format="fltp")
-            for frame in container.decode(container.streams.audio[0]):
-                for out in resampler.resample(frame):
-                    native = out.sample_rate
-                    budget.add(out.samples, native)
-                    pieces.append(out.to_ndarray().mean(axis=0))
-    except APIError:
-        raise
-    except (av.error.FFmpegError, ValueError, IndexError, OSError) as e:
-        raise bad_request(f"{field}: not a decodable audio file ({type(e).__name__})", field) from None
-    if not pieces:
-        raise bad_request(f"{field}: the audio has no samples", field)
-    return np.concatenate(pieces).astype(np.float32), native
-
-
-# --------------------------------------------------------------------------- base64 PCM16
-
-
-def base64_size(data: str) -> int:
-    """The bytes base64 ``data`` decodes to, from its length alone (exact when it is valid base64)."""
-    return len(data) // 4 * 3 - data[-2:].count("=") + max(0, len(data) % 4 - 1)
-
-
-def decode_pcm16(data: str, field: str, max_bytes: int) -> bytes:
-    """Raw 16-bit PCM from strict base64 (no stray characters), a whole number of samples; more than
-    ``max_bytes`` is refused from the text's length, before a byte is decoded."""
-    size = base64_size(data)
-    if size > max_bytes:
-        raise too_big(field, f"{size} bytes of audio exceeds the limit of {max_bytes} bytes", "payload_too_large")
-    try:
-        pcm = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
-        raise bad_request(f"{field}: not valid base64", field, code="invalid_value") from None
-    if len(pcm) % 2:
-        raise bad_request(
-            f"{field}: {len(pcm)} bytes is not a whole number of 16-bit samples", field, code="invalid_value"
-        )
-    return pcm
 
 
 # --------------------------------------------------------------------------- video
@@ -335,68 +163,3 @@ def _check_video_header(container: Any, stream: Any, field: str, limits: MediaLi
             field, f"the video declares {declared} frames, above this server's limit of {cap}", "video_too_large"
         )
     return cap
-
-
-# --------------------------------------------------------------------------- JSON
-
-_SPECIAL = re.compile(rb'["\[\]{}]')
-_COLON = re.compile(rb"\s*:")
-
-
-def _string_end(raw: bytes, start: int) -> int:
-    """The index of the quote closing the JSON string opened at ``start`` (-1: unterminated). Jumps from quote
-    to quote (memchr speed over a base64 payload), skipping those escaped by an odd run of backslashes."""
-    end = start + 1
-    while True:
-        end = raw.find(b'"', end)
-        if end < 0:
-            return -1
-        k = end - 1
-        while raw[k] == 0x5C:  # backslash
-            k -= 1
-        if (end - 1 - k) % 2 == 0:
-            return end
-        end += 1
-
-
-def json_too_deep(body: bytes | str, limit: int = MAX_JSON_DEPTH) -> str | None:
-    """``None`` when ``body`` nests at most ``limit`` arrays/objects deep; else the top-level key under which
-    it goes deeper (``""`` when it is not under one). Scans brackets and strings, without parsing."""
-    raw = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
-    if raw.count(b"[") + raw.count(b"{") <= limit:  # the common case, at C speed
-        return None
-    depth, key, top_object, pos = 0, "", False, 0
-    while (m := _SPECIAL.search(raw, pos)) is not None:
-        at, tok = m.start(), raw[m.start()]
-        pos = at + 1
-        if tok == 0x22:  # a string
-            end = _string_end(raw, at)
-            if end < 0:
-                return None  # unterminated: the parser's error to report
-            if depth == 1 and top_object and _COLON.match(raw, end + 1):
-                key = raw[at + 1 : end].decode("utf-8", "replace")
-            pos = end + 1
-        elif tok in (0x5B, 0x7B):  # [ {
-            top_object = top_object or (depth == 0 and tok == 0x7B)
-            depth += 1
-            if depth > limit:
-                return key
-        else:
-            depth -= 1
-    return None
-
-
-def check_json_depth(body: bytes | str, limit: int = MAX_JSON_DEPTH, where: str = "request body") -> None:
-    key = json_too_deep(body, limit)
-    if key is not None:
-        field = key or None
-        raise bad_request(f"{key or where}: JSON nested more than {limit} levels deep", field, code="json_too_deep")
-
-
-def loads(text: str, limit: int = MAX_JSON_DEPTH) -> Any:
-    """``json.loads`` of a JSON string a client sent inside a form field, depth-checked first."""
-    import json
-
-    if json_too_deep(text, limit) is not None:
-        raise ValueError(f"JSON nested more than {limit} levels deep")
-    return json.loads(text)

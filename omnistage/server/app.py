@@ -36,6 +36,7 @@ from omnistage.server.routes import (
     videos,
 )
 from omnistage.server.state import ServerState
+from omnistage.server.video_fleet import start_leases
 
 logger = logging.getLogger("omnistage.server")
 
@@ -52,7 +53,7 @@ def create_app(
         await state.jobs.open()  # a store that cannot be reached: start-up fails naming it
         await state.storage.start()
         await _start_engine(app, engine)
-        await videos.start_leases(state).start()  # and take over jobs left by a front-end that died
+        await start_leases(state).start()  # and take over jobs left by a front-end that died
         logger.info("serving %s (pipeline %s) as %r", engine.model, engine.pipeline.name, state.model_name)
         try:
             yield

@@ -2,7 +2,7 @@
 
 Decoding: images / audio / video from ``data:`` URLs, ``http(s)://`` (httpx,
 size-capped) and ``file://`` (only under ``--allowed-local-media-path``).
-Decoding is bounded by decode_limits.py; what is decoded takes the one normal
+Decoding is bounded by media/decode.py; what is decoded takes the one normal
 form of media_intake.py (audio at the model's rate, RGB images) before any
 stage sees it, also for llm stages (whose loader then reads it back unchanged).
 Encoding: PNG/JPEG/WebP images, WAV/FLAC/MP3/raw-PCM audio (soundfile) and
@@ -22,7 +22,8 @@ import numpy as np
 from PIL import Image
 
 from omnistage.media.audio import decode_audio, decode_native
-from omnistage.media.decode import decode_audio_av, open_image, open_video, read_audio
+from omnistage.media.audio_decode import decode_audio_av, read_audio
+from omnistage.media.decode import open_image, open_video
 from omnistage.media_intake import png_bytes, wav_bytes
 from omnistage.server.errors import APIError, bad_request
 from omnistage.server.media_fetch import (  # noqa: F401 - the fetching half (and the limits), re-exported
@@ -47,7 +48,7 @@ AUDIO_MIME = {"wav": "audio/wav", "flac": "audio/flac", "mp3": "audio/mpeg", "pc
 
 
 # --------------------------------------------------------------------------- decoding
-# decode_limits.py: every decode is checked from the header first and bounded while it runs.
+# media/decode.py: every decode is checked from the header first and bounded while it runs.
 
 
 def image_from_bytes(

@@ -12,7 +12,7 @@ cost the server much.
 - everything: the decoded size is capped.
 
 ``fetch_media`` also returns the MIME type the source declares (a ``data:`` URL's, an http(s) response's
-``Content-Type``), which the decoders in decode_limits.py check against the kind of media the field takes.
+``Content-Type``), which the decoders in media/decode.py check against the kind of media the field takes.
 
 Problems with the URL are 400s naming the field; oversized inputs 413s.
 """

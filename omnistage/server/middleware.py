@@ -14,7 +14,7 @@ from typing import Any
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from omnistage.media.decode import MAX_JSON_DEPTH, check_json_depth
+from omnistage.media.json_depth import MAX_JSON_DEPTH, check_json_depth
 from omnistage.server.errors import APIError, error_response
 
 logger = logging.getLogger("omnistage.server")

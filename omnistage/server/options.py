@@ -29,7 +29,7 @@ class ServeOptions:
     max_media_bytes: int = 20 << 20  # one uploaded / inline media input
     max_download_bytes: int = 20 << 20  # one media input fetched from an http(s) URL
     media_fetch_timeout_s: float = 10.0  # one http(s) media download, start to end
-    max_audio_s: float = DEFAULT_MAX_AUDIO_S  # one audio input, declared or decoded (decode_limits.py)
+    max_audio_s: float = DEFAULT_MAX_AUDIO_S  # one audio input, declared or decoded (media/decode.py)
     allowed_media_domains: list[str] | None = None  # hosts http(s) media may come from (None: any)
     shutdown_grace_s: float = 30.0  # in-flight requests get this long to finish on shutdown
     request_timeout_s: float | None = None  # a request (or video job) still running after this is aborted

@@ -14,7 +14,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
 
-from omnistage.media.decode import loads
+from omnistage.media.json_depth import loads
 from omnistage.params import RequestKnobs
 
 # --------------------------------------------------------------------------- chat

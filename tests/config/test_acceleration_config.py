@@ -5,7 +5,7 @@ import re
 import pytest
 
 from omnistage.config import ConfigError, load_deploy_config
-from omnistage.config.schema import AccelerationConfig
+from omnistage.config.stage_sections import AccelerationConfig
 
 FULL = """
 stages:

@@ -22,6 +22,7 @@ from PIL import Image
 
 from omnistage import AsyncOmni
 from omnistage.cli import serve as serve_cli
+from omnistage.cli import serve_config
 from omnistage.models.flux.tiny import build_lora as build_flux_lora
 from omnistage.models.sd3.tiny import build_lora
 from omnistage.testing.server import serve_engine
@@ -77,7 +78,7 @@ def server(paths):
             NAME,
         ]
     )
-    engine = AsyncOmni(args.model, **serve_cli.with_lora_flags(args.model, serve_cli.engine_kwargs(args), args))
+    engine = AsyncOmni(args.model, **serve_config.with_lora_flags(args.model, serve_config.engine_kwargs(args), args))
     assert engine.deploy.stage(0).max_loras == 3 and [m.name for m in engine.deploy.stage(0).lora_modules] == ["a", "b"]
     with serve_engine(
         engine, served_model_name=args.served_model_name, allow_runtime_lora_updating=args.allow_runtime_lora_updating
@@ -276,4 +277,4 @@ def test_runtime_updates_need_lora_stages(paths):
         serve_engine(AsyncOmni(paths["model"]), allow_runtime_lora_updating=True)
     args = serve_args([paths["model"], "--lora-modules", "bad"])
     with pytest.raises(ValueError, match="--lora-modules: 'bad'"):
-        serve_cli.with_lora_flags(args.model, serve_cli.engine_kwargs(args), args)
+        serve_config.with_lora_flags(args.model, serve_config.engine_kwargs(args), args)

@@ -9,7 +9,8 @@ import asyncio
 import pytest
 
 from omnistage.config import ConfigError, load_deploy_config
-from omnistage.config.schema import ReplicaScalingConfig, StageDeployConfig
+from omnistage.config.schema import StageDeployConfig
+from omnistage.config.stage_sections import ReplicaScalingConfig
 from omnistage.engine.replica_scaler import ReplicaScaler
 from omnistage.engine.scaling_policy import decide
 from omnistage.engine.stage_client import StageClient

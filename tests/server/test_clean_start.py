@@ -127,7 +127,7 @@ from omnistage import torchao_gate
 torchao_gate.hide_unless_named(["serve", sys.argv[1], "--deploy-config", sys.argv[3]])  # the YAML names torchao
 import diffusers
 assert sys.modules.get("torchao", "not hidden") is not None
-from omnistage.config.schema import QuantizationConfig
+from omnistage.config.stage_sections import QuantizationConfig
 from omnistage.stages.diffusion.quantization import load_arguments
 q = QuantizationConfig(quant_backend="torchao", quant_kwargs={"quant_type": "int8wo"})
 kwargs = load_arguments(q, sys.argv[1], torch.float32, "quantization")

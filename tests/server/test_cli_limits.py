@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from omnistage.cli import serve
+from omnistage.cli import serve, serve_config
 from omnistage.server import ServeOptions
 
 
@@ -15,7 +15,7 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def test_defaults_are_the_documented_ones():
-    o = serve.serve_options(parse())
+    o = serve_config.serve_options(parse())
     assert (o.max_image_pixels, o.max_num_frames, o.max_inference_steps, o.max_tokens) == (4096 * 4096, 512, 200, None)
     assert (o.max_media_bytes, o.max_download_bytes, o.media_fetch_timeout_s) == (20 << 20, 20 << 20, 10.0)
     assert o.allowed_media_domains is None and o.request_timeout_s is None
@@ -23,7 +23,7 @@ def test_defaults_are_the_documented_ones():
 
 
 def test_flags_reach_the_options_and_the_limits():
-    o = serve.serve_options(
+    o = serve_config.serve_options(
         parse(
             "--max-image-pixels",
             "4096",
@@ -64,7 +64,7 @@ def test_flags_reach_the_options_and_the_limits():
 
 
 def test_duplex_flags_map_onto_serve_options():
-    default = serve.serve_options(parse())
+    default = serve_config.serve_options(parse())
     assert (default.duplex_resume_grace_s, default.duplex_frame_budget_ms) == (30.0, 80.0)
-    o = serve.serve_options(parse("--duplex-resume-grace", "2.5", "--duplex-frame-budget-ms", "40"))
+    o = serve_config.serve_options(parse("--duplex-resume-grace", "2.5", "--duplex-frame-budget-ms", "40"))
     assert (o.duplex_resume_grace_s, o.duplex_frame_budget_ms) == (2.5, 40.0)

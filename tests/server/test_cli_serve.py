@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from omnistage import AsyncOmni
-from omnistage.cli import serve
+from omnistage.cli import serve, serve_config
 from omnistage.cli.main import main
 from tests.server.pipelines import image_pipeline
 
@@ -30,7 +30,7 @@ def test_flags_reach_the_deploy_config(tmp_path):
         "--stage-overrides",
         '{"0": {"num_threads": 1}}',
     )
-    kwargs = serve.engine_kwargs(args)
+    kwargs = serve_config.engine_kwargs(args)
     kwargs.pop("pipeline")
     engine = AsyncOmni(pipeline=image_pipeline(), **kwargs)
     stage = engine.deploy.stage(0)
@@ -44,7 +44,7 @@ def test_limit_mm_per_prompt_reaches_the_stage_and_vllm(tiny_model):
     from omnistage.pipeline import StageContext
     from omnistage.stages.llm.args import engine_args_for
 
-    kwargs = serve.engine_kwargs(parse("--limit-mm-per-prompt", '{"image": 2, "video": {"count": 0}}'))
+    kwargs = serve_config.engine_kwargs(parse("--limit-mm-per-prompt", '{"image": 2, "video": {"count": 0}}'))
     engine = AsyncOmni(tiny_model("chat"), **kwargs)
     stage = engine.deploy.stage(0)
     assert stage.limit_mm_per_prompt == {"image": 2, "video": {"count": 0}}
@@ -53,7 +53,7 @@ def test_limit_mm_per_prompt_reaches_the_stage_and_vllm(tiny_model):
 
 
 def test_unset_flags_leave_defaults():
-    kwargs = serve.engine_kwargs(parse())
+    kwargs = serve_config.engine_kwargs(parse())
     assert kwargs == {"pipeline": None, "deploy_config": None}
 
 
@@ -86,7 +86,7 @@ def test_serve_logs_the_layout_of_each_multi_device_replica(caplog):
     }
     engine = AsyncOmni(pipeline=PIPELINE, deploy_config=deploy)
     with caplog.at_level(logging.INFO, logger="omnistage.serve"):
-        serve.log_parallel_layouts(engine)
+        serve_config.log_parallel_layouts(engine)
     lines = [r.getMessage() for r in caplog.records if r.name == "omnistage.serve"]
     if torch.cuda.is_available():  # the rule of a single-device replica: given devices are GPUs when there are any
         devices, backend = ["cuda:0,cuda:1", "cuda:2,cuda:3"], "cpu:gloo,cuda:nccl"
@@ -101,7 +101,7 @@ def test_serve_logs_the_layout_of_each_multi_device_replica(caplog):
     caplog.clear()
     one_device = AsyncOmni(pipeline=PIPELINE, deploy_config={"stages": [{"stage_id": 0, "num_replicas": 2}]})
     with caplog.at_level(logging.INFO, logger="omnistage.serve"):
-        serve.log_parallel_layouts(one_device)
+        serve_config.log_parallel_layouts(one_device)
     assert [r for r in caplog.records if r.name == "omnistage.serve"] == []
 
 

@@ -26,7 +26,7 @@ import soundfile
 from PIL import Image
 
 from omnistage.info import RecognizerInfo
-from omnistage.media.decode import json_too_deep
+from omnistage.media.json_depth import json_too_deep
 from omnistage.server.media import encode_image, encode_mp4
 from omnistage.server.realtime.protocol import ProtocolError, parse
 from omnistage.testing.server import serve_app

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from omnistage.cli.serve import ready_line
+from omnistage.cli.uvicorn_server import ready_line
 from omnistage.testing.server import HOST, free_port
 
 REPO = Path(__file__).resolve().parents[2]

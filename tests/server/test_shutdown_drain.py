@@ -12,7 +12,7 @@ import json
 import httpx
 import pytest
 
-from omnistage.cli.serve import _server_class
+from omnistage.cli.uvicorn_server import server_class
 from omnistage.config.settings import ServerSettings
 from omnistage.server import ServeOptions, create_app
 from omnistage.testing.server import serve_app
@@ -53,7 +53,7 @@ async def sse_events(url: str, started: asyncio.Event) -> list[dict]:
 async def test_requests_still_running_when_the_grace_ends_get_a_503_saying_so(tmp_path):
     engine = new_engine(omni_pipeline())
     app = create_app(engine, ServerSettings(storage={"path": str(tmp_path)}), ServeOptions(shutdown_grace_s=GRACE_S))
-    srv = serve_app(app, engine=engine, server_class=_server_class(), ready_timeout=120)
+    srv = serve_app(app, engine=engine, server_class=server_class(), ready_timeout=120)
     url, state = srv.url, srv.state
 
     async with httpx.AsyncClient(timeout=60) as client:

@@ -15,8 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from omnistage.media import decode as decode_limits
-from omnistage.media.decode import MAX_JSON_DEPTH, json_too_deep
+from omnistage.media import audio_decode
+from omnistage.media.json_depth import MAX_JSON_DEPTH, json_too_deep
 from omnistage.server.errors import APIError, describe_validation
 
 MAX_ID = 64  # OpenAI's limit on client-chosen ids
@@ -240,6 +240,6 @@ def parse(frame: str | bytes, max_bytes: int) -> ClientEvent:
 def decode_pcm16(data: str, field: str, event_id: str | None, max_bytes: int) -> bytes:
     """Base64 PCM16, decoded by the shared decode-limits module (bounded by ``max_bytes`` before decoding)."""
     try:
-        return decode_limits.decode_pcm16(data, field, max_bytes)
+        return audio_decode.decode_pcm16(data, field, max_bytes)
     except APIError as e:
         raise ProtocolError(e.message, e.param, e.code or "invalid_value", event_id) from None

@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from omnistage.media.decode import base64_size
+from omnistage.media.audio_decode import base64_size
 from omnistage.media.limits import MediaLimits
 from omnistage.server.protocol import ChatCompletionRequest, SpeechRequest
 from omnistage.server.realtime.audio import pcm16_to_wav

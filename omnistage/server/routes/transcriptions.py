@@ -20,170 +20,35 @@ omnistage/models/shared/whisper/prompt.py); the windows run concurrently (the ll
 texts are joined in order, each window one segment from its offset. Where the info has ``timestamps``
 (Whisper), verbose_json / srt / vtt ask each window for timestamp tokens instead (``Transcription.timestamps``:
 the family's prompt and timestamp rules; ``logprobs``: 1) and give the segments they mark
-(server/segments.py, cut as ``vllm serve`` cuts them). Every check happens before model work.
+(server/segments.py, cut as ``vllm serve`` cuts them). Every check happens before model work
+(server/transcription_form.py); a stream is server/transcription_stream.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel, Field, ValidationError
-from starlette.datastructures import UploadFile
 
-from omnistage.engine.request import OmniRequest
 from omnistage.media.audio import decode_audio
 from omnistage.modality import OutputModality
-from omnistage.params import RequestKnobs, validation_error
 from omnistage.server.deps import get_state
-from omnistage.server.errors import APIError, bad_request, error_responses, from_engine_error
+from omnistage.server.errors import APIError, bad_request, error_responses
 from omnistage.server.middleware import request_id
 from omnistage.server.openapi import SSE, request_body, success
 from omnistage.server.recognition import DEFAULT_MAX_AUDIO_S, NO_SPACE_LANGUAGES, language_of, language_probe, windows
 from omnistage.server.segments import tokenizer, window_segments
 from omnistage.server.state import ServerState
-from omnistage.server.streaming import AbortOnDisconnect, primed, sse, with_error_event
-from omnistage.server.transcripts import FORMATS, MEDIA_TYPES, LanguagePrefix, Segment, Transcript
-from omnistage.speech import Transcription
+from omnistage.server.transcription_form import TranscriptionFields, TranscriptionForm, parse_form, window_prompt
+from omnistage.server.transcription_stream import Window, stream_transcript
+from omnistage.server.transcripts import MEDIA_TYPES, Segment, Transcript
 
 router = APIRouter(prefix="/v1")
 logger = logging.getLogger("omnistage.server")
-
-STREAMABLE = ("json", "text")
-TIMESTAMPED = ("verbose_json", "srt", "vtt")  # the formats with segment times (json / text keep one prompt)
-GRANULARITIES = ("segment", "word")
-_ROUTE_FIELDS = {
-    "file",
-    "model",
-    "language",
-    "prompt",
-    "response_format",
-    "temperature",
-    "stream",
-    "timestamp_granularities[]",
-    "timestamp_granularities",
-}
-_KNOB_FIELDS = set(RequestKnobs.LLM) | {"max_completion_tokens"}
-
-
-@dataclass
-class TranscriptionForm:
-    upload: UploadFile
-    task: str
-    language: str
-    prompt: str = ""
-    response_format: str = "json"
-    stream: bool = False
-    lora: str | None = None
-    knobs: RequestKnobs = field(default_factory=RequestKnobs)
-    detect_language: bool = False  # no language given and the model can tell it (language is set once detected)
-    language_prefix: Mapping[str, Any] | None = None  # no language given: the model names it in its text
-    unforced_language: bool = False  # no language given: the prompt names none (Voxtral, as vllm serve prompts it)
-    timestamps: Mapping[str, Any] | None = None  # the info's timestamp tokens: segments inside each window
-
-    def prefix(self) -> LanguagePrefix | None:
-        """A fresh stripper of the language prefix, per window (None: the language is forced)."""
-        return LanguagePrefix(**self.language_prefix) if self.language_prefix else None
-
-
-def _text_field(form: Any, name: str) -> str | None:
-    values = form.getlist(name)
-    if not values:
-        return None
-    if len(values) > 1 or not isinstance(values[0], str):
-        raise bad_request(f"{name}: expected one text value", name)
-    return values[0]
-
-
-def parse_form(form: Any, state: ServerState, task: str) -> TranscriptionForm:
-    """Every field checked, each problem a 400 naming it (the file itself is read afterwards)."""
-    info = state.engine.pipeline.info.transcription
-    assert info is not None  # _read_form refused a pipeline that does not recognise speech
-    for name in form.keys():
-        if name not in _ROUTE_FIELDS and name not in _KNOB_FIELDS:
-            raise bad_request(f"{name}: unknown field for /v1/audio/{task}s", name)
-    upload = form.get("file")
-    if not isinstance(upload, UploadFile) or len(form.getlist("file")) != 1:
-        raise bad_request("file: expected one uploaded audio file", "file")
-    lora = state.check_model(_text_field(form, "model"))
-    fmt = _text_field(form, "response_format") or "json"
-    if fmt not in FORMATS:
-        raise bad_request(f"response_format: {fmt!r} is not one of {', '.join(FORMATS)}", "response_format")
-    language = _text_field(form, "language")
-    known = list(info.languages)
-    detect = not language and bool(info.language_token_ids)
-    prefix = info.language_prefix if not language else None
-    unforced = not language and info.unforced_language
-    if not language:
-        language = info.default_language or (known[0] if known else "en")
-    elif language.lower() not in known:
-        raise bad_request(
-            f"language: {language!r} is not a language this model knows (ISO 639-1 codes such as "
-            f"{', '.join(known[:5])})",
-            "language",
-        )
-    if task not in info.tasks:
-        raise bad_request(f"model: {state.model_name!r} does not {task}", "model")
-    stream_text = (_text_field(form, "stream") or "false").lower()
-    if stream_text not in ("true", "false"):
-        raise bad_request(f"stream: expected true or false, got {stream_text!r}", "stream")
-    stream = stream_text == "true"
-    if stream and fmt not in STREAMABLE:
-        raise bad_request(
-            f"stream: response_format {fmt!r} cannot be streamed (only {', '.join(STREAMABLE)})", "stream"
-        )
-    granularities = form.getlist("timestamp_granularities[]") + form.getlist("timestamp_granularities")
-    for g in granularities:
-        if g not in GRANULARITIES:
-            raise bad_request(
-                f"timestamp_granularities: {g!r} is not one of {', '.join(GRANULARITIES)}", "timestamp_granularities"
-            )
-        if g == "word":  # (word alignment needs the cross-attention weights, which vLLM's API does not give)
-            raise bad_request(
-                "timestamp_granularities: word timestamps are not supported (segment only)", "timestamp_granularities"
-            )
-    if granularities and fmt != "verbose_json":
-        raise bad_request("timestamp_granularities: needs response_format verbose_json", "timestamp_granularities")
-    knob_values: dict[str, Any] = {}
-    for name in sorted(_KNOB_FIELDS | {"temperature"}):
-        values = form.getlist(name)
-        if not values:
-            continue
-        if not all(isinstance(v, str) for v in values):
-            raise bad_request(f"{name}: expected text values", name)
-        # list-valued knobs may repeat the field (the client's way of sending a list in a form)
-        knob_values[name] = values if name == "stop_token_ids" or (name == "stop" and len(values) > 1) else values[0]
-    try:
-        knobs = RequestKnobs.model_validate(knob_values)
-    except ValidationError as e:
-        raise validation_error(e) from None
-    return TranscriptionForm(
-        upload=upload,
-        task=task,
-        language=language.lower(),
-        prompt=_text_field(form, "prompt") or "",
-        response_format=fmt,
-        stream=stream,
-        lora=lora,
-        knobs=knobs,
-        detect_language=detect,
-        language_prefix=prefix,
-        unforced_language=unforced,
-        timestamps=info.timestamps if fmt in TIMESTAMPED else None,
-    )
-
-
-def window_prompt(piece: np.ndarray, rate: int, form: TranscriptionForm) -> dict[str, Any]:
-    """The recogniser request for one window (the family turns it into its model's prompt)."""
-    language = None if form.language_prefix or form.unforced_language else form.language  # (None: the model's)
-    info = Transcription(language=language, task=form.task, timestamps=bool(form.timestamps))
-    return {"prompt": form.prompt, "multi_modal_data": {"audio": (piece, rate)}, "transcription": info}
 
 
 async def _read_form(request: Request, task: str, state: ServerState) -> TranscriptionForm:
@@ -196,9 +61,6 @@ async def _read_form(request: Request, task: str, state: ServerState) -> Transcr
             415, "Content-Type must be multipart/form-data (fields file, model, ...)", code="unsupported_media_type"
         )
     return parse_form(await request.form(max_files=1, max_fields=64), state, task)
-
-
-Window = tuple[float, float, OmniRequest]  # (start s, end s, the window's engine request)
 
 
 async def _detect_language(
@@ -262,7 +124,7 @@ async def _handle(request: Request, state: ServerState, task: str) -> Response:
     reqs, duration = await _requests(state, request, form, request_id(request.scope))
     separator = "" if form.language in NO_SPACE_LANGUAGES else " "
     if form.stream:
-        return await _stream(state, reqs, separator, duration, form)
+        return await stream_transcript(state, reqs, separator, duration, form)
     tokens: dict[str, list[int]] = {}
     logprobs: dict[str, list[float]] = {}
 
@@ -313,103 +175,6 @@ async def _handle(request: Request, state: ServerState, task: str) -> Response:
     if isinstance(body, dict):
         return JSONResponse(body)
     return PlainTextResponse(body, media_type=MEDIA_TYPES[form.response_format])
-
-
-async def _stream(
-    state: ServerState, reqs: list[Window], separator: str, duration: float, form: TranscriptionForm
-) -> Response:
-    """Every window starts at once; their text deltas go out in window order."""
-    queues: list[asyncio.Queue] = [asyncio.Queue() for _ in reqs]
-    _END = object()
-    slots = []
-    try:
-        for _ in reqs:
-            slots.append(state.admission.acquire())
-    except BaseException:
-        for s in slots:
-            s.release()
-        raise
-
-    async def pump(k: int) -> None:
-        prefix = form.prefix()
-        try:
-            async for out in state.stream(reqs[k][2], slot=slots[k]):
-                text = out.delta.get("text")
-                if text and prefix is not None:
-                    text = prefix.feed(text)
-                if text:
-                    await queues[k].put(text)
-            if prefix is not None and (rest := prefix.feed("", finished=True)):  # held back as a possible prefix
-                await queues[k].put(rest)
-            await queues[k].put(_END)
-        except BaseException as e:  # handed to the reader, which raises it in order
-            await queues[k].put(e)
-            if isinstance(e, asyncio.CancelledError):
-                raise
-
-    pumps = [asyncio.create_task(pump(k)) for k in range(len(reqs))]
-
-    async def events() -> AsyncIterator[str]:
-        parts: list[str] = []
-        try:
-            for k, queue in enumerate(queues):
-                pending = separator if k else ""  # goes out with the window's first text (or alone, if none)
-                while (item := await queue.get()) is not _END:
-                    if isinstance(item, BaseException):
-                        raise item
-                    item, pending = pending + item, ""
-                    parts.append(item)
-                    yield sse({"type": "transcript.text.delta", "delta": item, "logprobs": None})
-                if pending:  # the joined text is the non-streamed one, empty windows included
-                    parts.append(pending)
-                    yield sse({"type": "transcript.text.delta", "delta": pending, "logprobs": None})
-            yield sse(
-                {
-                    "type": "transcript.text.done",
-                    "text": "".join(parts),
-                    "logprobs": None,
-                    "usage": {"type": "duration", "seconds": round(duration, 3)},
-                }
-            )
-        finally:
-            for p in pumps:
-                p.cancel()
-            await asyncio.gather(*pumps, return_exceptions=True)
-            for s in slots:
-                s.release()
-
-    try:
-        chunks = await primed(events())  # what the stage refuses at once is still a proper 400
-    except BaseException:
-        for p in pumps:
-            p.cancel()
-        await asyncio.gather(*pumps, return_exceptions=True)
-        for s in slots:
-            s.release()
-        raise
-    return AbortOnDisconnect(
-        with_error_event(chunks, from_engine_error),
-        headers={"Cache-Control": "no-cache"},
-        media_type="text/event-stream",
-    )
-
-
-class TranscriptionFields(BaseModel):
-    """The text fields of the multipart form (documentation: the route reads the form itself, parse_form)."""
-
-    model: str | None = None
-    language: str | None = Field(
-        None,
-        description="ISO 639-1 code of the spoken language (omitted: detected where "
-        "the model can tell it, Whisper, or named by the model, "
-        "Qwen3-ASR; else the model's default)",
-    )
-    prompt: str | None = Field(None, description="text of the previous audio, to steer spelling and style")
-    response_format: str = Field("json", description="json | text | srt | vtt | verbose_json")
-    temperature: float | None = Field(None, ge=0)
-    stream: bool = Field(False, description="SSE transcript.text.delta / transcript.text.done (json, text)")
-    max_tokens: int | None = Field(None, ge=1, description="per 30 s window")
-    seed: int | None = Field(None, ge=0)
 
 
 _FORM = request_body(TranscriptionFields, {"file": False}, json_body=False)

@@ -1,4 +1,4 @@
-"""A diffusion stage's ``acceleration:`` (config/schema.py ``AccelerationConfig``) applied to its adapter.
+"""A diffusion stage's ``acceleration:`` (config/stage_sections.py ``AccelerationConfig``) applied to its adapter.
 
 - ``cache``: per-request step caching inside the step batches (step_cache.py); DiT families only.
 - ``compile``: ``torch.compile`` with dynamic shapes. Regional: each declared transformer block is

@@ -109,7 +109,7 @@ class TeaCacheRule(CacheRule):
 
 
 def make_rule(cfg: Any) -> CacheRule:
-    """The rule of an ``acceleration.cache`` config (config/schema.py ``CacheConfig``)."""
+    """The rule of an ``acceleration.cache`` config (config/stage_sections.py ``CacheConfig``)."""
     common = dict(
         threshold=cfg.threshold, warmup_steps=cfg.warmup_steps, max_consecutive_cached=cfg.max_consecutive_cached
     )

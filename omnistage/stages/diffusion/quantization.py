@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from omnistage import torchao_gate
-from omnistage.config.schema import QuantizationConfig
+from omnistage.config.stage_sections import QuantizationConfig
 
 BACKENDS = ("torchao", "gguf", "quanto", "bitsandbytes_4bit", "bitsandbytes_8bit")
 

@@ -10,7 +10,7 @@ import json
 import pytest
 import websockets
 
-from omnistage.media.decode import base64_size
+from omnistage.media.audio_decode import base64_size
 from tests.server.conftest import new_engine
 from tests.server.pipelines import omni_pipeline
 from tests.server.realtime.helpers import BUFFER_S, KEY
