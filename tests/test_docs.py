@@ -63,6 +63,7 @@ PLACEHOLDERS = {
     "path/to/Qwen2.5-VL-3B-Instruct": "qwen2_5_vl",
     "path/to/stable-audio-open-1.0": "stable_audio",
     "path/to/LongCat-AudioDiT-1B": "longcat_audio",
+    "path/to/stable-audio-3-medium": "stable_audio3",
     "path/to/ERNIE-Image": "ernie_image",
     "path/to/Cosmos3-Nano": "cosmos3",
     "path/to/Qwen3-Omni-30B-A3B-Instruct": "qwen3_omni",

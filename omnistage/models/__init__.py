@@ -46,6 +46,7 @@ from omnistage.models import (
     sd3,
     speech_chat,
     stable_audio,
+    stable_audio3,
     vibevoice,
     voxcpm,
     voxtral,
@@ -99,6 +100,7 @@ FAMILIES = (
     xtts,
     moshi,
     voxcpm,
+    stable_audio3,
 )
 
 for _family in FAMILIES:

@@ -109,6 +109,8 @@ class SchedulerSampler:
         return list(torch.split(x, [j.rows for j in jobs]))
 
     def scale_model_input(self, x: torch.Tensor, jobs: list[DiffusionJob]) -> torch.Tensor:
+        if not hasattr(self.pristine, "scale_model_input"):  # flow-matching schedulers scale nothing
+            return x
         parts = [
             j.sampler_state.scheduler.scale_model_input(p, self.timestep(j)) for p, j in zip(self._split(x, jobs), jobs)
         ]
