@@ -12,8 +12,8 @@ def render_md(report: dict[str, Any]) -> str:
     cfg, model = report["config"], report["model"]
     gpu = cfg["device"].startswith("cuda")
     mem_col = "GPU peak alloc (MiB)" if gpu else "peak RSS (MiB)"
-    family = cfg.get("family", "sd3")
-    if family == "sd3":
+    preset = cfg.get("preset")  # a folder at sd3_shapes.py's preset shapes; None: a grown tiny fixture
+    if preset:
         tc = model["transformer_config"]
         where = f"{cfg['preset']} SD3, {cfg['device_name']}, {cfg['dtype']}"
         about = (
@@ -23,7 +23,7 @@ def render_md(report: dict[str, Any]) -> str:
             f"T5 length {model['max_sequence_length']}; guidance {cfg['guidance_scale']} (CFG rows). "
         )
     else:
-        where = f"{family}, {cfg['device_name']}, {cfg['dtype']}"
+        where = f"{cfg['family']}, {cfg['device_name']}, {cfg['dtype']}"
         knobs = ", ".join(f"{k}={v}" for k, v in model["knobs"].items())
         grown = ", ".join(f"{k}={v}" for k, v in model["transformer_overrides"].items())
         about = (
@@ -46,7 +46,7 @@ def render_md(report: dict[str, Any]) -> str:
         if s.get("forward_ms_b32"):
             fwd += f", {s['forward_ms_b32']:.1f} ms at batch 32"
         flop = f"~{s['approx_tflop_per_row']:.2f} TFLOP per transformer row; " if s["approx_tflop_per_row"] else ""
-        text = "" if family == "sd3" else "up to "
+        text = "" if preset else "up to "  # the preset's text is padded to its length, the others' is not
         lines += [
             f"## {s['size']}x{s['size']}, {s['steps']} steps",
             "",

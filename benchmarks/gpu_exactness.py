@@ -31,11 +31,10 @@ TOLERANCE = {
     ("batched", "bfloat16"): {"rel_l2": 2e-2},
 }
 
-# Mirrors the unit tests' cases (small sizes: the point is exactness, not speed).
+# Mirrors the unit tests' cases (small sizes: the point is exactness, not speed), per tiny fixture. The diffusers
+# class and what the engine outputs come from the folder and its pipeline's declaration (``declared``).
 CASES: dict[str, dict[str, Any]] = {
     "sd3": {
-        "pipeline": "StableDiffusion3Pipeline",
-        "output": "image",
         "solo": dict(num_inference_steps=5, guidance_scale=7.0, height=32, width=48),
         "batched": [
             ("a red cat", dict(num_inference_steps=6, seed=1, guidance_scale=7.0)),
@@ -45,8 +44,6 @@ CASES: dict[str, dict[str, Any]] = {
         "batched_common": dict(height=32, width=32),
     },
     "wan": {
-        "pipeline": "WanPipeline",
-        "output": "video",
         "solo": dict(
             num_inference_steps=4, guidance_scale=5.0, height=32, width=32, num_frames=5, max_sequence_length=16
         ),
@@ -100,14 +97,23 @@ async def _generate(omni: Any, prompt: str | dict, params: dict[str, Any]) -> tu
     return last, most
 
 
-def _reference_pixels(family: str, result: Any) -> np.ndarray:
-    if family == "sd3":
+def declared(folder: str) -> tuple[str, str]:
+    """The diffusers class ``folder``'s model_index names, and what its pipeline's final stage outputs."""
+    import omnistage.models  # noqa: F401 (registers the families)
+    from omnistage.pipeline import ModelFolder, resolve_pipeline
+
+    final = next(s for s in resolve_pipeline(folder).stages if s.final)
+    return ModelFolder(Path(folder)).diffusers_class, final.output
+
+
+def _reference_pixels(output: str, result: Any) -> np.ndarray:
+    if output == "image":
         return np.asarray(result.images[0])
     return (result.frames[0] * 255).round().astype(np.uint8)  # diffusers' np video in [0, 1], rounded as for PIL
 
 
-def _engine_pixels(family: str, out: Any) -> np.ndarray:
-    return np.asarray(out.images[0]) if family == "sd3" else out.video
+def _engine_pixels(output: str, out: Any) -> np.ndarray:
+    return np.asarray(out.images[0]) if output == "image" else out.video
 
 
 async def check_family(family: str, folder: str, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
@@ -116,10 +122,11 @@ async def check_family(family: str, folder: str, device: torch.device, dtype: to
     from omnistage import AsyncOmni
 
     case, dname = CASES[family], str(dtype).removeprefix("torch.")
+    pipeline_class, output = declared(folder)
     t0 = time.perf_counter()
-    ref = getattr(diffusers, case["pipeline"]).from_pretrained(folder, dtype=dtype).to(device)
+    ref = getattr(diffusers, pipeline_class).from_pretrained(folder, dtype=dtype).to(device)
     ref.set_progress_bar_config(disable=True)
-    deploy = engine_deploy(device, dtype, 8, output_types=f"{case['output']},latent")
+    deploy = engine_deploy(device, dtype, 8, output_types=f"{output},latent")
     omni = AsyncOmni(model=folder, deploy_config=deploy)
     await omni.start()
     res: dict[str, Any] = {"family": family, "dtype": dname, "device": str(device)}
@@ -127,12 +134,12 @@ async def check_family(family: str, folder: str, device: torch.device, dtype: to
         kw = case["solo"]
         out, _ = await _generate(omni, PROMPT, {**kw, "seed": SEED, "output_type": "latent"})
         want = ref(PROMPT, generator=torch.Generator().manual_seed(SEED), output_type="latent", **kw)
-        want = want.images if family == "sd3" else want.frames
+        want = want.images if output == "image" else want.frames
         res["solo_latent"] = judge("solo", dname, compare(out.latents, want))
 
         out, _ = await _generate(omni, {"prompt": PROMPT, "negative_prompt": NEGATIVE}, {**kw, "seed": SEED})
         want = ref(PROMPT, negative_prompt=NEGATIVE, generator=torch.Generator().manual_seed(SEED), **kw)
-        res["solo_decoded"] = compare_pixels(_engine_pixels(family, out), _reference_pixels(family, want))
+        res["solo_decoded"] = compare_pixels(_engine_pixels(output, out), _reference_pixels(output, want))
 
         common = {**case["batched_common"], "output_type": "latent"}
         solo = [(await _generate(omni, p, {**common, **p_kw}))[0].latents for p, p_kw in case["batched"]]

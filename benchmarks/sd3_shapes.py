@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+FAMILY = "sd3"  # the registered family whose pipeline these presets shape
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {
         "transformer": dict(num_layers=4, num_attention_heads=4, attention_head_dim=32, caption_projection_dim=128),

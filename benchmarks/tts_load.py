@@ -30,9 +30,11 @@ import io
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -41,8 +43,12 @@ import httpx
 import numpy as np
 import psutil
 
+sys.path.insert(0, str(Path(__file__).parent))
+from speech_fixtures import declared, stage0_uses_vllm, tiny_folder  # noqa: E402
+
 RESULTS = Path(__file__).parent / "results"
 REF_TEXT = "a reference clip, spoken by someone."
+DEFAULT = "llasa"  # the tiny fixture served without --family
 
 
 def clip_url(seconds: float = 1.2, rate: int = 16000) -> str:
@@ -64,23 +70,26 @@ def rss_mb(pid: int) -> float:
     return sum(p.memory_info().rss for p in tree(pid)) / 2**20
 
 
-async def burst(url: str, n: int, frames: int, ref: str, family: str = "llasa") -> list[dict]:
-    tokens = frames + 1 if family == "qwen3_tts" else frames  # Qwen3-TTS's talker: N tokens make N - 1 frames
-    body = {
+async def burst(url: str, n: int, frames: int, ref: str, speech: Any) -> list[dict]:
+    """``speech``: the pipeline's declared SpeechInfo (how LM tokens make frames, whether it must clone)."""
+    code = speech.frames
+    tokens = code.lm_tokens(frames)
+    body: dict[str, Any] = {
         "input": "good morning, how are you today?",
         "response_format": "pcm",
         "stream": True,
         "temperature": 0,
         "max_tokens": tokens,
-        "min_tokens": tokens,
     }
-    if family == "higgs_audio":  # LM steps: the all-BOS step and 3 delay steps make no frame (4 codebooks)
-        body.pop("min_tokens")
-        body.update(max_tokens=frames + 4, sampling_params_list=[{"ras_win_len": 0}, None])  # no random redraws
+    if code.takes_min_tokens:
+        body["min_tokens"] = tokens
+    else:  # its LM ends where its codes say: the params that make them repeatable keep every reply's length
+        body["sampling_params_list"] = [{k: v for k, v in code.repeatable.items() if k != "temperature"}, None]
 
     def clone(i: int) -> dict:
-        if family == "qwen3_tts":  # a Base checkpoint always clones
-            return {"ref_audio": ref, **({"ref_text": REF_TEXT} if i % 2 else {"x_vector_only_mode": True})}
+        if speech.needs_voice:  # no speaker of its own: every request clones, half from the embedding alone
+            alone = {"x_vector_only_mode": True} if speech.clones_from_embedding else {"ref_text": REF_TEXT}
+            return {"ref_audio": ref, **({"ref_text": REF_TEXT} if i % 2 else alone)}
         return {"ref_audio": ref, "ref_text": REF_TEXT} if i % 2 else {}
 
     async def one(c: httpx.AsyncClient, i: int) -> dict:
@@ -112,20 +121,21 @@ def run_config(model: Path, storage: Path, args: argparse.Namespace, max_pending
     os.environ["OMNISTAGE_SERVER_STORAGE__PATH"] = str(storage)
     storage.mkdir(parents=True, exist_ok=True)
     log = storage / f"server-{max_pending or 'unlimited'}.log"
-    no_vllm = args.family in ("qwen3_tts", "higgs_audio")
-    overrides = [] if no_vllm else ["--stage-overrides", '{"0": {"max_model_len": 512, "dtype": "float32"}}']
+    pipeline = declared(model)
+    speech = pipeline.info.speaks
+    vllm = stage0_uses_vllm(pipeline)
+    overrides = ["--stage-overrides", '{"0": {"max_model_len": 512, "dtype": "float32"}}'] if vllm else []
     srv = ServeProcess.launch([str(model), "--served-model-name", f"tiny-{args.family}", *extra, *overrides], log)
     ref = clip_url()
-    # PCM16 bytes of a complete reply (320 samples per XCodec2 frame, 1920 per Qwen3-TTS frame, 960 per Higgs's)
-    whole = args.frames * {"qwen3_tts": 1920, "higgs_audio": 960}.get(args.family, 320) * 2
+    whole = args.frames * speech.frames.samples_per_frame * 2  # PCM16 bytes of a complete reply
     try:
-        asyncio.run(burst(srv.url, args.concurrency, args.frames, ref, args.family))  # warm-up: first-request costs
+        asyncio.run(burst(srv.url, args.concurrency, args.frames, ref, speech))  # warm-up: first-request costs
         time.sleep(args.settle_s)
         pids = {p.pid for p in tree(srv.proc.pid)}
         before = rss_mb(srv.proc.pid)
         rows, samples = [], []
         for _ in range(args.bursts):
-            rows += asyncio.run(burst(srv.url, args.concurrency, args.frames, ref, args.family))
+            rows += asyncio.run(burst(srv.url, args.concurrency, args.frames, ref, speech))
             samples.append(rss_mb(srv.proc.pid))
         time.sleep(args.settle_s)
         after = rss_mb(srv.proc.pid)
@@ -137,6 +147,8 @@ def run_config(model: Path, storage: Path, args: argparse.Namespace, max_pending
     refused = [r for r in rows if r["status"] == 503]
     ttfb = sorted(r["ttfb_s"] for r in ok if r["ttfb_s"] is not None)
     return {
+        "every_request_clones": speech.needs_voice,
+        "vllm": vllm,
         "max_pending": max_pending,
         "requests": len(rows),
         "ok": len(ok),
@@ -170,7 +182,8 @@ def met(r: dict) -> bool:
 
 def write(report: dict) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    family = report.get("family", "llasa")
+    family = report.get("family", DEFAULT)
+    first = report["runs"][0]
     (RESULTS / f"tts_load_{family}.json").write_text(json.dumps(report, indent=2) + "\n")
     lines = [
         f"# TTS under load: bursts of concurrent streaming /v1/audio/speech (tiny {family}, one server)",
@@ -178,11 +191,11 @@ def write(report: dict) -> None:
         f"{report['bursts']} bursts of {report['concurrency']} streaming requests ("
         + (
             "all cloning a voice from an inline WAV: half in context, half from its x-vector"
-            if family == "qwen3_tts"
+            if first["every_request_clones"]
             else "half cloning a voice from an inline WAV"
         )
         + f"), {report['frames']} codec frames each, after one warm-up burst; RSS of the server process "
-        f"tree ({'server + vLLM engine core' if family == 'llasa' else 'server'}) after the warm-up vs after the "
+        f"tree ({'server + vLLM engine core' if first['vllm'] else 'server'}) after the warm-up vs after the "
         f"last burst + {report['settle_s']} s.",
         "",
         "| --max-pending | requests | 200 (complete) | 503 (with Retry-After) | other | TTFB p50 / p95 ms | "
@@ -203,13 +216,8 @@ def write(report: dict) -> None:
 
 
 def main(args: argparse.Namespace) -> dict:
-    from omnistage.testing.tiny import build
-
     root = Path(tempfile.mkdtemp(prefix="omnistage-bench-tts-load-"))
-    if args.family == "qwen3_tts":  # its tiny checkpoints come from the reference package
-        model = Path(__file__).resolve().parents[1] / "tests/models/qwen3_tts/tiny/base"
-    else:
-        model = build(args.family, root / args.family)
+    model = tiny_folder(args.family, root, clones=True)
     runs = [run_config(model, root / f"storage-{mp or 0}", args, mp) for mp in (None, args.max_pending)]
     return {
         "family": args.family,
@@ -223,10 +231,12 @@ def main(args: argparse.Namespace) -> dict:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", default="llasa", choices=["llasa", "qwen3_tts", "higgs_audio"])
+    parser.add_argument("--family", default=DEFAULT, choices=[DEFAULT, "qwen3_tts", "higgs_audio"])
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--bursts", type=int, default=3)
     parser.add_argument("--max-pending", type=int, default=24)
-    parser.add_argument("--frames", type=int, default=24, help="codec frames per request (320 samples each)")
+    parser.add_argument(
+        "--frames", type=int, default=24, help="codec frames per request (the declared samples_per_frame each)"
+    )
     parser.add_argument("--settle-s", type=float, default=2.0)
     write(main(parser.parse_args()))

@@ -21,6 +21,11 @@ caps its LM steps (``max_tokens``; the tiny model also ends itself), 40 by defau
     python benchmarks/tts_streaming.py [--family codec_tts|llasa|csm|qwen3_tts|vibevoice|higgs_audio|voxcpm | --model DIR]
         [--rounds 5] [--chunk-frames 8] [--initial-chunk-frames N] [--frames 200] [--concurrency 1 8]
 
+VoxCPM2's LM caps its steps at 6 per text token + 10 (22 for "hello world"): run it with ``--frames 20`` so
+that every request makes them all (as its recorded results did).
+
+The requests' LM parameters (how many tokens make ``--frames`` frames, what makes them repeatable) and the
+first streamed block come from the pipeline's declared ``SpeechInfo.frames`` (``omnistage/info.py``).
 Without --model the tiny fixture of --family is built (tiny LM and codec:
 the ratios show the pipeline's scheduling, not a real model's compute).
 Results: benchmarks/results/tts_streaming.{json,md} for codec_tts,
@@ -34,6 +39,7 @@ import asyncio
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -43,7 +49,11 @@ os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+sys.path.insert(0, str(Path(__file__).parent))
+from speech_fixtures import declared, tiny_folder  # noqa: E402
+
 RESULTS = Path(__file__).parent / "results"
+DEFAULT = "codec_tts"  # the tiny fixture served without --family (its results keep the unsuffixed name)
 TEXTS = [
     "hello world",
     "good morning, how are you today?",
@@ -88,6 +98,23 @@ def median(rows: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in rows)
 
 
+def summary_row(c: int, s: list[dict], w: list[dict]) -> dict:
+    """Medians of the streamed (``s``) and whole (``w``) requests at concurrency ``c``."""
+    return {
+        "concurrency": c,
+        "streamed_ttfp_ms": 1000 * median(s, "ttfp"),
+        "whole_ttfp_ms": 1000 * median(w, "ttfp"),
+        "ttfp_ratio": median(s, "ttfp") / median(w, "ttfp"),
+        "streamed_rtf": median(s, "rtf"),
+        "whole_rtf": median(w, "rtf"),
+        "rtf_ratio": median(s, "rtf") / median(w, "rtf"),
+        "streamed_e2e_ms": 1000 * median(s, "e2e"),
+        "whole_e2e_ms": 1000 * median(w, "e2e"),
+        "audio_duration_s": median(s, "audio_s"),
+        "requests_per_mode": len(s),
+    }
+
+
 async def main(args: argparse.Namespace) -> dict:
     import numpy as np
     import torch
@@ -96,20 +123,15 @@ async def main(args: argparse.Namespace) -> dict:
 
     torch.set_num_threads(1)
     model = args.model
-    if model is None and args.family == "qwen3_tts":  # its tiny checkpoints come from the reference package
-        model = str(Path(__file__).resolve().parents[1] / "tests/models/qwen3_tts/tiny/custom_voice")
-    elif model is None:
-        from omnistage.testing.tiny import build
-
-        model = str(build(args.family, tempfile.mkdtemp(prefix=f"omnistage-bench-{args.family}-")))
-    from omnistage.models.vibevoice.config import is_vibevoice
-    from omnistage.models.voxcpm.config import INITIAL_CHUNK_FRAMES as VOXCPM_FIRST
-    from omnistage.models.voxcpm.config import is_voxcpm
-
-    one_stage = is_vibevoice(Path(model))
-    voxcpm = is_voxcpm(Path(model))
-    if args.frames is None:  # VoxCPM2 caps its steps at 6 per text token + 10: 22 for "hello world"
-        args.frames = 40 if one_stage else 20 if voxcpm else 200
+    if model is None:  # requests name no voice: a fixture that speaks without a clip
+        model = str(
+            tiny_folder(args.family, Path(tempfile.mkdtemp(prefix=f"omnistage-bench-{args.family}-")), clones=False)
+        )
+    pipeline = declared(model)
+    code = pipeline.info.speaks.frames
+    one_stage = len(pipeline.stages) == 1  # its LM stage decodes its own frames: no codec stage to stream to
+    if args.frames is None:
+        args.frames = 40 if one_stage else 200
     engine_args = {"max_model_len": 8 * args.frames + 128, "dtype": "float32", "max_num_seqs": 8}
     if one_stage:  # one engine: streamed and whole are the same requests (see the docstring)
         modes = {"streamed": AsyncOmni(model, **engine_args)}
@@ -120,29 +142,9 @@ async def main(args: argparse.Namespace) -> dict:
         }
     for engine in modes.values():
         await engine.start()
-    from omnistage.models.csm.config import is_csm
-    from omnistage.models.higgs_audio.config import INITIAL_CHUNK_FRAMES as HIGGS_FIRST
-    from omnistage.models.higgs_audio.config import is_higgs_audio
-    from omnistage.models.qwen3_tts.config import INITIAL_CHUNK_FRAMES as QWEN3_TTS_FIRST
-    from omnistage.models.qwen3_tts.config import is_qwen3_tts
-    from omnistage.models.shared.codec_lm.config import load_tts_config
-
-    csm = is_csm(Path(model))
-    qwen3_tts = is_qwen3_tts(Path(model))
-    higgs = is_higgs_audio(Path(model))
-    if one_stage:  # VibeVoice: LM steps (the speech token's make frames); tokens are argmax, the seed sets the noise
-        lm = {"max_tokens": args.frames, "seed": 0}
-    elif csm:  # CSM's backbone stage counts frames (K codes each) and takes no repetition penalty / min_tokens
-        lm = {"temperature": 0, "max_tokens": args.frames}
-    elif voxcpm:  # LM steps, one latent patch each; min_tokens keeps the stop head from ending it earlier
-        lm = {"temperature": 0, "max_tokens": args.frames, "min_tokens": args.frames}
-    elif higgs:  # LM steps: the all-BOS step and N - 1 delay steps make no frame; no repetition-aware redraws
-        lm = {"temperature": 0, "ras_win_len": 0, "max_tokens": args.frames + 4}
-    elif qwen3_tts:  # the talker counts tokens: N make N - 1 frames
-        lm = {"temperature": 0, "repetition_penalty": 1.0, "max_tokens": args.frames + 1, "min_tokens": args.frames + 1}
-    else:
-        tokens = args.frames * load_tts_config(model).num_quantizers  # K tokens per frame
-        lm = {"temperature": 0, "repetition_penalty": 1.0, "max_tokens": tokens, "min_tokens": tokens}
+    lm = {**code.repeatable, "max_tokens": code.lm_tokens(args.frames)}
+    if code.takes_min_tokens:
+        lm["min_tokens"] = lm["max_tokens"]
     codec = {"chunk_frames": args.chunk_frames}
     if args.initial_chunk_frames is not None:
         codec["initial_codec_chunk_frames"] = args.initial_chunk_frames
@@ -173,62 +175,20 @@ async def main(args: argparse.Namespace) -> dict:
     finally:
         for engine in modes.values():
             await engine.shutdown()
-    table = []
+    table = [summary_row(c, rows["streamed"][c], rows["whole"][c]) for c in args.concurrency]
     low, high = min(args.concurrency), max(args.concurrency)
-    for c in args.concurrency:
-        s, w = rows["streamed"][c], rows["whole"][c]
-        table.append(
-            {
-                "concurrency": c,
-                "streamed_ttfp_ms": 1000 * median(s, "ttfp"),
-                "whole_ttfp_ms": 1000 * median(w, "ttfp"),
-                "ttfp_ratio": median(s, "ttfp") / median(w, "ttfp"),
-                "streamed_rtf": median(s, "rtf"),
-                "whole_rtf": median(w, "rtf"),
-                "rtf_ratio": median(s, "rtf") / median(w, "rtf"),
-                "streamed_e2e_ms": 1000 * median(s, "e2e"),
-                "whole_e2e_ms": 1000 * median(w, "e2e"),
-                "audio_duration_s": median(s, "audio_s"),
-                "requests_per_mode": len(s),
-            }
-        )
-    from omnistage.models.shared.codec_lm.codec import codec_type
-
     by_c = {r["concurrency"]: r for r in table}
     ttfp_speedup = by_c[low]["whole_ttfp_ms"] / by_c[low]["streamed_ttfp_ms"]
     ttfp_growth = by_c[high]["streamed_ttfp_ms"] / by_c[low]["streamed_ttfp_ms"]
     if one_stage:
-        codec_name, first, chunk = "vibevoice_acoustic", 1, 1  # every frame is a delta
+        first, chunk = 1, 1  # every frame is a delta
     else:
-        codec_name = (
-            "mimi"
-            if csm
-            else "voxcpm_audio_vae"
-            if voxcpm
-            else "qwen3_tts_12hz"
-            if qwen3_tts
-            else "higgs_audio_v2_tokenizer"
-            if higgs
-            else codec_type(Path(model) / "codec")
-        )
-        first = (
-            args.initial_chunk_frames
-            or (
-                QWEN3_TTS_FIRST
-                if qwen3_tts
-                else HIGGS_FIRST
-                if higgs
-                else VOXCPM_FIRST
-                if voxcpm
-                else load_tts_config(model).initial_chunk_frames
-            )
-            or args.chunk_frames
-        )
+        first = args.initial_chunk_frames or code.initial_chunk_frames or args.chunk_frames
         chunk = args.chunk_frames
     return {
         "family": args.family if args.model is None else None,
         "model": model,
-        "codec": codec_name,
+        "codec": code.codec,
         "one_stage": one_stage,
         "frames_per_request": statistics.median(frames_seen) if frames_seen else None,
         "rounds": args.rounds,
@@ -253,7 +213,7 @@ async def main(args: argparse.Namespace) -> dict:
 def write(report: dict) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     name = report["family"] or Path(report["model"]).name
-    stem = "tts_streaming" if name == "codec_tts" else f"tts_streaming_{name}"
+    stem = "tts_streaming" if name == DEFAULT else f"tts_streaming_{name}"
     (RESULTS / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
     t = report["targets"]
     speedup_key = next(k for k in t if k.startswith("whole_over"))
@@ -273,7 +233,7 @@ def write(report: dict) -> None:
             f"{report['initial_chunk_frames']} frames, then {report['chunk_frames']}"
         )
     lines = [
-        f"# Streamed TTS: {title} ({report['family'] or 'codec_tts'}, {codec})",
+        f"# Streamed TTS: {title} ({report['family'] or DEFAULT}, {codec})",
         "",
         f"model: `{report['model']}`; {frames}; engine args {report['engine_args']}; medians over {report['rounds']} "
         "alternating rounds. audio_ttfp = submit -> first audio packet; audio_rtf = end-to-end time / audio duration.",
@@ -301,8 +261,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--family",
-        default="codec_tts",
-        choices=["codec_tts", "llasa", "csm", "qwen3_tts", "vibevoice", "higgs_audio", "voxcpm"],
+        default=DEFAULT,
+        choices=[DEFAULT, "llasa", "csm", "qwen3_tts", "vibevoice", "higgs_audio", "voxcpm"],
         help="tiny fixture to build when --model is not given",
     )
     parser.add_argument(

@@ -6,7 +6,8 @@ a silent default on a request. Three parts:
 
 - ``PipelineInfo``: what every pipeline says (whether it is a chat model, its served name, a small model's
   vocabulary and example prompts), with the two below when it has them;
-- ``SpeechInfo``: what a pipeline that speaks says (output rate, voices, cloning, speed);
+- ``SpeechInfo``: what a pipeline that speaks says (output rate, voices, cloning, speed), with ``CodeFrames``
+  where its LM makes audio frame by frame;
 - ``RecognizerInfo``: what a pipeline that recognises speech says (how the transcription routes feed it).
 """
 
@@ -26,6 +27,25 @@ def _tuples(obj: Any, *names: str) -> None:
 
 
 @dataclass(frozen=True)
+class CodeFrames:
+    """How a speech pipeline's LM steps become frames of audio: what a caller sets to get exactly N frames (the
+    streaming and load benchmarks), and what decodes them."""
+
+    codec: str  # the decoder's name (reports name it)
+    samples_per_frame: int | None = None  # audio samples one frame decodes to, at the speech sample rate
+    tokens_per_frame: int = 1  # LM tokens per frame (K for an LM that writes a frame's K codebooks one by one)
+    lead_tokens: int = 0  # LM tokens that make no frame (a talker's closing token, a delay pattern's ramp)
+    takes_min_tokens: bool = True  # its LM honours min_tokens; without it an early stop may shorten a request
+    # the LM params that make its output the same on every run
+    repeatable: Mapping[str, Any] = field(default_factory=lambda: {"temperature": 0.0})
+    initial_chunk_frames: int | None = None  # frames of the first streamed piece (None: the chunk size)
+
+    def lm_tokens(self, frames: int) -> int:
+        """The LM tokens that make ``frames`` frames."""
+        return frames * self.tokens_per_frame + self.lead_tokens
+
+
+@dataclass(frozen=True)
 class SpeechInfo:
     """A pipeline that speaks (/v1/audio/speech, chat audio, realtime)."""
 
@@ -37,6 +57,9 @@ class SpeechInfo:
     max_ref_audio_s: float | None = None  # the longest reference clip it takes (None: the server's default)
     supports_speed: bool = False  # a speed other than 1.0
     languages: tuple[str, ...] = ()  # the languages it speaks, where it names them
+    needs_voice: bool = False  # every request names a voice or clones one (it has no speaker of its own)
+    clones_from_embedding: bool = False  # it also clones from a clip's speaker embedding alone (x_vector_only_mode)
+    frames: CodeFrames | None = None  # how its LM's steps become audio frames, where it makes them one by one
 
     def __post_init__(self) -> None:
         _tuples(self, "voices", "languages")

@@ -48,19 +48,39 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from omnistage.info import PipelineInfo, SpeechInfo
+from omnistage.info import CodeFrames, PipelineInfo, SpeechInfo
 from omnistage.models.codec_tts.tiny import build, build_llasa
 from omnistage.models.shared.codec_lm.config import load_tts_config
 from omnistage.models.shared.codec_lm.stages import chunk_sizes_to_codec_stage, codec_stage, speech_lm_stage
 from omnistage.pipeline import Pipeline
 
+GREEDY = {"temperature": 0.0, "repetition_penalty": 1.0}
+
+
+def codec_hop(folder: Path) -> int:
+    """Audio samples per codec frame, from the codec's config (XCodec2 names its hop, Mimi its frame rate)."""
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(folder)
+    return int(getattr(cfg, "hop_length", None) or round(cfg.sampling_rate / cfg.frame_rate))
+
 
 def folder_info(folder: Path, info: PipelineInfo) -> PipelineInfo:
-    """What the HTTP server shows before engines start: voices and the output sample rate."""
+    """What the HTTP server shows before engines start: voices, the output sample rate, how codes make frames."""
     cfg = load_tts_config(folder)
     codec_config = folder / "codec" / "config.json"
-    rate = json.loads(codec_config.read_text()).get("sampling_rate") if codec_config.is_file() else None
+    codec = json.loads(codec_config.read_text()) if codec_config.is_file() else {}
+    rate = codec.get("sampling_rate")
+    hop = codec_hop(codec_config.parent) if codec else None
+    frames = CodeFrames(
+        codec.get("model_type", "?"),
+        hop,
+        cfg.num_quantizers,
+        repeatable=GREEDY,
+        initial_chunk_frames=cfg.initial_chunk_frames,
+    )
     return info.with_speech(
+        frames=frames,
         voices=cfg.voices,
         default_voice=cfg.default_voice,
         supports_voice_cloning=cfg.can_clone,

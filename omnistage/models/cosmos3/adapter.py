@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
+from omnistage.models.shared.input_checks import refuse_params
 from omnistage.stages.diffusion.adapter import DiffusionJob
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 from omnistage.stages.diffusion.samplers import SchedulerSampler
@@ -188,12 +189,11 @@ class Cosmos3Adapter(DiffusersAdapter):
             raise InvalidRequestError("task", f"{task!r} is not one of {', '.join(TASKS)}")
         if not self.pipe.transformer.config.action_gen:
             raise InvalidRequestError("task", "this checkpoint has no action head (action_gen)")
-        for name in ("num_frames", "height", "width"):  # the chunk and the resolution tier size an action run
-            if getattr(p, name) is not None:
-                raise InvalidRequestError(
-                    name,
-                    "not used by the action tasks (action_chunk_size and resolution_tier set the frames and the size)",
-                )
+        refuse_params(  # the chunk and the resolution tier size an action run
+            p,
+            ("num_frames", "height", "width"),
+            "not used by the action tasks (action_chunk_size and resolution_tier set the frames and the size)",
+        )
         if task == "inverse_dynamics" and job.video is None:
             raise InvalidRequestError("multi_modal_data.video", "inverse_dynamics infers actions from a video")
         if task != "inverse_dynamics" and not job.images and job.video is None:

@@ -22,9 +22,9 @@ Tiny fixture: ``python -m omnistage.testing.tiny csm DIR``.
 
 from __future__ import annotations
 
-from omnistage.info import PipelineInfo, SpeechInfo
+from omnistage.info import CodeFrames, PipelineInfo, SpeechInfo
 from omnistage.models.csm import tiny
-from omnistage.models.csm.config import ARCHITECTURE, SAMPLE_RATE, VOICES
+from omnistage.models.csm.config import ARCHITECTURE, INITIAL_CHUNK_FRAMES, SAMPLE_RATE, VOICES
 from omnistage.models.csm.edges import codes_in_chunks, whole_codes
 from omnistage.models.shared.speech_family import lm_then_decoder
 
@@ -39,7 +39,13 @@ PIPELINE = lm_then_decoder(
     chunks=codes_in_chunks,
     info=PipelineInfo(
         chat=False,
-        speech=SpeechInfo(sample_rate=SAMPLE_RATE, voices=VOICES, default_voice=VOICES[0], supports_voice_cloning=True),
+        speech=SpeechInfo(
+            sample_rate=SAMPLE_RATE,
+            voices=VOICES,
+            default_voice=VOICES[0],
+            supports_voice_cloning=True,
+            frames=CodeFrames("mimi", 1920, takes_min_tokens=False, initial_chunk_frames=INITIAL_CHUNK_FRAMES),
+        ),
     ),
 )
 PIPELINES = [PIPELINE]

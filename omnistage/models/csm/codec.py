@@ -9,8 +9,8 @@ import torch
 
 from omnistage.models.csm.config import CHUNK_FRAMES, INITIAL_CHUNK_FRAMES
 from omnistage.models.shared.codec_lm.codec import MimiCodec, mimi_receptive_frames
-from omnistage.models.shared.codec_lm.config import TTSConfig
 from omnistage.models.shared.codec_lm.decoder import CodecDecoderAdapter
+from omnistage.models.shared.folder_engine import model_folder, stage_cuda_device
 from omnistage.pipeline import StageContext
 
 
@@ -34,15 +34,6 @@ class CsmMimi(MimiCodec):
 
 class CsmCodecAdapter(CodecDecoderAdapter):
     def __init__(self, ctx: StageContext):  # not super().__init__: that one reads a codec_tts folder
-        if ctx.model is None:
-            raise ValueError("csm needs a model folder")
-        device = f"cuda:{ctx.devices[0]}" if ctx.devices and torch.cuda.is_available() else "cpu"
-        self.codec = CsmMimi(Path(ctx.model), device)
-        self.config = TTSConfig(
-            codebook_size=self.codec.codebook_size,
-            num_quantizers=self.codec.num_quantizers,
-            chunk_frames=CHUNK_FRAMES,
-            initial_chunk_frames=INITIAL_CHUNK_FRAMES,
-        )
-        self.context, self.lookahead = self.codec.receptive_frames, 0  # causal: exact with left context only
-        self.calls: list[int] = []
+        codec = CsmMimi(model_folder(ctx, "csm"), stage_cuda_device(ctx))
+        self.serve_own_codec(codec, CHUNK_FRAMES, INITIAL_CHUNK_FRAMES)
+        self.context, self.lookahead = codec.receptive_frames, 0  # causal: exact with left context only

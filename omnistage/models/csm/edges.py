@@ -9,20 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
-from omnistage.errors import InvalidRequestError
 from omnistage.models.csm.config import CHUNK_FRAMES, INITIAL_CHUNK_FRAMES
+from omnistage.models.shared.frame_codes import whole_frame_codes
 from omnistage.stages.ar.params import frames_in_chunks
 
 NO_FRAMES = "CSM produced no audio frame for this input (its first frame was the end of speech)"  # a 400: see codec_tts
 
 
 def whole_codes(source: dict[str, Any], request: Any) -> dict[str, Any]:
-    frames = source.get("token_ids")
-    if frames is None or len(frames) == 0:
-        raise InvalidRequestError("input", NO_FRAMES)
-    return {"codes": torch.as_tensor(frames).T.contiguous()}
+    return whole_frame_codes(source, NO_FRAMES)
 
 
 def codes_in_chunks(delta: dict[str, Any], request: Any, state: dict[str, Any]) -> dict[str, Any] | None:

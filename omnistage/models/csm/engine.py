@@ -10,16 +10,16 @@ speaker / text / audio, before the reference turn).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from omnistage.errors import InvalidRequestError
 from omnistage.models.csm.config import CsmParams, checkpoint_defaults, parse_params
 from omnistage.models.csm.model import CsmModel, CsmRow, Turn, check_turn
 from omnistage.models.shared.codec_lm.codec import mono_clip
+from omnistage.models.shared.folder_engine import FolderStepEngine
 from omnistage.pipeline import StageContext
 from omnistage.speech import SpeechInput
-from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
+from omnistage.stages.ar.engine import ARRequest, Emit
 from omnistage.stages.ar.kv import RequestKV
 from omnistage.stages.ar.sampling import request_generator
 from omnistage.stages.base import StageRequest
@@ -60,21 +60,13 @@ def request_turns(text: Any, speech: SpeechInput | None, rate: int) -> list[Turn
     return turns
 
 
-class CsmEngine(StepEngine):
-    def __init__(self, ctx: StageContext):
-        if ctx.model is None:
-            raise ValueError("csm needs a model folder")
-        super().__init__(ctx)
-        self.folder = Path(ctx.model)
-        self.defaults = checkpoint_defaults(self.folder)
-
-    def load_model(self) -> CsmModel:
-        return CsmModel(self.folder, *self.device_and_dtype())
+class CsmEngine(FolderStepEngine):
+    family = "csm"
+    model_class = CsmModel
+    read_defaults = checkpoint_defaults
 
     def new_request(self, req: StageRequest) -> CsmRequest:
-        if req.stream_inputs:
-            raise ValueError(f"stage {self.stage_id} takes its whole input at once (no async chunk input)")
-        params = parse_params(req.params, self.defaults)
+        params = parse_params(self.whole_input(req).params, self.defaults)
         turns = request_turns((req.inputs or {}).get("prompt"), req.speech, self.model.sample_rate)
         generator = request_generator(max(params.backbone.temperature, params.depth.temperature), params.seed)
         row = CsmRow(RequestKV(self.model.num_layers), params.backbone, params.depth, generator)

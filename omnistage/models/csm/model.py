@@ -28,7 +28,8 @@ import torch
 from transformers import DynamicCache
 
 from omnistage.errors import InvalidRequestError
-from omnistage.stages.ar.kv import RequestKV, StepCache
+from omnistage.models.shared.step_forward import forward_rows
+from omnistage.stages.ar.kv import RequestKV
 from omnistage.stages.ar.params import TokenSampling
 from omnistage.stages.ar.sampling import draw
 
@@ -109,18 +110,7 @@ class CsmModel:
     def _backbone(self, rows: list[CsmRow], embeds: torch.Tensor) -> None:
         """One backbone forward of ``embeds`` [B, T, H] (row i continues its own cache), then each row's
         next codebook-0 code and last hidden state."""
-        cache = StepCache([r.kv for r in rows], embeds.shape[1])
-        t = torch.arange(embeds.shape[1], device=self.device)
-        pos = torch.stack([s + t for s in cache.starts])
-        out = self.model.backbone_model(
-            inputs_embeds=embeds,
-            position_ids=pos,
-            attention_mask=cache.mask(self.device),
-            past_key_values=cache,
-            use_cache=True,
-        )
-        cache.commit()
-        hidden = out.last_hidden_state[:, -1]
+        hidden = forward_rows(self.model.backbone_model, [r.kv for r in rows], embeds)[:, -1]
         logits = self.model.lm_head(hidden).float()
         for i, row in enumerate(rows):
             s = row.backbone

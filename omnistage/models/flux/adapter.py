@@ -27,6 +27,8 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
+from omnistage.models.shared.flow_schedule import linear_sigmas, start_schedule
+from omnistage.models.shared.input_checks import refuse_images
 from omnistage.models.shared.latent_packing import pack, position_ids, unpack
 from omnistage.stages.diffusion.adapter import DiffusionJob
 from omnistage.stages.diffusion.blocks import JOINT_BLOCK, BlockLayout, adaln_zero_probe
@@ -61,11 +63,7 @@ class FluxAdapter(DiffusersAdapter):
         return self.pipe.vae_scale_factor * 2  # VAE factor x the 2x2 packing
 
     def validate(self, job: FluxJob) -> None:
-        if job.images:
-            raise InvalidRequestError(
-                "multi_modal_data.image",
-                "this FLUX.1 checkpoint is text-to-image only; edits need a FLUX.1-Kontext checkpoint",
-            )
+        refuse_images(job, "this FLUX.1 checkpoint is text-to-image only; edits need a FLUX.1-Kontext checkpoint")
         self.validate_common(job)
         self.validate_rows(job)
 
@@ -125,15 +123,8 @@ class FluxAdapter(DiffusersAdapter):
 
     def timesteps(self, job: FluxJob) -> None:
         n = job.params.num_inference_steps
-        kwargs: dict[str, Any] = {"sigmas": np.linspace(1.0, 1 / n, n)}
-        if self.pipe.scheduler.config.get("use_flow_sigmas", False):
-            kwargs = {}
         h, w = self.latent_grid(job)
-        kwargs["mu"] = self.dynamic_shift_mu((h // 2) * (w // 2))
-        state = self.sampler.make_state(n, device=self.device, **kwargs)
-        if hasattr(state.scheduler, "set_begin_index"):
-            state.scheduler.set_begin_index(0)  # as the pipeline does before its loop
-        job.sampler_state = state
+        start_schedule(self, job, n, **linear_sigmas(self.pipe, n), mu=self.dynamic_shift_mu((h // 2) * (w // 2)))
 
     def init_latents(self, job: FluxJob) -> None:
         h, w = self.latent_grid(job)

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
+from omnistage.models.shared.flow_schedule import linear_sigmas, start_schedule
 from omnistage.stages.diffusion.adapter import DiffusionJob
 from omnistage.stages.diffusion.blocks import BlockIO, BlockLayout
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
@@ -155,14 +156,8 @@ class Flux2KleinAdapter(DiffusersAdapter):
         from diffusers.pipelines.flux2.pipeline_flux2 import compute_empirical_mu
 
         n = job.params.num_inference_steps
-        kwargs: dict[str, Any] = {"sigmas": np.linspace(1.0, 1 / n, n)}
-        if self.pipe.scheduler.config.get("use_flow_sigmas", False):
-            kwargs = {}
         h, w = self.latent_grid(job)
-        state = self.sampler.make_state(n, device=self.device, mu=compute_empirical_mu(h * w, n), **kwargs)
-        if hasattr(state.scheduler, "set_begin_index"):
-            state.scheduler.set_begin_index(0)  # as the pipeline does before its loop
-        job.sampler_state = state
+        start_schedule(self, job, n, mu=compute_empirical_mu(h * w, n), **linear_sigmas(self.pipe, n))
 
     def init_latents(self, job: Flux2Job) -> None:
         h, w = self.latent_grid(job)

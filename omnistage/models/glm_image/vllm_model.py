@@ -39,6 +39,7 @@ from omnistage.models.glm_image.vllm_processing import (
     GlmImageMultiModalProcessor,
     GlmImageProcessingInfo,
 )
+from omnistage.models.shared.layers import RMSNorm
 
 
 class _Layer(nn.Module):
@@ -64,7 +65,7 @@ class _Layer(nn.Module):
         self.mlp.gate_up_proj = nn.Linear(h, 2 * cfg.intermediate_size, bias=False)
         self.mlp.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
         for name in ("input_layernorm", "post_attention_layernorm", "post_self_attn_layernorm", "post_mlp_layernorm"):
-            setattr(self, name, _RMSNorm(h, cfg.rms_norm_eps))
+            setattr(self, name, RMSNorm(h, cfg.rms_norm_eps))
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         a = self.self_attn
@@ -76,18 +77,6 @@ class _Layer(nn.Module):
         x = x + self.post_self_attn_layernorm(a.o_proj(o.reshape(n, -1)))
         gate, up = self.mlp.gate_up_proj(self.post_attention_layernorm(x)).chunk(2, dim=-1)
         return x + self.post_mlp_layernorm(self.mlp.down_proj(up * F.silu(gate)))
-
-
-class _RMSNorm(nn.Module):
-    def __init__(self, size: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -117,7 +106,7 @@ class GlmImageARForVLLM(nn.Module, SupportsMRoPE, SupportsMultiModal):
         lm.layers = nn.ModuleList(
             _Layer(cfg, vllm_config, f"model.language_model.layers.{i}") for i in range(cfg.num_hidden_layers)
         )
-        lm.norm = _RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        lm.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vision_vocab_size, bias=False)
 
         rope = cfg.rope_parameters

@@ -24,6 +24,8 @@ import torch
 
 from omnistage.errors import InvalidRequestError
 from omnistage.models.helios.conditioning import IMAGE, VIDEO, InputLatents, image_latents, input_video, video_latents
+from omnistage.models.shared.input_checks import refuse_params
+from omnistage.models.shared.video_frames import check_one_video
 from omnistage.models.shared.wan_adapter import umt5_embeds
 from omnistage.stages.diffusion.adapter import DiffusionJob
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
@@ -139,15 +141,8 @@ class HeliosAdapter(DiffusersAdapter):
                 )
             setattr(job, name, value)
         frames = self.frames_for(p.num_frames or CALL_NUM_FRAMES, p.nearest_frames)
-        if p.num_outputs_per_prompt != 1:
-            raise InvalidRequestError(
-                "num_outputs_per_prompt",
-                f"{p.num_outputs_per_prompt}; a video request makes "
-                "one video (send several requests: they share the forwards)",
-            )
-        for name in ("guidance_scale_2", "true_cfg_scale"):
-            if getattr(p, name) is not None:
-                raise InvalidRequestError(name, "not used by Helios")
+        check_one_video(p)
+        refuse_params(p, ("guidance_scale_2", "true_cfg_scale"), "not used by Helios")
         job.num_frames = frames
         job.video = input_video(job, self.window)
         if job.images and len(job.images) != 1:

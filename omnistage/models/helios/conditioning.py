@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from diffusers.utils.torch_utils import randn_tensor
 
 from omnistage.errors import InvalidRequestError
+from omnistage.models.shared.video_frames import rgb_frames
 
 SIGMAS = (0.111, 0.135)  # HeliosPipeline.__call__'s image_noise_sigma_* and video_noise_sigma_* defaults
 VIDEO = "multi_modal_data.video"
@@ -35,22 +35,11 @@ class InputLatents:
 def input_video(job: Any, window: int) -> list[Any] | None:
     """``multi_modal_data.video`` as a list of PIL frames (HeliosPipeline resizes PIL frames with PIL), checked:
     RGB frames, at least one chunk of ``window`` of them (the pipeline encodes whole chunks)."""
-    from PIL import Image
-
     mm = job.inputs.get("multi_modal_data") or {}
     video = mm.get("video") if isinstance(mm, dict) else None
     if video is None:
         return None
-    frames = list(video) if isinstance(video, (list, tuple)) else list(np.asarray(video))
-    out = []
-    for i, f in enumerate(frames):
-        if isinstance(f, Image.Image):
-            out.append(f.convert("RGB"))
-            continue
-        arr = np.asarray(f)
-        if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[-1] != 3:
-            raise InvalidRequestError(f"{VIDEO}[{i}]", "expected an RGB frame (PIL or uint8 HxWx3)")
-        out.append(Image.fromarray(arr))
+    out = rgb_frames(video, VIDEO)
     if len(out) < window:
         raise InvalidRequestError(
             VIDEO, f"{len(out)} frames; Helios encodes an input video in chunks of {window}: send at least {window}"

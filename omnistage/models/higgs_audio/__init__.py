@@ -21,9 +21,17 @@ Tiny fixture: ``python -m omnistage.testing.tiny higgs_audio DIR``.
 
 from __future__ import annotations
 
-from omnistage.info import PipelineInfo, SpeechInfo
+from omnistage.info import CodeFrames, PipelineInfo, SpeechInfo
 from omnistage.models.higgs_audio import tiny
-from omnistage.models.higgs_audio.config import ARCHITECTURE, MAX_REF_AUDIO_S, PARAM_KEYS, SAMPLE_RATE, VOICES
+from omnistage.models.higgs_audio.config import (
+    ARCHITECTURE,
+    INITIAL_CHUNK_FRAMES,
+    MAX_REF_AUDIO_S,
+    PARAM_KEYS,
+    SAMPLE_RATE,
+    VOICES,
+    folder_info,
+)
 from omnistage.models.higgs_audio.edges import codes_in_chunks, whole_codes
 from omnistage.models.shared.speech_family import lm_then_decoder
 
@@ -44,8 +52,16 @@ PIPELINE = lm_then_decoder(
             default_voice=VOICES[0],
             supports_voice_cloning=True,
             max_ref_audio_s=MAX_REF_AUDIO_S,
+            frames=CodeFrames(
+                "higgs_audio_v2_tokenizer",
+                960,
+                takes_min_tokens=False,
+                repeatable={"temperature": 0.0, "ras_win_len": 0},
+                initial_chunk_frames=INITIAL_CHUNK_FRAMES,
+            ),
         ),
     ),
+    folder_info=folder_info,
 )
 PIPELINES = [PIPELINE]
 TINY = {"higgs_audio": tiny.build}

@@ -4,10 +4,11 @@ stage's parameters."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from omnistage.info import PipelineInfo
 from omnistage.pipeline import read_json
 from omnistage.stages.ar.params import StageParams, TokenSampling
 
@@ -63,6 +64,12 @@ def parse_params(params: Any, defaults: Mapping[str, Any]) -> HiggsParams:
         int(p.number("ras_win_len", 0, integer=True)),
         int(p.number("ras_win_max_num_repeat", 0, integer=True)),
     )
+
+
+def folder_info(folder: Path, info: PipelineInfo) -> PipelineInfo:
+    """A delay pattern over K codebooks: the all-BOS step and K - 1 delay steps make no frame (the release: K = 8)."""
+    codebooks = int(read_json(folder / "config.json").get("num_codebooks", 8))
+    return info.with_speech(frames=replace(info.speaks.frames, lead_tokens=codebooks))
 
 
 def is_higgs_audio(folder: Path) -> bool:

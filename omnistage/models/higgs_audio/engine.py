@@ -13,7 +13,6 @@ is encoded by the checkpoint's audio tokenizer (``shared/higgs_tokenizer/encoder
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,9 +30,11 @@ from omnistage.models.higgs_audio.config import (
 )
 from omnistage.models.higgs_audio.model import HiggsModel, HiggsRow
 from omnistage.models.shared.codec_lm.codec import mono_clip
+from omnistage.models.shared.folder_engine import FolderStepEngine
+from omnistage.models.shared.speech_request import preset_voice, text_to_speak
 from omnistage.pipeline import StageContext
 from omnistage.speech import SpeechInput
-from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
+from omnistage.stages.ar.engine import ARRequest, Emit
 from omnistage.stages.ar.kv import RequestKV
 from omnistage.stages.base import StageRequest
 
@@ -49,14 +50,8 @@ class HiggsRequest(ARRequest):
 def request_messages(text: Any, speech: SpeechInput | None, rate: int) -> tuple[list[dict], list[np.ndarray]]:
     """The conversation a request asks for (the release's chat: system, optional scene, a cloned voice's
     transcript and clip as an earlier exchange, the text) and its clips (mono float32 at ``rate``)."""
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidRequestError("prompt", "the text to speak is empty")
-    info = speech or SpeechInput()
-    voice = info.voice
-    if voice is not None and voice not in VOICES:
-        raise InvalidRequestError(
-            "voice", f"{voice!r} is not one of this model's voices ({', '.join(VOICES)}); clone one with ref_audio"
-        )
+    text = text_to_speak(text)
+    info = preset_voice(speech, VOICES, "clone one with ref_audio")
     messages: list[dict] = [{"role": "system", "content": SYSTEM_PROMPT}]
     scene = info.instructions
     if scene is not None and scene.strip():
@@ -82,21 +77,13 @@ def request_messages(text: Any, speech: SpeechInput | None, rate: int) -> tuple[
     return messages, clips
 
 
-class HiggsEngine(StepEngine):
-    def __init__(self, ctx: StageContext):
-        if ctx.model is None:
-            raise ValueError("higgs_audio needs a model folder")
-        super().__init__(ctx)
-        self.folder = Path(ctx.model)
-        self.defaults = checkpoint_defaults(self.folder)
-
-    def load_model(self) -> HiggsModel:
-        return HiggsModel(self.folder, *self.device_and_dtype())
+class HiggsEngine(FolderStepEngine):
+    family = "higgs_audio"
+    model_class = HiggsModel
+    read_defaults = checkpoint_defaults
 
     def new_request(self, req: StageRequest) -> HiggsRequest:
-        if req.stream_inputs:
-            raise ValueError(f"stage {self.stage_id} takes its whole input at once (no async chunk input)")
-        p = parse_params(req.params, self.defaults)
+        p = parse_params(self.whole_input(req).params, self.defaults)
         messages, clips = request_messages((req.inputs or {}).get("prompt"), req.speech, SAMPLE_RATE)
         generator = None
         if p.sampling.temperature > 0 or (p.ras_win_len and p.ras_win_max_num_repeat):  # RAS draws even greedy

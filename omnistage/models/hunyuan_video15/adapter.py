@@ -20,6 +20,8 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
+from omnistage.models.shared.input_checks import refuse_images
+from omnistage.models.shared.video_frames import check_one_video
 from omnistage.stages.diffusion.adapter import DiffusionJob, check_first_frame, frames_of_form
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 
@@ -60,11 +62,9 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
     # ------------------------------------------------------------- request checks
 
     def validate(self, job: HunyuanVideo15Job) -> None:
-        if job.images:
-            raise InvalidRequestError(
-                "multi_modal_data.image",
-                "this is a text-to-video model; it takes no input image (serve a HunyuanVideo15ImageToVideoPipeline)",
-            )
+        refuse_images(
+            job, "this is a text-to-video model; it takes no input image (serve a HunyuanVideo15ImageToVideoPipeline)"
+        )
         p = job.params
         if (p.height is None) != (p.width is None):
             raise InvalidRequestError(
@@ -92,12 +92,7 @@ class HunyuanVideo15Adapter(DiffusersAdapter):
         ft = pipe.vae_scale_factor_temporal
         # as asked, as HunyuanVideo15Pipeline takes it: its VAE decodes (n - 1) // ft * ft + 1 frames
         frames = frames_of_form(job, p.num_frames or DEFAULT_NUM_FRAMES, ft)
-        if p.num_outputs_per_prompt != 1:
-            raise InvalidRequestError(
-                "num_outputs_per_prompt",
-                f"{p.num_outputs_per_prompt}; a video request makes "
-                "one video (send several requests: they share the forwards)",
-            )
+        check_one_video(p)
         for name in ("guidance_scale_2", "true_cfg_scale", "max_sequence_length"):
             if getattr(p, name) is not None:
                 raise InvalidRequestError(

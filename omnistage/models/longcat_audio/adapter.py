@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from omnistage.errors import InvalidRequestError
+from omnistage.models.shared.input_checks import AUDIO_UNUSED, refuse_images, refuse_params
 from omnistage.stages.diffusion.adapter import DiffusionJob
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 
@@ -69,11 +70,8 @@ class LongCatAudioAdapter(DiffusersAdapter):
         )
 
         p = job.params
-        if job.images:
-            raise InvalidRequestError("multi_modal_data.image", "LongCat-AudioDiT is text-to-audio only")
-        for name in ("height", "width", "num_frames", "true_cfg_scale", "strength"):
-            if getattr(p, name) is not None:
-                raise InvalidRequestError(name, "not used by LongCat-AudioDiT (set the length with 'duration')")
+        refuse_images(job, "LongCat-AudioDiT is text-to-audio only")
+        refuse_params(p, AUDIO_UNUSED, "not used by LongCat-AudioDiT (set the length with 'duration')")
         if p.num_outputs_per_prompt != 1:
             raise InvalidRequestError("num_outputs_per_prompt", "LongCat-AudioDiT returns one clip per request")
         seconds = p.extra_args.get(DURATION)

@@ -6,10 +6,11 @@ which diffusers' classes read themselves."""
 from pathlib import Path
 
 from omnistage.modality import AccumulationRule
-from omnistage.models.ltx2.adapter import DEFAULT_FPS, DEFAULT_NUM_FRAMES, EXTRA_PARAMS, LTX2Adapter
+from omnistage.models.ltx2.adapter import LTX2Adapter
 from omnistage.models.ltx2.handoff import one_payload, split_params_for, to_refine_pass
 from omnistage.models.ltx2.image_to_video import LTX2I2VAdapter  # (registers itself as LTX2Adapter's I2V variant)
 from omnistage.models.ltx2.refine import LTX2FirstPassAdapter, LTX2RefineAdapter
+from omnistage.models.ltx2.request import DEFAULT_FPS, DEFAULT_NUM_FRAMES, EXTRA_PARAMS
 from omnistage.models.ltx2.tiny import build, build_i2v, build_v23
 from omnistage.models.shared.diffusers_family import diffusers_pipeline
 from omnistage.pipeline import Edge, Pipeline, StageSpec

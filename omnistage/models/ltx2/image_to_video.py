@@ -7,7 +7,8 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
-from omnistage.models.ltx2.adapter import LTX2Adapter, LTX2Job
+from omnistage.models.ltx2.adapter import LTX2Adapter
+from omnistage.models.ltx2.request import LTX2Job
 from omnistage.stages.diffusion.adapter import check_first_frame
 
 
@@ -38,18 +39,7 @@ class LTX2I2VAdapter(LTX2Adapter):
             image = Image.fromarray(apply_image_conditioning_crf(np.array(image.convert("RGB")), crf))
         image = pipe.video_processor.preprocess(image, height=job.height, width=job.width)
         image = image.to(device=self.device, dtype=self.model_dtype)
-        video, mask = pipe.prepare_latents(
-            image,
-            1,
-            self.model.config.in_channels,
-            job.height,
-            job.width,
-            job.num_frames,
-            0.0,
-            torch.float32,
-            self.device,
-            job.generator,
-        )
+        video, mask = self.video_noise(job, image)
         for cond in (job.cond, job.uncond):
             if cond is not None:
                 cond["frame_mask"] = mask

@@ -15,8 +15,10 @@ from typing import Any, ClassVar
 import torch
 
 from omnistage.errors import InvalidRequestError
-from omnistage.models.ltx2.adapter import LTX2Adapter, LTX2Job
+from omnistage.models.ltx2.adapter import LTX2Adapter
 from omnistage.models.ltx2.handoff import UPSAMPLER_FOLDER, LTX2Latents
+from omnistage.models.ltx2.request import LTX2Job
+from omnistage.models.shared.input_checks import refuse_params
 
 
 class LTX2FirstPassAdapter(LTX2Adapter):
@@ -78,9 +80,9 @@ class LTX2RefineAdapter(LTX2Adapter):
     def validate(self, job: LTX2Job) -> None:
         p = job.params
         own = "sampling_params_list[1]."  # the request's knobs go to the first pass: these come from this entry
-        for name in ("height", "width", "num_frames"):
-            if getattr(p, name) is not None:
-                raise InvalidRequestError(own + name, "the refine pass draws at the size of the upsampled first pass")
+        refuse_params(
+            p, ("height", "width", "num_frames"), "the refine pass draws at the size of the upsampled first pass", own
+        )
         if p.num_inference_steps != len(self.refine_sigmas):
             raise InvalidRequestError(
                 own + "num_inference_steps",

@@ -4,13 +4,13 @@ a decode batched with others of the same length would round differently from the
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from omnistage.errors import InvalidRequestError
 from omnistage.models.omnivoice.postprocess import post_process
+from omnistage.models.shared.folder_engine import model_folder, stage_cuda_device
 from omnistage.models.shared.higgs_tokenizer.decoder import HiggsCodec
 from omnistage.pipeline import StageContext
 from omnistage.stages.generation.adapter import GenerationItem
@@ -20,10 +20,7 @@ PARAM_KEYS = {"seed"}  # the routed generic knob; the decode draws nothing
 
 class OmniVoiceDecoder:
     def __init__(self, ctx: StageContext):
-        if ctx.model is None:
-            raise ValueError("omnivoice needs a model folder")
-        device = f"cuda:{ctx.devices[0]}" if ctx.devices and torch.cuda.is_available() else "cpu"
-        self.codec = HiggsCodec(Path(ctx.model) / "audio_tokenizer", device)
+        self.codec = HiggsCodec(model_folder(ctx, "omnivoice") / "audio_tokenizer", stage_cuda_device(ctx))
 
     def _codes(self, item: GenerationItem) -> torch.Tensor:
         unknown = sorted(set(item.params or {}) - PARAM_KEYS) if isinstance(item.params, dict) else []

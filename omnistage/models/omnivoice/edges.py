@@ -5,16 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
-from omnistage.errors import InvalidRequestError
+from omnistage.models.shared.frame_codes import whole_frame_codes
 
 
 def whole_codes(source: dict[str, Any], request: Any) -> dict[str, Any]:
-    frames = source.get("token_ids")
-    if frames is None or len(frames) == 0:
-        raise InvalidRequestError("input", "OmniVoice produced no codes for this input")
-    out = {"codes": torch.as_tensor(frames).T.contiguous()}
+    out = whole_frame_codes(source, "OmniVoice produced no codes for this input")
     if source.get("ref_rms") is not None:  # a cloned voice: the speech takes the clip's loudness
         out["ref_rms"] = float(source["ref_rms"])
     return out

@@ -14,7 +14,6 @@ instead of the estimate from the text).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,9 +37,11 @@ from omnistage.models.omnivoice.config import (
 from omnistage.models.omnivoice.model import CodeRequest, OmniVoiceCodes
 from omnistage.models.omnivoice.text import estimate_frames, language_id, voice_design
 from omnistage.models.shared.codec_lm.codec import mono_clip
+from omnistage.models.shared.folder_engine import FolderStepEngine
+from omnistage.models.shared.speech_request import preset_voice, text_to_speak
 from omnistage.pipeline import StageContext
 from omnistage.speech import SpeechInput
-from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
+from omnistage.stages.ar.engine import ARRequest, Emit
 from omnistage.stages.ar.params import StageParams
 from omnistage.stages.base import StageRequest
 
@@ -71,14 +72,8 @@ class Utterance:
 
 
 def parse_request(text: Any, speech: SpeechInput | None, params: Any) -> Utterance:
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidRequestError("prompt", "the text to speak is empty")
-    info = speech or SpeechInput()
-    voice = info.voice
-    if voice is not None and voice not in VOICES:
-        raise InvalidRequestError(
-            "voice", f"{voice!r} is not one of this model's voices ({', '.join(VOICES)}); design one with instructions"
-        )
+    text = text_to_speak(text)
+    info = preset_voice(speech, VOICES, "design one with instructions")
     clip, ref_text = None, info.ref_text
     if info.ref_audio is not None:
         clip = mono_clip(info.ref_audio, "ref_audio", SAMPLE_RATE)
@@ -142,12 +137,8 @@ class OmniVoiceRequest(ARRequest):
     ref_rms: float | None = None
 
 
-class OmniVoiceEngine(StepEngine):
-    def __init__(self, ctx: StageContext):
-        if ctx.model is None:
-            raise ValueError("omnivoice needs a model folder")
-        super().__init__(ctx)
-        self.folder = Path(ctx.model)
+class OmniVoiceEngine(FolderStepEngine):
+    family = "omnivoice"
 
     def load_model(self) -> OmniVoiceCodes:
         from omnistage.models.shared.higgs_tokenizer.encoder import HiggsAudioEncoder
@@ -157,8 +148,7 @@ class OmniVoiceEngine(StepEngine):
         return model
 
     def new_request(self, req: StageRequest) -> OmniVoiceRequest:
-        if req.stream_inputs:
-            raise ValueError(f"stage {self.stage_id} takes its whole input at once (no async chunk input)")
+        self.whole_input(req)
         return OmniVoiceRequest(req, utterance=parse_request((req.inputs or {}).get("prompt"), req.speech, req.params))
 
     def prefill(self, r: OmniVoiceRequest) -> Emit:

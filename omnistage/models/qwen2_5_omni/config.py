@@ -8,6 +8,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from omnistage.models.shared.omni.config import read_omni_config
 from omnistage.models.shared.omni.sampling import sampling_defaults
 from omnistage.pipeline import read_json
 
@@ -73,11 +74,7 @@ class Omni25Config:
 
 def load_omni25_config(folder: str | Path) -> Omni25Config:
     folder = Path(folder)
-    raw = read_json(folder / "config.json")
-    if ARCHITECTURE not in (raw.get("architectures") or []):
-        raise ValueError(
-            f"{folder / 'config.json'}: architectures {raw.get('architectures')} does not name {ARCHITECTURE}"
-        )
+    raw = read_omni_config(folder, ARCHITECTURE)
     enable = (
         bool(raw.get("enable_audio_output", True))
         and bool(raw.get("talker_config"))

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from omnistage.models.qwen2_5_omni.config import load_omni25_config
+from omnistage.models.shared.folder_engine import FolderStepEngine
 from omnistage.models.shared.omni.sampling import talker_sampling  # the same SamplingParams keys + speaker
 from omnistage.pipeline import StageContext
-from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
+from omnistage.stages.ar.engine import ARRequest, Emit
 from omnistage.stages.ar.kv import RequestKV
 from omnistage.stages.base import StageRequest
 
@@ -42,12 +42,11 @@ class Qwen25TalkerRequest(ARRequest):
     text_done: bool = False  # the thinker finished: no more reply tokens or rows
 
 
-class TalkerEngine(StepEngine):
+class TalkerEngine(FolderStepEngine):
+    family = "qwen2_5_omni"
+
     def __init__(self, ctx: StageContext):
-        if ctx.model is None:
-            raise ValueError("qwen2_5_omni needs a model folder")
         super().__init__(ctx)
-        self.folder = Path(ctx.model)
         self.config = load_omni25_config(self.folder)
 
     def load_model(self) -> Any:

@@ -27,7 +27,8 @@ import torch
 
 from omnistage.models.qwen2_5_omni.checkpoint import load_config, load_talker, load_thinker_embedding
 from omnistage.models.qwen2_5_omni.config import TALKER_EOS
-from omnistage.stages.ar.kv import RequestKV, StepCache
+from omnistage.models.shared.step_forward import forward_rows, rope_delta_positions
+from omnistage.stages.ar.kv import RequestKV
 from omnistage.stages.ar.sampling import draw
 
 
@@ -107,20 +108,10 @@ class TalkerModel:
     ) -> torch.Tensor:
         """One talker forward of ``embeds`` [B, T, H] (row i continues its own cache; ``positions`` [3, B, T] when
         given, else each row's next positions); the codec logits of the last position [B, V] (float32)."""
-        cache = StepCache([r.kv for r in rows], embeds.shape[1])
-        if positions is None:
-            t = torch.arange(embeds.shape[1], device=self.device)
-            pos = torch.stack([s + r.rope_delta + t for s, r in zip(cache.starts, rows)])  # [B, T]
-            positions = pos.unsqueeze(0).expand(3, -1, -1)
-        out = self.talker.model(
-            inputs_embeds=self.talker.thinker_to_talker_proj(embeds),
-            position_ids=positions,
-            attention_mask=cache.mask(self.device),
-            past_key_values=cache,
-            use_cache=True,
-        )
-        cache.commit()
-        return self.talker.codec_head(out.last_hidden_state[:, -1]).float()
+        at = rope_delta_positions([r.rope_delta for r in rows], positions)
+        embeds = self.talker.thinker_to_talker_proj(embeds)
+        hidden = forward_rows(self.talker.model, [r.kv for r in rows], embeds, positions=at)
+        return self.talker.codec_head(hidden[:, -1]).float()
 
     def _sample(self, rows: list[Qwen25TalkerRow], logits: torch.Tensor) -> list[int]:
         codes = []

@@ -15,7 +15,6 @@ sequence has its own length, and the DiT has no padding mask).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,6 +27,8 @@ from omnistage.models.qwen2_5_omni.config import (
     TOKEN2WAV_PARAM_KEYS,
     load_omni25_config,
 )
+from omnistage.models.shared.codec_lm.decoder import stage_params
+from omnistage.models.shared.folder_engine import model_folder, stage_cuda_device
 from omnistage.pipeline import StageContext
 from omnistage.stages.generation.engine import GenerationItem
 
@@ -37,10 +38,8 @@ PARAM_KEYS = TOKEN2WAV_PARAM_KEYS
 
 class Token2WavAdapter:
     def __init__(self, ctx: StageContext):
-        if ctx.model is None:
-            raise ValueError("qwen2_5_omni needs a model folder")
-        folder = Path(ctx.model)
-        self.device = f"cuda:{ctx.devices[0]}" if ctx.devices and torch.cuda.is_available() else "cpu"
+        folder = model_folder(ctx, "qwen2_5_omni")
+        self.device = stage_cuda_device(ctx)
         self.omni = load_omni25_config(folder)
         self.model = load_token2wav(folder, load_config(folder), self.device)
         self.dit = self.model.code2wav_dit_model
@@ -49,13 +48,7 @@ class Token2WavAdapter:
         self.calls = 0  # decodes run (tests look at it)
 
     def params(self, item: GenerationItem) -> dict[str, Any]:
-        params = item.params if isinstance(item.params, dict) else {}
-        unknown = sorted(set(params) - PARAM_KEYS)
-        if unknown:
-            raise InvalidRequestError(
-                "sampling_params_list[2]",
-                f"unknown field(s) {', '.join(unknown)} for token2wav (it takes {', '.join(sorted(PARAM_KEYS))})",
-            )
+        params = stage_params(item, PARAM_KEYS, "sampling_params_list[2]", "token2wav")
         out = {**DEFAULTS, **{k: v for k, v in params.items() if v is not None and k != "seed"}}
         n = out["num_steps"]
         if isinstance(n, bool) or not isinstance(n, int) or n < 2:

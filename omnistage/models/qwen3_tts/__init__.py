@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from omnistage.info import PipelineInfo, SpeechInfo
-from omnistage.models.qwen3_tts.config import ARCHITECTURE, SAMPLE_RATE, folder_info
+from omnistage.info import CodeFrames, PipelineInfo, SpeechInfo
+from omnistage.models.qwen3_tts.config import ARCHITECTURE, INITIAL_CHUNK_FRAMES, SAMPLE_RATE, folder_info
 from omnistage.models.qwen3_tts.edges import codes_in_chunks, whole_codes
 from omnistage.models.shared.chat_to_speech import speak_last_user_message
 from omnistage.models.shared.codec_lm.stages import chunk_sizes_to_codec_stage
@@ -53,7 +53,20 @@ PIPELINE = lm_then_decoder(
     decoder_name="decoder",
     whole=whole_codes,
     chunks=codes_in_chunks,
-    info=PipelineInfo(speech=SpeechInfo(sample_rate=SAMPLE_RATE, voices_case_insensitive=True)),
+    info=PipelineInfo(
+        speech=SpeechInfo(
+            sample_rate=SAMPLE_RATE,
+            voices_case_insensitive=True,
+            clones_from_embedding=True,
+            frames=CodeFrames(
+                "qwen3_tts_12hz",
+                1920,
+                lead_tokens=1,
+                repeatable={"temperature": 0.0, "repetition_penalty": 1.0},
+                initial_chunk_frames=INITIAL_CHUNK_FRAMES,
+            ),
+        )
+    ),
     folder_info=folder_info,
     shape_request=shape_request,
 )

@@ -97,6 +97,7 @@ def folder_info(folder: Path, info: PipelineInfo) -> PipelineInfo:
         voices=voices,
         default_voice=voices[0] if voices else None,
         supports_voice_cloning=ck.model_type == "base",
+        needs_voice=ck.model_type == "base",  # a Base checkpoint has no speaker of its own: every request clones
         languages=ck.public_languages,
     )
 

@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from omnistage.models.shared.layers import GatedMlp, RMSNorm
+
 
 class CausalConv(nn.Module):
     def __init__(self, cin: int, cout: int, kernel: int, dilation: int = 1, stride: int = 1, groups: int = 1):
@@ -66,19 +68,6 @@ class ConvNeXt(nn.Module):
         return x + h.transpose(1, 2)
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
-
-
 class LayerScale(nn.Module):
     def __init__(self, dim: int):
         super().__init__()
@@ -127,23 +116,12 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-b, a), dim=-1)
 
 
-class Mlp(nn.Module):
-    def __init__(self, h: int, inter: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(h, inter, bias=False)
-        self.up_proj = nn.Linear(h, inter, bias=False)
-        self.down_proj = nn.Linear(inter, h, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
 class Layer(nn.Module):
     def __init__(self, cfg: dict[str, Any]):
         super().__init__()
         h, eps = cfg["hidden_size"], cfg["rms_norm_eps"]
         self.self_attn = Attention(cfg)
-        self.mlp = Mlp(h, cfg["intermediate_size"])
+        self.mlp = GatedMlp(h, cfg["intermediate_size"])
         self.input_layernorm = RMSNorm(h, eps)
         self.post_attention_layernorm = RMSNorm(h, eps)
         self.self_attn_layer_scale = LayerScale(h)

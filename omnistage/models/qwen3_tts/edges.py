@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from omnistage.errors import InvalidRequestError
 from omnistage.models.qwen3_tts.config import CHUNK_FRAMES, INITIAL_CHUNK_FRAMES
+from omnistage.models.shared.frame_codes import whole_frame_codes
 from omnistage.stages.ar.params import frames_in_chunks
 
 NO_FRAMES = "Qwen3-TTS produced no audio frame for this input (its first frame was the end of speech)"  # a 400
@@ -28,10 +28,7 @@ def _context(value: Any) -> torch.Tensor | None:
 
 
 def whole_codes(source: dict[str, Any], request: Any) -> dict[str, Any]:
-    frames = source.get("token_ids")
-    if frames is None or len(frames) == 0:
-        raise InvalidRequestError("input", NO_FRAMES)
-    out = {"codes": torch.as_tensor(frames).T.contiguous()}
+    out = whole_frame_codes(source, NO_FRAMES)
     context = _context(source.get("ref_codes"))
     if context is not None:
         out["context"] = context

@@ -28,9 +28,10 @@ from omnistage.models.qwen3_tts.config import (
     read_checkpoint,
 )
 from omnistage.models.qwen3_tts.talker import TalkerModel, TTSRow
+from omnistage.models.shared.folder_engine import FolderStepEngine
 from omnistage.pipeline import StageContext
 from omnistage.speech import SpeechInput
-from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
+from omnistage.stages.ar.engine import ARRequest, Emit
 from omnistage.stages.ar.kv import RequestKV
 from omnistage.stages.ar.sampling import request_generator
 from omnistage.stages.base import StageRequest
@@ -172,22 +173,19 @@ def request_spoken(text: Any, speech: SpeechInput | None, ck: Checkpoint, tokens
     return spoken
 
 
-class Qwen3TTSEngine(StepEngine):
+class Qwen3TTSEngine(FolderStepEngine):
+    family = "qwen3_tts"
+    read_defaults = checkpoint_defaults
+
     def __init__(self, ctx: StageContext):
-        if ctx.model is None:
-            raise ValueError("qwen3_tts needs a model folder")
         super().__init__(ctx)
-        self.folder = Path(ctx.model)
         self.checkpoint = read_checkpoint(self.folder)
-        self.defaults = checkpoint_defaults(self.folder)
 
     def load_model(self) -> Bundle:
         return Bundle(self.folder, *self.device_and_dtype(), self.checkpoint)
 
     def new_request(self, req: StageRequest) -> TTSRequest:
-        if req.stream_inputs:
-            raise ValueError(f"stage {self.stage_id} takes its whole input at once (no async chunk input)")
-        params = parse_params(req.params, self.defaults)
+        params = parse_params(self.whole_input(req).params, self.defaults)
         spoken = request_spoken((req.inputs or {}).get("prompt"), req.speech, self.checkpoint, self.model.tokens)
         generator = request_generator(max(params.talker.temperature, params.sub.temperature), params.seed)
         row = TTSRow(

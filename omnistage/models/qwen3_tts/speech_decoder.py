@@ -199,8 +199,8 @@ class SpeechTokenizerDecoder:
 def decoder_adapter(ctx: Any) -> Any:
     """The decoder stage's generation adapter (built at stage start: torch + transformers imports here)."""
     from omnistage.models.qwen3_tts.config import CHUNK_FRAMES, INITIAL_CHUNK_FRAMES
-    from omnistage.models.shared.codec_lm.config import TTSConfig
     from omnistage.models.shared.codec_lm.decoder import CodecDecoderAdapter
+    from omnistage.models.shared.folder_engine import model_folder, stage_cuda_device
 
     class StreamingDecoderAdapter(CodecDecoderAdapter):
         """Streams statefully: each request's new frames go through the RVQ, pre-conv and sliding-window
@@ -212,18 +212,13 @@ def decoder_adapter(ctx: Any) -> Any:
         (tests: <= 1e-5)."""
 
         def __init__(self) -> None:  # not super().__init__: that one reads a codec_tts folder
-            if ctx.model is None:
-                raise ValueError("qwen3_tts needs a model folder")
-            device = f"cuda:{ctx.devices[0]}" if ctx.devices and torch.cuda.is_available() else "cpu"
-            self.codec = SpeechTokenizerDecoder(Path(ctx.model) / "speech_tokenizer", device)
-            self.config = TTSConfig(
-                codebook_size=self.codec.codebook_size,
-                num_quantizers=self.codec.num_quantizers,
-                chunk_frames=CHUNK_FRAMES,
-                initial_chunk_frames=INITIAL_CHUNK_FRAMES,
+            folder = model_folder(ctx, "qwen3_tts")
+            self.serve_own_codec(
+                SpeechTokenizerDecoder(folder / "speech_tokenizer", stage_cuda_device(ctx)),
+                CHUNK_FRAMES,
+                INITIAL_CHUNK_FRAMES,
             )
             self.context, self.lookahead = 0, 0  # stateful: no frame is re-decoded
-            self.calls: list[int] = []  # rows of each vocoder call (tests look at it)
 
         @torch.no_grad()
         def run(self, items: list[Any]) -> list[Any]:

@@ -33,7 +33,8 @@ from transformers import DynamicCache, Qwen3Config, Qwen3Model
 
 from omnistage.models.qwen3_tts.config import MIN_NEW_TOKENS
 from omnistage.models.shared.checkpoint import read_tensors
-from omnistage.stages.ar.kv import RequestKV, StepCache
+from omnistage.models.shared.step_forward import forward_rows, last_real
+from omnistage.stages.ar.kv import RequestKV
 from omnistage.stages.ar.params import TokenSampling
 from omnistage.stages.ar.sampling import draw
 
@@ -259,21 +260,7 @@ class TalkerModel:
     def _forward(self, rows: list[TTSRow], embeds: torch.Tensor, lengths: list[int] | None = None) -> torch.Tensor:
         """One talker forward of ``embeds`` [B, T, H] (row i continues its own cache; ``lengths``: row i's real
         tokens when right-padded to T); each row's last real position's normed hidden state [B, H]."""
-        cache = StepCache([r.kv for r in rows], lengths or embeds.shape[1])
-        t = torch.arange(embeds.shape[1], device=self.device)
-        pos = torch.stack([s + t for s in cache.starts])
-        out = self.lm(
-            inputs_embeds=embeds,
-            position_ids=pos,
-            attention_mask=cache.mask(self.device),
-            past_key_values=cache,
-            use_cache=True,
-        )
-        cache.commit()
-        if lengths is None:
-            return out.last_hidden_state[:, -1]
-        last = torch.tensor(lengths, device=self.device) - 1
-        return out.last_hidden_state[torch.arange(len(rows), device=self.device), last]
+        return last_real(forward_rows(self.lm, [r.kv for r in rows], embeds, lengths), lengths)
 
     def _sample_code0(self, rows: list[TTSRow], hidden: torch.Tensor) -> None:
         logits = self.codec_head(hidden).float()

@@ -35,6 +35,8 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
+from omnistage.models.shared.flow_schedule import start_schedule
+from omnistage.models.shared.input_checks import refuse_images
 from omnistage.stages.diffusion.adapter import DiffusionJob
 from omnistage.stages.diffusion.blocks import BlockIO, BlockLayout
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
@@ -92,11 +94,7 @@ class QwenImageAdapter(DiffusersAdapter):
         return self.pipe.vae_scale_factor * 2  # VAE factor x the 2x2 packing
 
     def validate(self, job: QwenImageJob) -> None:
-        if job.images:
-            raise InvalidRequestError(
-                "multi_modal_data.image",
-                "this Qwen-Image checkpoint is text-to-image only; edits need a Qwen-Image-Edit checkpoint",
-            )
+        refuse_images(job, "this Qwen-Image checkpoint is text-to-image only; edits need a Qwen-Image-Edit checkpoint")
         self.validate_common(job)
         self.validate_size(job, f"VAE factor {self.pipe.vae_scale_factor} x 2x2 packing")
         job.max_sequence_length = self.max_sequence_length(job)
@@ -190,11 +188,7 @@ class QwenImageAdapter(DiffusersAdapter):
     def timesteps(self, job: QwenImageJob) -> None:
         n = job.params.num_inference_steps
         h, w = self.latent_grid(job.height, job.width)
-        state = self.sampler.make_state(
-            n, device=self.device, sigmas=np.linspace(1.0, 1 / n, n), mu=self.dynamic_shift_mu((h // 2) * (w // 2))
-        )
-        state.scheduler.set_begin_index(0)  # as the pipeline does before its loop
-        job.sampler_state = state
+        start_schedule(self, job, n, sigmas=np.linspace(1.0, 1 / n, n), mu=self.dynamic_shift_mu((h // 2) * (w // 2)))
 
     def init_latents(self, job: QwenImageJob) -> None:
         h, w = self.latent_grid(job.height, job.width)

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
+from omnistage.models.shared.flow_schedule import start_schedule
 from omnistage.stages.diffusion.adapter import DiffusionJob
 from omnistage.stages.diffusion.blocks import BlockIO, BlockLayout
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
@@ -206,9 +207,7 @@ class QwenImage21Adapter(DiffusersAdapter):
         else:  # the folder's own grid; its length is the step count, as in __call__
             n = len(sigmas)
         h, w = self.latent_grid(job)
-        state = self.sampler.make_state(n, device=self.device, sigmas=sigmas, mu=self.dynamic_shift_mu(h * w))
-        state.scheduler.set_begin_index(0)  # as the pipeline does before its loop
-        job.sampler_state = state
+        start_schedule(self, job, n, sigmas=sigmas, mu=self.dynamic_shift_mu(h * w))
 
     def init_latents(self, job: QwenImage21Job) -> None:
         h, w = self.latent_grid(job)

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
+from omnistage.models.shared.input_checks import refuse_params
 from omnistage.models.shared.text_padding import pad_texts
 from omnistage.stages.diffusion.adapter import DiffusionJob
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
@@ -56,9 +57,9 @@ class QwenImageLayeredAdapter(DiffusersAdapter):
         p, extra = job.params, job.params.extra_args
         if not job.images or len(job.images) != 1:
             raise InvalidRequestError("multi_modal_data.image", "Qwen-Image-Layered decomposes exactly one image")
-        for name in ("height", "width", "strength"):
-            if getattr(p, name) is not None:
-                raise InvalidRequestError(name, "not used: the layers' size follows the image at `resolution`")
+        refuse_params(
+            p, ("height", "width", "strength"), "not used: the layers' size follows the image at `resolution`"
+        )
         layers = extra.get("layers", DEFAULT_LAYERS)
         if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= MAX_LAYERS:
             raise InvalidRequestError("layers", f"expected an integer from 1 to {MAX_LAYERS}, got {layers!r}")

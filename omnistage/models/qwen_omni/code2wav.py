@@ -22,7 +22,6 @@ shape, and a first packet at concurrency 4 paid that compile. A few shapes, reus
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -30,6 +29,8 @@ import torch
 from omnistage.errors import InvalidRequestError
 from omnistage.models.qwen_omni.checkpoint import load_code2wav, load_config
 from omnistage.models.qwen_omni.config import CODE2WAV_PARAM_KEYS, SAMPLE_RATE
+from omnistage.models.shared.codec_lm.decoder import stage_params
+from omnistage.models.shared.folder_engine import model_folder, stage_cuda_device
 from omnistage.pipeline import StageContext
 from omnistage.stages.generation.engine import GenerationItem
 
@@ -42,10 +43,8 @@ LENGTHS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, CHUNK + CONTEXT)
 
 class Code2WavAdapter:
     def __init__(self, ctx: StageContext):
-        if ctx.model is None:
-            raise ValueError("qwen_omni needs a model folder")
-        folder = Path(ctx.model)
-        device = f"cuda:{ctx.devices[0]}" if ctx.devices and torch.cuda.is_available() else "cpu"
+        folder = model_folder(ctx, "qwen_omni")
+        device = stage_cuda_device(ctx)
         dtype = torch.float32 if device == "cpu" else torch.bfloat16
         config = load_config(folder)
         self.model = load_code2wav(folder, config, dtype, device)
@@ -57,13 +56,7 @@ class Code2WavAdapter:
         self.calls: list[int] = []  # batch size of each decode (tests look at it)
 
     def check(self, item: GenerationItem) -> torch.Tensor:
-        params = item.params if isinstance(item.params, dict) else {}
-        unknown = sorted(set(params) - PARAM_KEYS)
-        if unknown:
-            raise InvalidRequestError(
-                "sampling_params_list[2]",
-                f"unknown field(s) {', '.join(unknown)} for code2wav (it takes {', '.join(sorted(PARAM_KEYS))})",
-            )
+        params = stage_params(item, PARAM_KEYS, "sampling_params_list[2]", "code2wav")
         for key in ("chunk_frames", "initial_codec_chunk_frames"):
             n = params.get(key)
             if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from omnistage.models.shared.omni.config import read_omni_config
 from omnistage.models.shared.omni.sampling import sampling_defaults
 from omnistage.pipeline import read_json
 
@@ -59,11 +60,7 @@ class OmniConfig:
 
 def load_omni_config(folder: str | Path) -> OmniConfig:
     folder = Path(folder)
-    raw = read_json(folder / "config.json")
-    if ARCHITECTURE not in (raw.get("architectures") or []):
-        raise ValueError(
-            f"{folder / 'config.json'}: architectures {raw.get('architectures')} does not name {ARCHITECTURE}"
-        )
+    raw = read_omni_config(folder, ARCHITECTURE)
     talker = raw.get("talker_config") or {}
     speakers = {str(k).lower(): int(v) for k, v in (talker.get("speaker_id") or {}).items()}
     enable = bool(raw.get("enable_audio_output", True)) and bool(talker)

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from omnistage.models.qwen_omni.config import load_omni_config
+from omnistage.models.shared.folder_engine import FolderStepEngine
 from omnistage.models.shared.omni.sampling import TALKER_PARAM_KEYS, talker_sampling
 from omnistage.pipeline import StageContext
-from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
+from omnistage.stages.ar.engine import ARRequest, Emit
 from omnistage.stages.ar.kv import RequestKV
 from omnistage.stages.base import StageRequest
 
@@ -55,15 +55,14 @@ class Qwen3TalkerRequest(ARRequest):
     sampled: int = 0  # codebook-0 codes drawn
 
 
-class TalkerEngine(StepEngine):
+class TalkerEngine(FolderStepEngine):
     """``stages.ar.StepEngine`` over ``talker_model.TalkerModel``: a request prefills once the thinker's
     turn has 4 tokens, and takes part in a step once the text that step reads has arrived."""
 
+    family = "qwen_omni"
+
     def __init__(self, ctx: StageContext):
-        if ctx.model is None:
-            raise ValueError("qwen_omni needs a model folder")
         super().__init__(ctx)
-        self.folder = Path(ctx.model)
         self.config = load_omni_config(self.folder)
 
     def load_model(self) -> Any:

@@ -27,7 +27,8 @@ from transformers import DynamicCache
 
 from omnistage.models.qwen_omni.checkpoint import load_config, load_talker, load_thinker_embedding
 from omnistage.models.shared.omni.sampling import Sampling
-from omnistage.stages.ar.kv import RequestKV, StepCache
+from omnistage.models.shared.step_forward import forward_rows, last_real, rope_delta_positions
+from omnistage.stages.ar.kv import RequestKV
 from omnistage.stages.ar.sampling import draw
 
 EOS_TEXT, PAD_TEXT = "eos", "pad"  # trailing text after the reply: tts_eos once, then tts_pad
@@ -169,25 +170,9 @@ class TalkerModel:
         """One talker forward of ``embeds`` [B, T, H] (row i continues its own cache; ``positions`` [3, B, T]
         when given, else each row's next text positions; ``lengths``: row i's real tokens when the rows are
         right-padded to T); returns each row's last real position's normed hidden state [B, H]."""
-        cache = StepCache([r.kv for r in rows], lengths or embeds.shape[1])
-        if positions is None:
-            t = torch.arange(embeds.shape[1], device=self.device)
-            pos = torch.stack(
-                [torch.tensor(s + r.rope_delta, device=self.device) + t for s, r in zip(cache.starts, rows)]
-            )  # [B, T]
-            positions = pos.unsqueeze(0).expand(3, -1, -1)
-        out = self.talker.model(
-            inputs_embeds=embeds,
-            position_ids=positions,
-            attention_mask=cache.mask(self.device),
-            past_key_values=cache,
-            use_cache=True,
-        )
-        cache.commit()
-        if lengths is None:
-            return out.last_hidden_state[:, -1]
-        last = torch.tensor(lengths, device=self.device) - 1
-        return out.last_hidden_state[torch.arange(len(rows), device=self.device), last]
+
+        at = rope_delta_positions([r.rope_delta for r in rows], positions)
+        return last_real(forward_rows(self.talker.model, [r.kv for r in rows], embeds, lengths, at), lengths)
 
     def _sample_code0(self, rows: list[Qwen3TalkerRow], hidden: torch.Tensor) -> None:
         logits = self.talker.codec_head(hidden).float()

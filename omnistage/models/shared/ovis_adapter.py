@@ -24,6 +24,8 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
+from omnistage.models.shared.flow_schedule import linear_sigmas, start_schedule
+from omnistage.models.shared.input_checks import refuse_images
 from omnistage.models.shared.latent_packing import pack, position_ids, unpack
 from omnistage.stages.diffusion.adapter import DiffusionJob
 from omnistage.stages.diffusion.blocks import JOINT_BLOCK, BlockLayout, adaln_zero_probe
@@ -57,8 +59,7 @@ class OvisImageAdapter(DiffusersAdapter):
 
     def validate(self, job: OvisJob) -> None:
         p = job.params
-        if job.images:
-            raise InvalidRequestError("multi_modal_data.image", "Ovis-Image is text-to-image only")
+        refuse_images(job, "Ovis-Image is text-to-image only")
         if p.true_cfg_scale is not None:
             raise InvalidRequestError("true_cfg_scale", "Ovis-Image has no true CFG; guidance_scale > 1 is CFG")
         self.validate_size(job, f"VAE factor {self.pipe.vae_scale_factor} x 2x2 packing")
@@ -105,14 +106,11 @@ class OvisImageAdapter(DiffusersAdapter):
         kwargs: dict[str, Any] = {} if (sigmas := self.sigmas(n)) is None else {"sigmas": sigmas}
         h, w = self.latent_grid(job)
         kwargs["mu"] = self.dynamic_shift_mu((h // 2) * (w // 2))
-        state = self.sampler.make_state(n, device=self.device, **kwargs)
-        if hasattr(state.scheduler, "set_begin_index"):
-            state.scheduler.set_begin_index(0)  # as the pipeline does before its loop
-        job.sampler_state = state
+        start_schedule(self, job, n, **kwargs)
 
     def sigmas(self, n: int) -> np.ndarray | None:
         """The schedule __call__ passes: linear sigmas, unless the scheduler makes its own flow sigmas."""
-        return None if self.pipe.scheduler.config.get("use_flow_sigmas", False) else np.linspace(1.0, 1 / n, n)
+        return linear_sigmas(self.pipe, n).get("sigmas")
 
     def init_latents(self, job: OvisJob) -> None:
         h, w = self.latent_grid(job)

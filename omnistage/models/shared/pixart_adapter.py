@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
+from omnistage.models.shared.input_checks import refuse_images
 from omnistage.stages.diffusion.adapter import DiffusionJob
 from omnistage.stages.diffusion.blocks import BlockIO, BlockLayout
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
@@ -85,8 +86,7 @@ class PixArtSigmaAdapter(DiffusersAdapter):
 
     def validate(self, job: PixArtJob) -> None:
         p = job.params
-        if job.images:
-            raise InvalidRequestError("multi_modal_data.image", f"{self.family} is text-to-image only")
+        refuse_images(job, f"{self.family} is text-to-image only")
         if p.true_cfg_scale is not None:
             raise InvalidRequestError("true_cfg_scale", f"{self.family} has no true CFG; guidance_scale > 1 is CFG")
         msl = int(p.max_sequence_length or MAX_SEQUENCE_LENGTH)

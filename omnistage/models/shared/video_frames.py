@@ -37,3 +37,15 @@ def rgb_frames(value: Any, field: str) -> list[Any]:
             raise InvalidRequestError(f"{field}[{i}]", "expected an RGB frame (PIL, uint8 HxWx3 or HxW)")
         out.append(Image.fromarray(arr).convert("RGB"))
     return out
+
+
+def check_one_video(params: Any) -> None:
+    """A video request makes one video: several outputs are several requests (they share the forwards)."""
+    from omnistage.errors import InvalidRequestError
+
+    if params.num_outputs_per_prompt != 1:
+        raise InvalidRequestError(
+            "num_outputs_per_prompt",
+            f"{params.num_outputs_per_prompt}; a video request makes "
+            "one video (send several requests: they share the forwards)",
+        )

@@ -20,6 +20,8 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
+from omnistage.models.shared.flow_schedule import start_schedule
+from omnistage.models.shared.input_checks import refuse_images
 from omnistage.stages.diffusion.adapter import DiffusionJob, frames_of_form
 from omnistage.stages.diffusion.blocks import BlockIO, BlockLayout
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
@@ -73,10 +75,7 @@ class WanAdapter(DiffusersAdapter):
     # ------------------------------------------------------------- request checks
 
     def validate(self, job: WanJob) -> None:
-        if job.images:
-            raise InvalidRequestError(
-                "multi_modal_data.image", "this is a text-to-video model; it takes no input image"
-            )
+        refuse_images(job, "this is a text-to-video model; it takes no input image")
         self.validate_video(job)
 
     def validate_video(
@@ -146,10 +145,7 @@ class WanAdapter(DiffusersAdapter):
         return umt5_embeds(self, prompts, jobs[0].max_sequence_length)
 
     def timesteps(self, job: WanJob) -> None:
-        state = self.sampler.make_state(job.params.num_inference_steps, device=self.device)
-        if hasattr(state.scheduler, "set_begin_index"):
-            state.scheduler.set_begin_index(0)  # as the pipeline does before its loop
-        job.sampler_state = state
+        state = start_schedule(self, job, job.params.num_inference_steps)
         if self.boundary is not None and job.do_cfg:
             g = job.params.guidance_scale
             g2 = job.params.guidance_scale_2 if job.params.guidance_scale_2 is not None else g

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
+from omnistage.models.shared.input_checks import AUDIO_UNUSED, refuse_images, refuse_params
 from omnistage.stages.diffusion.adapter import DiffusionJob
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 
@@ -60,11 +61,8 @@ class StableAudioAdapter(DiffusersAdapter):
 
     def validate(self, job: StableAudioJob) -> None:
         p = job.params
-        if job.images:
-            raise InvalidRequestError("multi_modal_data.image", "Stable Audio is text-to-audio only; it takes no image")
-        for name in ("height", "width", "num_frames", "true_cfg_scale", "strength"):
-            if getattr(p, name) is not None:
-                raise InvalidRequestError(name, "not used by Stable Audio (set the length with 'duration')")
+        refuse_images(job, "Stable Audio is text-to-audio only; it takes no image")
+        refuse_params(p, AUDIO_UNUSED, "not used by Stable Audio (set the length with 'duration')")
         if p.num_outputs_per_prompt != 1:
             raise InvalidRequestError("num_outputs_per_prompt", "Stable Audio returns one clip per request")
         seconds = p.extra_args.get(DURATION, self.max_seconds)

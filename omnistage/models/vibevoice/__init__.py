@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from omnistage.info import PipelineInfo, SpeechInfo
+from omnistage.info import CodeFrames, PipelineInfo, SpeechInfo
 from omnistage.models.shared.chat_to_speech import speak_last_user_message
 from omnistage.models.vibevoice import tiny
 from omnistage.models.vibevoice.config import ARCHITECTURE, SAMPLE_RATE
@@ -54,7 +54,15 @@ PIPELINE = Pipeline(
             engine=lazy("omnistage.models.vibevoice.engine:build_engine"),
         )
     ],
-    info=PipelineInfo(speech=SpeechInfo(sample_rate=SAMPLE_RATE, supports_voice_cloning=True)),
+    info=PipelineInfo(
+        speech=SpeechInfo(
+            sample_rate=SAMPLE_RATE,
+            supports_voice_cloning=True,
+            frames=CodeFrames(
+                "vibevoice_acoustic", takes_min_tokens=False, repeatable={"seed": 0}, initial_chunk_frames=1
+            ),
+        )
+    ),
     shape_request=shape_request,
 )
 PIPELINES = [PIPELINE]

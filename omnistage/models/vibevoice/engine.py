@@ -9,18 +9,18 @@ each on its own caches, so each equals its solo run up to float rounding.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from omnistage.errors import InvalidRequestError
 from omnistage.models.shared.codec_lm.codec import mono_clip
+from omnistage.models.shared.folder_engine import FolderStepEngine
 from omnistage.models.vibevoice.config import SAMPLE_RATE, checkpoint_defaults, parse_params, script_turns
 from omnistage.models.vibevoice.model import VibeVoiceModel, VoiceRow
 from omnistage.pipeline import StageContext
 from omnistage.speech import SpeechInput
-from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
+from omnistage.stages.ar.engine import ARRequest, Emit
 from omnistage.stages.base import StageRequest
 
 
@@ -31,21 +31,13 @@ class VoiceRequest(ARRequest):
     row: VoiceRow | None = None
 
 
-class VibeVoiceEngine(StepEngine):
-    def __init__(self, ctx: StageContext):
-        if ctx.model is None:
-            raise ValueError("vibevoice needs a model folder")
-        super().__init__(ctx)
-        self.folder = Path(ctx.model)
-        self.defaults = checkpoint_defaults(self.folder)
-
-    def load_model(self) -> VibeVoiceModel:
-        return VibeVoiceModel(self.folder, *self.device_and_dtype())
+class VibeVoiceEngine(FolderStepEngine):
+    family = "vibevoice"
+    model_class = VibeVoiceModel
+    read_defaults = checkpoint_defaults
 
     def new_request(self, req: StageRequest) -> VoiceRequest:
-        if req.stream_inputs:
-            raise ValueError(f"stage {self.stage_id} takes its whole input at once (no async chunk input)")
-        params = parse_params(req.params, self.defaults)
+        params = parse_params(self.whole_input(req).params, self.defaults)
         inputs = req.inputs or {}
         info = req.speech or SpeechInput()
         for name in ("voice", "instructions"):

@@ -20,10 +20,18 @@ Tiny fixture: ``python -m omnistage.testing.tiny voxcpm DIR``.
 
 from __future__ import annotations
 
-from omnistage.info import PipelineInfo, SpeechInfo
+from omnistage.info import CodeFrames, PipelineInfo, SpeechInfo
 from omnistage.models.shared.speech_family import lm_then_decoder
 from omnistage.models.voxcpm import tiny
-from omnistage.models.voxcpm.config import MAX_REF_AUDIO_S, PARAM_KEYS, SAMPLE_RATE, VOICES, folder_info, is_voxcpm
+from omnistage.models.voxcpm.config import (
+    INITIAL_CHUNK_FRAMES,
+    MAX_REF_AUDIO_S,
+    PARAM_KEYS,
+    SAMPLE_RATE,
+    VOICES,
+    folder_info,
+    is_voxcpm,
+)
 from omnistage.models.voxcpm.edges import latents_in_chunks, whole_latents
 
 PIPELINE = lm_then_decoder(
@@ -46,6 +54,7 @@ PIPELINE = lm_then_decoder(
             default_voice=VOICES[0],
             supports_voice_cloning=True,
             max_ref_audio_s=MAX_REF_AUDIO_S,
+            frames=CodeFrames("voxcpm_audio_vae", initial_chunk_frames=INITIAL_CHUNK_FRAMES),
         ),
     ),
     folder_info=folder_info,

@@ -8,13 +8,13 @@ float rounding; the windows of one call are right-padded into one batch (padding
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from omnistage.errors import InvalidRequestError
-from omnistage.models.shared.codec_lm.decoder import positive_int
+from omnistage.models.shared.codec_lm.decoder import positive_int, stage_params
+from omnistage.models.shared.folder_engine import model_folder, stage_cuda_device
 from omnistage.models.voxcpm.vae import AudioVAE
 from omnistage.pipeline import StageContext, read_json
 from omnistage.stages.generation.engine import GenerationItem
@@ -24,12 +24,10 @@ PARAM_KEYS = {"chunk_frames", "initial_codec_chunk_frames", "seed"}  # (chunk si
 
 class VoxDecoderAdapter:
     def __init__(self, ctx: StageContext):
-        if ctx.model is None:
-            raise ValueError("voxcpm needs a model folder")
         from safetensors.torch import load_file
 
-        folder = Path(ctx.model)
-        self.device = f"cuda:{ctx.devices[0]}" if ctx.devices and torch.cuda.is_available() else "cpu"
+        folder = model_folder(ctx, "voxcpm")
+        self.device = stage_cuda_device(ctx)
         self.vae = AudioVAE(read_json(folder / "config.json")["audio_vae_config"])
         self.vae.load_state_dict(load_file(str(folder / "audiovae.safetensors")))
         self.vae = self.vae.to(self.device).eval()
@@ -47,10 +45,7 @@ class VoxDecoderAdapter:
 
     def _window(self, item: GenerationItem) -> tuple[torch.Tensor, int]:
         """The frames to decode for this piece and how many of them lead in (their samples are not emitted)."""
-        params = item.params if isinstance(item.params, dict) else {}
-        unknown = sorted(set(params) - PARAM_KEYS)
-        if unknown:
-            raise InvalidRequestError("sampling_params", f"unknown field(s) {', '.join(unknown)} for the decoder stage")
+        params = stage_params(item, PARAM_KEYS, "sampling_params", "the decoder stage")
         for key in ("chunk_frames", "initial_codec_chunk_frames"):
             positive_int(params, key)
         new = self._latents(item.inputs.get("latents"), "latents")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,11 +20,13 @@ import torch
 
 from omnistage.errors import InvalidRequestError
 from omnistage.models.shared.codec_lm.codec import mono_clip
+from omnistage.models.shared.folder_engine import FolderStepEngine
+from omnistage.models.shared.speech_request import preset_voice, text_to_speak
 from omnistage.models.voxcpm.config import MAX_REF_AUDIO_S, VOICES, VoxParams, parse_params
 from omnistage.models.voxcpm.model import VoxCPMModel, VoxRow
 from omnistage.pipeline import StageContext
 from omnistage.speech import SpeechInput
-from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
+from omnistage.stages.ar.engine import ARRequest, Emit
 from omnistage.stages.base import StageRequest
 
 
@@ -40,11 +41,7 @@ class VoxRequest(ARRequest):
 
 def speech_fields(speech: SpeechInput | None, rate: int) -> tuple[np.ndarray | None, str | None]:
     """The clip to clone (at ``rate``) and its transcript, each checked; the fields VoxCPM2 cannot take refused."""
-    info = speech or SpeechInput()
-    if info.voice is not None and info.voice not in VOICES:
-        raise InvalidRequestError(
-            "voice", f"{info.voice!r} is not one of this model's voices ({', '.join(VOICES)}); clone one with ref_audio"
-        )
+    info = preset_voice(speech, VOICES, "clone one with ref_audio")
     for name in ("language", "instructions"):
         if getattr(info, name) is not None:
             raise InvalidRequestError(name, "VoxCPM2 takes no " + name + " (it reads the language from the text)")
@@ -63,23 +60,13 @@ def speech_fields(speech: SpeechInput | None, rate: int) -> tuple[np.ndarray | N
     return clip, text
 
 
-class VoxEngine(StepEngine):
-    def __init__(self, ctx: StageContext):
-        if ctx.model is None:
-            raise ValueError("voxcpm needs a model folder")
-        super().__init__(ctx)
-        self.folder = Path(ctx.model)
-
-    def load_model(self) -> VoxCPMModel:
-        return VoxCPMModel(self.folder, *self.device_and_dtype())
+class VoxEngine(FolderStepEngine):
+    family = "voxcpm"
+    model_class = VoxCPMModel
 
     def new_request(self, req: StageRequest) -> VoxRequest:
-        if req.stream_inputs:
-            raise ValueError(f"stage {self.stage_id} takes its whole input at once (no async chunk input)")
-        p = parse_params(req.params)
-        text = (req.inputs or {}).get("prompt")
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidRequestError("prompt", "the text to speak is empty")
+        p = parse_params(self.whole_input(req).params)
+        text = text_to_speak((req.inputs or {}).get("prompt"))
         clip, clip_text = speech_fields(req.speech, self.model.vae.sample_rate)
         text = re.sub(r"\s+", " ", text.replace("\n", " "))
         return VoxRequest(req, text=text, clip=clip, clip_text=clip_text, params=p)

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from omnistage.models.shared.layers import GatedMlp, RMSNorm
+
 KV_BLOCK = 16
 
 
@@ -23,17 +25,6 @@ def lm_dims(cfg: dict[str, Any]) -> tuple[int, int, int]:
     """(heads, kv heads, head dim) of a MiniCPM-4 config dict."""
     heads = cfg["num_attention_heads"]
     return heads, cfg["num_key_value_heads"], cfg.get("kv_channels") or cfg["hidden_size"] // heads
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, size: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        var = x.to(torch.float32).pow(2).mean(dim=-1, keepdim=True)
-        return (x * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weight
 
 
 def long_rope_tables(cfg: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,23 +84,11 @@ class Attention(nn.Module):
         return self.out(o)
 
 
-class MLP(nn.Module):
-    def __init__(self, cfg: dict[str, Any]):
-        super().__init__()
-        h, i = cfg["hidden_size"], cfg["intermediate_size"]
-        self.gate_proj = nn.Linear(h, i, bias=False)
-        self.up_proj = nn.Linear(h, i, bias=False)
-        self.down_proj = nn.Linear(i, h, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
 class Layer(nn.Module):
     def __init__(self, cfg: dict[str, Any]):
         super().__init__()
         self.self_attn = Attention(cfg)
-        self.mlp = MLP(cfg)
+        self.mlp = GatedMlp(cfg["hidden_size"], cfg["intermediate_size"])
         self.input_layernorm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
         self.post_attention_layernorm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
         use_mup = cfg.get("use_mup", True)

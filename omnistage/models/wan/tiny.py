@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omnistage.models.shared.tiny.wan import scheduler, umt5_encoder, vae
+from omnistage.models.shared.tiny.wan import components, scheduler, umt5_encoder, vae
 from omnistage.stages.diffusion import tiny_parts as parts
 
 
@@ -43,14 +43,7 @@ def build(outdir: Path, *, boundary_ratio: float | None = None) -> None:
     kwargs = {}
     if boundary_ratio is not None:
         kwargs = {"transformer_2": transformer(), "boundary_ratio": boundary_ratio}
-    pipe = WanPipeline(
-        tokenizer=parts.t5_tokenizer(),
-        text_encoder=umt5_encoder(),
-        vae=vae(),
-        scheduler=scheduler(),
-        transformer=transformer(),
-        **kwargs,
-    )
+    pipe = WanPipeline(**components(transformer), **kwargs)
     pipe.save_pretrained(outdir, safe_serialization=True)
 
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omnistage.models.shared.tiny.wan import DIT, scheduler, umt5_encoder, vae
-from omnistage.stages.diffusion import tiny_parts as parts
+from omnistage.models.shared.tiny.wan import DIT, components
 
 
 def transformer():
@@ -29,11 +28,5 @@ def build(outdir: Path) -> None:
     from diffusers import WanVACEPipeline
 
     torch.manual_seed(0)
-    pipe = WanVACEPipeline(
-        tokenizer=parts.t5_tokenizer(),
-        text_encoder=umt5_encoder(),
-        vae=vae(),
-        scheduler=scheduler(),
-        transformer=transformer(),
-    )
+    pipe = WanVACEPipeline(**components(transformer))
     pipe.save_pretrained(outdir, safe_serialization=True)

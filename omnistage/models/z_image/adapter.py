@@ -23,6 +23,8 @@ from typing import Any
 import torch
 
 from omnistage.errors import InvalidRequestError
+from omnistage.models.shared.flow_schedule import start_schedule
+from omnistage.models.shared.input_checks import refuse_images
 from omnistage.models.shared.text_padding import pad_texts
 from omnistage.stages.diffusion.adapter import DiffusionJob
 from omnistage.stages.diffusion.blocks import BlockIO, BlockLayout
@@ -68,10 +70,7 @@ class ZImageAdapter(DiffusersAdapter):
 
     def validate(self, job: ZImageJob) -> None:
         p = job.params
-        if job.images:
-            raise InvalidRequestError(
-                "multi_modal_data.image", "Z-Image is text-to-image only; it takes no input image"
-            )
+        refuse_images(job, "Z-Image is text-to-image only; it takes no input image")
         if p.true_cfg_scale is not None:
             raise InvalidRequestError("true_cfg_scale", "not used by Z-Image: guidance_scale > 0 runs its CFG")
         self.validate_size(job, f"VAE factor {self.pipe.vae_scale_factor} x patch size 2")
@@ -134,12 +133,7 @@ class ZImageAdapter(DiffusersAdapter):
         n = job.params.num_inference_steps
         h, w = self.latent_grid(job)
         sigmas = torch.linspace(1.0, 1 / n, n).tolist()  # get_default_z_image_sigmas
-        state = self.sampler.make_state(
-            n, device=self.device, sigmas=sigmas, mu=self.dynamic_shift_mu((h // 2) * (w // 2))
-        )
-        if hasattr(state.scheduler, "set_begin_index"):
-            state.scheduler.set_begin_index(0)  # as the pipeline does before its loop
-        job.sampler_state = state
+        state = start_schedule(self, job, n, sigmas=sigmas, mu=self.dynamic_shift_mu((h // 2) * (w // 2)))
         trunc = job.cfg_truncation
         if job.cfg and trunc <= 1:
             # no CFG (and no uncond pass) at steps past the truncation point of the schedule

@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 from omnistage.models.ltx2 import PIPELINE, LTX2Adapter
-from omnistage.models.ltx2 import adapter as ltx2_adapter
+from omnistage.models.ltx2 import request as ltx2_request
 from omnistage.stages.base import StageRequest
 from tests.stages.diffusion.helpers import (
     finished_data,
@@ -48,10 +48,10 @@ def test_defaults_are_the_pipelines():
     assert defaults["num_inference_steps"] == sig["num_inference_steps"].default
     assert defaults["guidance_scale"] == sig["guidance_scale"].default
     assert defaults["fps"] == sig["frame_rate"].default
-    assert ltx2_adapter.DEFAULT_HEIGHT == sig["height"].default and ltx2_adapter.DEFAULT_WIDTH == sig["width"].default
-    assert ltx2_adapter.MAX_SEQUENCE_LENGTH == sig["max_sequence_length"].default
-    assert list(ltx2_adapter.STG_BLOCKS) == sig["spatio_temporal_guidance_blocks"].default
-    for key, value in ltx2_adapter.GUIDANCE.items():
+    assert ltx2_request.DEFAULT_HEIGHT == sig["height"].default and ltx2_request.DEFAULT_WIDTH == sig["width"].default
+    assert ltx2_request.MAX_SEQUENCE_LENGTH == sig["max_sequence_length"].default
+    assert list(ltx2_request.STG_BLOCKS) == sig["spatio_temporal_guidance_blocks"].default
+    for key, value in ltx2_request.GUIDANCE.items():
         assert sig[key].default == value, key
 
 

@@ -35,11 +35,23 @@ import torch
 
 from omnistage.errors import InvalidRequestError
 from omnistage.models.shared.codec_lm.codec import load_codec
-from omnistage.models.shared.codec_lm.config import NON_CAUSAL_CONTEXT, load_tts_config
+from omnistage.models.shared.codec_lm.config import NON_CAUSAL_CONTEXT, TTSConfig, load_tts_config
 from omnistage.pipeline import StageContext
 from omnistage.stages.generation.engine import GenerationItem
 
 PARAM_KEYS = {"chunk_frames", "initial_codec_chunk_frames", "seed"}  # "seed": routed generic knob; unused
+
+
+def stage_params(item: GenerationItem, keys: set[str], field: str, stage: str) -> dict[str, Any]:
+    """A decoder stage's params of ``item`` (empty when it has none); a key ``stage`` does not take is a 400
+    naming ``field`` (where the caller set them)."""
+    params = item.params if isinstance(item.params, dict) else {}
+    unknown = sorted(set(params) - keys)
+    if unknown:
+        raise InvalidRequestError(
+            field, f"unknown field(s) {', '.join(unknown)} for {stage} (it takes {', '.join(sorted(keys))})"
+        )
+    return params
 
 
 def positive_int(params: dict[str, Any], key: str) -> int | None:
@@ -71,18 +83,24 @@ class CodecDecoderAdapter:
         self.lookahead = ahead if cfg.decode_lookahead_frames is None else cfg.decode_lookahead_frames
         self.calls: list[int] = []  # rows of each decode call (tests look at it)
 
+    def serve_own_codec(self, codec: Any, chunk_frames: int, initial_chunk_frames: int) -> None:
+        """Set up over a family's own codec instead of a codec_tts folder's (a subclass's ``__init__`` calls it
+        in place of ``super().__init__``): the codec's sizes, the family's chunk sizes. The subclass then sets
+        ``context`` and ``lookahead``."""
+        self.codec = codec
+        self.config = TTSConfig(
+            codebook_size=codec.codebook_size,
+            num_quantizers=codec.num_quantizers,
+            chunk_frames=chunk_frames,
+            initial_chunk_frames=initial_chunk_frames,
+        )
+        self.calls = []
+
     # ------------------------------------------------------------------ inputs
 
     def check(self, item: GenerationItem) -> tuple[torch.Tensor, torch.Tensor | None, int, int]:
         """(new codes [K, n], context codes or None, chunk frames, first chunk frames)."""
-        params = item.params if isinstance(item.params, dict) else {}
-        unknown = sorted(set(params) - PARAM_KEYS)
-        if unknown:
-            raise InvalidRequestError(
-                "sampling_params",
-                f"unknown field(s) {', '.join(unknown)} for the codec stage "
-                f"(it accepts {', '.join(sorted(PARAM_KEYS))})",
-            )
+        params = stage_params(item, PARAM_KEYS, "sampling_params", "the codec stage")
         chunk = positive_int(params, "chunk_frames") or self.config.chunk_frames
         first = positive_int(params, "initial_codec_chunk_frames") or self.config.initial_chunk_frames or chunk
         codes = self._codes(item.inputs.get("codes"), "codes")

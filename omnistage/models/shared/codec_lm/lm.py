@@ -31,6 +31,7 @@ import numpy as np
 from omnistage.errors import InvalidRequestError
 from omnistage.models.shared.codec_lm.config import TTSConfig, lookahead_frames
 from omnistage.models.shared.codec_lm.edges import LAYOUT_KEY
+from omnistage.models.shared.speech_request import text_to_speak
 from omnistage.pipeline import StageContext
 from omnistage.speech import SpeechInput
 from omnistage.stages.base import StageOutput, StageRequest
@@ -174,9 +175,7 @@ class CodecLMEngine(LLMStageEngine):
                 "multi_modal_data",
                 "codec_tts takes text only (a reference clip for voice cloning goes in the speech input's ref_audio)",
             )
-        text = inputs.get("prompt")
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidRequestError("prompt", "the text to speak is empty")
+        text = text_to_speak(inputs.get("prompt"))
         info = speech or SpeechInput()
         if info.instructions is not None:
             raise InvalidRequestError("instructions", "this model does not take speaking instructions")

@@ -3,6 +3,11 @@ the toy 3-D DiT sizes the Wan-derived transformers share."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from omnistage.stages.diffusion import tiny_parts as parts
+
 # WanTransformer3DModel's toy sizes, which Helios' and Wan VACE's transformers take too (each adds its own keys)
 DIT = dict(
     patch_size=(1, 2, 2),
@@ -47,4 +52,16 @@ def scheduler(flow_shift: float = 3.0):
     # what the Wan2.1 T2V checkpoints ship: UniPC on flow sigmas
     return UniPCMultistepScheduler(
         prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=flow_shift, num_train_timesteps=1000
+    )
+
+
+def components(transformer: Callable[[], Any]) -> dict[str, Any]:
+    """A Wan-family text-to-video pipeline's components over these parts and ``transformer()``, built in this order
+    (the seeded fixtures' weights depend on it): the T5 tokenizer, UMT5, the VAE, the scheduler, the transformer."""
+    return dict(
+        tokenizer=parts.t5_tokenizer(),
+        text_encoder=umt5_encoder(),
+        vae=vae(),
+        scheduler=scheduler(),
+        transformer=transformer(),
     )
