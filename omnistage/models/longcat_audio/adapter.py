@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from omnistage.errors import InvalidRequestError
-from omnistage.models.shared.input_checks import AUDIO_UNUSED, refuse_images, refuse_params
+from omnistage.models.shared.input_checks import one_clip_from_text
 from omnistage.stages.diffusion.adapter import DiffusionJob
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 
@@ -70,10 +70,7 @@ class LongCatAudioAdapter(DiffusersAdapter):
         )
 
         p = job.params
-        refuse_images(job, "LongCat-AudioDiT is text-to-audio only")
-        refuse_params(p, AUDIO_UNUSED, "not used by LongCat-AudioDiT (set the length with 'duration')")
-        if p.num_outputs_per_prompt != 1:
-            raise InvalidRequestError("num_outputs_per_prompt", "LongCat-AudioDiT returns one clip per request")
+        one_clip_from_text(job, "LongCat-AudioDiT")
         seconds = p.extra_args.get(DURATION)
         if seconds is None:  # the pipeline's own estimate from the prompt (its characters), at most 30 s
             frames = int(_approx_duration_from_text([_normalize_text(job.prompt)]) * self.sample_rate // self.hop)

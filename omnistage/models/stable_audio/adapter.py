@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
-from omnistage.models.shared.input_checks import AUDIO_UNUSED, refuse_images, refuse_params
+from omnistage.models.shared.input_checks import one_clip_from_text
 from omnistage.stages.diffusion.adapter import DiffusionJob
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 
@@ -61,10 +61,7 @@ class StableAudioAdapter(DiffusersAdapter):
 
     def validate(self, job: StableAudioJob) -> None:
         p = job.params
-        refuse_images(job, "Stable Audio is text-to-audio only; it takes no image")
-        refuse_params(p, AUDIO_UNUSED, "not used by Stable Audio (set the length with 'duration')")
-        if p.num_outputs_per_prompt != 1:
-            raise InvalidRequestError("num_outputs_per_prompt", "Stable Audio returns one clip per request")
+        one_clip_from_text(job, "Stable Audio")
         seconds = p.extra_args.get(DURATION, self.max_seconds)
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
             raise InvalidRequestError(DURATION, f"expected a number of seconds, got {seconds!r}")

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from omnistage.errors import InvalidRequestError
-from omnistage.models.shared.input_checks import AUDIO_UNUSED, refuse_images, refuse_params
+from omnistage.models.shared.input_checks import one_clip_from_text
 from omnistage.stages.diffusion.adapter import DiffusionJob
 from omnistage.stages.diffusion.diffusers_adapter import DiffusersAdapter
 
@@ -63,10 +63,7 @@ class StableAudio3Adapter(DiffusersAdapter):
 
     def validate(self, job: StableAudio3Job) -> None:
         p = job.params
-        refuse_images(job, "Stable Audio 3 is text-to-audio only; it takes no image")
-        refuse_params(p, AUDIO_UNUSED, "not used by Stable Audio 3 (set the length with 'duration')")
-        if p.num_outputs_per_prompt != 1:
-            raise InvalidRequestError("num_outputs_per_prompt", "Stable Audio 3 returns one clip per request")
+        one_clip_from_text(job, "Stable Audio 3")
         seconds = p.extra_args.get(DURATION)
         seconds = DEFAULT_SECONDS if seconds is None else seconds
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
