@@ -58,11 +58,13 @@ GREEDY = {"temperature": 0.0, "repetition_penalty": 1.0}
 
 
 def codec_hop(folder: Path) -> int:
-    """Audio samples per codec frame, from the codec's config (XCodec2 names its hop, Mimi its frame rate)."""
-    from transformers import AutoConfig
+    """Audio samples per codec frame, from the codec's config: Mimi names its frame rate, XCodec2 its hop."""
+    from transformers import AutoConfig, MimiConfig
 
     cfg = AutoConfig.from_pretrained(folder)
-    return int(getattr(cfg, "hop_length", None) or round(cfg.sampling_rate / cfg.frame_rate))
+    if isinstance(cfg, MimiConfig):
+        return round(cfg.sampling_rate / cfg.frame_rate)
+    return int(cfg.hop_length)
 
 
 def folder_info(folder: Path, info: PipelineInfo) -> PipelineInfo:
