@@ -27,6 +27,7 @@ from omnistage.server.jobstore import job_store
 from omnistage.server.metrics import ServerMetrics
 from omnistage.server.options import ServeOptions
 from omnistage.server.realtime.duplex import DuplexCollector
+from omnistage.server.realtime.duplex_admission import DuplexAdmission
 from omnistage.server.realtime.sessions import RealtimeSessions
 from omnistage.server.result import Result
 from omnistage.server.storage import MediaStore
@@ -60,7 +61,9 @@ class ServerState:
         self.started_at = int(time.time())
         self.background: set[asyncio.Task] = set()  # async jobs (videos) to finish on shutdown
         self.realtime = RealtimeSessions(options.max_realtime_sessions, self.metrics.registry)
+        self.duplex: DuplexAdmission | None = None  # full-duplex sessions, admitted by real-time capacity
         if engine.pipeline.info.duplex:  # live sessions, step time, late frames on /metrics
+            self.duplex = DuplexAdmission(engine, options.duplex_frame_budget_ms)
             self.metrics.registry.register(DuplexCollector(engine))
 
     def _files_expired(self, names: list[str]) -> None:

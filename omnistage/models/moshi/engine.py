@@ -203,6 +203,10 @@ class MoshiEngine(StepEngine):
         """Session count -> the slowest recent step with that many sessions (for /metrics)."""
         return {n: max(times) for n, times in dict(self._step_times).items() if times}
 
+    def largest_step_measured(self) -> int:
+        """The most sessions measured stepping together (0 before any step)."""
+        return max(self._step_times, default=0)
+
     def step_seconds(self, sessions: int) -> float | None:
         """What one step of ``sessions`` sessions takes: the slowest recent step of that many, or, when that
         many never stepped together, the largest batch measured scaled up linearly (batching only helps, so this

@@ -19,25 +19,9 @@ from omnistage.server.realtime.duplex import (
     error_event,
     session_params,
 )
+from omnistage.server.realtime.duplex_admission import CapacityError, DuplexAdmission
 
 CLOSE_WAIT_S = 60.0  # session.close: the frames already sent are stepped and sent before the socket closes
-REAL_TIME_MARGIN = 0.8  # a step may take at most 80% of a frame's period: the rest absorbs jitter
-
-
-def capacity_refusal(engine: Any, budget_ms: float) -> str | None:
-    """Why one more session would not stay real time (None: it would): the step time measured at the current
-    session count plus one (``MoshiEngine.step_seconds``) against the frame budget with its margin."""
-    stage = engine.replicas(engine.pipeline.stages[0].stage_id)[0]
-    held = stage.slots_held()
-    predicted = stage.step_seconds(held + 1)
-    limit_ms = budget_ms * REAL_TIME_MARGIN
-    if predicted is None or predicted * 1000 <= limit_ms:
-        return None
-    return (
-        f"real-time capacity reached: with {held + 1} sessions a step would take ~{predicted * 1000:.1f} ms, over "
-        f"the limit of {limit_ms:.1f} ms ({REAL_TIME_MARGIN:.0%} of the {budget_ms:g} ms frame budget, "
-        "--duplex-frame-budget-ms); try again later"
-    )
 
 
 def capabilities(grace_s: float) -> dict[str, Any]:
@@ -50,7 +34,9 @@ def capabilities(grace_s: float) -> dict[str, Any]:
     }
 
 
-async def serve_duplex(ws: WebSocket, engine: Any, registry: dict[str, DuplexConnection], options: Any) -> None:
+async def serve_duplex(
+    ws: WebSocket, admission: DuplexAdmission, registry: dict[str, DuplexConnection], options: Any
+) -> None:
     conn: DuplexConnection | None = None
     try:
         while True:
@@ -67,7 +53,7 @@ async def serve_duplex(ws: WebSocket, engine: Any, registry: dict[str, DuplexCon
                 await error_event(conn, ws, "type", "expected a JSON object with a string 'type'", "invalid_event")
                 continue
             try:
-                conn, done = await handle(conn, ws, kind, event, engine, registry, options)
+                conn, done = await handle(conn, ws, kind, event, admission, registry, options)
             except InvalidRequestError as e:
                 await error_event(conn, ws, e.field, e.message, "invalid_value")
                 continue
@@ -79,18 +65,24 @@ async def serve_duplex(ws: WebSocket, engine: Any, registry: dict[str, DuplexCon
 
 
 async def handle(
-    conn: DuplexConnection | None, ws: WebSocket, kind: str, event: dict, engine: Any, registry: dict, options: Any
+    conn: DuplexConnection | None,
+    ws: WebSocket,
+    kind: str,
+    event: dict,
+    admission: DuplexAdmission,
+    registry: dict,
+    options: Any,
 ) -> tuple[DuplexConnection | None, bool]:
     """One client event; (the connection, whether the socket is done)."""
     if kind == "session.update":
         if conn is not None:
             raise InvalidRequestError("session", "the session's parameters are set by its first session.update")
         params = session_params(event)
-        refusal = capacity_refusal(engine, options.duplex_frame_budget_ms)
-        if refusal is not None:
-            await error_event(None, ws, None, refusal, "rate_limit_exceeded", "rate_limit_error")
+        try:
+            session = await admission.open(params)
+        except CapacityError as e:
+            await error_event(None, ws, None, str(e), "rate_limit_exceeded", "rate_limit_error")
             return None, False
-        session = await engine.open_duplex(params)
         grace_s = options.duplex_resume_grace_s
         conn = DuplexConnection(session, registry, grace_s)
         conn.ws = ws

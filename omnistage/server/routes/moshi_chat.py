@@ -18,8 +18,8 @@ from fastapi import APIRouter, WebSocket
 from fastapi.responses import JSONResponse
 
 from omnistage.errors import InvalidRequestError
+from omnistage.server.realtime.duplex_admission import CapacityError
 from omnistage.server.realtime.duplex_moshi import MoshiChat, query_name, sampling_params
-from omnistage.server.realtime.duplex_socket import capacity_refusal
 from omnistage.server.state import ServerState
 
 router = APIRouter()
@@ -59,11 +59,10 @@ async def moshi_chat(ws: WebSocket) -> None:
         params = sampling_params(ws.query_params)
     except InvalidRequestError as e:
         return await deny(ws, 400, "invalid_request_error", "invalid_value", e.message, e.field)
-    full = capacity_refusal(state.engine, state.options.duplex_frame_budget_ms)
-    if full:
-        return await deny(ws, 429, "rate_limit_error", "rate_limit_exceeded", full)
     try:
-        session = await state.engine.open_duplex(params)
+        session = await state.duplex.open(params)
+    except CapacityError as e:
+        return await deny(ws, 429, "rate_limit_error", "rate_limit_exceeded", str(e))
     except InvalidRequestError as e:
         return await deny(ws, 400, "invalid_request_error", "invalid_value", e.message, query_name(e.field))
     try:

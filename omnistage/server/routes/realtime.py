@@ -27,7 +27,7 @@ from omnistage.server.realtime.connection import (
     UNSUPPORTED,
     Connection,
 )
-from omnistage.server.realtime.duplex_socket import capacity_refusal, serve_duplex
+from omnistage.server.realtime.duplex_socket import serve_duplex
 from omnistage.server.realtime.protocol import ProtocolError
 from omnistage.server.realtime.session import ModelInfo, Session, new_id
 from omnistage.server.state import ServerState
@@ -109,7 +109,7 @@ async def realtime(ws: WebSocket, model: str | None = None, duplex: str | None =
 async def duplex_session(ws: WebSocket, model: str | None = None) -> None:
     """Full duplex on a duplex model (Moshi): realtime/duplex.py."""
     state: ServerState = ws.app.state.omni
-    full = state.engine.pipeline.info.duplex and capacity_refusal(state.engine, state.options.duplex_frame_budget_ms)
+    full = state.duplex is not None and state.duplex.refusal()
     if full and _authorized(ws, state.options.api_key):  # refused before the upgrade: HTTP 429
         error = {"type": "rate_limit_error", "code": "rate_limit_exceeded", "message": full, "param": None}
         await ws.send_denial_response(JSONResponse({"error": error}, status_code=429))
@@ -121,7 +121,7 @@ async def duplex_session(ws: WebSocket, model: str | None = None) -> None:
         return
     if not hasattr(ws.app.state, "duplex_sessions"):
         ws.app.state.duplex_sessions = {}  # session id -> DuplexConnection, across sockets (resume)
-    await serve_duplex(ws, state.engine, ws.app.state.duplex_sessions, state.options)
+    await serve_duplex(ws, state.duplex, ws.app.state.duplex_sessions, state.options)
 
 
 async def _refuse(ws: WebSocket, error: ProtocolError, code: int) -> None:

@@ -30,9 +30,10 @@ def duplex_server(tmp_path_factory):
     srv.stop()
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture
 def tight_server(tmp_path_factory):
-    """A budget every measured step exceeds: the first session is admitted (nothing measured yet), then none."""
+    """A budget every measured step exceeds: the first session is admitted (nothing measured yet), then none.
+    One per test (~4 s to start): what one test measured would refuse the next test's first session."""
     srv = start(tmp_path_factory, duplex_frame_budget_ms=0.001)
     yield srv
     srv.stop()

@@ -219,3 +219,33 @@ def test_admission_refuses_sessions_past_real_time_capacity(tight_server):
     assert response.status_code == 429
     body = json.loads(response.body)
     assert body["error"]["type"] == "rate_limit_error" and "--duplex-frame-budget-ms" in body["error"]["message"]
+
+
+def test_clients_that_connect_at_once_are_admitted_one_by_one_on_measured_steps(tight_server):
+    """Three session.updates at the same moment: admissions run one at a time and each waits for the sessions
+    already admitted to step, so only the first (nothing measured yet) is admitted and the others are refused on
+    its measured step, instead of all three being admitted on no measurement and then stuttering together."""
+    case = golden("c")
+
+    async def client(ws) -> str:
+        events: list[dict] = []
+        await send(ws, "session.update", session=GREEDY)
+        first = json.loads(await asyncio.wait_for(ws.recv(), 120))
+        if first["type"] == "session.created":  # the admitted one talks, so its steps are measured
+            await append_all(ws, case["user_pcm"][: FRAME * 3], FRAME)
+            await events_until(ws, "response.output_audio.delta", events)
+            await send(ws, "session.close")
+            return "admitted"
+        assert first["type"] == "error", first
+        assert first["error"]["type"] == "rate_limit_error", first
+        return "refused"
+
+    async def run():
+        sockets = [await connect(tight_server) for _ in range(3)]
+        try:
+            return await asyncio.gather(*(client(ws) for ws in sockets))
+        finally:
+            for ws in sockets:
+                await ws.close()
+
+    assert sorted(asyncio.run(run())) == ["admitted", "refused", "refused"]
