@@ -4,7 +4,8 @@ Each step: Mimi encodes the user's frame (8 codes), the temporal transformer tak
 and the 16 audio codes, the depth transformer draws the model's 8 codes, Mimi decodes them (24 kHz). The engine
 (``engine.py``) batches every session whose next frame has arrived; sessions are streams of PCM in, frames out
 (``AsyncOmni.open_duplex`` / ``Omni.open_duplex``, see docs/families/moshi.md). A plain request is refused: a
-session has no end of its own.
+session has no end of its own. A session may take a persona (a voice preset and a text prompt, stepped before its
+first frame as NVIDIA's PersonaPlex does: ``persona.py``).
 
 The checkpoint is the authors' layout (``config.json`` with the LM's kwargs and the weight files' names, the LM
 and Mimi safetensors). Tiny checkpoint: ``tests/models/moshi/tiny/`` (written by the authors' classes:

@@ -37,6 +37,11 @@ class LMConfig:
     depformer_num_layers: int
     delays: tuple[int, ...]
     existing_text_padding_id: int = 3
+    depformer_context: int | None = None  # the depth transformer's KV ring (None: its dep_q steps)
+    # PersonaPlex's prompt frames (persona.py): the model's codes of silence and the user's of a tone; the released
+    # Mimi's by default, a checkpoint whose Mimi has another codebook names its own
+    persona_silence_codes: tuple[int, ...] = (948, 243, 1178, 546, 1736, 1030, 1978, 2008)
+    persona_sine_codes: tuple[int, ...] = (430, 1268, 381, 1611, 1095, 1495, 56, 472)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> LMConfig:
@@ -55,6 +60,9 @@ class LMConfig:
         names = {f.name for f in fields(cls)}
         values = {k: v for k, v in raw.items() if k in names}
         values["delays"] = tuple(raw["delays"])
+        for key in ("persona_silence_codes", "persona_sine_codes"):
+            if key in values:
+                values[key] = tuple(values[key])
         values.setdefault("depformer_dim_feedforward", int(raw.get("hidden_scale", 4.125) * raw["depformer_dim"]))
         return cls(**values)
 

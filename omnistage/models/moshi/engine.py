@@ -13,6 +13,8 @@ slot is freed before the next model call. Sessions beyond ``max_num_seqs`` wait 
 
 Params (the request's ``sampling_params``): ``temperature`` / ``top_k`` (audio codes), ``temperature_text`` /
 ``top_k_text`` (the text stream), ``seed``. Temperature 0 is greedy. Defaults: the authors' ``LMGen`` ones.
+``voice`` (a preset in the folder's ``voices/``) with ``instructions`` (the text prompt) conditions the session
+the PersonaPlex way (``persona.py``): its prompt steps run before its first frame, batched like any frame.
 """
 
 from __future__ import annotations
@@ -32,15 +34,17 @@ from omnistage.errors import InvalidRequestError
 from omnistage.models.moshi.config import CHUNK_PERIOD_MS, FRAME_SAMPLES, SAMPLE_RATE, TEXT_PADDING, read_checkpoint
 from omnistage.models.moshi.lm import LMSlots, Sampling, load_lm
 from omnistage.models.moshi.mimi import StreamingMimi, load_mimi
+from omnistage.models.moshi.persona import Voice, find_voice, load_voice, prompt_steps, text_tokens
 from omnistage.pipeline import StageContext
 from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
 from omnistage.stages.ar.sampling import request_generator
 from omnistage.stages.base import StageRequest
 
 DEFAULTS = {"temperature": 0.8, "top_k": 250, "temperature_text": 0.7, "top_k_text": 25}  # the authors' LMGen
-PARAM_KEYS = (*DEFAULTS, "seed")
+PARAM_KEYS = (*DEFAULTS, "seed", "voice", "instructions")
 MAX_FEED_SAMPLES = 10 * SAMPLE_RATE  # one feed holds at most 10 s of audio
 END = object()  # ready(): the session ended and every frame it sent was stepped
+PROMPT = object()  # ready(): the session's next step is one of its persona prompt's
 
 
 @dataclass
@@ -65,6 +69,7 @@ class DuplexSession(ARRequest):
     audio: deque = field(default_factory=deque)  # recent input frames (Mimi's encoder window)
     codes: deque = field(default_factory=deque)  # recent output codes [dep_q] (Mimi's decoder window)
     ending: bool = False
+    prompt: deque = field(default_factory=deque)  # persona.PromptStep still to step, before the first frame
 
 
 def parse_sampling(params: Any) -> Sampling:
@@ -131,6 +136,7 @@ class MoshiEngine(StepEngine):
         self._freed: list[int] = []  # slots of sessions that closed, freed before the next model call
         self._freed_lock = threading.Lock()
         self._step_times: dict[int, deque] = {}  # sessions in a step -> its recent durations (s)
+        self._voices: dict[str, Voice] = {}  # voice presets read so far, by path
         self.late_frames = 0  # frames stepped in a step longer than a frame's period (the session fell behind)
 
     def load_model(self) -> MoshiModel:
@@ -149,9 +155,27 @@ class MoshiEngine(StepEngine):
         if not req.stream_inputs:
             raise InvalidRequestError("input", "a moshi session takes its audio as a stream (a duplex session)")
         session = DuplexSession(req, sampling=parse_sampling(req.params))
+        session.prompt.extend(self._persona(req.params))
         if req.inputs.get("pcm") is not None:
             session.pending.extend(pcm_frames(session, req.inputs))
         return session
+
+    def _persona(self, params: Any) -> list:
+        """The prompt steps of a session asking for a persona (``voice`` and ``instructions``; none without)."""
+        params = params if isinstance(params, Mapping) else {}
+        # empty fields (Realtime clients often send ``"instructions": ""``) ask for nothing
+        voice, instructions = (params.get(k) if params.get(k) != "" else None for k in ("voice", "instructions"))
+        if voice is None and instructions is None:
+            return []
+        if voice is None:  # PersonaPlex always steps a voice first; a text prompt alone has no reference
+            raise InvalidRequestError("voice", "a persona takes a voice preset with its instructions")
+        path = find_voice(Path(self.ctx.model), voice)
+        tokens = text_tokens(self.model.tokenizer, instructions)
+        cfg = self.checkpoint.lm
+        if str(path) not in self._voices:
+            self._voices[str(path)] = load_voice(path, cfg.dim, 1 + cfg.n_q)
+        silence, sine = cfg.persona_silence_codes, cfg.persona_sine_codes
+        return prompt_steps(self._voices[str(path)], tokens, cfg.delays, cfg.dep_q, silence, sine)
 
     def add_input(self, r: DuplexSession, chunk: Mapping[str, Any], last: bool) -> None:
         r.pending.extend(pcm_frames(r, chunk))
@@ -159,10 +183,12 @@ class MoshiEngine(StepEngine):
 
     def prefill(self, r: DuplexSession) -> Emit:
         self._release_freed()
-        r.slot = self.model.slots.take()
+        r.slot = self.model.slots.take(persona=bool(r.prompt))
         return Emit(data={"session_started": True})  # the session's handle returns to its caller on this
 
     def ready(self, r: DuplexSession) -> Any:
+        if r.prompt:
+            return PROMPT
         if r.pending:
             return r.pending[0]
         return END if r.ending else None
@@ -223,15 +249,21 @@ class MoshiEngine(StepEngine):
         """One frame of each session: Mimi encode, one temporal + depth step, Mimi decode."""
         model = self.model
         window = model.mimi.window
-        for r in rs:
-            r.audio.append(torch.from_numpy(r.pending.popleft()))
-            while len(r.audio) > window:
-                r.audio.popleft()
-        audio = [torch.cat(list(r.audio)) for r in rs]
+        prompts = [r.prompt.popleft() if r.prompt else None for r in rs]
+        heard = [i for i, p in enumerate(prompts) if p is None]
+        for i in heard:
+            rs[i].audio.append(torch.from_numpy(rs[i].pending.popleft()))
+            while len(rs[i].audio) > window:
+                rs[i].audio.popleft()
+        audio = [torch.cat(list(rs[i].audio)) for i in heard]
         user = torch.zeros(len(rs), model.slots.cfg.dep_q, dtype=torch.long)
         for idx in by_length(audio).values():
-            user[idx] = model.mimi.encode_last(torch.stack([audio[i] for i in idx]))
-        frames = model.slots.step([r.slot for r in rs], user, [r.sampling for r in rs])
+            user[[heard[j] for j in idx]] = model.mimi.encode_last(torch.stack([audio[j] for j in idx]))
+        for i, p in enumerate(prompts):
+            if p is not None:
+                user[i] = p.user
+        frames = model.slots.step([r.slot for r in rs], user, [r.sampling for r in rs], prompts)
+        frames = [None if p is not None and not p.emit else f for f, p in zip(frames, prompts)]
         out_rows = [i for i, f in enumerate(frames) if f is not None]
         for i in out_rows:
             rs[i].codes.append(frames[i][1:])
@@ -245,6 +277,9 @@ class MoshiEngine(StepEngine):
             pcm.update(zip(rows_here, decoded))
         emits = []
         for i in range(len(rs)):
+            if prompts[i] is not None and not prompts[i].emit:
+                emits.append(Emit())  # a prompt step: what the model drew is discarded
+                continue
             data: dict[str, Any] = {"user_codes": user[i].tolist()}
             if frames[i] is not None:
                 data.update(

@@ -160,19 +160,32 @@ class MoshiLM(nn.Module):
 
     # ------------------------------------------------------------------ temporal step
 
-    def temporal(self, tokens: torch.Tensor, kv: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    def temporal(
+        self,
+        tokens: torch.Tensor,
+        kv: torch.Tensor,
+        offsets: torch.Tensor,
+        replay: tuple[torch.Tensor, torch.Tensor] | None = None,
+        window: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """One step of B sessions: tokens [B, 1 + n_q], their KV rings kv [B, L, 2, H, C, Dh] (updated in place)
-        and offsets [B] -> the transformer output [B, 1, dim]."""
+        and offsets [B] -> the transformer output [B, 1, dim]. ``replay`` (rows [B] bool, inputs [B, dim]) gives
+        some rows their input embedding instead; ``window`` [B] narrows a row's attention to that many steps."""
         x = self.embed(self.text_emb, tokens[:, 0])
         for k in range(self.cfg.n_q):
             x = x + self.embed(self.emb[k], tokens[:, 1 + k])
+        if replay is not None:
+            x = torch.where(replay[0].view(-1, 1), replay[1].to(x), x)
         x = x[:, None]
         capacity = kv.shape[4]
         rows = torch.arange(x.shape[0], device=x.device)
         slot = offsets % capacity
         ring = torch.arange(capacity, device=x.device).view(1, -1)
         positions = offsets.view(-1, 1) - ((slot.view(-1, 1) - ring) % capacity)  # each ring entry's position
-        mask = (positions >= 0).view(-1, 1, 1, capacity)  # the ring holds exactly the attention window
+        mask = positions >= 0  # the ring holds exactly the attention window
+        if window is not None:
+            mask = mask & (offsets.view(-1, 1) - positions < window.view(-1, 1))
+        mask = mask.view(-1, 1, 1, capacity)
         for i, layer in enumerate(self.transformer.layers):
             q, k, v = layer.self_attn.qkv(layer.norm1(x), 0)
             q, k = rope(q, offsets, self.cfg.max_period), rope(k, offsets, self.cfg.max_period)
@@ -185,8 +198,17 @@ class MoshiLM(nn.Module):
 
     # ------------------------------------------------------------------ depth transformer
 
-    def depth(self, text: torch.Tensor, out: torch.Tensor, sampling: list[Sampling]) -> torch.Tensor:
-        """The frame's dep_q model codes of B sessions, drawn one after another: text [B], out [B, 1, dim]."""
+    def depth(
+        self,
+        text: torch.Tensor,
+        out: torch.Tensor,
+        sampling: list[Sampling],
+        force: torch.Tensor | None = None,
+        window: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The frame's dep_q model codes of B sessions, drawn one after another: text [B], out [B, 1, dim].
+        ``force`` [B, dep_q] (-1: none) replaces a drawn code as the next code's input (PersonaPlex's prompt);
+        the drawn codes are returned. ``window`` [B] narrows a row's attention to that many steps."""
         cfg = self.cfg
         b = out.shape[0]
         heads = cfg.depformer_num_heads
@@ -196,7 +218,11 @@ class MoshiLM(nn.Module):
         for step in range(cfg.dep_q):
             table = self.depformer_text_emb if step == 0 else self.depformer_emb[step - 1]
             x = self.depformer_in[step](out) + self.embed(table, prev)[:, None]
-            mask = (torch.arange(cfg.dep_q, device=out.device) <= step).view(1, 1, 1, -1)
+            at = torch.arange(cfg.dep_q, device=out.device).view(1, -1)
+            mask = at <= step
+            if window is not None:
+                mask = mask & (step - at < window.view(-1, 1))
+            mask = mask.view(-1, 1, 1, cfg.dep_q)
             for layer, (keys, values) in zip(self.depformer.layers, cache):
                 q, k, v = layer.self_attn.qkv(layer.norm1(x), step)
                 keys[:, :, step], values[:, :, step] = k[:, :, 0], v[:, :, 0]
@@ -207,6 +233,8 @@ class MoshiLM(nn.Module):
             drawn = [draw(logits[i].cpu(), s.temp, s.top_k, s.generator) for i, s in enumerate(sampling)]
             prev = torch.tensor(drawn, device=out.device)
             codes.append(prev)
+            if force is not None:
+                prev = torch.where(force[:, step] >= 0, force[:, step].to(prev.device), prev)
         return torch.stack(codes, dim=1)
 
 
@@ -228,25 +256,40 @@ class LMSlots:
         initial = [cfg.text_card] + [cfg.card] * cfg.n_q
         self.initial = torch.tensor(initial, dtype=torch.long)
         self.free = list(range(capacity - 1, -1, -1))
+        # the steps each session attends to, in the temporal and in the depth transformer
+        self.windows = torch.full((capacity, 2), 0, dtype=torch.long)
 
-    def take(self) -> int:
+    def take(self, persona: bool = False) -> int:
+        """A free slot, reset. ``persona``: the session runs as PersonaPlex's runtime does, whose KV ring
+        (moshi 0.1.0's) masks its oldest entry once full, so attention reaches one step less than the ring holds:
+        ``context - 1`` steps in the temporal transformer, ``depformer_context - 1`` in the depth transformer."""
         slot = self.free.pop()
         self.kv[slot].zero_()
         self.tokens[slot] = -2
         self.offsets[slot] = 0
+        cfg = self.cfg
+        short = torch.tensor([cfg.context - 1, (cfg.depformer_context or cfg.dep_q) - 1])
+        self.windows[slot] = short if persona else torch.tensor([cfg.context, cfg.dep_q])
         return slot
 
     def release(self, slot: int) -> None:
         self.free.append(slot)
 
     @torch.no_grad()
-    def step(self, slots: list[int], user: torch.Tensor, sampling: list[Sampling]) -> list[torch.Tensor | None]:
+    def step(
+        self, slots: list[int], user: torch.Tensor, sampling: list[Sampling], prompts: list[Any] | None = None
+    ) -> list[torch.Tensor | None]:
         """One frame of each session in ``slots``: user codes [B, dep_q] -> per session its output frame
-        [1 + dep_q] (text token, then the model's codes), or None while the delay pattern fills."""
+        [1 + dep_q] (text token, then the model's codes), or None while the delay pattern fills. ``prompts``
+        holds, per session, its ``persona.PromptStep`` when this step is one of its prompt's (else None)."""
         cfg, lm = self.cfg, self.lm
         idx = torch.tensor(slots, dtype=torch.long)
         offsets = self.offsets[idx]
         tokens = self.tokens[idx]
+        prompts = prompts or [None] * len(slots)
+        for i, p in enumerate(prompts):
+            if p is not None and p.restore is not None:
+                tokens[i, :, int(offsets[i]) % self.ring] = p.restore
         users = slice(cfg.dep_q + 1, 1 + cfg.n_q)
         writes = (offsets.view(-1, 1) + self.delays[users].view(1, -1)) % self.ring
         tokens[:, users].scatter_(-1, writes[..., None], user[..., None])
@@ -254,13 +297,22 @@ class LMSlots:
         is_init = offsets.view(-1, 1) <= self.delays.view(1, -1)
         current = torch.where(is_init, self.initial.view(1, -1), current)
         kv = self.kv[idx]
-        out = lm.temporal(current.to(self.kv.device), kv, offsets.to(self.kv.device))
+        device = self.kv.device
+        replay, force = self._prompt_inputs(prompts)
+        windows = self.windows[idx].to(device)
+        short = bool((windows < torch.tensor([cfg.context, cfg.dep_q], device=device)).any())
+        out = lm.temporal(current.to(device), kv, offsets.to(device), replay, windows[:, 0] if short else None)
         self.kv[idx] = kv
         text_logits = lm.text_linear(out)[:, 0].float()
         text = torch.tensor(
             [draw(text_logits[i].cpu(), s.temp_text, s.top_k_text, s.generator) for i, s in enumerate(sampling)]
         )
-        audio = lm.depth(text.to(out.device), out, sampling).cpu()
+        if force is not None:  # a prompt's tokens replace what was drawn, in the ring and as the depth's inputs
+            text = torch.where(force[:, 0] >= 0, force[:, 0], text)
+        forced = None if force is None else force[:, 1:]
+        audio = lm.depth(text.to(out.device), out, sampling, forced, windows[:, 1] if short else None).cpu()
+        if force is not None:
+            audio = torch.where(force[:, 1:] >= 0, force[:, 1:], audio)
         offsets = offsets + 1
         at = (offsets % self.ring).view(-1, 1, 1)
         tokens[:, :1].scatter_(-1, at, text.view(-1, 1, 1))
@@ -269,6 +321,20 @@ class LMSlots:
         read = (offsets.view(-1, 1) - self.max_delay + self.delays[: cfg.dep_q + 1].view(1, -1)) % self.ring
         frames = tokens[:, : cfg.dep_q + 1].gather(-1, read[..., None])[..., 0]
         return [frames[i] if int(offsets[i]) > self.max_delay else None for i in range(len(slots))]
+
+    def _prompt_inputs(self, prompts: list[Any]) -> tuple[tuple[torch.Tensor, torch.Tensor] | None, Any]:
+        """The rows' replayed input embeddings (rows [B], inputs [B, dim]) and forced tokens [B, 1 + dep_q]."""
+        if all(p is None for p in prompts):
+            return None, None
+        free = torch.full((1 + self.cfg.dep_q,), -1, dtype=torch.long)
+        force = torch.stack([free if p is None else p.force for p in prompts])
+        rows = [p is not None and p.embed is not None for p in prompts]
+        if not any(rows):
+            return None, force
+        zero = torch.zeros(self.cfg.dim)
+        inputs = torch.stack([p.embed if row else zero for p, row in zip(prompts, rows)])
+        device = self.kv.device
+        return (torch.tensor(rows, device=device), inputs.to(device)), force
 
 
 def load_lm(path: Any, cfg: LMConfig, device: str, dtype: torch.dtype) -> MoshiLM:

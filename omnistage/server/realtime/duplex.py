@@ -2,7 +2,8 @@
 in and audio + transcript out at once, no turns, in OpenAI Realtime event names plus session lifetime.
 
 Client events: ``session.update`` (first: opens the session with ``temperature``, ``top_k``,
-``temperature_text``, ``top_k_text``, ``seed``), ``input_audio_buffer.append`` (base64 PCM16 mono at 24 kHz),
+``temperature_text``, ``top_k_text``, ``seed``, and a persona: ``voice`` with ``instructions``),
+``input_audio_buffer.append`` (base64 PCM16 mono at 24 kHz),
 ``session.resume`` (``session_id``, ``resume_token``, ``last_event_seq``), ``session.event_ack``
 (``last_event_seq``), ``session.heartbeat``, ``playback.ack``, ``session.close``. Server events:
 ``session.created`` (``session.id``, ``resume_token``, ``capabilities``), ``session.resumed``,
@@ -38,7 +39,8 @@ MAX_APPEND_BYTES = 2 * 24000 * 10  # one append holds at most 10 s of PCM16 at 2
 SAMPLE_RATE = 24000
 CHUNK_PERIOD_MS = 80
 TEXT_PADDING = (0, 3)  # Moshi's text-stream padding tokens: no transcript event for them
-PARAMS = ("temperature", "top_k", "temperature_text", "top_k_text", "seed")
+# sampling, and the persona (a voice preset and the text prompt, stepped before the session's first frame)
+PARAMS = ("temperature", "top_k", "temperature_text", "top_k_text", "seed", "voice", "instructions")
 
 
 def event_id() -> str:
@@ -157,9 +159,8 @@ def session_params(event: dict[str, Any]) -> dict[str, Any]:
         rate = audio_format.get("rate")
     if rate != SAMPLE_RATE:
         raise InvalidRequestError("input_sample_rate", f"this model takes {SAMPLE_RATE} Hz PCM16, got {rate!r}")
-    prompt = session.get("persona") or session.get("instructions") or session.get("voice")
-    if prompt:
-        raise InvalidRequestError("persona", "this checkpoint takes no persona or voice prompt")
+    if session.get("persona") is not None:
+        raise InvalidRequestError("persona", "the persona's text prompt is `instructions`, with a `voice` preset")
     return {k: session[k] for k in PARAMS if k in session}
 
 

@@ -41,6 +41,8 @@ QUERY_PARAMS = {
     "text_topk": ("top_k_text", int),
     "text_seed": ("seed", int),
 }
+# PersonaPlex's web UI's persona fields (a voice preset's file name, the text prompt) -> the session's params
+PERSONA_QUERY = {"voice_prompt": "voice", "text_prompt": "instructions"}
 # knobs of the authors' Rust server the web UI always sends: taken at the values that change nothing
 NEUTRAL = {"pad_mult": 0.0, "repetition_penalty": 1.0}
 CHECKED = ("audio_seed", "repetition_penalty_context")  # sent by the web UI too: integers, not used
@@ -54,6 +56,9 @@ def sampling_params(query: Mapping[str, str]) -> dict[str, Any]:
     for name, (key, kind) in QUERY_PARAMS.items():
         if name in query:
             params[key] = number(query, name, kind)
+    for name, key in PERSONA_QUERY.items():
+        if query.get(name):
+            params[key] = query[name]
     for name in CHECKED:
         if name in query:
             number(query, name, int)
@@ -78,7 +83,8 @@ def number(query: Mapping[str, str], name: str, kind: type) -> float | int:
 
 def query_name(key: str | None) -> str | None:
     """A session param's name as the query spells it (for errors the engine raised)."""
-    return next((name for name, (k, _) in QUERY_PARAMS.items() if k == key), key)
+    names = {k: name for name, (k, _) in QUERY_PARAMS.items()} | {k: name for name, k in PERSONA_QUERY.items()}
+    return names.get(key, key) if key is not None else None
 
 
 class MoshiChat:

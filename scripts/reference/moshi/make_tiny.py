@@ -155,6 +155,10 @@ def main(outdir: str) -> None:
     train_tokenizer(out, LM["text_card"])
     config = dict(
         LM,
+        # PersonaPlex's prompt frames: the real Mimi's codes of silence and of a 440 Hz tone are out of the tiny
+        # card's range, so the tiny checkpoint names in-range ones (run_persona.py)
+        persona_silence_codes=[5, 17, 29, 41, 53, 3, 15, 27],
+        persona_sine_codes=[11, 23, 35, 47, 59, 7, 19, 31],
         moshi_name="model.safetensors",
         mimi_name="mimi.safetensors",
         mimi_config_name="mimi_config.json",

@@ -84,7 +84,11 @@ def main(tiny: str, golden: str) -> None:
     folder, out = Path(tiny), Path(golden)
     out.mkdir(parents=True, exist_ok=True)
     config = json.loads((folder / "config.json").read_text())
-    lm_kwargs = {k: v for k, v in config.items() if not k.endswith("_name") and k != "model_type"}
+    lm_kwargs = {
+        k: v
+        for k, v in config.items()
+        if not k.endswith("_name") and k != "model_type" and not k.startswith("persona_")
+    }
     mimi_config = json.loads((folder / config["mimi_config_name"]).read_text())
     mimi = loaders.get_mimi(folder / config["mimi_name"], mimi_config, num_codebooks=8)  # strict load: every key
     lm = loaders.get_moshi_lm(folder / config["moshi_name"], lm_kwargs=lm_kwargs, dtype=torch.float32)

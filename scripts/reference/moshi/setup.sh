@@ -7,7 +7,8 @@
 #
 # Writes tests/models/moshi/tiny/ (the authors' checkpoint format, committed: the tests load what the reference
 # loaded) and tests/models/moshi/golden/ (*.npz, sampled.json). About a minute once the venv exists.
-# The venv also runs moshi.server for benchmarks/duplex.py (serve_reference.py).
+# The venv also runs moshi.server for benchmarks/duplex.py (serve_reference.py), and lends its packages to
+# PersonaPlex's reference venv (setup_personaplex.sh).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../../.." && pwd)"

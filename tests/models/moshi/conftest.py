@@ -9,6 +9,11 @@ settings in ``sampled.json``). Each holds ``user_pcm`` (on the 16-bit grid), ``u
 [T - 1, 9] (text token + 8 codes per output frame), ``pcm`` (the decoded output) and ``text`` (the transcript
 moshi.server sends). Regenerate with ``scripts/reference/moshi/setup.sh`` (the venv, ~7 GB with torch's CUDA
 libraries, is built once; the run takes about a minute; rebuilding the tiny checkpoint wrote the same weights).
+
+The persona golden (``golden/persona.npz``, ``persona.json``) and the voice preset ``tiny/voices/tiny.pt`` come
+from NVIDIA PersonaPlex's fork of ``moshi`` (its ``LMGen.step_system_prompts`` then its step loop, greedy, on
+the codes of case "a"): ``scripts/reference/moshi/setup_personaplex.sh`` rebuilds them (a few seconds once that
+venv exists; the run is done twice and must agree). ``persona.json`` pins the weights and the preset by hash.
 """
 
 from __future__ import annotations
@@ -36,6 +41,10 @@ SAMPLED_PARAMS = {
 # Mimi in transformers' modules against the authors' (another conv / attention kernel order) decodes the same
 # codes to samples within 1.2e-6 of the reference's (measured on all four cases; the peaks are ~1.3)
 PCM_ATOL = 1e-5
+
+
+PERSONA = json.loads((GOLDEN / "persona.json").read_text())
+PERSONA_PARAMS = {"voice": PERSONA["voice"], "instructions": PERSONA["instructions"]}
 
 
 def golden(name: str) -> dict[str, np.ndarray]:

@@ -8,6 +8,7 @@ greedy output frames (text token + 8 codes) equal the reference's exactly and th
 from __future__ import annotations
 
 import asyncio
+import hashlib
 
 import numpy as np
 import pytest
@@ -15,7 +16,16 @@ import torch
 
 from omnistage import AsyncOmni
 from omnistage.errors import InvalidRequestError
-from tests.models.moshi.conftest import CASES, GREEDY, PCM_ATOL, SAMPLED_PARAMS, golden
+from tests.models.moshi.conftest import (
+    CASES,
+    GREEDY,
+    PCM_ATOL,
+    PERSONA,
+    PERSONA_PARAMS,
+    SAMPLED_PARAMS,
+    TINY,
+    golden,
+)
 
 FRAME = 1920
 pytestmark = pytest.mark.slow
@@ -126,10 +136,47 @@ def test_bad_audio_is_refused_by_name_and_the_session_goes_on(engine):
     check(loop.run_until_complete(run()), case)
 
 
+def test_persona_session_equals_personaplex_beside_a_plain_one(engine):
+    """PersonaPlex's prompt (a voice preset, then the instructions) is stepped before the first frame, in the
+    same batches as a plain session: the persona's frames equal PersonaPlex's step loop, the plain one's still
+    equal the authors' ``LMGen``."""
+    loop, omni = engine
+    case, plain = golden("persona"), golden("a")
+    for name, key in (("model.safetensors", "model_sha256"), ("voices/tiny.pt", "voice_sha256")):
+        assert hashlib.sha256((TINY / name).read_bytes()).hexdigest() == PERSONA[key]  # what the reference ran
+
+    async def both():
+        return await asyncio.gather(
+            run_session(omni, plain["user_pcm"], [FRAME], params=dict(GREEDY, **PERSONA_PARAMS)),
+            run_session(omni, plain["user_pcm"], [FRAME * 2]),
+        )
+
+    frames, plain_frames = loop.run_until_complete(both())
+    check(plain_frames, plain)
+    tokens = np.array([f["text_token_ids"] + f["audio_codes"] for f in frames])
+    # PersonaPlex steps the model on a frame once the next one arrives: its first output is the prompt's last
+    # (forced silence), and its last frame is never stepped. Here that frame is stepped too: one output more.
+    assert len(tokens) == len(case["tokens"]) + 1
+    np.testing.assert_array_equal(tokens[:-1], case["tokens"])
+    np.testing.assert_array_equal([f["user_codes"] for f in frames[1:]], case["user_codes"])
+    assert all(np.isfinite(f["audio"]).all() and f["audio"].shape == (FRAME,) for f in frames)
+
+
 def test_bad_params_are_refused_by_name(engine):
     loop, omni = engine
 
-    for params, name in (({"temperature": -1}, "temperature"), ({"top_k": "many"}, "top_k"), ({"seed": -3}, "seed")):
+    empty = loop.run_until_complete(omni.open_duplex(dict(GREEDY, voice="", instructions="")))  # asks for nothing
+    loop.run_until_complete(empty.abort())
+    for params, name in (
+        ({"temperature": -1}, "temperature"),
+        ({"top_k": "many"}, "top_k"),
+        ({"seed": -3}, "seed"),
+        ({"voice": "nobody", "instructions": "Hi."}, "voice"),
+        ({"voice": "../tiny/voices/tiny", "instructions": "Hi."}, "voice"),
+        ({"instructions": "Hi."}, "voice"),
+        ({"voice": "tiny"}, "instructions"),
+        ({"voice": "tiny", "instructions": "word " * 800}, "instructions"),
+    ):
         with pytest.raises(InvalidRequestError) as bad:
             loop.run_until_complete(omni.open_duplex(dict(GREEDY, **params)))
         assert bad.value.field == name

@@ -170,17 +170,22 @@ def test_query_fields_and_the_api_key(duplex_server):
 
     async def run():
         results = [await status("/api/chat", {}), await status("/api/chat", wrong)]
-        for query in ("text_topk=many", "audio_temperature=-1", "pad_mult=1.5"):
+        for query in ("text_topk=many", "audio_temperature=-1", "pad_mult=1.5", "voice_prompt=x.pt&text_prompt=Hi"):
             results.append(await status(f"/api/chat?{query}", bearer))
         async with websockets.connect(url(duplex_server, "/api/chat?pad_mult=0"), additional_headers=basic) as ws:
             results.append(await asyncio.wait_for(ws.recv(), 60))
+        persona = "/api/chat?voice_prompt=tiny.pt&text_prompt=You%20are%20a%20teacher."  # PersonaPlex's UI's fields
+        async with websockets.connect(url(duplex_server, persona), additional_headers=bearer) as ws:
+            results.append(await asyncio.wait_for(ws.recv(), 60))
         return results
 
-    no_key, wrong_key, topk, temperature, pad, handshake = asyncio.run(run())
+    no_key, wrong_key, topk, temperature, pad, voice, handshake, persona_handshake = asyncio.run(run())
     assert no_key[0] == wrong_key[0] == 401 and no_key[1]["code"] == "invalid_api_key"
     assert topk[0] == 400 and topk[1]["param"] == "text_topk"
     assert temperature[0] == 400 and temperature[1]["param"] == "audio_temperature"
     assert pad[0] == 400 and pad[1]["param"] == "pad_mult"
+    assert voice[0] == 400 and voice[1]["param"] == "voice_prompt"
+    assert persona_handshake == b"\x00"
     assert handshake == b"\x00"  # the key as Basic auth's password: what `moshi.client --url ws://moshi:KEY@...` sends
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import websockets
 
-from tests.models.moshi.conftest import PCM_ATOL, golden
+from tests.models.moshi.conftest import PCM_ATOL, PERSONA_PARAMS, golden
 from tests.models.moshi.server.conftest import GRACE_S, KEY
 
 FRAME = 1920
@@ -149,6 +149,35 @@ def test_bad_input_is_an_error_event_and_the_session_goes_on(duplex_server):
     assert bad_rate["error"]["param"] == "input_sample_rate"
     assert [e["error"]["param"] for e in errors] == ["audio", "audio", "audio", "type", "type"]
     check_output([e for e in events if e["type"] != "error" or e.get("server_event_seq")], case)
+
+
+def test_persona_through_session_update(duplex_server):
+    """``voice`` and ``instructions`` in ``session.update`` condition the session (PersonaPlex's prompt): its
+    transcript equals PersonaPlex's step loop. An unknown voice is an error event, and the socket goes on."""
+    case = golden("persona")
+
+    async def run():
+        events: list[dict] = []
+        async with await connect(duplex_server) as ws:
+            await send(ws, "session.update", session=dict(GREEDY, voice="nobody", instructions="Hi."))
+            unknown = await events_until(ws, "error", events)
+            await send(ws, "session.update", session=dict(GREEDY, persona="a teacher"))
+            persona = await events_until(ws, "error", events)
+            await send(ws, "session.update", session=dict(GREEDY, **PERSONA_PARAMS))
+            await events_until(ws, "session.created", events)
+            await append_all(ws, golden("a")["user_pcm"], 5000)
+            await send(ws, "session.close")
+            await events_until(ws, "session.closed", events)
+        return unknown, persona, events
+
+    unknown, persona, events = asyncio.run(run())
+    assert unknown["error"]["param"] == "voice" and "tiny" in unknown["error"]["message"]  # names the presets
+    assert persona["error"]["param"] == "persona"
+    audio = [e for e in events if e["type"] == "response.output_audio.delta"]
+    assert len(audio) == len(case["tokens"]) + 1  # the last frame is stepped too (test_duplex.py says why)
+    ids = [t for e in events if e["type"] == "response.output_audio_transcript.delta" for t in e["token_ids"]]
+    expected = [t for t in case["tokens"][:, 0].tolist() if t not in (0, 3)]
+    assert ids[: len(expected)] == expected and len(ids) <= len(expected) + 1
 
 
 def test_api_key_is_enforced_and_a_chat_socket_is_refused(duplex_server):
