@@ -18,18 +18,24 @@ delta (one per frame), "whole" is the complete answer of the same request (what 
 waits for), and streamed vs whole compares the concatenated deltas with the final audio. ``--frames``
 caps its LM steps (``max_tokens``; the tiny model also ends itself), 40 by default.
 
-    python benchmarks/tts_streaming.py [--family codec_tts|llasa|csm|qwen3_tts|vibevoice|higgs_audio|voxcpm | --model DIR]
-        [--rounds 5] [--chunk-frames 8] [--initial-chunk-frames N] [--frames 200] [--concurrency 1 8]
+    python benchmarks/tts_streaming.py [--family codec_tts|llasa|csm|qwen3_tts|vibevoice|higgs_audio|voxcpm|xtts
+        | --model DIR] [--rounds 5] [--chunk-frames 8] [--initial-chunk-frames N] [--frames 200]
+        [--concurrency 1 8] [--out benchmarks/results]
 
 VoxCPM2's LM caps its steps at 6 per text token + 10 (22 for "hello world"): run it with ``--frames 20`` so
-that every request makes them all (as its recorded results did).
+that every request makes them all (as its recorded results did). The tiny XTTS v2 makes at most 27 codes a
+request (its ``gpt_max_audio_tokens`` less 3): ``--frames 24``.
+
+A pipeline that declares it has no voice of its own (``SpeechInfo.needs_voice``) gets a reference clip with every
+request (a second of tone and noise, the same for all: a family that caches a clip's conditioning computes it once,
+in the warm-up).
 
 The requests' LM parameters (how many tokens make ``--frames`` frames, what makes them repeatable) and the
 first streamed block come from the pipeline's declared ``SpeechInfo.frames`` (``omnistage/info.py``).
 Without --model the tiny fixture of --family is built (tiny LM and codec:
 the ratios show the pipeline's scheduling, not a real model's compute).
-Results: benchmarks/results/tts_streaming.{json,md} for codec_tts,
-tts_streaming_<family>.{json,md} for the others.
+Results: OUT/tts_streaming.{json,md} for codec_tts, tts_streaming_<family>.{json,md} for the others (OUT:
+``--out``, benchmarks/results by default).
 """
 
 from __future__ import annotations
@@ -62,12 +68,21 @@ TEXTS = [
 ]
 
 
-async def one(engine, text: str, params: list[dict]) -> dict:
+def reference_clip(seconds: float = 1.2, rate: int = 16000) -> tuple:
+    import numpy as np
+
+    t = np.arange(int(seconds * rate)) / rate
+    audio = 0.2 * np.sin(2 * np.pi * 220 * t) + 0.05 * np.random.default_rng(1).standard_normal(t.size)
+    return audio.astype(np.float32), rate
+
+
+async def one(engine, text: str, params: list[dict], voice: tuple | None = None) -> dict:
     t0 = time.perf_counter()
     first = None
     audio = None
     deltas = []
-    async for out in engine.generate(text, sampling_params_list=params):
+    prompt = text if voice is None else {"prompt": text, "speech": {"ref_audio": voice}}
+    async for out in engine.generate(prompt, sampling_params_list=params):
         if not out.finished and out.delta.get("audio") is not None:
             first = first or time.perf_counter()
             deltas.append(out.delta["audio"])
@@ -85,8 +100,8 @@ async def one(engine, text: str, params: list[dict]) -> dict:
     }
 
 
-async def batch(engine, n: int, params: list[dict]) -> list[dict]:
-    return await asyncio.gather(*(one(engine, TEXTS[i % len(TEXTS)], params) for i in range(n)))
+async def batch(engine, n: int, params: list[dict], voice: tuple | None = None) -> list[dict]:
+    return await asyncio.gather(*(one(engine, TEXTS[i % len(TEXTS)], params, voice) for i in range(n)))
 
 
 def as_whole(rows: list[dict]) -> list[dict]:
@@ -149,18 +164,19 @@ async def main(args: argparse.Namespace) -> dict:
     if args.initial_chunk_frames is not None:
         codec["initial_codec_chunk_frames"] = args.initial_chunk_frames
     params = [lm] if one_stage else [lm, codec]
+    voice = reference_clip() if pipeline.info.speaks.needs_voice else None
     rows: dict[str, dict[int, list[dict]]] = {m: {c: [] for c in args.concurrency} for m in ("streamed", "whole")}
     max_diff, diff_sq, signal_sq = 0.0, 0.0, 0.0
     frames_seen: list[int] = []
     try:
         for name, engine in modes.items():  # warm-up (first-request costs) outside the measurement
-            await batch(engine, 1, params)
+            await batch(engine, 1, params, voice)
         for r in range(args.rounds):
             order = list(modes) if r % 2 == 0 else list(reversed(modes))
             for c in args.concurrency:
                 got = {}
                 for name in order:
-                    got[name] = await batch(modes[name], c, params)
+                    got[name] = await batch(modes[name], c, params, voice)
                     rows[name][c].extend(got[name])
                 if one_stage:
                     got["whole"] = as_whole(got["streamed"])
@@ -210,11 +226,11 @@ async def main(args: argparse.Namespace) -> dict:
     }
 
 
-def write(report: dict) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
+def write(report: dict, out: Path = RESULTS) -> None:
+    out.mkdir(parents=True, exist_ok=True)
     name = report["family"] or Path(report["model"]).name
     stem = "tts_streaming" if name == DEFAULT else f"tts_streaming_{name}"
-    (RESULTS / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
     t = report["targets"]
     speedup_key = next(k for k in t if k.startswith("whole_over"))
     growth_key = next(k for k in t if k.startswith("streamed_ttfp"))
@@ -253,7 +269,7 @@ def write(report: dict) -> None:
             f"{r['ttfp_ratio']:.3f} | {r['streamed_rtf']:.3f} | {r['whole_rtf']:.3f} | {r['rtf_ratio']:.3f} | "
             f"{r['streamed_e2e_ms']:.1f} | {r['whole_e2e_ms']:.1f} | {r['audio_duration_s']:.3g} |"
         )
-    (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
@@ -262,7 +278,7 @@ if __name__ == "__main__":
     parser.add_argument(
         "--family",
         default=DEFAULT,
-        choices=[DEFAULT, "llasa", "csm", "qwen3_tts", "vibevoice", "higgs_audio", "voxcpm"],
+        choices=[DEFAULT, "llasa", "csm", "qwen3_tts", "vibevoice", "higgs_audio", "voxcpm", "xtts"],
         help="tiny fixture to build when --model is not given",
     )
     parser.add_argument(
@@ -284,4 +300,6 @@ if __name__ == "__main__":
         "of which the tiny model speaks ~18 frames)",
     )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
-    write(asyncio.run(main(parser.parse_args())))
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where the results go (default: %(default)s)")
+    cli = parser.parse_args()
+    write(asyncio.run(main(cli)), cli.out)

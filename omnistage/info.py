@@ -59,6 +59,7 @@ class SpeechInfo:
     languages: tuple[str, ...] = ()  # the languages it speaks, where it names them
     needs_voice: bool = False  # every request names a voice or clones one (it has no speaker of its own)
     clones_from_embedding: bool = False  # it also clones from a clip's speaker embedding alone (x_vector_only_mode)
+    splits_text: bool = False  # it speaks a text sentence by sentence on request (enable_text_splitting)
     frames: CodeFrames | None = None  # how its LM's steps become audio frames, where it makes them one by one
 
     def __post_init__(self) -> None:

@@ -44,6 +44,7 @@ class SpeechInput(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
     context: tuple[SpeechTurn, ...] | None = None  # earlier turns the model continues from (CSM)
     x_vector_only_mode: bool | None = None  # Qwen3-TTS Base: clone from the speaker embedding alone
     non_streaming_mode: bool | None = None  # Qwen3-TTS: the whole text in the prompt instead of fed per step
+    enable_text_splitting: bool | None = None  # XTTS: speak the text sentence by sentence (its release's option)
     # the codec stage's chunk sizes in frames (codec-token pipelines): its first piece, and every later one
     initial_codec_chunk_frames: int | None = None
     chunk_frames: int | None = None

@@ -43,6 +43,7 @@ def test_an_instance_is_checked_too():
         ("speech", {"ref_audio": "clip.wav"}, "ref_audio"),
         ("speech", {"ref_audio": (np.zeros(4), "24k")}, "ref_audio[1]"),
         ("speech", {"x_vector_only_mode": "yes"}, "x_vector_only_mode"),
+        ("speech", {"enable_text_splitting": "yes"}, "enable_text_splitting"),
         ("speech", {"context": [{"speaker": "0", "text": 3}]}, "context[0].text"),
         ("speech", {"speaker": "1"}, "speaker"),  # not a field: refused, not ignored
         ("speech", "Vivian", "speech"),

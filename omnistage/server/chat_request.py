@@ -89,6 +89,7 @@ SPEECH_CHAT_FIELDS = (
     "ref_audio",
     "ref_text",
     "x_vector_only_mode",
+    "enable_text_splitting",
     "initial_codec_chunk_frames",
 )
 

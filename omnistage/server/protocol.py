@@ -312,6 +312,7 @@ class SpeechRequest(RequestKnobs):
     ref_audio: str | None = Field(None, min_length=1)
     ref_text: str | None = Field(None, max_length=8192)
     x_vector_only_mode: bool | None = None  # clone from the clip's speaker embedding alone (no ref_text)
+    enable_text_splitting: bool | None = None  # speak the text sentence by sentence (SpeechInfo.splits_text)
     language: str | None = Field(None, max_length=64)
     max_new_tokens: int | None = Field(None, ge=1)  # the speech LM's max_tokens
     # per-stage params, as on /v1/chat/completions (e.g. Qwen3-Omni's talker budget in entry 1)

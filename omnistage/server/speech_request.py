@@ -91,7 +91,13 @@ async def speech_input(state: ServerState, body: SpeechRequest) -> SpeechInput |
         "language": body.language,
         "initial_codec_chunk_frames": body.initial_codec_chunk_frames,
         "x_vector_only_mode": body.x_vector_only_mode,
+        "enable_text_splitting": body.enable_text_splitting or None,
     }
+    if body.enable_text_splitting and not state.engine.pipeline.info.speaks.splits_text:
+        raise bad_request(
+            f"enable_text_splitting: model {state.model_name!r} does not split a text into sentences",
+            "enable_text_splitting",
+        )
     fields = {k: v for k, v in info.items() if v is not None}
     return SpeechInput(**fields) if fields else None
 

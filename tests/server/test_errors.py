@@ -155,6 +155,7 @@ JSON_CASES = [
     ("/v1/audio/speech", {"json": {"voice": "alto"}}, 400, "input"),
     ("/v1/audio/speech", {"json": {"input": "x", "speed": 10}}, 400, "speed"),
     ("/v1/audio/speech", {"json": {"input": "x", "speed": 2}}, 400, "speed"),  # model does not support it
+    ("/v1/audio/speech", {"json": {"input": "x", "enable_text_splitting": True}}, 400, "enable_text_splitting"),
     ("/v1/audio/speech", {"json": {"input": "x", "response_format": "ogg"}}, 400, "response_format"),
     ("/v1/audio/speech", {"json": {"input": "x", "voice": "tenor"}}, 400, "voice"),
     ("/v1/audio/speech", {"json": {"input": "x", "stream": True, "response_format": "ogg"}}, 400, "response_format"),

@@ -10,7 +10,8 @@ whole or streamed as the release's ``inference_stream`` streams.
 - Voice: cloned from ``ref_audio`` (or a voice registered through /v1/audio/voices); its conditioning is
   computed once per clip content (sha256) and cached. ``ref_text`` is not used (XTTS clones from the clip).
 - ``language``: one of the checkpoint's ``languages`` (a 400 naming ``language`` otherwise); ``speed``
-  stretches the latents (the release's ``length_scale``).
+  stretches the latents (the release's ``length_scale``); ``enable_text_splitting`` (off by default, as in the
+  release) speaks the text sentence by sentence (``sentences.py``), the audio of each decoded on its own.
 - Params of stage 0: ``temperature`` (0: greedy), ``top_k``, ``top_p``, ``repetition_penalty``,
   ``max_tokens`` (audio codes), ``seed``; defaults from the checkpoint's ``config.json``. Stage 1 takes
   ``chunk_frames`` (codes per streamed piece, the release's ``stream_chunk_size``; default 20).
@@ -20,7 +21,7 @@ Tiny fixture: ``python -m omnistage.testing.tiny xtts DIR``.
 
 from __future__ import annotations
 
-from omnistage.info import PipelineInfo, SpeechInfo
+from omnistage.info import CodeFrames, PipelineInfo, SpeechInfo
 from omnistage.models.shared.speech_family import lm_then_decoder
 from omnistage.models.xtts import tiny
 from omnistage.models.xtts.config import LANGUAGES, MAX_REF_AUDIO_S, PARAM_KEYS, SAMPLE_RATE, VOICES, is_xtts
@@ -50,6 +51,11 @@ PIPELINE = lm_then_decoder(
             max_ref_audio_s=MAX_REF_AUDIO_S,
             supports_speed=True,
             languages=LANGUAGES,
+            splits_text=True,
+            needs_voice=True,  # no preset voice in the weights: every request clones
+            # one GPT step: one code and its latent, a frame of the decoder (its samples are not a whole number: the
+            # latents are resampled to the vocoder's rate); the GPT takes no min_tokens, it ends at its stop code
+            frames=CodeFrames("xtts_hifigan", takes_min_tokens=False),
         ),
     ),
 )

@@ -6,6 +6,9 @@ as the release's stream does) and sends the audio past what was sent, less an ``
 back to cross-fade into the next piece (linear fades over the overlap); the last piece sends the rest. So
 the streamed audio is the release's ``inference_stream`` output, which differs from the whole decode where
 the fades fall.
+
+A text spoken sentence by sentence: each sentence's latents are decoded alone and the audio joined (whole), or
+each sentence streams as above and its last piece (``sentence_end``) closes it, the next starting afresh.
 """
 
 from __future__ import annotations
@@ -71,7 +74,16 @@ class XttsDecoderAdapter:
         inputs = item.inputs
         if "latents" not in inputs:  # a stream's last feed with nothing new after its last piece
             return {"audio": torch.zeros(0), "sample_rate": SAMPLE_RATE}
-        wav = decode(self.vocoder, inputs["latents"], inputs["speaker"], float(inputs.get("speed") or 1.0))
+        speaker, speed = inputs["speaker"], float(inputs.get("speed") or 1.0)
         if inputs.get("streamed"):
-            wav = next_piece(wav, item.state, final=item.last)
-        return {"audio": wav.cpu(), "sample_rate": SAMPLE_RATE}
+            ends = bool(inputs.get("sentence_end"))
+            wav = next_piece(decode(self.vocoder, inputs["latents"], speaker, speed), item.state, item.last or ends)
+            if ends:  # the next sentence streams afresh
+                item.state.pop("prev_len", None)
+                item.state.pop("tail", None)
+            return {"audio": wav.cpu(), "sample_rate": SAMPLE_RATE}
+        sentences = inputs.get("sentences")
+        latents = inputs["latents"]
+        counts = [len(latents)] if sentences is None else torch.unique_consecutive(sentences, return_counts=True)[1]
+        pieces = [decode(self.vocoder, part, speaker, speed) for part in torch.split(latents, list(map(int, counts)))]
+        return {"audio": torch.cat(pieces).cpu(), "sample_rate": SAMPLE_RATE}

@@ -4,13 +4,17 @@ the first step the speaker embedding and the request's ``speed`` for the decoder
 
 Inputs: the prompt's ``prompt`` (the text) and the request's ``SpeechInput``: ``ref_audio`` (the voice to
 clone; XTTS clones from the clip alone, so ``ref_text`` is not used), ``language`` (one of the checkpoint's
-languages; default ``en``) and ``speed``. A clip's conditioning (the GPT's latents and the speaker
+languages; default ``en``), ``speed`` and ``enable_text_splitting`` (the release's option, off by default: the
+text cut into sentences, ``sentences.py``, each generated from a fresh prompt in turn, the request's sampler
+going on from one to the next as the release's global one does; between two, a step emits ``sentence_end``
+alone, where the decoder closes the sentence's audio). A clip's conditioning (the GPT's latents and the speaker
 embedding) is computed once per clip content: the prefill looks it up by the clip's sha256 first.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +34,7 @@ from omnistage.models.xtts.config import (
     text_language,
 )
 from omnistage.models.xtts.model import XttsModel, XttsRow
+from omnistage.models.xtts.sentences import char_limit, split_text
 from omnistage.pipeline import StageContext
 from omnistage.speech import SpeechInput
 from omnistage.stages.ar.engine import ARRequest, Emit, StepEngine
@@ -39,11 +44,15 @@ from omnistage.stages.base import StageRequest
 CACHED_VOICES = 64  # clips whose conditioning is kept (each: 32 latents and one 512-d embedding)
 MIN_REF_AUDIO_S = 0.33  # the release refuses a clip with no chunk this long
 SILENT_PEAK = 1e-4
+logger = logging.getLogger(__name__)
 
 
 @dataclass
 class XttsRequest(ARRequest):
-    text_ids: list[int] = field(default_factory=list)
+    sentences: list[list[int]] = field(default_factory=list)  # each sentence's text ids, spoken in turn
+    sentence: int = 0  # the one being generated
+    between: bool = False  # a sentence ended and another follows: the next step marks the end, then prefills
+    conditioning: tuple[torch.Tensor, torch.Tensor] | None = None
     clip: tuple[np.ndarray, int] | None = None
     clip_key: str = ""
     params: XttsParams | None = None
@@ -102,17 +111,32 @@ class XttsEngine(StepEngine):
             raise InvalidRequestError(
                 "voice", f"{speech.voice!r} is not a voice of this model; clone one with ref_audio"
             )
-        ids = self.model.text_ids(text, text_language(speech.language, args.languages))
-        if len(ids) + 2 > args.max_text_tokens:
-            raise InvalidRequestError(
-                "input", f"the text is {len(ids)} tokens; XTTS reads at most {args.max_text_tokens - 2}"
-            )
+        sentences = self._sentences(text, text_language(speech.language, args.languages), speech)
         clip = reference_clip(speech)
         key = hashlib.sha256(clip[0].tobytes() + str(clip[1]).encode()).hexdigest()
         row = self.model.new_row(p, request_generator(p.sampling.temperature, p.seed))
         return XttsRequest(
-            req, text_ids=ids, clip=clip, clip_key=key, params=p, speed=check_speed(speech.speed), row=row
+            req, sentences=sentences, clip=clip, clip_key=key, params=p, speed=check_speed(speech.speed), row=row
         )
+
+    def _sentences(self, text: str, language: str, speech: SpeechInput) -> list[list[int]]:
+        """The text ids of each sentence the request speaks (one, unless it asks for splitting)."""
+        pieces = split_text(text, language) if speech.enable_text_splitting else [text]
+        out = []
+        for piece in pieces:
+            if len(piece) > char_limit(language):  # the release warns and speaks it: the audio may end early
+                logger.warning(
+                    "XTTS: %d characters, over the %s limit of %d", len(piece), language, char_limit(language)
+                )
+            ids = self.model.text_ids(piece, language)
+            if len(ids) + 2 > self.model.args.max_text_tokens:
+                raise InvalidRequestError(
+                    "input",
+                    f"a sentence is {len(ids)} tokens; XTTS reads at most {self.model.args.max_text_tokens - 2}"
+                    + ("" if speech.enable_text_splitting else " (enable_text_splitting cuts a text in sentences)"),
+                )
+            out.append(ids)
+        return out
 
     def _conditioning(self, r: XttsRequest) -> tuple[torch.Tensor, torch.Tensor]:
         hit = self.voices.get(r.clip_key)
@@ -126,7 +150,16 @@ class XttsEngine(StepEngine):
         return hit
 
     def _emission(self, r: XttsRequest, code: int, latent: torch.Tensor, first: dict | None = None) -> Emit:
-        data = {"token_ids": torch.tensor([[code]]), "latent": latent.detach().float().cpu()[None], **(first or {})}
+        data = {
+            "token_ids": torch.tensor([[code]]),
+            "latent": latent.detach().float().cpu()[None],
+            "sentence": torch.tensor([r.sentence]),
+            **(first or {}),
+        }
+        ended = code == self.model.args.stop_audio_token or r.row.emitted >= r.params.max_tokens
+        if ended and r.sentence + 1 < len(r.sentences):  # the release's next sentence: a new generate call
+            r.between = True
+            return Emit(data, tokens=1)
         if code == self.model.args.stop_audio_token:
             return Emit(data, tokens=1, finish="stop")
         return Emit(data, tokens=1, finish="length" if r.row.emitted >= r.params.max_tokens else None)
@@ -137,9 +170,9 @@ class XttsEngine(StepEngine):
         going, prompts, speakers = [], [], []
         for r in rs:
             try:
-                cond, speaker = self._conditioning(r)
+                r.conditioning = cond, speaker = self._conditioning(r)
                 going.append(r)
-                prompts.append((cond, r.text_ids))
+                prompts.append((cond, r.sentences[0]))
                 speakers.append(speaker)
                 out.append(None)
             except Exception as e:
@@ -157,8 +190,27 @@ class XttsEngine(StepEngine):
         return out
 
     def step(self, rs: list[XttsRequest], items: list[Any]) -> list[Emit]:
-        results = self.model.step([r.row for r in rs])
-        return [self._emission(r, code, latent) for r, (code, latent) in zip(rs, results)]
+        """One code for every row generating; a row whose sentence ended emits ``sentence_end`` and starts
+        its next sentence (a fresh cache and penalty set, the same sampler), whose prompt runs next step."""
+        out: dict[int, Emit] = {}
+        stepping, starting = [], []
+        for i, r in enumerate(rs):
+            if r.between:
+                out[i] = Emit({"sentence_end": torch.tensor([r.sentence])})
+                r.between, r.sentence = False, r.sentence + 1
+                r.row = self.model.new_row(r.params, r.row.generator)
+            elif r.row.emitted == 0:
+                starting.append(i)
+            else:
+                stepping.append(i)
+        if starting:
+            prompts = [(rs[i].conditioning[0], rs[i].sentences[rs[i].sentence]) for i in starting]
+            for i, (code, latent) in zip(starting, self.model.prefill([rs[i].row for i in starting], prompts)):
+                out[i] = self._emission(rs[i], code, latent)
+        if stepping:
+            for i, (code, latent) in zip(stepping, self.model.step([rs[i].row for i in stepping])):
+                out[i] = self._emission(rs[i], code, latent)
+        return [out[i] for i in range(len(rs))]
 
 
 def build_gpt_engine(ctx: StageContext) -> XttsEngine:

@@ -4,7 +4,8 @@ coqui-tts imports torchaudio (no build for this torch) and needs packages the pr
 in a separate environment: ``scripts/reference/xtts/setup.sh`` (a venv under /work/ref-venvs that sees the
 project's torch and transformers; the script builds the tiny folder as ``python -m omnistage.testing.tiny
 xtts`` does and runs ``run_reference.py``, which loads it with the release's own ``Xtts.load_checkpoint``,
-strict, and runs every call twice: the same bytes both times). ``golden/weights.json`` holds the sha256 of
+strict, and runs every call twice: the same bytes both times; then ``frontend_goldens.py``, the release's sentence
+splitting and speech through its text front end). ``golden/weights.json`` holds the sha256 of
 the files the goldens came from; ``xtts_dir`` checks this session's tiny build against it (a different build
 means: rerun the script).
 """
@@ -28,6 +29,14 @@ CASES = {
 }
 # run_reference.py's STREAMS: inference_stream samples at the checkpoint's settings with this seed
 STREAMS = {"en_seed1234": ("sampled_en", 1234, 2), "es_seed0": ("greedy_es", 0, 8)}
+# frontend_goldens.py's SPEECH (greedy, as CASES' greedy ones): name -> (text, language, enable_text_splitting)
+FRONTEND = {
+    "price_en": ("It costs $5.50, 20% off.", "en", False),
+    "zh": ("你好，价格是5元。", "zh-cn", False),
+    "ja": ("今日はいい天気ですね。", "ja", False),
+    "split_ja": ("今日は。" * 9 + "明日は雨が降るでしょう。" * 4, "ja", True),  # 84 characters: two pieces
+}
+FRONTEND_STREAM = ("split_ja", 3, 0)  # its inference_stream: the FRONTEND text, stream_chunk_size, seed
 STEP = 1  # one 16-bit step: the tolerance of every waveform (the goldens are PCM16; measured: at most 1)
 
 
@@ -35,8 +44,8 @@ def golden(name: str) -> dict[str, np.ndarray]:
     return dict(np.load(GOLDEN / f"{name}.npz"))
 
 
-def stream_pieces(name: str) -> list[np.ndarray]:
-    g = golden(f"stream_{name}")
+def stream_pieces(name: str, prefix: str = "stream") -> list[np.ndarray]:
+    g = golden(f"{prefix}_{name}")
     return [g[f"piece{i}"] for i in range(len(g))]
 
 

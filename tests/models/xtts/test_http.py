@@ -1,7 +1,10 @@
 """XTTS v2 through the HTTP server (in-process, the ``openai`` client and httpx; audio decoded with soundfile):
 a whole answer equal to coqui-tts 0.28.0's ``Xtts.inference`` and a streamed one to its ``inference_stream``
 (goldens, conftest.py) within one 16-bit step, a /v1/realtime text turn as that stream, what users type
-(prices, Chinese, Japanese) spoken, ``/v1/audio/voices``, 400s naming the field."""
+(a price, Chinese, Japanese) spoken as the release speaks it, a text split into sentences
+(``enable_text_splitting``) streamed as the release streams it, ``/v1/audio/voices``, 400s naming the field.
+
+Goldens: ``scripts/reference/xtts/setup.sh`` (``run_reference.py`` and ``frontend_goldens.py``) regenerates them."""
 
 from __future__ import annotations
 
@@ -17,7 +20,15 @@ import torch
 
 from omnistage import AsyncOmni
 from omnistage.testing.server import serve_engine
-from tests.models.xtts.conftest import CASES, STREAMS, golden, stream_pieces, within_one_step
+from tests.models.xtts.conftest import (
+    CASES,
+    FRONTEND,
+    FRONTEND_STREAM,
+    STREAMS,
+    golden,
+    stream_pieces,
+    within_one_step,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -86,21 +97,38 @@ def test_voices_and_bad_fields(url, clip_url):
         assert field in resp.text
 
 
-def test_what_users_type_is_spoken_and_what_the_release_refuses_is_a_400(url, clip_url):
-    """Digits, prices and symbols, Chinese and Japanese script: spelt out and romanised as the release does
-    (test_text.py compares the text with it); a Czech ordinal, which the release's num2words cannot say, is a
-    400 naming ``input``."""
-    body = {"ref_audio": clip_url, "max_tokens": 2, "response_format": "wav", "temperature": 0}
-    for text, language in [
-        ("It costs $5.50 on 3/4, 20% off.", "en"),
-        ("价格是5.50元。", "zh"),
-        ("今日は3日です。", "ja"),
-    ]:
+def test_what_users_type_is_spoken_as_the_release_speaks_it_and_what_it_refuses_is_a_400(url, clip_url):
+    """A price, Chinese and Japanese script: spelt out and romanised as the release does (test_text.py compares
+    the text with it), spoken as its ``Xtts.inference`` speaks them; a Czech ordinal, which the release's
+    num2words cannot say, is a 400 naming ``input``."""
+    body = {"ref_audio": clip_url, "response_format": "wav", "temperature": 0}
+    for name in ("price_en", "zh", "ja"):
+        text, language, _ = FRONTEND[name]
         resp = httpx.post(f"{url}/v1/audio/speech", json={**body, "input": text, "language": language}, timeout=120)
         assert resp.status_code == 200, resp.text
-        assert soundfile.read(io.BytesIO(resp.content))[0].size > 0
+        within_one_step(soundfile.read(io.BytesIO(resp.content), dtype="int16")[0], golden(f"frontend_{name}")["pcm"])
     resp = httpx.post(f"{url}/v1/audio/speech", json={**body, "input": "Je to 1. den.", "language": "cs"}, timeout=60)
     assert resp.status_code == 400 and resp.json()["error"]["param"] == "input", resp.text
+
+
+def test_a_text_split_into_sentences_is_spoken_and_streamed_as_the_release_does(url, clip_url):
+    """``enable_text_splitting``: whole, each sentence decoded alone and the audio joined (``Xtts.inference``);
+    streamed, each sentence's stream closed before the next starts (``inference_stream``); not a bool: a 400."""
+    name, chunk, seed = FRONTEND_STREAM
+    text, language, _ = FRONTEND[name]
+    body = {"input": text, "language": language, "ref_audio": clip_url, "enable_text_splitting": True}
+    with httpx.Client(base_url=url, timeout=300) as http:
+        resp = http.post("/v1/audio/speech", json={**body, "response_format": "wav", "temperature": 0})
+        assert resp.status_code == 200, resp.text
+        within_one_step(soundfile.read(io.BytesIO(resp.content), dtype="int16")[0], golden(f"frontend_{name}")["pcm"])
+        body |= {"response_format": "pcm", "stream": True}
+        body |= {"sampling_params_list": [{"seed": seed}, {"chunk_frames": chunk}]}
+        with http.stream("POST", "/v1/audio/speech", json=body) as r:
+            assert r.status_code == 200, r.read()
+            streamed = np.frombuffer(b"".join(r.iter_raw()), dtype="<i2")
+        within_one_step(streamed, np.concatenate(stream_pieces(name, "frontend_stream")))
+        resp = http.post("/v1/audio/speech", json={**body, "enable_text_splitting": "sometimes"})
+        assert resp.status_code == 400 and resp.json()["error"]["param"] == "enable_text_splitting", resp.text
 
 
 @pytest.mark.asyncio

@@ -3,8 +3,15 @@
 - streamed (``AsyncOmni``, async chunk on): the decoder's pieces are ``Xtts.inference_stream``'s pieces, for
   two seeds and chunk sizes; three such requests at once, sharing GPT steps, each equal to the reference's
   request alone; the clip's conditioning computed once for all of them (cached by content);
-- whole (offline ``Omni``): ``Xtts.inference``'s waveform, three requests in one call (``speed`` included);
+- whole (offline ``Omni``): ``Xtts.inference``'s waveform, three requests in one call (``speed`` included), and
+  texts through the text front end (a price, Chinese, Japanese) in the same call; a text over its language's
+  character limit, not split, spoken whole as one sentence (the release warns and speaks it);
 - bad input named.
+
+A text split into sentences (``enable_text_splitting``) is tested over HTTP (test_http.py): one process loads
+spaCy for it.
+
+Goldens: ``scripts/reference/xtts/setup.sh`` (``run_reference.py`` and ``frontend_goldens.py``) regenerates them.
 """
 
 from __future__ import annotations
@@ -19,7 +26,15 @@ import torch
 from omnistage import AsyncOmni, Omni
 from omnistage.errors import InvalidRequestError
 from omnistage.testing.streams import all_outputs
-from tests.models.xtts.conftest import CASES, STREAMS, golden, pcm, stream_pieces, within_one_step
+from tests.models.xtts.conftest import (
+    CASES,
+    FRONTEND,
+    STREAMS,
+    golden,
+    pcm,
+    stream_pieces,
+    within_one_step,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -111,8 +126,14 @@ async def test_bad_input_names_the_field(omni, clip, speech, params, decoder, fi
 def test_offline_whole_speech_equals_the_references_inference(xtts_dir, clip):
     names = ["greedy_en", "greedy_es", "slow_en"]
     prompts = [request(n, clip, **({"speed": CASES[n][3]} if CASES[n][3] != 1 else {})) for n in names]
+    spoken = ["price_en", "zh", "ja"]
+    prompts += [{"prompt": FRONTEND[n][0], "speech": {"ref_audio": clip, "language": FRONTEND[n][1]}} for n in spoken]
+    # over Japanese's 71 characters without splitting: the release warns and speaks it whole, as one sentence
+    prompts.append({"prompt": FRONTEND["split_ja"][0], "speech": {"ref_audio": clip, "language": "ja"}})
     with Omni(model=str(xtts_dir)) as omni:
         outs = omni.generate(prompts, sampling_params_list=[{"temperature": 0}, None])
-    for name, out in zip(names, outs):
+    for name, out in zip([f"whole_{n}" for n in names] + [f"frontend_{n}" for n in spoken], outs):
         assert out.error is None, out.error
-        within_one_step(np.asarray(out.audio), golden(f"whole_{name}")["pcm"])
+        within_one_step(np.asarray(out.audio), golden(name)["pcm"])
+    unsplit = outs[-1]
+    assert unsplit.error is None and 0 < np.asarray(unsplit.audio).size < golden("frontend_split_ja")["pcm"].size
