@@ -102,10 +102,13 @@ def run_batched(pipe: Any, reqs: list[dict], c: int, device: torch.device) -> di
         for i in range(0, len(reqs), c):
             chunk = reqs[i : i + c]
             s = time.perf_counter()
+            kw = call_kw(chunk[0])
+            if "image" in kw:  # each request's own input image
+                kw["image"] = [r["image"] for r in chunk]
             pipe(
                 prompt=[r["prompt"] for r in chunk],
                 generator=[torch.Generator().manual_seed(r["seed"]) for r in chunk],
-                **call_kw(chunk[0]),
+                **kw,
             )
             lat.extend([time.perf_counter() - s] * len(chunk))  # a static batch finishes together
     return summary("diffusers_batched_ideal", c, clock, lat)
@@ -117,18 +120,24 @@ _ids = itertools.count()
 async def run_engine(omni: Any, reqs: list[dict], c: int, device: torch.device) -> dict[str, Any]:
     sem = asyncio.Semaphore(c)
     lat: list[float] = []
-    running: list[int] = []  # requests in the stage's batch, sampled at every step output of every request
+    # requests in the busiest stage's batch (the one stage, or of a pipeline's stages), sampled at every step
+    # output of every request
+    running: list[int] = []
 
     async def one(r: dict) -> None:
         async with sem:
             s = time.perf_counter()
-            params = {k: v for k, v in r.items() if k != "prompt"}
+            params = {k: v for k, v in r.items() if k not in ("prompt", "image")}
+            # an input image (diffusers' ``image=``) goes with the prompt, as the engine takes media
+            prompt = (
+                {"prompt": r["prompt"], "multi_modal_data": {"image": [r["image"]]}} if "image" in r else r["prompt"]
+            )
             rid = f"bench-{next(_ids)}"
-            async for out in omni.generate(r["prompt"], request_id=rid, sampling_params_list=[params]):
+            async for out in omni.generate(prompt, request_id=rid, sampling_params_list=[params]):
                 if out.error is not None:
                     raise RuntimeError(f"engine request failed: {out.error}")
                 if not out.finished:
-                    running.append(omni.stage_stats()[0].running)
+                    running.append(max(st.running for st in omni.stage_stats().values()))
             lat.append(time.perf_counter() - s)
 
     with Clock(device) as clock:

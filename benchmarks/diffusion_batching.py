@@ -1,6 +1,6 @@
 """Step-level continuous batching vs diffusers on SD3 / FLUX / Z-Image / Qwen-Image / LTX-2 / Cosmos3 (random weights).
 
-N requests at each concurrency through omnistage (``AsyncOmni``, one diffusion stage), against
+N requests at each concurrency through omnistage (``AsyncOmni``, the family's diffusion stage(s)), against
 (a) the diffusers pipeline called once per request, sequentially, and
 (b) diffusers called once per batch of ``concurrency`` requests (the ideal: a
     static batch of identical-shape work with no scheduling at all).
@@ -10,6 +10,8 @@ N requests at each concurrency through omnistage (``AsyncOmni``, one diffusion s
     .venv/bin/python benchmarks/diffusion_batching.py --family flux       # or z_image, qwen_image (family_shapes.py)
     .venv/bin/python benchmarks/diffusion_batching.py --family ltx2 --sizes 32 --steps 4 --concurrency 1,4 --requests 8
     .venv/bin/python benchmarks/diffusion_batching.py --family cosmos3 --sizes 64 --steps 4 --concurrency 1,4 --requests 8
+    .venv/bin/python benchmarks/diffusion_batching.py --family qwen_image_layered --sizes 64   # an image in, 2 layers out
+    .venv/bin/python benchmarks/diffusion_batching.py --family ltx2_two_stage --sizes 64 --steps 4  # two stages
 
 Runs go in rounds (sequential, then engine and ideal per concurrency; every other round in reverse
 order, so drift hits all modes alike); the fastest run of each kind is kept and all durations are
@@ -36,7 +38,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from PIL import Image  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 import batching_args  # noqa: E402
@@ -86,32 +90,42 @@ def engine_deploy(
     max_num_seqs: int,
     output_types: str | None = None,
     threads: int | None = None,
+    stages: int = 1,
 ) -> dict[str, Any]:
-    """The one-stage deploy config the benchmark and the GPU exactness check start AsyncOmni with."""
-    stage: dict[str, Any] = {"stage_id": 0, "dtype": str(dtype).removeprefix("torch."), "max_num_seqs": max_num_seqs}
-    if device.type == "cuda":
-        stage["devices"] = str(device.index or 0)
-    if output_types:
-        stage["engine_output_type"] = output_types
-    if threads:
-        stage["num_threads"] = threads
-    return {"stages": [stage]}
-
-
-def make_requests(n: int, steps: int, size: int, knobs: dict[str, Any]) -> list[dict[str, Any]]:
-    """``knobs``: the family's other per-request parameters (guidance, text length), the same for every request
-    (the ideal baseline is one diffusers call per batch)."""
-    return [
-        {
-            "prompt": PROMPTS[i % len(PROMPTS)],
-            "seed": i,
-            "num_inference_steps": steps,
-            "height": size,
-            "width": size,
-            **knobs,
+    """The deploy config the benchmark and the GPU exactness check start AsyncOmni with: ``stages`` diffusion
+    stages alike (``output_types``: the first's), on one device."""
+    out = []
+    for i in range(stages):
+        stage: dict[str, Any] = {
+            "stage_id": i,
+            "dtype": str(dtype).removeprefix("torch."),
+            "max_num_seqs": max_num_seqs,
         }
-        for i in range(n)
-    ]
+        if device.type == "cuda":
+            stage["devices"] = str(device.index or 0)
+        if output_types and i == 0:
+            stage["engine_output_type"] = output_types
+        if threads:
+            stage["num_threads"] = threads
+        out.append(stage)
+    return {"stages": out}
+
+
+def make_requests(
+    n: int, steps: int, size: int, knobs: dict[str, Any], input_image: bool = False
+) -> list[dict[str, Any]]:
+    """``knobs``: the family's other per-request parameters (guidance, text length), the same for every request
+    (the ideal baseline is one diffusers call per batch). ``input_image``: each request carries its own RGBA
+    noise image of ``size`` x ``size`` (the alpha varies too) instead of an output size."""
+    out = []
+    for i in range(n):
+        r = {"prompt": PROMPTS[i % len(PROMPTS)], "seed": i, "num_inference_steps": steps, **knobs}
+        if input_image:
+            r["image"] = Image.fromarray(np.random.default_rng(i).integers(0, 255, (size, size, 4), np.uint8), "RGBA")
+        else:
+            r |= {"height": size, "width": size}
+        out.append(r)
+    return out
 
 
 async def bench(
@@ -137,9 +151,8 @@ async def bench(
         pipe.set_progress_bar_config(disable=True)
         timings["load_diffusers_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        omni = AsyncOmni(
-            model=folder, deploy_config=engine_deploy(device, dtype, max(args.concurrency), threads=args.threads)
-        )
+        deploy = engine_deploy(device, dtype, max(args.concurrency), threads=args.threads, stages=work.stages)
+        omni = AsyncOmni(model=folder, pipeline=work.engine_pipeline, deploy_config=deploy)
         await omni.start()
         timings["start_engine_s"] = time.perf_counter() - t
         try:
@@ -169,7 +182,7 @@ async def _bench_sizes(
     order += [("engine", c) for c in args.concurrency if ("engine", c) not in order]
     for size, steps in zip(args.sizes, args.steps):
         t = time.perf_counter()
-        reqs = make_requests(args.requests, steps, size, knobs)
+        reqs = make_requests(args.requests, steps, size, knobs, work.input_image)
         # warm-up: first kernels / cuBLAS handles at this shape, both paths, solo and the largest batch
         warm = [dict(r, num_inference_steps=2) for r in reqs[: max(args.concurrency)]]
         w = run_sequential(pipe, warm[:1], device)
@@ -192,7 +205,7 @@ async def _bench_sizes(
     for rnd in range(args.repeats):
         for size, steps in zip(args.sizes, args.steps):
             entry = sizes[size]
-            reqs = make_requests(args.requests, steps, size, knobs)
+            reqs = make_requests(args.requests, steps, size, knobs, work.input_image)
             for mode, c in order if rnd % 2 == 0 else order[::-1]:
                 if mode == "diffusers_batched_ideal" and (c == 1 or one_per_call):
                     continue
@@ -243,6 +256,7 @@ def _report(
             "device_name": _device_name(device),
             "dtype": args.dtype,
             "family": args.family,
+            "engine_stages": work.stages,
             "preset": work.config["preset"],
             "threads": args.threads,
             "guidance_scale": work.config["guidance_scale"],

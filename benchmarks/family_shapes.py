@@ -28,6 +28,15 @@ class FamilyBench:
     # diffusers' pipeline makes one sample per call (a prompt list is cut to its first): there is no batched
     # diffusers call to compare with, so the benchmark runs no "ideal" baseline for it
     one_per_call: bool = False
+    # every request carries an RGBA input image of size x size (diffusers' ``image=``, the engine's
+    # ``multi_modal_data``) and no height / width: the pipeline sizes its output from the image
+    input_image: bool = False
+    # diffusers' __call__ can stop at ``output_type="latent"`` (the forward timing's call skips the decode)
+    latent_output: bool = True
+    # the omnistage pipeline the engine serves (a deploy of the family by name); None: the folder's own
+    engine_pipeline: str | None = None
+    # the first pass draws at size // this (the report's image tokens and forward are that pass's)
+    draw_divisor: int = 1
 
 
 FAMILIES: dict[str, FamilyBench] = {
@@ -71,6 +80,18 @@ FAMILIES: dict[str, FamilyBench] = {
         ),
         dict(guidance_scale=4.0, max_sequence_length=64),
         "FLUX.2 [dev]: guidance embedding (no CFG rows); the system turn takes ~40 of the 64 text tokens",
+    ),
+    "qwen_image_layered": FamilyBench(
+        "qwen_image_layered",
+        "QwenImageLayeredPipeline",
+        dict(num_layers=8, num_attention_heads=4, attention_head_dim=32, axes_dims_rope=[8, 12, 12]),
+        dict(true_cfg_scale=1.0, max_sequence_length=64, extra_args=dict(layers=2)),
+        "no true CFG; each request decomposes its own RGBA noise image (the pipeline resizes it to a 640x640 "
+        "area, so --sizes only sets the upload) into 2 layers: 3 latent frames beside the image's tokens; the "
+        "ideal call takes the prompts and images as lists (diffusers 0.42.1 then deals the decoded layers out to "
+        "the wrong rows, slicing by layers + 1: the same work, misfiled)",
+        input_image=True,
+        latent_output=False,  # QwenImageLayeredPipeline 0.42.1's output_type="latent" raises after the loop
     ),
     "qwen_image_21": FamilyBench(
         "qwen_image_21",
@@ -146,6 +167,34 @@ FAMILIES: dict[str, FamilyBench] = {
         dict(guidance_scale=3.0, num_frames=9, max_sequence_length=64),
         "LTX2Pipeline's defaults: CFG (video 3, audio 7), STG and modality-isolation forwards, rescale; 9 frames "
         "+ their audio (run with --sizes 32: this VAE compresses space by 2 only)",
+    ),
+    "ltx2_two_stage": FamilyBench(
+        "ltx2",
+        "ltx2_two_stage_recipe:LTX2TwoStageRecipe",
+        dict(
+            num_layers=4,
+            num_attention_heads=4,
+            attention_head_dim=32,
+            cross_attention_dim=128,
+            audio_num_attention_heads=4,
+            audio_attention_head_dim=16,
+            audio_cross_attention_dim=64,
+        ),
+        dict(
+            guidance_scale=3.0,
+            num_frames=9,
+            max_sequence_length=64,
+            extra_args=dict(spatio_temporal_guidance_blocks=[1]),
+        ),
+        "the two-stage deploy (first pass -> latent upsampler + 3-step refine pass, two diffusion stages) against "
+        "diffusers' published recipe (ltx2_two_stage_recipe.py; the ideal runs each of its three calls once per "
+        "batch); the first pass at half the size with LTX2Pipeline's CFG, STG (block 1 of the 4) and "
+        "modality-isolation forwards; the refine pass unguided (scale 1); 9 frames + their audio (run with "
+        "--sizes 64: the final video's; image tokens and forward below are the first pass's); the engine's two "
+        "stages step in threads of their own, so on 2+ cores one request's refine pass may overlap another's first "
+        "pass, which the recipe's calls cannot: the CPU-time ratios compare the work alone",
+        engine_pipeline="ltx2_two_stage",
+        draw_divisor=2,
     ),
     "hunyuan_video15": FamilyBench(
         "hunyuan_video15",
@@ -244,6 +293,12 @@ def image_tokens(pipe: Any, size: int) -> int:
         return (size // pipe.vae_scale_factor) ** 2
     if name == "HeliosPipeline":
         return 9 * (size // (pipe.vae_scale_factor_spatial * 2)) ** 2
+    if name == "QwenImageLayeredPipeline":  # every latent frame (the layers + the composite) and the image's own
+        from diffusers.pipelines.qwenimage.pipeline_qwenimage_layered import calculate_dimensions
+
+        w, h = calculate_dimensions(640 * 640, 1.0)  # the pipeline's default area at the square upload's aspect
+        per_frame = (h // (pipe.vae_scale_factor * 2)) * (w // (pipe.vae_scale_factor * 2))
+        return (FAMILIES["qwen_image_layered"].knobs["extra_args"]["layers"] + 2) * per_frame
     if name == "WanVACEPipeline":  # 2x2 patches of every latent frame (4x temporal compression)
         frames = (FAMILIES["wan_vace"].knobs["num_frames"] - 1) // pipe.vae_scale_factor_temporal + 1
         return frames * (size // (pipe.vae_scale_factor_spatial * 2)) ** 2
@@ -259,9 +314,12 @@ def image_tokens(pipe: Any, size: int) -> int:
     return (size // (pipe.vae_scale_factor * 2)) ** 2
 
 
-def forward_ms(pipe: Any, call: dict[str, Any], rows: int, device: torch.device, repeats: int = 3) -> float:
+def forward_ms(
+    pipe: Any, call: dict[str, Any], rows: int, device: torch.device, repeats: int = 3, output_type: str = "latent"
+) -> float:
     """Mean transformer forward time (ms) inside a 2-step diffusers call of ``rows`` prompts, timed by
-    hooks on the transformer (family-agnostic; the first call warms up)."""
+    hooks on the transformer (family-agnostic; the first call warms up). ``output_type``: "latent" skips the
+    decode, where the pipeline can stop there."""
     times: list[float] = []
     start: list[float] = []
 
@@ -275,7 +333,7 @@ def forward_ms(pipe: Any, call: dict[str, Any], rows: int, device: torch.device,
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - start[-1])
 
-    kw = {**call, "num_inference_steps": 2, "output_type": "latent"}
+    kw = {**call, "num_inference_steps": 2, "output_type": output_type}
     prompt = ["a red cat"] * rows if rows > 1 else "a red cat"  # (one string: a pipeline that refuses lists)
     hooks = [pipe.transformer.register_forward_pre_hook(pre), pipe.transformer.register_forward_hook(post)]
     try:
