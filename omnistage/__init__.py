@@ -25,6 +25,7 @@ _EXPORTS = {
     "OutputModality": "omnistage.modality",
     "OmniRequestOutput": "omnistage.outputs",
     "DiffusionSamplingParams": "omnistage.params",
+    "LLMSamplingParams": "omnistage.llm_params",
     "Edge": "omnistage.pipeline",
     "Pipeline": "omnistage.pipeline",
     "StageSpec": "omnistage.pipeline",
@@ -60,6 +61,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs
         StageFailedError,
         StageUnavailableError,
     )
+    from omnistage.llm_params import LLMSamplingParams
     from omnistage.modality import OutputModality
     from omnistage.outputs import OmniRequestOutput
     from omnistage.params import DiffusionSamplingParams, RequestKnobs

@@ -10,9 +10,19 @@ them into every stage's parameters in one pass:
   once against the pipeline's declared ``extra_body_params``;
 - an explicit ``sampling_params_list`` entry wins over routed knobs, and the
   stage's deploy defaults are merged under both, once;
-- diffusion stages get a typed ``DiffusionSamplingParams``; llm and generation
-  stages get the merged dict (the llm stage turns it into vLLM's own
-  ``SamplingParams`` — it is the only place that imports vLLM).
+- diffusion stages get a typed ``DiffusionSamplingParams``, llm stages a typed
+  ``LLMSamplingParams`` (omnistage.llm_params: vLLM's field names, the fields the
+  layers set remembered; the llm stage turns it into vLLM's own ``SamplingParams``
+  — it is the only place that imports vLLM); ar and generation stages get the
+  merged dict.
+
+Every value is checked here, before any stage runs, and a bad one is an
+``InvalidRequestError`` naming the field (``sampling_params_list[i].<field>`` where
+the caller gave it per stage), offline and over HTTP alike; what only a loaded
+model can judge (token ids within its vocabulary) is the stage's.
+
+Defaults resolve in one order: the family's stage defaults, then the deploy (YAML,
+then ``--stage-overrides``), then the request; only fields a layer set count.
 
 Engines take these as they are: they never merge defaults or filter extras again.
 """
@@ -38,14 +48,13 @@ from pydantic import (
 )
 
 from omnistage.errors import InvalidRequestError
+from omnistage.llm_params import MAX_SEED, LLMSamplingParams
 from omnistage.sampling_fields import drop_unread
 
 if TYPE_CHECKING:
     from omnistage.pipeline import Pipeline
 
 logger = logging.getLogger(__name__)
-
-MAX_SEED = 2**63 - 1  # torch generators and vLLM take 64-bit seeds; negative ones have no defined meaning
 
 
 class DiffusionSamplingParams(BaseModel):
@@ -311,10 +320,10 @@ def stage_params(
 ) -> list[Any]:
     """Every stage's parameters for one request (see the module docstring). ``given`` is the caller's
     ``sampling_params_list``: per stage a partial dict, an engine's own params object, or None. A
-    ``DiffusionSamplingParams`` counts as the dict of the fields its caller set: the others take the
-    stage's defaults, as over HTTP. The pipeline's ``shape_request`` hook sees ``prompt`` and the merged dicts
-    before they are typed. ``warnings`` (a request over HTTP) collects what was ignored; without it (offline)
-    an undeclared ``extra_args`` key is an error."""
+    ``DiffusionSamplingParams`` or ``LLMSamplingParams`` counts as the dict of the fields its caller set: the
+    others take the stage's defaults, as over HTTP. The pipeline's ``shape_request`` hook sees ``prompt`` and the
+    merged dicts before they are typed. ``warnings`` (a request over HTTP) collects what was ignored; without it
+    (offline) an undeclared ``extra_args`` key is an error."""
     n = len(pipeline.stages)
     if given is None:
         given = []
@@ -339,6 +348,8 @@ def stage_params(
         own = given[sid]
         if isinstance(own, DiffusionSamplingParams) and spec.kind == "diffusion":
             own = {k: getattr(own, k) for k in own.model_fields_set}  # what its caller set; the rest: defaults
+        elif isinstance(own, LLMSamplingParams) and spec.kind == "llm":
+            own = own.given()
         if own is not None and not isinstance(own, Mapping):
             merged.append(own)  # an engine's own params object (vllm.SamplingParams, DiffusionSamplingParams)
             continue
@@ -374,9 +385,11 @@ def stage_params(
         if spec.kind == "diffusion" and isinstance(params, Mapping):
             params = DiffusionSamplingParams.from_any(params, where=where)
             _warn_true_cfg(params, prompt, warnings)
+        elif spec.kind == "llm" and isinstance(params, Mapping):
+            params = LLMSamplingParams.from_any(params, where=where)
         elif spec.knobs == "llm" and isinstance(params, Mapping):
-            # the standard knobs among them get the same checks as at the top level (the llm stage checks
-            # the rest against vLLM and the model's vocabulary)
+            # an ar stage that samples as an llm does: the standard knobs among its params get the same checks
+            # as at the top level (the stage checks the rest)
             try:
                 RequestKnobs.model_validate({k: params[k] for k in RequestKnobs.LLM if k in params})
             except ValidationError as e:

@@ -7,12 +7,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import msgspec
 import pytest
 from pydantic import ValidationError
 
 from omnistage.errors import InvalidRequestError
+from omnistage.llm_params import LLMSamplingParams
 from omnistage.params import DiffusionSamplingParams, RequestKnobs, stage_params, validation_error
 from omnistage.pipeline import Edge, Pipeline, StageSpec
+from omnistage.stages.base import StageRequest
+from omnistage.transport.codec import Codec
+from omnistage.transport.messages import Command, Generate
 
 
 def ar_then_dit(**kw: Any) -> Pipeline:
@@ -90,7 +95,7 @@ def test_a_nested_extra_body_wins_over_the_top_level():
 def test_knobs_are_routed_by_stage_kind():
     knobs = RequestKnobs(size="48x32", max_completion_tokens=9, temperature=0.0, seed=4)
     llm, dit = stage_params(ar_then_dit(), NO_DEFAULTS, knobs)
-    assert llm == {"max_tokens": 9, "temperature": 0.0, "seed": 4}
+    assert isinstance(llm, LLMSamplingParams) and llm.given() == {"max_tokens": 9, "temperature": 0.0, "seed": 4}
     assert isinstance(dit, DiffusionSamplingParams)
     assert (dit.width, dit.height, dit.seed, dit.extra_args) == (48, 32, 4, {})
 
@@ -100,17 +105,17 @@ def test_explicit_entries_win_over_knobs_and_deploy_defaults_lie_under_both():
     knobs = RequestKnobs(temperature=0.2, max_tokens=50, num_inference_steps=20)
     given = [{"max_tokens": 3}, {"guidance_scale": 6.0}]
     llm, dit = stage_params(ar_then_dit(), defaults, knobs, given)
-    assert llm == {"max_tokens": 3, "temperature": 0.2}  # entry > knob > default
+    assert llm.given() == {"max_tokens": 3, "temperature": 0.2}  # entry > knob > default
     assert (dit.num_inference_steps, dit.guidance_scale) == (20, 6.0)
     assert defaults == [{"max_tokens": 100, "temperature": 1.0}, {"num_inference_steps": 28, "guidance_scale": 4.0}]
     # no knobs, no entries: the defaults alone
     llm, dit = stage_params(ar_then_dit(), defaults)
-    assert llm == defaults[0] and (dit.num_inference_steps, dit.guidance_scale) == (28, 4.0)
+    assert llm.given() == defaults[0] and (dit.num_inference_steps, dit.guidance_scale) == (28, 4.0)
 
 
 def test_one_entry_not_in_a_list_is_the_first_stages():
     llm, _ = stage_params(ar_then_dit(), NO_DEFAULTS, given={"max_tokens": 2})
-    assert llm == {"max_tokens": 2}
+    assert llm.given() == {"max_tokens": 2}
 
 
 def test_an_engines_own_params_object_passes_through_untouched():
@@ -203,7 +208,7 @@ def test_extras_are_filtered_once_with_one_warning_and_coerced(caplog):
 
 def test_extras_reach_only_the_denoising_stages():
     llm, dit = stage_params(ar_then_dit(), NO_DEFAULTS, RequestKnobs(mu=0.25))
-    assert llm == {} and dit.extra_args == {"mu": 0.25}
+    assert llm.given() == {} and dit.extra_args == {"mu": 0.25}
 
 
 # ------------------------------------------------------------------ errors name the field
@@ -225,6 +230,72 @@ def test_bad_entries_name_their_stage_and_field(given, field):
     with pytest.raises(InvalidRequestError) as e:
         stage_params(ar_then_dit(), NO_DEFAULTS, None, given)
     assert field_of(e) == field
+
+
+# ------------------------------------------------------------------ llm stages: LLMSamplingParams
+
+
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ({"max_tokens": 0}, r"^sampling_params_list\[0\]\.max_tokens: Input should be greater than or equal to 1$"),
+        ({"max_tokens": 2.5}, r"^sampling_params_list\[0\]\.max_tokens: expected an integer"),
+        ({"max_tokens": "3"}, r"^sampling_params_list\[0\]\.max_tokens: expected an integer"),  # JSON's own types
+        ({"temperature": -1}, r"^sampling_params_list\[0\]\.temperature: Input should be greater than or equal to 0$"),
+        ({"temperature": "hot"}, r"^sampling_params_list\[0\]\.temperature: expected a number, got 'hot'$"),
+        ({"top_p": 0}, r"^sampling_params_list\[0\]\.top_p: Input should be greater than 0$"),
+        (
+            {"seed": 2**63},
+            r"^sampling_params_list\[0\]\.seed: Input should be less than or equal to 9223372036854775807$",
+        ),
+        ({"seed": "x"}, r"^sampling_params_list\[0\]\.seed: expected an integer"),
+        ({"stop_token_ids": 5}, r"^sampling_params_list\[0\]\.stop_token_ids: expected a list of token ids"),
+        ({"ignore_eos": 1}, r"^sampling_params_list\[0\]\.ignore_eos: expected true or false, got 1$"),
+        ({"n": 2}, r"^sampling_params_list\[0\]\.n: an llm stage streams one completion per request, got n=2$"),
+        ({"bogus": 1, "other": 2}, r"^sampling_params_list\[0\]: unknown field\(s\) bogus, other for an llm stage$"),
+    ],
+)
+def test_a_bad_llm_entry_is_refused_at_admission_naming_the_field(entry, message):
+    """Before any stage runs (no engine here), with the caller's own entry named."""
+    with pytest.raises(InvalidRequestError, match=message):
+        stage_params(ar_then_dit(), NO_DEFAULTS, None, [entry, None])
+
+
+def test_a_bad_top_level_llm_knob_is_named_without_a_prefix():
+    """A knob that reached the llm stage by routing (no entry of the caller's) is named as it was sent."""
+    knobs = RequestKnobs.model_construct(temperature="hot")  # (the HTTP body model refuses it before this)
+    with pytest.raises(InvalidRequestError) as e:
+        stage_params(ar_then_dit(), NO_DEFAULTS, knobs)
+    assert field_of(e) == "temperature"
+
+
+def test_llm_params_remember_which_fields_were_set():
+    """Family / deploy defaults, then knobs, then the caller's entry; a typed entry counts only the fields its
+    caller set, and a field nobody set stays unset (vLLM's own default applies in the stage)."""
+    defaults = [{"max_tokens": 100, "temperature": 1.0}, {}]
+    entry = LLMSamplingParams(top_k=5, seed=None)  # seed=None set on purpose: it stays set, as None
+    llm, _ = stage_params(ar_then_dit(), defaults, RequestKnobs(temperature=0.2), [entry, None])
+    assert llm.given() == {"max_tokens": 100, "temperature": 0.2, "top_k": 5, "seed": None}
+    assert llm.top_p is msgspec.UNSET and llm.get("top_p", "vLLM's") == "vLLM's"
+
+
+def test_llm_params_cross_the_process_codec_as_they_are():
+    """The mp transport encodes a request's params with msgspec: only the set fields travel (an explicit None
+    included), and the stage types what arrives back into the same object."""
+    params = LLMSamplingParams.from_any(
+        {"max_tokens": None, "temperature": 0, "stop": ["x"], "logit_bias": {"7": -1.5}, "extra_args": {"k": [1]}}
+    )
+    codec = Codec(Command)
+    got = codec.decode(codec.encode(Generate(StageRequest("r", {"prompt": "p"}, params))))
+    assert got.request.params == {
+        "max_tokens": None,
+        "temperature": 0.0,
+        "stop": ["x"],
+        "logit_bias": {7: -1.5},
+        "extra_args": {"k": [1]},
+    }
+    assert LLMSamplingParams.from_any(got.request.params) == params
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(params), type=LLMSamplingParams) == params
 
 
 @pytest.mark.parametrize(
@@ -285,7 +356,7 @@ def test_the_hook_sees_the_merged_dicts_before_they_are_typed():
         {"guidance_scale": 4.0, "width": 64, "height": 48, "num_inference_steps": 3, "extra_args": {}},
     ]
     assert prompt["image_size"] == (48, 64)
-    assert llm == {"temperature": 1.0, "max_tokens": 6} and isinstance(dit, DiffusionSamplingParams)
+    assert llm.given() == {"temperature": 1.0, "max_tokens": 6} and isinstance(dit, DiffusionSamplingParams)
     # without a prompt (parameters alone) there is nothing to shape
     stage_params(pipeline, defaults, RequestKnobs(size="64x48"))
     assert len(seen) == 1

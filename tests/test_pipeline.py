@@ -83,7 +83,7 @@ def test_kind_names_the_engine_and_knobs_what_reaches_the_stage():
     assert denoising_stages(codec) == [1] and denoising_stages(get_pipeline("sd3")) == [0]
     knobs = RequestKnobs(max_tokens=7, temperature=0.5, seed=3)
     routed = stage_params(omni, [{}] * 3, knobs=knobs)
-    assert routed[0]["max_tokens"] == 7 and "max_tokens" not in routed[1]  # the talker takes none
+    assert routed[0].max_tokens == 7 and "max_tokens" not in routed[1]  # the talker takes none
     assert routed[2]["seed"] == 3  # the decoder takes the diffusion knobs
     assert stage_params(csm, [{}] * 2, knobs=knobs)[0]["temperature"] == 0.5  # an AR stage that declared llm knobs
 

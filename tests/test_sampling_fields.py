@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from omnistage.errors import InvalidRequestError
+from omnistage.llm_params import LLMSamplingParams
 from omnistage.models.qwen2_5_omni import QWEN2_5_OMNI
 from omnistage.models.qwen_omni import QWEN_OMNI
 from omnistage.params import stage_params
@@ -41,11 +42,17 @@ def test_the_fixed_list_is_vllms():
     assert VLLM_SAMPLING_FIELDS == {k for k in SamplingParams.__struct_fields__ if not k.startswith("_")}
 
 
+def test_an_llm_stage_takes_every_field_a_request_may_set():
+    """LLMSamplingParams: vLLM's public fields but the two the stage sets itself, and the LoRA the request names."""
+    own = {"lora", "lora_scale"}
+    assert set(LLMSamplingParams.__struct_fields__) == (VLLM_SAMPLING_FIELDS - {"output_kind", "skip_clone"}) | own
+
+
 @pytest.mark.parametrize("pipeline", [QWEN_OMNI, QWEN2_5_OMNI], ids=lambda p: p.name)
 def test_a_stage_keeps_what_it_reads_and_says_what_it_ignores(pipeline):
     warnings: list[str] = []
     params = stage_params(pipeline, [{}, {}, {}], None, QWEN3_LIST, None, warnings)
-    assert params[0] == QWEN3_LIST[0]  # the llm stage takes every vLLM field (vLLM checks them)
+    assert params[0].given() == QWEN3_LIST[0]  # the llm stage takes every vLLM field (vLLM checks them)
     assert params[1] == {k: v for k, v in QWEN3_LIST[1].items() if k not in ("detokenize", "stop_token_ids")}
     assert params[2] == {"seed": 42}
     assert warnings == [

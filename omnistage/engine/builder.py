@@ -17,6 +17,7 @@ from omnistage.engine.replica_scaler import ReplicaScaler
 from omnistage.engine.stage_client import StageClient
 from omnistage.engine.stage_factory import build_engine
 from omnistage.errors import InvalidRequestError
+from omnistage.llm_params import LLMSamplingParams
 from omnistage.modality import OutputModality
 from omnistage.params import DiffusionSamplingParams
 from omnistage.pipeline import Pipeline, StageContext
@@ -99,6 +100,13 @@ def check_deploy(pipeline: Pipeline, deploy: DeployConfig) -> None:
                 DiffusionSamplingParams.from_any(sd.default_sampling_params)
             except InvalidRequestError as e:
                 raise ConfigError(f"stages[{sd.stage_id}].default_sampling_params.{e.field}: {e.message}") from None
+        if spec.kind == "llm":  # the same: checked now as every request would check it
+            try:
+                LLMSamplingParams.from_any(
+                    sd.default_sampling_params, f"stages[{sd.stage_id}].default_sampling_params."
+                )
+            except InvalidRequestError as e:
+                raise ConfigError(f"{e.field}: {e.message}") from None
         produced = OutputModality.parse(sd.engine_output_type or spec.output)
         if produced & ~spec.producible:
             raise ConfigError(

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from omnistage.errors import InvalidRequestError
+from omnistage.llm_params import LLMSamplingParams
 from omnistage.pipeline import Edge, Pipeline, StageContext, StageSpec
 from omnistage.stages.base import StageMetrics, StageOutput, StageRequest, StageStats
 from omnistage.stages.generation.engine import GenerationItem
@@ -133,8 +134,9 @@ class TokenStreamEngine:
         return ids
 
     async def generate(self, req: StageRequest) -> AsyncIterator[StageOutput]:
-        n = int(req.params.get("max_tokens", 8))
-        delay = float(req.params.get("delay", 0.0))
+        params = LLMSamplingParams.from_any(req.params)  # (a dict when it crossed a process)
+        n = int(params.get("max_tokens", 8))
+        delay = float((params.get("extra_args") or {}).get("delay", 0.0))  # paces the ticks (tests of timing)
         if n <= 0:
             raise InvalidRequestError("max_tokens", "must be > 0")
         start, tok = time.monotonic(), len(req.inputs.get("prompt", "")) % 64

@@ -205,6 +205,9 @@ def test_config_checked_against_the_pipeline():
     assert resolve_deploy(p, {"distributed_executor_backend": "ray"}).distributed_executor_backend == "ray"
     with pytest.raises(ConfigError, match="deploy config is for 'other'"):
         resolve_deploy(p, {"pipeline": "other"})
+    bad = r"stages\[0\]\.default_sampling_params\.temperature: Input should be greater than or equal to 0"
+    with pytest.raises(ConfigError, match=bad):
+        resolve_deploy(tp.streaming(), {"stages": [{"stage_id": 0, "default_sampling_params": {"temperature": -1}}]})
     one = tp.streaming()
     one.stages = one.stages[:1]
     one.stages[0].final = True

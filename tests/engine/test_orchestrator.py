@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from omnistage import AsyncOmni, InvalidRequestError, StageFailedError
+from omnistage import AsyncOmni, InvalidRequestError, LLMSamplingParams, StageFailedError
 from omnistage.pipeline import Edge, StageContext
 from omnistage.testing import pipelines as tp
 from omnistage.testing.streams import all_outputs, finished_by_stage
@@ -84,7 +84,7 @@ async def test_streaming_edge_feeds_chunks_and_finishes_only_after_upstream():
 
             async def consume():
                 async for o in engine.generate(
-                    "abc", request_id=rid, sampling_params_list=[{"max_tokens": 6, "delay": 0.01}]
+                    "abc", request_id=rid, sampling_params_list=[{"max_tokens": 6, "extra_args": {"delay": 0.01}}]
                 ):
                     seen.append(o)
 
@@ -179,13 +179,13 @@ async def test_bad_input_in_a_stage_is_an_invalid_request():
 
 async def test_partial_params_merge_over_stage_defaults():
     p = tp.streaming()
-    p.stages[0].default_params = {"max_tokens": 3, "delay": 0.0}
+    p.stages[0].default_params = {"max_tokens": 3, "extra_args": {"delay": 0.0}}
     engine = AsyncOmni(
         pipeline=p, deploy_config={"stages": [{"stage_id": 0, "default_sampling_params": {"max_tokens": 4}}]}
     )
-    assert engine.default_sampling_params_list[0] == {"max_tokens": 4, "delay": 0.0}
-    req = engine.make_request("x", sampling_params_list=[{"delay": 0.5}])
-    assert req.sampling_params[0] == {"max_tokens": 4, "delay": 0.5}
+    assert engine.default_sampling_params_list[0] == {"max_tokens": 4, "extra_args": {"delay": 0.0}}
+    req = engine.make_request("x", sampling_params_list=[{"extra_args": {"delay": 0.5}}])
+    assert req.sampling_params[0] == LLMSamplingParams(max_tokens=4, extra_args={"delay": 0.5})
 
 
 def _refuse_odd_requests(delta, request, state):

@@ -53,7 +53,7 @@ async def test_dying_child_fails_in_flight_requests_and_is_restarted():
         ],
     )
     async with AsyncOmni(pipeline=p) as engine:
-        slow = [{"max_tokens": 1000, "delay": 0.01}]
+        slow = [{"max_tokens": 1000, "extra_args": {"delay": 0.01}}]
         task = asyncio.create_task(final_output(engine.generate("x", sampling_params_list=slow)))
         await asyncio.sleep(0.5)
         child = _children()[0]

@@ -24,9 +24,11 @@ PIPELINE = Pipeline(
 )
 SCALING = {"min": 1, "max": 2, "target_queue_per_replica": 2, "scale_down_delay_s": 1}
 DEPLOY = {"distributed_executor_backend": "ray", "stages": [{"stage_id": 0, "replicas": SCALING}]}
-SHORT = [{"max_tokens": 40, "delay": 0.05}]  # ~2 s each: the burst that asks for a second replica
-LONG = [{"max_tokens": 120, "delay": 0.05}]  # ~6 s: still running on the second replica when it is drained
-DURING = [{"max_tokens": 10, "delay": 0.05}]  # sent while a replica drains: the other one takes it
+SHORT = [{"max_tokens": 40, "extra_args": {"delay": 0.05}}]  # ~2 s each: the burst that asks for a second replica
+LONG = [
+    {"max_tokens": 120, "extra_args": {"delay": 0.05}}
+]  # ~6 s: still running on the second replica when it is drained
+DURING = [{"max_tokens": 10, "extra_args": {"delay": 0.05}}]  # sent while a replica drains: the other one takes it
 
 
 async def _until(check, what: str, deadline_s: float = 90) -> None:
@@ -42,7 +44,7 @@ def _tokens(out) -> list[int]:
 
 async def _alone(engine: AsyncOmni, prompt: str, params: list[dict]) -> list[int]:
     """The request's tokens run alone; ``delay`` only paces the test engine's ticks, not what it makes."""
-    paced = [{k: v for k, v in p.items() if k != "delay"} for p in params]
+    paced = [{k: v for k, v in p.items() if k != "extra_args"} for p in params]
     return _tokens(await final_output(engine.generate(prompt, sampling_params_list=paced)))
 
 

@@ -102,7 +102,7 @@ async def test_dying_actor_fails_in_flight_requests_and_is_restarted(ray_cluster
     async with AsyncOmni(pipeline=p, deploy_config=RAY) as engine:
         replica = engine.replicas(0)[0]
         old = await replica.pid()
-        slow = [{"max_tokens": 1000, "delay": 0.01}]
+        slow = [{"max_tokens": 1000, "extra_args": {"delay": 0.01}}]
         task = asyncio.create_task(final_output(engine.generate("x", sampling_params_list=slow)))
         await asyncio.sleep(0.5)
         os.kill(old, signal.SIGKILL)

@@ -187,7 +187,7 @@ async def test_a_lost_node_fails_its_requests_and_its_replica_returns_where_its_
             replica = engine.replicas(0)[0]
             first = await pool_of(nodes, replica)
             other = {"dit": "spare", "spare": "dit"}[first]
-            slow = [{"max_tokens": 1000, "delay": 0.01}]
+            slow = [{"max_tokens": 1000, "extra_args": {"delay": 0.01}}]
             task = asyncio.create_task(final_output(engine.generate("x", sampling_params_list=slow)))
             await asyncio.sleep(0.5)
             lost = replica.node_id

@@ -25,6 +25,7 @@ import torch
 
 from omnistage.errors import InvalidRequestError
 from omnistage.info import PipelineInfo, SpeechInfo
+from omnistage.llm_params import LLMSamplingParams
 from omnistage.pipeline import Edge, Pipeline, StageContext, StageSpec
 from omnistage.stages.base import StageMetrics, StageOutput, StageRequest, StageStats
 
@@ -60,7 +61,7 @@ class WordEngine:
 
     async def generate(self, req: StageRequest):
         text = prompt_text(req.inputs)
-        params = req.params or {}
+        params = LLMSamplingParams.from_any(req.params)
         if params.get("temperature", 0) > 5:
             raise InvalidRequestError("temperature", "must be at most 5 for this model")
         words = ["echo"] + text.split()

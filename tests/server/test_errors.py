@@ -13,6 +13,7 @@ import httpx
 import pytest
 from PIL import Image
 
+from omnistage.errors import InvalidRequestError
 from tests.server.conftest import error_of, new_engine
 from tests.server.pipelines import image_pipeline, omni_pipeline
 
@@ -362,6 +363,26 @@ def test_openapi_documents_the_errors_the_server_really_answers(srv):
                     ref = op["responses"][status]["content"]["application/json"]["schema"]["$ref"]
                     assert ref.endswith("/ErrorResponse"), (method, path, status)
     assert "413" in doc["paths"]["/v1/images/edits"]["post"]["responses"]
+
+
+@pytest.mark.parametrize("entry", [{"temperature": "hot"}, {"max_tokens": 0}, {"n": 2}, {"not_a_field": 1}])
+def test_a_bad_llm_entry_is_the_same_error_offline_and_over_http(srv, entry):
+    """Checked once, at admission (LLMSamplingParams), before any stage runs: the same field and message."""
+    with pytest.raises(InvalidRequestError) as offline:
+        srv.engine.make_request("x", sampling_params_list=[entry])
+    r = srv.client().post("/v1/chat/completions", json={**CHAT, "sampling_params_list": [entry]})
+    assert r.status_code == 400, r.text
+    error = error_of(r)
+    assert error["param"] == offline.value.field and offline.value.field.startswith("sampling_params_list[0]")
+    assert error["message"] == f"{offline.value.field}: {offline.value.message}"
+
+
+def test_a_bad_llm_knob_reads_the_same_at_the_top_level_and_in_an_entry(srv):
+    """The top level is the body model's check (RequestKnobs), an entry LLMSamplingParams': the same words."""
+    with pytest.raises(InvalidRequestError) as offline:
+        srv.engine.make_request("x", sampling_params_list=[{"temperature": -1}])
+    r = srv.client().post("/v1/chat/completions", json={**CHAT, "temperature": -1})
+    assert r.status_code == 400 and error_of(r)["message"] == f"temperature: {offline.value.message}", r.text
 
 
 def test_streamed_request_refused_by_the_stage_is_a_400_not_an_error_event(srv):

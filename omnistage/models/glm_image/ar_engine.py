@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from omnistage.errors import InvalidRequestError
+from omnistage.llm_params import LLMSamplingParams
 from omnistage.models.glm_image.edges import requested_size, source_images
 from omnistage.models.glm_image.grid import generated_layout
 from omnistage.pipeline import StageContext
@@ -77,11 +78,12 @@ class GlmImageAREngine(LLMStageEngine):
         prompt = inputs.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
             raise InvalidRequestError("prompt", "GLM-Image needs a non-empty text prompt")
-        params = dict(req.params) if isinstance(req.params, Mapping) else {}
-        if not isinstance(req.params, (Mapping, type(None))):
+        given = req.params.given() if isinstance(req.params, LLMSamplingParams) else req.params
+        if not isinstance(given, (Mapping, type(None))):
             raise InvalidRequestError(
                 "sampling_params", "pass a dict for the GLM-Image AR stage (height/width ride along)"
             )
+        params = dict(given or {})
         images = source_images(inputs)
         height, width = requested_size(inputs, params)
         params.pop("height", None)

@@ -94,8 +94,14 @@ def ar_tokens_to_prior(source: dict[str, Any], request: Any) -> dict[str, Any]:
 def size_for_ar_stage(prompt: dict[str, Any], params: list[Any]) -> None:
     """The pipeline's request hook: the AR stage draws the image tokens on the target grid, so it must know
     the size the DiT stage will use — the DiT's height/width (from ``size``, the request, or its deploy
-    defaults) go into the prompt's ``image_size`` unless the caller put a size there already."""
+    defaults) go into the prompt's ``image_size`` unless the caller put a size there already. A size in the AR
+    stage's own params (``height``/``width``: not vLLM sampling fields) moves to the prompt, below both."""
     dit = params[1]
     height, width = (dit.get("height"), dit.get("width")) if isinstance(dit, Mapping) else (dit.height, dit.width)
     if height is not None and width is not None:
         prompt.setdefault("image_size", (height, width))
+    ar = params[0]
+    if isinstance(ar, dict) and ("height" in ar or "width" in ar):
+        own = {k: ar.pop(k) for k in ("height", "width") if k in ar}
+        if prompt.get("image_size") is None:
+            prompt["image_size"] = requested_size(prompt, own)

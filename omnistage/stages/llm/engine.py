@@ -48,7 +48,7 @@ from omnistage.stages.llm.inputs import (
     render,
 )
 from omnistage.stages.llm.loras import VllmLoras
-from omnistage.stages.llm.params import to_sampling_params
+from omnistage.stages.llm.params import llm_params, to_sampling_params
 from omnistage.stages.llm.threads import engine_closed, engine_env
 from omnistage.stages.restart import RESTART_ATTEMPTS, restart_with_backoff
 
@@ -257,7 +257,8 @@ class LLMStageEngine:
                     "prompt_token_ids", f"{bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})"
                 )
         check_media(source, self.engine)
-        params, lora = self.loras.request(req.params)
+        params = llm_params(req.params)
+        lora = self.loras.request(params)
         sp = to_sampling_params(params, vocab_size=self.vocab_size, final_only=req.final_only)
         return Prepared(ids, source.text, sp, source=source, lora=lora)
 

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from omnistage.errors import InvalidRequestError
+from omnistage.llm_params import LLMSamplingParams
 
 
 class VllmLoras:
@@ -46,17 +46,17 @@ class VllmLoras:
         if self._loras.pop(name, None) is None:
             raise InvalidRequestError("lora_name", f"no LoRA adapter named {name!r} is loaded")
 
-    def request(self, params: Any) -> tuple[Any, Any]:
-        """(params without the LoRA keys, the LoRARequest they name or None)."""
-        if not isinstance(params, Mapping) or ("lora" not in params and "lora_scale" not in params):
-            return params, None
-        params = dict(params)
-        name, scale = params.pop("lora", None), params.pop("lora_scale", None)
+    def request(self, params: Any) -> Any:
+        """The LoRARequest a request's params name (``lora``), or None (none named, or a caller's own vLLM
+        ``SamplingParams``, which names none)."""
+        if not isinstance(params, LLMSamplingParams):
+            return None
+        name, scale = params.get("lora"), params.get("lora_scale")
         if scale is not None and scale != 1:
             raise InvalidRequestError("lora_scale", f"vLLM applies an adapter at its trained scale; got {scale}")
         if name is None:
-            return params, None
+            return None
         lora = self._loras.get(name)
         if lora is None:
             raise InvalidRequestError("model", f"the LoRA adapter {name!r} is not loaded on stage {self.stage_id}")
-        return params, lora
+        return lora

@@ -1,12 +1,10 @@
-"""Turn a stage's sampling params (a merged dict or a caller's SamplingParams)
-into a vLLM ``SamplingParams`` streaming DELTA outputs, after checking the
-fields a caller most often gets wrong. Errors are ``ValueError`` naming the field,
-raised before vLLM sees the request."""
+"""Turn a stage's sampling params (the ``LLMSamplingParams`` typed at admission, or a caller's own
+``SamplingParams``) into a vLLM ``SamplingParams`` streaming DELTA outputs. Types, ranges and field names were
+checked at admission (omnistage.llm_params); what needs the model (token ids within its vocabulary) is checked
+here. Errors are ``InvalidRequestError`` naming the field, raised before vLLM sees the request."""
 
 from __future__ import annotations
 
-import numbers
-from collections.abc import Mapping
 from typing import Any
 
 from vllm import SamplingParams
@@ -14,74 +12,49 @@ from vllm.exceptions import VLLMValidationError
 from vllm.sampling_params import RequestOutputKind
 
 from omnistage.errors import InvalidRequestError
-from omnistage.params import MAX_SEED
+from omnistage.llm_params import LLMSamplingParams
 
-# Public SamplingParams fields a request may set (private ones start with "_").
-ALLOWED_KEYS = frozenset(k for k in SamplingParams.__struct_fields__ if not k.startswith("_")) - {
-    "output_kind",
-    "skip_clone",
-}
+# what a caller's own SamplingParams object is held to as well (it is vLLM-checked, but not for these)
+_OBJECT_CHECKED = ("n", "seed")
 
 
-def _check_int(name: str, value: Any, *, minimum: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise InvalidRequestError(name, f"expected an integer, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise InvalidRequestError(name, f"must be >= {minimum}, got {value}")
+def llm_params(params: Any) -> LLMSamplingParams | SamplingParams:
+    """A request's params as this stage takes them: typed at admission, or a dict from another caller (a
+    direct engine call, an open duplex session, or typed params that crossed a process as their set fields)
+    typed here, or a caller's own ``SamplingParams``."""
+    return params if isinstance(params, SamplingParams) else LLMSamplingParams.from_any(params)
 
 
-def _check_common(get: Any, vocab_size: int) -> None:
-    max_tokens = get("max_tokens")
-    if max_tokens is not None:
-        _check_int("max_tokens", max_tokens, minimum=1)
-    temperature = get("temperature")
-    if temperature is not None:
-        if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
-            raise InvalidRequestError("temperature", f"expected a number, got {temperature!r}")
-        if temperature < 0:
-            raise InvalidRequestError("temperature", f"must be >= 0, got {temperature}")
-    stop_ids = get("stop_token_ids")
-    if stop_ids is not None:
-        if not isinstance(stop_ids, (list, tuple)):
-            raise InvalidRequestError("stop_token_ids", f"expected a list of token ids, got {stop_ids!r}")
-        for t in stop_ids:
-            _check_int("stop_token_ids", t)
-            if not 0 <= t < vocab_size:
-                raise InvalidRequestError("stop_token_ids", f"{t} is outside the vocabulary (0..{vocab_size - 1})")
-    n = get("n")
-    if n is not None and n != 1:
-        raise InvalidRequestError("n", f"an llm stage streams one completion per request, got n={n}")
-    seed = get("seed")
-    if seed is not None:
-        _check_int("seed", seed, minimum=0)  # a negative seed has no defined meaning (params.MAX_SEED)
-        if seed > MAX_SEED:
-            raise InvalidRequestError("seed", f"must be <= {MAX_SEED}, got {seed}")
+def _check_vocabulary(stop_ids: list[int] | None, vocab_size: int) -> None:
+    for t in stop_ids or ():
+        if not 0 <= t < vocab_size:
+            raise InvalidRequestError("stop_token_ids", f"{t} is outside the vocabulary (0..{vocab_size - 1})")
 
 
-def to_sampling_params(params: Any, *, vocab_size: int, final_only: bool = False) -> SamplingParams:
-    """A validated copy with ``output_kind=DELTA`` (``FINAL_ONLY`` where nobody reads the deltas: vLLM then
+def to_sampling_params(
+    params: LLMSamplingParams | SamplingParams, *, vocab_size: int, final_only: bool = False
+) -> SamplingParams:
+    """A checked copy with ``output_kind=DELTA`` (``FINAL_ONLY`` where nobody reads the deltas: vLLM then
     builds one output per request instead of one per token); the caller's object is not modified."""
     kind = RequestOutputKind.FINAL_ONLY if final_only else RequestOutputKind.DELTA
-    if params is None:
-        params = {}
     if isinstance(params, SamplingParams):
-        _check_common(lambda k: getattr(params, k), vocab_size)
+        LLMSamplingParams.from_any({k: getattr(params, k) for k in _OBJECT_CHECKED})
+        _check_vocabulary(params.stop_token_ids, vocab_size)
         sp = params.clone()
         sp.output_kind = kind
         return sp
-    if not isinstance(params, Mapping):
+    if not isinstance(params, LLMSamplingParams):
         raise InvalidRequestError(
-            "sampling_params", f"expected a dict or vllm.SamplingParams, got {type(params).__name__}"
+            "sampling_params", f"expected LLMSamplingParams or vllm.SamplingParams, got {type(params).__name__}"
         )
-    unknown = sorted(set(params) - ALLOWED_KEYS)
-    if unknown:
-        raise InvalidRequestError("sampling_params", f"unknown field(s) {', '.join(unknown)} for an llm stage")
-    _check_common(params.get, vocab_size)
-    params = dict(params)
+    _check_vocabulary(params.get("stop_token_ids"), vocab_size)
+    given = params.given()
+    for own in ("lora", "lora_scale"):  # the stage's (loras.py), not vLLM's
+        given.pop(own, None)
     # no max_tokens: to the end of the context, as vllm serve runs (SamplingParams' own default is 16 tokens;
     # None makes vLLM's input processor take max_model_len - prompt length)
-    params.setdefault("max_tokens", None)
+    given.setdefault("max_tokens", None)
     try:
-        return SamplingParams(**params, output_kind=kind)
+        return SamplingParams(**given, output_kind=kind)
     except (ValueError, TypeError, VLLMValidationError) as e:  # vLLM's own checks name the parameter
         raise InvalidRequestError("sampling_params", f"{e}") from None

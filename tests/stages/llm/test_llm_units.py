@@ -7,52 +7,74 @@ import json
 
 import pytest
 
+from omnistage.llm_params import LLMSamplingParams
 from omnistage.pipeline import ModelFolder
 from omnistage.stages.llm.threads import cpu_thread_env
 
 VOCAB = 384
 
 
-def test_dict_params_become_delta_sampling_params():
+def test_typed_params_become_delta_sampling_params():
     from vllm.sampling_params import RequestOutputKind
 
     from omnistage.stages.llm.params import to_sampling_params
 
-    sp = to_sampling_params({"temperature": 0.5, "max_tokens": 7, "seed": 3, "stop_token_ids": [2]}, vocab_size=VOCAB)
+    params = LLMSamplingParams.from_any({"temperature": 0.5, "max_tokens": 7, "seed": 3, "stop_token_ids": [2]})
+    sp = to_sampling_params(params, vocab_size=VOCAB)
     assert (sp.temperature, sp.max_tokens, sp.seed, sp.stop_token_ids) == (0.5, 7, 3, [2])
     assert sp.output_kind == RequestOutputKind.DELTA
+    # only the fields that were set reach vLLM: the rest are vLLM's defaults, but max_tokens (to the context's end)
+    plain = to_sampling_params(LLMSamplingParams(), vocab_size=VOCAB)
+    assert (plain.temperature, plain.top_p, plain.top_k, plain.max_tokens) == (1.0, 1.0, 0, None)
 
 
 @pytest.mark.parametrize(
     "params, message",
     [
-        ({"max_tokens": 0}, r"^max_tokens: must be >= 1, got 0"),
-        ({"max_tokens": 2.5}, r"^max_tokens: expected an integer"),
-        ({"temperature": -1}, r"^temperature: must be >= 0"),
-        ({"temperature": "hot"}, r"^temperature: expected a number"),
         ({"stop_token_ids": [VOCAB]}, rf"^stop_token_ids: {VOCAB} is outside the vocabulary \(0..{VOCAB - 1}\)"),
-        ({"stop_token_ids": 5}, r"^stop_token_ids: expected a list"),
-        ({"seed": "x"}, r"^seed: expected an integer"),
-        ({"top_p": 0}, r"^sampling_params: .*top_p"),  # vLLM's own check, re-raised naming the field
-        ({"bogus": 1, "other": 2}, r"^sampling_params: unknown field\(s\) bogus, other"),
+        ({"min_tokens": 5, "max_tokens": 2}, r"^sampling_params: .*min_tokens"),  # vLLM's own check, re-raised
     ],
 )
-def test_bad_params(params, message):
+def test_what_needs_the_model_or_vllm_is_checked_in_the_stage(params, message):
+    """(Types, ranges and field names were checked at admission: tests/test_params.py.)"""
     from omnistage.stages.llm.params import to_sampling_params
 
     with pytest.raises(ValueError, match=message):
-        to_sampling_params(params, vocab_size=VOCAB)
+        to_sampling_params(LLMSamplingParams.from_any(params), vocab_size=VOCAB)
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"max_tokens": 0}, r"^max_tokens: Input should be greater than or equal to 1"),
+        ({"max_tokens": 2.5}, r"^max_tokens: expected an integer"),
+        ({"temperature": -1}, r"^temperature: Input should be greater than or equal to 0"),
+        ({"temperature": "hot"}, r"^temperature: expected a number"),
+        ({"stop_token_ids": 5}, r"^stop_token_ids: expected a list"),
+        ({"seed": "x"}, r"^seed: expected an integer"),
+        ({"bogus": 1, "other": 2}, r"^sampling_params: unknown field\(s\) bogus, other"),
+    ],
+)
+def test_a_dict_from_another_caller_is_checked_as_at_admission(params, message):
+    """A direct engine call (or params that crossed a process) arrives as a dict: typed with the same checks."""
+    from omnistage.stages.llm.params import llm_params
+
+    with pytest.raises(ValueError, match=message):
+        llm_params(params)
 
 
 def test_sampling_params_object_is_checked_and_copied():
     from vllm import SamplingParams
 
-    from omnistage.stages.llm.params import to_sampling_params
+    from omnistage.stages.llm.params import llm_params, to_sampling_params
 
     mine = SamplingParams(max_tokens=4, stop_token_ids=[VOCAB + 3])
     with pytest.raises(ValueError, match="stop_token_ids"):
         to_sampling_params(mine, vocab_size=VOCAB)
+    with pytest.raises(ValueError, match="^n: an llm stage streams one completion"):
+        to_sampling_params(SamplingParams(n=2), vocab_size=VOCAB)
     ok = SamplingParams(max_tokens=4)
+    assert llm_params(ok) is ok
     assert to_sampling_params(ok, vocab_size=VOCAB) is not ok
 
 

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from omnistage.errors import InvalidRequestError
+from omnistage.llm_params import LLMSamplingParams
 from omnistage.models.shared.codec_lm.config import TTSConfig, lookahead_frames
 from omnistage.models.shared.codec_lm.edges import LAYOUT_KEY
 from omnistage.models.shared.speech_request import text_to_speak
@@ -242,14 +243,14 @@ class CodecLMEngine(LLMStageEngine):
     def sampling_defaults(self, params: Any) -> Any:
         """Stop at the end token and (unless the folder says otherwise) sample only codec tokens;
         a caller's own values win. A caller's SamplingParams object is taken as it is."""
-        if params is not None and not isinstance(params, Mapping):
+        if params is not None and not isinstance(params, (Mapping, LLMSamplingParams)):
             return params
         cfg = self.config
         defaults: dict[str, Any] = {"stop_token_ids": [self.end_id]}
         if cfg.constrain_to_codec_tokens:
             first = cfg.codec_token_offset
             defaults["allowed_token_ids"] = list(range(first, first + cfg.num_codec_tokens)) + [self.end_id]
-        return {**defaults, **dict(params or {})}
+        return LLMSamplingParams.from_any(params).under(defaults)
 
     def prepare(self, req: StageRequest) -> Prepared:
         ids, text, ref_codes = self.prompt_ids(req.inputs, req.speech)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from omnistage.llm_params import LLMSamplingParams
 from omnistage.pipeline import StageContext
 from omnistage.stages.base import StageRequest
 from omnistage.stages.llm.engine import LLMStageEngine, Prepared
@@ -116,8 +117,9 @@ class OmniThinkerEngine(LLMStageEngine):
             shutil.rmtree(self.rows_dir, ignore_errors=True)
 
     def prepare(self, req: StageRequest) -> Prepared:
-        if isinstance(req.params, Mapping):  # the checkpoint's generation config under the request's values
-            req = replace(req, params={**self.defaults, **req.params})
+        # the checkpoint's generation config under the request's values (a caller's own SamplingParams: as it is)
+        if isinstance(req.params, (Mapping, LLMSamplingParams)):
+            req = replace(req, params=LLMSamplingParams.from_any(req.params).under(self.defaults))
         inputs = req.inputs
         if (
             isinstance(inputs.get("prompt"), str)
