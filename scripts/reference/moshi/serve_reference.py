@@ -27,6 +27,9 @@ from moshi.models import loaders
 def main(folder: Path, port: int, device: str) -> None:
     config = json.loads((folder / "config.json").read_text())
     config["mimi_config_name"] = "file://" + str((folder / config["mimi_config_name"]).resolve())
+    # the persona's codes (persona_silence_codes, persona_sine_codes) are omnistage's keys: the authors' LM takes
+    # every other key as a constructor argument and refuses these
+    config = {k: v for k, v in config.items() if not k.startswith("persona_")}
     local = Path(tempfile.mkdtemp(prefix="moshi-server-")) / "config.json"
     local.write_text(json.dumps(config))
     if device == "cpu":
