@@ -45,6 +45,7 @@ PARAM_KEYS = (*DEFAULTS, "seed", "voice", "instructions")
 MAX_FEED_SAMPLES = 10 * SAMPLE_RATE  # one feed holds at most 10 s of audio
 END = object()  # ready(): the session ended and every frame it sent was stepped
 PROMPT = object()  # ready(): the session's next step is one of its persona prompt's
+PROBE_STEPS = 3  # measured steps per batch size at start-up (after the delay pattern fills)
 
 
 @dataclass
@@ -149,7 +150,30 @@ class MoshiEngine(StepEngine):
             import sentencepiece
 
             tokenizer = sentencepiece.SentencePieceProcessor(model_file=str(ck.tokenizer))
-        return MoshiModel(LMSlots(lm, self.max_batch, device, dtype), StreamingMimi(mimi, ck.lm.dep_q), tokenizer)
+        self.model = MoshiModel(LMSlots(lm, self.max_batch, device, dtype), StreamingMimi(mimi, ck.lm.dep_q), tokenizer)
+        self._probe_step_times()
+        return self.model
+
+    def _probe_step_times(self) -> None:
+        """Step times of 1, 2, 4, ... up to ``max_batch`` sessions, measured once at start-up on silent input, so
+        that admission predicts from real batched steps from the first session on (a linear scale-up of one
+        session's step refuses sessions that batching would hold). The slots used are reset when next taken."""
+        silence = np.zeros(FRAME_SAMPLES, np.float32)
+        sizes = sorted({min(1 << k, self.max_batch) for k in range(self.max_batch.bit_length() + 1)})
+        for n in sizes:
+            rs = [DuplexSession(StageRequest(f"probe-{i}", {}, None)) for i in range(n)]
+            for r in rs:
+                r.slot = self.model.slots.take()
+            warm = self.model.slots.max_delay + 1  # until the delay pattern fills, the step decodes no audio
+            for i in range(warm + PROBE_STEPS):
+                for r in rs:
+                    r.pending.append(silence)
+                started = time.perf_counter()
+                self._step_live(rs)
+                if i >= warm:
+                    self._step_times.setdefault(n, deque(maxlen=16)).append(time.perf_counter() - started)
+            for r in rs:
+                self.model.slots.release(r.slot)
 
     def new_request(self, req: StageRequest) -> DuplexSession:
         if not req.stream_inputs:
@@ -229,21 +253,20 @@ class MoshiEngine(StepEngine):
         """Session count -> the slowest recent step with that many sessions (for /metrics)."""
         return {n: max(times) for n, times in dict(self._step_times).items() if times}
 
-    def largest_step_measured(self) -> int:
-        """The most sessions measured stepping together (0 before any step)."""
-        return max(self._step_times, default=0)
-
     def step_seconds(self, sessions: int) -> float | None:
-        """What one step of ``sessions`` sessions takes: the slowest recent step of that many, or, when that
-        many never stepped together, the largest batch measured scaled up linearly (batching only helps, so this
-        overestimates); None before any step."""
+        """What one step of ``sessions`` sessions takes: the slowest recent step of that many; when that many
+        never stepped together, that of the next larger count measured (a larger batch takes longer), or past
+        the largest, its step scaled up linearly (batching only helps, so both overestimate); None before any."""
         times = dict(self._step_times)
         if not times:
             return None
         if sessions in times:
             return max(times[sessions])
+        above = [n for n in times if n > sessions]
+        if above:
+            return max(times[min(above)])
         largest = max(times)
-        return max(times[largest]) * max(sessions, largest) / largest
+        return max(times[largest]) * sessions / largest
 
     def _step_live(self, rs: list[DuplexSession]) -> list[Emit]:
         """One frame of each session: Mimi encode, one temporal + depth step, Mimi decode."""

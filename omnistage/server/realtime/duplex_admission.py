@@ -1,22 +1,18 @@
 """Admission of full-duplex sessions by real-time capacity: a new session is opened only while one more would keep
-every live session real time (a step within ``REAL_TIME_MARGIN`` of the frame budget).
+every live session real time (a step within ``REAL_TIME_MARGIN`` of the frame budget). The step times come from the
+engine: measured for 1, 2, 4, ... sessions at start-up, then from the live steps (``MoshiEngine.step_seconds``).
 
-Admissions run one at a time, and each waits (up to ``MEASURE_WAIT_S``) until the sessions already admitted have
-stepped together, so its prediction comes from a step of that many sessions. Without both, clients that connect
-at once are all admitted on the same stale measurement (or on none) and then every one of them stutters."""
+Admissions run one at a time: a check and the slot it leads to are one step, so clients that connect at once are
+judged one after another on the sessions admitted before them, not all on the same count.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Mapping
 from typing import Any
 
 REAL_TIME_MARGIN = 0.8  # a step may take at most 80% of a frame's period: the rest absorbs jitter
-# How long an admission waits for the live sessions to step together. They step as soon as their clients send
-# audio (a frame is 80 ms); sessions that send nothing for this long are not loading the engine, so the
-# prediction then comes from the largest step measured (or, with none, the session is admitted).
-MEASURE_WAIT_S = 5.0
 
 
 class CapacityError(Exception):
@@ -50,10 +46,6 @@ class DuplexAdmission:
     async def open(self, params: Mapping[str, Any]) -> Any:
         """A new duplex session, or ``CapacityError``."""
         async with self._lock:
-            stage = self._stage()
-            deadline = time.monotonic() + MEASURE_WAIT_S
-            while stage.largest_step_measured() < stage.slots_held() and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
             refusal = self.refusal()
             if refusal is not None:
                 raise CapacityError(refusal)

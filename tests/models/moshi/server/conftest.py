@@ -32,8 +32,15 @@ def duplex_server(tmp_path_factory):
 
 @pytest.fixture
 def tight_server(tmp_path_factory):
-    """A budget every measured step exceeds: the first session is admitted (nothing measured yet), then none.
-    One per test (~4 s to start): what one test measured would refuse the next test's first session."""
+    """A budget every step exceeds (the engine measures its steps at start-up): every session is refused."""
     srv = start(tmp_path_factory, duplex_frame_budget_ms=0.001)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def roomy_server(tmp_path_factory):
+    """A budget no real step reaches, its own server: a test sets the step times admission decides on."""
+    srv = start(tmp_path_factory, duplex_frame_budget_ms=600_000)
     yield srv
     srv.stop()
