@@ -143,7 +143,11 @@ def start_reference(python: str, folder: Path, device: str, log: Path) -> tuple[
 
 def run(args: argparse.Namespace, work: Path) -> dict:
     omni = ServeProcess.launch([str(args.model)], work / "omnistage.log", env={"OMP_NUM_THREADS": "1"})
-    ref, ref_url = start_reference(args.ref_python, args.model, args.device, work / "moshi_server.log")
+    try:
+        ref, ref_url = start_reference(args.ref_python, args.model, args.device, work / "moshi_server.log")
+    except BaseException:  # the reference did not start: omnistage's server must not outlive the run
+        omni.stop()
+        raise
     urls = {"omnistage": omni.url.replace("http", "ws", 1), "moshi.server": ref_url.replace("http", "ws", 1)}
     rows: list[dict] = []
     try:
