@@ -120,6 +120,12 @@ def summarize(results: list[dict], late_s: float) -> dict:
     }
 
 
+def display_path(path: Path) -> str:
+    """A folder inside the repository by its path there (a result file names no one machine's checkout)."""
+    path = path.resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
 def start_reference(python: str, folder: Path, device: str, log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     script = REPO / "scripts" / "reference" / "moshi" / "serve_reference.py"
@@ -161,7 +167,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         ref.terminate()
         ref.wait(60)
     return {
-        "model": str(args.model),
+        "model": display_path(args.model),
         "device": args.device,
         "seconds": args.seconds,
         "late_ms": args.late_ms,

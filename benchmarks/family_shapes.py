@@ -39,6 +39,17 @@ class FamilyBench:
     draw_divisor: int = 1
 
 
+# the tiny LTX-2 DiT grown for both LTX-2 rows (one stage, and the two-stage deploy)
+LTX2_GROWN = dict(
+    num_layers=4,
+    num_attention_heads=4,
+    attention_head_dim=32,
+    cross_attention_dim=128,
+    audio_num_attention_heads=4,
+    audio_attention_head_dim=16,
+    audio_cross_attention_dim=64,
+)
+
 FAMILIES: dict[str, FamilyBench] = {
     "flux": FamilyBench(
         "flux",
@@ -155,15 +166,7 @@ FAMILIES: dict[str, FamilyBench] = {
     "ltx2": FamilyBench(
         "ltx2",
         "LTX2Pipeline",
-        dict(
-            num_layers=4,
-            num_attention_heads=4,
-            attention_head_dim=32,
-            cross_attention_dim=128,
-            audio_num_attention_heads=4,
-            audio_attention_head_dim=16,
-            audio_cross_attention_dim=64,
-        ),
+        LTX2_GROWN,
         dict(guidance_scale=3.0, num_frames=9, max_sequence_length=64),
         "LTX2Pipeline's defaults: CFG (video 3, audio 7), STG and modality-isolation forwards, rescale; 9 frames "
         "+ their audio (run with --sizes 32: this VAE compresses space by 2 only)",
@@ -171,15 +174,7 @@ FAMILIES: dict[str, FamilyBench] = {
     "ltx2_two_stage": FamilyBench(
         "ltx2",
         "ltx2_two_stage_recipe:LTX2TwoStageRecipe",
-        dict(
-            num_layers=4,
-            num_attention_heads=4,
-            attention_head_dim=32,
-            cross_attention_dim=128,
-            audio_num_attention_heads=4,
-            audio_attention_head_dim=16,
-            audio_cross_attention_dim=64,
-        ),
+        LTX2_GROWN,
         dict(
             guidance_scale=3.0,
             num_frames=9,

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from run_reference import pcm, run_twice  # noqa: E402
+from run_reference import load_model, pcm, run_twice  # noqa: E402
 
 LONG_EN = (
     "The quick brown fox jumps over the lazy dog. Mr. Smith paid $5.50 for it, didn't he? "
@@ -49,21 +49,15 @@ STREAM = ("split_ja", 3, 0)  # inference_stream of this SPEECH text: stream_chun
 
 
 def main(tiny: Path, out: Path) -> None:
-    from TTS.tts.configs.xtts_config import XttsConfig
     from TTS.tts.layers.xtts.tokenizer import split_sentence
-    from TTS.tts.models.xtts import Xtts
 
     from omnistage.models.xtts.tiny import reference_clip
 
     pinned = json.loads((out / "weights.json").read_text())
     for name, digest in pinned.items():
         assert hashlib.sha256((tiny / name).read_bytes()).hexdigest() == digest, f"{name} is not the pinned build"
-    torch.set_num_threads(1)
-    config = XttsConfig()
-    config.load_json(str(tiny / "config.json"))
-    model = Xtts(config)
-    model.load_checkpoint(config, checkpoint_dir=str(tiny), eval=True, strict=True)
-    model.eval()
+    model = load_model(tiny)
+    config = model.config
     limits = model.tokenizer.char_limits
     split = {}
     for name, (text, lang) in SPLITS.items():

@@ -42,11 +42,10 @@ def run_twice(fn):
     return first
 
 
-def main(tiny: Path, out: Path) -> None:
+def load_model(tiny: Path):
+    """The release's ``Xtts`` on the tiny folder, every key loaded (strict), on one thread."""
     from TTS.tts.configs.xtts_config import XttsConfig
     from TTS.tts.models.xtts import Xtts
-
-    from omnistage.models.xtts.tiny import reference_clip
 
     torch.set_num_threads(1)
     config = XttsConfig()
@@ -54,6 +53,14 @@ def main(tiny: Path, out: Path) -> None:
     model = Xtts(config)
     model.load_checkpoint(config, checkpoint_dir=str(tiny), eval=True, strict=True)
     model.eval()
+    return model
+
+
+def main(tiny: Path, out: Path) -> None:
+    from omnistage.models.xtts.tiny import reference_clip
+
+    model = load_model(tiny)
+    config = model.config
     out.mkdir(parents=True, exist_ok=True)
 
     audio = torch.from_numpy(reference_clip()).reshape(1, -1).clip(-1, 1)  # 22.05 kHz, as load_audio returns it
